@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# build.sh - the one entry point: deps, configure, build, test, sanitizers. Wraps CMake + CTest.
+#
+#   ./build.sh            Release build (build/, CLI at build/ppn); deps installed first if missing
+#   ./build.sh test       build, then every test through ctest (cmocka underneath; sim backend)
+#   ./build.sh asan       AddressSanitizer+UBSan build in build-asan/, same tests
+#   ./build.sh tsan       ThreadSanitizer build in build-tsan/, same tests
+#   ./build.sh gputest    run tests/gpu/* from build/gpu (needs a GPU; not in CI)
+#   ./build.sh deps       install the Debian packages (as root) or print the command
+#   ./build.sh clean      remove build directories
+#
+# Environment: PPN_STATIC_DEPS=0 links jemalloc/liburcu/hwloc/jansson dynamically (default: static, so
+# build/ppn runs on machines that lack them); JOBS=N parallel build jobs.
+set -euo pipefail
+cd "$(dirname "$0")"
+JOBS=${JOBS:-$(nproc)}
+DEBS="cmake make gcc pkg-config libjemalloc-dev liburcu-dev libhwloc-dev libudev-dev libcmocka-dev libjansson-dev"
+
+have_deps() {
+    command -v cmake >/dev/null && command -v gcc >/dev/null || return 1
+    for h in hwloc.h urcu/urcu-qsbr.h jemalloc/jemalloc.h jansson.h cmocka.h libudev.h; do
+        [ -e "/usr/include/$h" ] || return 1
+    done
+}
+
+deps() {
+    if have_deps; then echo "build.sh: dependencies present"; return 0; fi
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        echo "build.sh: installing $DEBS"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $DEBS
+    else
+        echo "build.sh: missing packages; run as root:" >&2
+        echo "  apt-get update && apt-get install -y $DEBS" >&2
+        return 1
+    fi
+}
+
+configure_build() { # dir, extra cmake args...
+    local dir=$1; shift
+    have_deps || deps
+    cmake -S . -B "$dir" -DPPN_STATIC_DEPS="${PPN_STATIC_DEPS:-1}" "$@" >/dev/null
+    cmake --build "$dir" -j "$JOBS"
+}
+
+run_tests() { # dir
+    (cd "$1" && ctest --output-on-failure -j "${TEST_JOBS:-2}")
+}
+
+case "${1:-build}" in
+    build) configure_build build -DCMAKE_BUILD_TYPE=Release ;;
+    test) configure_build build -DCMAKE_BUILD_TYPE=Release && run_tests build ;;
+    asan) configure_build build-asan -DCMAKE_BUILD_TYPE=Debug -DPPN_SANITIZE=address &&
+          ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+          run_tests build-asan ;;
+    tsan) configure_build build-tsan -DCMAKE_BUILD_TYPE=Debug -DPPN_SANITIZE=thread &&
+          TSAN_OPTIONS=halt_on_error=1 run_tests build-tsan ;;
+    gputest)
+        configure_build build -DCMAKE_BUILD_TYPE=Release
+        fail=0
+        for t in build/gpu/gpu_test_*; do echo "== $t"; "$t" || fail=1; done
+        exit $fail ;;
+    deps) deps ;;
+    clean) rm -rf build build-asan build-tsan ;;
+    *) echo "usage: ./build.sh [build|test|asan|tsan|gputest|deps|clean]" >&2; exit 2 ;;
+esac

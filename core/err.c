@@ -1,0 +1,63 @@
+/* err.c - thread-local error messages behind ppn_last_error(). */
+#include <stdarg.h>
+#include <string.h>
+#include "err.h"
+
+static _Thread_local char last_msg[1024];
+
+ppn_status ppn_err(ppn_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_msg, sizeof last_msg, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+ppn_status ppn_err_ctx(ppn_status st, const char *fmt, ...)
+{
+    char prefix[512], old[sizeof last_msg];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    memcpy(old, last_msg, sizeof old);
+    size_t k = strlen(prefix);
+    if (k > sizeof last_msg - 3) k = sizeof last_msg - 3;
+    memcpy(last_msg, prefix, k);
+    memcpy(last_msg + k, ": ", 2);
+    size_t room = sizeof last_msg - k - 3;
+    size_t o = strnlen(old, room);
+    memcpy(last_msg + k + 2, old, o);
+    last_msg[k + 2 + o] = '\0';
+    return st;
+}
+
+void ppn_err_clear(void) { last_msg[0] = '\0'; }
+
+const char *ppn_last_error(void) { return last_msg; }
+
+const char *ppn_status_name(ppn_status st)
+{
+    static const char *const names[] = {
+        [PPN_OK] = "PPN_OK",
+        [PPN_EINVAL] = "PPN_EINVAL",
+        [PPN_ENOMEM] = "PPN_ENOMEM",
+        [PPN_EIO] = "PPN_EIO",
+        [PPN_EFORMAT] = "PPN_EFORMAT",
+        [PPN_EUNSUPPORTED] = "PPN_EUNSUPPORTED",
+        [PPN_ENODEV] = "PPN_ENODEV",
+        [PPN_EDRIVER] = "PPN_EDRIVER",
+        [PPN_ENOKERNELS] = "PPN_ENOKERNELS",
+        [PPN_ERACE] = "PPN_ERACE",
+        [PPN_EPLACEMENT] = "PPN_EPLACEMENT",
+        [PPN_EUSEAFTERFREE] = "PPN_EUSEAFTERFREE",
+        [PPN_EDOUBLEFREE] = "PPN_EDOUBLEFREE",
+        [PPN_EBOUNDS] = "PPN_EBOUNDS",
+        [PPN_EREFUSED] = "PPN_EREFUSED",
+        [PPN_EMISMATCH] = "PPN_EMISMATCH",
+        [PPN_ESTATE] = "PPN_ESTATE",
+    };
+    if ((unsigned)st < PPN_ARRAY_LEN(names) && names[st]) return names[st];
+    return "PPN_E?";
+}

@@ -1,0 +1,41 @@
+/* err.h - internal error plumbing: set the thread's message and return a status; checked-call macros. */
+#ifndef PPN_ERR_H
+#define PPN_ERR_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include "ppn.h"
+
+/* Record a formatted message for ppn_last_error() and return st. */
+ppn_status ppn_err(ppn_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prefix the current message with context ("while loading x: <old message>"); returns st. */
+ppn_status ppn_err_ctx(ppn_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void ppn_err_clear(void);
+
+/* Propagate a failing status unchanged (the callee already set the message). */
+#define PPN_CHECK(call)                                   \
+    do {                                                  \
+        ppn_status st_ = (call);                          \
+        if (st_ != PPN_OK) return st_;                    \
+    } while (0)
+
+/* Store the failing status in st and jump to the function's one cleanup label. */
+#define PPN_CHECK_GOTO(call, st, label)                   \
+    do {                                                  \
+        (st) = (call);                                    \
+        if ((st) != PPN_OK) goto label;                   \
+    } while (0)
+
+/* Invariants: a bug in ppn aborts with the site; bad input never reaches here. */
+#define PPN_ASSERT(cond)                                                              \
+    do {                                                                              \
+        if (!(cond)) {                                                                \
+            fprintf(stderr, "ppn: internal assertion failed: %s at %s:%d\n", #cond,   \
+                    __FILE__, __LINE__);                                              \
+            abort();                                                                  \
+        }                                                                             \
+    } while (0)
+
+#define PPN_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+#endif

@@ -1,0 +1,134 @@
+/* gpu.h - the device layer: one vtable of device operations, two backends (cuda, sim).
+ *
+ * Everything above this layer (pool, transport, forward) talks to devices only through struct ppn_gpu_ops.
+ * Device memory is addressed by ppn_dptr (a CUdeviceptr on cuda; a host address of simulated memory on sim).
+ *
+ * Threading contract: every op may be called from any thread. Calls on one stream must be serialized by
+ * the caller (one issuing thread per stream at a time), as with the CUDA driver. Device ordinals are 0-based
+ * and valid in [0, device_count).
+ *
+ * Errors: every op returns a ppn_status and sets ppn_last_error(). Stream-ordered failures (a sim checker
+ * report, an asynchronous driver fault) are sticky on the backend: they surface at the next sync, query or
+ * enqueue, as with the CUDA driver's sticky errors.
+ */
+#ifndef PPN_GPU_H
+#define PPN_GPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "ppn.h"
+
+typedef uint64_t ppn_dptr;
+typedef struct ppn_gpu ppn_gpu;
+typedef struct ppn_gstream ppn_gstream; /* backend-defined */
+typedef struct ppn_gevent ppn_gevent;   /* backend-defined */
+
+typedef struct ppn_device_info {
+    char name[128];
+    char pci_bus_id[32]; /* "0000:00:06.0" on cuda; "" on sim */
+    size_t mem_total;
+    int sim;             /* 1 for a simulated device */
+    int cc_major, cc_minor;
+    int sm_count;
+} ppn_device_info;
+
+/* What an op touches, declared so the sim checker can prove the multi-stream laws. */
+enum { PPN_ACC_R = 1, PPN_ACC_W = 2, PPN_ACC_RW = 3 };
+typedef struct ppn_access {
+    ppn_dptr ptr;
+    size_t bytes;
+    int mode; /* PPN_ACC_R | PPN_ACC_W */
+} ppn_access;
+
+#define PPN_LAUNCH_MAX_ACC 8
+
+/* One kernel launch. Every kernel takes exactly one parameter: a struct passed by value
+ * (kernels/kparams.h); params points at it. The sim backend copies it at enqueue time. */
+typedef struct ppn_launch {
+    int kernel;                 /* enum ppn_kernel_id (kernels/ktable.h) */
+    unsigned grid[3], block[3]; /* cuda geometry; ignored by sim */
+    unsigned smem;              /* dynamic shared memory bytes (cuda) */
+    const void *params;
+    size_t params_size;
+    ppn_access acc[PPN_LAUNCH_MAX_ACC];
+    int nacc;
+} ppn_launch;
+
+/* mem_annotate ops: the pool tells the sim checker which ranges are live blocks. */
+enum {
+    PPN_ANN_CARVE = 1, /* a raw allocation becomes pool-managed: only live blocks inside it are valid */
+    PPN_ANN_ALLOC = 2, /* [p, p+n) becomes a live block (immediately) */
+    PPN_ANN_FREE = 3,  /* [p, p+n) is freed, ordered on the given stream (stream-ordered free) */
+};
+
+typedef void (*ppn_host_fn)(void *arg);
+
+struct ppn_gpu_ops {
+    const char *name; /* "cuda" or "sim" */
+    void (*destroy)(ppn_gpu *g);
+
+    int (*device_count)(ppn_gpu *g);
+    ppn_status (*device_info)(ppn_gpu *g, int dev, ppn_device_info *out);
+    ppn_status (*mem_get_info)(ppn_gpu *g, int dev, size_t *free_b, size_t *total_b);
+
+    /* Raw device memory (the pool's slabs). Never on the steady-state step path. */
+    ppn_status (*mem_alloc)(ppn_gpu *g, int dev, size_t bytes, ppn_dptr *out);
+    ppn_status (*mem_free)(ppn_gpu *g, int dev, ppn_dptr p);
+    /* Pinned host memory (cuMemHostAlloc, portable; mmap on sim). */
+    ppn_status (*host_alloc)(ppn_gpu *g, size_t bytes, void **out);
+    ppn_status (*host_free)(ppn_gpu *g, void *p, size_t bytes);
+
+    ppn_status (*stream_create)(ppn_gpu *g, int dev, ppn_gstream **out); /* non-blocking stream */
+    ppn_status (*stream_destroy)(ppn_gpu *g, ppn_gstream *s);             /* after draining it */
+    ppn_status (*stream_sync)(ppn_gpu *g, ppn_gstream *s);
+    int (*stream_device)(ppn_gpu *g, ppn_gstream *s);
+
+    ppn_status (*event_create)(ppn_gpu *g, int dev, int timing, ppn_gevent **out);
+    ppn_status (*event_destroy)(ppn_gpu *g, ppn_gevent *e);
+    ppn_status (*event_record)(ppn_gpu *g, ppn_gevent *e, ppn_gstream *s);
+    /* s waits for the latest record of e issued before this call (CUDA semantics). */
+    ppn_status (*stream_wait_event)(ppn_gpu *g, ppn_gstream *s, ppn_gevent *e);
+    ppn_status (*event_query)(ppn_gpu *g, ppn_gevent *e, int *done);
+    ppn_status (*event_sync)(ppn_gpu *g, ppn_gevent *e);
+    ppn_status (*event_elapsed)(ppn_gpu *g, ppn_gevent *start, ppn_gevent *end, float *ms);
+
+    /* Asynchronous copies, ordered on s. Host pointers should be pinned (host_alloc) for true asynchrony. */
+    ppn_status (*copy_htod)(ppn_gpu *g, ppn_gstream *s, ppn_dptr dst, const void *src, size_t n);
+    ppn_status (*copy_dtoh)(ppn_gpu *g, ppn_gstream *s, void *dst, ppn_dptr src, size_t n);
+    ppn_status (*copy_dtod)(ppn_gpu *g, ppn_gstream *s, ppn_dptr dst, ppn_dptr src, size_t n);
+    /* Cross-device copy; works without a peer grant (staged through the host, counted by the backend). */
+    ppn_status (*copy_peer)(ppn_gpu *g, ppn_gstream *s, ppn_dptr dst, int dst_dev, ppn_dptr src, int src_dev,
+                            size_t n);
+    ppn_status (*memset_d8)(ppn_gpu *g, ppn_gstream *s, ppn_dptr dst, unsigned char v, size_t n);
+
+    /* Peer grants: can dev map peer's memory; enable lets kernels on dev touch peer's memory. */
+    ppn_status (*peer_can_access)(ppn_gpu *g, int dev, int peer, int *can);
+    ppn_status (*peer_enable)(ppn_gpu *g, int dev, int peer);
+
+    ppn_status (*launch)(ppn_gpu *g, ppn_gstream *s, const ppn_launch *l);
+    ppn_status (*host_fn)(ppn_gpu *g, ppn_gstream *s, ppn_host_fn fn, void *arg);
+
+    /* Checker annotations (no-op on cuda). s is the ordering stream for PPN_ANN_FREE, else NULL. */
+    ppn_status (*mem_annotate)(ppn_gpu *g, ppn_gstream *s, int dev, ppn_dptr p, size_t n, int op,
+                               const char *tag);
+};
+
+struct ppn_gpu {
+    const struct ppn_gpu_ops *ops;
+    /* Counters every backend keeps (read without locks; relaxed atomics). */
+    uint64_t n_mem_alloc;     /* raw device allocations (driver cuMemAlloc calls) */
+    uint64_t n_host_staged;   /* peer copies staged through the host for lack of a grant */
+};
+
+/* Backend constructors. name: "auto", "cuda" or "sim". auto = cuda when a driver, a device and kernels are
+ * present, else sim. Returns PPN_ENODEV (cuda: no driver/device), PPN_ENOKERNELS, PPN_EINVAL (bad name or
+ * bad PPN_SIM_* value), PPN_ENOMEM. */
+ppn_status ppn_gpu_open(const char *name, ppn_gpu **out);
+ppn_status ppn_gpu_sim_create(ppn_gpu **out);  /* reads PPN_SIM_DEVICES, PPN_SIM_MEM, PPN_SIM_PEER, PPN_SIM_FAIL */
+ppn_status ppn_gpu_cuda_create(ppn_gpu **out); /* dlopen("libcuda.so.1") */
+static inline void ppn_gpu_close(ppn_gpu *g)
+{
+    if (g) g->ops->destroy(g);
+}
+
+#endif

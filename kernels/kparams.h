@@ -1,0 +1,61 @@
+/* kparams.h - the parameter struct of every kernel, shared by the CPU reference (C) and CUDA (.cu).
+ *
+ * Each kernel takes one of these by value. Device pointers are uint64_t (ppn_dptr). Activations are f32;
+ * weights are stored in wdt (PPN_DT_*). Every kernel is deterministic: a fixed reduction order, so the same
+ * inputs give the same bits on every run (the pipeline gates compare bits).
+ */
+#ifndef PPN_KPARAMS_H
+#define PPN_KPARAMS_H
+
+#include <stdint.h>
+
+enum { PPN_DT_F32 = 0, PPN_DT_BF16 = 1, PPN_DT_F16 = 2 };
+
+/* The step header: lives in device memory, written once per step by stage 0 and carried across boundaries.
+ * Kernels read pos/token from it, so a step's position is ordered by the same event chain as its data. */
+typedef struct ppn_step_hdr {
+    int32_t pos;   /* position of the token being fed */
+    int32_t token; /* token id being fed */
+    int32_t seq;   /* sequence id */
+    int32_t step;  /* step counter */
+} ppn_step_hdr;
+
+/* out[dim] = table[hdr->token, :]   (table: [vocab, dim] in wdt) */
+typedef struct { uint64_t out, table, hdr; int32_t dim, vocab, wdt; } ppn_kp_embed;
+
+/* out[n] = in[n] * rsqrt(mean(in^2) + eps) * w[n]   (w in wdt) */
+typedef struct { uint64_t out, in, w; int32_t n, wdt; float eps; } ppn_kp_rmsnorm;
+
+/* out[r] = (res ? res[r] : 0) + (bias ? bias[r] : 0) + sum_c W[r, c] * x[c]
+ * W: [rows, cols] row-major in wdt; bias in wdt (0 = none); res f32 (0 = none; may alias out). */
+typedef struct { uint64_t out, w, x, bias, res; int32_t rows, cols, wdt; } ppn_kp_matvec;
+
+/* Rotary embedding in place on x[n_heads, head_dim] at position hdr->pos.
+ * inv_freq: f32 [head_dim/2], precomputed on the host (default, llama3 scaling...).
+ * interleaved = 0: HF convention, rotate halves (i, i + head_dim/2);
+ * interleaved = 1: llama2.c convention, rotate adjacent pairs (2i, 2i+1). */
+typedef struct { uint64_t x, inv_freq, hdr; int32_t n_heads, head_dim, interleaved; } ppn_kp_rope;
+
+/* Per-head RMSNorm in place on x[n_heads, head_dim] with weight w[head_dim] (Qwen3 q/k norm). */
+typedef struct { uint64_t x, w; int32_t n_heads, head_dim, wdt; float eps; } ppn_kp_head_rmsnorm;
+
+/* Store k, v [n_kv, head_dim] into the caches [n_kv, ctx, head_dim] (f32) at hdr->pos. */
+typedef struct { uint64_t kc, vc, k, v, hdr; int32_t n_kv, head_dim, ctx; } ppn_kp_kv_store;
+
+/* Decode attention for one query position hdr->pos over cache positions [0, pos] with GQA:
+ * out[h] = softmax(q[h] . K[h/(n_heads/n_kv), 0..pos] * scale) . V[...]. out, q: [n_heads, head_dim]. */
+typedef struct { uint64_t out, q, kc, vc, hdr; int32_t n_heads, n_kv, head_dim, ctx; float scale; } ppn_kp_attn;
+
+/* out[n] = silu(gate[n]) * up[n] */
+typedef struct { uint64_t out, gate, up; int32_t n; } ppn_kp_swiglu;
+
+/* out[n] = a[n] + b[n] (out may alias a or b) */
+typedef struct { uint64_t out, a, b; int32_t n; } ppn_kp_add;
+
+/* out[0] (int32) = argmax(x[0..n)), lowest index on ties; NaN never wins. */
+typedef struct { uint64_t out, x; int32_t n; } ppn_kp_argmax;
+
+/* out[n] (u32 words) = value; used by tests and scratch init. */
+typedef struct { uint64_t out; uint32_t value; int32_t n; } ppn_kp_fill;
+
+#endif

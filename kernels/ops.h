@@ -1,0 +1,29 @@
+/* ops.h - typed launch wrappers: build the params struct, the declared accesses (for the sim checker) and the
+ * cuda geometry of each kernel, then call g->ops->launch. The forward pass calls only these.
+ * Sizes are element counts; wdt is the weight dtype (PPN_DT_*). Each returns the launch's status. */
+#ifndef PPN_OPS_H
+#define PPN_OPS_H
+
+#include "../core/gpu.h"
+#include "ktable.h"
+
+ppn_status ppn_op_embed(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr table, int wdt, int vocab, int dim,
+                        ppn_dptr hdr);
+ppn_status ppn_op_rmsnorm(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr in, ppn_dptr w, int wdt, int n,
+                          float eps);
+ppn_status ppn_op_matvec(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x, int rows,
+                         int cols, ppn_dptr bias, ppn_dptr res);
+ppn_status ppn_op_rope(ppn_gpu *g, ppn_gstream *s, ppn_dptr x, int n_heads, int head_dim, ppn_dptr inv_freq,
+                       int interleaved, ppn_dptr hdr);
+ppn_status ppn_op_head_rmsnorm(ppn_gpu *g, ppn_gstream *s, ppn_dptr x, int n_heads, int head_dim, ppn_dptr w,
+                               int wdt, float eps);
+ppn_status ppn_op_kv_store(ppn_gpu *g, ppn_gstream *s, ppn_dptr kc, ppn_dptr vc, ppn_dptr k, ppn_dptr v,
+                           int n_kv, int head_dim, int ctx, ppn_dptr hdr);
+ppn_status ppn_op_attn(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr q, ppn_dptr kc, ppn_dptr vc,
+                       int n_heads, int n_kv, int head_dim, int ctx, float scale, ppn_dptr hdr);
+ppn_status ppn_op_swiglu(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr gate, ppn_dptr up, int n);
+ppn_status ppn_op_add(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr a, ppn_dptr b, int n);
+ppn_status ppn_op_argmax(ppn_gpu *g, ppn_gstream *s, ppn_dptr out_i32, ppn_dptr x, int n);
+ppn_status ppn_op_fill(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, uint32_t value, int n_words);
+
+#endif

@@ -1,0 +1,33 @@
+/* cli.h - shared helpers of the ppn subcommands: strict argument parsing and error reporting. */
+#ifndef PPN_CLI_H
+#define PPN_CLI_H
+
+#include <stdint.h>
+#include "ppn.h"
+
+/* Print "ppn: error: <fmt>" on stderr; returns 1 (the exit status for a runtime error). */
+int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Print "ppn: error: <what>: <ppn_last_error()>" for a failed status; returns 1. */
+int cli_fail_status(ppn_status st, const char *what);
+
+/* Strict parsers: the whole string must be a number in [min, max]; else a usage error naming the flag. */
+int cli_int(const char *flag, const char *v, long min, long max, long *out);
+int cli_float(const char *flag, const char *v, double min, double max, double *out);
+int cli_u64(const char *flag, const char *v, uint64_t *out);
+/* "1,300,401" -> ids (malloc'd), each in [0, INT32_MAX]. */
+int cli_ids(const char *flag, const char *v, int **ids, int *n);
+/* "f32" | "bf16" | "f16" -> PPN_DTYPE_* */
+int cli_dtype(const char *flag, const char *v, int *out);
+const char *cli_dtype_name(int dt);
+
+/* argv helper: the value of flag at argv[*i] (advancing *i), or a usage error. */
+const char *cli_value(int argc, char **argv, int *i);
+
+/* A load progress bar on stderr (only when stderr is a terminal). */
+void cli_progress(void *arg, size_t done, size_t total);
+
+int cmd_run(int argc, char **argv);
+int cmd_topo(int argc, char **argv);
+int cmd_mkmodel(int argc, char **argv);
+
+#endif

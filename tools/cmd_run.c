@@ -1,0 +1,186 @@
+/* cmd_run.c - `ppn run`: greedy or sampled decode of a prompt; ids on stdout; logits to a file. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "cli.h"
+
+typedef struct run_args {
+    const char *model, *backend, *logits_out;
+    int dtype, ctx, n_new, json, quiet, top_k;
+    int *ids, n_ids;
+    double temp, top_p;
+    uint64_t seed;
+} run_args;
+
+static void run_usage(FILE *f)
+{
+    fputs("usage: ppn run --model PATH [--backend auto|sim|cuda] [--dtype f32|bf16|f16] --ids 1,300,401\n"
+          "               [-n 150] [--temp 0] [--top-k K] [--top-p P] [--seed S] [--ctx C]\n"
+          "               [--logits-out FILE] [--json] [--quiet]\n"
+          "stdout: the generated ids (not the prompt), comma-separated; --json: one object.\n"
+          "--logits-out: float32 [T, vocab], row t = logits after feeding ids[0..t], prompt and generated.\n",
+          f);
+}
+
+static int parse(int argc, char **argv, run_args *a)
+{
+    *a = (run_args){.dtype = PPN_DTYPE_DEFAULT, .n_new = 16, .top_p = 1.0};
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i], *v;
+        long x;
+        int rc = 0;
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
+            run_usage(stdout);
+            exit(0);
+        } else if (!strcmp(f, "--json")) a->json = 1;
+        else if (!strcmp(f, "--quiet")) a->quiet = 1;
+        else if (!(v = cli_value(argc, argv, &i))) return 2;
+        else if (!strcmp(f, "--model")) a->model = v;
+        else if (!strcmp(f, "--backend")) a->backend = v;
+        else if (!strcmp(f, "--logits-out")) a->logits_out = v;
+        else if (!strcmp(f, "--dtype")) rc = cli_dtype(f, v, &a->dtype);
+        else if (!strcmp(f, "--ids")) rc = cli_ids(f, v, &a->ids, &a->n_ids);
+        else if (!strcmp(f, "-n")) rc = cli_int(f, v, 0, 1 << 30, &x), a->n_new = (int)x;
+        else if (!strcmp(f, "--ctx")) rc = cli_int(f, v, 1, 1 << 30, &x), a->ctx = (int)x;
+        else if (!strcmp(f, "--top-k")) rc = cli_int(f, v, 0, 1 << 30, &x), a->top_k = (int)x;
+        else if (!strcmp(f, "--temp")) rc = cli_float(f, v, 0, 1e6, &a->temp);
+        else if (!strcmp(f, "--top-p")) rc = cli_float(f, v, 1e-9, 1, &a->top_p);
+        else if (!strcmp(f, "--seed")) rc = cli_u64(f, v, &a->seed);
+        else return cli_fail("run: unknown option '%s'", f), 2;
+        if (rc) return rc;
+    }
+    if (!a->model) return cli_fail("run: --model PATH is required"), 2;
+    return 0;
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void print_ids(FILE *f, const int *ids, int n)
+{
+    for (int i = 0; i < n; i++) fprintf(f, "%s%d", i ? "," : "", ids[i]);
+}
+
+typedef struct run_out {
+    int *gen;
+    int n_gen;
+    double prefill_s, decode_s;
+} run_out;
+
+/* Feed the prompt, then generate; every logits row goes to lf (if any). */
+static int decode(ppn_seq *seq, const ppn_model_info *mi, const run_args *a, FILE *lf, run_out *o)
+{
+    float *logits = malloc(sizeof(float) * (size_t)mi->vocab);
+    o->gen = malloc(sizeof(int) * (size_t)(a->n_new + 1));
+    if (!logits || !o->gen) return free(logits), cli_fail("out of memory");
+    ppn_sampler sp;
+    ppn_sampler_init(&sp, (float)a->temp, a->top_k, (float)a->top_p, a->seed);
+    int rc = 0, tok = 0;
+    ppn_status st = PPN_OK;
+    double t0 = now_s();
+    /* With --logits-out the last generated id is fed too, so every id has its row (the fixtures' rule). */
+    int feeds = a->n_ids + a->n_new - (lf ? 0 : 1);
+    for (int t = 0; t < feeds && rc == 0; t++) {
+        int in = t < a->n_ids ? a->ids[t] : o->gen[t - a->n_ids];
+        if ((st = ppn_decode_step(seq, in, logits)) != PPN_OK) {
+            rc = cli_fail_status(st, "decode");
+            break;
+        }
+        if (t == a->n_ids - 1) o->prefill_s = now_s() - t0;
+        if (lf && fwrite(logits, sizeof(float), (size_t)mi->vocab, lf) != (size_t)mi->vocab)
+            rc = cli_fail("--logits-out %s: write failed", a->logits_out);
+        if (t >= a->n_ids - 1 && o->n_gen < a->n_new) {
+            if ((st = ppn_sample(&sp, logits, mi->vocab, &tok)) != PPN_OK) rc = cli_fail_status(st, "sample");
+            o->gen[o->n_gen++] = tok;
+        }
+    }
+    o->decode_s = now_s() - t0 - o->prefill_s;
+    free(logits);
+    return rc;
+}
+
+static void report(const run_args *a, const ppn_model_info *mi, const char *backend, const run_out *o,
+                   double load_s)
+{
+    double tps = o->n_gen > 1 && o->decode_s > 0 ? (o->n_gen - 1) / o->decode_s : 0;
+    if (a->json) {
+        printf("{\"backend\":\"%s\",\"model\":\"%s\",\"arch\":\"%s\",\"dtype\":\"%s\",\"prompt_ids\":[", backend,
+               a->model, mi->arch, cli_dtype_name(mi->dtype));
+        print_ids(stdout, a->ids, a->n_ids);
+        printf("],\"ids\":[");
+        print_ids(stdout, o->gen, o->n_gen);
+        printf("],\"timing\":{\"load_s\":%.3f,\"prefill_s\":%.6f,\"decode_s\":%.6f,\"tok_per_s\":%.2f}}\n", load_s,
+               o->prefill_s, o->decode_s, tps);
+    } else {
+        print_ids(stdout, o->gen, o->n_gen);
+        putchar('\n');
+        if (!a->quiet)
+            fprintf(stderr, "ppn: %s %s (%s, %d layers), %d prompt + %d generated, decode %.1f tok/s\n", backend,
+                    mi->arch, cli_dtype_name(mi->dtype), mi->n_layers, a->n_ids, o->n_gen, tps);
+    }
+}
+
+int cmd_run(int argc, char **argv)
+{
+    run_args a;
+    int rc = parse(argc, argv, &a);
+    if (rc) return rc;
+    ppn_rt *rt = NULL;
+    ppn_model *m = NULL;
+    ppn_seq *seq = NULL;
+    FILE *lf = NULL;
+    run_out o = {0};
+    ppn_status st;
+    double t0 = now_s();
+    if ((st = ppn_rt_create(a.backend, &rt)) != PPN_OK) {
+        rc = cli_fail_status(st, "backend");
+        goto out;
+    }
+    ppn_load_opts lo = ppn_load_opts_default();
+    lo.dtype = a.dtype;
+    lo.ctx = a.ctx;
+    if (!a.quiet && !a.json) lo.progress = cli_progress;
+    if ((st = ppn_model_load(rt, a.model, &lo, &m)) != PPN_OK) {
+        rc = cli_fail_status(st, "load");
+        goto out;
+    }
+    ppn_model_info mi;
+    ppn_model_get_info(m, &mi);
+    if (!a.ids) {
+        if (mi.bos_id < 0) {
+            rc = cli_fail("run: --ids is required (the model has no bos_token_id)");
+            goto out;
+        }
+        a.ids = malloc(sizeof(int));
+        a.ids[0] = mi.bos_id;
+        a.n_ids = 1;
+    }
+    if (a.n_ids + a.n_new > mi.ctx) {
+        rc = cli_fail("run: %d prompt + %d new tokens exceed the context of %d positions (--ctx)", a.n_ids, a.n_new,
+                      mi.ctx);
+        goto out;
+    }
+    if ((st = ppn_seq_create(m, &seq)) != PPN_OK) {
+        rc = cli_fail_status(st, "sequence");
+        goto out;
+    }
+    if (a.logits_out && !(lf = fopen(a.logits_out, "wb"))) {
+        rc = cli_fail("--logits-out %s: cannot open for writing", a.logits_out);
+        goto out;
+    }
+    double load_s = now_s() - t0;
+    if ((rc = decode(seq, &mi, &a, lf, &o)) == 0) report(&a, &mi, ppn_rt_backend(rt), &o, load_s);
+out:
+    if (lf && fclose(lf) != 0 && rc == 0) rc = cli_fail("--logits-out %s: write failed", a.logits_out);
+    ppn_seq_destroy(seq);
+    ppn_model_free(m);
+    ppn_rt_destroy(rt);
+    free(a.ids);
+    free(o.gen);
+    return rc;
+}

@@ -1,0 +1,34 @@
+/* main.c - the ppn command line: one binary, subcommands. */
+#include <stdio.h>
+#include <string.h>
+#include "cli.h"
+
+static void usage(FILE *f)
+{
+    fputs("usage: ppn <command> [options]\n"
+          "commands:\n"
+          "  run       decode with a model: ppn run --model PATH --ids 1,2,3 -n 32 [--backend auto|sim|cuda]\n"
+          "  mkmodel   write a random-weight checkpoint: ppn mkmodel --shape tiny --out DIR\n"
+          "  topo      devices, their cpusets and NUMA nodes, peer grants: ppn topo [--backend ...]\n"
+          "run 'ppn <command> --help' for its options\n",
+          f);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "mkmodel")) return cmd_mkmodel(argc - 1, argv + 1);
+    if (!strcmp(cmd, "topo")) return cmd_topo(argc - 1, argv + 1);
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return 0;
+    }
+    cli_fail("unknown command '%s'", cmd);
+    usage(stderr);
+    return 2;
+}
