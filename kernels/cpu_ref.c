@@ -1,0 +1,300 @@
+/* cpu_ref.c - the CPU reference of every kernel: what the sim backend runs, and what the CUDA kernels are
+ * checked against.
+ *
+ * Reentrant: no static mutable state (the sim runs these on its stream worker threads concurrently).
+ * Device pointers are host addresses here. Math follows HF transformers in float32: every stored value and
+ * every elementwise step is f32, rounded where HF rounds. Long reductions (dot products, sums of squares,
+ * softmax sums) accumulate in double, in a fixed order, which is at least as accurate as HF's f32 BLAS and
+ * gives the same bits on every run.
+ *
+ * Header values out of range (a token outside the vocabulary, a position outside the cache) never make a
+ * kernel touch memory outside its buffers: embed and attn write NaN to their output so the fault is loud,
+ * kv_store writes nothing. The CUDA kernels do the same.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include "ktable.h"
+
+void ppn_cpu_embed(const void *params);
+void ppn_cpu_rmsnorm(const void *params);
+void ppn_cpu_matvec(const void *params);
+void ppn_cpu_rope(const void *params);
+void ppn_cpu_head_rmsnorm(const void *params);
+void ppn_cpu_kv_store(const void *params);
+void ppn_cpu_attn(const void *params);
+void ppn_cpu_swiglu(const void *params);
+void ppn_cpu_add(const void *params);
+void ppn_cpu_argmax(const void *params);
+void ppn_cpu_fill(const void *params);
+
+#define PTR(type, p) ((type *)(uintptr_t)(p))
+
+static float bf16_at(const uint16_t *w, size_t i) { return ppn_bf16_to_f32(w[i]); }
+
+/* Element i of a weight array of dtype wdt, widened to f32. */
+static float w_at(uint64_t w, int wdt, size_t i)
+{
+    switch (wdt) {
+    case PPN_DT_BF16: return bf16_at(PTR(const uint16_t, w), i);
+    case PPN_DT_F16: return ppn_f16_to_f32(PTR(const uint16_t, w)[i]);
+    default: return PTR(const float, w)[i];
+    }
+}
+
+static void fill_nan(float *out, size_t n)
+{
+    for (size_t i = 0; i < n; i++) out[i] = NAN;
+}
+
+static const ppn_step_hdr *hdr_of(uint64_t p) { return PTR(const ppn_step_hdr, p); }
+
+void ppn_cpu_embed(const void *params)
+{
+    const ppn_kp_embed *p = params;
+    float *out = PTR(float, p->out);
+    int32_t tok = hdr_of(p->hdr)->token;
+    if (tok < 0 || tok >= p->vocab) {
+        fill_nan(out, (size_t)p->dim);
+        return;
+    }
+    size_t base = (size_t)tok * (size_t)p->dim;
+    for (int i = 0; i < p->dim; i++) out[i] = w_at(p->table, p->wdt, base + (size_t)i);
+}
+
+/* out = x * (1/sqrt(mean(x^2) + eps)) * w over n values, as HF's RMSNorm: the mean rounded to f32, the
+ * scale applied to x first, then the weight. out may alias x (the sum is done before any write). */
+static void rmsnorm_span(float *out, const float *x, uint64_t w, int wdt, size_t w_off, int n, float eps)
+{
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
+    float var = (float)(ss / n);
+    float r = 1.0f / sqrtf(var + eps);
+    for (int i = 0; i < n; i++) out[i] = (x[i] * r) * w_at(w, wdt, w_off + (size_t)i);
+}
+
+void ppn_cpu_rmsnorm(const void *params)
+{
+    const ppn_kp_rmsnorm *p = params;
+    rmsnorm_span(PTR(float, p->out), PTR(const float, p->in), p->w, p->wdt, 0, p->n, p->eps);
+}
+
+void ppn_cpu_head_rmsnorm(const void *params)
+{
+    const ppn_kp_head_rmsnorm *p = params;
+    float *x = PTR(float, p->x);
+    for (int h = 0; h < p->n_heads; h++) {
+        float *xh = x + (size_t)h * (size_t)p->head_dim;
+        rmsnorm_span(xh, xh, p->w, p->wdt, 0, p->head_dim, p->eps);
+    }
+}
+
+/* Row dot products, one per weight dtype so the widening is not a switch per element. Four partial sums
+ * (element c goes to c % 4) keep the double adds pipelined; they are combined in a fixed order. */
+static double dot_f32(const float *w, const float *x, int n)
+{
+    double a[4] = {0, 0, 0, 0};
+    int c = 0;
+    for (; c + 4 <= n; c += 4)
+        for (int k = 0; k < 4; k++) a[k] += (double)w[c + k] * (double)x[c + k];
+    for (; c < n; c++) a[c & 3] += (double)w[c] * (double)x[c];
+    return (a[0] + a[1]) + (a[2] + a[3]);
+}
+
+static double dot_bf16(const uint16_t *w, const float *x, int n)
+{
+    double a[4] = {0, 0, 0, 0};
+    int c = 0;
+    for (; c + 4 <= n; c += 4)
+        for (int k = 0; k < 4; k++) a[k] += (double)bf16_at(w, (size_t)(c + k)) * (double)x[c + k];
+    for (; c < n; c++) a[c & 3] += (double)bf16_at(w, (size_t)c) * (double)x[c];
+    return (a[0] + a[1]) + (a[2] + a[3]);
+}
+
+static double dot_f16(const uint16_t *w, const float *x, int n)
+{
+    double a[4] = {0, 0, 0, 0};
+    int c = 0;
+    for (; c + 4 <= n; c += 4)
+        for (int k = 0; k < 4; k++) a[k] += (double)ppn_f16_to_f32(w[c + k]) * (double)x[c + k];
+    for (; c < n; c++) a[c & 3] += (double)ppn_f16_to_f32(w[c]) * (double)x[c];
+    return (a[0] + a[1]) + (a[2] + a[3]);
+}
+
+static double row_dot(const ppn_kp_matvec *p, int r)
+{
+    size_t off = (size_t)r * (size_t)p->cols;
+    const float *x = PTR(const float, p->x);
+    switch (p->wdt) {
+    case PPN_DT_BF16: return dot_bf16(PTR(const uint16_t, p->w) + off, x, p->cols);
+    case PPN_DT_F16: return dot_f16(PTR(const uint16_t, p->w) + off, x, p->cols);
+    default: return dot_f32(PTR(const float, p->w) + off, x, p->cols);
+    }
+}
+
+/* As HF: y = x W^T (+ bias) in f32, and the residual added to y afterwards. res may alias out: each row
+ * reads res[r] before writing out[r]. */
+void ppn_cpu_matvec(const void *params)
+{
+    const ppn_kp_matvec *p = params;
+    float *out = PTR(float, p->out);
+    const float *res = p->res ? PTR(const float, p->res) : NULL;
+    for (int r = 0; r < p->rows; r++) {
+        float v = (float)row_dot(p, r);
+        if (p->bias) v = v + w_at(p->bias, p->wdt, (size_t)r);
+        if (res) v = res[r] + v;
+        out[r] = v;
+    }
+}
+
+/* The angle is pos * inv_freq[i] rounded to f32 (as HF's f32 matmul does); its cos and sin are computed in
+ * double and rounded, so they are the correctly rounded f32 values. */
+static void rope_angle(int32_t pos, float inv_freq, float *c, float *s)
+{
+    float ang = (float)pos * inv_freq;
+    *c = (float)cos((double)ang);
+    *s = (float)sin((double)ang);
+}
+
+/* Rotate the pair (a, b) by the angle: a' = a cos - b sin, b' = b cos + a sin, each product rounded to f32
+ * (HF: x * cos + rotate_half(x) * sin). */
+static void rope_pair(float *a, float *b, float c, float s)
+{
+    float x0 = *a, x1 = *b;
+    *a = x0 * c - x1 * s;
+    *b = x1 * c + x0 * s;
+}
+
+void ppn_cpu_rope(const void *params)
+{
+    const ppn_kp_rope *p = params;
+    float *x = PTR(float, p->x);
+    const float *inv = PTR(const float, p->inv_freq);
+    int32_t pos = hdr_of(p->hdr)->pos;
+    int half = p->head_dim / 2;
+    for (int i = 0; i < half; i++) {
+        float c, s;
+        rope_angle(pos, inv[i], &c, &s);
+        for (int h = 0; h < p->n_heads; h++) {
+            float *xh = x + (size_t)h * (size_t)p->head_dim;
+            if (p->interleaved) rope_pair(&xh[2 * i], &xh[2 * i + 1], c, s);
+            else rope_pair(&xh[i], &xh[i + half], c, s);
+        }
+    }
+}
+
+void ppn_cpu_kv_store(const void *params)
+{
+    const ppn_kp_kv_store *p = params;
+    int32_t pos = hdr_of(p->hdr)->pos;
+    if (pos < 0 || pos >= p->ctx) return;
+    size_t hd = (size_t)p->head_dim, row = hd * sizeof(float);
+    for (int h = 0; h < p->n_kv; h++) {
+        size_t dst = ((size_t)h * (size_t)p->ctx + (size_t)pos) * hd;
+        memcpy(PTR(float, p->kc) + dst, PTR(const float, p->k) + (size_t)h * hd, row);
+        memcpy(PTR(float, p->vc) + dst, PTR(const float, p->v) + (size_t)h * hd, row);
+    }
+}
+
+/* Output dims are accumulated in double in chunks of this many (a fixed stack buffer, no allocation). */
+#define ATTN_CHUNK 128
+
+typedef struct attn_head {
+    const float *q, *k, *v; /* q[hd]; k, v: the kv head's cache rows [ctx, hd] */
+    int hd, npos;           /* head_dim; positions 0..npos-1 attended */
+    double scale, max;      /* softmax scale; max score (set by attn_max) */
+} attn_head;
+
+static double attn_score(const attn_head *a, int t)
+{
+    const float *kt = a->k + (size_t)t * (size_t)a->hd;
+    double d = 0.0;
+    for (int i = 0; i < a->hd; i++) d += (double)a->q[i] * (double)kt[i];
+    return d * a->scale;
+}
+
+static void attn_max(attn_head *a)
+{
+    a->max = -INFINITY;
+    for (int t = 0; t < a->npos; t++) {
+        double s = attn_score(a, t);
+        if (s > a->max) a->max = s;
+    }
+}
+
+/* out[d0..d0+nd) = sum_t p_t v_t[d] / sum_t p_t with p_t = exp(s_t - max). Scores are recomputed per chunk
+ * (identically), trading compute for a scratch-free reference. */
+static void attn_chunk(const attn_head *a, float *out, int d0, int nd)
+{
+    double acc[ATTN_CHUNK] = {0}, sum = 0.0;
+    for (int t = 0; t < a->npos; t++) {
+        double pt = exp(attn_score(a, t) - a->max);
+        const float *vt = a->v + (size_t)t * (size_t)a->hd + d0;
+        sum += pt;
+        for (int i = 0; i < nd; i++) acc[i] += pt * (double)vt[i];
+    }
+    for (int i = 0; i < nd; i++) out[d0 + i] = (float)(acc[i] / sum);
+}
+
+void ppn_cpu_attn(const void *params)
+{
+    const ppn_kp_attn *p = params;
+    int32_t pos = hdr_of(p->hdr)->pos;
+    size_t hd = (size_t)p->head_dim;
+    if (pos < 0 || pos >= p->ctx) {
+        fill_nan(PTR(float, p->out), (size_t)p->n_heads * hd);
+        return;
+    }
+    int group = p->n_heads / p->n_kv;
+    for (int h = 0; h < p->n_heads; h++) {
+        size_t kv_off = (size_t)(h / group) * (size_t)p->ctx * hd;
+        attn_head a = {PTR(const float, p->q) + (size_t)h * hd, PTR(const float, p->kc) + kv_off,
+                       PTR(const float, p->vc) + kv_off, p->head_dim, pos + 1, p->scale, 0.0};
+        float *out = PTR(float, p->out) + (size_t)h * hd;
+        attn_max(&a);
+        for (int d0 = 0; d0 < p->head_dim; d0 += ATTN_CHUNK) {
+            int nd = p->head_dim - d0 < ATTN_CHUNK ? p->head_dim - d0 : ATTN_CHUNK;
+            attn_chunk(&a, out, d0, nd);
+        }
+    }
+}
+
+/* silu(g) * u with silu(g) = g / (1 + exp(-g)), all in f32 like HF's act_fn(gate) * up. */
+void ppn_cpu_swiglu(const void *params)
+{
+    const ppn_kp_swiglu *p = params;
+    float *out = PTR(float, p->out);
+    const float *g = PTR(const float, p->gate), *u = PTR(const float, p->up);
+    for (int i = 0; i < p->n; i++) {
+        float s = g[i] / (1.0f + expf(-g[i]));
+        out[i] = s * u[i];
+    }
+}
+
+void ppn_cpu_add(const void *params)
+{
+    const ppn_kp_add *p = params;
+    float *out = PTR(float, p->out);
+    const float *a = PTR(const float, p->a), *b = PTR(const float, p->b);
+    for (int i = 0; i < p->n; i++) out[i] = a[i] + b[i];
+}
+
+/* Lowest index of the largest non-NaN value; -1 when every value is NaN. */
+void ppn_cpu_argmax(const void *params)
+{
+    const ppn_kp_argmax *p = params;
+    const float *x = PTR(const float, p->x);
+    int32_t best = -1;
+    for (int i = 0; i < p->n; i++) {
+        if (isnan(x[i])) continue;
+        if (best < 0 || x[i] > x[best]) best = i;
+    }
+    *PTR(int32_t, p->out) = best;
+}
+
+void ppn_cpu_fill(const void *params)
+{
+    const ppn_kp_fill *p = params;
+    uint32_t *out = PTR(uint32_t, p->out);
+    for (int i = 0; i < p->n; i++) out[i] = p->value;
+}

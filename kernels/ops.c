@@ -1,0 +1,289 @@
+/* ops.c - typed launch wrappers: validate the sizes, fill the kernel's params struct, declare exactly the
+ * bytes it reads and writes (the sim checker proves the stream laws from these), pick the cuda geometry and
+ * launch through the device layer.
+ *
+ * Every wrapper returns PPN_OK, PPN_EINVAL (a non-positive size, an unknown weight dtype, a required pointer
+ * that is 0, or a size rule named in the message) or whatever g->ops->launch returns (PPN_EDRIVER,
+ * PPN_ENOKERNELS on cuda; a sticky checker status such as PPN_ERACE or PPN_EBOUNDS on sim).
+ *
+ * The geometry is a function of the sizes alone: the CUDA reductions are shaped by it, so fixing it per size
+ * is what makes their bits repeat from run to run. Contract with ppn_kernels.cu: blocks are whole warps,
+ * at most 1024 threads; attention at most 16 warps and head_dim <= 256.
+ */
+#include "ops.h"
+#include "core/err.h"
+
+#define ELEM_BLOCK 256u     /* elementwise kernels: one element per thread */
+#define NORM_BLOCK 512u     /* rmsnorm: one block sums the whole vector */
+#define HEADNORM_BLOCK 128u /* per-head rmsnorm and kv_store: one block per head */
+#define MATVEC_WARPS 8u     /* rows per matvec block (one warp per row) */
+#define ROPE_BLOCK 64u      /* one block per head, a thread per rotated pair */
+#define ATTN_BLOCK 512u     /* one block per query head, 16 warps over the positions */
+#define ATTN_MAX_HEAD_DIM 256
+#define ARGMAX_BLOCK 1024u
+
+static ppn_launch launch_init(int kernel, const void *params, unsigned grid, unsigned block)
+{
+    PPN_ASSERT(kernel >= 0 && kernel < PPN_K_COUNT);
+    ppn_launch l = {.kernel = kernel, .grid = {grid, 1, 1}, .block = {block, 1, 1}, .smem = 0,
+                    .params = params, .params_size = ppn_kernels[kernel].params_size, .nacc = 0};
+    return l;
+}
+
+static void acc_add(ppn_launch *l, ppn_dptr p, size_t bytes, int mode)
+{
+    PPN_ASSERT(l->nacc < PPN_LAUNCH_MAX_ACC);
+    l->acc[l->nacc++] = (ppn_access){.ptr = p, .bytes = bytes, .mode = mode};
+}
+
+static unsigned blocks_for(int n, unsigned per_block) { return ((unsigned)n + per_block - 1u) / per_block; }
+
+static ppn_status need_positive(const char *op, const char *what, int v)
+{
+    if (v <= 0) return ppn_err(PPN_EINVAL, "%s: %s must be positive (got %d)", op, what, v);
+    return PPN_OK;
+}
+
+static ppn_status need_ptr(const char *op, const char *what, ppn_dptr p)
+{
+    if (!p) return ppn_err(PPN_EINVAL, "%s: %s is a null device pointer", op, what);
+    return PPN_OK;
+}
+
+static ppn_status need_wdt(const char *op, int wdt)
+{
+    if (ppn_dtype_size(wdt) == 0)
+        return ppn_err(PPN_EINVAL, "%s: unknown weight dtype %d (expected PPN_DT_F32/BF16/F16)", op, wdt);
+    return PPN_OK;
+}
+
+static ppn_status submit(ppn_gpu *g, ppn_gstream *s, const ppn_launch *l)
+{
+    PPN_ASSERT(g && g->ops && s);
+    return g->ops->launch(g, s, l);
+}
+
+static size_t f32_bytes(size_t n) { return n * sizeof(float); }
+
+ppn_status ppn_op_embed(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr table, int wdt, int vocab, int dim,
+                        ppn_dptr hdr)
+{
+    static const char op[] = "ppn_op_embed";
+    PPN_CHECK(need_positive(op, "vocab", vocab));
+    PPN_CHECK(need_positive(op, "dim", dim));
+    PPN_CHECK(need_wdt(op, wdt));
+    PPN_CHECK(need_ptr(op, "out", out));
+    PPN_CHECK(need_ptr(op, "table", table));
+    PPN_CHECK(need_ptr(op, "hdr", hdr));
+    ppn_kp_embed p = {.out = out, .table = table, .hdr = hdr, .dim = dim, .vocab = vocab, .wdt = wdt};
+    ppn_launch l = launch_init(PPN_K_EMBED, &p, blocks_for(dim, ELEM_BLOCK), ELEM_BLOCK);
+    acc_add(&l, table, (size_t)vocab * (size_t)dim * ppn_dtype_size(wdt), PPN_ACC_R);
+    acc_add(&l, hdr, sizeof(ppn_step_hdr), PPN_ACC_R);
+    acc_add(&l, out, f32_bytes((size_t)dim), PPN_ACC_W);
+    return submit(g, s, &l);
+}
+
+ppn_status ppn_op_rmsnorm(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr in, ppn_dptr w, int wdt, int n,
+                          float eps)
+{
+    static const char op[] = "ppn_op_rmsnorm";
+    PPN_CHECK(need_positive(op, "n", n));
+    PPN_CHECK(need_wdt(op, wdt));
+    PPN_CHECK(need_ptr(op, "out", out));
+    PPN_CHECK(need_ptr(op, "in", in));
+    PPN_CHECK(need_ptr(op, "w", w));
+    ppn_kp_rmsnorm p = {.out = out, .in = in, .w = w, .n = n, .wdt = wdt, .eps = eps};
+    ppn_launch l = launch_init(PPN_K_RMSNORM, &p, 1, NORM_BLOCK);
+    acc_add(&l, in, f32_bytes((size_t)n), PPN_ACC_R);
+    acc_add(&l, w, (size_t)n * ppn_dtype_size(wdt), PPN_ACC_R);
+    acc_add(&l, out, f32_bytes((size_t)n), PPN_ACC_W);
+    return submit(g, s, &l);
+}
+
+/* x is read by every row while out is written, so they must not overlap (res may alias out). */
+static ppn_status matvec_check(ppn_dptr out, ppn_dptr x, int rows, int cols)
+{
+    static const char op[] = "ppn_op_matvec";
+    size_t ob = f32_bytes((size_t)rows), xb = f32_bytes((size_t)cols);
+    if (out < x + xb && x < out + ob)
+        return ppn_err(PPN_EINVAL, "%s: out [0x%llx, +%zu) overlaps x [0x%llx, +%zu)", op,
+                       (unsigned long long)out, ob, (unsigned long long)x, xb);
+    return PPN_OK;
+}
+
+ppn_status ppn_op_matvec(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x, int rows,
+                         int cols, ppn_dptr bias, ppn_dptr res)
+{
+    static const char op[] = "ppn_op_matvec";
+    PPN_CHECK(need_positive(op, "rows", rows));
+    PPN_CHECK(need_positive(op, "cols", cols));
+    PPN_CHECK(need_wdt(op, wdt));
+    PPN_CHECK(need_ptr(op, "out", out));
+    PPN_CHECK(need_ptr(op, "w", w));
+    PPN_CHECK(need_ptr(op, "x", x));
+    PPN_CHECK(matvec_check(out, x, rows, cols));
+    size_t es = ppn_dtype_size(wdt);
+    ppn_kp_matvec p = {.out = out, .w = w, .x = x, .bias = bias, .res = res, .rows = rows, .cols = cols,
+                       .wdt = wdt};
+    ppn_launch l = launch_init(PPN_K_MATVEC, &p, blocks_for(rows, MATVEC_WARPS), MATVEC_WARPS * 32u);
+    acc_add(&l, w, (size_t)rows * (size_t)cols * es, PPN_ACC_R);
+    acc_add(&l, x, f32_bytes((size_t)cols), PPN_ACC_R);
+    if (bias) acc_add(&l, bias, (size_t)rows * es, PPN_ACC_R);
+    if (res) acc_add(&l, res, f32_bytes((size_t)rows), PPN_ACC_R);
+    acc_add(&l, out, f32_bytes((size_t)rows), PPN_ACC_W);
+    return submit(g, s, &l);
+}
+
+ppn_status ppn_op_rope(ppn_gpu *g, ppn_gstream *s, ppn_dptr x, int n_heads, int head_dim, ppn_dptr inv_freq,
+                       int interleaved, ppn_dptr hdr)
+{
+    static const char op[] = "ppn_op_rope";
+    PPN_CHECK(need_positive(op, "n_heads", n_heads));
+    PPN_CHECK(need_positive(op, "head_dim", head_dim));
+    if (head_dim % 2) return ppn_err(PPN_EINVAL, "%s: head_dim must be even (got %d)", op, head_dim);
+    PPN_CHECK(need_ptr(op, "x", x));
+    PPN_CHECK(need_ptr(op, "inv_freq", inv_freq));
+    PPN_CHECK(need_ptr(op, "hdr", hdr));
+    ppn_kp_rope p = {.x = x, .inv_freq = inv_freq, .hdr = hdr, .n_heads = n_heads, .head_dim = head_dim,
+                     .interleaved = interleaved ? 1 : 0};
+    ppn_launch l = launch_init(PPN_K_ROPE, &p, (unsigned)n_heads, ROPE_BLOCK);
+    acc_add(&l, x, f32_bytes((size_t)n_heads * (size_t)head_dim), PPN_ACC_RW);
+    acc_add(&l, inv_freq, f32_bytes((size_t)head_dim / 2), PPN_ACC_R);
+    acc_add(&l, hdr, sizeof(ppn_step_hdr), PPN_ACC_R);
+    return submit(g, s, &l);
+}
+
+ppn_status ppn_op_head_rmsnorm(ppn_gpu *g, ppn_gstream *s, ppn_dptr x, int n_heads, int head_dim, ppn_dptr w,
+                               int wdt, float eps)
+{
+    static const char op[] = "ppn_op_head_rmsnorm";
+    PPN_CHECK(need_positive(op, "n_heads", n_heads));
+    PPN_CHECK(need_positive(op, "head_dim", head_dim));
+    PPN_CHECK(need_wdt(op, wdt));
+    PPN_CHECK(need_ptr(op, "x", x));
+    PPN_CHECK(need_ptr(op, "w", w));
+    ppn_kp_head_rmsnorm p = {.x = x, .w = w, .n_heads = n_heads, .head_dim = head_dim, .wdt = wdt, .eps = eps};
+    ppn_launch l = launch_init(PPN_K_HEAD_RMSNORM, &p, (unsigned)n_heads, HEADNORM_BLOCK);
+    acc_add(&l, x, f32_bytes((size_t)n_heads * (size_t)head_dim), PPN_ACC_RW);
+    acc_add(&l, w, (size_t)head_dim * ppn_dtype_size(wdt), PPN_ACC_R);
+    return submit(g, s, &l);
+}
+
+/* The row written depends on hdr->pos, which lives in device memory, so the whole caches are declared. */
+ppn_status ppn_op_kv_store(ppn_gpu *g, ppn_gstream *s, ppn_dptr kc, ppn_dptr vc, ppn_dptr k, ppn_dptr v,
+                           int n_kv, int head_dim, int ctx, ppn_dptr hdr)
+{
+    static const char op[] = "ppn_op_kv_store";
+    PPN_CHECK(need_positive(op, "n_kv", n_kv));
+    PPN_CHECK(need_positive(op, "head_dim", head_dim));
+    PPN_CHECK(need_positive(op, "ctx", ctx));
+    PPN_CHECK(need_ptr(op, "kc", kc));
+    PPN_CHECK(need_ptr(op, "vc", vc));
+    PPN_CHECK(need_ptr(op, "k", k));
+    PPN_CHECK(need_ptr(op, "v", v));
+    PPN_CHECK(need_ptr(op, "hdr", hdr));
+    ppn_kp_kv_store p = {.kc = kc, .vc = vc, .k = k, .v = v, .hdr = hdr, .n_kv = n_kv, .head_dim = head_dim,
+                         .ctx = ctx};
+    size_t row = f32_bytes((size_t)n_kv * (size_t)head_dim);
+    ppn_launch l = launch_init(PPN_K_KV_STORE, &p, (unsigned)n_kv, HEADNORM_BLOCK);
+    acc_add(&l, k, row, PPN_ACC_R);
+    acc_add(&l, v, row, PPN_ACC_R);
+    acc_add(&l, hdr, sizeof(ppn_step_hdr), PPN_ACC_R);
+    acc_add(&l, kc, row * (size_t)ctx, PPN_ACC_W);
+    acc_add(&l, vc, row * (size_t)ctx, PPN_ACC_W);
+    return submit(g, s, &l);
+}
+
+static ppn_status attn_check(int n_heads, int n_kv, int head_dim, int ctx)
+{
+    static const char op[] = "ppn_op_attn";
+    PPN_CHECK(need_positive(op, "n_heads", n_heads));
+    PPN_CHECK(need_positive(op, "n_kv", n_kv));
+    PPN_CHECK(need_positive(op, "head_dim", head_dim));
+    PPN_CHECK(need_positive(op, "ctx", ctx));
+    if (n_heads % n_kv)
+        return ppn_err(PPN_EINVAL, "%s: n_heads (%d) must be a multiple of n_kv (%d)", op, n_heads, n_kv);
+    if (head_dim > ATTN_MAX_HEAD_DIM)
+        return ppn_err(PPN_EUNSUPPORTED, "%s: head_dim %d exceeds the kernel's limit %d", op, head_dim,
+                       ATTN_MAX_HEAD_DIM);
+    return PPN_OK;
+}
+
+/* Also returns PPN_EUNSUPPORTED for head_dim > 256 (the CUDA kernel keeps a head's output in registers). */
+ppn_status ppn_op_attn(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr q, ppn_dptr kc, ppn_dptr vc,
+                       int n_heads, int n_kv, int head_dim, int ctx, float scale, ppn_dptr hdr)
+{
+    static const char op[] = "ppn_op_attn";
+    PPN_CHECK(attn_check(n_heads, n_kv, head_dim, ctx));
+    PPN_CHECK(need_ptr(op, "out", out));
+    PPN_CHECK(need_ptr(op, "q", q));
+    PPN_CHECK(need_ptr(op, "kc", kc));
+    PPN_CHECK(need_ptr(op, "vc", vc));
+    PPN_CHECK(need_ptr(op, "hdr", hdr));
+    ppn_kp_attn p = {.out = out, .q = q, .kc = kc, .vc = vc, .hdr = hdr, .n_heads = n_heads, .n_kv = n_kv,
+                     .head_dim = head_dim, .ctx = ctx, .scale = scale};
+    size_t qb = f32_bytes((size_t)n_heads * (size_t)head_dim);
+    size_t cache = f32_bytes((size_t)n_kv * (size_t)ctx * (size_t)head_dim);
+    ppn_launch l = launch_init(PPN_K_ATTN, &p, (unsigned)n_heads, ATTN_BLOCK);
+    acc_add(&l, q, qb, PPN_ACC_R);
+    acc_add(&l, kc, cache, PPN_ACC_R);
+    acc_add(&l, vc, cache, PPN_ACC_R);
+    acc_add(&l, hdr, sizeof(ppn_step_hdr), PPN_ACC_R);
+    acc_add(&l, out, qb, PPN_ACC_W);
+    return submit(g, s, &l);
+}
+
+ppn_status ppn_op_swiglu(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr gate, ppn_dptr up, int n)
+{
+    static const char op[] = "ppn_op_swiglu";
+    PPN_CHECK(need_positive(op, "n", n));
+    PPN_CHECK(need_ptr(op, "out", out));
+    PPN_CHECK(need_ptr(op, "gate", gate));
+    PPN_CHECK(need_ptr(op, "up", up));
+    ppn_kp_swiglu p = {.out = out, .gate = gate, .up = up, .n = n};
+    ppn_launch l = launch_init(PPN_K_SWIGLU, &p, blocks_for(n, ELEM_BLOCK), ELEM_BLOCK);
+    acc_add(&l, gate, f32_bytes((size_t)n), PPN_ACC_R);
+    acc_add(&l, up, f32_bytes((size_t)n), PPN_ACC_R);
+    acc_add(&l, out, f32_bytes((size_t)n), PPN_ACC_W);
+    return submit(g, s, &l);
+}
+
+ppn_status ppn_op_add(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr a, ppn_dptr b, int n)
+{
+    static const char op[] = "ppn_op_add";
+    PPN_CHECK(need_positive(op, "n", n));
+    PPN_CHECK(need_ptr(op, "out", out));
+    PPN_CHECK(need_ptr(op, "a", a));
+    PPN_CHECK(need_ptr(op, "b", b));
+    ppn_kp_add p = {.out = out, .a = a, .b = b, .n = n};
+    ppn_launch l = launch_init(PPN_K_ADD, &p, blocks_for(n, ELEM_BLOCK), ELEM_BLOCK);
+    acc_add(&l, a, f32_bytes((size_t)n), PPN_ACC_R);
+    acc_add(&l, b, f32_bytes((size_t)n), PPN_ACC_R);
+    acc_add(&l, out, f32_bytes((size_t)n), PPN_ACC_W);
+    return submit(g, s, &l);
+}
+
+/* out_i32 receives the lowest index of the largest non-NaN value, or -1 when every value is NaN. */
+ppn_status ppn_op_argmax(ppn_gpu *g, ppn_gstream *s, ppn_dptr out_i32, ppn_dptr x, int n)
+{
+    static const char op[] = "ppn_op_argmax";
+    PPN_CHECK(need_positive(op, "n", n));
+    PPN_CHECK(need_ptr(op, "out", out_i32));
+    PPN_CHECK(need_ptr(op, "x", x));
+    ppn_kp_argmax p = {.out = out_i32, .x = x, .n = n};
+    ppn_launch l = launch_init(PPN_K_ARGMAX, &p, 1, ARGMAX_BLOCK);
+    acc_add(&l, x, f32_bytes((size_t)n), PPN_ACC_R);
+    acc_add(&l, out_i32, sizeof(int32_t), PPN_ACC_W);
+    return submit(g, s, &l);
+}
+
+ppn_status ppn_op_fill(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, uint32_t value, int n_words)
+{
+    static const char op[] = "ppn_op_fill";
+    PPN_CHECK(need_positive(op, "n_words", n_words));
+    PPN_CHECK(need_ptr(op, "out", out));
+    ppn_kp_fill p = {.out = out, .value = value, .n = n_words};
+    ppn_launch l = launch_init(PPN_K_FILL, &p, blocks_for(n_words, ELEM_BLOCK), ELEM_BLOCK);
+    acc_add(&l, out, (size_t)n_words * sizeof(uint32_t), PPN_ACC_W);
+    return submit(g, s, &l);
+}

@@ -1,0 +1,563 @@
+/* test_gpu_kernels.c - every CUDA kernel of the table against its CPU reference, on a real GPU.
+ *
+ * Each case builds random inputs at realistic sizes, runs the op through kernels/ops.c on the cuda backend,
+ * runs it again and demands identical bits (determinism), then compares with the CPU reference (what the sim
+ * backend runs) on the same inputs. One line per case gives the max error and its ratio to the tolerance.
+ *
+ * Tolerances: the CUDA kernels sum in f32 (fmaf, fixed trees) where the reference sums in double, so
+ * reductions are held to 1e-5 relative to the sum of absolute terms (matvec, norms) or 1e-5 absolute on
+ * softmax-weighted averages of values in [-1, 1] (attention); elementwise math that differs only in libm vs
+ * CUDA's expf/sincosf (2 ulp) to 2e-6 relative; copies, embed, fill, add and argmax must match exactly.
+ *
+ * Runs only where a CUDA driver and GPU exist (./build.sh gputest). Without them it FAILS.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/gpu.h"
+#include "kernels/ktable.h"
+#include "kernels/ops.h"
+
+#define D(p) ((uint64_t)(uintptr_t)(p))
+#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
+
+static ppn_gpu *G;
+static ppn_gstream *S;
+
+#define OK(call)                                                                                      \
+    do {                                                                                              \
+        ppn_status st_ = (call);                                                                      \
+        if (st_ != PPN_OK) fail_msg("%s -> %s: %s", #call, ppn_status_name(st_), ppn_last_error()); \
+    } while (0)
+
+/* ---------------------------------------------------------------------------------------------------------
+ * host and device buffers */
+
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+
+static uint32_t rnd32(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+
+static float rndf(float lo, float hi) { return lo + (hi - lo) * (float)(rnd32() & 0xffffff) / 16777216.0f; }
+
+static void *hmem(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    assert_non_null(p);
+    return p;
+}
+
+static float *frand(size_t n, float lo, float hi)
+{
+    float *p = hmem(n * 4);
+    for (size_t i = 0; i < n; i++) p[i] = rndf(lo, hi);
+    return p;
+}
+
+/* Weights of dtype dt with values in about [-1, 1]. */
+static void *wrand(int dt, size_t n)
+{
+    if (dt == PPN_DT_F32) return frand(n, -1, 1);
+    uint16_t *p = hmem(n * 2);
+    for (size_t i = 0; i < n; i++)
+        p[i] = dt == PPN_DT_BF16 ? ppn_f32_to_bf16(rndf(-1, 1)) : ppn_f32_to_f16(rndf(-1, 1));
+    return p;
+}
+
+static float wval(const void *w, int dt, size_t i)
+{
+    if (dt == PPN_DT_BF16) return ppn_bf16_to_f32(((const uint16_t *)w)[i]);
+    if (dt == PPN_DT_F16) return ppn_f16_to_f32(((const uint16_t *)w)[i]);
+    return ((const float *)w)[i];
+}
+
+static const char *dtn(int dt) { return dt == PPN_DT_F32 ? "f32" : dt == PPN_DT_BF16 ? "bf16" : "f16"; }
+
+#define MAX_DBUF 32
+static ppn_dptr dbufs[MAX_DBUF];
+static int ndbuf;
+
+static ppn_dptr dalloc(size_t bytes)
+{
+    ppn_dptr p = 0;
+    assert_true(ndbuf < MAX_DBUF);
+    OK(G->ops->mem_alloc(G, 0, bytes, &p));
+    assert_true(p != 0);
+    dbufs[ndbuf++] = p;
+    return p;
+}
+
+static void dfree_all(void)
+{
+    for (int i = 0; i < ndbuf; i++) OK(G->ops->mem_free(G, 0, dbufs[i]));
+    ndbuf = 0;
+}
+
+static void put(ppn_dptr d, const void *h, size_t bytes)
+{
+    OK(G->ops->copy_htod(G, S, d, h, bytes));
+    OK(G->ops->stream_sync(G, S));
+}
+
+static ppn_dptr up(const void *h, size_t bytes)
+{
+    ppn_dptr d = dalloc(bytes);
+    put(d, h, bytes);
+    return d;
+}
+
+static void get(void *h, ppn_dptr d, size_t bytes)
+{
+    OK(G->ops->copy_dtoh(G, S, h, d, bytes));
+    OK(G->ops->stream_sync(G, S));
+}
+
+static void sync_ok(void) { OK(G->ops->stream_sync(G, S)); }
+
+/* ---------------------------------------------------------------------------------------------------------
+ * comparison */
+
+/* Max over i of |got - ref| / (rel * scale_i + abs), scale_i = scale ? scale[i] : |ref[i]|; a NaN on one
+ * side only is an infinite error. Prints the case line; fails when the ratio exceeds 1. */
+static void compare(const char *what, const float *got, const float *ref, size_t n, const double *scale,
+                    double rel, double abs_tol)
+{
+    double worst = 0, max_abs = 0;
+    size_t wi = 0;
+    for (size_t i = 0; i < n; i++) {
+        double r;
+        if (isnan(got[i]) || isnan(ref[i])) r = (isnan(got[i]) && isnan(ref[i])) ? 0 : INFINITY;
+        else {
+            double e = fabs((double)got[i] - ref[i]);
+            if (e > max_abs) max_abs = e;
+            r = e / (rel * (scale ? scale[i] : fabs((double)ref[i])) + abs_tol);
+        }
+        if (r > worst) worst = r, wi = i;
+    }
+    printf("  %-58s max|err| %.3e  err/tol %.3f\n", what, max_abs, worst);
+    if (!(worst <= 1.0))
+        fail_msg("%s: element %zu: gpu %.9g cpu %.9g (err/tol %.3g)", what, wi, got[wi], ref[wi], worst);
+}
+
+static void exact(const char *what, const void *got, const void *ref, size_t bytes)
+{
+    printf("  %-58s %s\n", what, memcmp(got, ref, bytes) ? "DIFFERENT BITS" : "bit-exact");
+    assert_memory_equal(got, ref, bytes);
+}
+
+static void same_bits(const char *what, const void *a, const void *b, size_t bytes)
+{
+    if (memcmp(a, b, bytes)) fail_msg("%s: two runs on the same inputs gave different bits", what);
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * matvec */
+
+typedef struct mv_case {
+    int rows, cols, dt, bias, res, alias;
+} mv_case;
+
+/* Row abs-sums: the scale of each row's rounding error. */
+static double *mv_scale(const mv_case *c, const void *w, const float *x, const void *b, const float *res)
+{
+    double *sc = hmem((size_t)c->rows * sizeof *sc);
+    for (int r = 0; r < c->rows; r++) {
+        double a = 0;
+        for (int k = 0; k < c->cols; k++) a += fabs(wval(w, c->dt, (size_t)r * c->cols + k) * (double)x[k]);
+        if (c->bias) a += fabs(wval(b, c->dt, (size_t)r));
+        if (c->res) a += fabs(res[r]);
+        sc[r] = a;
+    }
+    return sc;
+}
+
+static void matvec_case(const mv_case *c)
+{
+    size_t R = (size_t)c->rows, C = (size_t)c->cols, es = ppn_dtype_size(c->dt);
+    void *w = wrand(c->dt, R * C), *b = wrand(c->dt, R);
+    float *x = frand(C, -1, 1), *res = frand(R, -2, 2), *ref = hmem(R * 4), *g1 = hmem(R * 4), *g2 = hmem(R * 4);
+    ppn_dptr dw = up(w, R * C * es), db = up(b, R * es), dx = up(x, C * 4), dres = up(res, R * 4);
+    ppn_dptr dout = c->alias ? dres : dalloc(R * 4);
+    /* x again at an address 4 bytes off 16-byte alignment: the scalar path must give the same bits */
+    ppn_dptr dxm = dalloc(C * 4 + 16) + 4;
+    put(dxm, x, C * 4);
+    char what[96];
+    snprintf(what, sizeof what, "matvec %s %dx%d%s%s%s", dtn(c->dt), c->rows, c->cols, c->bias ? " +bias" : "",
+             c->res ? " +res" : "", c->alias ? " (res aliases out)" : "");
+    for (int run = 0; run < 3; run++) {
+        if (c->alias) put(dres, res, R * 4);
+        OK(ppn_op_matvec(G, S, dout, dw, c->dt, run == 2 ? dxm : dx, c->rows, c->cols, c->bias ? db : 0,
+                         c->res ? dres : 0));
+        sync_ok();
+        get(run == 0 ? g1 : g2, dout, R * 4);
+        if (run > 0) same_bits(what, g1, g2, R * 4);
+    }
+    ppn_kp_matvec p = {.out = D(ref), .w = D(w), .x = D(x), .bias = c->bias ? D(b) : 0,
+                       .res = c->res ? D(res) : 0, .rows = c->rows, .cols = c->cols, .wdt = c->dt};
+    ppn_kernels[PPN_K_MATVEC].cpu(&p);
+    double *sc = mv_scale(c, w, x, b, res);
+    compare(what, g1, ref, R, sc, 1e-5, 1e-30);
+    free(w), free(b), free(x), free(res), free(ref), free(g1), free(g2), free(sc);
+    dfree_all();
+}
+
+static void t_matvec(void **state)
+{
+    (void)state;
+    for (int dt = 0; dt < 3; dt++) {
+        mv_case cs[] = {
+            {2048, 2048, dt, 0, 0, 0}, {2048, 2048, dt, 1, 1, 0}, {4096, 1000, dt, 0, 0, 0},
+            {4096, 1000, dt, 1, 0, 0}, {4096, 1000, dt, 0, 1, 1}, {1000, 4099, dt, 1, 1, 1},
+            {3, 7, dt, 1, 1, 0},
+        };
+        for (size_t i = 0; i < NELEM(cs); i++) matvec_case(&cs[i]);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * rmsnorm, head_rmsnorm */
+
+static void rmsnorm_case(int n, int dt, int inplace)
+{
+    void *w = wrand(dt, (size_t)n);
+    float *x = frand((size_t)n, -3, 3), *ref = hmem((size_t)n * 4), *g1 = hmem((size_t)n * 4),
+          *g2 = hmem((size_t)n * 4);
+    size_t es = ppn_dtype_size(dt);
+    ppn_dptr dx = up(x, (size_t)n * 4), dw = up(w, (size_t)n * es), dout = inplace ? dx : dalloc((size_t)n * 4);
+    char what[96];
+    snprintf(what, sizeof what, "rmsnorm %s n=%d%s", dtn(dt), n, inplace ? " in place" : "");
+    for (int run = 0; run < 2; run++) {
+        put(dx, x, (size_t)n * 4);
+        OK(ppn_op_rmsnorm(G, S, dout, dx, dw, dt, n, 1e-5f));
+        sync_ok();
+        get(run ? g2 : g1, dout, (size_t)n * 4);
+    }
+    same_bits(what, g1, g2, (size_t)n * 4);
+    ppn_kp_rmsnorm p = {.out = D(ref), .in = D(x), .w = D(w), .n = n, .wdt = dt, .eps = 1e-5f};
+    ppn_kernels[PPN_K_RMSNORM].cpu(&p);
+    compare(what, g1, ref, (size_t)n, NULL, 1e-5, 1e-30);
+    free(w), free(x), free(ref), free(g1), free(g2);
+    dfree_all();
+}
+
+static void head_rmsnorm_case(int nh, int hd, int dt)
+{
+    size_t n = (size_t)nh * hd;
+    void *w = wrand(dt, (size_t)hd);
+    float *x = frand(n, -3, 3), *ref = hmem(n * 4), *g1 = hmem(n * 4), *g2 = hmem(n * 4);
+    ppn_dptr dx = up(x, n * 4), dw = up(w, (size_t)hd * ppn_dtype_size(dt));
+    char what[96];
+    snprintf(what, sizeof what, "head_rmsnorm %s heads=%d head_dim=%d", dtn(dt), nh, hd);
+    for (int run = 0; run < 2; run++) {
+        put(dx, x, n * 4);
+        OK(ppn_op_head_rmsnorm(G, S, dx, nh, hd, dw, dt, 1e-6f));
+        sync_ok();
+        get(run ? g2 : g1, dx, n * 4);
+    }
+    same_bits(what, g1, g2, n * 4);
+    memcpy(ref, x, n * 4);
+    ppn_kp_head_rmsnorm p = {.x = D(ref), .w = D(w), .n_heads = nh, .head_dim = hd, .wdt = dt, .eps = 1e-6f};
+    ppn_kernels[PPN_K_HEAD_RMSNORM].cpu(&p);
+    compare(what, g1, ref, n, NULL, 1e-5, 1e-30);
+    free(w), free(x), free(ref), free(g1), free(g2);
+    dfree_all();
+}
+
+static void t_norms(void **state)
+{
+    (void)state;
+    for (int dt = 0; dt < 3; dt++) {
+        rmsnorm_case(4096, dt, 0);
+        rmsnorm_case(8192, dt, 1);
+        rmsnorm_case(1000, dt, 0);
+        head_rmsnorm_case(32, 128, dt);
+        head_rmsnorm_case(8, 64, dt);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * rope */
+
+static void rope_case(int nh, int hd, int interleaved, int32_t pos)
+{
+    size_t n = (size_t)nh * hd;
+    float *inv = hmem((size_t)hd / 2 * 4), *x = frand(n, -2, 2), *ref = hmem(n * 4), *g1 = hmem(n * 4),
+          *g2 = hmem(n * 4);
+    for (int i = 0; i < hd / 2; i++) inv[i] = (float)(1.0 / pow(500000.0, 2.0 * i / hd));
+    ppn_step_hdr hdr = {.pos = pos, .token = 0, .seq = 0, .step = 0};
+    ppn_dptr dx = up(x, n * 4), dinv = up(inv, (size_t)hd / 2 * 4), dh = up(&hdr, sizeof hdr);
+    char what[96];
+    snprintf(what, sizeof what, "rope %s heads=%d head_dim=%d pos=%d", interleaved ? "interleaved" : "hf", nh,
+             hd, pos);
+    for (int run = 0; run < 2; run++) {
+        put(dx, x, n * 4);
+        OK(ppn_op_rope(G, S, dx, nh, hd, dinv, interleaved, dh));
+        sync_ok();
+        get(run ? g2 : g1, dx, n * 4);
+    }
+    same_bits(what, g1, g2, n * 4);
+    memcpy(ref, x, n * 4);
+    ppn_kp_rope p = {.x = D(ref), .inv_freq = D(inv), .hdr = D(&hdr), .n_heads = nh, .head_dim = hd,
+                     .interleaved = interleaved};
+    ppn_kernels[PPN_K_ROPE].cpu(&p);
+    /* scale: |x0| + |x1| of the element's pair (cos/sin differ by ulps between libm and CUDA) */
+    double *sc = hmem(n * sizeof *sc);
+    for (int h = 0; h < nh; h++)
+        for (int i = 0; i < hd / 2; i++) {
+            size_t base = (size_t)h * hd;
+            size_t a = base + (interleaved ? 2 * i : i), b = base + (interleaved ? 2 * i + 1 : i + hd / 2);
+            sc[a] = sc[b] = fabs(x[a]) + fabs(x[b]);
+        }
+    compare(what, g1, ref, n, sc, 2e-6, 1e-30);
+    free(inv), free(x), free(ref), free(g1), free(g2), free(sc);
+    dfree_all();
+}
+
+static void t_rope(void **state)
+{
+    (void)state;
+    static const int32_t poss[] = {0, 1, 4095, 100000};
+    for (int il = 0; il < 2; il++)
+        for (size_t i = 0; i < NELEM(poss); i++) {
+            rope_case(32, 128, il, poss[i]);
+            rope_case(8, 64, il, poss[i]);
+        }
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * kv_store, attention */
+
+static void kv_store_case(int nkv, int hd, int ctx, int32_t pos)
+{
+    size_t csz = (size_t)nkv * ctx * hd, kvn = (size_t)nkv * hd;
+    float *kc = frand(csz, -1, 1), *vc = frand(csz, -1, 1), *k = frand(kvn, -1, 1), *v = frand(kvn, -1, 1);
+    float *gk = hmem(csz * 4), *gv = hmem(csz * 4);
+    ppn_step_hdr hdr = {.pos = pos};
+    ppn_dptr dkc = up(kc, csz * 4), dvc = up(vc, csz * 4), dk = up(k, kvn * 4), dv = up(v, kvn * 4),
+             dh = up(&hdr, sizeof hdr);
+    OK(ppn_op_kv_store(G, S, dkc, dvc, dk, dv, nkv, hd, ctx, dh));
+    sync_ok();
+    get(gk, dkc, csz * 4);
+    get(gv, dvc, csz * 4);
+    ppn_kp_kv_store p = {.kc = D(kc), .vc = D(vc), .k = D(k), .v = D(v), .hdr = D(&hdr), .n_kv = nkv,
+                         .head_dim = hd, .ctx = ctx};
+    ppn_kernels[PPN_K_KV_STORE].cpu(&p);
+    char what[96];
+    snprintf(what, sizeof what, "kv_store kv=%d head_dim=%d ctx=%d pos=%d (k cache)", nkv, hd, ctx, pos);
+    exact(what, gk, kc, csz * 4);
+    snprintf(what, sizeof what, "kv_store kv=%d head_dim=%d ctx=%d pos=%d (v cache)", nkv, hd, ctx, pos);
+    exact(what, gv, vc, csz * 4);
+    free(kc), free(vc), free(k), free(v), free(gk), free(gv);
+    dfree_all();
+}
+
+static void attn_case(int nh, int nkv, int hd, int ctx, int32_t pos)
+{
+    size_t csz = (size_t)nkv * ctx * hd, qn = (size_t)nh * hd;
+    float *q = frand(qn, -1, 1), *kc = frand(csz, -1, 1), *vc = frand(csz, -1, 1);
+    float *ref = hmem(qn * 4), *g1 = hmem(qn * 4), *g2 = hmem(qn * 4);
+    for (size_t i = 0; i < qn; i++) q[i] *= 4.0f; /* a softmax that is neither flat nor one-hot */
+    ppn_step_hdr hdr = {.pos = pos};
+    float scale = 1.0f / sqrtf((float)hd);
+    ppn_dptr dq = up(q, qn * 4), dkc = up(kc, csz * 4), dvc = up(vc, csz * 4), dh = up(&hdr, sizeof hdr),
+             dout = dalloc(qn * 4);
+    char what[96];
+    snprintf(what, sizeof what, "attn heads=%d kv=%d head_dim=%d ctx=%d pos=%d", nh, nkv, hd, ctx, pos);
+    for (int run = 0; run < 2; run++) {
+        OK(ppn_op_attn(G, S, dout, dq, dkc, dvc, nh, nkv, hd, ctx, scale, dh));
+        sync_ok();
+        get(run ? g2 : g1, dout, qn * 4);
+    }
+    same_bits(what, g1, g2, qn * 4);
+    ppn_kp_attn p = {.out = D(ref), .q = D(q), .kc = D(kc), .vc = D(vc), .hdr = D(&hdr), .n_heads = nh,
+                     .n_kv = nkv, .head_dim = hd, .ctx = ctx, .scale = scale};
+    ppn_kernels[PPN_K_ATTN].cpu(&p);
+    compare(what, g1, ref, qn, NULL, 0.0, 1e-5);
+    free(q), free(kc), free(vc), free(ref), free(g1), free(g2);
+    dfree_all();
+}
+
+static void t_kv_attn(void **state)
+{
+    (void)state;
+    kv_store_case(8, 128, 4096, 0);
+    kv_store_case(8, 128, 4096, 4095);
+    kv_store_case(2, 64, 100, 100); /* outside the cache: nothing written */
+    static const int32_t poss[] = {0, 1, 4095};
+    for (size_t i = 0; i < NELEM(poss); i++) {
+        attn_case(32, 8, 64, 4096, poss[i]);
+        attn_case(32, 8, 128, 4096, poss[i]);
+    }
+    attn_case(8, 1, 256, 1024, 777);  /* MQA, the widest head */
+    attn_case(12, 4, 96, 300, 13);    /* head_dim not a multiple of 32 */
+    attn_case(4, 4, 32, 64, 64);      /* pos outside the cache: NaN on both */
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * embed, swiglu, add, argmax, fill */
+
+static void embed_case(int vocab, int dim, int dt, int32_t tok)
+{
+    size_t es = ppn_dtype_size(dt), tn = (size_t)vocab * dim;
+    void *table = wrand(dt, tn);
+    float *ref = hmem((size_t)dim * 4), *g1 = hmem((size_t)dim * 4);
+    ppn_step_hdr hdr = {.token = tok};
+    ppn_dptr dt_ = up(table, tn * es), dh = up(&hdr, sizeof hdr), dout = dalloc((size_t)dim * 4);
+    OK(ppn_op_embed(G, S, dout, dt_, dt, vocab, dim, dh));
+    sync_ok();
+    get(g1, dout, (size_t)dim * 4);
+    ppn_kp_embed p = {.out = D(ref), .table = D(table), .hdr = D(&hdr), .dim = dim, .vocab = vocab, .wdt = dt};
+    ppn_kernels[PPN_K_EMBED].cpu(&p);
+    char what[96];
+    snprintf(what, sizeof what, "embed %s vocab=%d dim=%d token=%d", dtn(dt), vocab, dim, tok);
+    if (tok >= 0 && tok < vocab) exact(what, g1, ref, (size_t)dim * 4);
+    else compare(what, g1, ref, (size_t)dim, NULL, 0, 0); /* NaN on both sides */
+    free(table), free(ref), free(g1);
+    dfree_all();
+}
+
+static void t_embed(void **state)
+{
+    (void)state;
+    for (int dt = 0; dt < 3; dt++) {
+        embed_case(8192, 4096, dt, 0);
+        embed_case(8192, 4096, dt, 8191);
+        embed_case(1000, 1000, dt, 1000);
+    }
+}
+
+static void t_swiglu_add_fill(void **state)
+{
+    (void)state;
+    static const int ns[] = {14336, 11008, 1001};
+    for (size_t k = 0; k < NELEM(ns); k++) {
+        size_t n = (size_t)ns[k];
+        float *a = frand(n, -12, 12), *b = frand(n, -3, 3), *ref = hmem(n * 4), *g1 = hmem(n * 4),
+              *g2 = hmem(n * 4);
+        ppn_dptr da = up(a, n * 4), db = up(b, n * 4), dout = dalloc(n * 4);
+        char what[96];
+        snprintf(what, sizeof what, "swiglu n=%zu", n);
+        for (int run = 0; run < 2; run++) {
+            OK(ppn_op_swiglu(G, S, dout, da, db, (int)n));
+            sync_ok();
+            get(run ? g2 : g1, dout, n * 4);
+        }
+        same_bits(what, g1, g2, n * 4);
+        ppn_kp_swiglu ps = {.out = D(ref), .gate = D(a), .up = D(b), .n = (int)n};
+        ppn_kernels[PPN_K_SWIGLU].cpu(&ps);
+        compare(what, g1, ref, n, NULL, 2e-6, 1e-30);
+
+        snprintf(what, sizeof what, "add n=%zu (out aliases a)", n);
+        OK(ppn_op_add(G, S, da, da, db, (int)n));
+        sync_ok();
+        get(g1, da, n * 4);
+        ppn_kp_add pa = {.out = D(ref), .a = D(a), .b = D(b), .n = (int)n};
+        ppn_kernels[PPN_K_ADD].cpu(&pa);
+        exact(what, g1, ref, n * 4);
+
+        snprintf(what, sizeof what, "fill n=%zu", n);
+        OK(ppn_op_fill(G, S, dout, 0xA5C3E1F0u, (int)n));
+        sync_ok();
+        get(g1, dout, n * 4);
+        ppn_kp_fill pf = {.out = D(ref), .value = 0xA5C3E1F0u, .n = (int)n};
+        ppn_kernels[PPN_K_FILL].cpu(&pf);
+        exact(what, g1, ref, n * 4);
+        free(a), free(b), free(ref), free(g1), free(g2);
+        dfree_all();
+    }
+}
+
+static void argmax_case(const char *label, const float *x, int n)
+{
+    int32_t got = -9, again = -9, want = -9;
+    ppn_dptr dx = up(x, (size_t)n * 4), dout = dalloc(4);
+    OK(ppn_op_argmax(G, S, dout, dx, n));
+    sync_ok();
+    get(&got, dout, 4);
+    OK(ppn_op_argmax(G, S, dout, dx, n));
+    sync_ok();
+    get(&again, dout, 4);
+    ppn_kp_argmax p = {.out = D(&want), .x = D(x), .n = n};
+    ppn_kernels[PPN_K_ARGMAX].cpu(&p);
+    printf("  %-58s gpu %d cpu %d\n", label, got, want);
+    assert_int_equal(got, again);
+    assert_int_equal(got, want);
+    dfree_all();
+}
+
+static void t_argmax(void **state)
+{
+    (void)state;
+    const int n = 128256;
+    float *x = frand((size_t)n, -20, 20);
+    argmax_case("argmax random n=128256", x, n);
+    for (int i = 0; i < n; i += 3) x[i] = NAN;
+    x[100001] = 25.0f, x[5] = 25.0f, x[70000] = 25.0f, x[3] = INFINITY; /* 5, 70000, 100001 are not NaN */
+    argmax_case("argmax with NaNs, +inf at 3", x, n);
+    x[3] = NAN;
+    argmax_case("argmax ties at 5, 70000, 100001 (lowest wins)", x, n);
+    for (int i = 0; i < n; i++) x[i] = NAN;
+    argmax_case("argmax all NaN (-1)", x, n);
+    for (int i = 0; i < n; i++) x[i] = 1.0f;
+    argmax_case("argmax all equal (0)", x, n);
+    free(x);
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * every kernel in the table has a case above */
+
+static int free_buffers(void **state)
+{
+    (void)state;
+    for (int i = 0; i < ndbuf; i++) G->ops->mem_free(G, 0, dbufs[i]); /* after a failed case */
+    ndbuf = 0;
+    return 0;
+}
+
+static void t_table_covered(void **state)
+{
+    (void)state;
+    printf("  kernels in the table: %d (embed..fill), each exercised by the cases above\n", PPN_K_COUNT);
+    assert_int_equal(PPN_K_COUNT, 11); /* a new kernel needs a case here */
+}
+
+int main(void)
+{
+    ppn_status st = ppn_gpu_open("cuda", &G);
+    if (st != PPN_OK) {
+        fprintf(stderr, "test_gpu_kernels: FAIL: no cuda backend: %s: %s\n", ppn_status_name(st), ppn_last_error());
+        return 1;
+    }
+    st = G->ops->stream_create(G, 0, &S);
+    if (st != PPN_OK) {
+        fprintf(stderr, "test_gpu_kernels: FAIL: stream_create: %s: %s\n", ppn_status_name(st), ppn_last_error());
+        ppn_gpu_close(G);
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(t_table_covered, free_buffers),
+        cmocka_unit_test_teardown(t_matvec, free_buffers),
+        cmocka_unit_test_teardown(t_norms, free_buffers),
+        cmocka_unit_test_teardown(t_rope, free_buffers),
+        cmocka_unit_test_teardown(t_kv_attn, free_buffers),
+        cmocka_unit_test_teardown(t_embed, free_buffers),
+        cmocka_unit_test_teardown(t_swiglu_add_fill, free_buffers),
+        cmocka_unit_test_teardown(t_argmax, free_buffers),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    G->ops->stream_destroy(G, S);
+    ppn_gpu_close(G);
+    return rc;
+}

@@ -1,0 +1,968 @@
+/* test_kernels.c - the CPU reference kernels against naive double-precision computations written here, the
+ * bf16/f16 conversions against known bit patterns and an independent rounding, the kernel table, and the
+ * launch wrappers (params, declared accesses, argument checks) through a capturing fake device.
+ *
+ * Tolerances (stated per check): the references round to f32 at the same points HF does, so each result is
+ * within a few f32 ulps (~6e-8 relative each) of the exact value; the checks allow 1e-6 relative to the sum
+ * of absolute terms, except where an f32 rounding is part of the spec (rope's angle) and is mirrored here.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/ktable.h"
+#include "kernels/ops.h"
+
+#define D(p) ((uint64_t)(uintptr_t)(p))
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* ---------------------------------------------------------------------------------------------------------
+ * helpers: a deterministic generator, independent decoders, buffers */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint32_t rnd32(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+
+static float rndf(float lo, float hi) { return lo + (hi - lo) * (float)(rnd32() & 0xffffff) / 16777216.0f; }
+
+static float *frand(size_t n, float lo, float hi)
+{
+    float *p = malloc(n * sizeof *p);
+    assert_non_null(p);
+    for (size_t i = 0; i < n; i++) p[i] = rndf(lo, hi);
+    return p;
+}
+
+static float bits_to_f(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint32_t f_to_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* The value of an f16 bit pattern by its definition (written independently of ktable.c). */
+static double t_f16(uint16_t h)
+{
+    int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+    double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(1024 + m, e - 25);
+    return s ? -v : v;
+}
+
+static double t_bf16(uint16_t h) { return bits_to_f((uint32_t)h << 16); }
+
+/* A weight array of dtype dt with values in about [-1, 1], and its values as doubles. */
+static void *wrand(int dt, size_t n, double *vals)
+{
+    void *p = malloc(n * (dt == PPN_DT_F32 ? 4 : 2));
+    assert_non_null(p);
+    for (size_t i = 0; i < n; i++) {
+        if (dt == PPN_DT_F32) {
+            ((float *)p)[i] = rndf(-1, 1);
+            vals[i] = ((float *)p)[i];
+        } else if (dt == PPN_DT_BF16) {
+            uint16_t h = (uint16_t)(f_to_bits(rndf(-1, 1)) >> 16);
+            ((uint16_t *)p)[i] = h;
+            vals[i] = t_bf16(h);
+        } else { /* exponent 8..15: |v| in [2^-7, 2) */
+            uint16_t h = (uint16_t)(((rnd32() & 1) << 15) | ((8 + rnd32() % 8) << 10) | (rnd32() & 1023));
+            ((uint16_t *)p)[i] = h;
+            vals[i] = t_f16(h);
+        }
+    }
+    return p;
+}
+
+static const char *dt_name(int dt) { return dt == PPN_DT_F32 ? "f32" : dt == PPN_DT_BF16 ? "bf16" : "f16"; }
+
+static void run(int id, const void *params) { ppn_kernels[id].cpu(params); }
+
+static void check_close(double got, double want, double tol, const char *what, size_t i)
+{
+    if (!(fabs(got - want) <= tol)) {
+        fail_msg("%s[%zu]: got %.9g want %.9g (tol %.3g)", what, i, got, want, tol);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * the table */
+
+static void test_table(void **state)
+{
+    (void)state;
+    static const size_t sizes[PPN_K_COUNT] = {
+        [PPN_K_EMBED] = sizeof(ppn_kp_embed),     [PPN_K_RMSNORM] = sizeof(ppn_kp_rmsnorm),
+        [PPN_K_MATVEC] = sizeof(ppn_kp_matvec),   [PPN_K_ROPE] = sizeof(ppn_kp_rope),
+        [PPN_K_HEAD_RMSNORM] = sizeof(ppn_kp_head_rmsnorm), [PPN_K_KV_STORE] = sizeof(ppn_kp_kv_store),
+        [PPN_K_ATTN] = sizeof(ppn_kp_attn),       [PPN_K_SWIGLU] = sizeof(ppn_kp_swiglu),
+        [PPN_K_ADD] = sizeof(ppn_kp_add),         [PPN_K_ARGMAX] = sizeof(ppn_kp_argmax),
+        [PPN_K_FILL] = sizeof(ppn_kp_fill),
+    };
+    static const char *const names[PPN_K_COUNT] = {
+        "ppn_k_embed", "ppn_k_rmsnorm", "ppn_k_matvec", "ppn_k_rope", "ppn_k_head_rmsnorm", "ppn_k_kv_store",
+        "ppn_k_attn", "ppn_k_swiglu", "ppn_k_add", "ppn_k_argmax", "ppn_k_fill",
+    };
+    for (int i = 0; i < PPN_K_COUNT; i++) {
+        const ppn_kernel_desc *k = &ppn_kernels[i];
+        assert_non_null(k->name);
+        assert_int_equal(strncmp(k->name, "ppn_k_", 6), 0);
+        assert_string_equal(k->name, names[i]);
+        assert_true(k->params_size > 0);
+        assert_int_equal(k->params_size, sizes[i]);
+        assert_non_null(k->cpu);
+        for (int j = 0; j < i; j++) assert_string_not_equal(k->name, ppn_kernels[j].name);
+    }
+    assert_int_equal(ppn_dtype_size(PPN_DT_F32), 4);
+    assert_int_equal(ppn_dtype_size(PPN_DT_BF16), 2);
+    assert_int_equal(ppn_dtype_size(PPN_DT_F16), 2);
+    assert_int_equal(ppn_dtype_size(7), 0);
+    assert_int_equal(ppn_dtype_size(-1), 0);
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * conversions */
+
+/* Nearest of two neighbours lo < hi (bit patterns a, b with values va, vb) to v, ties to the even pattern. */
+static uint16_t nearest_even(double v, uint16_t a, double va, uint16_t b, double vb)
+{
+    double da = fabs(v - va), db = fabs(vb - v);
+    if (da < db) return a;
+    if (db < da) return b;
+    return (a & 1) ? b : a;
+}
+
+static void test_bf16_known(void **state)
+{
+    (void)state;
+    assert_int_equal(ppn_f32_to_bf16(1.0f), 0x3F80);
+    assert_int_equal(ppn_f32_to_bf16(-2.0f), 0xC000);
+    assert_int_equal(ppn_f32_to_bf16(bits_to_f(0x3F808000u)), 0x3F80); /* tie, even stays */
+    assert_int_equal(ppn_f32_to_bf16(bits_to_f(0x3F818000u)), 0x3F82); /* tie, odd rounds up */
+    assert_int_equal(ppn_f32_to_bf16(bits_to_f(0x3F808001u)), 0x3F81); /* above the half */
+    assert_int_equal(ppn_f32_to_bf16(bits_to_f(0x3F807FFFu)), 0x3F80); /* below the half */
+    assert_int_equal(ppn_f32_to_bf16(bits_to_f(0x7F7FFFFFu)), 0x7F80); /* max float rounds to inf */
+    assert_int_equal(ppn_f32_to_bf16(INFINITY), 0x7F80);
+    assert_int_equal(ppn_f32_to_bf16(-INFINITY), 0xFF80);
+    assert_int_equal(ppn_f32_to_bf16(-0.0f), 0x8000);
+    uint16_t n = ppn_f32_to_bf16(NAN);
+    assert_true((n & 0x7F80) == 0x7F80 && (n & 0x7F) != 0);
+    /* a NaN whose payload lives only in the low 16 bits must stay NaN, not become inf */
+    n = ppn_f32_to_bf16(bits_to_f(0x7F800001u));
+    assert_true((n & 0x7F80) == 0x7F80 && (n & 0x7F) != 0);
+    assert_true(ppn_bf16_to_f32(0x3F80) == 1.0f);
+    assert_true(ppn_bf16_to_f32(0xC049) == bits_to_f(0xC0490000u));
+    assert_true(isinf(ppn_bf16_to_f32(0xFF80)) && ppn_bf16_to_f32(0xFF80) < 0);
+    assert_true(isnan(ppn_bf16_to_f32(0x7FC0)));
+}
+
+static void test_bf16_roundtrip_and_rne(void **state)
+{
+    (void)state;
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        float f = ppn_bf16_to_f32((uint16_t)h);
+        assert_true(f_to_bits(f) == h << 16);
+        if (isnan(f)) continue;
+        assert_int_equal(ppn_f32_to_bf16(f), h);
+    }
+    /* random finite floats against the nearest-even neighbour chosen in double */
+    for (int i = 0; i < 200000; i++) {
+        uint32_t u = rnd32();
+        float f = bits_to_f(u);
+        if (!isfinite(f)) continue;
+        uint16_t a = (uint16_t)(u >> 16), b = (uint16_t)(a + 1); /* |v| between a and b (same sign) */
+        double va = t_bf16(a), vb = (b & 0x7F80) == 0x7F80 && (b & 0x7F) == 0 ? INFINITY : t_bf16(b);
+        uint16_t want;
+        if ((u & 0xFFFF) == 0) want = a;
+        else if (isinf(vb)) want = (u & 0xFFFF) >= 0x8000 ? b : a; /* rounding past max is overflow */
+        else want = nearest_even(fabs((double)f), a & 0x7FFF, fabs(va), b & 0x7FFF, fabs(vb)) |
+                    (uint16_t)(a & 0x8000);
+        if (ppn_f32_to_bf16(f) != want) fail_msg("bf16(0x%08x) = 0x%04x want 0x%04x", u, ppn_f32_to_bf16(f), want);
+    }
+}
+
+static void test_f16_known(void **state)
+{
+    (void)state;
+    assert_int_equal(ppn_f32_to_f16(1.0f), 0x3C00);
+    assert_int_equal(ppn_f32_to_f16(-2.0f), 0xC000);
+    assert_int_equal(ppn_f32_to_f16(65504.0f), 0x7BFF);     /* max f16 */
+    assert_int_equal(ppn_f32_to_f16(65519.99f), 0x7BFF);    /* below the half to 65536 */
+    assert_int_equal(ppn_f32_to_f16(65520.0f), 0x7C00);     /* tie with odd max -> inf */
+    assert_int_equal(ppn_f32_to_f16(1e10f), 0x7C00);
+    assert_int_equal(ppn_f32_to_f16(-1e10f), 0xFC00);
+    assert_int_equal(ppn_f32_to_f16(INFINITY), 0x7C00);
+    assert_int_equal(ppn_f32_to_f16(-INFINITY), 0xFC00);
+    assert_int_equal(ppn_f32_to_f16(-0.0f), 0x8000);
+    assert_int_equal(ppn_f32_to_f16(0x1p-14f), 0x0400);     /* smallest normal */
+    assert_int_equal(ppn_f32_to_f16(0x1p-24f), 0x0001);     /* smallest subnormal */
+    assert_int_equal(ppn_f32_to_f16(1023 * 0x1p-24f), 0x03FF); /* largest subnormal */
+    assert_int_equal(ppn_f32_to_f16(0x1p-25f), 0x0000);     /* tie to even zero */
+    assert_int_equal(ppn_f32_to_f16(-0x1p-25f), 0x8000);
+    assert_int_equal(ppn_f32_to_f16(0x1.000002p-25f), 0x0001); /* just above the half */
+    assert_int_equal(ppn_f32_to_f16(3 * 0x1p-25f), 0x0002); /* 1.5 units: tie -> even 2 */
+    assert_int_equal(ppn_f32_to_f16(5 * 0x1p-25f), 0x0002); /* 2.5 units: tie -> even 2 */
+    assert_int_equal(ppn_f32_to_f16(2047 * 0x1p-25f), 0x0400); /* 1023.5 units: carry into the normal */
+    assert_int_equal(ppn_f32_to_f16(1e-30f), 0x0000);
+    assert_int_equal(ppn_f32_to_f16(1.0f + 0x1p-11f), 0x3C00); /* tie, even stays */
+    assert_int_equal(ppn_f32_to_f16(1.0f + 3 * 0x1p-11f), 0x3C02); /* tie, odd rounds up */
+    uint16_t n = ppn_f32_to_f16(NAN);
+    assert_true((n & 0x7C00) == 0x7C00 && (n & 0x3FF) != 0);
+    n = ppn_f32_to_f16(bits_to_f(0x7F800001u)); /* payload below the kept bits: still NaN */
+    assert_true((n & 0x7C00) == 0x7C00 && (n & 0x3FF) != 0);
+
+    assert_true(ppn_f16_to_f32(0x0001) == 0x1p-24f);
+    assert_true(ppn_f16_to_f32(0x03FF) == 1023 * 0x1p-24f);
+    assert_true(ppn_f16_to_f32(0x8001) == -0x1p-24f);
+    assert_true(ppn_f16_to_f32(0x3C00) == 1.0f);
+    assert_true(ppn_f16_to_f32(0x7BFF) == 65504.0f);
+    assert_true(isinf(ppn_f16_to_f32(0x7C00)) && ppn_f16_to_f32(0x7C00) > 0);
+    assert_true(isinf(ppn_f16_to_f32(0xFC00)) && ppn_f16_to_f32(0xFC00) < 0);
+    assert_true(isnan(ppn_f16_to_f32(0x7E00)) && isnan(ppn_f16_to_f32(0x7C01)));
+    float z = ppn_f16_to_f32(0x8000);
+    assert_true(z == 0.0f && signbit(z));
+}
+
+static void test_f16_roundtrip_and_rne(void **state)
+{
+    (void)state;
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        float f = ppn_f16_to_f32((uint16_t)h);
+        double want = t_f16((uint16_t)h);
+        if (isnan(want)) {
+            assert_true(isnan(f));
+            continue;
+        }
+        if ((double)f != want) fail_msg("f16 0x%04x -> %.9g want %.9g", h, f, want);
+        assert_int_equal(ppn_f32_to_f16(f), h);
+    }
+    /* random floats of f16 range (and some past it) against the nearest-even neighbour found by a binary
+     * search over the monotonic positive patterns 0x0000..0x7C00, decoded by t_f16 */
+    for (int i = 0; i < 200000; i++) {
+        float f = ldexpf(rndf(1.0f, 2.0f), (int)(rnd32() % 46) - 30) * ((rnd32() & 1) ? -1.0f : 1.0f);
+        double v = fabs((double)f);
+        uint16_t lo = 0, hi = 0x7C00; /* t_f16(lo) <= v < t_f16(hi) */
+        if (v >= t_f16(0x7BFF)) lo = 0x7BFF;
+        else
+            while (hi - lo > 1) {
+                uint16_t mid = (uint16_t)((lo + hi) / 2);
+                if (t_f16(mid) <= v) lo = mid;
+                else hi = mid;
+            }
+        uint16_t want;
+        if (lo == 0x7BFF) want = v >= 65520.0 ? 0x7C00 : 0x7BFF;
+        else want = t_f16(lo) == v ? lo : nearest_even(v, lo, t_f16(lo), hi, t_f16(hi));
+        want |= signbit(f) ? 0x8000 : 0;
+        if (ppn_f32_to_f16(f) != want) fail_msg("f16(%a) = 0x%04x want 0x%04x", f, ppn_f32_to_f16(f), want);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * matvec */
+
+typedef struct mv_case {
+    int dt, rows, cols, bias, res, alias; /* alias: res and out are the same buffer */
+} mv_case;
+
+static void matvec_case(const mv_case *c)
+{
+    size_t R = (size_t)c->rows, C = (size_t)c->cols;
+    double *wv = malloc(R * C * sizeof *wv), *bv = malloc(R * sizeof *bv), *want = malloc(R * sizeof *want);
+    double *tol = malloc(R * sizeof *tol);
+    void *w = wrand(c->dt, R * C, wv);
+    void *b = wrand(c->dt, R, bv);
+    float *x = frand(C, -1, 1), *res = frand(R, -4, 4), *out = frand(R, -9, 9), *out2 = malloc(R * 4);
+    float *res_copy = malloc(R * 4);
+    assert_non_null(wv);
+    assert_non_null(want);
+    assert_non_null(out2);
+    memcpy(res_copy, res, R * 4);
+    for (size_t r = 0; r < R; r++) {
+        double s = 0, a = 0;
+        for (size_t k = 0; k < C; k++) s += wv[r * C + k] * x[k], a += fabs(wv[r * C + k] * x[k]);
+        if (c->bias) s += bv[r], a += fabs(bv[r]);
+        if (c->res) s += res[r], a += fabs(res[r]);
+        want[r] = s;
+        tol[r] = 1e-6 * a + 1e-30;
+    }
+    float *o = c->alias ? res : out;
+    ppn_kp_matvec p = {.out = D(o), .w = D(w), .x = D(x), .bias = c->bias ? D(b) : 0,
+                       .res = c->res ? D(res) : 0, .rows = c->rows, .cols = c->cols, .wdt = c->dt};
+    run(PPN_K_MATVEC, &p);
+    char what[64];
+    snprintf(what, sizeof what, "matvec %s %dx%d bias=%d res=%d alias=%d", dt_name(c->dt), c->rows, c->cols,
+             c->bias, c->res, c->alias);
+    for (size_t r = 0; r < R; r++) check_close(o[r], want[r], tol[r], what, r);
+    /* determinism: the same inputs again give the same bits */
+    memcpy(out2, o, R * 4);
+    if (c->alias) memcpy(res, res_copy, R * 4);
+    run(PPN_K_MATVEC, &p);
+    assert_memory_equal(out2, o, R * 4);
+    free(wv), free(bv), free(want), free(tol), free(w), free(b), free(x), free(res), free(out), free(out2);
+    free(res_copy);
+}
+
+static void test_matvec(void **state)
+{
+    (void)state;
+    for (int dt = 0; dt < 3; dt++) {
+        mv_case cs[] = {
+            {dt, 37, 133, 0, 0, 0}, {dt, 37, 133, 1, 0, 0}, {dt, 37, 133, 0, 1, 0}, {dt, 37, 133, 1, 1, 0},
+            {dt, 37, 133, 1, 1, 1}, {dt, 64, 256, 0, 1, 1}, {dt, 1, 1, 1, 1, 0},    {dt, 5, 4099, 0, 0, 0},
+        };
+        for (size_t i = 0; i < ARRAY_LEN(cs); i++) matvec_case(&cs[i]);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * rmsnorm, head_rmsnorm */
+
+/* expected out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i] in double; f32 rounding of the mean, the scale and
+ * two products stays within 1e-6 relative. */
+static void rms_expect(const float *x, const double *w, int n, float eps, double *want)
+{
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    double r = 1.0 / sqrt(ss / n + eps);
+    for (int i = 0; i < n; i++) want[i] = x[i] * r * w[i];
+}
+
+static void test_rmsnorm(void **state)
+{
+    (void)state;
+    const int n = 1000;
+    for (int dt = 0; dt < 3; dt++) {
+        for (int inplace = 0; inplace < 2; inplace++) {
+            double *wv = malloc(n * sizeof *wv), *want = malloc(n * sizeof *want);
+            void *w = wrand(dt, n, wv);
+            float *x = frand(n, -3, 3), *out = malloc(n * 4), *first = malloc(n * 4), *x0 = malloc(n * 4);
+            assert_non_null(want);
+            assert_non_null(out);
+            memcpy(x0, x, n * 4);
+            rms_expect(x, wv, n, 1e-5f, want);
+            float *o = inplace ? x : out;
+            ppn_kp_rmsnorm p = {.out = D(o), .in = D(x), .w = D(w), .n = n, .wdt = dt, .eps = 1e-5f};
+            run(PPN_K_RMSNORM, &p);
+            for (int i = 0; i < n; i++) check_close(o[i], want[i], 1e-6 * fabs(want[i]) + 1e-30, "rmsnorm", i);
+            memcpy(first, o, n * 4);
+            memcpy(x, x0, n * 4);
+            run(PPN_K_RMSNORM, &p);
+            assert_memory_equal(first, o, n * 4);
+            free(wv), free(want), free(w), free(x), free(out), free(first), free(x0);
+        }
+    }
+    /* eps matters: an all-zero vector gives zeros (not NaN) and a tiny vector is damped by eps */
+    float z[4] = {0, 0, 0, 0}, wz[4] = {1, 1, 1, 1}, oz[4];
+    ppn_kp_rmsnorm p = {.out = D(oz), .in = D(z), .w = D(wz), .n = 4, .wdt = PPN_DT_F32, .eps = 1e-6f};
+    run(PPN_K_RMSNORM, &p);
+    for (int i = 0; i < 4; i++) assert_true(oz[i] == 0.0f);
+    float t[2] = {1e-3f, -1e-3f};
+    p.in = D(t), p.n = 2, p.eps = 1e-6f;
+    run(PPN_K_RMSNORM, &p);
+    check_close(oz[0], 1e-3 / sqrt(1e-6 + 1e-6), 1e-6, "rmsnorm eps", 0);
+}
+
+static void test_head_rmsnorm(void **state)
+{
+    (void)state;
+    const int nh = 4, hd = 32;
+    for (int dt = 0; dt < 3; dt++) {
+        double wv[32], want[32];
+        void *w = wrand(dt, hd, wv);
+        float *x = frand((size_t)nh * hd, -2, 2), *x0 = malloc((size_t)nh * hd * 4), *first = malloc(nh * hd * 4);
+        assert_non_null(x0);
+        assert_non_null(first);
+        for (int h = 0; h < nh; h++) /* give each head a different scale so per-head norms differ */
+            for (int i = 0; i < hd; i++) x[h * hd + i] *= (float)(h + 1);
+        memcpy(x0, x, (size_t)nh * hd * 4);
+        ppn_kp_head_rmsnorm p = {.x = D(x), .w = D(w), .n_heads = nh, .head_dim = hd, .wdt = dt, .eps = 1e-6f};
+        run(PPN_K_HEAD_RMSNORM, &p);
+        for (int h = 0; h < nh; h++) {
+            rms_expect(x0 + h * hd, wv, hd, 1e-6f, want);
+            for (int i = 0; i < hd; i++)
+                check_close(x[h * hd + i], want[i], 1e-6 * fabs(want[i]) + 1e-30, "head_rmsnorm", (size_t)(h * hd + i));
+        }
+        memcpy(first, x, (size_t)nh * hd * 4);
+        memcpy(x, x0, (size_t)nh * hd * 4);
+        run(PPN_K_HEAD_RMSNORM, &p);
+        assert_memory_equal(first, x, (size_t)nh * hd * 4);
+        free(w), free(x), free(x0), free(first);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * rope */
+
+static void rope_case(int interleaved, int32_t pos)
+{
+    const int nh = 3, hd = 64, half = hd / 2;
+    float inv[32];
+    for (int i = 0; i < half; i++) inv[i] = (float)(1.0 / pow(10000.0, (2.0 * i) / hd));
+    float *x = frand((size_t)nh * hd, -2, 2), *x0 = malloc((size_t)nh * hd * 4), *first = malloc(nh * hd * 4);
+    assert_non_null(x0);
+    assert_non_null(first);
+    memcpy(x0, x, (size_t)nh * hd * 4);
+    ppn_step_hdr hdr = {.pos = pos, .token = 3, .seq = 0, .step = 0};
+    ppn_kp_rope p = {.x = D(x), .inv_freq = D(inv), .hdr = D(&hdr), .n_heads = nh, .head_dim = hd,
+                     .interleaved = interleaved};
+    run(PPN_K_ROPE, &p);
+    for (int h = 0; h < nh; h++) {
+        for (int i = 0; i < half; i++) {
+            /* the spec rounds the angle pos * inv_freq to f32; cos/sin and the rotation are exact here */
+            float ang = (float)pos * inv[i];
+            double c = cos((double)ang), s = sin((double)ang);
+            int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + half;
+            double x0a = x0[h * hd + a], x0b = x0[h * hd + b];
+            double tol = 1e-6 * (fabs(x0a) + fabs(x0b));
+            check_close(x[h * hd + a], x0a * c - x0b * s, tol, interleaved ? "rope(il) a" : "rope(hf) a", (size_t)i);
+            check_close(x[h * hd + b], x0b * c + x0a * s, tol, interleaved ? "rope(il) b" : "rope(hf) b", (size_t)i);
+        }
+    }
+    if (pos == 0) assert_memory_equal(x, x0, (size_t)nh * hd * 4); /* angle 0 is the identity */
+    memcpy(first, x, (size_t)nh * hd * 4);
+    memcpy(x, x0, (size_t)nh * hd * 4);
+    run(PPN_K_ROPE, &p);
+    assert_memory_equal(first, x, (size_t)nh * hd * 4);
+    free(x), free(x0), free(first);
+}
+
+static void test_rope(void **state)
+{
+    (void)state;
+    static const int32_t poss[] = {0, 1, 2, 7, 100, 1000, 4095, 131071};
+    for (int il = 0; il < 2; il++)
+        for (size_t i = 0; i < ARRAY_LEN(poss); i++) rope_case(il, poss[i]);
+}
+
+/* The two conventions pair different elements: at pos 1 with a one-hot vector, HF moves element 0's weight
+ * to element hd/2, interleaved to element 1. */
+static void test_rope_pairing(void **state)
+{
+    (void)state;
+    float inv[4] = {1.0f, 0.5f, 0.25f, 0.125f}, x[8];
+    ppn_step_hdr hdr = {.pos = 1};
+    for (int il = 0; il < 2; il++) {
+        memset(x, 0, sizeof x);
+        x[0] = 1.0f;
+        ppn_kp_rope p = {.x = D(x), .inv_freq = D(inv), .hdr = D(&hdr), .n_heads = 1, .head_dim = 8,
+                         .interleaved = il};
+        run(PPN_K_ROPE, &p);
+        check_close(x[0], cos(1.0), 1e-7, "rope pair cos", 0);
+        int partner = il ? 1 : 4;
+        check_close(x[partner], sin(1.0), 1e-7, "rope pair sin", (size_t)partner);
+        for (int i = 0; i < 8; i++)
+            if (i != 0 && i != partner) assert_true(x[i] == 0.0f);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * kv_store, attn */
+
+static void test_kv_store(void **state)
+{
+    (void)state;
+    const int nkv = 2, hd = 16, ctx = 8;
+    size_t csz = (size_t)nkv * ctx * hd;
+    float *kc = malloc(csz * 4), *vc = malloc(csz * 4), *k = frand((size_t)nkv * hd, -1, 1),
+          *v = frand((size_t)nkv * hd, -1, 1);
+    assert_non_null(kc);
+    assert_non_null(vc);
+    for (size_t i = 0; i < csz; i++) kc[i] = -100.0f - (float)i, vc[i] = 100.0f + (float)i;
+    ppn_step_hdr hdr = {.pos = 5};
+    ppn_kp_kv_store p = {.kc = D(kc), .vc = D(vc), .k = D(k), .v = D(v), .hdr = D(&hdr), .n_kv = nkv,
+                         .head_dim = hd, .ctx = ctx};
+    run(PPN_K_KV_STORE, &p);
+    for (int h = 0; h < nkv; h++)
+        for (int t = 0; t < ctx; t++)
+            for (int i = 0; i < hd; i++) {
+                size_t at = ((size_t)h * ctx + t) * hd + i;
+                float wk = t == 5 ? k[h * hd + i] : -100.0f - (float)at;
+                float wv = t == 5 ? v[h * hd + i] : 100.0f + (float)at;
+                assert_true(kc[at] == wk);
+                assert_true(vc[at] == wv);
+            }
+    /* a position outside the cache writes nothing */
+    float *kc0 = malloc(csz * 4);
+    assert_non_null(kc0);
+    memcpy(kc0, kc, csz * 4);
+    hdr.pos = ctx;
+    run(PPN_K_KV_STORE, &p);
+    hdr.pos = -1;
+    run(PPN_K_KV_STORE, &p);
+    assert_memory_equal(kc0, kc, csz * 4);
+    free(kc), free(vc), free(k), free(v), free(kc0);
+}
+
+/* softmax(q.k * scale) . v over positions [0, pos] in double; head h reads kv head h / (nh / nkv). */
+static void attn_expect(const float *q, const float *kc, const float *vc, int nh, int nkv, int hd, int ctx,
+                        int pos, double scale, double *want)
+{
+    double *s = malloc((size_t)(pos + 1) * sizeof *s);
+    assert_non_null(s);
+    for (int h = 0; h < nh; h++) {
+        int g = h / (nh / nkv);
+        const float *K = kc + (size_t)g * ctx * hd, *V = vc + (size_t)g * ctx * hd;
+        double mx = -INFINITY, sum = 0;
+        for (int t = 0; t <= pos; t++) {
+            double d = 0;
+            for (int i = 0; i < hd; i++) d += (double)q[h * hd + i] * K[(size_t)t * hd + i];
+            s[t] = d * scale;
+            mx = fmax(mx, s[t]);
+        }
+        for (int t = 0; t <= pos; t++) sum += (s[t] = exp(s[t] - mx));
+        for (int i = 0; i < hd; i++) {
+            double o = 0;
+            for (int t = 0; t <= pos; t++) o += s[t] * V[(size_t)t * hd + i];
+            want[h * hd + i] = o / sum;
+        }
+    }
+    free(s);
+}
+
+static void attn_case(int nh, int nkv, int hd, int ctx, int pos)
+{
+    size_t csz = (size_t)nkv * ctx * hd, qsz = (size_t)nh * hd;
+    float *q = frand(qsz, -1, 1), *kc = frand(csz, -1, 1), *vc = frand(csz, -1, 1);
+    float *out = malloc(qsz * 4), *first = malloc(qsz * 4);
+    double *want = malloc(qsz * sizeof *want);
+    assert_non_null(out);
+    assert_non_null(first);
+    assert_non_null(want);
+    float scale = 1.0f / sqrtf((float)hd);
+    for (size_t i = 0; i < qsz; i++) q[i] *= 3.0f; /* sharpen the softmax a little */
+    attn_expect(q, kc, vc, nh, nkv, hd, ctx, pos, scale, want);
+    ppn_step_hdr hdr = {.pos = pos};
+    ppn_kp_attn p = {.out = D(out), .q = D(q), .kc = D(kc), .vc = D(vc), .hdr = D(&hdr), .n_heads = nh,
+                     .n_kv = nkv, .head_dim = hd, .ctx = ctx, .scale = scale};
+    run(PPN_K_ATTN, &p);
+    char what[64];
+    snprintf(what, sizeof what, "attn nh=%d nkv=%d hd=%d pos=%d", nh, nkv, hd, pos);
+    /* out is a convex combination of v values in [-1, 1]: 1e-6 absolute is a few f32 ulps of it */
+    for (size_t i = 0; i < qsz; i++) check_close(out[i], want[i], 1e-6, what, i);
+    memcpy(first, out, qsz * 4);
+    run(PPN_K_ATTN, &p);
+    assert_memory_equal(first, out, qsz * 4);
+    free(q), free(kc), free(vc), free(out), free(first), free(want);
+}
+
+static void test_attn(void **state)
+{
+    (void)state;
+    static const int poss[] = {0, 1, 5, 15};
+    for (size_t i = 0; i < ARRAY_LEN(poss); i++) attn_case(8, 2, 32, 16, poss[i]);
+    attn_case(4, 4, 16, 8, 7);    /* MHA */
+    attn_case(6, 1, 160, 300, 299); /* MQA; head_dim past one output chunk */
+}
+
+/* With pos 0 the output is exactly v[kv head, 0]: checks the GQA map h -> h / (nh / nkv) by value. */
+static void test_attn_gqa_map(void **state)
+{
+    (void)state;
+    const int nh = 8, nkv = 2, hd = 4, ctx = 3;
+    float q[8 * 4], kc[2 * 3 * 4], vc[2 * 3 * 4], out[8 * 4];
+    for (int i = 0; i < nh * hd; i++) q[i] = (float)i;
+    for (int i = 0; i < nkv * ctx * hd; i++) kc[i] = 0.5f, vc[i] = (float)(1000 + i);
+    ppn_step_hdr hdr = {.pos = 0};
+    ppn_kp_attn p = {.out = D(out), .q = D(q), .kc = D(kc), .vc = D(vc), .hdr = D(&hdr), .n_heads = nh,
+                     .n_kv = nkv, .head_dim = hd, .ctx = ctx, .scale = 0.5f};
+    run(PPN_K_ATTN, &p);
+    for (int h = 0; h < nh; h++)
+        for (int i = 0; i < hd; i++) assert_true(out[h * hd + i] == vc[(h / 4) * ctx * hd + i]);
+    /* pos outside the cache: NaN output, no read past the cache */
+    hdr.pos = ctx;
+    run(PPN_K_ATTN, &p);
+    for (int i = 0; i < nh * hd; i++) assert_true(isnan(out[i]));
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * embed, swiglu, add, argmax, fill */
+
+static void test_embed(void **state)
+{
+    (void)state;
+    const int vocab = 50, dim = 24;
+    for (int dt = 0; dt < 3; dt++) {
+        double *tv = malloc((size_t)vocab * dim * sizeof *tv);
+        assert_non_null(tv);
+        void *table = wrand(dt, (size_t)vocab * dim, tv);
+        float out[24], first[24];
+        ppn_step_hdr hdr = {.token = 37};
+        ppn_kp_embed p = {.out = D(out), .table = D(table), .hdr = D(&hdr), .dim = dim, .vocab = vocab,
+                          .wdt = dt};
+        run(PPN_K_EMBED, &p);
+        for (int i = 0; i < dim; i++) assert_true((double)out[i] == tv[37 * dim + i]);
+        memcpy(first, out, sizeof out);
+        run(PPN_K_EMBED, &p);
+        assert_memory_equal(first, out, sizeof out);
+        hdr.token = vocab; /* out of range: NaN, no read past the table */
+        run(PPN_K_EMBED, &p);
+        for (int i = 0; i < dim; i++) assert_true(isnan(out[i]));
+        hdr.token = -1;
+        memset(out, 0, sizeof out);
+        run(PPN_K_EMBED, &p);
+        for (int i = 0; i < dim; i++) assert_true(isnan(out[i]));
+        free(tv), free(table);
+    }
+}
+
+static void test_swiglu(void **state)
+{
+    (void)state;
+    const int n = 777;
+    float *g = frand(n, -12, 12), *u = frand(n, -3, 3), *out = malloc(n * 4), *first = malloc(n * 4);
+    assert_non_null(out);
+    assert_non_null(first);
+    g[0] = 0.0f, g[1] = -90.0f, g[2] = 90.0f;
+    ppn_kp_swiglu p = {.out = D(out), .gate = D(g), .up = D(u), .n = n};
+    run(PPN_K_SWIGLU, &p);
+    for (int i = 0; i < n; i++) {
+        double want = (double)g[i] / (1.0 + exp(-(double)g[i])) * u[i];
+        check_close(out[i], want, 1e-6 * fabs(want) + 1e-30, "swiglu", (size_t)i);
+    }
+    memcpy(first, out, n * 4);
+    run(PPN_K_SWIGLU, &p);
+    assert_memory_equal(first, out, n * 4);
+    free(g), free(u), free(out), free(first);
+}
+
+static void test_add(void **state)
+{
+    (void)state;
+    const int n = 300;
+    float *a = frand(n, -5, 5), *b = frand(n, -5, 5), *out = malloc(n * 4), *a0 = malloc(n * 4);
+    assert_non_null(out);
+    assert_non_null(a0);
+    memcpy(a0, a, n * 4);
+    ppn_kp_add p = {.out = D(out), .a = D(a), .b = D(b), .n = n};
+    run(PPN_K_ADD, &p);
+    for (int i = 0; i < n; i++) assert_true(out[i] == (float)((double)a[i] + b[i])); /* exact rounding */
+    p.out = D(a); /* out aliases a */
+    run(PPN_K_ADD, &p);
+    assert_memory_equal(a, out, n * 4);
+    memcpy(a, a0, n * 4);
+    run(PPN_K_ADD, &p);
+    assert_memory_equal(a, out, n * 4);
+    free(a), free(b), free(out), free(a0);
+}
+
+static int32_t argmax_of(const float *x, int n)
+{
+    int32_t out = -7;
+    ppn_kp_argmax p = {.out = D(&out), .x = D(x), .n = n};
+    run(PPN_K_ARGMAX, &p);
+    return out;
+}
+
+static void test_argmax(void **state)
+{
+    (void)state;
+    float a[] = {1, 3, 2, 3, -1};
+    assert_int_equal(argmax_of(a, 5), 1); /* tie: lowest index */
+    float b[] = {NAN, 0.5f, NAN, 0.5f, 0.25f};
+    assert_int_equal(argmax_of(b, 5), 1); /* NaN first never wins */
+    float c[] = {-INFINITY, -INFINITY, -3, NAN};
+    assert_int_equal(argmax_of(c, 4), 2);
+    float d[] = {-INFINITY, -INFINITY};
+    assert_int_equal(argmax_of(d, 2), 0);
+    float e[] = {NAN, NAN, NAN};
+    assert_int_equal(argmax_of(e, 3), -1); /* nothing but NaN */
+    float f[] = {-0.0f, 0.0f};
+    assert_int_equal(argmax_of(f, 2), 0); /* -0 == +0: a tie */
+    float g1[] = {42};
+    assert_int_equal(argmax_of(g1, 1), 0);
+    float h[] = {1, 2, INFINITY, NAN, INFINITY};
+    assert_int_equal(argmax_of(h, 5), 2);
+    /* a large random vector: compare with a naive scan */
+    const int n = 50000;
+    float *x = frand(n, -10, 10);
+    for (int i = 0; i < n; i += 97) x[i] = NAN;
+    x[31337] = 11.0f, x[40000] = 11.0f;
+    assert_int_equal(argmax_of(x, n), 31337);
+    free(x);
+}
+
+static void test_fill(void **state)
+{
+    (void)state;
+    uint32_t buf[70];
+    for (int i = 0; i < 70; i++) buf[i] = 0x11111111u;
+    ppn_kp_fill p = {.out = D(buf), .value = 0xDEADBEEFu, .n = 65};
+    run(PPN_K_FILL, &p);
+    for (int i = 0; i < 70; i++) assert_true(buf[i] == (i < 65 ? 0xDEADBEEFu : 0x11111111u));
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * the wrappers, through a fake device that captures the launch and runs the CPU reference (as sim does) */
+
+static struct {
+    ppn_launch l;
+    unsigned char params[256];
+    int calls;
+} cap;
+
+static ppn_status fake_launch(ppn_gpu *g, ppn_gstream *s, const ppn_launch *l)
+{
+    (void)g, (void)s;
+    assert_true(l->params_size <= sizeof cap.params);
+    cap.l = *l;
+    memcpy(cap.params, l->params, l->params_size);
+    cap.l.params = cap.params;
+    cap.calls++;
+    ppn_kernels[l->kernel].cpu(cap.params);
+    return PPN_OK;
+}
+
+static const struct ppn_gpu_ops fake_ops = {.name = "fake", .launch = fake_launch};
+static ppn_gpu fake_gpu = {.ops = &fake_ops};
+static ppn_gstream *const fake_stream = (ppn_gstream *)&fake_gpu;
+
+static void expect_acc(int i, const void *p, size_t bytes, int mode)
+{
+    assert_true(i < cap.l.nacc);
+    assert_true(cap.l.acc[i].ptr == D(p));
+    assert_int_equal(cap.l.acc[i].bytes, bytes);
+    assert_int_equal(cap.l.acc[i].mode, mode);
+}
+
+/* Is [p, p+bytes) covered by a declared access with this mode bit? */
+static int declared(const void *p, size_t bytes, int mode)
+{
+    for (int i = 0; i < cap.l.nacc; i++) {
+        const ppn_access *a = &cap.l.acc[i];
+        if ((a->mode & mode) && a->ptr <= D(p) && D(p) + bytes <= a->ptr + a->bytes) return 1;
+    }
+    return 0;
+}
+
+static void expect_geometry(unsigned min_threads)
+{
+    unsigned b = cap.l.block[0];
+    assert_true(b >= 32 && b <= 1024 && b % 32 == 0);
+    assert_true(cap.l.block[1] == 1 && cap.l.block[2] == 1 && cap.l.grid[1] == 1 && cap.l.grid[2] == 1);
+    assert_true(cap.l.grid[0] >= 1);
+    assert_true((unsigned long long)cap.l.grid[0] * b >= min_threads);
+}
+
+static void test_op_matvec(void **state)
+{
+    (void)state;
+    const int rows = 20, cols = 33;
+    double wv[20 * 33], bv[20];
+    void *w = wrand(PPN_DT_BF16, (size_t)rows * cols, wv), *b = wrand(PPN_DT_BF16, rows, bv);
+    float *x = frand(cols, -1, 1), *res = frand(rows, -1, 1);
+    cap.calls = 0;
+    assert_int_equal(ppn_op_matvec(&fake_gpu, fake_stream, D(res), D(w), PPN_DT_BF16, D(x), rows, cols, 0,
+                                   D(res)),
+                     PPN_OK);
+    assert_int_equal(cap.calls, 1);
+    assert_int_equal(cap.l.kernel, PPN_K_MATVEC);
+    assert_int_equal(cap.l.params_size, sizeof(ppn_kp_matvec));
+    const ppn_kp_matvec *p = (const ppn_kp_matvec *)cap.params;
+    assert_true(p->out == D(res) && p->w == D(w) && p->x == D(x) && p->bias == 0 && p->res == D(res));
+    assert_true(p->rows == rows && p->cols == cols && p->wdt == PPN_DT_BF16);
+    assert_int_equal(cap.l.nacc, 4); /* no access for the absent bias */
+    expect_acc(0, w, (size_t)rows * cols * 2, PPN_ACC_R);
+    expect_acc(1, x, (size_t)cols * 4, PPN_ACC_R);
+    expect_acc(2, res, (size_t)rows * 4, PPN_ACC_R);
+    expect_acc(3, res, (size_t)rows * 4, PPN_ACC_W);
+    /* one warp per row: enough warps for every row */
+    assert_true((unsigned long long)cap.l.grid[0] * (cap.l.block[0] / 32) >= (unsigned)rows);
+    expect_geometry(32);
+    assert_int_equal(ppn_op_matvec(&fake_gpu, fake_stream, D(res), D(w), PPN_DT_BF16, D(x), rows, cols, D(b), 0),
+                     PPN_OK);
+    assert_int_equal(cap.l.nacc, 4);
+    assert_true(declared(b, (size_t)rows * 2, PPN_ACC_R));
+    assert_true(declared(res, (size_t)rows * 4, PPN_ACC_W));
+    /* the result went through the reference: check one row */
+    double s = bv[3];
+    for (int c = 0; c < cols; c++) s += wv[3 * cols + c] * x[c];
+    check_close(res[3], s, 1e-5, "op matvec", 3);
+
+    /* argument checks: name the op and the value; nothing launched */
+    cap.calls = 0;
+    assert_int_equal(ppn_op_matvec(&fake_gpu, fake_stream, D(res), D(w), PPN_DT_BF16, D(x), 0, cols, 0, 0),
+                     PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "ppn_op_matvec"));
+    assert_non_null(strstr(ppn_last_error(), "rows"));
+    assert_int_equal(ppn_op_matvec(&fake_gpu, fake_stream, D(res), D(w), PPN_DT_BF16, D(x), rows, -3, 0, 0),
+                     PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "-3"));
+    assert_int_equal(ppn_op_matvec(&fake_gpu, fake_stream, D(res), D(w), 9, D(x), rows, cols, 0, 0), PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "9"));
+    assert_int_equal(ppn_op_matvec(&fake_gpu, fake_stream, D(x), D(w), PPN_DT_BF16, D(x), rows, cols, 0, 0),
+                     PPN_EINVAL); /* out overlapping x */
+    assert_non_null(strstr(ppn_last_error(), "overlaps"));
+    assert_int_equal(cap.calls, 0);
+    free(w), free(b), free(x), free(res);
+}
+
+static void test_op_attention_path(void **state)
+{
+    (void)state;
+    const int nh = 8, nkv = 2, hd = 16, ctx = 10;
+    size_t csz = (size_t)nkv * ctx * hd, qsz = (size_t)nh * hd;
+    float *kc = calloc(csz, 4), *vc = calloc(csz, 4), *q = frand(qsz, -1, 1), *out = malloc(qsz * 4);
+    float *k = frand((size_t)nkv * hd, -1, 1), *v = frand((size_t)nkv * hd, -1, 1), inv[8];
+    double *want = malloc(qsz * sizeof *want);
+    assert_non_null(kc);
+    assert_non_null(out);
+    assert_non_null(want);
+    for (int i = 0; i < hd / 2; i++) inv[i] = powf(10000.0f, -2.0f * i / hd);
+    ppn_step_hdr hdr = {.pos = 3};
+
+    assert_int_equal(ppn_op_kv_store(&fake_gpu, fake_stream, D(kc), D(vc), D(k), D(v), nkv, hd, ctx, D(&hdr)),
+                     PPN_OK);
+    assert_int_equal(cap.l.kernel, PPN_K_KV_STORE);
+    assert_true(declared(kc, csz * 4, PPN_ACC_W)); /* whole caches: the row comes from device memory */
+    assert_true(declared(vc, csz * 4, PPN_ACC_W));
+    assert_true(declared(k, (size_t)nkv * hd * 4, PPN_ACC_R));
+    assert_true(declared(v, (size_t)nkv * hd * 4, PPN_ACC_R));
+    assert_true(declared(&hdr, sizeof hdr, PPN_ACC_R));
+    assert_true(kc[(size_t)ctx * hd + 3 * hd] == k[hd]);
+
+    assert_int_equal(ppn_op_rope(&fake_gpu, fake_stream, D(q), nh, hd, D(inv), 0, D(&hdr)), PPN_OK);
+    assert_int_equal(cap.l.kernel, PPN_K_ROPE);
+    assert_true(declared(q, qsz * 4, PPN_ACC_R) && declared(q, qsz * 4, PPN_ACC_W));
+    assert_true(declared(inv, (size_t)hd / 2 * 4, PPN_ACC_R));
+    assert_true(declared(&hdr, sizeof hdr, PPN_ACC_R));
+
+    assert_int_equal(ppn_op_attn(&fake_gpu, fake_stream, D(out), D(q), D(kc), D(vc), nh, nkv, hd, ctx, 0.25f,
+                                 D(&hdr)),
+                     PPN_OK);
+    assert_int_equal(cap.l.kernel, PPN_K_ATTN);
+    assert_int_equal(cap.l.grid[0], (unsigned)nh);
+    assert_true(declared(kc, csz * 4, PPN_ACC_R) && declared(vc, csz * 4, PPN_ACC_R));
+    assert_true(declared(q, qsz * 4, PPN_ACC_R) && declared(out, qsz * 4, PPN_ACC_W));
+    assert_true(declared(&hdr, sizeof hdr, PPN_ACC_R));
+    assert_false(declared(kc, csz * 4, PPN_ACC_W));
+    attn_expect(q, kc, vc, nh, nkv, hd, ctx, 3, 0.25, want);
+    for (size_t i = 0; i < qsz; i++) check_close(out[i], want[i], 1e-6, "op attn", i);
+
+    /* argument checks */
+    cap.calls = 0;
+    assert_int_equal(ppn_op_rope(&fake_gpu, fake_stream, D(q), nh, 7, D(inv), 0, D(&hdr)), PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "ppn_op_rope"));
+    assert_non_null(strstr(ppn_last_error(), "7"));
+    assert_int_equal(ppn_op_rope(&fake_gpu, fake_stream, D(q), 0, hd, D(inv), 0, D(&hdr)), PPN_EINVAL);
+    assert_int_equal(ppn_op_attn(&fake_gpu, fake_stream, D(out), D(q), D(kc), D(vc), 6, 4, hd, ctx, 1, D(&hdr)),
+                     PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "ppn_op_attn"));
+    assert_int_equal(ppn_op_attn(&fake_gpu, fake_stream, D(out), D(q), D(kc), D(vc), nh, nkv, 512, ctx, 1,
+                                 D(&hdr)),
+                     PPN_EUNSUPPORTED);
+    assert_non_null(strstr(ppn_last_error(), "512"));
+    assert_int_equal(ppn_op_attn(&fake_gpu, fake_stream, D(out), D(q), D(kc), D(vc), nh, nkv, hd, 0, 1, D(&hdr)),
+                     PPN_EINVAL);
+    assert_int_equal(ppn_op_kv_store(&fake_gpu, fake_stream, D(kc), D(vc), D(k), D(v), nkv, hd, ctx, 0),
+                     PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "hdr"));
+    assert_int_equal(cap.calls, 0);
+    free(kc), free(vc), free(q), free(out), free(k), free(v), free(want);
+}
+
+static void test_op_small(void **state)
+{
+    (void)state;
+    const int n = 600;
+    float *a = frand(n, -1, 1), *b = frand(n, -1, 1), *out = malloc(n * 4), w[600];
+    int32_t idx = -5;
+    uint16_t tab[4 * 600];
+    assert_non_null(out);
+    for (int i = 0; i < n; i++) w[i] = 1.0f;
+    for (int i = 0; i < 4 * n; i++) tab[i] = ppn_f32_to_f16((float)(i % 7));
+    ppn_step_hdr hdr = {.token = 2};
+
+    assert_int_equal(ppn_op_embed(&fake_gpu, fake_stream, D(out), D(tab), PPN_DT_F16, 4, n, D(&hdr)), PPN_OK);
+    expect_geometry((unsigned)n);
+    assert_true(declared(tab, sizeof tab, PPN_ACC_R) && declared(&hdr, sizeof hdr, PPN_ACC_R));
+    assert_true(declared(out, (size_t)n * 4, PPN_ACC_W));
+    assert_true(out[5] == (float)((2 * n + 5) % 7));
+
+    assert_int_equal(ppn_op_rmsnorm(&fake_gpu, fake_stream, D(out), D(a), D(w), PPN_DT_F32, n, 1e-5f), PPN_OK);
+    assert_true(declared(a, (size_t)n * 4, PPN_ACC_R) && declared(w, (size_t)n * 4, PPN_ACC_R));
+    assert_true(declared(out, (size_t)n * 4, PPN_ACC_W));
+
+    assert_int_equal(ppn_op_head_rmsnorm(&fake_gpu, fake_stream, D(out), 10, 60, D(w), PPN_DT_F32, 1e-6f), PPN_OK);
+    assert_int_equal(cap.l.grid[0], 10);
+    assert_true(declared(out, (size_t)n * 4, PPN_ACC_RW) && declared(w, 60 * 4, PPN_ACC_R));
+
+    assert_int_equal(ppn_op_swiglu(&fake_gpu, fake_stream, D(out), D(a), D(b), n), PPN_OK);
+    expect_geometry((unsigned)n);
+    check_close(out[9], a[9] / (1.0 + exp(-(double)a[9])) * b[9], 1e-6, "op swiglu", 9);
+
+    assert_int_equal(ppn_op_add(&fake_gpu, fake_stream, D(a), D(a), D(b), n), PPN_OK);
+    expect_geometry((unsigned)n);
+    assert_true(declared(a, (size_t)n * 4, PPN_ACC_R) && declared(a, (size_t)n * 4, PPN_ACC_W));
+
+    a[123] = 50.0f;
+    assert_int_equal(ppn_op_argmax(&fake_gpu, fake_stream, D(&idx), D(a), n), PPN_OK);
+    assert_int_equal(idx, 123);
+    assert_true(declared(&idx, 4, PPN_ACC_W) && declared(a, (size_t)n * 4, PPN_ACC_R));
+
+    assert_int_equal(ppn_op_fill(&fake_gpu, fake_stream, D(out), 0x7FC00000u, n), PPN_OK);
+    expect_geometry((unsigned)n);
+    assert_int_equal(cap.l.nacc, 1);
+    expect_acc(0, out, (size_t)n * 4, PPN_ACC_W);
+    assert_true(isnan(out[n - 1]));
+
+    cap.calls = 0;
+    assert_int_equal(ppn_op_fill(&fake_gpu, fake_stream, D(out), 0, 0), PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "ppn_op_fill"));
+    assert_int_equal(ppn_op_add(&fake_gpu, fake_stream, D(out), D(a), D(b), -1), PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "-1"));
+    assert_int_equal(ppn_op_swiglu(&fake_gpu, fake_stream, D(out), D(a), 0, n), PPN_EINVAL);
+    assert_int_equal(ppn_op_argmax(&fake_gpu, fake_stream, D(&idx), D(a), 0), PPN_EINVAL);
+    assert_int_equal(ppn_op_embed(&fake_gpu, fake_stream, D(out), D(tab), PPN_DT_F16, 0, n, D(&hdr)), PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "vocab"));
+    assert_int_equal(ppn_op_head_rmsnorm(&fake_gpu, fake_stream, D(out), 10, 0, D(w), PPN_DT_F32, 1e-6f),
+                     PPN_EINVAL);
+    assert_int_equal(ppn_op_rmsnorm(&fake_gpu, fake_stream, D(out), D(a), D(w), 3, n, 1e-5f), PPN_EINVAL);
+    assert_int_equal(cap.calls, 0);
+    free(a), free(b), free(out);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_table),
+        cmocka_unit_test(test_bf16_known),
+        cmocka_unit_test(test_bf16_roundtrip_and_rne),
+        cmocka_unit_test(test_f16_known),
+        cmocka_unit_test(test_f16_roundtrip_and_rne),
+        cmocka_unit_test(test_matvec),
+        cmocka_unit_test(test_rmsnorm),
+        cmocka_unit_test(test_head_rmsnorm),
+        cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_rope_pairing),
+        cmocka_unit_test(test_kv_store),
+        cmocka_unit_test(test_attn),
+        cmocka_unit_test(test_attn_gqa_map),
+        cmocka_unit_test(test_embed),
+        cmocka_unit_test(test_swiglu),
+        cmocka_unit_test(test_add),
+        cmocka_unit_test(test_argmax),
+        cmocka_unit_test(test_fill),
+        cmocka_unit_test(test_op_matvec),
+        cmocka_unit_test(test_op_attention_path),
+        cmocka_unit_test(test_op_small),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

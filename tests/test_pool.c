@@ -1,0 +1,233 @@
+/* test_pool.c - the stream-ordered device pool on the sim backend: the cross-stream rule, proved against the
+ * sim checker; zero driver allocations in steady state; exhaustion and recovery; double free. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/gpu.h"
+#include "alloc/pool.h"
+#include "kernels/ops.h"
+
+typedef struct fx {
+    ppn_gpu *g;
+    ppn_pool *p;
+    ppn_gstream *a, *b;
+} fx;
+
+static int setup_mem(void **state, const char *mem)
+{
+    fx *f = calloc(1, sizeof *f);
+    if (mem) setenv("PPN_SIM_MEM", mem, 1);
+    ppn_status st = ppn_gpu_sim_create(&f->g);
+    unsetenv("PPN_SIM_MEM");
+    assert_int_equal(st, PPN_OK);
+    assert_int_equal(ppn_pool_create(f->g, 0, 1 << 20, &f->p), PPN_OK);
+    assert_int_equal(f->g->ops->stream_create(f->g, 0, &f->a), PPN_OK);
+    assert_int_equal(f->g->ops->stream_create(f->g, 0, &f->b), PPN_OK);
+    *state = f;
+    return 0;
+}
+
+static int setup(void **state) { return setup_mem(state, NULL); }
+static int setup_small(void **state) { return setup_mem(state, "8M"); }
+
+static int teardown(void **state)
+{
+    fx *f = *state;
+    f->g->ops->stream_sync(f->g, f->a);
+    f->g->ops->stream_sync(f->g, f->b);
+    ppn_pool_stream_retired(f->p, f->a);
+    ppn_pool_stream_retired(f->p, f->b);
+    f->g->ops->stream_destroy(f->g, f->a);
+    f->g->ops->stream_destroy(f->g, f->b);
+    ppn_pool_destroy(f->p);
+    ppn_gpu_close(f->g);
+    free(f);
+    return 0;
+}
+
+static ppn_pool_stats stats(fx *f)
+{
+    ppn_pool_stats s;
+    ppn_pool_get_stats(f->p, &s);
+    return s;
+}
+
+/* The sticky checker status after draining both streams (PPN_OK when the checker stayed silent). */
+static ppn_status drain(fx *f, char *msg, size_t cap)
+{
+    f->g->ops->stream_sync(f->g, f->a);
+    f->g->ops->stream_sync(f->g, f->b);
+    return ppn_gpu_sim_take_error(f->g, msg, cap);
+}
+
+static void same_stream_reuse_inserts_no_wait(void **state)
+{
+    fx *f = *state;
+    ppn_dptr p1, p2;
+    assert_int_equal(ppn_pool_alloc(f->p, 1000, f->a, "t", &p1), PPN_OK);
+    assert_int_equal(ppn_op_fill(f->g, f->a, p1, 7, 250), PPN_OK);
+    assert_int_equal(ppn_pool_free(f->p, p1, f->a), PPN_OK);
+    assert_int_equal(ppn_pool_alloc(f->p, 1000, f->a, "t", &p2), PPN_OK);
+    assert_true(p1 == p2); /* reused ... */
+    assert_int_equal(stats(f).cross_waits, 0); /* ... with stream order alone */
+    assert_int_equal(ppn_op_fill(f->g, f->a, p2, 9, 250), PPN_OK);
+    char msg[1024];
+    assert_int_equal(drain(f, msg, sizeof msg), PPN_OK);
+    assert_int_equal(ppn_pool_free(f->p, p2, f->a), PPN_OK);
+}
+
+/* Write on A, free on A, reuse on B, write on B: exactly one wait, and the checker is silent. */
+static ppn_status cross_stream_sequence(fx *f, ppn_dptr *p1_out, ppn_dptr *p2_out)
+{
+    ppn_dptr p1, p2;
+    assert_int_equal(ppn_pool_alloc(f->p, 4096, f->a, "act", &p1), PPN_OK);
+    assert_int_equal(ppn_op_fill(f->g, f->a, p1, 1, 1024), PPN_OK);
+    assert_int_equal(ppn_pool_free(f->p, p1, f->a), PPN_OK);
+    assert_int_equal(ppn_pool_alloc(f->p, 4096, f->b, "act", &p2), PPN_OK);
+    assert_int_equal(ppn_op_fill(f->g, f->b, p2, 2, 1024), PPN_OK);
+    *p1_out = p1;
+    *p2_out = p2;
+    return PPN_OK;
+}
+
+static void cross_stream_reuse_inserts_one_wait(void **state)
+{
+    fx *f = *state;
+    ppn_dptr p1, p2;
+    cross_stream_sequence(f, &p1, &p2);
+    assert_true(p1 == p2);
+    assert_int_equal(stats(f).cross_waits, 1);
+    char msg[1024] = "";
+    assert_int_equal(drain(f, msg, sizeof msg), PPN_OK);
+    uint32_t w[4];
+    assert_int_equal(f->g->ops->copy_dtoh(f->g, f->b, w, p2, sizeof w), PPN_OK);
+    assert_int_equal(f->g->ops->stream_sync(f->g, f->b), PPN_OK);
+    assert_int_equal(w[0], 2);
+    assert_int_equal(w[3], 2);
+    assert_int_equal(ppn_pool_free(f->p, p2, f->b), PPN_OK);
+}
+
+/* The same sequence with the pool's wait removed is a race the checker must report. */
+static void removed_wait_is_reported_as_race(void **state)
+{
+    fx *f = *state;
+    ppn_pool_test_skip_cross_wait(f->p, 1);
+    ppn_dptr p1, p2;
+    cross_stream_sequence(f, &p1, &p2);
+    assert_true(p1 == p2);
+    assert_int_equal(stats(f).cross_waits, 0);
+    char msg[2048] = "";
+    assert_int_equal(drain(f, msg, sizeof msg), PPN_ERACE);
+    assert_non_null(strstr(msg, "act")); /* names the block */
+    assert_int_equal(ppn_pool_free(f->p, p2, f->b), PPN_OK);
+    f->g->ops->stream_sync(f->g, f->b);
+    ppn_gpu_sim_take_error(f->g, msg, sizeof msg);
+}
+
+static void steady_state_makes_no_driver_allocation(void **state)
+{
+    fx *f = *state;
+    size_t sizes[] = {256, 4096, 10000, 65536, 300000, 3 << 20};
+    ppn_dptr p[6];
+    for (int warm = 0; warm < 2; warm++) /* warm-up: carve every class once */
+        for (int i = 0; i < 6; i++) {
+            assert_int_equal(ppn_pool_alloc(f->p, sizes[i], f->a, "w", &p[i]), PPN_OK);
+            if (warm) continue;
+            assert_int_equal(ppn_pool_free(f->p, p[i], f->a), PPN_OK);
+        }
+    for (int i = 0; i < 6; i++) assert_int_equal(ppn_pool_free(f->p, p[i], f->a), PPN_OK);
+    uint64_t drv = f->g->n_mem_alloc, slabs = stats(f).slabs;
+    for (int it = 0; it < 1000; it++) {
+        ppn_gstream *s = (it & 1) ? f->b : f->a;
+        for (int i = 0; i < 6; i++) assert_int_equal(ppn_pool_alloc(f->p, sizes[i], s, "w", &p[i]), PPN_OK);
+        for (int i = 0; i < 6; i++) assert_int_equal(ppn_pool_free(f->p, p[i], s), PPN_OK);
+    }
+    assert_int_equal(f->g->n_mem_alloc, drv);
+    assert_int_equal(stats(f).slabs, slabs);
+    assert_true(stats(f).cross_waits > 0); /* alternating streams did go through the wait path */
+    char msg[1024];
+    assert_int_equal(drain(f, msg, sizeof msg), PPN_OK);
+}
+
+static void exhaustion_returns_enomem_and_pool_recovers(void **state)
+{
+    fx *f = *state; /* 8 MiB device */
+    ppn_dptr p[64];
+    int n = 0;
+    ppn_status st;
+    while ((st = ppn_pool_alloc(f->p, 1 << 20, f->a, "big", &p[n])) == PPN_OK) {
+        n++;
+        assert_true(n < 64);
+    }
+    assert_int_equal(st, PPN_ENOMEM);
+    assert_non_null(strstr(ppn_last_error(), "pool dev 0"));
+    assert_true(n >= 4);
+    ppn_dptr small;
+    assert_int_equal(ppn_pool_free(f->p, p[n - 1], f->a), PPN_OK);
+    assert_int_equal(ppn_pool_alloc(f->p, 1 << 20, f->a, "big", &small), PPN_OK); /* serves again */
+    assert_true(small == p[n - 1]);
+    p[n - 1] = small;
+    for (int i = 0; i < n; i++) assert_int_equal(ppn_pool_free(f->p, p[i], f->a), PPN_OK);
+    char msg[512];
+    assert_int_equal(drain(f, msg, sizeof msg), PPN_OK);
+}
+
+static void double_free_is_refused(void **state)
+{
+    fx *f = *state;
+    ppn_dptr p;
+    assert_int_equal(ppn_pool_alloc(f->p, 512, f->a, "x", &p), PPN_OK);
+    assert_int_equal(ppn_pool_free(f->p, p, f->a), PPN_OK);
+    assert_int_equal(ppn_pool_free(f->p, p, f->a), PPN_EDOUBLEFREE);
+    assert_non_null(strstr(ppn_last_error(), "not a live block"));
+    assert_int_equal(ppn_pool_free(f->p, p + 256, f->a), PPN_EDOUBLEFREE);
+    assert_int_equal(stats(f).in_use, 0);
+    char msg[512];
+    assert_int_equal(drain(f, msg, sizeof msg), PPN_OK);
+}
+
+static void retired_stream_forces_a_wait(void **state)
+{
+    fx *f = *state;
+    ppn_dptr p1, p2;
+    assert_int_equal(ppn_pool_alloc(f->p, 2048, f->a, "r", &p1), PPN_OK);
+    assert_int_equal(ppn_pool_free(f->p, p1, f->a), PPN_OK);
+    ppn_pool_stream_retired(f->p, f->a);
+    assert_int_equal(ppn_pool_alloc(f->p, 2048, f->a, "r", &p2), PPN_OK);
+    assert_true(p1 == p2);
+    assert_int_equal(stats(f).cross_waits, 1);
+    assert_int_equal(ppn_pool_free(f->p, p2, f->a), PPN_OK);
+}
+
+static void stats_track_use_and_peak(void **state)
+{
+    fx *f = *state;
+    ppn_dptr a, b;
+    assert_int_equal(ppn_pool_alloc(f->p, 300, f->a, "s", &a), PPN_OK); /* class 512 */
+    assert_int_equal(ppn_pool_alloc(f->p, 1024, f->a, "s", &b), PPN_OK);
+    assert_int_equal(stats(f).in_use, 512 + 1024);
+    assert_int_equal(ppn_pool_free(f->p, a, f->a), PPN_OK);
+    assert_int_equal(stats(f).in_use, 1024);
+    assert_int_equal(stats(f).peak, 512 + 1024);
+    assert_int_equal(ppn_pool_free(f->p, b, f->a), PPN_OK);
+    assert_int_equal(ppn_pool_alloc(f->p, 0, f->a, "s", &a), PPN_EINVAL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(same_stream_reuse_inserts_no_wait, setup, teardown),
+        cmocka_unit_test_setup_teardown(cross_stream_reuse_inserts_one_wait, setup, teardown),
+        cmocka_unit_test_setup_teardown(removed_wait_is_reported_as_race, setup, teardown),
+        cmocka_unit_test_setup_teardown(steady_state_makes_no_driver_allocation, setup, teardown),
+        cmocka_unit_test_setup_teardown(exhaustion_returns_enomem_and_pool_recovers, setup_small, teardown),
+        cmocka_unit_test_setup_teardown(double_free_is_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(retired_stream_forces_a_wait, setup, teardown),
+        cmocka_unit_test_setup_teardown(stats_track_use_and_peak, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
