@@ -1,0 +1,650 @@
+/* gpu_cuda.c - the cuda backend of the device layer: struct ppn_gpu_ops over the CUDA driver API.
+ *
+ * Contexts: each device uses its primary context, retained on first use of the device (retaining costs
+ * device memory, so unused GPUs stay untouched) and released at destroy. Every op that needs a context makes
+ * the right one current on the calling thread first; a per-thread cache skips redundant cuCtxSetCurrent.
+ *
+ * Kernels: the fatbin embedded by the build (ppn_fatbin_data) is loaded into a device's context on the first
+ * launch there; each kernel's CUfunction is looked up by its ppn_kernels[] name on its first launch and
+ * cached per device.
+ *
+ * Threading contract (gpu.h): every op may be called from any thread; calls on one stream are serialized by
+ * the caller. Per-device lazy state (context, module, functions) is created under the device's mutex and
+ * published with a release store; the fast path reads it with an acquire load and takes no lock. The
+ * peer-access matrix and the device handles are written once at create and read-only after.
+ * Streams and events must be destroyed by their owners before ppn_gpu_close: releasing the last reference
+ * to a primary context destroys whatever still lives in it.
+ *
+ * Code outside ppn that calls cuCtxSetCurrent on a thread that also calls ppn must restore the previous
+ * context before calling ppn again (the per-thread cache cannot see such changes).
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cuda_drv.h"
+#include "gpu.h"
+#include "kernels/ktable.h"
+
+#ifndef PPN_HAVE_FATBIN
+#define PPN_HAVE_FATBIN 0
+#endif
+
+#if PPN_HAVE_FATBIN
+extern const unsigned char ppn_fatbin_data[], ppn_fatbin_end[];
+#endif
+
+typedef struct cu_dev {
+    CUdevice dev;                            /* written at create, read-only after */
+    pthread_mutex_t mu;                      /* serializes the lazy creation of ctx, mod and fn[] */
+    _Atomic(CUcontext) ctx;                  /* retained primary context; NULL until first use */
+    _Atomic(CUmodule) mod;                   /* the embedded fatbin in ctx; NULL until first launch */
+    _Atomic(CUfunction) fn[PPN_K_COUNT];     /* per kernel id; NULL until its first launch */
+} cu_dev;
+
+typedef struct cu_gpu {
+    ppn_gpu base;          /* first: ppn_gpu * and cu_gpu * convert */
+    ppn_cuda_drv drv;      /* immutable after create */
+    int ndev;              /* immutable after create */
+    unsigned char *can;    /* [ndev * ndev]: can[i*ndev+j] = device i can access j's memory; immutable */
+    cu_dev *devs;          /* [ndev] */
+} cu_gpu;
+
+struct ppn_gstream {
+    CUstream s;
+    int dev;
+    CUcontext ctx; /* the context s lives in */
+};
+
+struct ppn_gevent {
+    CUevent e;
+    int dev;
+    int timing;
+    CUcontext ctx;
+};
+
+static inline cu_gpu *cu_of(ppn_gpu *g) { return (cu_gpu *)g; }
+
+/* ---------------------------------------------------------------------------------------------------------
+ * Contexts */
+
+/* Bumped whenever a backend is destroyed (its contexts may have been released); a thread's cached current
+ * context is trusted only while the epoch it was set in is still current. */
+static atomic_uint_fast64_t cu_ctx_epoch = 1;
+static _Thread_local struct {
+    uint_fast64_t epoch;
+    CUcontext ctx;
+} cu_tls;
+
+static ppn_status cu_set_current(cu_gpu *b, CUcontext c)
+{
+    uint_fast64_t ep = atomic_load_explicit(&cu_ctx_epoch, memory_order_relaxed);
+    if (cu_tls.ctx == c && cu_tls.epoch == ep) return PPN_OK;
+    PPN_CHECK(PPN_CU(&b->drv, cuCtxSetCurrent, c));
+    cu_tls.ctx = c;
+    cu_tls.epoch = ep;
+    return PPN_OK;
+}
+
+static ppn_status cu_check_dev(cu_gpu *b, int dev, const char *op)
+{
+    if (dev < 0 || dev >= b->ndev)
+        return ppn_err(PPN_EINVAL, "cuda: %s: device %d out of range [0, %d)", op, dev, b->ndev);
+    return PPN_OK;
+}
+
+static ppn_status cu_retain_locked(cu_gpu *b, cu_dev *d, int dev, CUcontext *out)
+{
+    CUcontext c = atomic_load_explicit(&d->ctx, memory_order_relaxed);
+    if (!c) {
+        ppn_status st = PPN_CU(&b->drv, cuDevicePrimaryCtxRetain, &c, d->dev);
+        if (st != PPN_OK) return ppn_err_ctx(st, "retaining the primary context of device %d", dev);
+        atomic_store_explicit(&d->ctx, c, memory_order_release); /* pairs with the acquire in cu_ctx() */
+    }
+    *out = c;
+    return PPN_OK;
+}
+
+/* The retained primary context of dev (retained on first use). */
+static ppn_status cu_ctx(cu_gpu *b, int dev, CUcontext *out)
+{
+    cu_dev *d = &b->devs[dev];
+    CUcontext c = atomic_load_explicit(&d->ctx, memory_order_acquire); /* pairs with cu_retain_locked() */
+    if (c) {
+        *out = c;
+        return PPN_OK;
+    }
+    pthread_mutex_lock(&d->mu);
+    ppn_status st = cu_retain_locked(b, d, dev, out);
+    pthread_mutex_unlock(&d->mu);
+    return st;
+}
+
+/* Make dev's context current on this thread (retaining it on first use). */
+static ppn_status cu_use_dev(cu_gpu *b, int dev, const char *op)
+{
+    CUcontext c = NULL;
+    PPN_CHECK(cu_check_dev(b, dev, op));
+    PPN_CHECK(cu_ctx(b, dev, &c));
+    return cu_set_current(b, c);
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * Devices */
+
+static int cu_device_count(ppn_gpu *g) { return cu_of(g)->ndev; }
+
+static ppn_status cu_attr(cu_gpu *b, int dev, CUdevice_attribute a, const char *what, int *out)
+{
+    ppn_status st = PPN_CU(&b->drv, cuDeviceGetAttribute, out, a, b->devs[dev].dev);
+    if (st != PPN_OK) return ppn_err_ctx(st, "device %d: reading %s", dev, what);
+    return PPN_OK;
+}
+
+/* Needs no context: these are device queries. */
+static ppn_status cu_device_info(ppn_gpu *g, int dev, ppn_device_info *out)
+{
+    cu_gpu *b = cu_of(g);
+    PPN_CHECK(cu_check_dev(b, dev, "device_info"));
+    CUdevice d = b->devs[dev].dev;
+    memset(out, 0, sizeof *out);
+    PPN_CHECK(PPN_CU(&b->drv, cuDeviceGetName, out->name, (int)sizeof out->name, d));
+    PPN_CHECK(PPN_CU(&b->drv, cuDeviceTotalMem, &out->mem_total, d));
+    PPN_CHECK(PPN_CU(&b->drv, cuDeviceGetPCIBusId, out->pci_bus_id, (int)sizeof out->pci_bus_id, d));
+    PPN_CHECK(cu_attr(b, dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, "compute capability", &out->cc_major));
+    PPN_CHECK(cu_attr(b, dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, "compute capability", &out->cc_minor));
+    PPN_CHECK(cu_attr(b, dev, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, "SM count", &out->sm_count));
+    out->sim = 0;
+    return PPN_OK;
+}
+
+static ppn_status cu_mem_get_info(ppn_gpu *g, int dev, size_t *free_b, size_t *total_b)
+{
+    cu_gpu *b = cu_of(g);
+    PPN_CHECK(cu_use_dev(b, dev, "mem_get_info"));
+    return PPN_CU(&b->drv, cuMemGetInfo, free_b, total_b);
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * Memory */
+
+static ppn_status cu_mem_alloc(ppn_gpu *g, int dev, size_t bytes, ppn_dptr *out)
+{
+    cu_gpu *b = cu_of(g);
+    CUdeviceptr p = 0;
+    PPN_CHECK(cu_use_dev(b, dev, "mem_alloc"));
+    ppn_status st = PPN_CU(&b->drv, cuMemAlloc, &p, bytes);
+    if (st != PPN_OK) return ppn_err_ctx(st, "allocating %zu bytes on device %d", bytes, dev);
+    __atomic_fetch_add(&g->n_mem_alloc, 1, __ATOMIC_RELAXED);
+    *out = (ppn_dptr)p;
+    return PPN_OK;
+}
+
+static ppn_status cu_mem_free(ppn_gpu *g, int dev, ppn_dptr p)
+{
+    cu_gpu *b = cu_of(g);
+    if (!p) return PPN_OK;
+    PPN_CHECK(cu_use_dev(b, dev, "mem_free"));
+    return PPN_CU(&b->drv, cuMemFree, (CUdeviceptr)p);
+}
+
+/* Pinned memory needs some current context; device 0's serves, and PORTABLE makes the pages pinned for
+ * every context, so any device's streams can copy from them asynchronously. */
+static ppn_status cu_host_alloc(ppn_gpu *g, size_t bytes, void **out)
+{
+    cu_gpu *b = cu_of(g);
+    void *p = NULL;
+    if (bytes == 0) return ppn_err(PPN_EINVAL, "cuda: host_alloc of 0 bytes");
+    PPN_CHECK(cu_use_dev(b, 0, "host_alloc"));
+    ppn_status st = PPN_CU(&b->drv, cuMemHostAlloc, &p, bytes, CU_MEMHOSTALLOC_PORTABLE);
+    if (st != PPN_OK) return ppn_err_ctx(st, "pinning %zu host bytes", bytes);
+    *out = p;
+    return PPN_OK;
+}
+
+static ppn_status cu_host_free(ppn_gpu *g, void *p, size_t bytes)
+{
+    cu_gpu *b = cu_of(g);
+    (void)bytes; /* the driver knows the size */
+    if (!p) return PPN_OK;
+    PPN_CHECK(cu_use_dev(b, 0, "host_free"));
+    return PPN_CU(&b->drv, cuMemFreeHost, p);
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * Streams and events */
+
+static ppn_status cu_stream_create(ppn_gpu *g, int dev, ppn_gstream **out)
+{
+    cu_gpu *b = cu_of(g);
+    ppn_status st = PPN_OK;
+    ppn_gstream *s = calloc(1, sizeof *s);
+    if (!s) return ppn_err(PPN_ENOMEM, "cuda: stream_create: out of host memory");
+    PPN_CHECK_GOTO(cu_use_dev(b, dev, "stream_create"), st, out);
+    PPN_CHECK_GOTO(cu_ctx(b, dev, &s->ctx), st, out);
+    PPN_CHECK_GOTO(PPN_CU(&b->drv, cuStreamCreate, &s->s, CU_STREAM_NON_BLOCKING), st, out);
+    s->dev = dev;
+    *out = s;
+out:
+    if (st != PPN_OK) free(s);
+    return st;
+}
+
+static ppn_status cu_stream_sync(ppn_gpu *g, ppn_gstream *s)
+{
+    cu_gpu *b = cu_of(g);
+    PPN_CHECK(cu_set_current(b, s->ctx));
+    ppn_status st = PPN_CU(&b->drv, cuStreamSynchronize, s->s);
+    if (st != PPN_OK) return ppn_err_ctx(st, "stream on device %d", s->dev);
+    return PPN_OK;
+}
+
+/* Drains the stream first, so an asynchronous fault of its last work is reported here, not lost. The
+ * stream is destroyed and freed whatever the drain says. */
+static ppn_status cu_stream_destroy(ppn_gpu *g, ppn_gstream *s)
+{
+    cu_gpu *b = cu_of(g);
+    if (!s) return PPN_OK;
+    ppn_status st = cu_stream_sync(g, s);
+    ppn_status st2 = cu_set_current(b, s->ctx);
+    if (st2 == PPN_OK) st2 = PPN_CU(&b->drv, cuStreamDestroy, s->s);
+    free(s);
+    return st != PPN_OK ? st : st2;
+}
+
+static int cu_stream_device(ppn_gpu *g, ppn_gstream *s)
+{
+    (void)g;
+    return s->dev;
+}
+
+static ppn_status cu_event_create(ppn_gpu *g, int dev, int timing, ppn_gevent **out)
+{
+    cu_gpu *b = cu_of(g);
+    ppn_status st = PPN_OK;
+    ppn_gevent *e = calloc(1, sizeof *e);
+    if (!e) return ppn_err(PPN_ENOMEM, "cuda: event_create: out of host memory");
+    PPN_CHECK_GOTO(cu_use_dev(b, dev, "event_create"), st, out);
+    PPN_CHECK_GOTO(cu_ctx(b, dev, &e->ctx), st, out);
+    /* Timing costs a timestamp write per record; only requested events pay it. */
+    unsigned flags = timing ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING;
+    PPN_CHECK_GOTO(PPN_CU(&b->drv, cuEventCreate, &e->e, flags), st, out);
+    e->dev = dev;
+    e->timing = timing != 0;
+    *out = e;
+out:
+    if (st != PPN_OK) free(e);
+    return st;
+}
+
+static ppn_status cu_event_destroy(ppn_gpu *g, ppn_gevent *e)
+{
+    cu_gpu *b = cu_of(g);
+    if (!e) return PPN_OK;
+    ppn_status st = cu_set_current(b, e->ctx);
+    if (st == PPN_OK) st = PPN_CU(&b->drv, cuEventDestroy, e->e);
+    free(e);
+    return st;
+}
+
+/* The driver requires the event and the stream to share a context; say so before it does, naming both. */
+static ppn_status cu_event_record(ppn_gpu *g, ppn_gevent *e, ppn_gstream *s)
+{
+    cu_gpu *b = cu_of(g);
+    if (e->dev != s->dev)
+        return ppn_err(PPN_EINVAL, "cuda: event_record: event of device %d on a stream of device %d", e->dev,
+                       s->dev);
+    PPN_CHECK(cu_set_current(b, s->ctx));
+    return PPN_CU(&b->drv, cuEventRecord, e->e, s->s);
+}
+
+/* Cross-device waits are allowed: the driver synchronizes the two devices. */
+static ppn_status cu_stream_wait_event(ppn_gpu *g, ppn_gstream *s, ppn_gevent *e)
+{
+    cu_gpu *b = cu_of(g);
+    PPN_CHECK(cu_set_current(b, s->ctx));
+    return PPN_CU(&b->drv, cuStreamWaitEvent, s->s, e->e, 0);
+}
+
+static ppn_status cu_event_query(ppn_gpu *g, ppn_gevent *e, int *done)
+{
+    cu_gpu *b = cu_of(g);
+    PPN_CHECK(cu_set_current(b, e->ctx));
+    CUresult r = b->drv.cuEventQuery(e->e);
+    if (r == CUDA_ERROR_NOT_READY) {
+        *done = 0;
+        return PPN_OK;
+    }
+    PPN_CHECK(ppn_cuda_result(&b->drv, r, "cuEventQuery(e->e)", PPN_CU_FILE_, __LINE__));
+    *done = 1;
+    return PPN_OK;
+}
+
+static ppn_status cu_event_sync(ppn_gpu *g, ppn_gevent *e)
+{
+    cu_gpu *b = cu_of(g);
+    PPN_CHECK(cu_set_current(b, e->ctx));
+    return PPN_CU(&b->drv, cuEventSynchronize, e->e);
+}
+
+static ppn_status cu_event_elapsed(ppn_gpu *g, ppn_gevent *start, ppn_gevent *end, float *ms)
+{
+    cu_gpu *b = cu_of(g);
+    if (!start->timing || !end->timing)
+        return ppn_err(PPN_EINVAL, "cuda: event_elapsed: the %s event was created without timing",
+                       start->timing ? "end" : "start");
+    PPN_CHECK(cu_set_current(b, start->ctx));
+    return PPN_CU(&b->drv, cuEventElapsedTime, ms, start->e, end->e);
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * Copies */
+
+static ppn_status cu_copy_htod(ppn_gpu *g, ppn_gstream *s, ppn_dptr dst, const void *src, size_t n)
+{
+    cu_gpu *b = cu_of(g);
+    if (n == 0) return PPN_OK;
+    PPN_CHECK(cu_set_current(b, s->ctx));
+    return PPN_CU(&b->drv, cuMemcpyHtoDAsync, (CUdeviceptr)dst, src, n, s->s);
+}
+
+static ppn_status cu_copy_dtoh(ppn_gpu *g, ppn_gstream *s, void *dst, ppn_dptr src, size_t n)
+{
+    cu_gpu *b = cu_of(g);
+    if (n == 0) return PPN_OK;
+    PPN_CHECK(cu_set_current(b, s->ctx));
+    return PPN_CU(&b->drv, cuMemcpyDtoHAsync, dst, (CUdeviceptr)src, n, s->s);
+}
+
+static ppn_status cu_copy_dtod(ppn_gpu *g, ppn_gstream *s, ppn_dptr dst, ppn_dptr src, size_t n)
+{
+    cu_gpu *b = cu_of(g);
+    if (n == 0) return PPN_OK;
+    PPN_CHECK(cu_set_current(b, s->ctx));
+    return PPN_CU(&b->drv, cuMemcpyDtoDAsync, (CUdeviceptr)dst, (CUdeviceptr)src, n, s->s);
+}
+
+/* Direct when the two devices can reach each other; otherwise the driver stages the copy through host
+ * memory, which we count so callers can see a boundary running on the slow path. */
+static int cu_peer_direct(cu_gpu *b, int a, int c)
+{
+    return a == c || (b->can[a * b->ndev + c] && b->can[c * b->ndev + a]);
+}
+
+static ppn_status cu_copy_peer(ppn_gpu *g, ppn_gstream *s, ppn_dptr dst, int dst_dev, ppn_dptr src,
+                               int src_dev, size_t n)
+{
+    cu_gpu *b = cu_of(g);
+    CUcontext dctx = NULL, sctx = NULL;
+    PPN_CHECK(cu_check_dev(b, dst_dev, "copy_peer (destination)"));
+    PPN_CHECK(cu_check_dev(b, src_dev, "copy_peer (source)"));
+    if (n == 0) return PPN_OK;
+    PPN_CHECK(cu_ctx(b, dst_dev, &dctx));
+    PPN_CHECK(cu_ctx(b, src_dev, &sctx));
+    PPN_CHECK(cu_set_current(b, s->ctx));
+    ppn_status st = PPN_CU(&b->drv, cuMemcpyPeerAsync, (CUdeviceptr)dst, dctx, (CUdeviceptr)src, sctx, n, s->s);
+    if (st != PPN_OK)
+        return ppn_err_ctx(st, "copy_peer of %zu bytes, device %d -> %d", n, src_dev, dst_dev);
+    if (!cu_peer_direct(b, src_dev, dst_dev)) __atomic_fetch_add(&g->n_host_staged, 1, __ATOMIC_RELAXED);
+    return PPN_OK;
+}
+
+static ppn_status cu_memset_d8(ppn_gpu *g, ppn_gstream *s, ppn_dptr dst, unsigned char v, size_t n)
+{
+    cu_gpu *b = cu_of(g);
+    if (n == 0) return PPN_OK;
+    PPN_CHECK(cu_set_current(b, s->ctx));
+    return PPN_CU(&b->drv, cuMemsetD8Async, (CUdeviceptr)dst, v, n, s->s);
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * Peer access */
+
+static ppn_status cu_peer_can_access(ppn_gpu *g, int dev, int peer, int *can)
+{
+    cu_gpu *b = cu_of(g);
+    PPN_CHECK(cu_check_dev(b, dev, "peer_can_access"));
+    PPN_CHECK(cu_check_dev(b, peer, "peer_can_access (peer)"));
+    *can = dev == peer || b->can[dev * b->ndev + peer];
+    return PPN_OK;
+}
+
+/* A device always reaches its own memory: enabling itself is a no-op (the driver would call it invalid).
+ * Enabling twice is fine too (the driver's ALREADY_ENABLED is not sticky). */
+static ppn_status cu_peer_enable(ppn_gpu *g, int dev, int peer)
+{
+    cu_gpu *b = cu_of(g);
+    CUcontext pctx = NULL;
+    PPN_CHECK(cu_check_dev(b, peer, "peer_enable (peer)"));
+    PPN_CHECK(cu_use_dev(b, dev, "peer_enable"));
+    if (dev == peer) return PPN_OK;
+    PPN_CHECK(cu_ctx(b, peer, &pctx));
+    CUresult r = b->drv.cuCtxEnablePeerAccess(pctx, 0);
+    if (r == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) return PPN_OK;
+    ppn_status st = ppn_cuda_result(&b->drv, r, "cuCtxEnablePeerAccess(pctx, 0)", PPN_CU_FILE_, __LINE__);
+    if (st != PPN_OK) return ppn_err_ctx(st, "enabling device %d to access device %d", dev, peer);
+    return PPN_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * Kernels */
+
+#if PPN_HAVE_FATBIN
+static ppn_status cu_module_locked(cu_gpu *b, int dev, CUmodule *out)
+{
+    cu_dev *d = &b->devs[dev];
+    CUmodule m = atomic_load_explicit(&d->mod, memory_order_relaxed);
+    if (!m) {
+        ppn_status st = PPN_CU(&b->drv, cuModuleLoadData, &m, ppn_fatbin_data);
+        if (st != PPN_OK)
+            return ppn_err_ctx(st, "loading the embedded kernels (%zu-byte fatbin) on device %d",
+                               (size_t)(ppn_fatbin_end - ppn_fatbin_data), dev);
+        atomic_store_explicit(&d->mod, m, memory_order_release); /* pairs with the acquire in cu_kernel() */
+    }
+    *out = m;
+    return PPN_OK;
+}
+
+static ppn_status cu_function_locked(cu_gpu *b, int dev, int id, CUfunction *out)
+{
+    cu_dev *d = &b->devs[dev];
+    CUfunction f = atomic_load_explicit(&d->fn[id], memory_order_relaxed);
+    if (!f) {
+        CUmodule m = NULL;
+        PPN_CHECK(cu_module_locked(b, dev, &m));
+        const char *name = ppn_kernels[id].name;
+        ppn_status st = PPN_CU(&b->drv, cuModuleGetFunction, &f, m, name);
+        if (st != PPN_OK)
+            return ppn_err_ctx(st, "looking up kernel %s in the embedded fatbin (device %d)", name, dev);
+        atomic_store_explicit(&d->fn[id], f, memory_order_release); /* pairs with the acquire in cu_kernel() */
+    }
+    *out = f;
+    return PPN_OK;
+}
+
+/* The CUfunction of kernel id on dev; dev's context must be current (module loads go into it). */
+static ppn_status cu_kernel(cu_gpu *b, int dev, int id, CUfunction *out)
+{
+    cu_dev *d = &b->devs[dev];
+    CUfunction f = atomic_load_explicit(&d->fn[id], memory_order_acquire);
+    if (f) {
+        *out = f;
+        return PPN_OK;
+    }
+    pthread_mutex_lock(&d->mu);
+    ppn_status st = cu_function_locked(b, dev, id, out);
+    pthread_mutex_unlock(&d->mu);
+    return st;
+}
+
+static ppn_status cu_check_launch(const ppn_launch *l)
+{
+    if (l->kernel < 0 || l->kernel >= PPN_K_COUNT)
+        return ppn_err(PPN_EINVAL, "cuda: launch: kernel id %d out of range [0, %d)", l->kernel, PPN_K_COUNT);
+    const ppn_kernel_desc *k = &ppn_kernels[l->kernel];
+    if (!l->params || l->params_size != k->params_size)
+        return ppn_err(PPN_EINVAL, "cuda: launch %s: params of %zu bytes at %p, the kernel takes %zu", k->name,
+                       l->params_size, l->params, k->params_size);
+    return PPN_OK;
+}
+
+/* Every kernel takes one struct by value: kernelParams holds one pointer to it; the driver copies the
+ * bytes at this call, so the caller's struct may die as soon as we return. */
+static ppn_status cu_launch(ppn_gpu *g, ppn_gstream *s, const ppn_launch *l)
+{
+    cu_gpu *b = cu_of(g);
+    CUfunction f = NULL;
+    PPN_CHECK(cu_check_launch(l));
+    PPN_CHECK(cu_set_current(b, s->ctx));
+    PPN_CHECK(cu_kernel(b, s->dev, l->kernel, &f));
+    void *args[1] = {(void *)l->params};
+    ppn_status st = PPN_CU(&b->drv, cuLaunchKernel, f, l->grid[0], l->grid[1], l->grid[2], l->block[0],
+                           l->block[1], l->block[2], l->smem, s->s, args, NULL);
+    if (st != PPN_OK)
+        return ppn_err_ctx(st, "launching %s on device %d (grid %u,%u,%u block %u,%u,%u smem %u)",
+                           ppn_kernels[l->kernel].name, s->dev, l->grid[0], l->grid[1], l->grid[2], l->block[0],
+                           l->block[1], l->block[2], l->smem);
+    return PPN_OK;
+}
+#else
+static ppn_status cu_launch(ppn_gpu *g, ppn_gstream *s, const ppn_launch *l)
+{
+    (void)g, (void)s, (void)l;
+    return ppn_err(PPN_ENOKERNELS, "cuda: this build has no kernels (built without nvcc)");
+}
+#endif
+
+static ppn_status cu_host_fn(ppn_gpu *g, ppn_gstream *s, ppn_host_fn fn, void *arg)
+{
+    cu_gpu *b = cu_of(g);
+    PPN_CHECK(cu_set_current(b, s->ctx));
+    return PPN_CU(&b->drv, cuLaunchHostFunc, s->s, fn, arg);
+}
+
+/* The driver enforces nothing the annotations describe; only the sim checker uses them. */
+static ppn_status cu_mem_annotate(ppn_gpu *g, ppn_gstream *s, int dev, ppn_dptr p, size_t n, int op,
+                                  const char *tag)
+{
+    (void)g, (void)s, (void)dev, (void)p, (void)n, (void)op, (void)tag;
+    return PPN_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * Create / destroy */
+
+/* destroy returns nothing, so a failure to unload or release is reported on stderr and teardown goes on. */
+static void cu_teardown_warn(ppn_status st)
+{
+    if (st != PPN_OK) fprintf(stderr, "ppn: cuda: while closing the backend: %s\n", ppn_last_error());
+}
+
+static void cu_release_dev(cu_gpu *b, int dev)
+{
+    cu_dev *d = &b->devs[dev];
+    CUcontext c = atomic_load_explicit(&d->ctx, memory_order_acquire);
+    CUmodule m = atomic_load_explicit(&d->mod, memory_order_acquire);
+    if (m) {
+        ppn_status st = cu_set_current(b, c);
+        if (st == PPN_OK) st = PPN_CU(&b->drv, cuModuleUnload, m);
+        cu_teardown_warn(st);
+    }
+    if (c) cu_teardown_warn(PPN_CU(&b->drv, cuDevicePrimaryCtxRelease, d->dev));
+    pthread_mutex_destroy(&d->mu);
+}
+
+/* Also undoes a partial create: devs[0, ndev) are initialized, the table may or may not be loaded. */
+static void cu_destroy(ppn_gpu *g)
+{
+    cu_gpu *b = cu_of(g);
+    for (int i = 0; i < b->ndev; i++) cu_release_dev(b, i);
+    /* Contexts may be gone now: no thread may trust its cached current context any more. */
+    atomic_fetch_add_explicit(&cu_ctx_epoch, 1, memory_order_relaxed);
+    cu_tls.ctx = NULL;
+    if (b->drv.lib) ppn_cuda_drv_close(&b->drv);
+    free(b->can);
+    free(b->devs);
+    free(b);
+}
+
+static const struct ppn_gpu_ops cu_ops = {
+    .name = "cuda",
+    .destroy = cu_destroy,
+    .device_count = cu_device_count,
+    .device_info = cu_device_info,
+    .mem_get_info = cu_mem_get_info,
+    .mem_alloc = cu_mem_alloc,
+    .mem_free = cu_mem_free,
+    .host_alloc = cu_host_alloc,
+    .host_free = cu_host_free,
+    .stream_create = cu_stream_create,
+    .stream_destroy = cu_stream_destroy,
+    .stream_sync = cu_stream_sync,
+    .stream_device = cu_stream_device,
+    .event_create = cu_event_create,
+    .event_destroy = cu_event_destroy,
+    .event_record = cu_event_record,
+    .stream_wait_event = cu_stream_wait_event,
+    .event_query = cu_event_query,
+    .event_sync = cu_event_sync,
+    .event_elapsed = cu_event_elapsed,
+    .copy_htod = cu_copy_htod,
+    .copy_dtoh = cu_copy_dtoh,
+    .copy_dtod = cu_copy_dtod,
+    .copy_peer = cu_copy_peer,
+    .memset_d8 = cu_memset_d8,
+    .peer_can_access = cu_peer_can_access,
+    .peer_enable = cu_peer_enable,
+    .launch = cu_launch,
+    .host_fn = cu_host_fn,
+    .mem_annotate = cu_mem_annotate,
+};
+
+static ppn_status cu_count_devices(cu_gpu *b, int *out)
+{
+    int n = 0;
+    PPN_CHECK(PPN_CU(&b->drv, cuDeviceGetCount, &n));
+    if (n <= 0)
+        return ppn_err(PPN_ENODEV, "cuda: the driver (CUDA %d.%d) sees no device (CUDA_VISIBLE_DEVICES=%s)",
+                       b->drv.driver_version / 1000, b->drv.driver_version % 1000 / 10,
+                       getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES") : "<unset>");
+    b->devs = calloc((size_t)n, sizeof *b->devs);
+    b->can = calloc((size_t)n * (size_t)n, 1);
+    if (!b->devs || !b->can) return ppn_err(PPN_ENOMEM, "cuda: out of host memory for %d devices", n);
+    *out = n;
+    return PPN_OK;
+}
+
+/* Device handles and the peer matrix: plain queries, no context is created here. b->ndev counts the
+ * devices initialized so far, so cu_destroy undoes exactly those. */
+static ppn_status cu_init_devices(cu_gpu *b, int n)
+{
+    for (int i = 0; i < n; i++) {
+        cu_dev *d = &b->devs[i];
+        PPN_CHECK(PPN_CU(&b->drv, cuDeviceGet, &d->dev, i));
+        pthread_mutex_init(&d->mu, NULL);
+        b->ndev = i + 1;
+    }
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) {
+            int can = 0;
+            if (i != j) PPN_CHECK(PPN_CU(&b->drv, cuDeviceCanAccessPeer, &can, b->devs[i].dev, b->devs[j].dev));
+            b->can[i * n + j] = can != 0;
+        }
+    return PPN_OK;
+}
+
+ppn_status ppn_gpu_cuda_create(ppn_gpu **out)
+{
+    ppn_status st = PPN_OK;
+    cu_gpu *b = calloc(1, sizeof *b);
+    if (!b) return ppn_err(PPN_ENOMEM, "cuda: out of host memory for the backend");
+    b->base.ops = &cu_ops;
+    PPN_CHECK_GOTO(ppn_cuda_drv_open(&b->drv), st, out);
+    int n = 0;
+    PPN_CHECK_GOTO(cu_count_devices(b, &n), st, out);
+    PPN_CHECK_GOTO(cu_init_devices(b, n), st, out);
+    *out = &b->base;
+out:
+    if (st != PPN_OK) cu_destroy(&b->base);
+    return st;
+}

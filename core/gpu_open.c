@@ -1,0 +1,76 @@
+/* gpu_open.c - backend selection: an explicit name, else PPN_BACKEND, else auto (cuda when usable, else sim). */
+#include <stdlib.h>
+#include <string.h>
+#include "err.h"
+#include "gpu.h"
+
+#ifndef PPN_HAVE_FATBIN
+#define PPN_HAVE_FATBIN 0
+#endif
+
+#define PPN_BACKENDS "auto, cuda, sim"
+
+/* Forced cuda: unusable means an error, never a quiet switch to sim. A build without kernels cannot run a
+ * model, so it is refused here rather than at the first launch deep inside a forward pass. (Tools that only
+ * need device ops, such as the pool tests, call ppn_gpu_cuda_create directly.) */
+static ppn_status gpu_open_cuda(ppn_gpu **out)
+{
+    ppn_gpu *g = NULL;
+    PPN_CHECK(ppn_gpu_cuda_create(&g));
+    if (!PPN_HAVE_FATBIN) {
+        ppn_gpu_close(g);
+        return ppn_err(PPN_ENOKERNELS, "backend cuda: this build has no kernels (built without nvcc; rebuild "
+                                       "with nvcc on PATH and PPN_CUDA_KERNELS=ON, or use the sim backend)");
+    }
+    *out = g;
+    return PPN_OK;
+}
+
+/* auto: cuda when a driver loads, sees a device and the build has kernels; else sim. A missing driver or
+ * device (PPN_ENODEV) is the ordinary CI case and falls back silently. A GPU present in a build without
+ * kernels falls back with a note on stderr, since running on the simulator there surprises. Any other
+ * failure of a driver that did load (PPN_EDRIVER, PPN_ENOMEM) is returned: hiding a broken GPU setup
+ * behind the simulator would be worse. */
+static ppn_status gpu_open_auto(ppn_gpu **out)
+{
+    ppn_gpu *g = NULL;
+    ppn_status st = ppn_gpu_cuda_create(&g);
+    if (st == PPN_OK && PPN_HAVE_FATBIN) {
+        *out = g;
+        return PPN_OK;
+    }
+    if (st == PPN_OK) {
+        ppn_gpu_close(g);
+        fprintf(stderr, "ppn: backend auto: a CUDA device is present but this build has no kernels (built "
+                        "without nvcc): using the sim backend\n");
+    } else if (st != PPN_ENODEV) {
+        return ppn_err_ctx(st, "backend auto: the cuda driver loaded but failed (PPN_BACKEND=sim forces the "
+                               "simulator)");
+    }
+    return ppn_gpu_sim_create(out);
+}
+
+/* Returns PPN_OK, PPN_EINVAL (unknown name, naming PPN_BACKEND when it came from there), and whatever the
+ * chosen backend's constructor returns: PPN_ENODEV, PPN_ENOKERNELS, PPN_EDRIVER, PPN_ENOMEM, PPN_EINVAL. */
+ppn_status ppn_gpu_open(const char *name, ppn_gpu **out)
+{
+    const char *from_env = NULL;
+    if (!name || !*name) {
+        from_env = getenv("PPN_BACKEND");
+        name = from_env && *from_env ? from_env : "auto";
+    }
+    ppn_status st;
+    if (strcmp(name, "auto") == 0)
+        st = gpu_open_auto(out);
+    else if (strcmp(name, "cuda") == 0)
+        st = gpu_open_cuda(out);
+    else if (strcmp(name, "sim") == 0)
+        st = ppn_gpu_sim_create(out);
+    else if (from_env)
+        return ppn_err(PPN_EINVAL, "PPN_BACKEND=%s: unknown backend (allowed: %s)", name, PPN_BACKENDS);
+    else
+        return ppn_err(PPN_EINVAL, "backend '%s': unknown backend (allowed: %s)", name, PPN_BACKENDS);
+    /* Say where the choice came from, so a stray variable in the environment is easy to spot. */
+    if (st != PPN_OK && from_env) return ppn_err_ctx(st, "PPN_BACKEND=%s", name);
+    return st;
+}

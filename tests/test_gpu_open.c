@@ -1,0 +1,184 @@
+/* test_gpu_open.c - backend selection (ppn_gpu_open) and the cuda backend's behaviour where libcuda is absent.
+ *
+ * Whether a driver exists is decided here independently of ppn: by dlopen'ing libcuda.so.1 ourselves. On a
+ * machine without it, cuda must fail with PPN_ENODEV and the loader's own reason; with it, cuda may succeed.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/gpu.h"
+
+#ifndef PPN_HAVE_FATBIN
+#define PPN_HAVE_FATBIN 0
+#endif
+
+static int have_driver;
+static char dl_reason[512]; /* dlerror() of our own failed dlopen */
+
+static void probe_driver(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (h) {
+        have_driver = 1;
+        dlclose(h);
+    } else {
+        snprintf(dl_reason, sizeof dl_reason, "%s", dlerror());
+    }
+}
+
+#define EXPECT_ST(want, call)                                                                       \
+    do {                                                                                            \
+        ppn_status st_ = (call);                                                                    \
+        if (st_ != (want))                                                                          \
+            fail_msg("%s -> %s (wanted %s): %s", #call, ppn_status_name(st_), ppn_status_name(want), \
+                     ppn_last_error());                                                             \
+    } while (0)
+
+#define MSG_HAS(s)                                                                                  \
+    do {                                                                                            \
+        if (!strstr(ppn_last_error(), (s))) fail_msg("message lacks '%s': %s", (s), ppn_last_error()); \
+    } while (0)
+
+static int reset_env(void **state)
+{
+    (void)state;
+    unsetenv("PPN_BACKEND");
+    return 0;
+}
+
+static void t_bogus_name(void **state)
+{
+    (void)state;
+    ppn_gpu *g = NULL;
+    EXPECT_ST(PPN_EINVAL, ppn_gpu_open("bogus", &g));
+    MSG_HAS("bogus");
+    MSG_HAS("auto, cuda, sim");
+    assert_null(strstr(ppn_last_error(), "PPN_BACKEND"));
+    assert_null(g);
+}
+
+static void t_bogus_env(void **state)
+{
+    (void)state;
+    ppn_gpu *g = NULL;
+    setenv("PPN_BACKEND", "bogus", 1);
+    EXPECT_ST(PPN_EINVAL, ppn_gpu_open(NULL, &g));
+    MSG_HAS("PPN_BACKEND=bogus");
+    MSG_HAS("auto, cuda, sim");
+    EXPECT_ST(PPN_EINVAL, ppn_gpu_open("", &g));
+    MSG_HAS("PPN_BACKEND=bogus");
+    assert_null(g);
+}
+
+/* An explicit name wins over the environment; the environment wins over auto. */
+static void t_precedence(void **state)
+{
+    (void)state;
+    ppn_gpu *g = NULL;
+    setenv("PPN_BACKEND", "bogus", 1);
+    EXPECT_ST(PPN_OK, ppn_gpu_open("sim", &g));
+    assert_string_equal(g->ops->name, "sim");
+    ppn_gpu_close(g);
+    g = NULL;
+    setenv("PPN_BACKEND", "sim", 1);
+    EXPECT_ST(PPN_OK, ppn_gpu_open(NULL, &g));
+    assert_string_equal(g->ops->name, "sim");
+    assert_true(g->ops->device_count(g) >= 1);
+    ppn_gpu_close(g);
+}
+
+static void t_cuda_create(void **state)
+{
+    (void)state;
+    ppn_gpu *g = NULL;
+    ppn_status st = ppn_gpu_cuda_create(&g);
+    if (!have_driver) {
+        char want[700];
+        snprintf(want, sizeof want, "cuda: cannot dlopen libcuda.so.1: %s", dl_reason);
+        if (st != PPN_ENODEV) fail_msg("cuda without libcuda: %s: %s", ppn_status_name(st), ppn_last_error());
+        assert_string_equal(ppn_last_error(), want);
+        assert_null(g);
+        return;
+    }
+    /* A driver is here: a device may or may not be. */
+    if (st == PPN_OK) {
+        assert_string_equal(g->ops->name, "cuda");
+        assert_true(g->ops->device_count(g) >= 1);
+        ppn_gpu_close(g);
+    } else {
+        if (st != PPN_ENODEV) fail_msg("cuda with a driver: %s: %s", ppn_status_name(st), ppn_last_error());
+        MSG_HAS("cuda");
+    }
+}
+
+static void t_cuda_forced(void **state)
+{
+    (void)state;
+    ppn_gpu *g = NULL;
+    if (!have_driver) {
+        EXPECT_ST(PPN_ENODEV, ppn_gpu_open("cuda", &g));
+        MSG_HAS("cannot dlopen libcuda.so.1");
+        assert_null(g);
+        setenv("PPN_BACKEND", "cuda", 1);
+        EXPECT_ST(PPN_ENODEV, ppn_gpu_open(NULL, &g));
+        MSG_HAS("PPN_BACKEND=cuda");
+        MSG_HAS("cannot dlopen libcuda.so.1");
+        assert_null(g);
+        return;
+    }
+    ppn_status st = ppn_gpu_open("cuda", &g);
+    if (st == PPN_OK) {
+        assert_true(PPN_HAVE_FATBIN);
+        assert_string_equal(g->ops->name, "cuda");
+        ppn_gpu_close(g);
+    } else if (st != PPN_ENODEV && !(st == PPN_ENOKERNELS && !PPN_HAVE_FATBIN)) {
+        fail_msg("forced cuda: %s: %s", ppn_status_name(st), ppn_last_error());
+    }
+}
+
+/* auto is cuda exactly when cuda can be created and the build has kernels; sim otherwise. An empty name
+ * with PPN_BACKEND unset means auto too. */
+static void t_auto(void **state)
+{
+    (void)state;
+    const char *want = "sim";
+    ppn_gpu *g = NULL;
+    if (have_driver && PPN_HAVE_FATBIN && ppn_gpu_cuda_create(&g) == PPN_OK) {
+        want = "cuda";
+        ppn_gpu_close(g);
+        g = NULL;
+    }
+    EXPECT_ST(PPN_OK, ppn_gpu_open("auto", &g));
+    assert_string_equal(g->ops->name, want);
+    ppn_gpu_close(g);
+    g = NULL;
+    EXPECT_ST(PPN_OK, ppn_gpu_open(NULL, &g));
+    assert_string_equal(g->ops->name, want);
+    ppn_gpu_close(g);
+    g = NULL;
+    setenv("PPN_BACKEND", "", 1);
+    EXPECT_ST(PPN_OK, ppn_gpu_open("", &g));
+    assert_string_equal(g->ops->name, want);
+    ppn_gpu_close(g);
+}
+
+int main(void)
+{
+    probe_driver();
+    printf("libcuda.so.1: %s\n", have_driver ? "present" : dl_reason);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(t_bogus_name, reset_env, reset_env),
+        cmocka_unit_test_setup_teardown(t_bogus_env, reset_env, reset_env),
+        cmocka_unit_test_setup_teardown(t_precedence, reset_env, reset_env),
+        cmocka_unit_test_setup_teardown(t_cuda_create, reset_env, reset_env),
+        cmocka_unit_test_setup_teardown(t_cuda_forced, reset_env, reset_env),
+        cmocka_unit_test_setup_teardown(t_auto, reset_env, reset_env),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

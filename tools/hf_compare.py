@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""hf_compare.py - compare ppn with Hugging Face transformers on a GPU machine.
+
+  fixture DIR --dtype f32|bf16 --tol T      ppn (cuda) vs a shared fixture's logits.f32
+  random  KIND OUTDIR --steps 64 --tol T    build a random bf16 model with transformers (KIND: llama|qwen3),
+                                            compute its float32 logits on the GPU, run ppn, compare
+
+Tolerance rule (fixtures README): max|ppn - ref| <= tol * max(1, max|ref row|) on every row; greedy ids must
+agree wherever the reference top-1/top-2 margin exceeds `margin`. Prints one JSON line per comparison.
+"""
+import argparse, json, os, subprocess, sys
+import numpy as np
+
+PPN = os.environ.get("PPN_BIN", "build/ppn")
+
+
+def compare(logits, ref, margin, tol):
+    """margin < 0: per row 2 * tol * scale, the widest gap a result within tolerance could close."""
+    worst, worst_row, checked, mism = 0.0, 0, 0, 0
+    for t in range(ref.shape[0]):
+        scale = max(1.0, float(np.abs(ref[t]).max()))
+        d = float(np.abs(logits[t].astype(np.float64) - ref[t]).max())
+        if not np.isfinite(d):
+            d = float("inf")
+        if d / scale > worst:
+            worst, worst_row = d / scale, t
+        top2 = np.sort(ref[t])[-2:]
+        if top2[1] - top2[0] > (margin if margin >= 0 else 2 * tol * scale):
+            checked += 1
+            mism += int(np.argmax(ref[t]) != np.argmax(logits[t]))
+    return worst, worst_row, checked, mism
+
+
+def run_ppn(model, dtype, prompt, n, out):
+    cmd = [PPN, "run", "--model", model, "--backend", "cuda", "--dtype", dtype, "--ids",
+           ",".join(map(str, prompt)), "-n", str(n), "--logits-out", out, "--quiet", "--json"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit("ppn failed: %s\n%s" % (" ".join(cmd), r.stderr))
+    return json.loads(r.stdout)
+
+
+def fixture(args):
+    ref_meta = json.load(open(os.path.join(args.dir, "reference.json")))
+    ids, prompt = ref_meta["all_ids"], ref_meta["prompt_ids"]
+    T, V = ref_meta["logits_shape"]
+    ref = np.fromfile(os.path.join(args.dir, "logits.f32"), dtype="<f4").reshape(T, V)
+    out = "/tmp/ppn_fixture_logits.f32"
+    res = run_ppn(args.dir, args.dtype, prompt, T - len(prompt), out)
+    got = np.fromfile(out, dtype="<f4").reshape(-1, V)
+    worst, row, checked, mism = compare(got, ref, 1e-3 if args.dtype == "f32" else -1, args.tol)
+    ok = worst <= args.tol and mism == 0
+    print(json.dumps({"fixture": os.path.basename(args.dir.rstrip("/")), "dtype": args.dtype, "rows": T,
+                      "worst_ratio_of_tol": worst / args.tol, "worst_row": row, "greedy_checked": checked,
+                      "greedy_mismatch": mism, "ids_equal": res["ids"] == ids[len(prompt):], "pass": bool(ok)}))
+    return 0 if ok else 1
+
+
+def build_random(kind, outdir):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+    torch.manual_seed(1234)
+    if kind == "llama":
+        cfg = LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8, num_attention_heads=16,
+                          num_key_value_heads=4, vocab_size=32000, max_position_embeddings=4096,
+                          tie_word_embeddings=False, rms_norm_eps=1e-5,
+                          rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                                           "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                           "original_max_position_embeddings": 1024})
+        model = LlamaForCausalLM(cfg)
+    else:
+        cfg = Qwen3Config(hidden_size=1024, intermediate_size=3072, num_hidden_layers=8, num_attention_heads=16,
+                          num_key_value_heads=8, head_dim=128, vocab_size=32000, max_position_embeddings=4096,
+                          tie_word_embeddings=True, rms_norm_eps=1e-6,
+                          rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
+        model = Qwen3ForCausalLM(cfg)
+    with torch.no_grad():  # spread weights so logits are well separated (fixtures do the same)
+        for name, p in model.named_parameters():
+            if p.dim() == 2:
+                p.normal_(0.0, 1.0 / np.sqrt(p.shape[1]))
+            elif "norm" in name:
+                p.normal_(1.0, 0.1)
+            else:
+                p.normal_(0.0, 0.02)
+        model.get_input_embeddings().weight.normal_(0.0, 1.0)
+    model.to(torch.bfloat16).save_pretrained(outdir)
+    return cfg
+
+
+def reference_logits(outdir, prompt, steps):
+    import torch
+    from transformers import AutoModelForCausalLM
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model = AutoModelForCausalLM.from_pretrained(outdir, dtype=torch.float32, attn_implementation="eager").cuda()
+    model.eval()
+    ids, rows = list(prompt), []
+    with torch.no_grad():
+        out = model(torch.tensor([prompt], device="cuda"), use_cache=True)
+        past = out.past_key_values
+        rows.extend(out.logits[0].float().cpu().numpy())
+        for _ in range(steps):
+            nxt = int(np.argmax(rows[-1]))
+            ids.append(nxt)
+            out = model(torch.tensor([[nxt]], device="cuda"), past_key_values=past, use_cache=True)
+            past = out.past_key_values
+            rows.append(out.logits[0, -1].float().cpu().numpy())
+    return ids, np.stack(rows)
+
+
+def random_model(args):
+    os.makedirs(args.outdir, exist_ok=True)
+    build_random(args.kind, args.outdir)
+    prompt = [1, 307, 4012, 29, 9981, 12, 700, 31999]
+    ids, ref = reference_logits(args.outdir, prompt, args.steps)
+    out = "/tmp/ppn_random_logits.f32"
+    res = run_ppn(args.outdir, "bf16", prompt, args.steps, out)
+    got = np.fromfile(out, dtype="<f4").reshape(-1, ref.shape[1])
+    worst, row, checked, mism = compare(got, ref, 1e-3, args.tol)
+    ok = worst <= args.tol and mism == 0
+    print(json.dumps({"random": args.kind, "params_mb": round(sum(os.path.getsize(os.path.join(args.outdir, f))
+                      for f in os.listdir(args.outdir)) / 1e6), "rows": int(ref.shape[0]),
+                      "worst_ratio_of_tol": worst / args.tol, "tol": args.tol, "worst_row": row,
+                      "greedy_checked": checked, "greedy_mismatch": mism,
+                      "ids_equal": res["ids"] == ids[len(prompt):], "pass": bool(ok)}))
+    return 0 if ok else 1
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    f = sub.add_parser("fixture")
+    f.add_argument("dir")
+    f.add_argument("--dtype", default="f32")
+    f.add_argument("--tol", type=float, default=1e-3)
+    r = sub.add_parser("random")
+    r.add_argument("kind", choices=["llama", "qwen3"])
+    r.add_argument("outdir")
+    r.add_argument("--steps", type=int, default=64)
+    r.add_argument("--tol", type=float, default=1e-3)
+    a = ap.parse_args()
+    return fixture(a) if a.cmd == "fixture" else random_model(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
