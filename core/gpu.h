@@ -126,6 +126,16 @@ struct ppn_gpu {
 ppn_status ppn_gpu_open(const char *name, ppn_gpu **out);
 ppn_status ppn_gpu_sim_create(ppn_gpu **out);  /* reads PPN_SIM_DEVICES, PPN_SIM_MEM, PPN_SIM_PEER, PPN_SIM_FAIL */
 ppn_status ppn_gpu_cuda_create(ppn_gpu **out); /* dlopen("libcuda.so.1") */
+
+/* sim only: checker reports so far, per kind (counted even when not printed or not sticky). */
+struct ppn_sim_counts {
+    uint64_t race, placement, use_after_free, double_free, bounds;
+};
+/* sim only: return the sticky error (PPN_OK if none) and clear it, so the backend can be used again; msg
+ * (may be NULL) receives its report. Returns PPN_EINVAL when g is not a sim backend. */
+ppn_status ppn_gpu_sim_take_error(ppn_gpu *g, char *msg, size_t cap);
+/* sim only: the report counts (all zero when g is not a sim backend). */
+void ppn_gpu_sim_counts(ppn_gpu *g, struct ppn_sim_counts *out);
 static inline void ppn_gpu_close(ppn_gpu *g)
 {
     if (g) g->ops->destroy(g);

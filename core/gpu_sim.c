@@ -1,0 +1,1154 @@
+/* gpu_sim.c - the sim backend of the device layer: virtual devices in host memory, one worker thread per
+ * stream, events as refcounted vector-clock records, CPU reference kernels, fault injection and an optional
+ * latency model. The happens-before checker it feeds is in sim_check.c (its header comment has the rules).
+ *
+ * Environment (read once by ppn_gpu_sim_create; empty = unset):
+ *   PPN_SIM_DEVICES  number of devices, 1..64 (default 4)
+ *   PPN_SIM_MEM      capacity per device in bytes, suffix K, M, G or T (binary) allowed (default 8G). Host
+ *                    memory is taken per mem_alloc, not up front.
+ *   PPN_SIM_PEER     all (default) | none | pairs "0-1,2-3": which peer grants are possible (symmetric)
+ *   PPN_SIM_FAIL     "kind:K,..." with kind alloc (mem_alloc), copy (htod, dtoh, dtod, peer), launch or
+ *                    record (event_record): the K-th such call (1-based, per backend) fails
+ *   PPN_SIM_LATENCY  1: each op takes a modelled time (launch 4 us; copy 5 us + bytes at 1 TB/s on a device,
+ *                    50 GB/s peer, 20 GB/s host or host-staged); 0 (default): ops run as fast as they can
+ *
+ * Stream ids are 0, 1, 2... in creation order per backend and are what reports print; op indices are 1-based
+ * per stream in issue order. A report makes the backend's sticky error: every later sync, query or enqueue
+ * on any stream returns it (with the report as ppn_last_error()) until ppn_gpu_sim_take_error() clears it.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include "err.h"
+#include "gpu.h"
+#include "sim_internal.h"
+#include "../kernels/ktable.h"
+
+typedef unsigned long long ull;
+
+#define SIM_MMAP_MIN (1u << 20) /* allocations from this size are mmapped (lazily zeroed pages) */
+#define SIM_ALIGN 256           /* like cuMemAlloc */
+
+static const struct ppn_gpu_ops sim_ops;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static sim_gpu *sim_of(ppn_gpu *g) { return (sim_gpu *)g; }
+
+/* ---- environment ------------------------------------------------------------------------------------ */
+
+static const char *env_get(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v ? v : NULL;
+}
+
+static int parse_u64(const char *s, const char **end, uint64_t *out)
+{
+    if (*s < '0' || *s > '9') return -1;
+    uint64_t v = 0;
+    for (; *s >= '0' && *s <= '9'; s++)
+        if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, (uint64_t)(*s - '0'), &v)) return -1;
+    *end = s;
+    *out = v;
+    return 0;
+}
+
+static ppn_status parse_devices(sim_gpu *g)
+{
+    const char *v = env_get("PPN_SIM_DEVICES"), *end;
+    uint64_t n;
+    g->ndev = 4;
+    if (!v) return PPN_OK;
+    if (parse_u64(v, &end, &n) || *end || n < 1 || n > SIM_MAX_DEVICES)
+        return ppn_err(PPN_EINVAL, "PPN_SIM_DEVICES='%s' is invalid: it must be an integer from 1 to %d", v,
+                       SIM_MAX_DEVICES);
+    g->ndev = (int)n;
+    return PPN_OK;
+}
+
+static ppn_status parse_mem(sim_gpu *g)
+{
+    const char *v = env_get("PPN_SIM_MEM"), *end;
+    uint64_t n, mul = 1;
+    g->cap = (size_t)8 << 30;
+    if (!v) return PPN_OK;
+    if (parse_u64(v, &end, &n)) goto bad;
+    switch (*end) {
+    case '\0': break;
+    case 'K': case 'k': mul = 1ull << 10; end++; break;
+    case 'M': case 'm': mul = 1ull << 20; end++; break;
+    case 'G': case 'g': mul = 1ull << 30; end++; break;
+    case 'T': case 't': mul = 1ull << 40; end++; break;
+    default: goto bad;
+    }
+    if (*end || n == 0 || __builtin_mul_overflow(n, mul, &n) || n > SIZE_MAX / 2) goto bad;
+    g->cap = (size_t)n;
+    return PPN_OK;
+bad:
+    return ppn_err(PPN_EINVAL, "PPN_SIM_MEM='%s' is invalid: it must be a positive number of bytes with an "
+                   "optional K, M, G or T suffix (e.g. 8G)", v);
+}
+
+/* One "a-b" pair of PPN_SIM_PEER; returns 0 and advances *s, or -1. */
+static int parse_pair(sim_gpu *g, const char **s, int *a, int *b)
+{
+    uint64_t x, y;
+    const char *end;
+    if (parse_u64(*s, &end, &x) || *end != '-' || parse_u64(end + 1, &end, &y)) return -1;
+    if (x >= (uint64_t)g->ndev || y >= (uint64_t)g->ndev || x == y) return -1;
+    *a = (int)x;
+    *b = (int)y;
+    *s = end;
+    return 0;
+}
+
+static ppn_status parse_peer(sim_gpu *g)
+{
+    const char *v = env_get("PPN_SIM_PEER");
+    snprintf(g->peer_env, sizeof g->peer_env, "%s", v ? v : "all");
+    if (!v || !strcmp(v, "all")) {
+        for (int d = 0; d < g->ndev; d++)
+            for (int e = 0; e < g->ndev; e++)
+                if (d != e) g->peer_possible[d] |= 1ull << e;
+        return PPN_OK;
+    }
+    if (!strcmp(v, "none")) return PPN_OK;
+    for (const char *s = v;;) {
+        int a, b;
+        if (parse_pair(g, &s, &a, &b))
+            return ppn_err(PPN_EINVAL, "PPN_SIM_PEER='%s' is invalid: it must be all, none, or pairs of two "
+                           "different devices below PPN_SIM_DEVICES=%d like 0-1,2-3", v, g->ndev);
+        g->peer_possible[a] |= 1ull << b;
+        g->peer_possible[b] |= 1ull << a;
+        if (!*s) return PPN_OK;
+        if (*s++ != ',' || !*s)
+            return ppn_err(PPN_EINVAL, "PPN_SIM_PEER='%s' is invalid: pairs must be separated by single "
+                           "commas (e.g. 0-1,2-3)", v);
+    }
+}
+
+static ppn_status parse_fail(sim_gpu *g)
+{
+    static const char *const kinds[SIM_FAIL_KINDS] = {"alloc", "copy", "launch", "record"};
+    const char *v = env_get("PPN_SIM_FAIL");
+    if (!v) return PPN_OK;
+    for (const char *s = v;;) {
+        int kind = -1;
+        for (int k = 0; k < SIM_FAIL_KINDS; k++) {
+            size_t l = strlen(kinds[k]);
+            if (!strncmp(s, kinds[k], l) && s[l] == ':') {
+                kind = k;
+                s += l + 1;
+            }
+        }
+        uint64_t n;
+        const char *end;
+        if (kind < 0 || parse_u64(s, &end, &n) || n == 0 || (*end && *end != ',') || (*end == ',' && !end[1]))
+            return ppn_err(PPN_EINVAL, "PPN_SIM_FAIL='%s' is invalid: it must be a comma-separated list of "
+                           "kind:K with kind alloc, copy, launch or record and K >= 1 (e.g. alloc:3,launch:10)",
+                           v);
+        if (g->nfails == SIM_MAX_FAILS)
+            return ppn_err(PPN_EINVAL, "PPN_SIM_FAIL='%s' is invalid: it must have at most %d entries", v,
+                           SIM_MAX_FAILS);
+        g->fails[g->nfails++] = (sim_fail){kind, n};
+        if (!*end) return PPN_OK;
+        s = end + 1;
+    }
+}
+
+static ppn_status parse_latency(sim_gpu *g)
+{
+    const char *v = env_get("PPN_SIM_LATENCY");
+    if (!v || !strcmp(v, "0")) return PPN_OK;
+    if (!strcmp(v, "1")) {
+        g->latency = 1;
+        return PPN_OK;
+    }
+    return ppn_err(PPN_EINVAL, "PPN_SIM_LATENCY='%s' is invalid: it must be 0 or 1", v);
+}
+
+/* ---- small helpers ---------------------------------------------------------------------------------- */
+
+static sim_rec *rec_new(size_t len)
+{
+    sim_rec *r = calloc(1, sizeof *r + len * sizeof(uint64_t));
+    if (!r) return NULL;
+    r->refs = 1;
+    r->len = len;
+    return r;
+}
+
+static sim_rec *rec_ref(sim_rec *r)
+{
+    if (r) __atomic_fetch_add(&r->refs, 1, __ATOMIC_RELAXED);
+    return r;
+}
+
+static void rec_unref(sim_rec *r)
+{
+    /* pairs with the other owners' release: the last one frees */
+    if (r && __atomic_sub_fetch(&r->refs, 1, __ATOMIC_ACQ_REL) == 0) free(r);
+}
+
+/* Grow a zero-extended clock array to len entries. */
+static int vc_grow(uint64_t **vc, size_t *vlen, size_t len)
+{
+    if (*vlen >= len) return 0;
+    uint64_t *n = realloc(*vc, len * sizeof *n);
+    if (!n) return -1;
+    memset(n + *vlen, 0, (len - *vlen) * sizeof *n);
+    *vc = n;
+    *vlen = len;
+    return 0;
+}
+
+static void vc_merge(uint64_t *vc, size_t vlen, const uint64_t *src, size_t slen)
+{
+    PPN_ASSERT(vlen >= slen); /* grown when the op was issued */
+    for (size_t i = 0; i < slen; i++)
+        if (src[i] > vc[i]) vc[i] = src[i];
+}
+
+/* Under ck: the host has observed everything in vc (a sync or query returned). */
+static ppn_status host_merge(sim_gpu *g, const uint64_t *vc, size_t len)
+{
+    if (vc_grow(&g->host_vc, &g->host_len, len))
+        return ppn_err(PPN_ENOMEM, "sim: out of host memory for the host clock");
+    int changed = 0;
+    for (size_t i = 0; i < len; i++)
+        if (vc[i] > g->host_vc[i]) {
+            g->host_vc[i] = vc[i];
+            changed = 1;
+        }
+    if (changed) {
+        g->host_ver++;
+        rec_unref(g->host_snap);
+        g->host_snap = NULL;
+    }
+    return PPN_OK;
+}
+
+/* Under ck: the sticky error as this thread's status and message, or PPN_OK. */
+static ppn_status sticky_status(sim_gpu *g)
+{
+    if (g->sticky == PPN_OK) return PPN_OK;
+    return ppn_err(g->sticky, "%s", g->sticky_msg);
+}
+
+static int valid_dev(sim_gpu *g, int dev) { return dev >= 0 && dev < g->ndev; }
+
+static ppn_status bad_dev(sim_gpu *g, const char *call, int dev)
+{
+    return ppn_err(PPN_EINVAL, "sim: %s: device %d does not exist (PPN_SIM_DEVICES=%d)", call, dev, g->ndev);
+}
+
+/* ---- ops: build, issue, execute -------------------------------------------------------------------- */
+
+static sim_op *op_new(ppn_gstream *s, int kind, const char *what, const char *name)
+{
+    sim_op *op = calloc(1, sizeof *op);
+    if (!op) return NULL;
+    op->kind = kind;
+    op->ref = (sim_opref){s->id, s->dev, 0, what, name};
+    return op;
+}
+
+static void op_free(sim_op *op)
+{
+    if (!op) return;
+    if (op->kind == SIM_OP_LAUNCH) free(op->u.k.params);
+    if (op->kind == SIM_OP_RECORD || op->kind == SIM_OP_WAIT) rec_unref(op->u.ev.rec);
+    rec_unref(op->hsnap);
+    free(op->report);
+    free(op);
+}
+
+static void op_acc(sim_op *op, ppn_dptr p, size_t n, int mode, int want_dev, int peer_ok)
+{
+    PPN_ASSERT(op->nacc < PPN_LAUNCH_MAX_ACC);
+    op->acc[op->nacc++] = (sim_acc){p, n, mode, want_dev, peer_ok, 0, NULL};
+}
+
+/* Under ck: count a call of this fault kind; 1 when PPN_SIM_FAIL says it must fail. */
+static int fail_hit(sim_gpu *g, int kind, uint64_t *nth)
+{
+    *nth = ++g->fail_count[kind];
+    for (int i = 0; i < g->nfails; i++)
+        if (g->fails[i].kind == kind && g->fails[i].k == *nth) return 1;
+    return 0;
+}
+
+static ppn_status injected(int kind, uint64_t nth, ppn_status st)
+{
+    static const char *const names[SIM_FAIL_KINDS] = {"alloc", "copy", "launch", "record"};
+    return ppn_err(st, "sim: injected failure of %s #%llu (PPN_SIM_FAIL)", names[kind], (ull)nth);
+}
+
+/* Under ck: attach the host clock to op if s has not seen its latest version. */
+static ppn_status attach_host(sim_gpu *g, ppn_gstream *s, sim_op *op)
+{
+    if (s->host_ver_seen == g->host_ver) return PPN_OK;
+    if (!g->host_snap) {
+        sim_rec *r = rec_new(g->host_len);
+        if (!r) return ppn_err(PPN_ENOMEM, "sim: out of host memory (host clock snapshot)");
+        memcpy(r->vc, g->host_vc, g->host_len * sizeof *r->vc);
+        r->done = 1;
+        g->host_snap = r;
+    }
+    if (vc_grow(&s->vc, &s->vc_len, g->host_snap->len))
+        return ppn_err(PPN_ENOMEM, "sim: out of host memory (vector clock)");
+    op->hsnap = rec_ref(g->host_snap);
+    return PPN_OK;
+}
+
+/* Under ck: per-kind preparation that may fail (record object, clock growth for a wait). */
+static ppn_status prepare_kind(sim_gpu *g, ppn_gstream *s, sim_op *op)
+{
+    if (op->kind == SIM_OP_RECORD) {
+        op->u.ev.rec = rec_new((size_t)g->next_stream_id);
+        if (!op->u.ev.rec) return ppn_err(PPN_ENOMEM, "sim: out of host memory (event record)");
+    } else if (op->kind == SIM_OP_WAIT) {
+        if (vc_grow(&s->vc, &s->vc_len, op->u.ev.rec->len))
+            return ppn_err(PPN_ENOMEM, "sim: out of host memory (vector clock)");
+    }
+    return PPN_OK;
+}
+
+static void push(ppn_gstream *s, sim_op *op)
+{
+    pthread_mutex_lock(&s->lock);
+    if (s->tail) s->tail->next = op;
+    else s->head = op;
+    s->tail = op;
+    s->n_enq++;
+    pthread_cond_signal(&s->cv_work);
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* Issue op on s: sticky error, fault injection (fail_kind >= 0), host clock, issue-time checks, then the
+ * queue. ev: the event an op of kind RECORD records. Takes ownership of op (freed on failure). */
+static ppn_status submit(sim_gpu *g, ppn_gstream *s, sim_op *op, int fail_kind, ppn_gevent *ev)
+{
+    ppn_status st;
+    uint64_t nth;
+    op->ref.idx = s->n_enq + 1; /* only this (the issuing) thread writes n_enq */
+    pthread_mutex_lock(&g->ck);
+    PPN_CHECK_GOTO(sticky_status(g), st, out);
+    if (fail_kind >= 0 && fail_hit(g, fail_kind, &nth)) {
+        st = injected(fail_kind, nth, PPN_EDRIVER);
+        goto out;
+    }
+    PPN_CHECK_GOTO(prepare_kind(g, s, op), st, out);
+    PPN_CHECK_GOTO(attach_host(g, s, op), st, out);
+    if (op->kind == SIM_OP_FREE) PPN_CHECK_GOTO(sim_ck_free(g, op->ann_dev, op), st, out);
+    else sim_ck_resolve(g, op);
+    s->host_ver_seen = g->host_ver;
+out:
+    pthread_mutex_unlock(&g->ck);
+    if (st != PPN_OK) {
+        op_free(op);
+        return st;
+    }
+    if (op->kind == SIM_OP_RECORD) {
+        pthread_mutex_lock(&g->sync);
+        rec_unref(ev->latest);
+        ev->latest = rec_ref(op->u.ev.rec);
+        pthread_mutex_unlock(&g->sync);
+    }
+    push(s, op);
+    return PPN_OK;
+}
+
+static void model_wait(uint64_t deadline)
+{
+    for (;;) {
+        uint64_t t = now_ns();
+        if (t >= deadline) return;
+        if (deadline - t > 200000) { /* sleep most of a long wait, spin the end (sleep overshoots) */
+            uint64_t wake = deadline - 100000;
+            struct timespec ts = {(time_t)(wake / 1000000000ull), (long)(wake % 1000000000ull)};
+            clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+        }
+    }
+}
+
+static void exec_body(sim_op *op)
+{
+    switch (op->kind) {
+    case SIM_OP_HTOD: memcpy((void *)(uintptr_t)op->u.cp.dst, op->u.cp.hsrc, op->u.cp.n); break;
+    case SIM_OP_DTOH: memcpy(op->u.cp.hdst, (const void *)(uintptr_t)op->u.cp.src, op->u.cp.n); break;
+    case SIM_OP_DTOD:
+    case SIM_OP_PEER:
+        memmove((void *)(uintptr_t)op->u.cp.dst, (const void *)(uintptr_t)op->u.cp.src, op->u.cp.n);
+        break;
+    case SIM_OP_MEMSET: memset((void *)(uintptr_t)op->u.ms.dst, op->u.ms.v, op->u.ms.n); break;
+    case SIM_OP_LAUNCH: ppn_kernels[op->u.k.kernel].cpu(op->u.k.params); break;
+    case SIM_OP_HOSTFN: op->u.hf.fn(op->u.hf.arg); break;
+    default: break;
+    }
+}
+
+/* Run one op on s's worker: wait for its record, advance s's clock, check, execute, publish. */
+static void exec_op(sim_gpu *g, ppn_gstream *s, sim_op *op)
+{
+    if (op->kind == SIM_OP_WAIT) {
+        pthread_mutex_lock(&g->sync);
+        while (!op->u.ev.rec->done) pthread_cond_wait(&g->sync_cv, &g->sync);
+        pthread_mutex_unlock(&g->sync);
+    }
+    uint64_t t0 = now_ns();
+    pthread_mutex_lock(&g->ck);
+    if (op->hsnap) vc_merge(s->vc, s->vc_len, op->hsnap->vc, op->hsnap->len);
+    if (op->kind == SIM_OP_WAIT) vc_merge(s->vc, s->vc_len, op->u.ev.rec->vc, op->u.ev.rec->len);
+    s->vc[s->id] = op->ref.idx;
+    int skip = sim_ck_exec_begin(g, s, op);
+    if (op->kind == SIM_OP_RECORD) {
+        sim_rec *r = op->u.ev.rec;
+        size_t n = s->vc_len < r->len ? s->vc_len : r->len;
+        for (size_t i = n; i < s->vc_len; i++) PPN_ASSERT(s->vc[i] == 0); /* ids issued later: unseen */
+        memcpy(r->vc, s->vc, n * sizeof *r->vc);
+    }
+    pthread_mutex_unlock(&g->ck);
+    if (!skip) exec_body(op);
+    if (op->model_ns) model_wait(t0 + op->model_ns);
+    pthread_mutex_lock(&g->ck);
+    sim_ck_exec_end(g, op);
+    pthread_mutex_unlock(&g->ck);
+    if (op->kind == SIM_OP_RECORD) {
+        pthread_mutex_lock(&g->sync);
+        op->u.ev.rec->t_ns = now_ns();
+        op->u.ev.rec->done = 1;
+        pthread_cond_broadcast(&g->sync_cv); /* pairs with the waits in exec_op and event_sync */
+        pthread_mutex_unlock(&g->sync);
+    }
+}
+
+static void *worker(void *arg)
+{
+    ppn_gstream *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->lock);
+        while (!s->head && !s->stop) pthread_cond_wait(&s->cv_work, &s->lock);
+        sim_op *op = s->head;
+        if (!op) { /* stop requested and the queue is drained */
+            pthread_mutex_unlock(&s->lock);
+            return NULL;
+        }
+        s->head = op->next;
+        if (!s->head) s->tail = NULL;
+        pthread_mutex_unlock(&s->lock);
+        exec_op(s->g, s, op);
+        op_free(op);
+        pthread_mutex_lock(&s->lock);
+        s->n_done++;
+        pthread_cond_broadcast(&s->cv_done); /* pairs with the wait in stream_sync */
+        pthread_mutex_unlock(&s->lock);
+    }
+}
+
+/* ---- devices and memory ----------------------------------------------------------------------------- */
+
+static int sim_device_count(ppn_gpu *gg) { return sim_of(gg)->ndev; }
+
+static ppn_status sim_device_info(ppn_gpu *gg, int dev, ppn_device_info *out)
+{
+    sim_gpu *g = sim_of(gg);
+    if (!valid_dev(g, dev)) return bad_dev(g, "device_info", dev);
+    if (!out) return ppn_err(PPN_EINVAL, "sim: device_info: out is NULL");
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "ppn-sim device %d", dev);
+    out->mem_total = g->cap;
+    out->sim = 1;
+    out->sm_count = 1;
+    return PPN_OK;
+}
+
+static ppn_status sim_mem_get_info(ppn_gpu *gg, int dev, size_t *free_b, size_t *total_b)
+{
+    sim_gpu *g = sim_of(gg);
+    if (!valid_dev(g, dev)) return bad_dev(g, "mem_get_info", dev);
+    pthread_mutex_lock(&g->ck);
+    size_t used = g->used[dev];
+    pthread_mutex_unlock(&g->ck);
+    if (free_b) *free_b = g->cap - used;
+    if (total_b) *total_b = g->cap;
+    return PPN_OK;
+}
+
+static void *host_mem_get(size_t bytes, size_t *map_bytes)
+{
+    size_t rounded = (bytes + SIM_ALIGN - 1) / SIM_ALIGN * SIM_ALIGN;
+    *map_bytes = 0;
+    if (rounded >= SIM_MMAP_MIN) {
+        void *p = mmap(NULL, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) return NULL;
+        *map_bytes = rounded;
+        return p;
+    }
+    void *p = aligned_alloc(SIM_ALIGN, rounded);
+    if (p) memset(p, 0, rounded);
+    return p;
+}
+
+static void host_mem_put(void *p, size_t map_bytes)
+{
+    if (map_bytes) munmap(p, map_bytes);
+    else free(p);
+}
+
+/* Reserve capacity, take host memory, register the allocation.
+ * Returns PPN_OK, PPN_EINVAL (device, size), PPN_ENOMEM (capacity, host memory, injected). */
+static ppn_status sim_mem_alloc(ppn_gpu *gg, int dev, size_t bytes, ppn_dptr *out)
+{
+    sim_gpu *g = sim_of(gg);
+    ppn_status st = PPN_OK;
+    uint64_t nth;
+    void *mem = NULL;
+    size_t map_bytes = 0;
+    sim_raw *raw = NULL;
+    if (!valid_dev(g, dev)) return bad_dev(g, "mem_alloc", dev);
+    if (!out || bytes == 0) return ppn_err(PPN_EINVAL, "sim: mem_alloc of %zu B on dev %d: bad size or out", bytes, dev);
+    __atomic_fetch_add(&gg->n_mem_alloc, 1, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&g->ck);
+    if (fail_hit(g, SIM_FAIL_ALLOC, &nth)) st = injected(SIM_FAIL_ALLOC, nth, PPN_ENOMEM);
+    else if (bytes > g->cap - g->used[dev])
+        st = ppn_err(PPN_ENOMEM, "sim: mem_alloc of %zu B on device %d exceeds its capacity: %zu B of %zu B "
+                     "in use (PPN_SIM_MEM)", bytes, dev, g->used[dev], g->cap);
+    else g->used[dev] += bytes;
+    pthread_mutex_unlock(&g->ck);
+    if (st != PPN_OK) return st;
+    mem = host_mem_get(bytes, &map_bytes);
+    raw = calloc(1, sizeof *raw);
+    if (!mem || !raw) {
+        st = ppn_err(PPN_ENOMEM, "sim: mem_alloc of %zu B on device %d: out of host memory", bytes, dev);
+        goto fail;
+    }
+    *raw = (sim_raw){.base = (ppn_dptr)(uintptr_t)mem, .bytes = bytes, .dev = dev, .live = 1,
+                     .map_bytes = map_bytes};
+    pthread_mutex_lock(&g->ck);
+    raw->serial = ++g->next_serial;
+    st = sim_raw_insert(g, raw);
+    pthread_mutex_unlock(&g->ck);
+    if (st != PPN_OK) goto fail;
+    *out = raw->base;
+    return PPN_OK;
+fail:
+    free(raw);
+    if (mem) host_mem_put(mem, map_bytes);
+    pthread_mutex_lock(&g->ck);
+    g->used[dev] -= bytes;
+    pthread_mutex_unlock(&g->ck);
+    return st;
+}
+
+/* Under ck: a mem_free that frees nothing is a double-free report. */
+static ppn_status bad_free(sim_gpu *g, int dev, ppn_dptr p, const sim_raw *raw)
+{
+    char msg[512];
+    if (raw && raw->base == p)
+        snprintf(msg, sizeof msg, "ppn sim: DOUBLE FREE: mem_free(dev %d, 0x%llx) on the host: allocation "
+                 "0x%llx [%zu B, raw] (dev %d) was already freed by mem_free", dev, (ull)p, (ull)raw->base,
+                 raw->bytes, raw->dev);
+    else
+        snprintf(msg, sizeof msg, "ppn sim: DOUBLE FREE: mem_free(dev %d, 0x%llx) on the host: no allocation "
+                 "starts at this address", dev, (ull)p);
+    sim_ck_emit(g, PPN_EDOUBLEFREE, msg);
+    return ppn_err(PPN_EDOUBLEFREE, "%s", msg);
+}
+
+/* Free a raw allocation: waits for ops executing on it; ops issued on it that have not run yet will report a
+ * use after free. Returns PPN_OK, PPN_EINVAL (device), PPN_EDOUBLEFREE (freed or unknown pointer). */
+static ppn_status sim_mem_free(ppn_gpu *gg, int dev, ppn_dptr p)
+{
+    sim_gpu *g = sim_of(gg);
+    if (!valid_dev(g, dev)) return bad_dev(g, "mem_free", dev);
+    if (p == 0) return ppn_err(PPN_EINVAL, "sim: mem_free(dev %d, 0): null pointer", dev);
+    pthread_mutex_lock(&g->ck);
+    sim_raw *raw = sim_raw_find(g, p);
+    if (!raw || raw->base != p || !raw->live) {
+        ppn_status st = bad_free(g, dev, p, raw);
+        pthread_mutex_unlock(&g->ck);
+        return st;
+    }
+    if (raw->dev != dev) {
+        pthread_mutex_unlock(&g->ck);
+        return ppn_err(PPN_EINVAL, "sim: mem_free(dev %d, 0x%llx): the allocation is on dev %d", dev, (ull)p,
+                       raw->dev);
+    }
+    raw->live = 0;
+    while (raw->busy) pthread_cond_wait(&g->busy_cv, &g->ck); /* pairs with sim_ck_exec_end */
+    g->used[dev] -= raw->bytes;
+    size_t map_bytes = raw->map_bytes;
+    sim_raw_drop_contents(raw); /* a tombstone: range, device and serial only */
+    pthread_mutex_unlock(&g->ck);
+    host_mem_put((void *)(uintptr_t)p, map_bytes);
+    return PPN_OK;
+}
+
+static ppn_status sim_host_alloc(ppn_gpu *gg, size_t bytes, void **out)
+{
+    (void)gg;
+    if (!out || bytes == 0) return ppn_err(PPN_EINVAL, "sim: host_alloc of %zu B: bad size or out", bytes);
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return ppn_err(PPN_ENOMEM, "sim: host_alloc of %zu B: mmap failed: %s", bytes, strerror(errno));
+    *out = p;
+    return PPN_OK;
+}
+
+static ppn_status sim_host_free(ppn_gpu *gg, void *p, size_t bytes)
+{
+    (void)gg;
+    if (!p) return PPN_OK;
+    if (munmap(p, bytes))
+        return ppn_err(PPN_EINVAL, "sim: host_free(%p, %zu B): munmap failed: %s", p, bytes, strerror(errno));
+    return PPN_OK;
+}
+
+/* ---- streams ------------------------------------------------------------------------------------------ */
+
+static void stream_free(ppn_gstream *s)
+{
+    pthread_cond_destroy(&s->cv_work);
+    pthread_cond_destroy(&s->cv_done);
+    pthread_mutex_destroy(&s->lock);
+    free(s->vc);
+    free(s);
+}
+
+static ppn_status sim_stream_create(ppn_gpu *gg, int dev, ppn_gstream **out)
+{
+    sim_gpu *g = sim_of(gg);
+    if (!valid_dev(g, dev)) return bad_dev(g, "stream_create", dev);
+    if (!out) return ppn_err(PPN_EINVAL, "sim: stream_create: out is NULL");
+    ppn_gstream *s = calloc(1, sizeof *s);
+    if (!s) return ppn_err(PPN_ENOMEM, "sim: stream_create on dev %d: out of host memory", dev);
+    s->g = g;
+    s->dev = dev;
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->cv_work, NULL);
+    pthread_cond_init(&s->cv_done, NULL);
+    pthread_mutex_lock(&g->ck);
+    s->id = g->next_stream_id++;
+    int oom = vc_grow(&s->vc, &s->vc_len, (size_t)s->id + 1);
+    pthread_mutex_unlock(&g->ck);
+    int rc = oom ? ENOMEM : pthread_create(&s->thr, NULL, worker, s);
+    if (rc) {
+        stream_free(s);
+        return ppn_err(PPN_ENOMEM, "sim: stream_create on dev %d: %s", dev,
+                       oom ? "out of host memory" : strerror(rc));
+    }
+    pthread_mutex_lock(&g->lists);
+    s->next_all = g->streams;
+    if (g->streams) g->streams->prev_all = s;
+    g->streams = s;
+    pthread_mutex_unlock(&g->lists);
+    *out = s;
+    return PPN_OK;
+}
+
+/* Drain the queue, then stop and join the worker. */
+static void stream_stop(ppn_gstream *s)
+{
+    pthread_mutex_lock(&s->lock);
+    s->stop = 1;
+    pthread_cond_signal(&s->cv_work);
+    pthread_mutex_unlock(&s->lock);
+    pthread_join(s->thr, NULL);
+}
+
+static ppn_status sim_stream_destroy(ppn_gpu *gg, ppn_gstream *s)
+{
+    sim_gpu *g = sim_of(gg);
+    if (!s) return PPN_OK;
+    pthread_mutex_lock(&g->lists);
+    if (s->prev_all) s->prev_all->next_all = s->next_all;
+    else g->streams = s->next_all;
+    if (s->next_all) s->next_all->prev_all = s->prev_all;
+    pthread_mutex_unlock(&g->lists);
+    stream_stop(s);
+    stream_free(s);
+    return PPN_OK;
+}
+
+/* Wait for every op issued on s so far; returns the sticky error if there is one. */
+static ppn_status sim_stream_sync(ppn_gpu *gg, ppn_gstream *s)
+{
+    sim_gpu *g = sim_of(gg);
+    if (!s) return ppn_err(PPN_EINVAL, "sim: stream_sync: stream is NULL");
+    pthread_mutex_lock(&s->lock);
+    uint64_t target = s->n_enq;
+    while (s->n_done < target) pthread_cond_wait(&s->cv_done, &s->lock);
+    pthread_mutex_unlock(&s->lock);
+    pthread_mutex_lock(&g->ck);
+    ppn_status st = host_merge(g, s->vc, s->vc_len);
+    if (st == PPN_OK) st = sticky_status(g);
+    pthread_mutex_unlock(&g->ck);
+    return st;
+}
+
+static int sim_stream_device(ppn_gpu *gg, ppn_gstream *s)
+{
+    (void)gg;
+    return s ? s->dev : -1;
+}
+
+/* ---- events ------------------------------------------------------------------------------------------- */
+
+static ppn_status sim_event_create(ppn_gpu *gg, int dev, int timing, ppn_gevent **out)
+{
+    sim_gpu *g = sim_of(gg);
+    if (!valid_dev(g, dev)) return bad_dev(g, "event_create", dev);
+    if (!out) return ppn_err(PPN_EINVAL, "sim: event_create: out is NULL");
+    ppn_gevent *e = calloc(1, sizeof *e);
+    if (!e) return ppn_err(PPN_ENOMEM, "sim: event_create on dev %d: out of host memory", dev);
+    e->dev = dev;
+    e->timing = timing != 0;
+    pthread_mutex_lock(&g->lists);
+    e->next_all = g->events;
+    if (g->events) g->events->prev_all = e;
+    g->events = e;
+    pthread_mutex_unlock(&g->lists);
+    *out = e;
+    return PPN_OK;
+}
+
+static ppn_status sim_event_destroy(ppn_gpu *gg, ppn_gevent *e)
+{
+    sim_gpu *g = sim_of(gg);
+    if (!e) return PPN_OK;
+    pthread_mutex_lock(&g->lists);
+    if (e->prev_all) e->prev_all->next_all = e->next_all;
+    else g->events = e->next_all;
+    if (e->next_all) e->next_all->prev_all = e->prev_all;
+    pthread_mutex_unlock(&g->lists);
+    rec_unref(e->latest); /* records still queued keep their own reference */
+    free(e);
+    return PPN_OK;
+}
+
+/* Returns PPN_OK, PPN_EINVAL (NULL, device mismatch), PPN_ENOMEM, PPN_EDRIVER (injected), sticky error. */
+static ppn_status sim_event_record(ppn_gpu *gg, ppn_gevent *e, ppn_gstream *s)
+{
+    sim_gpu *g = sim_of(gg);
+    if (!e || !s) return ppn_err(PPN_EINVAL, "sim: event_record: event or stream is NULL");
+    if (e->dev != s->dev)
+        return ppn_err(PPN_EINVAL, "sim: event_record: event of dev %d recorded on stream %d of dev %d", e->dev,
+                       s->id, s->dev);
+    sim_op *op = op_new(s, SIM_OP_RECORD, "event record", NULL);
+    if (!op) return ppn_err(PPN_ENOMEM, "sim: event_record: out of host memory");
+    return submit(g, s, op, SIM_FAIL_RECORD, e);
+}
+
+/* Binds to e's latest record issued before this call; a never-recorded event is a no-op wait. */
+static ppn_status sim_stream_wait_event(ppn_gpu *gg, ppn_gstream *s, ppn_gevent *e)
+{
+    sim_gpu *g = sim_of(gg);
+    if (!e || !s) return ppn_err(PPN_EINVAL, "sim: stream_wait_event: event or stream is NULL");
+    pthread_mutex_lock(&g->sync);
+    sim_rec *rec = rec_ref(e->latest);
+    pthread_mutex_unlock(&g->sync);
+    if (!rec) {
+        pthread_mutex_lock(&g->ck);
+        ppn_status st = sticky_status(g);
+        pthread_mutex_unlock(&g->ck);
+        return st;
+    }
+    sim_op *op = op_new(s, SIM_OP_WAIT, "event wait", NULL);
+    if (!op) {
+        rec_unref(rec);
+        return ppn_err(PPN_ENOMEM, "sim: stream_wait_event: out of host memory");
+    }
+    op->u.ev.rec = rec;
+    return submit(g, s, op, -1, NULL);
+}
+
+/* After the host saw rec executed (takes ck): order later host-issued work after it, return the sticky error. */
+static ppn_status host_saw(sim_gpu *g, sim_rec *rec)
+{
+    pthread_mutex_lock(&g->ck);
+    ppn_status st = rec ? host_merge(g, rec->vc, rec->len) : PPN_OK;
+    if (st == PPN_OK) st = sticky_status(g);
+    pthread_mutex_unlock(&g->ck);
+    return st;
+}
+
+static ppn_status sim_event_query(ppn_gpu *gg, ppn_gevent *e, int *done)
+{
+    sim_gpu *g = sim_of(gg);
+    if (!e || !done) return ppn_err(PPN_EINVAL, "sim: event_query: event or done is NULL");
+    pthread_mutex_lock(&g->sync);
+    sim_rec *rec = e->latest;
+    *done = !rec || rec->done;
+    rec = *done ? rec_ref(rec) : NULL;
+    pthread_mutex_unlock(&g->sync);
+    ppn_status st = host_saw(g, rec);
+    rec_unref(rec);
+    return st;
+}
+
+static ppn_status sim_event_sync(ppn_gpu *gg, ppn_gevent *e)
+{
+    sim_gpu *g = sim_of(gg);
+    if (!e) return ppn_err(PPN_EINVAL, "sim: event_sync: event is NULL");
+    pthread_mutex_lock(&g->sync);
+    sim_rec *rec = rec_ref(e->latest);
+    while (rec && !rec->done) pthread_cond_wait(&g->sync_cv, &g->sync); /* pairs with exec_op's broadcast */
+    pthread_mutex_unlock(&g->sync);
+    ppn_status st = host_saw(g, rec);
+    rec_unref(rec);
+    return st;
+}
+
+/* Returns PPN_OK, PPN_EINVAL (no timing, never recorded), PPN_ESTATE (a record has not executed yet). */
+static ppn_status sim_event_elapsed(ppn_gpu *gg, ppn_gevent *start, ppn_gevent *end, float *ms)
+{
+    sim_gpu *g = sim_of(gg);
+    ppn_status st = PPN_OK;
+    if (!start || !end || !ms) return ppn_err(PPN_EINVAL, "sim: event_elapsed: NULL argument");
+    if (!start->timing || !end->timing)
+        return ppn_err(PPN_EINVAL, "sim: event_elapsed: the %s event was created without timing",
+                       !start->timing ? "start" : "end");
+    pthread_mutex_lock(&g->sync);
+    sim_rec *a = start->latest, *b = end->latest;
+    if (!a || !b)
+        st = ppn_err(PPN_EINVAL, "sim: event_elapsed: the %s event was never recorded", !a ? "start" : "end");
+    else if (!a->done || !b->done)
+        st = ppn_err(PPN_ESTATE, "sim: event_elapsed: the %s event's record has not executed yet",
+                     !a->done ? "start" : "end");
+    else *ms = (float)((double)((int64_t)(b->t_ns - a->t_ns)) / 1e6);
+    pthread_mutex_unlock(&g->sync);
+    return st;
+}
+
+/* ---- copies, launches, host functions ---------------------------------------------------------------- */
+
+static uint64_t copy_model(sim_gpu *g, size_t n, double bytes_per_ns)
+{
+    return g->latency ? 5000 + (uint64_t)((double)n / bytes_per_ns) : 0;
+}
+
+static ppn_status check_stream(ppn_gstream *s, const char *call)
+{
+    return s ? PPN_OK : ppn_err(PPN_EINVAL, "sim: %s: stream is NULL", call);
+}
+
+static ppn_status sim_copy_htod(ppn_gpu *gg, ppn_gstream *s, ppn_dptr dst, const void *src, size_t n)
+{
+    sim_gpu *g = sim_of(gg);
+    PPN_CHECK(check_stream(s, "copy_htod"));
+    if (n && !src) return ppn_err(PPN_EINVAL, "sim: copy_htod of %zu B: source is NULL", n);
+    sim_op *op = op_new(s, SIM_OP_HTOD, "copy htod", NULL);
+    if (!op) return ppn_err(PPN_ENOMEM, "sim: copy_htod: out of host memory");
+    op->u.cp.dst = dst;
+    op->u.cp.hsrc = src;
+    op->u.cp.n = n;
+    op->model_ns = copy_model(g, n, 20.0);
+    if (n) op_acc(op, dst, n, PPN_ACC_W, s->dev, 1);
+    return submit(g, s, op, SIM_FAIL_COPY, NULL);
+}
+
+static ppn_status sim_copy_dtoh(ppn_gpu *gg, ppn_gstream *s, void *dst, ppn_dptr src, size_t n)
+{
+    sim_gpu *g = sim_of(gg);
+    PPN_CHECK(check_stream(s, "copy_dtoh"));
+    if (n && !dst) return ppn_err(PPN_EINVAL, "sim: copy_dtoh of %zu B: destination is NULL", n);
+    sim_op *op = op_new(s, SIM_OP_DTOH, "copy dtoh", NULL);
+    if (!op) return ppn_err(PPN_ENOMEM, "sim: copy_dtoh: out of host memory");
+    op->u.cp.hdst = dst;
+    op->u.cp.src = src;
+    op->u.cp.n = n;
+    op->model_ns = copy_model(g, n, 20.0);
+    if (n) op_acc(op, src, n, PPN_ACC_R, s->dev, 1);
+    return submit(g, s, op, SIM_FAIL_COPY, NULL);
+}
+
+static ppn_status sim_copy_dtod(ppn_gpu *gg, ppn_gstream *s, ppn_dptr dst, ppn_dptr src, size_t n)
+{
+    sim_gpu *g = sim_of(gg);
+    PPN_CHECK(check_stream(s, "copy_dtod"));
+    sim_op *op = op_new(s, SIM_OP_DTOD, "copy dtod", NULL);
+    if (!op) return ppn_err(PPN_ENOMEM, "sim: copy_dtod: out of host memory");
+    op->u.cp.dst = dst;
+    op->u.cp.src = src;
+    op->u.cp.n = n;
+    op->model_ns = copy_model(g, n, 1000.0);
+    if (n) {
+        op_acc(op, src, n, PPN_ACC_R, s->dev, 1);
+        op_acc(op, dst, n, PPN_ACC_W, s->dev, 1);
+    }
+    return submit(g, s, op, SIM_FAIL_COPY, NULL);
+}
+
+/* Works with or without a grant; without a possible one it is staged through the host (counted). */
+static ppn_status sim_copy_peer(ppn_gpu *gg, ppn_gstream *s, ppn_dptr dst, int dst_dev, ppn_dptr src,
+                                int src_dev, size_t n)
+{
+    sim_gpu *g = sim_of(gg);
+    PPN_CHECK(check_stream(s, "copy_peer"));
+    if (!valid_dev(g, dst_dev)) return bad_dev(g, "copy_peer (dst)", dst_dev);
+    if (!valid_dev(g, src_dev)) return bad_dev(g, "copy_peer (src)", src_dev);
+    int staged = src_dev != dst_dev && !((g->peer_possible[dst_dev] >> src_dev) & 1);
+    sim_op *op = op_new(s, SIM_OP_PEER, "copy peer", NULL);
+    if (!op) return ppn_err(PPN_ENOMEM, "sim: copy_peer: out of host memory");
+    op->u.cp.dst = dst;
+    op->u.cp.src = src;
+    op->u.cp.n = n;
+    op->model_ns = copy_model(g, n, src_dev == dst_dev ? 1000.0 : staged ? 20.0 : 50.0);
+    if (n) {
+        op_acc(op, src, n, PPN_ACC_R, src_dev, 0);
+        op_acc(op, dst, n, PPN_ACC_W, dst_dev, 0);
+    }
+    PPN_CHECK(submit(g, s, op, SIM_FAIL_COPY, NULL));
+    if (staged) __atomic_fetch_add(&gg->n_host_staged, 1, __ATOMIC_RELAXED);
+    return PPN_OK;
+}
+
+static ppn_status sim_memset_d8(ppn_gpu *gg, ppn_gstream *s, ppn_dptr dst, unsigned char v, size_t n)
+{
+    sim_gpu *g = sim_of(gg);
+    PPN_CHECK(check_stream(s, "memset_d8"));
+    sim_op *op = op_new(s, SIM_OP_MEMSET, "memset", NULL);
+    if (!op) return ppn_err(PPN_ENOMEM, "sim: memset_d8: out of host memory");
+    op->u.ms.dst = dst;
+    op->u.ms.v = v;
+    op->u.ms.n = n;
+    op->model_ns = copy_model(g, n, 1000.0);
+    if (n) op_acc(op, dst, n, PPN_ACC_W, s->dev, 1);
+    return submit(g, s, op, -1, NULL);
+}
+
+static ppn_status check_launch(const ppn_launch *l)
+{
+    if (l->kernel < 0 || l->kernel >= PPN_K_COUNT)
+        return ppn_err(PPN_EINVAL, "sim: launch: kernel id %d is not in the kernel table", l->kernel);
+    const ppn_kernel_desc *k = &ppn_kernels[l->kernel];
+    if (!k->cpu) return ppn_err(PPN_EUNSUPPORTED, "sim: launch of %s: it has no CPU reference", k->name);
+    if (!l->params || l->params_size != k->params_size)
+        return ppn_err(PPN_EINVAL, "sim: launch of %s: params %p of %zu B (the kernel takes %zu B)", k->name,
+                       l->params, l->params_size, k->params_size);
+    if (l->nacc < 0 || l->nacc > PPN_LAUNCH_MAX_ACC)
+        return ppn_err(PPN_EINVAL, "sim: launch of %s: nacc %d not in 0..%d", k->name, l->nacc,
+                       PPN_LAUNCH_MAX_ACC);
+    for (int i = 0; i < l->nacc; i++)
+        if (l->acc[i].mode < PPN_ACC_R || l->acc[i].mode > PPN_ACC_RW)
+            return ppn_err(PPN_EINVAL, "sim: launch of %s: access %d has mode %d", k->name, i, l->acc[i].mode);
+    return PPN_OK;
+}
+
+/* Copies the params struct now; the worker runs the CPU reference on the copy. */
+static ppn_status sim_launch(ppn_gpu *gg, ppn_gstream *s, const ppn_launch *l)
+{
+    sim_gpu *g = sim_of(gg);
+    PPN_CHECK(check_stream(s, "launch"));
+    if (!l) return ppn_err(PPN_EINVAL, "sim: launch: NULL launch");
+    PPN_CHECK(check_launch(l));
+    const ppn_kernel_desc *k = &ppn_kernels[l->kernel];
+    sim_op *op = op_new(s, SIM_OP_LAUNCH, "kernel", k->name);
+    void *params = malloc(l->params_size ? l->params_size : 1);
+    if (!op || !params) {
+        free(op);
+        free(params);
+        return ppn_err(PPN_ENOMEM, "sim: launch of %s: out of host memory", k->name);
+    }
+    memcpy(params, l->params, l->params_size);
+    op->u.k.kernel = l->kernel;
+    op->u.k.params = params;
+    op->model_ns = g->latency ? 4000 : 0;
+    for (int i = 0; i < l->nacc; i++)
+        if (l->acc[i].bytes) op_acc(op, l->acc[i].ptr, l->acc[i].bytes, l->acc[i].mode, s->dev, 1);
+    return submit(g, s, op, SIM_FAIL_LAUNCH, NULL);
+}
+
+static ppn_status sim_host_fn(ppn_gpu *gg, ppn_gstream *s, ppn_host_fn fn, void *arg)
+{
+    PPN_CHECK(check_stream(s, "host_fn"));
+    if (!fn) return ppn_err(PPN_EINVAL, "sim: host_fn: function is NULL");
+    sim_op *op = op_new(s, SIM_OP_HOSTFN, "host fn", NULL);
+    if (!op) return ppn_err(PPN_ENOMEM, "sim: host_fn: out of host memory");
+    op->u.hf.fn = fn;
+    op->u.hf.arg = arg;
+    return submit(sim_of(gg), s, op, -1, NULL);
+}
+
+/* ---- peers and annotations ---------------------------------------------------------------------------- */
+
+static ppn_status sim_peer_can_access(ppn_gpu *gg, int dev, int peer, int *can)
+{
+    sim_gpu *g = sim_of(gg);
+    if (!valid_dev(g, dev)) return bad_dev(g, "peer_can_access", dev);
+    if (!valid_dev(g, peer)) return bad_dev(g, "peer_can_access (peer)", peer);
+    if (!can) return ppn_err(PPN_EINVAL, "sim: peer_can_access: can is NULL");
+    *can = (int)((g->peer_possible[dev] >> peer) & 1);
+    return PPN_OK;
+}
+
+/* Lets kernels on dev touch peer's memory. Returns PPN_OK, PPN_EINVAL (bad devices, grant not possible). */
+static ppn_status sim_peer_enable(ppn_gpu *gg, int dev, int peer)
+{
+    sim_gpu *g = sim_of(gg);
+    if (!valid_dev(g, dev)) return bad_dev(g, "peer_enable", dev);
+    if (!valid_dev(g, peer)) return bad_dev(g, "peer_enable (peer)", peer);
+    if (!((g->peer_possible[dev] >> peer) & 1))
+        return ppn_err(PPN_EINVAL, "sim: peer_enable(%d, %d): no peer grant is possible between devices %d and "
+                       "%d (PPN_SIM_PEER=%s)", dev, peer, dev, peer, g->peer_env);
+    pthread_mutex_lock(&g->ck);
+    g->peer_enabled[dev] |= 1ull << peer;
+    pthread_mutex_unlock(&g->ck);
+    return PPN_OK;
+}
+
+/* CARVE and ALLOC take effect now; FREE is an op on s (a write of the block by s).
+ * Returns PPN_OK, PPN_EINVAL (bad range, device, op or overlap), PPN_ENOMEM, the sticky error (FREE). */
+static ppn_status sim_mem_annotate(ppn_gpu *gg, ppn_gstream *s, int dev, ppn_dptr p, size_t n, int op,
+                                   const char *tag)
+{
+    sim_gpu *g = sim_of(gg);
+    ppn_status st;
+    if (!valid_dev(g, dev)) return bad_dev(g, "mem_annotate", dev);
+    if (p == 0 || n == 0) return ppn_err(PPN_EINVAL, "sim: mem_annotate: empty range [0x%llx, +%zu B)", (ull)p, n);
+    if (op == PPN_ANN_CARVE || op == PPN_ANN_ALLOC) {
+        pthread_mutex_lock(&g->ck);
+        st = op == PPN_ANN_CARVE ? sim_ck_carve(g, dev, p, n) : sim_ck_alloc(g, dev, p, n, tag);
+        pthread_mutex_unlock(&g->ck);
+        return st;
+    }
+    if (op != PPN_ANN_FREE) return ppn_err(PPN_EINVAL, "sim: mem_annotate: unknown op %d", op);
+    if (!s) return ppn_err(PPN_EINVAL, "sim: mem_annotate FREE of [0x%llx, +%zu B): needs a stream", (ull)p, n);
+    sim_op *fop = op_new(s, SIM_OP_FREE, "free", NULL);
+    if (!fop) return ppn_err(PPN_ENOMEM, "sim: mem_annotate FREE: out of host memory");
+    fop->ann_dev = dev;
+    op_acc(fop, p, n, PPN_ACC_W, -1, 0);
+    return submit(g, s, fop, -1, NULL);
+}
+
+/* ---- lifetime ------------------------------------------------------------------------------------------ */
+
+static void sim_destroy(ppn_gpu *gg)
+{
+    sim_gpu *g = sim_of(gg);
+    if (!g) return;
+    for (ppn_gstream *s = g->streams, *next; s; s = next) { /* workers finish what was issued */
+        next = s->next_all;
+        stream_stop(s);
+        stream_free(s);
+    }
+    for (ppn_gevent *e = g->events, *next; e; e = next) {
+        next = e->next_all;
+        rec_unref(e->latest);
+        free(e);
+    }
+    for (int i = 0; i < g->nraws; i++) {
+        sim_raw *r = g->raws[i];
+        if (r->live) host_mem_put((void *)(uintptr_t)r->base, r->map_bytes);
+        sim_raw_destroy(r);
+    }
+    free(g->raws);
+    free(g->host_vc);
+    rec_unref(g->host_snap);
+    pthread_mutex_destroy(&g->ck);
+    pthread_cond_destroy(&g->busy_cv);
+    pthread_mutex_destroy(&g->sync);
+    pthread_cond_destroy(&g->sync_cv);
+    pthread_mutex_destroy(&g->lists);
+    free(g);
+}
+
+/* Returns PPN_OK, PPN_EINVAL (a PPN_SIM_* value, named), PPN_ENOMEM. */
+ppn_status ppn_gpu_sim_create(ppn_gpu **out)
+{
+    if (!out) return ppn_err(PPN_EINVAL, "sim: create: out is NULL");
+    *out = NULL;
+    sim_gpu *g = calloc(1, sizeof *g);
+    if (!g) return ppn_err(PPN_ENOMEM, "sim: create: out of host memory");
+    ppn_status st;
+    PPN_CHECK_GOTO(parse_devices(g), st, fail);
+    PPN_CHECK_GOTO(parse_mem(g), st, fail);
+    PPN_CHECK_GOTO(parse_peer(g), st, fail);
+    PPN_CHECK_GOTO(parse_fail(g), st, fail);
+    PPN_CHECK_GOTO(parse_latency(g), st, fail);
+    g->base.ops = &sim_ops;
+    pthread_mutex_init(&g->ck, NULL);
+    pthread_cond_init(&g->busy_cv, NULL);
+    pthread_mutex_init(&g->sync, NULL);
+    pthread_cond_init(&g->sync_cv, NULL);
+    pthread_mutex_init(&g->lists, NULL);
+    *out = &g->base;
+    return PPN_OK;
+fail:
+    free(g);
+    return st;
+}
+
+ppn_status ppn_gpu_sim_take_error(ppn_gpu *gg, char *msg, size_t cap)
+{
+    if (!gg || gg->ops != &sim_ops) return ppn_err(PPN_EINVAL, "sim: take_error: not a sim backend");
+    sim_gpu *g = sim_of(gg);
+    pthread_mutex_lock(&g->ck);
+    ppn_status st = g->sticky;
+    if (msg && cap) snprintf(msg, cap, "%s", st != PPN_OK ? g->sticky_msg : "");
+    g->sticky = PPN_OK;
+    g->sticky_msg[0] = '\0';
+    pthread_mutex_unlock(&g->ck);
+    return st;
+}
+
+void ppn_gpu_sim_counts(ppn_gpu *gg, struct ppn_sim_counts *out)
+{
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    if (!gg || gg->ops != &sim_ops) return;
+    sim_gpu *g = sim_of(gg);
+    pthread_mutex_lock(&g->ck);
+    out->race = g->counts[0];
+    out->placement = g->counts[1];
+    out->use_after_free = g->counts[2];
+    out->double_free = g->counts[3];
+    out->bounds = g->counts[4];
+    pthread_mutex_unlock(&g->ck);
+}
+
+static const struct ppn_gpu_ops sim_ops = {
+    .name = "sim",
+    .destroy = sim_destroy,
+    .device_count = sim_device_count,
+    .device_info = sim_device_info,
+    .mem_get_info = sim_mem_get_info,
+    .mem_alloc = sim_mem_alloc,
+    .mem_free = sim_mem_free,
+    .host_alloc = sim_host_alloc,
+    .host_free = sim_host_free,
+    .stream_create = sim_stream_create,
+    .stream_destroy = sim_stream_destroy,
+    .stream_sync = sim_stream_sync,
+    .stream_device = sim_stream_device,
+    .event_create = sim_event_create,
+    .event_destroy = sim_event_destroy,
+    .event_record = sim_event_record,
+    .stream_wait_event = sim_stream_wait_event,
+    .event_query = sim_event_query,
+    .event_sync = sim_event_sync,
+    .event_elapsed = sim_event_elapsed,
+    .copy_htod = sim_copy_htod,
+    .copy_dtoh = sim_copy_dtoh,
+    .copy_dtod = sim_copy_dtod,
+    .copy_peer = sim_copy_peer,
+    .memset_d8 = sim_memset_d8,
+    .peer_can_access = sim_peer_can_access,
+    .peer_enable = sim_peer_enable,
+    .launch = sim_launch,
+    .host_fn = sim_host_fn,
+    .mem_annotate = sim_mem_annotate,
+};

@@ -1,0 +1,668 @@
+/* sim_check.c - the sim backend's happens-before checker and memory map.
+ *
+ * WHAT IT PROVES. Every op on a sim stream declares the device ranges it reads and writes (a launch: its
+ * ppn_launch.acc[]; a copy: its source and destination; a memset: its destination; PPN_ANN_FREE: a write of
+ * the freed block by the freeing stream). The checker finds, and reports naming the op (and, for races, use
+ * after free and double free, the earlier op involved):
+ *   RACE            two accesses to one block, at least one a write, on different streams, with no chain of
+ *                   event records/waits (or host syncs) ordering them;
+ *   PLACEMENT       a kernel, dtod copy or memset on a stream of device d touching device e's memory with no
+ *                   peer_enable(d, e); a host copy touching another device's memory the same way; a copy_peer
+ *                   whose memory is not on the devices it names (copy_peer itself needs no grant);
+ *   USE AFTER FREE  an access to a freed pool block or to a raw allocation after mem_free;
+ *   DOUBLE FREE     PPN_ANN_FREE of anything but a live block; mem_free twice or of an unknown pointer;
+ *   BOUNDS          a range not inside one allocation, or inside a carved (pool) region but not inside one
+ *                   block.
+ *
+ * BLOCKS. Access history is kept per block: a raw mem_alloc region, or, inside a region the pool has carved
+ * (PPN_ANN_CARVE), a pool block (PPN_ANN_ALLOC; outside any carved region, ALLOC carves its own range first).
+ * Two ops touching different bytes of one block are treated as touching the same block (the pool hands out
+ * whole blocks, so that never happens in correct code).
+ * A block's record survives its free and is revived (or, when the new block has other extents, trimmed and
+ * its history merged into the new one) by a later PPN_ANN_ALLOC. So a block freed on stream A and handed to
+ * stream B still carries A's accesses and A's free: B's first access races with them unless an event chain
+ * (or a host sync) orders it after the free.
+ *
+ * VECTOR CLOCKS. Stream i's clock VC_i is an array indexed by stream id. Executing op #k of stream i sets
+ * VC_i[i] = k (ops are numbered from 1 in issue order). An event record snapshots VC_i into a refcounted
+ * record object created when event_record is called; stream_wait_event binds, when it is called, to the
+ * event's latest record (CUDA semantics), and the waiting stream merges that record's snapshot (max per
+ * entry) once the record has executed. The host also has a clock: stream_sync, event_sync and a "done"
+ * event_query merge what they waited for into it, and the next op issued on any stream merges the host clock
+ * first (host order is real order in CUDA too). An earlier access by stream j at clock c happens-before the
+ * current op of stream i iff c <= VC_i[j].
+ *
+ * HISTORY per block: for each stream, its latest write not superseded and its latest read since; a write
+ * that passes the check replaces everything with itself. An access conflicts with an entry of another
+ * stream (W-W, W-R, R-W) whose clock is not <= the accessor's VC entry for that stream. Whether a race is
+ * reported is decided by the clocks alone, not by how the worker threads happened to be scheduled (only
+ * which of the two ops is named first, the one that ran second, depends on it).
+ *
+ * WHEN. Liveness and bounds follow the pool's view in host order: they are resolved when the op is issued
+ * (an op issued while its block is live is fine even if the block is freed later in stream order; the free's
+ * write then orders or races with it). Races are found when the op executes, on its worker thread, under
+ * g->ck. A raw allocation freed by mem_free after an op was issued is caught at execution (the memory is
+ * gone: the op is skipped). Every finding is printed when its op executes and the first one becomes the
+ * backend's sticky error (gpu_sim.c), returned by the next sync, query or enqueue on any stream.
+ * An op with a finding is not executed (one report per op at most). A placement or race finding still
+ * records its accesses (it names valid memory), so later ops are checked against it. Skipping racy ops
+ * also means the simulated memory never sees two racing accesses overlap in real time: a program the
+ * checker flags does not also trip ThreadSanitizer in the simulator itself.
+ *
+ * Every function here runs with g->ck held.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "err.h"
+#include "sim_internal.h"
+
+typedef unsigned long long ull;
+
+/* ---- op and block names for reports --------------------------------------------------------------- */
+
+void sim_fmt_op(char *buf, size_t cap, const sim_opref *r)
+{
+    snprintf(buf, cap, "stream %d (dev %d) op #%llu %s%s%s", r->stream, r->dev, (ull)r->idx, r->what,
+             r->name ? " " : "", r->name ? r->name : "");
+}
+
+static void fmt_block(char *buf, size_t cap, const sim_raw *raw, const sim_block *b)
+{
+    if (b)
+        snprintf(buf, cap, "block 0x%llx [%zu B, '%s'] (dev %d)", (ull)b->base, b->bytes, b->tag, raw->dev);
+    else
+        snprintf(buf, cap, "allocation 0x%llx [%zu B, raw] (dev %d)", (ull)raw->base, raw->bytes, raw->dev);
+}
+
+static const char *mode_name(int mode)
+{
+    return mode == PPN_ACC_RW ? "read-write" : (mode & PPN_ACC_W) ? "write" : "read";
+}
+
+/* Record the first finding of an op made at issue time; later findings of the same op are dropped. */
+__attribute__((format(printf, 3, 4))) static void set_verdict(sim_op *op, ppn_status st, const char *fmt, ...)
+{
+    if (op->verdict != PPN_OK) return;
+    op->verdict = st;
+    va_list ap;
+    va_start(ap, fmt);
+    if (vasprintf(&op->report, fmt, ap) < 0) op->report = NULL; /* emit prints a fallback */
+    va_end(ap);
+}
+
+/* ---- reports ---------------------------------------------------------------------------------------- */
+
+static int count_index(ppn_status st)
+{
+    switch (st) {
+    case PPN_ERACE: return 0;
+    case PPN_EPLACEMENT: return 1;
+    case PPN_EUSEAFTERFREE: return 2;
+    case PPN_EDOUBLEFREE: return 3;
+    case PPN_EBOUNDS: return 4;
+    default: return -1;
+    }
+}
+
+/* Print a finding, count it, and make it the sticky error if there is none. */
+void sim_ck_emit(sim_gpu *g, ppn_status st, const char *msg)
+{
+    int i = count_index(st);
+    if (!msg) msg = "ppn sim: a checker report was lost (out of host memory while formatting it)";
+    if (i >= 0) g->counts[i]++;
+    if (g->printed < SIM_MAX_PRINTED) {
+        fprintf(stderr, "%s\n", msg);
+        if (++g->printed == SIM_MAX_PRINTED)
+            fprintf(stderr, "ppn sim: %d reports printed; further ones are only counted\n", SIM_MAX_PRINTED);
+    }
+    if (g->sticky == PPN_OK) {
+        g->sticky = st;
+        snprintf(g->sticky_msg, sizeof g->sticky_msg, "%s", msg);
+    }
+}
+
+/* ---- history ---------------------------------------------------------------------------------------- */
+
+void sim_hist_clear(sim_hist *h)
+{
+    free(h->w);
+    free(h->r);
+    memset(h, 0, sizeof *h);
+}
+
+/* Set the entry of e->stream in arr to e if e is later (or there is none). Returns -1 when out of memory. */
+static int epoch_upsert(sim_epoch **arr, int *n, int *cap, const sim_epoch *e)
+{
+    for (int i = 0; i < *n; i++) {
+        if ((*arr)[i].stream != e->stream) continue;
+        if ((*arr)[i].clock < e->clock) (*arr)[i] = *e;
+        return 0;
+    }
+    if (*n == *cap) {
+        int nc = *cap ? *cap * 2 : 2;
+        sim_epoch *na = realloc(*arr, (size_t)nc * sizeof *na);
+        if (!na) return -1;
+        *arr = na;
+        *cap = nc;
+    }
+    (*arr)[(*n)++] = *e;
+    return 0;
+}
+
+static int hist_merge(sim_hist *dst, const sim_hist *src)
+{
+    for (int i = 0; i < src->nw; i++)
+        if (epoch_upsert(&dst->w, &dst->nw, &dst->capw, &src->w[i])) return -1;
+    for (int i = 0; i < src->nr; i++)
+        if (epoch_upsert(&dst->r, &dst->nr, &dst->capr, &src->r[i])) return -1;
+    return 0;
+}
+
+static uint64_t vc_get(const struct ppn_gstream *s, int stream)
+{
+    return (size_t)stream < s->vc_len ? s->vc[stream] : 0;
+}
+
+/* The first entry of h that conflicts with an access of mode by s, or NULL. *prev_w: it is a write. */
+static const sim_epoch *hist_conflict(const sim_hist *h, const struct ppn_gstream *s, int mode, int *prev_w)
+{
+    for (int i = 0; i < h->nw; i++) {
+        const sim_epoch *e = &h->w[i];
+        if (e->stream != s->id && e->clock > vc_get(s, e->stream)) {
+            *prev_w = 1;
+            return e;
+        }
+    }
+    if (!(mode & PPN_ACC_W)) return NULL;
+    for (int i = 0; i < h->nr; i++) {
+        const sim_epoch *e = &h->r[i];
+        if (e->stream != s->id && e->clock > vc_get(s, e->stream)) {
+            *prev_w = 0;
+            return e;
+        }
+    }
+    return NULL;
+}
+
+static int hist_update(sim_hist *h, const sim_epoch *e, int mode)
+{
+    if (mode & PPN_ACC_W) {
+        h->nw = 0;
+        h->nr = 0;
+        return epoch_upsert(&h->w, &h->nw, &h->capw, e);
+    }
+    return epoch_upsert(&h->r, &h->nr, &h->capr, e);
+}
+
+/* ---- the memory map ---------------------------------------------------------------------------------- */
+
+static int in_range(ppn_dptr base, size_t bytes, ppn_dptr p, size_t n)
+{
+    return p >= base && n <= bytes && p - base <= bytes - n;
+}
+
+static int overlaps(ppn_dptr a, size_t an, ppn_dptr b, size_t bn)
+{
+    return a < b + bn && b < a + an;
+}
+
+/* Index of the first raw allocation whose base is > p. */
+static int raw_upper(sim_gpu *g, ppn_dptr p)
+{
+    int lo = 0, hi = g->nraws;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (g->raws[mid]->base <= p) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* The allocation (live or tombstone) containing address p, or NULL. */
+sim_raw *sim_raw_find(sim_gpu *g, ppn_dptr p)
+{
+    int i = raw_upper(g, p) - 1;
+    if (i < 0) return NULL;
+    sim_raw *r = g->raws[i];
+    return p - r->base < r->bytes ? r : NULL;
+}
+
+void sim_raw_drop_contents(sim_raw *raw)
+{
+    for (int i = 0; i < raw->nblocks; i++) {
+        sim_hist_clear(&raw->blocks[i]->h);
+        free(raw->blocks[i]);
+    }
+    free(raw->blocks);
+    raw->blocks = NULL;
+    raw->nblocks = raw->capblocks = 0;
+    free(raw->carved);
+    raw->carved = NULL;
+    raw->ncarved = raw->capcarved = 0;
+    sim_hist_clear(&raw->h);
+}
+
+void sim_raw_destroy(sim_raw *raw)
+{
+    if (!raw) return;
+    sim_raw_drop_contents(raw);
+    free(raw);
+}
+
+/* Insert a new live allocation; tombstones its range overlaps are forgotten (their memory was released and
+ * the host allocator reused it). Returns PPN_OK or PPN_ENOMEM (nothing changed). */
+ppn_status sim_raw_insert(sim_gpu *g, sim_raw *raw)
+{
+    if (g->nraws == g->capraws) {
+        int nc = g->capraws ? g->capraws * 2 : 16;
+        sim_raw **na = realloc(g->raws, (size_t)nc * sizeof *na);
+        if (!na) return ppn_err(PPN_ENOMEM, "sim: out of host memory for the allocation table");
+        g->raws = na;
+        g->capraws = nc;
+    }
+    int j = 0;
+    for (int i = 0; i < g->nraws; i++) {
+        sim_raw *r = g->raws[i];
+        if (overlaps(r->base, r->bytes, raw->base, raw->bytes)) {
+            PPN_ASSERT(!r->live); /* the host allocator never hands out live memory twice */
+            sim_raw_destroy(r);
+            continue;
+        }
+        g->raws[j++] = r;
+    }
+    g->nraws = j;
+    int at = raw_upper(g, raw->base);
+    memmove(&g->raws[at + 1], &g->raws[at], (size_t)(g->nraws - at) * sizeof *g->raws);
+    g->raws[at] = raw;
+    g->nraws++;
+    return PPN_OK;
+}
+
+/* Index of the first block of raw that ends after p. */
+static int blk_first_after(const sim_raw *raw, ppn_dptr p)
+{
+    int lo = 0, hi = raw->nblocks;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        const sim_block *b = raw->blocks[mid];
+        if (b->base + b->bytes <= p) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+static sim_range *carved_overlap(const sim_raw *raw, ppn_dptr p, size_t n)
+{
+    for (int i = 0; i < raw->ncarved; i++)
+        if (overlaps(raw->carved[i].base, raw->carved[i].bytes, p, n)) return &raw->carved[i];
+    return NULL;
+}
+
+/* ---- annotations (host order) -------------------------------------------------------------------------- */
+
+static ppn_status find_live_raw(sim_gpu *g, int dev, ppn_dptr p, size_t n, const char *what, sim_raw **out)
+{
+    sim_raw *raw = sim_raw_find(g, p);
+    if (!raw || !raw->live || !in_range(raw->base, raw->bytes, p, n))
+        return ppn_err(PPN_EINVAL, "sim: mem_annotate %s of [0x%llx, +%zu B) on dev %d: not inside one live "
+                       "allocation", what, (ull)p, n, dev);
+    if (raw->dev != dev)
+        return ppn_err(PPN_EINVAL, "sim: mem_annotate %s of [0x%llx, +%zu B): the memory is on dev %d, not "
+                       "dev %d", what, (ull)p, n, raw->dev, dev);
+    *out = raw;
+    return PPN_OK;
+}
+
+static sim_block *block_new(ppn_dptr base, size_t bytes, int state, const char *tag)
+{
+    sim_block *b = calloc(1, sizeof *b);
+    if (!b) return NULL;
+    b->base = base;
+    b->bytes = bytes;
+    b->state = state;
+    snprintf(b->tag, sizeof b->tag, "%s", tag ? tag : "");
+    return b;
+}
+
+static int blocks_reserve(sim_raw *raw, int extra)
+{
+    if (raw->nblocks + extra <= raw->capblocks) return 0;
+    int nc = raw->capblocks ? raw->capblocks * 2 : 8;
+    while (nc < raw->nblocks + extra) nc *= 2;
+    sim_block **na = realloc(raw->blocks, (size_t)nc * sizeof *na);
+    if (!na) return -1;
+    raw->blocks = na;
+    raw->capblocks = nc;
+    return 0;
+}
+
+/* PPN_ANN_CARVE: [p, p+n) becomes pool-managed. It starts as one UNALLOCATED record carrying the history of
+ * the raw region (accesses made before the carve still order against later blocks). */
+ppn_status sim_ck_carve(sim_gpu *g, int dev, ppn_dptr p, size_t n)
+{
+    sim_raw *raw;
+    PPN_CHECK(find_live_raw(g, dev, p, n, "CARVE", &raw));
+    sim_range *c = carved_overlap(raw, p, n);
+    if (c)
+        return ppn_err(PPN_EINVAL, "sim: mem_annotate CARVE of [0x%llx, +%zu B) overlaps the carved region "
+                       "[0x%llx, +%zu B)", (ull)p, n, (ull)c->base, c->bytes);
+    sim_block *b = block_new(p, n, SIM_BLK_UNALLOCATED, "unallocated");
+    if (!b || blocks_reserve(raw, 1) || hist_merge(&b->h, &raw->h)) goto oom;
+    if (raw->ncarved == raw->capcarved) {
+        int nc = raw->capcarved ? raw->capcarved * 2 : 2;
+        sim_range *na = realloc(raw->carved, (size_t)nc * sizeof *na);
+        if (!na) goto oom;
+        raw->carved = na;
+        raw->capcarved = nc;
+    }
+    raw->carved[raw->ncarved++] = (sim_range){p, n};
+    int at = blk_first_after(raw, p);
+    memmove(&raw->blocks[at + 1], &raw->blocks[at], (size_t)(raw->nblocks - at) * sizeof *raw->blocks);
+    raw->blocks[at] = b;
+    raw->nblocks++;
+    return PPN_OK;
+oom:
+    if (b) sim_hist_clear(&b->h);
+    free(b);
+    return ppn_err(PPN_ENOMEM, "sim: out of host memory for checker records (CARVE)");
+}
+
+/* Copy of b trimmed to [base, base+bytes), with its state, tag and history. */
+static sim_block *block_piece(const sim_block *b, ppn_dptr base, size_t bytes)
+{
+    sim_block *nb = block_new(base, bytes, b->state, b->tag);
+    if (!nb) return NULL;
+    nb->freed_by = b->freed_by;
+    if (hist_merge(&nb->h, &b->h)) {
+        sim_hist_clear(&nb->h);
+        free(nb);
+        return NULL;
+    }
+    return nb;
+}
+
+static void block_free(sim_block *b)
+{
+    if (!b) return;
+    sim_hist_clear(&b->h);
+    free(b);
+}
+
+/* PPN_ANN_ALLOC: [p, p+n) becomes a live block. The records it overlaps (freed or never allocated) are
+ * replaced: their parts outside [p, p+n) remain, with their history; the new block gets the union of the
+ * overlapped histories, so reuse across streams is checked against what happened before the free.
+ * Outside any carved region, the range is carved first (how a block that is a whole raw allocation, such as
+ * the pool's large blocks, comes under the same rules). */
+ppn_status sim_ck_alloc(sim_gpu *g, int dev, ppn_dptr p, size_t n, const char *tag)
+{
+    sim_raw *raw;
+    PPN_CHECK(find_live_raw(g, dev, p, n, "ALLOC", &raw));
+    sim_range *c = carved_overlap(raw, p, n);
+    if (!c) { /* a block outside any pool region (e.g. a whole raw allocation): its range becomes one */
+        PPN_CHECK(sim_ck_carve(g, dev, p, n));
+        c = carved_overlap(raw, p, n);
+    }
+    if (!in_range(c->base, c->bytes, p, n))
+        return ppn_err(PPN_EINVAL, "sim: mem_annotate ALLOC of [0x%llx, +%zu B) '%s': straddles the edge of the "
+                       "carved region [0x%llx, +%zu B)", (ull)p, n, tag ? tag : "", (ull)c->base, c->bytes);
+    int i = blk_first_after(raw, p), j = i;
+    while (j < raw->nblocks && raw->blocks[j]->base < p + n) j++;
+    PPN_ASSERT(j > i); /* carved regions are covered by records */
+    for (int k = i; k < j; k++) {
+        sim_block *b = raw->blocks[k];
+        if (b->state == SIM_BLK_LIVE)
+            return ppn_err(PPN_EINVAL, "sim: mem_annotate ALLOC of [0x%llx, +%zu B) '%s' overlaps the live "
+                           "block 0x%llx [%zu B, '%s'] (pool bug: a block handed out twice)", (ull)p, n,
+                           tag ? tag : "", (ull)b->base, b->bytes, b->tag);
+    }
+    sim_block *first = raw->blocks[i], *last = raw->blocks[j - 1];
+    if (j == i + 1 && first->base == p && first->bytes == n) { /* the same block again: revive it */
+        first->state = SIM_BLK_LIVE;
+        snprintf(first->tag, sizeof first->tag, "%s", tag ? tag : "");
+        return PPN_OK;
+    }
+    /* Build the replacement of blocks[i..j): [left piece] new [right piece], before touching the table. */
+    sim_block *rep[3];
+    int nrep = 0;
+    sim_block *nb = block_new(p, n, SIM_BLK_LIVE, tag), *left = NULL, *right = NULL;
+    if (!nb || blocks_reserve(raw, 2)) goto oom;
+    for (int k = i; k < j; k++)
+        if (hist_merge(&nb->h, &raw->blocks[k]->h)) goto oom;
+    if (first->base < p && !(left = block_piece(first, first->base, p - first->base))) goto oom;
+    if (last->base + last->bytes > p + n && !(right = block_piece(last, p + n, last->base + last->bytes - p - n)))
+        goto oom;
+    if (left) rep[nrep++] = left;
+    rep[nrep++] = nb;
+    if (right) rep[nrep++] = right;
+    for (int k = i; k < j; k++) block_free(raw->blocks[k]);
+    memmove(&raw->blocks[i + nrep], &raw->blocks[j], (size_t)(raw->nblocks - j) * sizeof *raw->blocks);
+    memcpy(&raw->blocks[i], rep, (size_t)nrep * sizeof *rep);
+    raw->nblocks += nrep - (j - i);
+    return PPN_OK;
+oom:
+    block_free(nb);
+    block_free(left);
+    block_free(right);
+    return ppn_err(PPN_ENOMEM, "sim: out of host memory for checker records (ALLOC)");
+}
+
+/* PPN_ANN_FREE issued on op's stream: op->acc[0] is the block's range (a write). A live block becomes freed
+ * now (pool view) and the op carries the write; anything else is a double free, reported when op executes.
+ * Returns PPN_EINVAL only when the memory is on another device than dev. */
+ppn_status sim_ck_free(sim_gpu *g, int dev, sim_op *op)
+{
+    char me[192], prev[192], blk[160];
+    ppn_dptr p = op->acc[0].p;
+    size_t n = op->acc[0].n;
+    sim_raw *raw = sim_raw_find(g, p);
+    sim_block *b = NULL;
+    sim_fmt_op(me, sizeof me, &op->ref);
+    if (raw && raw->live && raw->dev != dev)
+        return ppn_err(PPN_EINVAL, "sim: mem_annotate FREE of [0x%llx, +%zu B): the memory is on dev %d, not "
+                       "dev %d", (ull)p, n, raw->dev, dev);
+    if (raw && raw->live && carved_overlap(raw, p, n)) {
+        int i = blk_first_after(raw, p);
+        if (i < raw->nblocks && raw->blocks[i]->base == p && raw->blocks[i]->bytes == n) b = raw->blocks[i];
+    }
+    if (b && b->state == SIM_BLK_LIVE) {
+        sim_ck_resolve(g, op);
+        b->state = SIM_BLK_FREED;
+        b->freed_by = op->ref;
+        return PPN_OK;
+    }
+    op->nacc = 0; /* nothing to execute or record */
+    if (b && b->state == SIM_BLK_FREED) {
+        fmt_block(blk, sizeof blk, raw, b);
+        sim_fmt_op(prev, sizeof prev, &b->freed_by);
+        set_verdict(op, PPN_EDOUBLEFREE, "ppn sim: DOUBLE FREE of %s: free by %s; previously freed by %s",
+                    blk, me, prev);
+        return PPN_OK;
+    }
+    const char *why = !raw ? "no allocation contains it"
+                      : !raw->live ? "its allocation was freed by mem_free"
+                      : !carved_overlap(raw, p, n) ? "it is not in a carved (pool) region"
+                      : b ? "that block was never allocated"
+                          : "no block has exactly this range";
+    set_verdict(op, PPN_EDOUBLEFREE, "ppn sim: DOUBLE FREE: free by %s of [0x%llx, +%zu B), which is not a live "
+                "block: %s", me, (ull)p, n, why);
+    return PPN_OK;
+}
+
+/* ---- issue-time resolution ------------------------------------------------------------------------------ */
+
+/* Check one access against the pool's current view: inside one allocation, live, inside one live block when
+ * carved, and on an allowed device. Returns 0 when fine. */
+static int resolve_acc(sim_gpu *g, sim_op *op, sim_acc *a)
+{
+    char me[192], blk[256], prev[192];
+    sim_fmt_op(me, sizeof me, &op->ref);
+    const char *mn = mode_name(a->mode);
+    sim_raw *raw = sim_raw_find(g, a->p);
+    if (!raw) {
+        set_verdict(op, PPN_EBOUNDS, "ppn sim: ACCESS OUTSIDE A BLOCK: %s of [0x%llx, +%zu B) by %s: the "
+                    "address is in no device allocation", mn, (ull)a->p, a->n, me);
+        return -1;
+    }
+    fmt_block(blk, sizeof blk, raw, NULL);
+    if (!in_range(raw->base, raw->bytes, a->p, a->n)) {
+        set_verdict(op, PPN_EBOUNDS, "ppn sim: ACCESS OUTSIDE A BLOCK: %s of [0x%llx, +%zu B) by %s extends "
+                    "%llu B past the end of %s", mn, (ull)a->p, a->n, me,
+                    (ull)(a->p + a->n - raw->base - raw->bytes), blk);
+        return -1;
+    }
+    if (!raw->live) {
+        set_verdict(op, PPN_EUSEAFTERFREE, "ppn sim: USE AFTER FREE of %s: %s of [0x%llx, +%zu B) by %s; the "
+                    "allocation was freed by mem_free on the host", blk, mn, (ull)a->p, a->n, me);
+        return -1;
+    }
+    if (carved_overlap(raw, a->p, a->n)) {
+        int i = blk_first_after(raw, a->p);
+        sim_block *b = i < raw->nblocks ? raw->blocks[i] : NULL;
+        if (!b || b->state == SIM_BLK_UNALLOCATED || !in_range(b->base, b->bytes, a->p, a->n)) {
+            if (!b || b->base > a->p)
+                snprintf(blk, sizeof blk, "it starts outside the pool region");
+            else if (b->state == SIM_BLK_UNALLOCATED)
+                snprintf(blk, sizeof blk, "it starts in unallocated pool space [0x%llx, +%zu B)", (ull)b->base,
+                         b->bytes);
+            else {
+                char bb[160];
+                fmt_block(bb, sizeof bb, raw, b);
+                snprintf(blk, sizeof blk, "it starts in %s", bb);
+            }
+            set_verdict(op, PPN_EBOUNDS, "ppn sim: ACCESS OUTSIDE A BLOCK: %s of [0x%llx, +%zu B) by %s is in "
+                        "a pool region but not inside one allocated block (%s)", mn, (ull)a->p, a->n, me, blk);
+            return -1;
+        }
+        if (b->state == SIM_BLK_FREED) {
+            fmt_block(blk, sizeof blk, raw, b);
+            sim_fmt_op(prev, sizeof prev, &b->freed_by);
+            set_verdict(op, PPN_EUSEAFTERFREE, "ppn sim: USE AFTER FREE of %s: %s of [0x%llx, +%zu B) by %s; "
+                        "the block was freed by %s", blk, mn, (ull)a->p, a->n, me, prev);
+            return -1;
+        }
+    }
+    if (a->want_dev >= 0 && raw->dev != a->want_dev) {
+        int granted = a->peer_ok && ((g->peer_enabled[a->want_dev] >> raw->dev) & 1);
+        if (!granted) {
+            if (a->peer_ok)
+                set_verdict(op, PPN_EPLACEMENT, "ppn sim: PLACEMENT FAULT: %s of [0x%llx, +%zu B) by %s "
+                            "touches %s, memory of device %d, with no peer grant (peer_enable(%d, %d) was not "
+                            "called)", mn, (ull)a->p, a->n, me, blk, raw->dev, a->want_dev, raw->dev);
+            else
+                set_verdict(op, PPN_EPLACEMENT, "ppn sim: PLACEMENT FAULT: %s of [0x%llx, +%zu B) by %s: "
+                            "the copy names device %d but %s is on device %d", mn, (ull)a->p, a->n, me,
+                            a->want_dev, blk, raw->dev);
+            return -1;
+        }
+    }
+    a->serial = raw->serial;
+    return 0;
+}
+
+/* Resolve every declared access of op at issue time; the first finding becomes op->verdict. */
+void sim_ck_resolve(sim_gpu *g, sim_op *op)
+{
+    for (int i = 0; i < op->nacc; i++) {
+        if (op->acc[i].n == 0) continue;
+        if (resolve_acc(g, op, &op->acc[i])) return;
+    }
+}
+
+/* ---- execution-time checks ---------------------------------------------------------------------------- */
+
+static void report_race(sim_gpu *g, const struct ppn_gstream *s, const sim_op *op, const sim_acc *a,
+                        const sim_raw *raw, const sim_block *b, const sim_epoch *prev, int prev_w)
+{
+    char me[192], other[192], blk[160], msg[1024];
+    sim_fmt_op(me, sizeof me, &op->ref);
+    sim_fmt_op(other, sizeof other, &prev->op);
+    fmt_block(blk, sizeof blk, raw, b);
+    char seen[96];
+    uint64_t upto = vc_get(s, prev->stream);
+    if (upto)
+        snprintf(seen, sizeof seen, "stream %d has seen stream %d only up to op #%llu", s->id, prev->stream,
+                 (ull)upto);
+    else
+        snprintf(seen, sizeof seen, "stream %d has seen nothing of stream %d", s->id, prev->stream);
+    snprintf(msg, sizeof msg, "ppn sim: RACE on %s: %s of [0x%llx, +%zu B) by %s; previous %s by %s; no event "
+             "chain orders them (%s)", blk, mode_name(a->mode), (ull)a->p, a->n, me, prev_w ? "write" : "read",
+             other, seen);
+    sim_ck_emit(g, PPN_ERACE, msg);
+}
+
+/* Check one history against the access, report the first conflict (once per op), then record the access. */
+static void check_hist(sim_gpu *g, const struct ppn_gstream *s, const sim_op *op, const sim_acc *a,
+                       const sim_raw *raw, const sim_block *b, sim_hist *h, int *reported)
+{
+    int prev_w = 0;
+    const sim_epoch *prev = hist_conflict(h, s, a->mode, &prev_w);
+    if (prev && !*reported) {
+        report_race(g, s, op, a, raw, b, prev, prev_w);
+        *reported = 1;
+    }
+    sim_epoch e = {s->id, op->ref.idx, op->ref};
+    if (hist_update(h, &e, a->mode) && !*reported) {
+        sim_ck_emit(g, PPN_ENOMEM, "ppn sim: out of host memory for access history");
+        *reported = 1;
+    }
+}
+
+static void check_access(sim_gpu *g, const struct ppn_gstream *s, const sim_op *op, const sim_acc *a,
+                         sim_raw *raw, int *reported)
+{
+    if (!carved_overlap(raw, a->p, a->n)) {
+        check_hist(g, s, op, a, raw, NULL, &raw->h, reported);
+        return;
+    }
+    /* Records may have been split or merged by ALLOC since issue: check every one the range touches. */
+    for (int i = blk_first_after(raw, a->p); i < raw->nblocks && raw->blocks[i]->base < a->p + a->n; i++)
+        check_hist(g, s, op, a, raw, raw->blocks[i], &raw->blocks[i]->h, reported);
+}
+
+/* Called on the worker with s's clock already advanced to this op. Emits op's issue-time finding, checks that
+ * its allocations are still the ones resolved at issue (else use after free), takes busy references, and
+ * checks/records its accesses. Returns 1 when the op must not execute (it has a finding). */
+int sim_ck_exec_begin(sim_gpu *g, struct ppn_gstream *s, sim_op *op)
+{
+    int reported = 0;
+    if (op->verdict != PPN_OK) {
+        sim_ck_emit(g, op->verdict, op->report);
+        if (op->verdict != PPN_EPLACEMENT) return 1; /* its ranges may not be valid memory */
+        reported = 1;                                /* valid memory: record its accesses, then skip it */
+    }
+    for (int i = 0; i < op->nacc; i++) {
+        sim_acc *a = &op->acc[i];
+        if (a->n == 0) continue;
+        sim_raw *raw = sim_raw_find(g, a->p);
+        if (!raw || raw->serial != a->serial || !raw->live) {
+            char me[192], msg[512];
+            sim_fmt_op(me, sizeof me, &op->ref);
+            snprintf(msg, sizeof msg, "ppn sim: USE AFTER FREE: %s of [0x%llx, +%zu B) by %s; its allocation "
+                     "was freed by mem_free on the host after the op was issued", mode_name(a->mode),
+                     (ull)a->p, a->n, me);
+            if (!reported) sim_ck_emit(g, PPN_EUSEAFTERFREE, msg);
+            return 1;
+        }
+        raw->busy++;
+        a->busy_raw = raw;
+    }
+    for (int i = 0; i < op->nacc; i++)
+        if (op->acc[i].busy_raw) check_access(g, s, op, &op->acc[i], op->acc[i].busy_raw, &reported);
+    return reported;
+}
+
+/* Drop the busy references taken by sim_ck_exec_begin; wakes a mem_free waiting for them. */
+void sim_ck_exec_end(sim_gpu *g, sim_op *op)
+{
+    for (int i = 0; i < op->nacc; i++) {
+        sim_raw *raw = op->acc[i].busy_raw;
+        if (!raw) continue;
+        op->acc[i].busy_raw = NULL;
+        if (--raw->busy == 0 && !raw->live) pthread_cond_broadcast(&g->busy_cv);
+    }
+}
