@@ -1,0 +1,232 @@
+/* ckpt.c - ppn_ckpt_open/close: pick the loader, parse the config, bind every expected tensor to a view.
+ *
+ * HF checkpoints: config.json is parsed first (it says which tensors must exist and their shapes), then the
+ * safetensors set is mapped and validated, then each expected tensor is looked up and checked for dtype and
+ * exact shape. Extra tensors (rotary_emb.inv_freq, ...) are ignored.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "ckpt_internal.h"
+#include "err.h"
+#include "safetensors.h"
+
+#define PPN_MAX_CONFIG (16u << 20)
+
+#define SLOT(sfx, field, shape, when) {sfx, offsetof(ppn_layer_tensors, field), shape, when}
+const ppn_hf_slot ppn_hf_layer_slots[] = {
+    SLOT("input_layernorm.weight", attn_norm, PPN_HF_DIM, PPN_HF_ALWAYS),
+    SLOT("self_attn.q_proj.weight", wq, PPN_HF_Q_W, PPN_HF_ALWAYS),
+    SLOT("self_attn.k_proj.weight", wk, PPN_HF_KV_W, PPN_HF_ALWAYS),
+    SLOT("self_attn.v_proj.weight", wv, PPN_HF_KV_W, PPN_HF_ALWAYS),
+    SLOT("self_attn.q_proj.bias", bq, PPN_HF_Q_B, PPN_HF_IF_QKV_BIAS),
+    SLOT("self_attn.k_proj.bias", bk, PPN_HF_KV_B, PPN_HF_IF_QKV_BIAS),
+    SLOT("self_attn.v_proj.bias", bv, PPN_HF_KV_B, PPN_HF_IF_QKV_BIAS),
+    SLOT("self_attn.o_proj.weight", wo, PPN_HF_O_W, PPN_HF_ALWAYS),
+    SLOT("self_attn.q_norm.weight", q_norm, PPN_HF_HEAD, PPN_HF_IF_QK_NORM),
+    SLOT("self_attn.k_norm.weight", k_norm, PPN_HF_HEAD, PPN_HF_IF_QK_NORM),
+    SLOT("post_attention_layernorm.weight", ffn_norm, PPN_HF_DIM, PPN_HF_ALWAYS),
+    SLOT("mlp.gate_proj.weight", w_gate, PPN_HF_FFN_IN, PPN_HF_ALWAYS),
+    SLOT("mlp.up_proj.weight", w_up, PPN_HF_FFN_IN, PPN_HF_ALWAYS),
+    SLOT("mlp.down_proj.weight", w_down, PPN_HF_FFN_OUT, PPN_HF_ALWAYS),
+};
+#undef SLOT
+const size_t ppn_hf_n_layer_slots = PPN_ARRAY_LEN(ppn_hf_layer_slots);
+
+int ppn_hf_shape_dims(const ppn_model_config *cfg, ppn_hf_shape shape, int64_t dims[2])
+{
+    int64_t q = (int64_t)cfg->n_heads * cfg->head_dim, kv = (int64_t)cfg->n_kv_heads * cfg->head_dim;
+    switch (shape) {
+    case PPN_HF_DIM: dims[0] = cfg->dim; return 1;
+    case PPN_HF_HEAD: dims[0] = cfg->head_dim; return 1;
+    case PPN_HF_Q_B: dims[0] = q; return 1;
+    case PPN_HF_KV_B: dims[0] = kv; return 1;
+    case PPN_HF_Q_W: dims[0] = q; dims[1] = cfg->dim; return 2;
+    case PPN_HF_KV_W: dims[0] = kv; dims[1] = cfg->dim; return 2;
+    case PPN_HF_O_W: dims[0] = cfg->dim; dims[1] = q; return 2;
+    case PPN_HF_FFN_IN: dims[0] = cfg->ffn_dim; dims[1] = cfg->dim; return 2;
+    case PPN_HF_FFN_OUT: dims[0] = cfg->dim; dims[1] = cfg->ffn_dim; return 2;
+    case PPN_HF_VOCAB: dims[0] = cfg->vocab; dims[1] = cfg->dim; return 2;
+    }
+    PPN_ASSERT(!"unknown ppn_hf_shape");
+    return 0;
+}
+
+int ppn_hf_slot_present(const ppn_model_config *cfg, const ppn_hf_slot *slot)
+{
+    if (slot->when == PPN_HF_IF_QKV_BIAS) return cfg->qkv_bias;
+    if (slot->when == PPN_HF_IF_QK_NORM) return cfg->qk_norm;
+    return 1;
+}
+
+ppn_status ppn_ckpt_alloc_layers(ppn_ckpt *c)
+{
+    c->layers = calloc((size_t)c->cfg.n_layers, sizeof *c->layers);
+    if (!c->layers) return ppn_err(PPN_ENOMEM, "%s: out of memory for %d layers", c->path, c->cfg.n_layers);
+    return PPN_OK;
+}
+
+/* ---- binding ------------------------------------------------------------------------------------------ */
+
+static void fmt_shape(char *buf, size_t cap, int ndim, const int64_t *dims)
+{
+    size_t n = (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < ndim && n < cap; i++)
+        n += (size_t)snprintf(buf + n, cap - n, i ? ", %lld" : "%lld", (long long)dims[i]);
+    if (n < cap) snprintf(buf + n, cap - n, "]");
+}
+
+/* The host views are read as typed arrays by the uploaders; a file that stores a tensor off its element
+ * alignment (legal in safetensors, never done by real writers) gets an aligned private copy. */
+static ppn_status view_aligned(ppn_ckpt *c, const char *file, const char *name, ppn_tensor *t)
+{
+    size_t el = t->dtype == PPN_DT_F32 ? 4 : 2;
+    if (((uintptr_t)t->data % el) == 0) return PPN_OK;
+    ppn_ckpt_priv *p = c->priv;
+    void **grown = realloc(p->owned, (p->n_owned + 1) * sizeof *grown);
+    if (!grown) return ppn_err(PPN_ENOMEM, "%s: tensor '%s': out of memory", file, name);
+    p->owned = grown;
+    void *copy = aligned_alloc(64, (t->nbytes + 63) & ~(size_t)63);
+    if (!copy) return ppn_err(PPN_ENOMEM, "%s: tensor '%s': out of memory for an aligned copy", file, name);
+    memcpy(copy, t->data, t->nbytes);
+    p->owned[p->n_owned++] = copy;
+    t->data = copy;
+    return PPN_OK;
+}
+
+/* Bind name to t with exactly the shape given; an absent tensor is an error only when required. */
+static ppn_status bind(ppn_ckpt *c, const char *name, int ndim, const int64_t *dims, int required, ppn_tensor *t)
+{
+    const char *file;
+    char want[96], got[160];
+    ppn_ckpt_priv *p = c->priv;
+    const ppn_st_tensor *e = ppn_st_set_find(p->st, name, &file);
+    memset(t, 0, sizeof *t);
+    fmt_shape(want, sizeof want, ndim, dims);
+    if (!e) {
+        if (!required) return PPN_OK;
+        return ppn_err(PPN_EFORMAT, "%s: missing tensor '%s' (expected shape %s)", file, name, want);
+    }
+    if (e->ppn_dtype < 0)
+        return ppn_err(PPN_EUNSUPPORTED, "%s: tensor '%s' has dtype %s; ppn loads F32, BF16 and F16", file, name,
+                       e->dtype);
+    int same = e->ndim == ndim;
+    for (int i = 0; same && i < ndim; i++) same = e->shape[i] == dims[i];
+    if (!same) {
+        fmt_shape(got, sizeof got, e->ndim, e->shape);
+        return ppn_err(PPN_EFORMAT, "%s: tensor '%s' has shape %s, expected %s", file, name, got, want);
+    }
+    t->data = e->data;
+    t->nbytes = e->nbytes;
+    t->dtype = e->ppn_dtype;
+    t->ndim = ndim;
+    for (int i = 0; i < ndim; i++) t->shape[i] = dims[i];
+    return view_aligned(c, file, name, t);
+}
+
+static ppn_status bind_layer(ppn_ckpt *c, int l)
+{
+    char name[160];
+    int64_t dims[2];
+    for (size_t i = 0; i < ppn_hf_n_layer_slots; i++) {
+        const ppn_hf_slot *s = &ppn_hf_layer_slots[i];
+        ppn_tensor *t = (ppn_tensor *)((char *)&c->layers[l] + s->offset);
+        if (!ppn_hf_slot_present(&c->cfg, s)) continue;   /* stays zeroed: absent */
+        snprintf(name, sizeof name, "model.layers.%d.%s", l, s->suffix);
+        int nd = ppn_hf_shape_dims(&c->cfg, s->shape, dims);
+        PPN_CHECK(bind(c, name, nd, dims, 1, t));
+    }
+    return PPN_OK;
+}
+
+/* tie_word_embeddings=false needs lm_head.weight; true uses it when present anyway (a checkpoint that
+ * stores it says what it means), else shares the embedding. cfg.tied_embeddings ends up saying which. */
+static ppn_status bind_globals(ppn_ckpt *c)
+{
+    int64_t vd[2], d[2];
+    ppn_hf_shape_dims(&c->cfg, PPN_HF_VOCAB, vd);
+    ppn_hf_shape_dims(&c->cfg, PPN_HF_DIM, d);
+    PPN_CHECK(bind(c, "model.embed_tokens.weight", 2, vd, 1, &c->embed));
+    PPN_CHECK(bind(c, "model.norm.weight", 1, d, 1, &c->final_norm));
+    PPN_CHECK(bind(c, "lm_head.weight", 2, vd, !c->cfg.tied_embeddings, &c->lm_head));
+    c->cfg.tied_embeddings = c->lm_head.data == NULL;
+    if (c->cfg.tied_embeddings) c->lm_head = c->embed;
+    return PPN_OK;
+}
+
+static ppn_status hf_open(ppn_ckpt *c)
+{
+    char cfg_path[1100];
+    char *text;
+    size_t len;
+    ppn_ckpt_priv *p = c->priv;
+    snprintf(cfg_path, sizeof cfg_path, "%s/config.json", c->path);
+    PPN_CHECK(ppn_read_text(cfg_path, PPN_MAX_CONFIG, &text, &len));
+    ppn_status st = ppn_config_parse(text, len, cfg_path, &c->cfg);
+    free(text);
+    PPN_CHECK(st);
+    PPN_CHECK(ppn_st_set_open(c->path, &p->st));
+    PPN_CHECK(ppn_ckpt_alloc_layers(c));
+    PPN_CHECK(bind_globals(c));
+    for (int l = 0; l < c->cfg.n_layers; l++) PPN_CHECK(bind_layer(c, l));
+    return PPN_OK;
+}
+
+/* A regular file is a llama2.c .bin; HF files are refused by name so the error says what to pass. */
+static ppn_status file_open(ppn_ckpt *c)
+{
+    size_t n = strlen(c->path);
+    static const char *const hf_ext[] = {".safetensors", ".json"};
+    for (size_t i = 0; i < PPN_ARRAY_LEN(hf_ext); i++) {
+        size_t e = strlen(hf_ext[i]);
+        if (n >= e && strcmp(c->path + n - e, hf_ext[i]) == 0)
+            return ppn_err(PPN_EUNSUPPORTED, "%s: pass the checkpoint directory, not one of its files", c->path);
+    }
+    return ppn_llama2c_open(c);
+}
+
+ppn_status ppn_ckpt_open(const char *path, ppn_ckpt **out)
+{
+    ppn_status st;
+    struct stat sb;
+    PPN_ASSERT(path && out);
+    *out = NULL;
+    if (stat(path, &sb) != 0) return ppn_err(PPN_EIO, "%s: %s", path, strerror(errno));
+    ppn_ckpt *c = calloc(1, sizeof *c);
+    if (!c) return ppn_err(PPN_ENOMEM, "%s: out of memory", path);
+    c->priv = calloc(1, sizeof(ppn_ckpt_priv));
+    if (!c->priv) {
+        st = ppn_err(PPN_ENOMEM, "%s: out of memory", path);
+        goto fail;
+    }
+    if (strlen(path) >= sizeof c->path) {
+        st = ppn_err(PPN_EIO, "%s: path too long", path);
+        goto fail;
+    }
+    strcpy(c->path, path);
+    if (S_ISDIR(sb.st_mode)) st = hf_open(c);
+    else if (S_ISREG(sb.st_mode)) st = file_open(c);
+    else st = ppn_err(PPN_EIO, "%s: neither a checkpoint directory nor a file", path);
+    if (st != PPN_OK) goto fail;
+    *out = c;
+    return PPN_OK;
+fail:
+    ppn_ckpt_close(c);
+    return st;
+}
+
+void ppn_ckpt_close(ppn_ckpt *c)
+{
+    if (!c) return;
+    ppn_ckpt_priv *p = c->priv;
+    if (p) {
+        ppn_st_set_close(p->st);
+        ppn_unmap(p->bin, p->bin_len);
+        for (size_t i = 0; i < p->n_owned; i++) free(p->owned[i]);
+        free(p->owned);
+        free(p);
+    }
+    free(c->layers);
+    free(c);
+}
