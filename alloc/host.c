@@ -4,6 +4,11 @@
  * them back piecemeal: dalloc opts out (jemalloc retains the extent for reuse), merge is refused (regions of
  * two backend allocations stay distinct), and the regions are returned to the backend, from our own list,
  * only after the arena itself is destroyed.
+ *
+ * No driver call runs inside jemalloc while it holds its global locks: arenas.create allocates the new
+ * arena's metadata through these very hooks under jemalloc's arenas lock, and a first cuMemHostAlloc there
+ * can start driver threads whose own first malloc needs that lock (a deadlock seen on the H200). So the
+ * arena's first RESERVE_BYTES are pinned before arenas.create, and the hooks carve from them first.
  */
 #include <pthread.h>
 #include <stdbool.h>
@@ -56,22 +61,46 @@ typedef struct region {
 
 /* Region records live in the arena itself: the hooks run inside jemalloc and must not call back into it. */
 #define MAX_REGIONS 4096
+#define RESERVE_BYTES ((size_t)64 << 20)
 
 struct ppn_pinned_arena {
     extent_hooks_t hooks;  /* first member: the hooks pointer jemalloc hands back is the arena */
     ppn_gpu *g;
     unsigned arena_ind;
-    pthread_mutex_t mu;    /* protects regions, n_regions, reserved */
+    pthread_mutex_t mu;    /* protects regions, n_regions, reserved, reserve_used */
+    char *reserve;         /* regions[0]: pinned before the arena exists, carved first */
+    size_t reserve_used;
     size_t n_regions;
     size_t reserved;
     region regions[MAX_REGIONS];
 };
+
+/* An aligned piece of the reserve, or NULL when it cannot hold size bytes. */
+static void *reserve_carve(ppn_pinned_arena *a, size_t size, size_t alignment)
+{
+    pthread_mutex_lock(&a->mu);
+    uintptr_t base = (uintptr_t)a->reserve, at = base + a->reserve_used;
+    uintptr_t p = (at + alignment - 1) & ~(uintptr_t)(alignment - 1);
+    void *out = NULL;
+    if (p + size <= base + RESERVE_BYTES) {
+        a->reserve_used = p + size - base;
+        out = (void *)p;
+    }
+    pthread_mutex_unlock(&a->mu);
+    return out;
+}
 
 static void *pinned_extent_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t alignment, bool *zero,
                                  bool *commit, unsigned arena_ind)
 {
     ppn_pinned_arena *a = (ppn_pinned_arena *)h;
     if (new_addr) return NULL; /* cannot grow in place */
+    void *p = reserve_carve(a, size, alignment);
+    if (p) {
+        if (*zero) memset(p, 0, size);
+        *commit = true;
+        return p;
+    }
     /* Over-ask so an aligned extent fits; the backend's own alignment is a page. */
     size_t ask = alignment > 4096 ? size + alignment : size;
     void *base = NULL;
@@ -85,10 +114,10 @@ static void *pinned_extent_alloc(extent_hooks_t *h, void *new_addr, size_t size,
     a->regions[a->n_regions++] = (region){base, ask};
     a->reserved += ask;
     pthread_mutex_unlock(&a->mu);
-    uintptr_t p = ((uintptr_t)base + alignment - 1) & ~(uintptr_t)(alignment - 1);
-    if (*zero) memset((void *)p, 0, size);
+    uintptr_t q = ((uintptr_t)base + alignment - 1) & ~(uintptr_t)(alignment - 1);
+    if (*zero) memset((void *)q, 0, size);
     *commit = true;
-    return (void *)p;
+    return (void *)q;
 }
 
 /* Returning true opts out: jemalloc keeps the extent (retained) and may hand it out again. */
@@ -126,10 +155,19 @@ ppn_status ppn_pinned_arena_create(ppn_gpu *g, ppn_pinned_arena **out)
     a->hooks.merge = pinned_extent_merge;
     a->g = g;
     pthread_mutex_init(&a->mu, NULL);
+    ppn_status st = g->ops->host_alloc(g, RESERVE_BYTES, (void **)&a->reserve);
+    if (st != PPN_OK) {
+        pthread_mutex_destroy(&a->mu);
+        free(a);
+        return ppn_err_ctx(st, "pinned arena: reserve of %zu B", RESERVE_BYTES);
+    }
+    a->regions[a->n_regions++] = (region){a->reserve, RESERVE_BYTES};
+    a->reserved = RESERVE_BYTES;
     extent_hooks_t *hp = &a->hooks;
     size_t sz = sizeof a->arena_ind;
     int rc = mallctl("arenas.create", &a->arena_ind, &sz, &hp, sizeof hp);
     if (rc != 0) {
+        g->ops->host_free(g, a->reserve, RESERVE_BYTES);
         pthread_mutex_destroy(&a->mu);
         free(a);
         return ppn_err(PPN_EDRIVER, "pinned arena: jemalloc mallctl(\"arenas.create\") failed: %s", strerror(rc));

@@ -35,6 +35,22 @@ ppn_status ppn_err_ctx(ppn_status st, const char *fmt, ...)
 
 void ppn_err_clear(void) { last_msg[0] = '\0'; }
 
+void ppn_trace(const char *fmt, ...)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("PPN_TRACE");
+        on = e && *e && strcmp(e, "0") != 0;
+    }
+    if (!on) return;
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("ppn trace: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
 const char *ppn_last_error(void) { return last_msg; }
 
 const char *ppn_status_name(ppn_status st)

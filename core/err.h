@@ -11,6 +11,8 @@ ppn_status ppn_err(ppn_status st, const char *fmt, ...) __attribute__((format(pr
 /* Prefix the current message with context ("while loading x: <old message>"); returns st. */
 ppn_status ppn_err_ctx(ppn_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void ppn_err_clear(void);
+/* With PPN_TRACE=1, print "ppn trace: <msg>" on stderr (phases of load and step; for field diagnosis). */
+void ppn_trace(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Propagate a failing status unchanged (the callee already set the message). */
 #define PPN_CHECK(call)                                   \

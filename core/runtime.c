@@ -17,9 +17,11 @@ ppn_status ppn_rt_create(const char *backend, ppn_rt **out)
     if (!rt) return ppn_err(PPN_ENOMEM, "runtime: host out of memory");
     ppn_status st;
     PPN_CHECK_GOTO(ppn_gpu_open(backend, &rt->g), st, fail);
+    ppn_trace("backend %s open", rt->g->ops->name);
     rt->n_dev = rt->g->ops->device_count(rt->g);
     if (rt->n_dev > PPN_MAX_DEVICES) rt->n_dev = PPN_MAX_DEVICES;
     PPN_CHECK_GOTO(ppn_pinned_arena_create(rt->g, &rt->pinned), st, fail);
+    ppn_trace("pinned arena ready");
     *out = rt;
     return PPN_OK;
 fail:
@@ -318,9 +320,12 @@ ppn_status ppn_model_load(ppn_rt *rt, const char *path, const ppn_load_opts *opt
         s = ppn_err(PPN_ENOMEM, "model: host out of memory");
         goto fail;
     }
+    ppn_trace("checkpoint %s open: %s, %d layers", path, c->cfg.arch_name, c->cfg.n_layers);
     PPN_CHECK_GOTO(model_stages_init(m, o.device), s, fail);
     PPN_CHECK_GOTO(upload_all(m, c, &o), s, fail);
+    ppn_trace("weights uploaded: %zu B", m->weight_bytes);
     PPN_CHECK_GOTO(choose_ctx(m, o.ctx), s, fail);
+    ppn_trace("ctx %d", m->ctx);
     ppn_ckpt_close(c);
     *out = m;
     return PPN_OK;

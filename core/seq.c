@@ -106,11 +106,13 @@ ppn_status ppn_decode_step(ppn_seq *s, int token, float *logits)
     ppn_stage *first = &m->stages[0], *last = &m->stages[m->n_stages - 1];
     *s->hdr_h = (ppn_step_hdr){.pos = s->pos, .token = token, .seq = 0, .step = s->pos};
     PPN_CHECK(g->ops->copy_htod(g, first->stream, s->scr[0].hdr, s->hdr_h, sizeof *s->hdr_h));
+    ppn_trace("step pos %d token %d: enqueue", s->pos, token);
     PPN_CHECK(ppn_forward_step(s));
     if (logits)
         PPN_CHECK(g->ops->copy_dtoh(g, last->stream, s->logits_h, s->scr[m->n_stages - 1].logits,
                                     sizeof(float) * (size_t)m->cfg.vocab));
     PPN_CHECK(g->ops->stream_sync(g, last->stream)); /* the pinned header is reused next step */
+    ppn_trace("step pos %d done", s->pos);
     if (logits) memcpy(logits, s->logits_h, sizeof(float) * (size_t)m->cfg.vocab);
     s->pos++;
     return PPN_OK;
