@@ -1,75 +1,164 @@
-/* rt.h - internal runtime objects: the runtime (backend + per-device pools), the device-resident model
- * split into stages, and sequences (KV cache + per-stage scratch).
+/* rt.h - internal runtime objects: the runtime (backend, per-device pools, pinned arena, topology), the
+ * device-resident model with its RCU-published stage map, the stages' streams and issue threads, the
+ * boundaries between them, and sequences (KV cache, per-stage scratch, the logits ring).
  *
- * Ownership: a stage owns its stream and allocates from its device's pool; weights of layers [l0, l1) live on
- * the stage's device; the KV cache of a layer is allocated by the stage owning the layer. Today a model has
- * one stage; the pipeline runtime (N stages) builds on the same objects.
+ * Ownership (the seed's multi-stream law):
+ *   - weights of layer l live on layer_dev[l], fixed at load (the owning stage's device, or the primary with
+ *     MEMRA_PP_SHARD=0); the embed table with stage 0, final norm + lm head with the last stage;
+ *   - a sequence's KV cache of layer l is allocated by the owning stage's pool on that stage's device;
+ *   - per-stage scratch is allocated and used only on that stage's stream;
+ *   - everything that crosses stages flows through the boundary slots, ordered by ev_tx / ev_rx;
+ *   - the logits of a step are read back on a dedicated readback stream behind the step's done event.
+ * Threading: the caller (one thread at a time per model) issues steps and publishes maps; stage threads issue
+ * their stage's work. A map is published only when no step is in flight (ppn_model_drain).
  */
 #ifndef PPN_RT_H
 #define PPN_RT_H
 
+#include <stdatomic.h>
 #include "ppn.h"
 #include "gpu.h"
 #include "ckpt.h"
 #include "../alloc/pool.h"
 #include "../alloc/host.h"
+#include "../sched/issue.h"
+#include "../sched/topo.h"
+#include "../transport/boundary.h"
 
 #define PPN_MAX_DEVICES 64
+#define PPN_MAX_INFLIGHT 4   /* deferred steps in flight per sequence: the logits ring */
+#define PPN_CMD_RING 64      /* preallocated commands per stage */
 
 struct ppn_rt {
     ppn_gpu *g;
     int n_dev;
     ppn_pool *pool[PPN_MAX_DEVICES];     /* created on first use of a device */
     ppn_pinned_arena *pinned;
+    ppn_topo *topo;                      /* loaded on first use */
 };
 
 /* The pool of device dev, created on first use. Returns PPN_OK, PPN_EINVAL, PPN_ENOMEM. */
 ppn_status ppn_rt_pool(ppn_rt *rt, int dev, ppn_pool **out);
+ppn_status ppn_rt_topo(ppn_rt *rt, ppn_topo **out);
+
+/* The stage map: immutable once published (rcu_assign_pointer); replaced whole, never edited. */
+typedef struct ppn_stage_map {
+    int n_stages;
+    int fence[PPN_MAX_STAGES + 1];       /* stage s runs layers [fence[s], fence[s+1]) */
+    int dev[PPN_MAX_STAGES];
+    int xport[PPN_MAX_STAGES];           /* boundary b: stage b -> b+1 */
+    int pu[PPN_MAX_STAGES];              /* the core each stage's issue thread is pinned to */
+    int shared_cores;                    /* 1: fewer cores than stages */
+    ppn_door door;                       /* the flags it was built from */
+    uint64_t gen;
+} ppn_stage_map;
 
 typedef struct ppn_dev_layer {
     ppn_dptr attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, ffn_norm, w_gate, w_up, w_down;
 } ppn_dev_layer;
 
-typedef struct ppn_stage {
-    int dev;
-    int l0, l1;                /* layers [l0, l1) */
-    ppn_gstream *stream;       /* the stage's compute stream */
-    ppn_pool *pool;
-    ppn_dptr inv_freq;         /* rope table, f32 [head_dim/2], on this stage's device */
-} ppn_stage;
+typedef struct ppn_step_cmd {
+    ppn_cmd cmd;
+    struct ppn_seq *seq;
+    const ppn_stage_map *map;            /* the map the step was issued under (checked by the thread) */
+    uint32_t step;
+    int pos, token, slot, ring;
+    int used;                            /* caller: handed to the thread at least once */
+} ppn_step_cmd;
+
+/* One stage's execution home. */
+typedef struct ppn_stage_rt {
+    _Alignas(64) struct ppn_model *m;
+    int index;
+    int dev;                             /* device of stream (-1: none yet) */
+    ppn_gstream *stream;
+    ppn_issue_thread thr;
+    int thr_started;
+    ppn_step_cmd cmds[PPN_CMD_RING];
+    _Atomic uint64_t walker_runs;        /* liveness: steps this stage's walker executed */
+} ppn_stage_rt;
 
 struct ppn_model {
     ppn_rt *rt;
     ppn_model_config cfg;
     int wdt;                   /* weight storage dtype */
     int ctx;
+    int primary;
     size_t weight_bytes;
-    int n_stages;
-    ppn_stage stages[1];
-    ppn_dptr embed, final_norm, lm_head; /* embed on the first stage's device; head on the last stage's */
+    int *layer_dev;            /* [n_layers] where each layer's weights live */
+    int embed_dev, head_dev;
+    ppn_dptr embed, final_norm, lm_head;
     ppn_dev_layer *layers;
-    struct ppn_weight_block { ppn_dptr ptr; int stage; } *weight_blocks; /* every weight block, for free */
+    ppn_dptr inv_freq[PPN_MAX_DEVICES];  /* rope table on every device a stage may run on (0: not yet) */
+    struct ppn_weight_block { ppn_dptr ptr; int dev; } *weight_blocks;
     int n_weight_blocks, cap_weight_blocks;
+
+    ppn_stage_map *map;        /* RCU-published: stage threads rcu_dereference it */
+    uint64_t map_gen;
+    ppn_stage_rt *stages;      /* [PPN_MAX_STAGES] */
+    ppn_boundary bnd[PPN_MAX_STAGES];
+    int n_bnd;
+    ppn_gstream *rb_stream;    /* the dedicated readback stream, on the last stage's device */
+    int rb_dev;
+    ppn_gstream *dev_stream[PPN_MAX_DEVICES]; /* a stream per device in use: loads, frees, the unsplit walk */
+
+    uint32_t next_step;        /* caller: the global step counter */
+    struct ppn_seq *seqs;      /* live sequences (caller) */
+    _Atomic int active_walkers;
+    _Atomic uint64_t overlap_observed;   /* liveness: a walker started while another stage's walker ran */
+    _Atomic int err;           /* first failure inside a stage thread (sticky for the model) */
+    char err_msg[1024];
 };
 
-/* Scratch of one stage for one sequence. */
+/* Scratch of one stage for one sequence, on the stage's device. io = [hdr][x] (the boundary layout). */
 typedef struct ppn_stage_scratch {
-    ppn_dptr hdr;              /* ppn_step_hdr */
-    ppn_dptr x, xb, q, k, v, att, hb, hb2;
-    ppn_dptr logits;           /* last stage only */
+    int dev;                   /* -1: not allocated */
+    ppn_dptr io, xb, q, k, v, att, hb, hb2;
+    ppn_dptr ulogits;          /* stage 0 only: logits of the unsplit (batch) walk */
 } ppn_stage_scratch;
 
 struct ppn_seq {
     ppn_model *m;
+    struct ppn_seq *next;      /* model's live list */
+    int id;
     int pos;
-    ppn_dptr *kc, *vc;         /* per layer, on the owning stage's device */
-    ppn_stage_scratch scr[1];
-    ppn_step_hdr *hdr_h;       /* pinned */
-    float *logits_h;           /* pinned, vocab floats */
+    int *kv_dev;
+    ppn_dptr *kc, *vc;         /* per layer */
+    ppn_stage_scratch scr[PPN_MAX_STAGES];
+    /* the logits ring, on the last stage's device */
+    int ring_dev;
+    ppn_dptr logits[PPN_MAX_INFLIGHT];
+    ppn_gevent *done_ev[PPN_MAX_INFLIGHT], *rb_ev[PPN_MAX_INFLIGHT];
+    float *logits_h[PPN_MAX_INFLIGHT];
+    _Atomic uint32_t done_gen[PPN_MAX_INFLIGHT]; /* step+1 whose done event the last stage recorded */
+    uint32_t ring_step[PPN_MAX_INFLIGHT];        /* caller: step+1 issued on the ring entry (0: free) */
+    uint64_t issued, waited;   /* caller: deferred steps issued / waited (FIFO) */
 };
 
-/* One forward step of seq through every stage for token at seq->pos (header already written on the device).
- * Enqueues only; the caller synchronizes. */
-ppn_status ppn_forward_step(ppn_seq *s);
+/* forward.c: the pieces of a step, enqueued on stream s. io = [hdr][x]. */
+ppn_status ppn_fwd_embed(ppn_model *m, ppn_gstream *s, ppn_stage_scratch *r, ppn_dptr io);
+ppn_status ppn_fwd_layer(ppn_seq *q, ppn_gstream *s, int dev, ppn_stage_scratch *r, ppn_dptr io, int l);
+ppn_status ppn_fwd_head(ppn_model *m, ppn_gstream *s, ppn_stage_scratch *r, ppn_dptr io, ppn_dptr logits);
+
+/* stagemap.c */
+ppn_status ppn_map_build(ppn_model *m, const ppn_door *d, ppn_stage_map **out);
+ppn_status ppn_map_install(ppn_model *m, ppn_stage_map *map); /* streams, boundaries, threads, publish */
+void ppn_map_teardown(ppn_model *m);
+int ppn_layer_stage(const ppn_stage_map *map, int l);
+
+/* pipeline.c */
+void ppn_stage_thread_fn(void *ctx, ppn_cmd *c);
+ppn_status ppn_model_drain(ppn_model *m);
+ppn_status ppn_model_failed(ppn_model *m);
+/* refuse_unsplit_if_remote: PPN_EREFUSED naming path and alt when path would walk the whole trunk on one
+ * stream while weights live on other devices (MEMRA_PP_ALLOW_UNSPLIT_BATCH=1 overrides). */
+ppn_status ppn_refuse_unsplit_if_remote(const ppn_model *m, const char *path, const char *alt);
+
+/* seq.c */
+ppn_status ppn_seq_fit_map(ppn_seq *q, const ppn_stage_map *map);
+void ppn_seq_free_scratch(ppn_seq *q);
+
+/* The device-local stream of dev (created on first use). */
+ppn_status ppn_model_dev_stream(ppn_model *m, int dev, ppn_gstream **out);
 
 #endif

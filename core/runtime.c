@@ -1,4 +1,5 @@
-/* runtime.c - runtime, model load (weight upload with dtype conversion), sequences and the decode step. */
+/* runtime.c - the runtime, and model load: the door resolved into a stage map, weights uploaded (with dtype
+ * conversion) to the devices the map places them on, the load barrier, then the map installed. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,7 @@ fail:
 void ppn_rt_destroy(ppn_rt *rt)
 {
     if (!rt) return;
+    ppn_topo_destroy(rt->topo);
     for (int d = 0; d < PPN_MAX_DEVICES; d++) ppn_pool_destroy(rt->pool[d]);
     ppn_pinned_arena_destroy(rt->pinned);
     ppn_gpu_close(rt->g);
@@ -50,12 +52,27 @@ ppn_status ppn_rt_pool(ppn_rt *rt, int dev, ppn_pool **out)
     return PPN_OK;
 }
 
+ppn_status ppn_rt_topo(ppn_rt *rt, ppn_topo **out)
+{
+    if (!rt->topo) PPN_CHECK(ppn_topo_load(&rt->topo));
+    *out = rt->topo;
+    return PPN_OK;
+}
+
+ppn_status ppn_model_dev_stream(ppn_model *m, int dev, ppn_gstream **out)
+{
+    if (!m->dev_stream[dev]) PPN_CHECK(m->rt->g->ops->stream_create(m->rt->g, dev, &m->dev_stream[dev]));
+    *out = m->dev_stream[dev];
+    return PPN_OK;
+}
+
 /* Weight upload ------------------------------------------------------------------------------------------- */
 
 typedef struct uploader {
     ppn_model *m;
     void *buf[2];          /* pinned staging, double-buffered */
-    ppn_gevent *ev[2];     /* recorded after the copy out of buf[i] */
+    ppn_gevent *ev[2];     /* recorded after the copy out of buf[i], on device ev_dev[i] */
+    int ev_dev[2];
     int cur;
     size_t done, total;
     void (*progress)(void *, size_t, size_t);
@@ -85,7 +102,7 @@ static void convert(void *dst, int ddt, const void *src, int sdt, size_t n)
     }
 }
 
-static ppn_status model_track_block(ppn_model *m, ppn_dptr p, int stage)
+static ppn_status model_track_block(ppn_model *m, ppn_dptr p, int dev)
 {
     if (m->n_weight_blocks == m->cap_weight_blocks) {
         int cap = m->cap_weight_blocks ? m->cap_weight_blocks * 2 : 64;
@@ -96,22 +113,37 @@ static ppn_status model_track_block(ppn_model *m, ppn_dptr p, int stage)
         m->weight_blocks = nb;
         m->cap_weight_blocks = cap;
     }
-    m->weight_blocks[m->n_weight_blocks++] = (struct ppn_weight_block){p, stage};
+    m->weight_blocks[m->n_weight_blocks++] = (struct ppn_weight_block){p, dev};
     return PPN_OK;
 }
 
-/* Copy n elements of src (dtype sdt) to device dst (dtype ddt) through the staging buffers. */
-static ppn_status stage_copy(uploader *u, ppn_stage *st, ppn_dptr dst, int ddt, const void *src, int sdt,
-                             size_t n)
+/* Staging buffer i is free once its last copy is done; its event moves to the device of the next copy
+ * (an event is recorded only on a stream of its own device). */
+static ppn_status staging_ready(uploader *u, int i, int dev)
 {
     ppn_gpu *g = u->m->rt->g;
+    if (u->ev[i]) PPN_CHECK(g->ops->event_sync(g, u->ev[i]));
+    if (u->ev[i] && u->ev_dev[i] == dev) return PPN_OK;
+    if (u->ev[i]) g->ops->event_destroy(g, u->ev[i]);
+    u->ev[i] = NULL;
+    PPN_CHECK(g->ops->event_create(g, dev, 0, &u->ev[i]));
+    u->ev_dev[i] = dev;
+    return PPN_OK;
+}
+
+/* Copy n elements of src (dtype sdt) to dst (dtype ddt) on dev's stream through the staging buffers. */
+static ppn_status stage_copy(uploader *u, int dev, ppn_dptr dst, int ddt, const void *src, int sdt, size_t n)
+{
+    ppn_gpu *g = u->m->rt->g;
+    ppn_gstream *s;
+    PPN_CHECK(ppn_model_dev_stream(u->m, dev, &s));
     size_t esz = ppn_dtype_size(ddt), per = STAGING_BYTES / esz;
     for (size_t i = 0; i < n; i += per) {
         size_t k = n - i < per ? n - i : per;
-        PPN_CHECK(g->ops->event_sync(g, u->ev[u->cur])); /* the copy out of this buffer is done */
+        PPN_CHECK(staging_ready(u, u->cur, dev));
         convert(u->buf[u->cur], ddt, (const char *)src + i * ppn_dtype_size(sdt), sdt, k);
-        PPN_CHECK(g->ops->copy_htod(g, st->stream, dst + i * esz, u->buf[u->cur], k * esz));
-        PPN_CHECK(g->ops->event_record(g, u->ev[u->cur], st->stream));
+        PPN_CHECK(g->ops->copy_htod(g, s, dst + i * esz, u->buf[u->cur], k * esz));
+        PPN_CHECK(g->ops->event_record(g, u->ev[u->cur], s));
         u->cur ^= 1;
         u->done += k * esz;
         if (u->progress) u->progress(u->progress_arg, u->done, u->total);
@@ -119,22 +151,31 @@ static ppn_status stage_copy(uploader *u, ppn_stage *st, ppn_dptr dst, int ddt, 
     return PPN_OK;
 }
 
-static ppn_status upload(uploader *u, ppn_stage *st, const ppn_tensor *t, const char *tag, ppn_dptr *out)
+static ppn_status upload_as(uploader *u, int dev, const ppn_tensor *t, int dt, const char *tag, ppn_dptr *out)
 {
     ppn_model *m = u->m;
     *out = 0;
     if (!t->data) return PPN_OK; /* optional tensor absent */
     size_t n = t->nbytes / ppn_dtype_size(t->dtype);
-    PPN_CHECK(ppn_pool_alloc(st->pool, n * ppn_dtype_size(m->wdt), st->stream, tag, out));
-    ppn_status s = model_track_block(m, *out, (int)(st - m->stages));
-    if (s != PPN_OK) {
-        ppn_pool_free(st->pool, *out, st->stream);
+    ppn_pool *pool;
+    ppn_gstream *s;
+    PPN_CHECK(ppn_rt_pool(m->rt, dev, &pool));
+    PPN_CHECK(ppn_model_dev_stream(m, dev, &s));
+    PPN_CHECK(ppn_pool_alloc(pool, n * ppn_dtype_size(dt), s, tag, out));
+    ppn_status st = model_track_block(m, *out, dev);
+    if (st != PPN_OK) {
+        ppn_pool_free(pool, *out, s);
         *out = 0;
-        return s;
+        return st;
     }
-    m->weight_bytes += n * ppn_dtype_size(m->wdt);
-    s = stage_copy(u, st, *out, m->wdt, t->data, t->dtype, n);
-    return s == PPN_OK ? PPN_OK : ppn_err_ctx(s, "uploading %s", tag);
+    m->weight_bytes += n * ppn_dtype_size(dt);
+    st = stage_copy(u, dev, *out, dt, t->data, t->dtype, n);
+    return st == PPN_OK ? PPN_OK : ppn_err_ctx(st, "uploading %s to device %d", tag, dev);
+}
+
+static ppn_status upload(uploader *u, int dev, const ppn_tensor *t, const char *tag, ppn_dptr *out)
+{
+    return upload_as(u, dev, t, u->m->wdt, tag, out);
 }
 
 static size_t tensor_elems(const ppn_tensor *t) { return t->data ? t->nbytes / ppn_dtype_size(t->dtype) : 0; }
@@ -150,22 +191,22 @@ static size_t upload_total(const ppn_ckpt *c, int wdt)
     return n * ppn_dtype_size(wdt);
 }
 
-static ppn_status upload_layer(uploader *u, ppn_stage *st, const ppn_layer_tensors *t, ppn_dev_layer *d)
+static ppn_status upload_layer(uploader *u, int dev, const ppn_layer_tensors *t, ppn_dev_layer *d)
 {
-    PPN_CHECK(upload(u, st, &t->attn_norm, "attn_norm", &d->attn_norm));
-    PPN_CHECK(upload(u, st, &t->wq, "wq", &d->wq));
-    PPN_CHECK(upload(u, st, &t->wk, "wk", &d->wk));
-    PPN_CHECK(upload(u, st, &t->wv, "wv", &d->wv));
-    PPN_CHECK(upload(u, st, &t->wo, "wo", &d->wo));
-    PPN_CHECK(upload(u, st, &t->bq, "bq", &d->bq));
-    PPN_CHECK(upload(u, st, &t->bk, "bk", &d->bk));
-    PPN_CHECK(upload(u, st, &t->bv, "bv", &d->bv));
-    PPN_CHECK(upload(u, st, &t->q_norm, "q_norm", &d->q_norm));
-    PPN_CHECK(upload(u, st, &t->k_norm, "k_norm", &d->k_norm));
-    PPN_CHECK(upload(u, st, &t->ffn_norm, "ffn_norm", &d->ffn_norm));
-    PPN_CHECK(upload(u, st, &t->w_gate, "w_gate", &d->w_gate));
-    PPN_CHECK(upload(u, st, &t->w_up, "w_up", &d->w_up));
-    PPN_CHECK(upload(u, st, &t->w_down, "w_down", &d->w_down));
+    PPN_CHECK(upload(u, dev, &t->attn_norm, "attn_norm", &d->attn_norm));
+    PPN_CHECK(upload(u, dev, &t->wq, "wq", &d->wq));
+    PPN_CHECK(upload(u, dev, &t->wk, "wk", &d->wk));
+    PPN_CHECK(upload(u, dev, &t->wv, "wv", &d->wv));
+    PPN_CHECK(upload(u, dev, &t->wo, "wo", &d->wo));
+    PPN_CHECK(upload(u, dev, &t->bq, "bq", &d->bq));
+    PPN_CHECK(upload(u, dev, &t->bk, "bk", &d->bk));
+    PPN_CHECK(upload(u, dev, &t->bv, "bv", &d->bv));
+    PPN_CHECK(upload(u, dev, &t->q_norm, "q_norm", &d->q_norm));
+    PPN_CHECK(upload(u, dev, &t->k_norm, "k_norm", &d->k_norm));
+    PPN_CHECK(upload(u, dev, &t->ffn_norm, "ffn_norm", &d->ffn_norm));
+    PPN_CHECK(upload(u, dev, &t->w_gate, "w_gate", &d->w_gate));
+    PPN_CHECK(upload(u, dev, &t->w_up, "w_up", &d->w_up));
+    PPN_CHECK(upload(u, dev, &t->w_down, "w_down", &d->w_down));
     return PPN_OK;
 }
 
@@ -193,36 +234,27 @@ static void rope_inv_freq(const ppn_model_config *c, float *f)
     }
 }
 
-static ppn_status upload_rope(uploader *u, ppn_stage *st)
+/* The rope table on every device (small; lets any map run any stage anywhere without a re-upload). */
+static ppn_status upload_rope_all(uploader *u)
 {
-    const ppn_model_config *c = &u->m->cfg;
-    float *f = ppn_halloc(sizeof(float) * (size_t)(c->head_dim / 2));
+    ppn_model *m = u->m;
+    const ppn_model_config *c = &m->cfg;
+    size_t bytes = sizeof(float) * (size_t)(c->head_dim / 2);
+    float *f = ppn_halloc(bytes);
     if (!f) return ppn_err(PPN_ENOMEM, "model: host out of memory");
     rope_inv_freq(c, f);
-    ppn_tensor t = {.data = f, .nbytes = sizeof(float) * (size_t)(c->head_dim / 2), .dtype = PPN_DT_F32};
-    int wdt = u->m->wdt;
-    u->m->wdt = PPN_DT_F32; /* the table stays f32 whatever the weights are */
-    ppn_status s = upload(u, st, &t, "rope inv_freq", &st->inv_freq);
-    u->m->wdt = wdt;
-    if (s == PPN_OK) s = u->m->rt->g->ops->stream_sync(u->m->rt->g, st->stream); /* f is freed next */
-    ppn_hfree(f);
+    ppn_tensor t = {.data = f, .nbytes = bytes, .dtype = PPN_DT_F32};
+    ppn_status s = PPN_OK;
+    for (int d = 0; d < m->rt->n_dev && s == PPN_OK; d++)
+        s = upload_as(u, d, &t, PPN_DT_F32, "rope inv_freq", &m->inv_freq[d]);
+    for (int d = 0; d < m->rt->n_dev && s == PPN_OK; d++) s = m->rt->g->ops->stream_sync(m->rt->g, m->dev_stream[d]);
+    ppn_hfree(f); /* after the syncs: the copies read it */
     return s;
-}
-
-/* Model load ---------------------------------------------------------------------------------------------- */
-
-ppn_load_opts ppn_load_opts_default(void)
-{
-    return (ppn_load_opts){.dtype = PPN_DTYPE_DEFAULT, .ctx = 0, .device = 0};
 }
 
 static ppn_status uploader_open(uploader *u, ppn_model *m)
 {
-    ppn_gpu *g = m->rt->g;
-    for (int i = 0; i < 2; i++) {
-        PPN_CHECK(ppn_pinned_alloc(m->rt->pinned, STAGING_BYTES, &u->buf[i]));
-        PPN_CHECK(g->ops->event_create(g, m->stages[0].dev, 0, &u->ev[i]));
-    }
+    for (int i = 0; i < 2; i++) PPN_CHECK(ppn_pinned_alloc(m->rt->pinned, STAGING_BYTES, &u->buf[i]));
     return PPN_OK;
 }
 
@@ -238,98 +270,138 @@ static void uploader_close(uploader *u)
     }
 }
 
+/* Upload every weight to the device the placement gives it, then the load barrier (the seed's
+ * sync_stages_after_load): no stage runs before every upload on every device is complete. */
 static ppn_status upload_all(ppn_model *m, const ppn_ckpt *c, const ppn_load_opts *o)
 {
     uploader u = {.m = m, .total = upload_total(c, m->wdt), .progress = o->progress,
                   .progress_arg = o->progress_arg};
     ppn_status s;
-    ppn_stage *first = &m->stages[0], *last = &m->stages[m->n_stages - 1];
     PPN_CHECK_GOTO(uploader_open(&u, m), s, out);
-    PPN_CHECK_GOTO(upload(&u, first, &c->embed, "embed", &m->embed), s, out);
-    for (int i = 0; i < m->n_stages; i++) {
-        ppn_stage *st = &m->stages[i];
-        for (int l = st->l0; l < st->l1; l++)
-            PPN_CHECK_GOTO(upload_layer(&u, st, &c->layers[l], &m->layers[l]), s, out);
-        PPN_CHECK_GOTO(upload_rope(&u, st), s, out);
-    }
-    PPN_CHECK_GOTO(upload(&u, last, &c->final_norm, "final_norm", &m->final_norm), s, out);
-    if (c->cfg.tied_embeddings && first == last) m->lm_head = m->embed;
-    else PPN_CHECK_GOTO(upload(&u, last, &c->lm_head, "lm_head", &m->lm_head), s, out);
-    /* The load barrier: no stage runs before every upload is complete. */
-    for (int i = 0; i < m->n_stages; i++)
-        PPN_CHECK_GOTO(m->rt->g->ops->stream_sync(m->rt->g, m->stages[i].stream), s, out);
+    PPN_CHECK_GOTO(upload(&u, m->embed_dev, &c->embed, "embed", &m->embed), s, out);
+    for (int l = 0; l < c->cfg.n_layers; l++)
+        PPN_CHECK_GOTO(upload_layer(&u, m->layer_dev[l], &c->layers[l], &m->layers[l]), s, out);
+    PPN_CHECK_GOTO(upload(&u, m->head_dev, &c->final_norm, "final_norm", &m->final_norm), s, out);
+    if (c->cfg.tied_embeddings && m->embed_dev == m->head_dev) m->lm_head = m->embed;
+    else PPN_CHECK_GOTO(upload(&u, m->head_dev, &c->lm_head, "lm_head", &m->lm_head), s, out);
+    PPN_CHECK_GOTO(upload_rope_all(&u), s, out);
+    for (int d = 0; d < PPN_MAX_DEVICES; d++)
+        if (m->dev_stream[d]) PPN_CHECK_GOTO(m->rt->g->ops->stream_sync(m->rt->g, m->dev_stream[d]), s, out);
 out:
     uploader_close(&u);
     return s;
 }
 
-/* KV positions that fit on the device next to the weights, leaving room for scratch. */
+/* Placement ----------------------------------------------------------------------------------------------- */
+
+/* Where weights live under map: the owning stage's device, or the primary with MEMRA_PP_SHARD=0. */
+static void place_weights(ppn_model *m, const ppn_stage_map *map)
+{
+    int shard = map->door.shard;
+    for (int l = 0; l < m->cfg.n_layers; l++) m->layer_dev[l] = shard ? map->dev[ppn_layer_stage(map, l)] : m->primary;
+    m->embed_dev = shard ? map->dev[0] : m->primary;
+    m->head_dev = shard ? map->dev[map->n_stages - 1] : m->primary;
+}
+
+/* KV positions that fit next to the weights on every device holding KV, leaving room for scratch. */
 static ppn_status choose_ctx(ppn_model *m, int want)
 {
     const ppn_model_config *c = &m->cfg;
-    size_t per_pos = (size_t)c->n_layers * 2 * (size_t)c->n_kv_heads * (size_t)c->head_dim * sizeof(float);
-    size_t free_b = 0, total_b = 0;
-    ppn_gpu *g = m->rt->g;
-    PPN_CHECK(g->ops->mem_get_info(g, m->stages[0].dev, &free_b, &total_b));
-    size_t reserve = (size_t)64 << 20;
-    size_t fit = free_b > reserve ? (free_b - reserve) / per_pos : 0;
     if (want > c->max_pos)
         return ppn_err(PPN_EINVAL, "ctx %d exceeds the model's max_position_embeddings %d", want, c->max_pos);
+    size_t per_layer = 2 * (size_t)c->n_kv_heads * (size_t)c->head_dim * sizeof(float);
+    size_t reserve = (size_t)64 << 20;
     int ctx = want > 0 ? want : c->max_pos;
-    if (want == 0 && (size_t)ctx > fit) ctx = (int)fit;
-    if (ctx < 1 || (size_t)ctx > fit)
-        return ppn_err(PPN_ENOMEM, "device %d: a KV cache of %d positions needs %zu B; %zu B free", m->stages[0].dev,
-                       ctx < 1 ? 1 : ctx, (size_t)(ctx < 1 ? 1 : ctx) * per_pos, free_b);
+    for (int s = 0; s < m->map->n_stages; s++) {
+        int dev = m->map->dev[s];
+        size_t layers = (size_t)(m->map->fence[s + 1] - m->map->fence[s]), free_b = 0, total_b = 0;
+        for (int t = 0; t < s; t++) /* stages sharing a device share its memory */
+            if (m->map->dev[t] == dev) layers = 0;
+        for (int t = s + 1; t < m->map->n_stages && layers; t++)
+            if (m->map->dev[t] == dev) layers += (size_t)(m->map->fence[t + 1] - m->map->fence[t]);
+        if (!layers) continue;
+        PPN_CHECK(m->rt->g->ops->mem_get_info(m->rt->g, dev, &free_b, &total_b));
+        size_t fit = free_b > reserve ? (free_b - reserve) / (layers * per_layer) : 0;
+        if (want == 0 && (size_t)ctx > fit) ctx = (int)fit;
+        if (ctx < 1 || (size_t)ctx > fit)
+            return ppn_err(PPN_ENOMEM, "device %d: a KV cache of %d positions for %zu layers needs %zu B; %zu B free",
+                           dev, ctx < 1 ? 1 : ctx, layers, (size_t)(ctx < 1 ? 1 : ctx) * layers * per_layer, free_b);
+    }
     m->ctx = ctx;
     return PPN_OK;
 }
 
-static ppn_status model_stages_init(ppn_model *m, int dev)
+/* Model load ---------------------------------------------------------------------------------------------- */
+
+ppn_load_opts ppn_load_opts_default(void)
 {
-    ppn_stage *st = &m->stages[0];
-    m->n_stages = 1;
-    st->dev = dev;
-    st->l0 = 0;
-    st->l1 = m->cfg.n_layers;
-    PPN_CHECK(ppn_rt_pool(m->rt, dev, &st->pool));
-    return m->rt->g->ops->stream_create(m->rt->g, dev, &st->stream);
+    return (ppn_load_opts){.dtype = PPN_DTYPE_DEFAULT, .ctx = 0, .device = 0, .door = NULL};
+}
+
+static ppn_status check_opts(ppn_rt *rt, const ppn_load_opts *o)
+{
+    if (o->dtype < PPN_DTYPE_DEFAULT || o->dtype > PPN_DTYPE_F16)
+        return ppn_err(PPN_EINVAL, "dtype %d is not f32, bf16 or f16", o->dtype);
+    if (o->ctx < 0) return ppn_err(PPN_EINVAL, "ctx %d is negative", o->ctx);
+    if (o->device < 0 || o->device >= rt->n_dev)
+        return ppn_err(PPN_EINVAL, "device %d does not exist (%d devices)", o->device, rt->n_dev);
+    return PPN_OK;
+}
+
+static ppn_status model_alloc(ppn_rt *rt, const ppn_ckpt *c, const ppn_load_opts *o, ppn_model **out)
+{
+    ppn_model *m = ppn_hcalloc(1, sizeof *m);
+    if (!m) return ppn_err(PPN_ENOMEM, "model: host out of memory");
+    *out = m;
+    m->rt = rt;
+    m->cfg = c->cfg;
+    m->primary = o->device;
+    m->wdt = o->dtype != PPN_DTYPE_DEFAULT ? o->dtype
+                                           : (strcmp(rt->g->ops->name, "cuda") == 0 ? PPN_DT_BF16 : PPN_DT_F32);
+    m->layers = ppn_hcalloc((size_t)c->cfg.n_layers, sizeof *m->layers);
+    m->layer_dev = ppn_hcalloc((size_t)c->cfg.n_layers, sizeof *m->layer_dev);
+    m->stages = ppn_hcalloc(PPN_MAX_STAGES, sizeof *m->stages);
+    if (!m->layers || !m->layer_dev || !m->stages) return ppn_err(PPN_ENOMEM, "model: host out of memory");
+    for (int s = 0; s < PPN_MAX_STAGES; s++) {
+        m->stages[s].m = m;
+        m->stages[s].index = s;
+        m->stages[s].dev = -1;
+    }
+    m->rb_dev = -1;
+    return PPN_OK;
 }
 
 ppn_status ppn_model_load(ppn_rt *rt, const char *path, const ppn_load_opts *opts, ppn_model **out)
 {
     *out = NULL;
     ppn_load_opts o = opts ? *opts : ppn_load_opts_default();
-    if (o.dtype < PPN_DTYPE_DEFAULT || o.dtype > PPN_DTYPE_F16)
-        return ppn_err(PPN_EINVAL, "dtype %d is not f32, bf16 or f16", o.dtype);
-    if (o.ctx < 0) return ppn_err(PPN_EINVAL, "ctx %d is negative", o.ctx);
-    if (o.device < 0 || o.device >= rt->n_dev)
-        return ppn_err(PPN_EINVAL, "device %d does not exist (%d devices)", o.device, rt->n_dev);
+    PPN_CHECK(check_opts(rt, &o));
+    ppn_door door = ppn_door_default();
+    if (o.door) door = *o.door;
+    else PPN_CHECK(ppn_door_from_env(&door));
     ppn_ckpt *c = NULL;
     PPN_CHECK(ppn_ckpt_open(path, &c));
-    ppn_status s;
-    ppn_model *m = ppn_hcalloc(1, sizeof *m);
-    if (!m) {
-        ppn_ckpt_close(c);
-        return ppn_err(PPN_ENOMEM, "model: host out of memory");
-    }
-    m->rt = rt;
-    m->cfg = c->cfg;
-    m->wdt = o.dtype != PPN_DTYPE_DEFAULT ? o.dtype : (strcmp(rt->g->ops->name, "cuda") == 0 ? PPN_DT_BF16 : PPN_DT_F32);
-    m->layers = ppn_hcalloc((size_t)c->cfg.n_layers, sizeof *m->layers);
-    if (!m->layers) {
-        s = ppn_err(PPN_ENOMEM, "model: host out of memory");
-        goto fail;
-    }
     ppn_trace("checkpoint %s open: %s, %d layers", path, c->cfg.arch_name, c->cfg.n_layers);
-    PPN_CHECK_GOTO(model_stages_init(m, o.device), s, fail);
+    ppn_model *m = NULL;
+    ppn_stage_map *map = NULL;
+    ppn_status s;
+    PPN_CHECK_GOTO(model_alloc(rt, c, &o, &m), s, fail);
+    PPN_CHECK_GOTO(ppn_map_build(m, &door, &map), s, fail); /* every door value checked before any upload */
+    m->map = map; /* not yet published: no thread runs */
+    place_weights(m, map);
     PPN_CHECK_GOTO(upload_all(m, c, &o), s, fail);
     ppn_trace("weights uploaded: %zu B", m->weight_bytes);
     PPN_CHECK_GOTO(choose_ctx(m, o.ctx), s, fail);
-    ppn_trace("ctx %d", m->ctx);
+    m->map = NULL;
+    PPN_CHECK_GOTO(ppn_map_install(m, map), s, fail);
+    map = NULL;
+    ppn_trace("ctx %d, %d stage(s)", m->ctx, m->map->n_stages);
     ppn_ckpt_close(c);
     *out = m;
     return PPN_OK;
 fail:
+    if (m && m->map == map) m->map = NULL;
+    ppn_hfree(map);
     ppn_ckpt_close(c);
     ppn_model_free(m);
     return s;
@@ -339,18 +411,25 @@ void ppn_model_free(ppn_model *m)
 {
     if (!m) return;
     ppn_gpu *g = m->rt->g;
-    for (int i = 0; i < m->n_stages; i++) {
-        ppn_stage *st = &m->stages[i];
-        if (!st->stream) continue;
-        g->ops->stream_sync(g, st->stream);
-        for (int b = 0; b < m->n_weight_blocks; b++)
-            if (m->weight_blocks[b].stage == i) ppn_pool_free(st->pool, m->weight_blocks[b].ptr, st->stream);
-        g->ops->stream_sync(g, st->stream);
-        ppn_pool_stream_retired(st->pool, st->stream);
-        g->ops->stream_destroy(g, st->stream);
+    while (m->seqs) ppn_seq_destroy(m->seqs);
+    ppn_map_teardown(m);
+    for (int b = 0; b < m->n_weight_blocks; b++) {
+        ppn_gstream *s;
+        ppn_pool *pool;
+        int dev = m->weight_blocks[b].dev;
+        if (ppn_model_dev_stream(m, dev, &s) == PPN_OK && ppn_rt_pool(m->rt, dev, &pool) == PPN_OK)
+            ppn_pool_free(pool, m->weight_blocks[b].ptr, s);
+    }
+    for (int d = 0; d < PPN_MAX_DEVICES; d++) {
+        if (!m->dev_stream[d]) continue;
+        g->ops->stream_sync(g, m->dev_stream[d]);
+        if (m->rt->pool[d]) ppn_pool_stream_retired(m->rt->pool[d], m->dev_stream[d]);
+        g->ops->stream_destroy(g, m->dev_stream[d]);
     }
     ppn_hfree(m->weight_blocks);
     ppn_hfree(m->layers);
+    ppn_hfree(m->layer_dev);
+    ppn_hfree(m->stages);
     ppn_hfree(m);
 }
 

@@ -1,119 +1,181 @@
-/* seq.c - sequences: KV cache per layer on the owning stage's device, per-stage scratch, the decode step. */
+/* seq.c - sequences: the KV cache of each layer on its owning stage's device, per-stage scratch, and the
+ * logits ring (device buffers, done/readback events, pinned host rows) on the last stage's device. */
+#include <stddef.h>
 #include <string.h>
 #include "rt.h"
 #include "err.h"
 
-static ppn_status scratch_alloc(ppn_stage *st, size_t n, const char *tag, ppn_dptr *out)
+static ppn_status stage_alloc(ppn_model *m, int dev, size_t n, const char *tag, ppn_dptr *out)
 {
-    return ppn_pool_alloc(st->pool, n, st->stream, tag, out);
+    ppn_pool *pool;
+    ppn_gstream *s;
+    PPN_CHECK(ppn_rt_pool(m->rt, dev, &pool));
+    PPN_CHECK(ppn_model_dev_stream(m, dev, &s));
+    return ppn_pool_alloc(pool, n, s, tag, out);
 }
 
-static ppn_status scratch_create(ppn_model *m, ppn_stage *st, ppn_stage_scratch *r, int last)
+static void stage_free(ppn_model *m, int dev, ppn_dptr *p)
+{
+    ppn_pool *pool;
+    ppn_gstream *s;
+    if (!*p) return;
+    if (ppn_rt_pool(m->rt, dev, &pool) == PPN_OK && ppn_model_dev_stream(m, dev, &s) == PPN_OK)
+        ppn_pool_free(pool, *p, s);
+    *p = 0;
+}
+
+static const size_t scratch_off[] = {
+    offsetof(ppn_stage_scratch, io), offsetof(ppn_stage_scratch, xb),  offsetof(ppn_stage_scratch, q),
+    offsetof(ppn_stage_scratch, k),  offsetof(ppn_stage_scratch, v),   offsetof(ppn_stage_scratch, att),
+    offsetof(ppn_stage_scratch, hb), offsetof(ppn_stage_scratch, hb2), offsetof(ppn_stage_scratch, ulogits),
+};
+
+/* Every block is freed on its device's stream after the caller drained the stages (host-ordered). */
+static void scratch_free(ppn_model *m, ppn_stage_scratch *r)
+{
+    for (size_t i = 0; i < sizeof scratch_off / sizeof scratch_off[0] && r->dev >= 0; i++)
+        stage_free(m, r->dev, (ppn_dptr *)((char *)r + scratch_off[i]));
+    r->dev = -1;
+}
+
+static ppn_status scratch_alloc(ppn_model *m, ppn_stage_scratch *r, int dev, int first)
 {
     const ppn_model_config *c = &m->cfg;
-    size_t f = sizeof(float);
-    PPN_CHECK(scratch_alloc(st, sizeof(ppn_step_hdr), "step header", &r->hdr));
-    PPN_CHECK(scratch_alloc(st, f * (size_t)c->dim, "x", &r->x));
-    PPN_CHECK(scratch_alloc(st, f * (size_t)c->dim, "xb", &r->xb));
-    PPN_CHECK(scratch_alloc(st, f * (size_t)c->n_heads * (size_t)c->head_dim, "q", &r->q));
-    PPN_CHECK(scratch_alloc(st, f * (size_t)c->n_kv_heads * (size_t)c->head_dim, "k", &r->k));
-    PPN_CHECK(scratch_alloc(st, f * (size_t)c->n_kv_heads * (size_t)c->head_dim, "v", &r->v));
-    PPN_CHECK(scratch_alloc(st, f * (size_t)c->n_heads * (size_t)c->head_dim, "att", &r->att));
-    PPN_CHECK(scratch_alloc(st, f * (size_t)c->ffn_dim, "hb", &r->hb));
-    PPN_CHECK(scratch_alloc(st, f * (size_t)c->ffn_dim, "hb2", &r->hb2));
-    if (last) PPN_CHECK(scratch_alloc(st, f * (size_t)c->vocab, "logits", &r->logits));
+    size_t f = sizeof(float), qd = f * (size_t)c->n_heads * (size_t)c->head_dim;
+    size_t kvd = f * (size_t)c->n_kv_heads * (size_t)c->head_dim;
+    r->dev = dev;
+    PPN_CHECK(stage_alloc(m, dev, PPN_IO_HDR_BYTES + f * (size_t)c->dim, "io (hdr + x)", &r->io));
+    PPN_CHECK(stage_alloc(m, dev, f * (size_t)c->dim, "xb", &r->xb));
+    PPN_CHECK(stage_alloc(m, dev, qd, "q", &r->q));
+    PPN_CHECK(stage_alloc(m, dev, kvd, "k", &r->k));
+    PPN_CHECK(stage_alloc(m, dev, kvd, "v", &r->v));
+    PPN_CHECK(stage_alloc(m, dev, qd, "att", &r->att));
+    PPN_CHECK(stage_alloc(m, dev, f * (size_t)c->ffn_dim, "hb", &r->hb));
+    PPN_CHECK(stage_alloc(m, dev, f * (size_t)c->ffn_dim, "hb2", &r->hb2));
+    if (first) PPN_CHECK(stage_alloc(m, dev, f * (size_t)c->vocab, "unsplit logits", &r->ulogits));
     return PPN_OK;
 }
 
-static void scratch_free(ppn_stage *st, ppn_stage_scratch *r)
+static void ring_free(ppn_seq *q)
 {
-    ppn_dptr *all[] = {&r->hdr, &r->x, &r->xb, &r->q, &r->k, &r->v, &r->att, &r->hb, &r->hb2, &r->logits};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        if (*all[i]) ppn_pool_free(st->pool, *all[i], st->stream);
+    ppn_model *m = q->m;
+    ppn_gpu *g = m->rt->g;
+    for (int i = 0; i < PPN_MAX_INFLIGHT; i++) {
+        if (q->ring_dev >= 0) stage_free(m, q->ring_dev, &q->logits[i]);
+        if (q->done_ev[i]) g->ops->event_destroy(g, q->done_ev[i]);
+        if (q->rb_ev[i]) g->ops->event_destroy(g, q->rb_ev[i]);
+        q->done_ev[i] = q->rb_ev[i] = NULL;
+    }
+    q->ring_dev = -1;
 }
 
-static ppn_stage *stage_of_layer(ppn_model *m, int l)
+static ppn_status ring_alloc(ppn_seq *q, int dev)
 {
-    for (int i = 0; i < m->n_stages; i++)
-        if (l >= m->stages[i].l0 && l < m->stages[i].l1) return &m->stages[i];
-    PPN_ASSERT(!"layer outside every stage");
-    return NULL;
+    ppn_model *m = q->m;
+    ppn_gpu *g = m->rt->g;
+    q->ring_dev = dev;
+    for (int i = 0; i < PPN_MAX_INFLIGHT; i++) {
+        PPN_CHECK(stage_alloc(m, dev, sizeof(float) * (size_t)m->cfg.vocab, "logits", &q->logits[i]));
+        PPN_CHECK(g->ops->event_create(g, dev, 0, &q->done_ev[i]));
+        PPN_CHECK(g->ops->event_create(g, dev, 0, &q->rb_ev[i]));
+        if (!q->logits_h[i])
+            PPN_CHECK(ppn_pinned_alloc(m->rt->pinned, sizeof(float) * (size_t)m->cfg.vocab, (void **)&q->logits_h[i]));
+    }
+    return PPN_OK;
+}
+
+/* Scratch on every stage's device and the ring on the last one's, as map places them. */
+ppn_status ppn_seq_fit_map(ppn_seq *q, const ppn_stage_map *map)
+{
+    ppn_model *m = q->m;
+    for (int s = 0; s < PPN_MAX_STAGES; s++) {
+        ppn_stage_scratch *r = &q->scr[s];
+        int want = s < map->n_stages ? map->dev[s] : -1;
+        if (r->dev == want) continue;
+        scratch_free(m, r);
+        if (want >= 0) PPN_CHECK(scratch_alloc(m, r, want, s == 0));
+    }
+    int last = map->dev[map->n_stages - 1];
+    if (q->ring_dev != last) {
+        ring_free(q);
+        PPN_CHECK(ring_alloc(q, last));
+    }
+    return PPN_OK;
+}
+
+static void seq_release(ppn_seq *q)
+{
+    ppn_model *m = q->m;
+    for (int l = 0; l < m->cfg.n_layers && q->kc; l++) {
+        stage_free(m, q->kv_dev[l], &q->kc[l]);
+        stage_free(m, q->kv_dev[l], &q->vc[l]);
+    }
+    for (int s = 0; s < PPN_MAX_STAGES; s++) scratch_free(m, &q->scr[s]);
+    ring_free(q);
+    for (int i = 0; i < PPN_MAX_INFLIGHT; i++) ppn_pinned_free(m->rt->pinned, q->logits_h[i]);
+    ppn_hfree(q->kc);
+    ppn_hfree(q->vc);
+    ppn_hfree(q->kv_dev);
+    ppn_hfree(q);
 }
 
 ppn_status ppn_seq_create(ppn_model *m, ppn_seq **out)
 {
     *out = NULL;
-    ppn_seq *s = ppn_hcalloc(1, sizeof *s);
-    if (!s) return ppn_err(PPN_ENOMEM, "sequence: host out of memory");
-    s->m = m;
+    PPN_CHECK(ppn_model_failed(m));
+    ppn_seq *q = ppn_hcalloc(1, sizeof *q);
+    if (!q) return ppn_err(PPN_ENOMEM, "sequence: host out of memory");
+    q->m = m;
+    q->ring_dev = -1;
+    for (int s = 0; s < PPN_MAX_STAGES; s++) q->scr[s].dev = -1;
     const ppn_model_config *c = &m->cfg;
+    const ppn_stage_map *map = m->map;
     ppn_status st;
-    s->kc = ppn_hcalloc((size_t)c->n_layers, sizeof *s->kc);
-    s->vc = ppn_hcalloc((size_t)c->n_layers, sizeof *s->vc);
-    if (!s->kc || !s->vc) {
+    q->kc = ppn_hcalloc((size_t)c->n_layers, sizeof *q->kc);
+    q->vc = ppn_hcalloc((size_t)c->n_layers, sizeof *q->vc);
+    q->kv_dev = ppn_hcalloc((size_t)c->n_layers, sizeof *q->kv_dev);
+    if (!q->kc || !q->vc || !q->kv_dev) {
         st = ppn_err(PPN_ENOMEM, "sequence: host out of memory");
         goto fail;
     }
     size_t kv = (size_t)m->ctx * (size_t)c->n_kv_heads * (size_t)c->head_dim * sizeof(float);
-    for (int l = 0; l < c->n_layers; l++) {
-        ppn_stage *owner = stage_of_layer(m, l);
-        PPN_CHECK_GOTO(scratch_alloc(owner, kv, "k cache", &s->kc[l]), st, fail);
-        PPN_CHECK_GOTO(scratch_alloc(owner, kv, "v cache", &s->vc[l]), st, fail);
+    for (int l = 0; l < c->n_layers; l++) { /* the owning stage's pool, on its device */
+        q->kv_dev[l] = map->dev[ppn_layer_stage(map, l)];
+        PPN_CHECK_GOTO(stage_alloc(m, q->kv_dev[l], kv, "k cache", &q->kc[l]), st, fail);
+        PPN_CHECK_GOTO(stage_alloc(m, q->kv_dev[l], kv, "v cache", &q->vc[l]), st, fail);
     }
-    for (int i = 0; i < m->n_stages; i++)
-        PPN_CHECK_GOTO(scratch_create(m, &m->stages[i], &s->scr[i], i == m->n_stages - 1), st, fail);
-    PPN_CHECK_GOTO(ppn_pinned_alloc(m->rt->pinned, sizeof *s->hdr_h, (void **)&s->hdr_h), st, fail);
-    PPN_CHECK_GOTO(ppn_pinned_alloc(m->rt->pinned, sizeof(float) * (size_t)c->vocab, (void **)&s->logits_h), st,
-                   fail);
-    *out = s;
+    PPN_CHECK_GOTO(ppn_seq_fit_map(q, map), st, fail);
+    PPN_CHECK_GOTO(ppn_model_drain(m), st, fail);
+    for (int d = 0; d < PPN_MAX_DEVICES; d++) /* allocations are ordered on the device streams: finish them */
+        if (m->dev_stream[d]) PPN_CHECK_GOTO(m->rt->g->ops->stream_sync(m->rt->g, m->dev_stream[d]), st, fail);
+    static int next_id;
+    q->id = next_id++;
+    q->next = m->seqs;
+    m->seqs = q;
+    *out = q;
     return PPN_OK;
 fail:
-    ppn_seq_destroy(s);
+    seq_release(q);
     return st;
 }
 
-void ppn_seq_destroy(ppn_seq *s)
+void ppn_seq_destroy(ppn_seq *q)
 {
-    if (!s) return;
-    ppn_model *m = s->m;
+    if (!q) return;
+    ppn_model *m = q->m;
     ppn_gpu *g = m->rt->g;
-    for (int i = 0; i < m->n_stages; i++) g->ops->stream_sync(g, m->stages[i].stream);
-    for (int l = 0; l < m->cfg.n_layers && s->kc; l++) {
-        ppn_stage *owner = stage_of_layer(m, l);
-        if (s->kc[l]) ppn_pool_free(owner->pool, s->kc[l], owner->stream);
-        if (s->vc && s->vc[l]) ppn_pool_free(owner->pool, s->vc[l], owner->stream);
-    }
-    for (int i = 0; i < m->n_stages; i++) scratch_free(&m->stages[i], &s->scr[i]);
-    ppn_pinned_free(m->rt->pinned, s->hdr_h);
-    ppn_pinned_free(m->rt->pinned, s->logits_h);
-    ppn_hfree(s->kc);
-    ppn_hfree(s->vc);
-    ppn_hfree(s);
+    ppn_model_drain(m);
+    for (int s = 0; s < PPN_MAX_STAGES; s++)
+        if (m->stages[s].stream) g->ops->stream_sync(g, m->stages[s].stream);
+    if (m->rb_stream) g->ops->stream_sync(g, m->rb_stream);
+    for (ppn_seq **it = &m->seqs; *it; it = &(*it)->next)
+        if (*it == q) {
+            *it = q->next;
+            break;
+        }
+    seq_release(q);
 }
 
 void ppn_seq_reset(ppn_seq *s) { s->pos = 0; }
 
 int ppn_seq_pos(const ppn_seq *s) { return s->pos; }
-
-ppn_status ppn_decode_step(ppn_seq *s, int token, float *logits)
-{
-    ppn_model *m = s->m;
-    ppn_gpu *g = m->rt->g;
-    if (token < 0 || token >= m->cfg.vocab)
-        return ppn_err(PPN_EINVAL, "token %d is outside the vocabulary [0, %d)", token, m->cfg.vocab);
-    if (s->pos >= m->ctx)
-        return ppn_err(PPN_ESTATE, "sequence is full: %d positions (ctx)", m->ctx);
-    ppn_stage *first = &m->stages[0], *last = &m->stages[m->n_stages - 1];
-    *s->hdr_h = (ppn_step_hdr){.pos = s->pos, .token = token, .seq = 0, .step = s->pos};
-    PPN_CHECK(g->ops->copy_htod(g, first->stream, s->scr[0].hdr, s->hdr_h, sizeof *s->hdr_h));
-    ppn_trace("step pos %d token %d: enqueue", s->pos, token);
-    PPN_CHECK(ppn_forward_step(s));
-    if (logits)
-        PPN_CHECK(g->ops->copy_dtoh(g, last->stream, s->logits_h, s->scr[m->n_stages - 1].logits,
-                                    sizeof(float) * (size_t)m->cfg.vocab));
-    PPN_CHECK(g->ops->stream_sync(g, last->stream)); /* the pinned header is reused next step */
-    ppn_trace("step pos %d done", s->pos);
-    if (logits) memcpy(logits, s->logits_h, sizeof(float) * (size_t)m->cfg.vocab);
-    s->pos++;
-    return PPN_OK;
-}

@@ -39,6 +39,53 @@ const char *ppn_last_error(void);
 const char *ppn_status_name(ppn_status st);
 
 
+
+/* ---------------------------------------------------------------------------------------------------------
+ * The door: how a model is cut into pipeline stages (names kept from the seed module).
+ *
+ *   MEMRA_PP_STAGES=N          unset, 0 or 1: the door is shut and nothing behaves differently anywhere
+ *   MEMRA_PP_SPLITS=c1,..,cN-1 explicit cuts, strictly increasing, each in (0, n_layers)
+ *   MEMRA_PP_SPLIT=i           the N=2 spelling of the cut list
+ *   (default cuts: the even split, cut s = s * n_layers / N)
+ *   MEMRA_PP_DEVICES=d0,..     the device of each stage (default: all stages on the primary device)
+ *   MEMRA_PP_SHARD=0           weights all on the primary device (remote stages peer-read); default 1
+ *   MEMRA_PP_STREAMS=0         rollback: one stream, plain copies, no per-stage threads; default 1
+ *   MEMRA_PP_OVERLAP=1         alternate the double-buffered boundary slots per step; default 0
+ *   MEMRA_BATCH_PP, MEMRA_SPEC_PP, MEMRA_PRIME_PP, MEMRA_PRIME_PIPE = 0: A/B seams of later paths; default 1
+ *   MEMRA_PP_ALLOW_UNSPLIT_BATCH=1   measurement override of the fail-closed guard; default 0
+ *   PPN_SPIN=1                 issue threads busy-poll instead of sleeping on a futex; default 0
+ * CLI flags --stages --splits --split --devices --shard --streams --overlap --spin say the same.
+ * --------------------------------------------------------------------------------------------------------- */
+
+#define PPN_MAX_STAGES 64
+
+typedef struct ppn_door {
+    int n_stages;                /* 0 or 1: shut */
+    int n_cuts;                  /* 0: even split; else n_stages - 1 explicit cuts */
+    int cuts[PPN_MAX_STAGES];
+    int n_devices;               /* 0: all stages on the primary device; else n_stages entries */
+    int devices[PPN_MAX_STAGES];
+    int shard, streams, overlap; /* 1, 1, 0 by default */
+    int batch_pp, spec_pp, prime_pp, prime_pipe; /* 1 by default */
+    int allow_unsplit_batch;     /* 0 by default */
+    int spin;                    /* 0 by default */
+} ppn_door;
+
+/* The door with every default (shut). */
+ppn_door ppn_door_default(void);
+/* Read the door from the environment (syntax only: numbers, lists, 0/1 flags).
+ * @return PPN_OK, PPN_EINVAL (message names the variable, its value and the rule). */
+ppn_status ppn_door_from_env(ppn_door *d);
+/* Apply one CLI flag ("--stages", "--splits", "--split", "--devices", "--shard", "--streams", "--overlap",
+ * "--spin") with its value. @return PPN_OK, PPN_EINVAL (names the flag, the value and the rule). */
+ppn_status ppn_door_set_flag(ppn_door *d, const char *flag, const char *value);
+/* Resolve the door against a model and machine: the fence [0, c1, .., cN-1, n_layers] (n_out + 1 entries)
+ * and the device of each stage. A shut door resolves to one stage on the primary device.
+ * @return PPN_OK, PPN_EINVAL (N above n_layers, cuts not increasing or out of range, wrong count of cuts or
+ *         devices, a device that does not exist: the message names the variable, value and rule). */
+ppn_status ppn_door_resolve(const ppn_door *d, int n_layers, int n_devices, int primary, int *fence,
+                            int *stage_dev, int *n_out);
+
 /* ---------------------------------------------------------------------------------------------------------
  * Runtime, model, sequence.
  *
@@ -64,7 +111,8 @@ enum { PPN_DTYPE_DEFAULT = -1, PPN_DTYPE_F32 = 0, PPN_DTYPE_BF16 = 1, PPN_DTYPE_
 typedef struct ppn_load_opts {
     int dtype;      /* PPN_DTYPE_*: weight storage; default bf16 on cuda, f32 on sim */
     int ctx;        /* KV positions; 0 = the model's maximum, capped to what fits on the device */
-    int device;     /* device of a one-stage model (default 0) */
+    int device;     /* the primary device (default 0): stages go here unless the door places them */
+    const ppn_door *door; /* NULL: read the door from the environment (MEMRA_PP_*) */
     /* Called as the weights upload (done/total bytes); may be NULL. */
     void (*progress)(void *arg, size_t done, size_t total);
     void *progress_arg;
@@ -105,6 +153,67 @@ int ppn_seq_pos(const ppn_seq *s);
  *         PPN_EDRIVER (a device call failed: message names it), PPN_ERACE / PPN_EPLACEMENT / PPN_EUSEAFTERFREE /
  *         PPN_EBOUNDS / PPN_EDOUBLEFREE (sim checker report, printed and in the message). */
 ppn_status ppn_decode_step(ppn_seq *s, int token, float *logits);
+
+
+/* Publish a new door for the model, between steps: the stage map (fence, devices, transports, flags) is
+ * rebuilt and published with RCU; flags and seams switch live. In-flight deferred steps are drained first.
+ * @return PPN_OK, PPN_EINVAL (a door value, or a map that needs weights elsewhere than they were loaded:
+ *         moving weights needs a reload), PPN_ESTATE (a live sequence holds KV on a device the new map does
+ *         not run its layers on), PPN_ENOMEM, PPN_EDRIVER. */
+ppn_status ppn_model_publish_door(ppn_model *m, const ppn_door *d);
+
+/* A step whose logits are still on the last stage's device (the seed's PendingLogits). */
+typedef struct ppn_pending {
+    ppn_seq *seq;
+    uint32_t step;
+    int ring;
+} ppn_pending;
+
+/* Issue one step without waiting for its logits; later steps may be issued while it drains (up to 4 per
+ * sequence in flight). The token of each step must be known (prompt, replay, or a device-side choice).
+ * @return PPN_OK, PPN_EINVAL (token), PPN_ESTATE (sequence full, or 4 steps in flight), PPN_EREFUSED (two stage
+ *         streams on one device: pp_multi_stream_same_device; see docs/PIPELINE.md), a failure of an earlier
+ *         step (sticky), PPN_EDRIVER. */
+ppn_status ppn_decode_step_deferred(ppn_seq *s, int token, ppn_pending *out);
+/* Drain a pending step through the dedicated readback stream; logits may be NULL.
+ * @return PPN_OK, PPN_EINVAL (already waited), a stage's failure (sticky for the model: the message names the
+ *         stage, the step and the cause), the sim checker's statuses. */
+ppn_status ppn_pending_wait(ppn_pending *p, float *logits);
+
+/* Decode one token for each of n sequences with a whole-trunk walk per sequence on stage 0's stream (this path
+ * has no stage split yet). logits: n * vocab floats.
+ * @return PPN_OK, PPN_EINVAL, PPN_ESTATE, PPN_EREFUSED (refuse_unsplit_if_remote: the door places weights on
+ *         several devices; MEMRA_PP_ALLOW_UNSPLIT_BATCH=1 overrides for measurement), PPN_EDRIVER. */
+ppn_status ppn_decode_batch(ppn_seq **seqs, const int *tokens, int n, float *logits);
+
+/* Liveness counters and memory statistics. */
+typedef struct ppn_stats {
+    int n_stages;
+    uint64_t walker_runs[PPN_MAX_STAGES];      /* steps each stage's layer walker executed */
+    uint64_t overlap_observed;                 /* a walker started while another stage's walker was active */
+    uint64_t boundary_sends[PPN_MAX_STAGES];   /* hand-offs per boundary */
+    uint64_t boundary_overlap_steps[PPN_MAX_STAGES]; /* hand-offs on the second slot (MEMRA_PP_OVERLAP=1) */
+    uint64_t steps;                            /* steps issued */
+    uint64_t driver_allocs;                    /* raw device allocations so far (backend counter) */
+    uint64_t host_staged;                      /* peer copies staged through the host */
+    uint64_t cross_waits;                      /* pool waits inserted for cross-stream reuse */
+    size_t pool_in_use, pool_peak, pool_reserved; /* summed over devices */
+} ppn_stats;
+void ppn_model_get_stats(const ppn_model *m, ppn_stats *out);
+
+/* The published stage map. */
+typedef struct ppn_stage_info {
+    int n_stages;
+    int fence[PPN_MAX_STAGES + 1];
+    int dev[PPN_MAX_STAGES];
+    int xport[PPN_MAX_STAGES];  /* boundary b: see ppn_transport_name */
+    int pu[PPN_MAX_STAGES];     /* core of each stage's issue thread (-1: the caller's thread issues) */
+    int shared_cores, threads;
+    ppn_door door;
+} ppn_stage_info;
+void ppn_model_get_stage_map(const ppn_model *m, ppn_stage_info *out);
+/* "inplace", "dtod", "peer" or "host". */
+const char *ppn_transport_name(int xport);
 
 /* Sampling on the host from a logits row. temperature 0 = greedy (lowest index on ties). top_k 0 = off;
  * top_p 1 = off. rng: caller-owned state, seeded by ppn_rng_seed; the same seed gives the same ids. */

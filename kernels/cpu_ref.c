@@ -27,6 +27,7 @@ void ppn_cpu_swiglu(const void *params);
 void ppn_cpu_add(const void *params);
 void ppn_cpu_argmax(const void *params);
 void ppn_cpu_fill(const void *params);
+void ppn_cpu_set_hdr(const void *params);
 
 #define PTR(type, p) ((type *)(uintptr_t)(p))
 
@@ -297,4 +298,10 @@ void ppn_cpu_fill(const void *params)
     const ppn_kp_fill *p = params;
     uint32_t *out = PTR(uint32_t, p->out);
     for (int i = 0; i < p->n; i++) out[i] = p->value;
+}
+
+void ppn_cpu_set_hdr(const void *params)
+{
+    const ppn_kp_set_hdr *p = params;
+    *PTR(ppn_step_hdr, p->hdr) = p->v;
 }

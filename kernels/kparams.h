@@ -55,6 +55,10 @@ typedef struct { uint64_t out, a, b; int32_t n; } ppn_kp_add;
 /* out[0] (int32) = argmax(x[0..n)), lowest index on ties; NaN never wins. */
 typedef struct { uint64_t out, x; int32_t n; } ppn_kp_argmax;
 
+/* *hdr = v: stage 0 writes the step header from the kernel's parameters, so no host buffer has to outlive
+ * the enqueue (and a captured graph can carry it). */
+typedef struct { uint64_t hdr; ppn_step_hdr v; } ppn_kp_set_hdr;
+
 /* out[n] (u32 words) = value; used by tests and scratch init. */
 typedef struct { uint64_t out; uint32_t value; int32_t n; } ppn_kp_fill;
 

@@ -15,6 +15,7 @@ void ppn_cpu_swiglu(const void *params);
 void ppn_cpu_add(const void *params);
 void ppn_cpu_argmax(const void *params);
 void ppn_cpu_fill(const void *params);
+void ppn_cpu_set_hdr(const void *params);
 
 /* The name is the extern "C" symbol in kernels/ppn_kernels.cu; the cuda backend resolves it with
  * cuModuleGetFunction, so the two must stay spelled alike. */
@@ -32,6 +33,7 @@ const ppn_kernel_desc ppn_kernels[PPN_K_COUNT] = {
     PPN_KDESC(PPN_K_ADD, add),
     PPN_KDESC(PPN_K_ARGMAX, argmax),
     PPN_KDESC(PPN_K_FILL, fill),
+    PPN_KDESC(PPN_K_SET_HDR, set_hdr),
 };
 
 static uint32_t f32_bits(float f)

@@ -18,6 +18,7 @@ typedef enum ppn_kernel_id {
     PPN_K_ADD,
     PPN_K_ARGMAX,
     PPN_K_FILL,
+    PPN_K_SET_HDR,
     PPN_K_COUNT
 } ppn_kernel_id;
 

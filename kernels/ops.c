@@ -287,3 +287,13 @@ ppn_status ppn_op_fill(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, uint32_t value,
     acc_add(&l, out, (size_t)n_words * sizeof(uint32_t), PPN_ACC_W);
     return submit(g, s, &l);
 }
+
+ppn_status ppn_op_set_hdr(ppn_gpu *g, ppn_gstream *s, ppn_dptr hdr, int pos, int token, int seq, int step)
+{
+    static const char op[] = "ppn_op_set_hdr";
+    PPN_CHECK(need_ptr(op, "hdr", hdr));
+    ppn_kp_set_hdr p = {.hdr = hdr, .v = {.pos = pos, .token = token, .seq = seq, .step = step}};
+    ppn_launch l = launch_init(PPN_K_SET_HDR, &p, 1, 32);
+    acc_add(&l, hdr, sizeof(ppn_step_hdr), PPN_ACC_W);
+    return submit(g, s, &l);
+}

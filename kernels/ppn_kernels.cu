@@ -333,6 +333,11 @@ extern "C" __global__ void ppn_k_add(const ppn_kp_add p)
     ((float *)p.out)[i] = ((const float *)p.a)[i] + ((const float *)p.b)[i];
 }
 
+extern "C" __global__ void ppn_k_set_hdr(const ppn_kp_set_hdr p)
+{
+    if (threadIdx.x == 0 && blockIdx.x == 0) *(ppn_step_hdr *)p.hdr = p.v;
+}
+
 extern "C" __global__ void ppn_k_fill(const ppn_kp_fill p)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -115,11 +115,11 @@ static void test_table(void **state)
         [PPN_K_HEAD_RMSNORM] = sizeof(ppn_kp_head_rmsnorm), [PPN_K_KV_STORE] = sizeof(ppn_kp_kv_store),
         [PPN_K_ATTN] = sizeof(ppn_kp_attn),       [PPN_K_SWIGLU] = sizeof(ppn_kp_swiglu),
         [PPN_K_ADD] = sizeof(ppn_kp_add),         [PPN_K_ARGMAX] = sizeof(ppn_kp_argmax),
-        [PPN_K_FILL] = sizeof(ppn_kp_fill),
+        [PPN_K_FILL] = sizeof(ppn_kp_fill),       [PPN_K_SET_HDR] = sizeof(ppn_kp_set_hdr),
     };
     static const char *const names[PPN_K_COUNT] = {
         "ppn_k_embed", "ppn_k_rmsnorm", "ppn_k_matvec", "ppn_k_rope", "ppn_k_head_rmsnorm", "ppn_k_kv_store",
-        "ppn_k_attn", "ppn_k_swiglu", "ppn_k_add", "ppn_k_argmax", "ppn_k_fill",
+        "ppn_k_attn", "ppn_k_swiglu", "ppn_k_add", "ppn_k_argmax", "ppn_k_fill", "ppn_k_set_hdr",
     };
     for (int i = 0; i < PPN_K_COUNT; i++) {
         const ppn_kernel_desc *k = &ppn_kernels[i];
@@ -709,6 +709,19 @@ static void test_fill(void **state)
     for (int i = 0; i < 70; i++) assert_true(buf[i] == (i < 65 ? 0xDEADBEEFu : 0x11111111u));
 }
 
+static void test_set_hdr(void **state)
+{
+    (void)state;
+    ppn_step_hdr h[2] = {{-1, -1, -1, -1}, {-1, -1, -1, -1}};
+    ppn_kp_set_hdr p = {.hdr = D(&h[0]), .v = {.pos = 41, .token = 7, .seq = 3, .step = 99}};
+    run(PPN_K_SET_HDR, &p);
+    assert_int_equal(h[0].pos, 41);
+    assert_int_equal(h[0].token, 7);
+    assert_int_equal(h[0].seq, 3);
+    assert_int_equal(h[0].step, 99);
+    assert_int_equal(h[1].pos, -1); /* nothing past the header */
+}
+
 /* ---------------------------------------------------------------------------------------------------------
  * the wrappers, through a fake device that captures the launch and runs the CPU reference (as sim does) */
 
@@ -960,6 +973,7 @@ int main(void)
         cmocka_unit_test(test_add),
         cmocka_unit_test(test_argmax),
         cmocka_unit_test(test_fill),
+        cmocka_unit_test(test_set_hdr),
         cmocka_unit_test(test_op_matvec),
         cmocka_unit_test(test_op_attention_path),
         cmocka_unit_test(test_op_small),

@@ -1,0 +1,417 @@
+/* pipeline.c - a decode step through the stages.
+ *
+ *   caller: ppn_decode_step_deferred(seq, token) -> one command per stage (preallocated, lock-free queue)
+ *   stage 0: set the step header {pos, token, seq, step} in its io buffer; embed; walk [f0, f1); send on
+ *            boundary 0 (wait ev_rx of the slot's previous step -> copy -> record ev_tx)
+ *   stage s: host-wait until boundary s-1 recorded ev_tx for this step, then stream-wait on it; read the slot
+ *            (in place, or copied in); walk its layers; hand on through boundary s; release the slot (ev_rx)
+ *   last:    final norm + lm head into the sequence's logits ring entry; record the step's done event
+ *   caller:  ppn_pending_wait: the dedicated readback stream waits the done event, copies, syncs
+ * With one stage (the door shut) the caller's thread issues the stage itself. MEMRA_PP_STREAMS=0 issues every
+ * stage on stage 0's stream from the caller's thread, with two plain dtod copies per boundary.
+ *
+ * Failure inside a stage thread: the first status and message are kept on the model (sticky), the thread
+ * still posts every generation its step owes so no other stage waits forever, and the caller's wait returns
+ * the failure.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <urcu/urcu-qsbr.h>
+#include "rt.h"
+#include "err.h"
+#include "../kernels/ops.h"
+
+/* Failure ------------------------------------------------------------------------------------------------ */
+
+static void model_fail(ppn_model *m, ppn_status st)
+{
+    int expected = PPN_OK;
+    /* the message is written before the status is published (release); readers acquire the status */
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&mu);
+    if (atomic_load_explicit(&m->err, memory_order_relaxed) == PPN_OK) {
+        snprintf(m->err_msg, sizeof m->err_msg, "%s", ppn_last_error());
+        atomic_compare_exchange_strong_explicit(&m->err, &expected, (int)st, memory_order_release,
+                                                memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&mu);
+}
+
+ppn_status ppn_model_failed(ppn_model *m)
+{
+    int st = atomic_load_explicit(&m->err, memory_order_acquire);
+    if (st == PPN_OK) return PPN_OK;
+    return ppn_err((ppn_status)st, "model unusable after an earlier failure: %s", m->err_msg);
+}
+
+/* One stage's part of one step ------------------------------------------------------------------------- */
+
+typedef struct step_posts { /* what this stage owes the others for this step */
+    int sent, released, done;
+} step_posts;
+
+static void walk_enter(ppn_model *m, ppn_stage_rt *sr)
+{
+    atomic_fetch_add_explicit(&sr->walker_runs, 1, memory_order_relaxed);
+    if (atomic_fetch_add_explicit(&m->active_walkers, 1, memory_order_relaxed) > 0)
+        atomic_fetch_add_explicit(&m->overlap_observed, 1, memory_order_relaxed);
+}
+
+static void walk_leave(ppn_model *m) { atomic_fetch_sub_explicit(&m->active_walkers, 1, memory_order_relaxed); }
+
+static ppn_status stage_walk(ppn_model *m, const ppn_stage_map *map, int s, ppn_gstream *q, ppn_seq *seq,
+                             ppn_dptr io)
+{
+    ppn_stage_rt *sr = &m->stages[s];
+    walk_enter(m, sr);
+    ppn_status st = PPN_OK;
+    for (int l = map->fence[s]; l < map->fence[s + 1] && st == PPN_OK; l++)
+        st = ppn_fwd_layer(seq, q, map->dev[s], &seq->scr[s], io, l);
+    walk_leave(m);
+    return st;
+}
+
+static ppn_status stage_finish(ppn_model *m, ppn_gstream *q, ppn_seq *seq, const ppn_step_cmd *c, ppn_dptr io,
+                               step_posts *p)
+{
+    ppn_gpu *g = m->rt->g;
+    PPN_CHECK(ppn_fwd_head(m, q, &seq->scr[m->map->n_stages - 1], io, seq->logits[c->ring]));
+    PPN_CHECK(g->ops->event_record(g, seq->done_ev[c->ring], q));
+    p->done = 1;
+    ppn_gen_post(&seq->done_gen[c->ring], c->step + 1); /* pairs with the acquire in ppn_pending_wait */
+    return PPN_OK;
+}
+
+static ppn_status stage_issue(ppn_model *m, const ppn_stage_map *map, int s, const ppn_step_cmd *c, step_posts *p)
+{
+    ppn_gpu *g = m->rt->g;
+    ppn_gstream *q = m->stages[s].stream;
+    ppn_seq *seq = c->seq;
+    ppn_stage_scratch *r = &seq->scr[s];
+    int n = map->n_stages, spin = map->door.spin;
+    ppn_dptr io = r->io;
+    if (s == 0) {
+        PPN_CHECK(ppn_op_set_hdr(g, q, io, c->pos, c->token, seq->id, (int)c->step));
+        PPN_CHECK(ppn_fwd_embed(m, q, r, io));
+    } else {
+        PPN_CHECK(ppn_boundary_recv(&m->bnd[s - 1], g, q, c->slot, c->step, r->io, &io, spin));
+        p->released = m->bnd[s - 1].xport != PPN_XPORT_INPLACE;
+    }
+    PPN_CHECK(stage_walk(m, map, s, q, seq, io));
+    if (s + 1 < n) {
+        PPN_CHECK(ppn_boundary_send(&m->bnd[s], g, q, c->slot, c->step, io, spin));
+        p->sent = 1;
+    }
+    if (s > 0 && !p->released) { /* in place: the slot was our io until now */
+        PPN_CHECK(ppn_boundary_release(&m->bnd[s - 1], g, q, c->slot, c->step));
+        p->released = 1;
+    }
+    if (s == n - 1) PPN_CHECK(stage_finish(m, q, seq, c, io, p));
+    return PPN_OK;
+}
+
+/* After a failure: post what the step still owes, so no stage or caller waits forever. */
+static void stage_settle(ppn_model *m, const ppn_stage_map *map, int s, const ppn_step_cmd *c, step_posts *p)
+{
+    if (s + 1 < map->n_stages && !p->sent) {
+        m->bnd[s].slot[c->slot].last_step = c->step + 1;
+        ppn_gen_post(&m->bnd[s].slot[c->slot].tx_gen, c->step + 1);
+    }
+    if (s > 0 && !p->released) ppn_gen_post(&m->bnd[s - 1].slot[c->slot].rx_gen, c->step + 1);
+    if (s == map->n_stages - 1 && !p->done) ppn_gen_post(&c->seq->done_gen[c->ring], c->step + 1);
+}
+
+static void stage_run(ppn_model *m, const ppn_stage_map *map, int s, const ppn_step_cmd *c)
+{
+    step_posts p = {0};
+    ppn_status st = ppn_model_failed(m);
+    if (st == PPN_OK) st = stage_issue(m, map, s, c, &p);
+    if (st == PPN_OK) return;
+    ppn_err_ctx(st, "stage %d, step %u", s, c->step);
+    model_fail(m, st);
+    stage_settle(m, map, s, c, &p);
+}
+
+void ppn_stage_thread_fn(void *ctx, ppn_cmd *cmd)
+{
+    ppn_stage_rt *sr = ctx;
+    ppn_step_cmd *c = caa_container_of(cmd, ppn_step_cmd, cmd);
+    const ppn_stage_map *map = rcu_dereference(sr->m->map);
+    PPN_ASSERT(map == c->map); /* maps change only between drained steps */
+    stage_run(sr->m, map, sr->index, c);
+    ppn_issue_done(cmd);
+}
+
+/* MEMRA_PP_STREAMS=0: every stage on stage 0's stream, boundaries as two plain dtod copies. ---------------- */
+
+static ppn_status one_stream_issue(ppn_model *m, const ppn_stage_map *map, const ppn_step_cmd *c, step_posts *p)
+{
+    ppn_gpu *g = m->rt->g;
+    ppn_gstream *q = m->stages[0].stream;
+    ppn_seq *seq = c->seq;
+    for (int s = 0; s < map->n_stages; s++) {
+        ppn_dptr io = seq->scr[s].io;
+        if (s == 0) {
+            PPN_CHECK(ppn_op_set_hdr(g, q, io, c->pos, c->token, seq->id, (int)c->step));
+            PPN_CHECK(ppn_fwd_embed(m, q, &seq->scr[0], io));
+        } else {
+            PPN_CHECK(g->ops->copy_dtod(g, q, io, m->bnd[s - 1].slot[0].buf, m->bnd[s - 1].bytes));
+        }
+        ppn_stage_rt *sr = &m->stages[s];
+        walk_enter(m, sr);
+        ppn_status st = PPN_OK;
+        for (int l = map->fence[s]; l < map->fence[s + 1] && st == PPN_OK; l++)
+            st = ppn_fwd_layer(seq, q, map->dev[0], &seq->scr[s], io, l);
+        walk_leave(m);
+        PPN_CHECK(st);
+        if (s + 1 < map->n_stages) PPN_CHECK(g->ops->copy_dtod(g, q, m->bnd[s].slot[0].buf, io, m->bnd[s].bytes));
+    }
+    return stage_finish(m, q, seq, c, seq->scr[map->n_stages - 1].io, p);
+}
+
+/* Caller side ------------------------------------------------------------------------------------------- */
+
+/* Every command handed to a stage thread has finished. */
+ppn_status ppn_model_drain(ppn_model *m)
+{
+    const ppn_stage_map *map = m->map;
+    if (!map) return PPN_OK;
+    for (int s = 0; s < PPN_MAX_STAGES; s++) {
+        ppn_stage_rt *sr = &m->stages[s];
+        if (!sr->thr_started) continue;
+        for (int k = 0; k < PPN_CMD_RING; k++)
+            if (sr->cmds[k].used)
+                ppn_gen_wait(&sr->cmds[k].cmd.done, sr->cmds[k].cmd.seqno + 1, map->door.spin);
+    }
+    return PPN_OK;
+}
+
+/* The pipelined (deferred) arm with two stage streams on one device: refused by the seed after a race it
+ * never root-caused. Kept until the sim checker and a soak prove this runtime's arm safe (docs/PIPELINE.md);
+ * PPN_PP_SAME_DEVICE_PIPELINED=1 runs it for exactly that proof. */
+static int multi_stream_same_device(const ppn_stage_map *map)
+{
+    if (map->n_stages < 2 || !map->door.streams) return 0;
+    for (int s = 0; s < map->n_stages; s++)
+        for (int t = 0; t < s; t++)
+            if (map->dev[s] == map->dev[t]) return 1;
+    return 0;
+}
+
+static ppn_status refuse_same_device_pipelined(const ppn_stage_map *map)
+{
+    if (!multi_stream_same_device(map)) return PPN_OK;
+    const char *v = getenv("PPN_PP_SAME_DEVICE_PIPELINED");
+    if (v && !strcmp(v, "1")) return PPN_OK;
+    if (v && *v && strcmp(v, "0"))
+        return ppn_err(PPN_EINVAL, "PPN_PP_SAME_DEVICE_PIPELINED='%s': must be 0 or 1", v);
+    return ppn_err(PPN_EREFUSED, "ppn_decode_step_deferred: the pipelined arm with two stage streams on one device "
+                                 "(pp_multi_stream_same_device) is refused; use ppn_decode_step, place stages on "
+                                 "distinct devices, or set PPN_PP_SAME_DEVICE_PIPELINED=1 to run the soak that "
+                                 "proves it");
+}
+
+static ppn_status step_checks(ppn_seq *q, int token)
+{
+    ppn_model *m = q->m;
+    PPN_CHECK(ppn_model_failed(m));
+    if (token < 0 || token >= m->cfg.vocab)
+        return ppn_err(PPN_EINVAL, "token %d is outside the vocabulary [0, %d)", token, m->cfg.vocab);
+    if (q->pos >= m->ctx) return ppn_err(PPN_ESTATE, "sequence %d is full: %d positions (ctx)", q->id, m->ctx);
+    if (q->issued - q->waited >= PPN_MAX_INFLIGHT)
+        return ppn_err(PPN_ESTATE, "sequence %d has %d deferred steps in flight: wait one first", q->id,
+                       PPN_MAX_INFLIGHT);
+    return PPN_OK;
+}
+
+/* Hand the step to the stage threads (commands are preallocated; a command is reused only once done). */
+static void post_to_threads(ppn_model *m, const ppn_step_cmd *tmpl)
+{
+    const ppn_stage_map *map = m->map;
+    for (int s = 0; s < map->n_stages; s++) {
+        ppn_stage_rt *sr = &m->stages[s];
+        ppn_step_cmd *c = &sr->cmds[tmpl->step % PPN_CMD_RING];
+        if (c->used) ppn_gen_wait(&c->cmd.done, c->cmd.seqno + 1, map->door.spin);
+        uint32_t seqno = tmpl->step;
+        *c = *tmpl;
+        c->used = 1;
+        c->cmd.seqno = seqno;
+        atomic_store_explicit(&c->cmd.done, seqno, memory_order_relaxed); /* not done yet */
+        ppn_issue_post(&sr->thr, &c->cmd);
+    }
+}
+
+static ppn_status issue_step(ppn_seq *q, int token, int ring, uint32_t *step_out)
+{
+    ppn_model *m = q->m;
+    const ppn_stage_map *map = m->map;
+    ppn_step_cmd c = {.seq = q, .map = map, .step = m->next_step++, .pos = q->pos, .token = token, .ring = ring};
+    c.slot = map->door.overlap ? (int)(c.step & 1) : 0;
+    *step_out = c.step;
+    q->ring_step[ring] = c.step + 1;
+    step_posts p = {0};
+    ppn_status st = PPN_OK;
+    if (map->n_stages > 1 && map->door.streams) post_to_threads(m, &c);
+    else if (map->n_stages > 1) st = one_stream_issue(m, map, &c, &p);
+    else st = stage_issue(m, map, 0, &c, &p);
+    if (st != PPN_OK) {
+        model_fail(m, st);
+        if (!p.done) ppn_gen_post(&q->done_gen[ring], c.step + 1);
+    }
+    return st;
+}
+
+ppn_status ppn_decode_step_deferred(ppn_seq *q, int token, ppn_pending *out)
+{
+    memset(out, 0, sizeof *out);
+    PPN_CHECK(step_checks(q, token));
+    PPN_CHECK(refuse_same_device_pipelined(q->m->map));
+    int ring = (int)(q->issued % PPN_MAX_INFLIGHT);
+    uint32_t step;
+    ppn_status st = issue_step(q, token, ring, &step);
+    q->issued++;
+    q->pos++;
+    *out = (ppn_pending){.seq = q, .step = step, .ring = ring};
+    return st;
+}
+
+ppn_status ppn_pending_wait(ppn_pending *p, float *logits)
+{
+    ppn_seq *q = p->seq;
+    if (!q || q->ring_step[p->ring] != p->step + 1)
+        return ppn_err(PPN_EINVAL, "ppn_pending_wait: this pending step was already waited (or never issued)");
+    ppn_model *m = q->m;
+    ppn_gpu *g = m->rt->g;
+    ppn_gen_wait(&q->done_gen[p->ring], p->step + 1, m->map->door.spin); /* the done event is recorded */
+    ppn_status st = ppn_model_failed(m);
+    if (st == PPN_OK) st = g->ops->stream_wait_event(g, m->rb_stream, q->done_ev[p->ring]);
+    size_t bytes = sizeof(float) * (size_t)m->cfg.vocab;
+    if (st == PPN_OK && logits) st = g->ops->copy_dtoh(g, m->rb_stream, q->logits_h[p->ring], q->logits[p->ring], bytes);
+    if (st == PPN_OK) st = g->ops->event_record(g, q->rb_ev[p->ring], m->rb_stream);
+    if (st == PPN_OK) st = g->ops->stream_sync(g, m->rb_stream);
+    q->ring_step[p->ring] = 0;
+    q->waited++;
+    p->seq = NULL;
+    if (st != PPN_OK) {
+        model_fail(m, st);
+        return st;
+    }
+    if (logits) memcpy(logits, q->logits_h[p->ring], bytes);
+    return PPN_OK;
+}
+
+ppn_status ppn_decode_step(ppn_seq *q, int token, float *logits)
+{
+    PPN_CHECK(step_checks(q, token));
+    ppn_pending p;
+    int ring = (int)(q->issued % PPN_MAX_INFLIGHT);
+    uint32_t step;
+    ppn_status st = issue_step(q, token, ring, &step);
+    q->issued++;
+    q->pos++;
+    p = (ppn_pending){.seq = q, .step = step, .ring = ring};
+    ppn_status w = ppn_pending_wait(&p, logits);
+    return st != PPN_OK ? st : w;
+}
+
+/* The unsplit batch path and its guard ------------------------------------------------------------------- */
+
+/* pp_sharded_cross_device: the door is open, the placement spans 2+ devices and the sharded loader is on,
+ * so some weights live away from any one stream's device. */
+static int sharded_cross_device(const ppn_stage_map *map)
+{
+    if (map->n_stages < 2 || !map->door.shard) return 0;
+    for (int s = 1; s < map->n_stages; s++)
+        if (map->dev[s] != map->dev[0]) return 1;
+    return 0;
+}
+
+ppn_status ppn_refuse_unsplit_if_remote(const ppn_model *m, const char *path, const char *alt)
+{
+    const ppn_stage_map *map = m->map;
+    if (!sharded_cross_device(map) || map->door.allow_unsplit_batch) return PPN_OK;
+    return ppn_err(PPN_EREFUSED, "%s has no stage split: it would walk the whole trunk on one stream and read the "
+                                 "weights of the other stages' devices over the link every step; use %s "
+                                 "(MEMRA_PP_ALLOW_UNSPLIT_BATCH=1 overrides, for measurement)", path, alt);
+}
+
+/* One whole-trunk walk of q on stage 0's stream (weights read wherever they live). */
+static ppn_status unsplit_walk(ppn_seq *q, int token, float *logits)
+{
+    ppn_model *m = q->m;
+    ppn_gpu *g = m->rt->g;
+    ppn_stage_rt *s0 = &m->stages[0];
+    ppn_stage_scratch *r = &q->scr[0];
+    PPN_CHECK(ppn_op_set_hdr(g, s0->stream, r->io, q->pos, token, q->id, (int)m->next_step++));
+    PPN_CHECK(ppn_fwd_embed(m, s0->stream, r, r->io));
+    for (int l = 0; l < m->cfg.n_layers; l++) PPN_CHECK(ppn_fwd_layer(q, s0->stream, s0->dev, r, r->io, l));
+    PPN_CHECK(ppn_fwd_head(m, s0->stream, r, r->io, r->ulogits));
+    size_t bytes = sizeof(float) * (size_t)m->cfg.vocab;
+    PPN_CHECK(g->ops->copy_dtoh(g, s0->stream, q->logits_h[0], r->ulogits, bytes));
+    PPN_CHECK(g->ops->stream_sync(g, s0->stream));
+    memcpy(logits, q->logits_h[0], bytes);
+    q->pos++;
+    return PPN_OK;
+}
+
+ppn_status ppn_decode_batch(ppn_seq **seqs, const int *tokens, int n, float *logits)
+{
+    if (n <= 0 || !seqs || !tokens) return ppn_err(PPN_EINVAL, "ppn_decode_batch: %d sequences", n);
+    ppn_model *m = seqs[0]->m;
+    PPN_CHECK(ppn_refuse_unsplit_if_remote(m, "ppn_decode_batch", "ppn_decode_step for each sequence"));
+    PPN_CHECK(ppn_model_drain(m));
+    for (int i = 0; i < n; i++) {
+        if (seqs[i]->m != m) return ppn_err(PPN_EINVAL, "ppn_decode_batch: sequences of different models");
+        if (seqs[i]->issued != seqs[i]->waited)
+            return ppn_err(PPN_ESTATE, "ppn_decode_batch: sequence %d has deferred steps in flight", seqs[i]->id);
+        PPN_CHECK(step_checks(seqs[i], tokens[i]));
+    }
+    for (int i = 0; i < n; i++) /* the device queue of the last stage may still hold earlier steps */
+        for (int s = 0; s < m->map->n_stages; s++) PPN_CHECK(m->rt->g->ops->stream_sync(m->rt->g, m->stages[s].stream));
+    for (int i = 0; i < n; i++) PPN_CHECK(unsplit_walk(seqs[i], tokens[i], logits + (size_t)i * (size_t)m->cfg.vocab));
+    return PPN_OK;
+}
+
+/* Introspection ----------------------------------------------------------------------------------------- */
+
+void ppn_model_get_stats(const ppn_model *m, ppn_stats *o)
+{
+    memset(o, 0, sizeof *o);
+    const ppn_stage_map *map = m->map;
+    o->n_stages = map->n_stages;
+    for (int s = 0; s < PPN_MAX_STAGES; s++)
+        o->walker_runs[s] = atomic_load_explicit(&m->stages[s].walker_runs, memory_order_relaxed);
+    for (int b = 0; b < m->n_bnd; b++) {
+        o->boundary_sends[b] = m->bnd[b].sends;
+        o->boundary_overlap_steps[b] = m->bnd[b].overlap_steps;
+    }
+    o->overlap_observed = atomic_load_explicit(&m->overlap_observed, memory_order_relaxed);
+    o->steps = m->next_step;
+    o->driver_allocs = m->rt->g->n_mem_alloc;
+    o->host_staged = m->rt->g->n_host_staged;
+    for (int d = 0; d < PPN_MAX_DEVICES; d++) {
+        if (!m->rt->pool[d]) continue;
+        ppn_pool_stats ps;
+        ppn_pool_get_stats(m->rt->pool[d], &ps);
+        o->cross_waits += ps.cross_waits;
+        o->pool_in_use += ps.in_use;
+        o->pool_peak += ps.peak;
+        o->pool_reserved += ps.reserved;
+    }
+}
+
+void ppn_model_get_stage_map(const ppn_model *m, ppn_stage_info *o)
+{
+    const ppn_stage_map *map = m->map;
+    memset(o, 0, sizeof *o);
+    o->n_stages = map->n_stages;
+    memcpy(o->fence, map->fence, sizeof o->fence);
+    memcpy(o->dev, map->dev, sizeof o->dev);
+    memcpy(o->xport, map->xport, sizeof o->xport);
+    memcpy(o->pu, map->pu, sizeof o->pu);
+    o->shared_cores = map->shared_cores;
+    o->threads = map->n_stages > 1 && map->door.streams;
+    o->door = map->door;
+}
+
+const char *ppn_transport_name(int x) { return ppn_xport_name(x); }

@@ -1,0 +1,283 @@
+/* stagemap.c - stage maps: built from the door, checked against where the weights and live KV caches are,
+ * installed (stage streams, boundaries, peer grants, issue threads) and published with RCU.
+ *
+ * Publication: the caller drains every in-flight step, builds the new stage homes, then
+ * rcu_assign_pointer(m->map, new); urcu_qsbr_synchronize_rcu() waits until every issue thread has passed a
+ * quiescent state (they report one after every command), and only then is the old map freed. Stage threads
+ * read the map with rcu_dereference and check it is the one their command was issued under. A published map
+ * is never written again.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <urcu/urcu-qsbr.h>
+#include "rt.h"
+#include "err.h"
+
+int ppn_layer_stage(const ppn_stage_map *map, int l)
+{
+    for (int s = 0; s < map->n_stages; s++)
+        if (l >= map->fence[s] && l < map->fence[s + 1]) return s;
+    PPN_ASSERT(!"layer outside the fence");
+    return -1;
+}
+
+/* PPN_XPORT_SAME=inplace (default) | dtod: the same-device transport (dtod is the rollback, and a benchmark arm). */
+static ppn_status same_device_xport(int *out)
+{
+    const char *v = getenv("PPN_XPORT_SAME");
+    *out = PPN_XPORT_INPLACE;
+    if (!v || !*v || !strcmp(v, "inplace")) return PPN_OK;
+    if (!strcmp(v, "dtod")) {
+        *out = PPN_XPORT_DTOD;
+        return PPN_OK;
+    }
+    return ppn_err(PPN_EINVAL, "PPN_XPORT_SAME='%s': must be inplace or dtod", v);
+}
+
+static ppn_status choose_xports(ppn_model *m, ppn_stage_map *map)
+{
+    int same;
+    PPN_CHECK(same_device_xport(&same));
+    ppn_gpu *g = m->rt->g;
+    for (int b = 0; b + 1 < map->n_stages; b++) {
+        int from = map->dev[b], to = map->dev[b + 1], ab = 0, ba = 0;
+        if (from == to) {
+            map->xport[b] = same;
+            continue;
+        }
+        PPN_CHECK(g->ops->peer_can_access(g, to, from, &ab));
+        PPN_CHECK(g->ops->peer_can_access(g, from, to, &ba));
+        map->xport[b] = ab && ba ? PPN_XPORT_PEER : PPN_XPORT_HOST;
+    }
+    return PPN_OK;
+}
+
+static int distinct_devices(const ppn_stage_map *map)
+{
+    int n = 0;
+    for (int s = 0; s < map->n_stages; s++) {
+        int seen = 0;
+        for (int t = 0; t < s; t++) seen |= map->dev[t] == map->dev[s];
+        n += !seen;
+    }
+    return n;
+}
+
+static ppn_status pick_cores(ppn_model *m, ppn_stage_map *map)
+{
+    for (int s = 0; s < map->n_stages; s++) map->pu[s] = -1;
+    if (map->n_stages < 2 || !map->door.streams) return PPN_OK; /* the caller's thread issues */
+    ppn_topo *t;
+    PPN_CHECK(ppn_rt_topo(m->rt, &t));
+    return ppn_topo_pick_cores(t, m->rt->g, map->dev, map->n_stages, map->pu, &map->shared_cores);
+}
+
+ppn_status ppn_map_build(ppn_model *m, const ppn_door *d, ppn_stage_map **out)
+{
+    *out = NULL;
+    ppn_stage_map *map = ppn_hcalloc(1, sizeof *map);
+    if (!map) return ppn_err(PPN_ENOMEM, "stage map: host out of memory");
+    ppn_status st;
+    map->door = *d;
+    PPN_CHECK_GOTO(ppn_door_resolve(d, m->cfg.n_layers, m->rt->n_dev, m->primary, map->fence, map->dev,
+                                    &map->n_stages), st, fail);
+    if (!d->streams && distinct_devices(map) > 1) {
+        st = ppn_err(PPN_EINVAL, "MEMRA_PP_STREAMS=0 (one stream, no per-stage devices) cannot run stages on "
+                                 "%d devices: place every stage on one device or drop MEMRA_PP_STREAMS=0",
+                     distinct_devices(map));
+        goto fail;
+    }
+    PPN_CHECK_GOTO(choose_xports(m, map), st, fail);
+    PPN_CHECK_GOTO(pick_cores(m, map), st, fail);
+    map->gen = ++m->map_gen;
+    *out = map;
+    return PPN_OK;
+fail:
+    ppn_hfree(map);
+    return st;
+}
+
+/* Checks ------------------------------------------------------------------------------------------------ */
+
+/* A new map must find every layer's weights (and every live sequence's KV) where it would put them. */
+static ppn_status check_placement(ppn_model *m, const ppn_stage_map *map)
+{
+    int shard = map->door.shard, n = map->n_stages;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        int want = shard ? map->dev[ppn_layer_stage(map, l)] : m->primary;
+        if (want != m->layer_dev[l])
+            return ppn_err(PPN_EINVAL, "stage map: layer %d's weights live on device %d, the new map needs them on "
+                                       "device %d (moving weights needs a reload)", l, m->layer_dev[l], want);
+    }
+    if ((shard ? map->dev[0] : m->primary) != m->embed_dev || (shard ? map->dev[n - 1] : m->primary) != m->head_dev)
+        return ppn_err(PPN_EINVAL, "stage map: the embed table / lm head live on devices %d / %d; the new map "
+                                   "needs them elsewhere (moving weights needs a reload)", m->embed_dev, m->head_dev);
+    for (ppn_seq *q = m->seqs; q; q = q->next)
+        for (int l = 0; l < m->cfg.n_layers; l++)
+            if (q->kv_dev[l] != map->dev[ppn_layer_stage(map, l)])
+                return ppn_err(PPN_ESTATE, "stage map: live sequence %d holds layer %d's KV cache on device %d; the "
+                                           "new map runs that layer on device %d (destroy the sequence first)",
+                               q->id, l, q->kv_dev[l], map->dev[ppn_layer_stage(map, l)]);
+    return PPN_OK;
+}
+
+/* Peer (and pool) access between every distinct pair of devices in use: the stages' and the primary. */
+static ppn_status grant_peers(ppn_model *m, const ppn_stage_map *map)
+{
+    ppn_gpu *g = m->rt->g;
+    int used[PPN_MAX_STAGES + 1], n = 0;
+    used[n++] = m->primary;
+    for (int s = 0; s < map->n_stages; s++) {
+        int seen = 0;
+        for (int k = 0; k < n; k++) seen |= used[k] == map->dev[s];
+        if (!seen) used[n++] = map->dev[s];
+    }
+    for (int a = 0; a < n; a++)
+        for (int b = 0; b < n; b++) {
+            int can = 0;
+            if (a == b) continue;
+            PPN_CHECK(g->ops->peer_can_access(g, used[a], used[b], &can));
+            if (can) PPN_CHECK(g->ops->peer_enable(g, used[a], used[b]));
+            else if (!map->door.shard && used[b] == m->primary)
+                return ppn_err(PPN_EINVAL, "MEMRA_PP_SHARD=0 keeps every weight on device %d, but device %d cannot "
+                                           "access it (no peer grant possible)", m->primary, used[a]);
+        }
+    return PPN_OK;
+}
+
+/* Stage homes ---------------------------------------------------------------------------------------------- */
+
+static void stream_drop(ppn_model *m, ppn_gstream **s, int dev)
+{
+    if (!*s) return;
+    ppn_gpu *g = m->rt->g;
+    g->ops->stream_sync(g, *s);
+    if (m->rt->pool[dev]) ppn_pool_stream_retired(m->rt->pool[dev], *s);
+    g->ops->stream_destroy(g, *s);
+    *s = NULL;
+}
+
+static ppn_status stage_streams(ppn_model *m, const ppn_stage_map *map)
+{
+    for (int s = 0; s < PPN_MAX_STAGES; s++) {
+        ppn_stage_rt *sr = &m->stages[s];
+        int want = s < map->n_stages ? map->dev[s] : -1;
+        if (sr->dev == want) continue;
+        stream_drop(m, &sr->stream, sr->dev);
+        sr->dev = -1;
+        if (want < 0) continue;
+        PPN_CHECK(m->rt->g->ops->stream_create(m->rt->g, want, &sr->stream));
+        sr->dev = want;
+    }
+    int last = map->dev[map->n_stages - 1];
+    if (m->rb_dev != last) {
+        stream_drop(m, &m->rb_stream, m->rb_dev);
+        m->rb_dev = -1;
+        PPN_CHECK(m->rt->g->ops->stream_create(m->rt->g, last, &m->rb_stream));
+        m->rb_dev = last;
+    }
+    return PPN_OK;
+}
+
+static void boundaries_fini(ppn_model *m)
+{
+    for (int b = 0; b < m->n_bnd; b++) ppn_boundary_fini(&m->bnd[b], m->rt->g);
+    m->n_bnd = 0;
+}
+
+static ppn_status boundaries_init(ppn_model *m, const ppn_stage_map *map)
+{
+    boundaries_fini(m);
+    for (int b = 0; b + 1 < map->n_stages; b++) {
+        ppn_pool *pool;
+        PPN_CHECK(ppn_rt_pool(m->rt, map->dev[b], &pool));
+        PPN_CHECK(ppn_boundary_init(&m->bnd[b], m->rt->g, pool, m->stages[b].stream, map->dev[b + 1], map->xport[b],
+                                    m->cfg.dim, m->rt->pinned));
+        m->n_bnd = b + 1;
+    }
+    return PPN_OK;
+}
+
+static int map_uses_threads(const ppn_stage_map *map) { return map->n_stages > 1 && map->door.streams; }
+
+static ppn_status stage_threads(ppn_model *m, const ppn_stage_map *map)
+{
+    int want = map_uses_threads(map) ? map->n_stages : 0;
+    ppn_topo *topo = NULL;
+    if (want) PPN_CHECK(ppn_rt_topo(m->rt, &topo));
+    for (int s = 0; s < PPN_MAX_STAGES; s++) {
+        ppn_stage_rt *sr = &m->stages[s];
+        int spin_changed = sr->thr_started && sr->thr.spin != map->door.spin;
+        if (sr->thr_started && (s >= want || spin_changed)) {
+            ppn_issue_stop(&sr->thr);
+            sr->thr_started = 0;
+        }
+        if (s >= want) continue;
+        if (sr->thr_started) {
+            ppn_issue_repin(&sr->thr, map->pu[s]);
+            continue;
+        }
+        PPN_CHECK(ppn_issue_start(&sr->thr, ppn_stage_thread_fn, sr, topo, map->pu[s], map->door.spin));
+        sr->thr_started = 1;
+    }
+    return PPN_OK;
+}
+
+static void warn_shared_cores(const ppn_stage_map *map)
+{
+    static int warned;
+    if (!map->shared_cores || warned) return;
+    warned = 1;
+    fprintf(stderr, "ppn: warning: %d stage issue threads share this machine's cores (fewer cores than stages)\n",
+            map->n_stages);
+}
+
+ppn_status ppn_map_install(ppn_model *m, ppn_stage_map *map)
+{
+    ppn_stage_map *old = m->map;
+    if (old) PPN_CHECK(ppn_model_drain(m));
+    PPN_CHECK(check_placement(m, map));
+    PPN_CHECK(grant_peers(m, map));
+    PPN_CHECK(stage_streams(m, map));
+    PPN_CHECK(boundaries_init(m, map));
+    for (ppn_seq *q = m->seqs; q; q = q->next) PPN_CHECK(ppn_seq_fit_map(q, map));
+    rcu_assign_pointer(m->map, map); /* fully built before it is visible */
+    PPN_CHECK(stage_threads(m, map));
+    warn_shared_cores(map);
+    if (old) {
+        urcu_qsbr_synchronize_rcu(); /* every issue thread has left the old map behind */
+        ppn_hfree(old);
+    }
+    return PPN_OK;
+}
+
+void ppn_map_teardown(ppn_model *m)
+{
+    if (m->map) ppn_model_drain(m);
+    for (int s = 0; s < PPN_MAX_STAGES; s++) {
+        ppn_stage_rt *sr = &m->stages[s];
+        if (sr->thr_started) ppn_issue_stop(&sr->thr);
+        sr->thr_started = 0;
+    }
+    boundaries_fini(m);
+    for (int s = 0; s < PPN_MAX_STAGES; s++) {
+        stream_drop(m, &m->stages[s].stream, m->stages[s].dev);
+        m->stages[s].dev = -1;
+    }
+    stream_drop(m, &m->rb_stream, m->rb_dev);
+    m->rb_dev = -1;
+    ppn_stage_map *old = m->map;
+    rcu_assign_pointer(m->map, NULL);
+    urcu_qsbr_synchronize_rcu();
+    ppn_hfree(old);
+}
+
+ppn_status ppn_model_publish_door(ppn_model *m, const ppn_door *d)
+{
+    ppn_stage_map *map;
+    PPN_CHECK(ppn_map_build(m, d, &map));
+    ppn_status st = ppn_map_install(m, map);
+    if (st != PPN_OK && m->map != map) ppn_hfree(map);
+    return st;
+}

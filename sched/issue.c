@@ -1,0 +1,123 @@
+/* issue.c - per-stage issue threads (see issue.h). */
+#include <errno.h>
+#include <linux/futex.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <urcu/urcu-qsbr.h>
+#include "issue.h"
+#include "../core/err.h"
+
+static void futex_wait(_Atomic uint32_t *w, uint32_t seen)
+{
+    syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
+}
+
+static void futex_wake_all(_Atomic uint32_t *w)
+{
+    syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
+}
+
+static inline void cpu_relax(void) { __builtin_ia32_pause(); }
+
+static int reached(uint32_t have, uint32_t want) { return (int32_t)(have - want) >= 0; }
+
+void ppn_gen_wait(_Atomic uint32_t *w, uint32_t want, int spin)
+{
+    uint32_t v;
+    /* acquire pairs with the release in ppn_gen_post(): what the poster did before posting is visible */
+    while (!reached(v = atomic_load_explicit(w, memory_order_acquire), want)) {
+        if (spin) cpu_relax();
+        else futex_wait(w, v);
+    }
+}
+
+void ppn_gen_post(_Atomic uint32_t *w, uint32_t v)
+{
+    atomic_store_explicit(w, v, memory_order_release);
+    futex_wake_all(w);
+}
+
+void ppn_issue_done(ppn_cmd *c) { ppn_gen_post(&c->done, c->seqno + 1); }
+
+/* Sleep (offline for RCU) until the queue has work or the thread is told to stop. */
+static struct cds_wfcq_node *next_cmd(ppn_issue_thread *t)
+{
+    struct cds_wfcq_node *n = __cds_wfcq_dequeue_nonblocking(&t->head, &t->tail);
+    if (n && n != CDS_WFCQ_WOULDBLOCK) return n;
+    urcu_qsbr_thread_offline();
+    for (;;) {
+        uint32_t seen = atomic_load_explicit(&t->wake, memory_order_acquire);
+        n = __cds_wfcq_dequeue_nonblocking(&t->head, &t->tail);
+        if (n && n != CDS_WFCQ_WOULDBLOCK) break;
+        if (atomic_load_explicit(&t->stop, memory_order_acquire)) {
+            n = NULL;
+            break;
+        }
+        if (t->spin) cpu_relax();
+        else futex_wait(&t->wake, seen);
+    }
+    urcu_qsbr_thread_online();
+    return n;
+}
+
+static void apply_pin(ppn_issue_thread *t)
+{
+    int pu = atomic_load_explicit(&t->pu, memory_order_acquire);
+    if (pu == t->pinned_pu || !t->topo) return;
+    if (ppn_topo_bind_self(t->topo, pu) != PPN_OK)
+        fprintf(stderr, "ppn: warning: %s (issue thread stays where it is)\n", ppn_last_error());
+    t->pinned_pu = pu;
+}
+
+static void *issue_main(void *arg)
+{
+    ppn_issue_thread *t = arg;
+    urcu_qsbr_register_thread();
+    t->pinned_pu = -1;
+    for (;;) {
+        apply_pin(t);
+        struct cds_wfcq_node *n = next_cmd(t);
+        if (!n) break;
+        t->fn(t->ctx, caa_container_of(n, ppn_cmd, node));
+        urcu_qsbr_quiescent_state(); /* nothing of the old map is held between commands */
+    }
+    urcu_qsbr_unregister_thread();
+    return NULL;
+}
+
+ppn_status ppn_issue_start(ppn_issue_thread *t, ppn_issue_fn fn, void *ctx, ppn_topo *topo, int pu, int spin)
+{
+    memset(t, 0, sizeof *t);
+    cds_wfcq_init(&t->head, &t->tail);
+    t->fn = fn;
+    t->ctx = ctx;
+    t->topo = topo;
+    t->spin = spin;
+    atomic_store(&t->pu, pu);
+    int rc = pthread_create(&t->th, NULL, issue_main, t);
+    if (rc != 0) return ppn_err(PPN_ENOMEM, "issue thread: pthread_create failed: %s", strerror(rc));
+    t->started = 1;
+    return PPN_OK;
+}
+
+void ppn_issue_post(ppn_issue_thread *t, ppn_cmd *c)
+{
+    cds_wfcq_node_init(&c->node);
+    cds_wfcq_enqueue(&t->head, &t->tail, &c->node);
+    atomic_fetch_add_explicit(&t->wake, 1, memory_order_release);
+    if (!t->spin) futex_wake_all(&t->wake);
+}
+
+void ppn_issue_stop(ppn_issue_thread *t)
+{
+    if (!t->started) return;
+    atomic_store_explicit(&t->stop, 1, memory_order_release);
+    atomic_fetch_add_explicit(&t->wake, 1, memory_order_release);
+    futex_wake_all(&t->wake);
+    pthread_join(t->th, NULL);
+    cds_wfcq_destroy(&t->head, &t->tail);
+    t->started = 0;
+}
+
+void ppn_issue_repin(ppn_issue_thread *t, int pu) { atomic_store_explicit(&t->pu, pu, memory_order_release); }

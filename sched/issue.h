@@ -1,0 +1,63 @@
+/* issue.h - one host issue thread per pipeline stage, fed through a lock-free queue (liburcu wfcqueue),
+ * and the generation words the stages use to wait for each other on the host.
+ *
+ * Commands are preallocated by the caller (no malloc per step); a command is handed to exactly one thread
+ * and handed back by ppn_issue_done(): its done word then holds the command's sequence number + 1.
+ * Threads are liburcu QSBR readers: online while they run a command, offline while they sleep, and they
+ * report a quiescent state after every command, so a stage map can be freed after synchronize_rcu().
+ *
+ * Waiting: PPN_SPIN=1 busy-polls (DPDK style); otherwise threads sleep on a futex of the 32-bit word.
+ */
+#ifndef PPN_ISSUE_H
+#define PPN_ISSUE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <urcu/wfcqueue.h>
+#include "topo.h"
+
+typedef struct ppn_cmd {
+    struct cds_wfcq_node node;
+    uint32_t seqno;           /* caller's sequence number of this use of the command */
+    _Atomic uint32_t done;    /* seqno + 1 once the thread finished it (release) */
+    void *arg;                /* the caller's payload */
+} ppn_cmd;
+
+typedef void (*ppn_issue_fn)(void *ctx, ppn_cmd *c);
+
+typedef struct ppn_issue_thread {
+    /* Hot, written by the caller on every post: on its own cache line. */
+    _Alignas(64) struct cds_wfcq_head head;
+    struct cds_wfcq_tail tail;
+    _Atomic uint32_t wake;    /* futex word: bumped by every post and by stop */
+    /* Set before start, read-only afterwards (pu changes only while the thread is idle, via repin). */
+    _Alignas(64) pthread_t th;
+    ppn_issue_fn fn;
+    void *ctx;
+    int spin;
+    _Atomic int pu;           /* PU to pin to (-1: unpinned); applied before the next command */
+    int pinned_pu;            /* thread-private: the PU it is pinned to now */
+    ppn_topo *topo;
+    _Atomic int stop;
+    int started;
+} ppn_issue_thread;
+
+/* Start a thread that runs fn(ctx, cmd) for every posted command, in order.
+ * Returns PPN_OK, PPN_ENOMEM (pthread_create failed: message has the error). */
+ppn_status ppn_issue_start(ppn_issue_thread *t, ppn_issue_fn fn, void *ctx, ppn_topo *topo, int pu, int spin);
+/* Hand c to the thread (any thread may post; commands run in post order per poster). */
+void ppn_issue_post(ppn_issue_thread *t, ppn_cmd *c);
+/* Finish: process what is queued, then join. */
+void ppn_issue_stop(ppn_issue_thread *t);
+/* Move the thread to another PU before its next command. */
+void ppn_issue_repin(ppn_issue_thread *t, int pu);
+
+/* Generation words: wait until (int32)(*w - want) >= 0, i.e. *w has reached want (wrap-safe). */
+void ppn_gen_wait(_Atomic uint32_t *w, uint32_t want, int spin);
+/* Store v with release order and wake every waiter. Pairs with the acquire in ppn_gen_wait(). */
+void ppn_gen_post(_Atomic uint32_t *w, uint32_t v);
+/* Mark c done (its done word = seqno + 1). */
+void ppn_issue_done(ppn_cmd *c);
+
+#endif

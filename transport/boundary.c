@@ -1,0 +1,98 @@
+/* boundary.c - double-buffered stage boundaries and their transports (see boundary.h). */
+#include <string.h>
+#include "boundary.h"
+#include "../core/err.h"
+#include "../sched/issue.h"
+
+const char *ppn_xport_name(int x)
+{
+    static const char *const names[] = {"inplace", "dtod", "peer", "host"};
+    return x >= 0 && x < PPN_XPORT_COUNT ? names[x] : "?";
+}
+
+static ppn_status slot_init(ppn_boundary *b, ppn_gpu *g, ppn_slot *sl)
+{
+    PPN_CHECK(ppn_pool_alloc(b->pool, b->bytes, b->alloc_stream, "boundary slot", &sl->buf));
+    PPN_CHECK(g->ops->event_create(g, b->from_dev, 0, &sl->ev_tx));
+    PPN_CHECK(g->ops->event_create(g, b->to_dev, 0, &sl->ev_rx));
+    if (b->xport == PPN_XPORT_HOST) PPN_CHECK(ppn_pinned_alloc(b->pinned, b->bytes, &sl->host));
+    return PPN_OK;
+}
+
+ppn_status ppn_boundary_init(ppn_boundary *b, ppn_gpu *g, ppn_pool *from_pool, ppn_gstream *from_stream,
+                             int to_dev, int xport, int dim, ppn_pinned_arena *pinned)
+{
+    memset(b, 0, sizeof *b);
+    if (xport < 0 || xport >= PPN_XPORT_COUNT) return ppn_err(PPN_EINVAL, "boundary: transport %d", xport);
+    b->from_dev = ppn_pool_device(from_pool);
+    b->to_dev = to_dev;
+    b->xport = xport;
+    b->bytes = PPN_IO_HDR_BYTES + sizeof(float) * (size_t)dim;
+    b->pool = from_pool;
+    b->alloc_stream = from_stream;
+    b->pinned = pinned;
+    for (int k = 0; k < 2; k++) {
+        ppn_status st = slot_init(b, g, &b->slot[k]);
+        if (st != PPN_OK) {
+            ppn_boundary_fini(b, g);
+            return ppn_err_ctx(st, "boundary %d->%d", b->from_dev, to_dev);
+        }
+    }
+    return PPN_OK;
+}
+
+void ppn_boundary_fini(ppn_boundary *b, ppn_gpu *g)
+{
+    for (int k = 0; k < 2; k++) {
+        ppn_slot *sl = &b->slot[k];
+        if (sl->buf) ppn_pool_free(b->pool, sl->buf, b->alloc_stream);
+        if (sl->ev_tx) g->ops->event_destroy(g, sl->ev_tx);
+        if (sl->ev_rx) g->ops->event_destroy(g, sl->ev_rx);
+        if (sl->host) ppn_pinned_free(b->pinned, sl->host);
+        memset(sl, 0, sizeof *sl);
+    }
+}
+
+ppn_status ppn_boundary_send(ppn_boundary *b, ppn_gpu *g, ppn_gstream *s, int k, uint32_t step, ppn_dptr io,
+                             int spin)
+{
+    ppn_slot *sl = &b->slot[k];
+    if (sl->last_step) { /* the slot's previous step must have been released by the consumer */
+        ppn_gen_wait(&sl->rx_gen, sl->last_step, spin);
+        PPN_CHECK(g->ops->stream_wait_event(g, s, sl->ev_rx));
+    }
+    if (b->xport == PPN_XPORT_HOST) PPN_CHECK(g->ops->copy_dtoh(g, s, sl->host, io, b->bytes));
+    else PPN_CHECK(g->ops->copy_dtod(g, s, sl->buf, io, b->bytes));
+    PPN_CHECK(g->ops->event_record(g, sl->ev_tx, s));
+    sl->last_step = step + 1;
+    b->sends++;
+    b->overlap_steps += k;
+    ppn_gen_post(&sl->tx_gen, step + 1); /* release: pairs with the acquire in the consumer's recv */
+    return PPN_OK;
+}
+
+ppn_status ppn_boundary_release(ppn_boundary *b, ppn_gpu *g, ppn_gstream *s, int k, uint32_t step)
+{
+    ppn_slot *sl = &b->slot[k];
+    PPN_CHECK(g->ops->event_record(g, sl->ev_rx, s));
+    ppn_gen_post(&sl->rx_gen, step + 1); /* release: pairs with the acquire in the producer's send */
+    return PPN_OK;
+}
+
+ppn_status ppn_boundary_recv(ppn_boundary *b, ppn_gpu *g, ppn_gstream *s, int k, uint32_t step, ppn_dptr local,
+                             ppn_dptr *io, int spin)
+{
+    ppn_slot *sl = &b->slot[k];
+    ppn_gen_wait(&sl->tx_gen, step + 1, spin); /* the producer recorded ev_tx for this step */
+    PPN_CHECK(g->ops->stream_wait_event(g, s, sl->ev_tx));
+    switch (b->xport) {
+    case PPN_XPORT_INPLACE:
+        *io = sl->buf;
+        return PPN_OK;
+    case PPN_XPORT_DTOD: PPN_CHECK(g->ops->copy_dtod(g, s, local, sl->buf, b->bytes)); break;
+    case PPN_XPORT_PEER: PPN_CHECK(g->ops->copy_peer(g, s, local, b->to_dev, sl->buf, b->from_dev, b->bytes)); break;
+    default: PPN_CHECK(g->ops->copy_htod(g, s, local, sl->host, b->bytes)); break;
+    }
+    *io = local;
+    return ppn_boundary_release(b, g, s, k, step);
+}
