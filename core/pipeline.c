@@ -102,11 +102,14 @@ static ppn_status stage_issue(ppn_model *m, const ppn_stage_map *map, int s, con
         PPN_CHECK(ppn_boundary_send(&m->bnd[s], g, q, c->slot, c->step, io, spin));
         p->sent = 1;
     }
-    if (s > 0 && !p->released) { /* in place: the slot was our io until now */
+    if (s == n - 1) PPN_CHECK(stage_finish(m, q, seq, c, io, p));
+    /* In place, the slot is this stage's io: release it only after its last reader (the send, or the final
+     * norm on the last stage). Releasing before the head let the producer's next send overwrite the hidden
+     * state while the final norm read it: a race the sim checker reported in the pipelined arm. */
+    if (s > 0 && !p->released) {
         PPN_CHECK(ppn_boundary_release(&m->bnd[s - 1], g, q, c->slot, c->step));
         p->released = 1;
     }
-    if (s == n - 1) PPN_CHECK(stage_finish(m, q, seq, c, io, p));
     return PPN_OK;
 }
 

@@ -42,6 +42,8 @@ void ppn_rt_destroy(ppn_rt *rt)
 
 const char *ppn_rt_backend(const ppn_rt *rt) { return rt->g->ops->name; }
 
+int ppn_rt_device_count(const ppn_rt *rt) { return rt->n_dev; }
+
 ppn_status ppn_rt_pool(ppn_rt *rt, int dev, ppn_pool **out)
 {
     if (dev < 0 || dev >= rt->n_dev)

@@ -186,14 +186,17 @@ static void boundaries_fini(ppn_model *m)
     m->n_bnd = 0;
 }
 
+/* Slots are allocated and freed on their device's own stream (never a stage stream, which a later map may
+ * destroy); the stages' use of them is ordered by the host syncs in quiesce() before any free. */
 static ppn_status boundaries_init(ppn_model *m, const ppn_stage_map *map)
 {
-    boundaries_fini(m);
     for (int b = 0; b + 1 < map->n_stages; b++) {
         ppn_pool *pool;
+        ppn_gstream *ds;
         PPN_CHECK(ppn_rt_pool(m->rt, map->dev[b], &pool));
-        PPN_CHECK(ppn_boundary_init(&m->bnd[b], m->rt->g, pool, m->stages[b].stream, map->dev[b + 1], map->xport[b],
-                                    m->cfg.dim, m->rt->pinned));
+        PPN_CHECK(ppn_model_dev_stream(m, map->dev[b], &ds));
+        PPN_CHECK(ppn_boundary_init(&m->bnd[b], m->rt->g, pool, ds, map->dev[b + 1], map->xport[b], m->cfg.dim,
+                                    m->rt->pinned));
         m->n_bnd = b + 1;
     }
     return PPN_OK;
@@ -233,12 +236,24 @@ static void warn_shared_cores(const ppn_stage_map *map)
             map->n_stages);
 }
 
+/* Every command issued and every stream drained: nothing of the old map runs on any device any more. */
+static ppn_status quiesce(ppn_model *m)
+{
+    ppn_gpu *g = m->rt->g;
+    PPN_CHECK(ppn_model_drain(m));
+    for (int s = 0; s < PPN_MAX_STAGES; s++)
+        if (m->stages[s].stream) PPN_CHECK(g->ops->stream_sync(g, m->stages[s].stream));
+    if (m->rb_stream) PPN_CHECK(g->ops->stream_sync(g, m->rb_stream));
+    return PPN_OK;
+}
+
 ppn_status ppn_map_install(ppn_model *m, ppn_stage_map *map)
 {
     ppn_stage_map *old = m->map;
-    if (old) PPN_CHECK(ppn_model_drain(m));
+    if (old) PPN_CHECK(quiesce(m));
     PPN_CHECK(check_placement(m, map));
     PPN_CHECK(grant_peers(m, map));
+    boundaries_fini(m); /* before any stream goes away */
     PPN_CHECK(stage_streams(m, map));
     PPN_CHECK(boundaries_init(m, map));
     for (ppn_seq *q = m->seqs; q; q = q->next) PPN_CHECK(ppn_seq_fit_map(q, map));
@@ -254,7 +269,7 @@ ppn_status ppn_map_install(ppn_model *m, ppn_stage_map *map)
 
 void ppn_map_teardown(ppn_model *m)
 {
-    if (m->map) ppn_model_drain(m);
+    if (m->map) quiesce(m);
     for (int s = 0; s < PPN_MAX_STAGES; s++) {
         ppn_stage_rt *sr = &m->stages[s];
         if (sr->thr_started) ppn_issue_stop(&sr->thr);

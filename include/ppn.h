@@ -105,6 +105,8 @@ ppn_status ppn_rt_create(const char *backend, ppn_rt **out);
 void ppn_rt_destroy(ppn_rt *rt);
 /* "cuda" or "sim". */
 const char *ppn_rt_backend(const ppn_rt *rt);
+/* Devices the runtime can place stages on. */
+int ppn_rt_device_count(const ppn_rt *rt);
 
 enum { PPN_DTYPE_DEFAULT = -1, PPN_DTYPE_F32 = 0, PPN_DTYPE_BF16 = 1, PPN_DTYPE_F16 = 2 };
 

@@ -124,3 +124,53 @@ void cli_progress(void *arg, size_t done, size_t total)
         last = -1;
     }
 }
+
+int cli_door_flag(ppn_door *d, int argc, char **argv, int *i)
+{
+    static const char *const flags[] = {"--stages", "--splits", "--split", "--devices", "--shard", "--streams",
+                                        "--overlap", "--spin"};
+    for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++) {
+        if (strcmp(argv[*i], flags[k]) != 0) continue;
+        const char *v = cli_value(argc, argv, i);
+        if (!v) return -1;
+        ppn_status st = ppn_door_set_flag(d, flags[k], v);
+        if (st != PPN_OK) return cli_fail("%s", ppn_last_error()), -1;
+        return 1;
+    }
+    return 0;
+}
+
+void cli_print_stage_map(FILE *f, const ppn_model *m)
+{
+    ppn_stage_info si;
+    ppn_model_get_stage_map(m, &si);
+    fprintf(f, "stage map: %d stage%s:", si.n_stages, si.n_stages > 1 ? "s" : "");
+    for (int s = 0; s < si.n_stages; s++) {
+        fprintf(f, " layers %d-%d @dev%d", si.fence[s], si.fence[s + 1] - 1, si.dev[s]);
+        if (s + 1 < si.n_stages) fprintf(f, " -[%s]->", ppn_transport_name(si.xport[s]));
+    }
+    if (si.threads) {
+        fprintf(f, "; issue threads on cores");
+        for (int s = 0; s < si.n_stages; s++) fprintf(f, "%s%d", s ? "," : " ", si.pu[s]);
+    } else {
+        fprintf(f, "; issued from the caller's thread");
+    }
+    fprintf(f, "%s%s%s\n", si.door.overlap ? "; overlap" : "", si.door.streams ? "" : "; one stream",
+            si.door.shard ? "" : "; unsharded");
+}
+
+void cli_json_stage_map(FILE *f, const ppn_model *m)
+{
+    ppn_stage_info si;
+    ppn_model_get_stage_map(m, &si);
+    fprintf(f, "{\"n_stages\":%d,\"fence\":[", si.n_stages);
+    for (int s = 0; s <= si.n_stages; s++) fprintf(f, "%s%d", s ? "," : "", si.fence[s]);
+    fprintf(f, "],\"devices\":[");
+    for (int s = 0; s < si.n_stages; s++) fprintf(f, "%s%d", s ? "," : "", si.dev[s]);
+    fprintf(f, "],\"transports\":[");
+    for (int s = 0; s + 1 < si.n_stages; s++) fprintf(f, "%s\"%s\"", s ? "," : "", ppn_transport_name(si.xport[s]));
+    fprintf(f, "],\"cores\":[");
+    for (int s = 0; s < si.n_stages; s++) fprintf(f, "%s%d", s ? "," : "", si.pu[s]);
+    fprintf(f, "],\"threads\":%s,\"overlap\":%d,\"streams\":%d,\"shard\":%d}", si.threads ? "true" : "false",
+            si.door.overlap, si.door.streams, si.door.shard);
+}

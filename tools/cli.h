@@ -3,6 +3,7 @@
 #define PPN_CLI_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include "ppn.h"
 
 /* Print "ppn: error: <fmt>" on stderr; returns 1 (the exit status for a runtime error). */
@@ -23,11 +24,20 @@ const char *cli_dtype_name(int dt);
 /* argv helper: the value of flag at argv[*i] (advancing *i), or a usage error. */
 const char *cli_value(int argc, char **argv, int *i);
 
+/* Door flags (--stages --splits --split --devices --shard --streams --overlap --spin): if argv[*i] is one,
+ * apply it (and its value) to d and return 1; 0 if it is not a door flag; -1 (after printing) if invalid. */
+int cli_door_flag(ppn_door *d, int argc, char **argv, int *i);
+/* One line describing the published stage map, e.g. "3 stages: layers 0-1 @dev0 | 2-3 @dev1 ...". */
+void cli_print_stage_map(FILE *f, const ppn_model *m);
+/* The stage map as a JSON object (no trailing newline). */
+void cli_json_stage_map(FILE *f, const ppn_model *m);
+
 /* A load progress bar on stderr (only when stderr is a terminal). */
 void cli_progress(void *arg, size_t done, size_t total);
 
 int cmd_run(int argc, char **argv);
 int cmd_topo(int argc, char **argv);
 int cmd_mkmodel(int argc, char **argv);
+int cmd_gate(int argc, char **argv);
 
 #endif

@@ -7,7 +7,8 @@
 
 typedef struct run_args {
     const char *model, *backend, *logits_out;
-    int dtype, ctx, n_new, json, quiet, top_k;
+    int dtype, ctx, n_new, json, quiet, top_k, check_unsplit;
+    ppn_door door;
     int *ids, n_ids;
     double temp, top_p;
     uint64_t seed;
@@ -17,7 +18,9 @@ static void run_usage(FILE *f)
 {
     fputs("usage: ppn run --model PATH [--backend auto|sim|cuda] [--dtype f32|bf16|f16] --ids 1,300,401\n"
           "               [-n 150] [--temp 0] [--top-k K] [--top-p P] [--seed S] [--ctx C]\n"
-          "               [--logits-out FILE] [--json] [--quiet]\n"
+          "               [--logits-out FILE] [--json] [--quiet] [--check-unsplit]\n"
+          "               [--stages N] [--splits c1,..] [--devices d0,..] [--overlap 0|1] [--streams 0|1]\n"
+          "               [--shard 0|1] [--spin 0|1]   (the door; MEMRA_PP_* in the environment say the same)\n"
           "stdout: the generated ids (not the prompt), comma-separated; --json: one object.\n"
           "--logits-out: float32 [T, vocab], row t = logits after feeding ids[0..t], prompt and generated.\n",
           f);
@@ -26,14 +29,18 @@ static void run_usage(FILE *f)
 static int parse(int argc, char **argv, run_args *a)
 {
     *a = (run_args){.dtype = PPN_DTYPE_DEFAULT, .n_new = 16, .top_p = 1.0};
+    if (ppn_door_from_env(&a->door) != PPN_OK) return cli_fail("%s", ppn_last_error()), 2;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v;
         long x;
-        int rc = 0;
+        int rc = cli_door_flag(&a->door, argc, argv, &i);
+        if (rc < 0) return 2;
+        if (rc > 0) continue;
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
             run_usage(stdout);
             exit(0);
         } else if (!strcmp(f, "--json")) a->json = 1;
+        else if (!strcmp(f, "--check-unsplit")) a->check_unsplit = 1;
         else if (!strcmp(f, "--quiet")) a->quiet = 1;
         else if (!(v = cli_value(argc, argv, &i))) return 2;
         else if (!strcmp(f, "--model")) a->model = v;
@@ -70,6 +77,8 @@ typedef struct run_out {
     int *gen;
     int n_gen;
     double prefill_s, decode_s;
+    float *rows;   /* every fed id's logits, with --check-unsplit */
+    int n_rows;
 } run_out;
 
 /* Feed the prompt, then generate; every logits row goes to lf (if any). */
@@ -84,7 +93,9 @@ static int decode(ppn_seq *seq, const ppn_model_info *mi, const run_args *a, FIL
     ppn_status st = PPN_OK;
     double t0 = now_s();
     /* With --logits-out the last generated id is fed too, so every id has its row (the fixtures' rule). */
-    int feeds = a->n_ids + a->n_new - (lf ? 0 : 1);
+    int feeds = a->n_ids + a->n_new - (lf || o->rows ? 0 : 1);
+    if (a->check_unsplit && !(o->rows = malloc(sizeof(float) * (size_t)mi->vocab * (size_t)(feeds > 0 ? feeds : 1))))
+        return free(logits), cli_fail("out of memory");
     for (int t = 0; t < feeds && rc == 0; t++) {
         int in = t < a->n_ids ? a->ids[t] : o->gen[t - a->n_ids];
         if ((st = ppn_decode_step(seq, in, logits)) != PPN_OK) {
@@ -92,6 +103,7 @@ static int decode(ppn_seq *seq, const ppn_model_info *mi, const run_args *a, FIL
             break;
         }
         if (t == a->n_ids - 1) o->prefill_s = now_s() - t0;
+        if (o->rows) memcpy(o->rows + (size_t)o->n_rows++ * (size_t)mi->vocab, logits, sizeof(float) * (size_t)mi->vocab);
         if (lf && fwrite(logits, sizeof(float), (size_t)mi->vocab, lf) != (size_t)mi->vocab)
             rc = cli_fail("--logits-out %s: write failed", a->logits_out);
         if (t >= a->n_ids - 1 && o->n_gen < a->n_new) {
@@ -104,8 +116,8 @@ static int decode(ppn_seq *seq, const ppn_model_info *mi, const run_args *a, FIL
     return rc;
 }
 
-static void report(const run_args *a, const ppn_model_info *mi, const char *backend, const run_out *o,
-                   double load_s)
+static void report(const run_args *a, const ppn_model *m, const ppn_model_info *mi, const char *backend,
+                   const run_out *o, double load_s)
 {
     double tps = o->n_gen > 1 && o->decode_s > 0 ? (o->n_gen - 1) / o->decode_s : 0;
     if (a->json) {
@@ -114,8 +126,10 @@ static void report(const run_args *a, const ppn_model_info *mi, const char *back
         print_ids(stdout, a->ids, a->n_ids);
         printf("],\"ids\":[");
         print_ids(stdout, o->gen, o->n_gen);
-        printf("],\"timing\":{\"load_s\":%.3f,\"prefill_s\":%.6f,\"decode_s\":%.6f,\"tok_per_s\":%.2f}}\n", load_s,
-               o->prefill_s, o->decode_s, tps);
+        printf("],\"timing\":{\"load_s\":%.3f,\"prefill_s\":%.6f,\"decode_s\":%.6f,\"tok_per_s\":%.2f},\"stage_map\":",
+               load_s, o->prefill_s, o->decode_s, tps);
+        cli_json_stage_map(stdout, m);
+        printf("}\n");
     } else {
         print_ids(stdout, o->gen, o->n_gen);
         putchar('\n');
@@ -123,6 +137,40 @@ static void report(const run_args *a, const ppn_model_info *mi, const char *back
             fprintf(stderr, "ppn: %s %s (%s, %d layers), %d prompt + %d generated, decode %.1f tok/s\n", backend,
                     mi->arch, cli_dtype_name(mi->dtype), mi->n_layers, a->n_ids, o->n_gen, tps);
     }
+}
+
+/* --check-unsplit: feed the same ids through the unsplit (door shut, one stage) model and require every logits
+ * row to be bit-identical. The shut door is published in-process when the weights allow it (one device),
+ * else a second model is loaded with the door shut. */
+static int check_unsplit(ppn_rt *rt, ppn_model **mp, const run_args *a, const ppn_model_info *mi, const run_out *o)
+{
+    ppn_door shut = ppn_door_default();
+    ppn_model *ref = NULL, *use = *mp;
+    ppn_status st = ppn_model_publish_door(use, &shut);
+    if (st != PPN_OK) {
+        ppn_load_opts lo = ppn_load_opts_default();
+        lo.dtype = a->dtype;
+        lo.ctx = a->ctx;
+        lo.door = &shut;
+        if ((st = ppn_model_load(rt, a->model, &lo, &ref)) != PPN_OK) return cli_fail_status(st, "unsplit load");
+        use = ref;
+    }
+    ppn_seq *q = NULL;
+    float *x = malloc(sizeof(float) * (size_t)mi->vocab);
+    int rc = 0, bad = -1;
+    if (!x || (st = ppn_seq_create(use, &q)) != PPN_OK) rc = x ? cli_fail_status(st, "unsplit sequence") : 1;
+    for (int t = 0; t < o->n_rows && rc == 0 && bad < 0; t++) {
+        int in = t < a->n_ids ? a->ids[t] : o->gen[t - a->n_ids];
+        if ((st = ppn_decode_step(q, in, x)) != PPN_OK) rc = cli_fail_status(st, "unsplit decode");
+        else if (memcmp(x, o->rows + (size_t)t * (size_t)mi->vocab, sizeof(float) * (size_t)mi->vocab)) bad = t;
+    }
+    if (rc == 0 && bad >= 0) rc = cli_fail("unsplit check: logits row %d differs from the unsplit run", bad);
+    else if (rc == 0 && !a->quiet)
+        fprintf(stderr, "ppn: unsplit check: all %d logits rows bit-identical to the unsplit (1-stage) run\n", o->n_rows);
+    ppn_seq_destroy(q);
+    ppn_model_free(ref);
+    free(x);
+    return rc;
 }
 
 int cmd_run(int argc, char **argv)
@@ -144,6 +192,7 @@ int cmd_run(int argc, char **argv)
     ppn_load_opts lo = ppn_load_opts_default();
     lo.dtype = a.dtype;
     lo.ctx = a.ctx;
+    lo.door = &a.door;
     if (!a.quiet && !a.json) lo.progress = cli_progress;
     if ((st = ppn_model_load(rt, a.model, &lo, &m)) != PPN_OK) {
         rc = cli_fail_status(st, "load");
@@ -174,7 +223,13 @@ int cmd_run(int argc, char **argv)
         goto out;
     }
     double load_s = now_s() - t0;
-    if ((rc = decode(seq, &mi, &a, lf, &o)) == 0) report(&a, &mi, ppn_rt_backend(rt), &o, load_s);
+    if (!a.quiet && !a.json) cli_print_stage_map(stderr, m);
+    if ((rc = decode(seq, &mi, &a, lf, &o)) == 0) report(&a, m, &mi, ppn_rt_backend(rt), &o, load_s);
+    if (rc == 0 && a.check_unsplit) {
+        ppn_seq_destroy(seq);
+        seq = NULL;
+        rc = check_unsplit(rt, &m, &a, &mi, &o);
+    }
 out:
     if (lf && fclose(lf) != 0 && rc == 0) rc = cli_fail("--logits-out %s: write failed", a.logits_out);
     ppn_seq_destroy(seq);
@@ -182,5 +237,6 @@ out:
     ppn_rt_destroy(rt);
     free(a.ids);
     free(o.gen);
+    free(o.rows);
     return rc;
 }

@@ -9,6 +9,7 @@ static void usage(FILE *f)
           "commands:\n"
           "  run       decode with a model: ppn run --model PATH --ids 1,2,3 -n 32 [--backend auto|sim|cuda]\n"
           "  mkmodel   write a random-weight checkpoint: ppn mkmodel --shape tiny --out DIR\n"
+          "  gate      split vs unsplit, pipelined vs eager, soak: ppn gate --model PATH [split|pipelined|soak|all]\n"
           "  topo      devices, their cpusets and NUMA nodes, peer grants: ppn topo [--backend ...]\n"
           "run 'ppn <command> --help' for its options\n",
           f);
@@ -24,6 +25,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "mkmodel")) return cmd_mkmodel(argc - 1, argv + 1);
     if (!strcmp(cmd, "topo")) return cmd_topo(argc - 1, argv + 1);
+    if (!strcmp(cmd, "gate")) return cmd_gate(argc - 1, argv + 1);
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         usage(stdout);
         return 0;

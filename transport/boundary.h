@@ -71,4 +71,8 @@ ppn_status ppn_boundary_recv(ppn_boundary *b, ppn_gpu *g, ppn_gstream *s, int k,
 /* Consumer: release slot k after step (INPLACE only; the copy transports release inside recv). */
 ppn_status ppn_boundary_release(ppn_boundary *b, ppn_gpu *g, ppn_gstream *s, int k, uint32_t step);
 
+/* Test-only: skip the stream waits on ev_tx / ev_rx (the host-side waits stay), to prove the sim checker
+ * reports the race those waits prevent. */
+void ppn_boundary_test_skip_waits(int skip);
+
 #endif

@@ -1,0 +1,324 @@
+/* cmd_gate.c - `ppn gate`: the pipeline's proofs, as the seed's gates define them.
+ *
+ *   split      for every N in 2..min(n_layers, --max-stages) and several placements (all on the primary,
+ *              one device per stage, repeated devices) and seams (overlap, one stream, unsharded): the logits
+ *              of every step are bit-identical to the unsplit (door shut) run, and every stage's walker ran
+ *   pipelined  the same maps driven through the deferred readback (up to 4 steps in flight) with the boundary
+ *              slots alternating: bit-identical per step to eager, and the overlap counter advanced
+ *   soak       --runs K runs, each with its own seed (prompt) and map, pipelined vs eager
+ * A table on stdout; exit status 1 on any mismatch or on a liveness counter that did not advance.
+ * Maps that keep every weight on the primary are published in-process against one loaded model (the seed's
+ * in-process A/B); placements over several devices load the model again with that door.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cli.h"
+#include "core/err.h"
+
+typedef struct gate_args {
+    const char *model, *backend;
+    int dtype, steps, prompt, runs, max_stages, split, pipelined, soak;
+} gate_args;
+
+typedef struct gate {
+    gate_args a;
+    ppn_rt *rt;
+    ppn_model *ref, *work; /* work: loaded with every weight on the primary */
+    ppn_model_info mi;
+    int n_dev, fails, rows;
+} gate;
+
+typedef struct config {
+    int n, devs[PPN_MAX_STAGES], spread; /* spread 0: all on primary */
+    int overlap, streams, shard;
+    const char *placement;
+} config;
+
+static uint64_t mix(uint64_t x)
+{
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    return x ^ (x >> 31);
+}
+
+/* Feed ids through m (fresh sequence); rows[t] = logits after ids[0..t]. deferred: keep 4 steps in flight. */
+static ppn_status trace(ppn_model *m, const int *ids, int n, int deferred, float *rows, int vocab)
+{
+    ppn_seq *q = NULL;
+    PPN_CHECK(ppn_seq_create(m, &q));
+    ppn_status st = PPN_OK;
+    ppn_pending pend[4];
+    int issued = 0, waited = 0;
+    while (st == PPN_OK && waited < n) {
+        if (!deferred) {
+            st = ppn_decode_step(q, ids[waited], rows + (size_t)waited * (size_t)vocab);
+            waited++;
+            continue;
+        }
+        if (issued < n && issued - waited < 4) st = ppn_decode_step_deferred(q, ids[issued], &pend[issued % 4]), issued++;
+        else st = ppn_pending_wait(&pend[waited % 4], rows + (size_t)waited * (size_t)vocab), waited++;
+    }
+    while (deferred && waited < issued) ppn_pending_wait(&pend[waited % 4], NULL), waited++; /* drain after a failure */
+    ppn_seq_destroy(q);
+    return st;
+}
+
+static void door_of(const config *c, ppn_door *d)
+{
+    *d = ppn_door_default();
+    d->n_stages = c->n;
+    d->overlap = c->overlap;
+    d->streams = c->streams;
+    d->shard = c->shard;
+    if (c->spread) {
+        d->n_devices = c->n;
+        memcpy(d->devices, c->devs, sizeof(int) * (size_t)c->n);
+    }
+}
+
+/* The model to run c on: the work model with c published, or a fresh load for a multi-device placement. */
+static ppn_status model_for(gate *G, const config *c, ppn_model **out, int *owned)
+{
+    ppn_door d;
+    door_of(c, &d);
+    *owned = 0;
+    if (!c->spread) {
+        *out = G->work;
+        return ppn_model_publish_door(G->work, &d);
+    }
+    ppn_load_opts lo = ppn_load_opts_default();
+    lo.dtype = G->a.dtype;
+    lo.ctx = G->rows + 8;
+    lo.door = &d;
+    *owned = 1;
+    return ppn_model_load(G->rt, G->a.model, &lo, out);
+}
+
+static void row_print(const char *arm, const config *c, const char *result, const char *detail)
+{
+    char flags[64];
+    snprintf(flags, sizeof flags, "%s%s%s", c->overlap ? "overlap " : "", c->streams ? "" : "one-stream ",
+             c->shard ? "" : "unsharded");
+    printf("%-10s %3d  %-28s %-22s %-5s %s\n", arm, c->n, c->placement, flags[0] ? flags : "-", result, detail);
+    fflush(stdout);
+}
+
+/* Run c against the reference rows; checks bits and the liveness counters. Returns 1 on pass. */
+static int run_config(gate *G, const char *arm, const config *c, const int *ids, const float *ref, int deferred,
+                      uint64_t *overlap_seen)
+{
+    ppn_model *m = NULL;
+    int owned = 0, ok = 1;
+    char detail[512] = "";
+    size_t vocab = (size_t)G->mi.vocab, nrow = (size_t)G->rows;
+    float *rows = malloc(sizeof(float) * vocab * nrow);
+    ppn_stats before, after;
+    ppn_status st = rows ? model_for(G, c, &m, &owned) : PPN_ENOMEM;
+    if (st == PPN_OK) {
+        ppn_model_get_stats(m, &before);
+        st = trace(m, ids, G->rows, deferred, rows, G->mi.vocab);
+        ppn_model_get_stats(m, &after);
+    }
+    if (st != PPN_OK) {
+        ok = 0;
+        snprintf(detail, sizeof detail, "%s: %s", ppn_status_name(st), ppn_last_error());
+    }
+    for (int t = 0; ok && t < G->rows; t++)
+        if (memcmp(rows + (size_t)t * vocab, ref + (size_t)t * vocab, sizeof(float) * vocab)) {
+            ok = 0;
+            snprintf(detail, sizeof detail, "logits of step %d differ from the unsplit run", t);
+        }
+    for (int s = 0; ok && s < c->n; s++)
+        if (after.walker_runs[s] - before.walker_runs[s] < (uint64_t)G->rows) {
+            ok = 0;
+            snprintf(detail, sizeof detail, "liveness: stage %d's walker ran %llu of %d steps", s,
+                     (unsigned long long)(after.walker_runs[s] - before.walker_runs[s]), G->rows);
+        }
+    if (ok && overlap_seen) *overlap_seen += after.overlap_observed - before.overlap_observed;
+    if (ok) snprintf(detail, sizeof detail, "%d steps bit-identical", G->rows);
+    row_print(arm, c, ok ? "PASS" : "FAIL", detail);
+    G->fails += !ok;
+    if (owned) ppn_model_free(m);
+    free(rows);
+    return ok;
+}
+
+/* Placements for n stages: all on the primary; one device per stage; repeated devices (0,1,0,1..). */
+static int placements(const gate *G, int n, config *out)
+{
+    int k = 0;
+    out[k++] = (config){.n = n, .placement = "all on device 0"};
+    if (G->n_dev < 2) return k;
+    config spread = {.n = n, .spread = 1, .placement = "one device per stage"};
+    for (int s = 0; s < n; s++) spread.devs[s] = s % G->n_dev;
+    out[k++] = spread;
+    if (G->n_dev > 2 && n > 2) {
+        config rep = {.n = n, .spread = 1, .placement = "repeated devices 0,1,0,1.."};
+        for (int s = 0; s < n; s++) rep.devs[s] = s % 2;
+        out[k++] = rep;
+    }
+    return k;
+}
+
+static void seams(config *c, int i)
+{
+    c->streams = 1;
+    c->shard = 1;
+    c->overlap = 0;
+    if (i == 1) c->overlap = 1;
+    if (i == 2 && !c->spread) c->streams = 0;
+    if (i == 2 && c->spread) c->shard = 0;
+}
+
+static void arm_maps(gate *G, const char *arm, const int *ids, const float *ref, int deferred)
+{
+    uint64_t overlap = 0;
+    int top = G->mi.n_layers < G->a.max_stages ? G->mi.n_layers : G->a.max_stages;
+    for (int n = 2; n <= top; n++) {
+        config pl[3];
+        int np = placements(G, n, pl);
+        for (int p = 0; p < np; p++)
+            for (int i = 0; i < 3; i++) {
+                config c = pl[p];
+                seams(&c, i);
+                if (deferred && !c.overlap && i != 0) continue; /* pipelined: default and overlap maps */
+                run_config(G, arm, &c, ids, ref, deferred, &overlap);
+            }
+    }
+    if (deferred) {
+        int ok = overlap > 0;
+        printf("%-10s      pipeline overlap observed %llu times: %s\n", arm, (unsigned long long)overlap,
+               ok ? "PASS" : "FAIL (the stages never issued concurrently)");
+        G->fails += !ok;
+    }
+}
+
+/* ids: a seeded prompt, then the reference's greedy continuation; ref: its rows (eager, door shut). */
+static ppn_status reference(gate *G, uint64_t seed, int *ids, float *ref)
+{
+    for (int t = 0; t < G->a.prompt; t++) ids[t] = (int)(mix(seed * 1000003u + (uint64_t)t) % (uint64_t)G->mi.vocab);
+    ppn_seq *q = NULL;
+    PPN_CHECK(ppn_seq_create(G->ref, &q));
+    ppn_status st = PPN_OK;
+    ppn_sampler sp;
+    ppn_sampler_init(&sp, 0, 0, 1, 0);
+    for (int t = 0; t < G->rows && st == PPN_OK; t++) {
+        float *row = ref + (size_t)t * (size_t)G->mi.vocab;
+        st = ppn_decode_step(q, ids[t], row);
+        if (st == PPN_OK && t + 1 < G->rows && t + 1 >= G->a.prompt) st = ppn_sample(&sp, row, G->mi.vocab, &ids[t + 1]);
+    }
+    ppn_seq_destroy(q);
+    return st;
+}
+
+static void arm_soak(gate *G, int *ids, float *ref)
+{
+    for (int r = 0; r < G->a.runs; r++) {
+        uint64_t seed = (uint64_t)r + 1, h = mix(seed ^ 0xabcdef);
+        ppn_status st = reference(G, seed, ids, ref);
+        if (st != PPN_OK) {
+            printf("soak       run %d: reference failed: %s\n", r, ppn_last_error());
+            G->fails++;
+            continue;
+        }
+        int top = G->mi.n_layers < G->a.max_stages ? G->mi.n_layers : G->a.max_stages;
+        config pl[3];
+        int n = 2 + (int)(h % (uint64_t)(top - 1));
+        int np = placements(G, n, pl);
+        config c = pl[(h >> 8) % (uint64_t)np];
+        seams(&c, 0);
+        c.overlap = (int)((h >> 16) & 1);
+        char name[64];
+        snprintf(name, sizeof name, "soak #%d", r);
+        run_config(G, name, &c, ids, ref, 1, NULL);
+    }
+}
+
+static int parse(int argc, char **argv, gate_args *a)
+{
+    *a = (gate_args){.dtype = PPN_DTYPE_DEFAULT, .steps = 24, .prompt = 8, .runs = 10, .max_stages = 8};
+    int any = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i], *v;
+        long x;
+        int rc = 0;
+        if (!strcmp(f, "split")) a->split = any = 1;
+        else if (!strcmp(f, "pipelined")) a->pipelined = any = 1;
+        else if (!strcmp(f, "soak")) a->soak = any = 1;
+        else if (!strcmp(f, "all")) a->split = a->pipelined = a->soak = any = 1;
+        else if (!strcmp(f, "--help")) {
+            puts("usage: ppn gate --model PATH [--backend B] [--dtype D] [--steps T] [--prompt P] [--runs K]\n"
+                 "                [--max-stages N] [split|pipelined|soak|all]");
+            exit(0);
+        } else if (!(v = cli_value(argc, argv, &i))) return 2;
+        else if (!strcmp(f, "--model")) a->model = v;
+        else if (!strcmp(f, "--backend")) a->backend = v;
+        else if (!strcmp(f, "--dtype")) rc = cli_dtype(f, v, &a->dtype);
+        else if (!strcmp(f, "--steps")) rc = cli_int(f, v, 1, 100000, &x), a->steps = (int)x;
+        else if (!strcmp(f, "--prompt")) rc = cli_int(f, v, 1, 100000, &x), a->prompt = (int)x;
+        else if (!strcmp(f, "--runs")) rc = cli_int(f, v, 1, 1000000, &x), a->runs = (int)x;
+        else if (!strcmp(f, "--max-stages")) rc = cli_int(f, v, 2, PPN_MAX_STAGES, &x), a->max_stages = (int)x;
+        else return cli_fail("gate: unknown option '%s'", f), 2;
+        if (rc) return rc;
+    }
+    if (!any) a->split = a->pipelined = a->soak = 1;
+    if (!a->model) return cli_fail("gate: --model PATH is required"), 2;
+    return 0;
+}
+
+static ppn_status gate_open(gate *G)
+{
+    PPN_CHECK(ppn_rt_create(G->a.backend, &G->rt));
+    ppn_door shut = ppn_door_default();
+    ppn_load_opts lo = ppn_load_opts_default();
+    lo.dtype = G->a.dtype;
+    lo.door = &shut;
+    G->rows = G->a.prompt + G->a.steps;
+    lo.ctx = G->rows + 8;
+    PPN_CHECK(ppn_model_load(G->rt, G->a.model, &lo, &G->ref));
+    PPN_CHECK(ppn_model_load(G->rt, G->a.model, &lo, &G->work));
+    ppn_model_get_info(G->ref, &G->mi);
+    G->n_dev = ppn_rt_device_count(G->rt);
+    return PPN_OK;
+}
+
+int cmd_gate(int argc, char **argv)
+{
+    gate G = {0};
+    int rc = parse(argc, argv, &G.a);
+    if (rc) return rc;
+    ppn_status st = gate_open(&G);
+    if (st != PPN_OK) {
+        rc = cli_fail_status(st, "gate");
+        goto out;
+    }
+    if (G.mi.n_layers < 2) {
+        rc = cli_fail("gate: the model has %d layer: nothing to split", G.mi.n_layers);
+        goto out;
+    }
+    printf("ppn gate: %s (%s, %d layers), backend %s, %d device(s), %d steps per run\n", G.a.model, G.mi.arch,
+           G.mi.n_layers, ppn_rt_backend(G.rt), G.n_dev, G.rows);
+    printf("%-10s %3s  %-28s %-22s %-5s %s\n", "arm", "N", "placement", "seams", "", "detail");
+    int *ids = malloc(sizeof(int) * (size_t)G.rows);
+    float *ref = malloc(sizeof(float) * (size_t)G.rows * (size_t)G.mi.vocab);
+    if (!ids || !ref || (st = reference(&G, 0, ids, ref)) != PPN_OK) {
+        rc = ids && ref ? cli_fail_status(st, "gate: reference run") : cli_fail("out of memory");
+        free(ids);
+        free(ref);
+        goto out;
+    }
+    if (G.a.split) arm_maps(&G, "split", ids, ref, 0);
+    if (G.a.pipelined || G.a.soak) setenv("PPN_PP_SAME_DEVICE_PIPELINED", "1", 1); /* the arm under proof */
+    if (G.a.pipelined) arm_maps(&G, "pipelined", ids, ref, 1);
+    if (G.a.soak) arm_soak(&G, ids, ref);
+    free(ids);
+    free(ref);
+    printf("ppn gate: %s (%d failure%s)\n", G.fails ? "FAIL" : "PASS", G.fails, G.fails == 1 ? "" : "s");
+    rc = G.fails ? 1 : 0;
+out:
+    ppn_model_free(G.work);
+    ppn_model_free(G.ref);
+    ppn_rt_destroy(G.rt);
+    return rc;
+}
