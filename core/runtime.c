@@ -44,6 +44,14 @@ const char *ppn_rt_backend(const ppn_rt *rt) { return rt->g->ops->name; }
 
 int ppn_rt_device_count(const ppn_rt *rt) { return rt->n_dev; }
 
+int ppn_rt_peer_possible(const ppn_rt *rt, int dev, int peer)
+{
+    int can = 0;
+    if (dev < 0 || peer < 0 || dev >= rt->n_dev || peer >= rt->n_dev) return 0;
+    if (dev == peer) return 1;
+    return rt->g->ops->peer_can_access(rt->g, dev, peer, &can) == PPN_OK && can;
+}
+
 ppn_status ppn_rt_pool(ppn_rt *rt, int dev, ppn_pool **out)
 {
     if (dev < 0 || dev >= rt->n_dev)

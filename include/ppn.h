@@ -107,6 +107,8 @@ void ppn_rt_destroy(ppn_rt *rt);
 const char *ppn_rt_backend(const ppn_rt *rt);
 /* Devices the runtime can place stages on. */
 int ppn_rt_device_count(const ppn_rt *rt);
+/* 1 if kernels on device dev can be granted access to peer's memory (0 if not, or on a bad ordinal). */
+int ppn_rt_peer_possible(const ppn_rt *rt, int dev, int peer);
 
 enum { PPN_DTYPE_DEFAULT = -1, PPN_DTYPE_F32 = 0, PPN_DTYPE_BF16 = 1, PPN_DTYPE_F16 = 2 };
 
