@@ -64,7 +64,7 @@ ppn_status ppn_rt_pool(ppn_rt *rt, int dev, ppn_pool **out)
 
 ppn_status ppn_rt_topo(ppn_rt *rt, ppn_topo **out)
 {
-    if (!rt->topo) PPN_CHECK(ppn_topo_load(&rt->topo));
+    if (!rt->topo) PPN_CHECK(ppn_topo_load(&rt->topo, strcmp(rt->g->ops->name, "sim") != 0));
     *out = rt->topo;
     return PPN_OK;
 }

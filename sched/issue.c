@@ -79,7 +79,12 @@ static void *issue_main(void *arg)
         apply_pin(t);
         struct cds_wfcq_node *n = next_cmd(t);
         if (!n) break;
-        t->fn(t->ctx, caa_container_of(n, ppn_cmd, node));
+        ppn_cmd *c = caa_container_of(n, ppn_cmd, node);
+        /* acquire pairs with the release in ppn_issue_post(): the command's fields are visible. The queue's own
+         * barriers already order them; this pair states it in C11 terms (and lets TSan see it). */
+        uint32_t posted = atomic_load_explicit(&c->posted, memory_order_acquire);
+        PPN_ASSERT(posted == c->seqno + 1);
+        t->fn(t->ctx, c);
         urcu_qsbr_quiescent_state(); /* nothing of the old map is held between commands */
     }
     urcu_qsbr_unregister_thread();
@@ -103,6 +108,7 @@ ppn_status ppn_issue_start(ppn_issue_thread *t, ppn_issue_fn fn, void *ctx, ppn_
 
 void ppn_issue_post(ppn_issue_thread *t, ppn_cmd *c)
 {
+    atomic_store_explicit(&c->posted, c->seqno + 1, memory_order_release);
     cds_wfcq_node_init(&c->node);
     cds_wfcq_enqueue(&t->head, &t->tail, &c->node);
     atomic_fetch_add_explicit(&t->wake, 1, memory_order_release);

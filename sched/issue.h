@@ -20,6 +20,7 @@
 typedef struct ppn_cmd {
     struct cds_wfcq_node node;
     uint32_t seqno;           /* caller's sequence number of this use of the command */
+    _Atomic uint32_t posted;  /* seqno + 1 once the caller filled it (release, in ppn_issue_post) */
     _Atomic uint32_t done;    /* seqno + 1 once the thread finished it (release) */
     void *arg;                /* the caller's payload */
 } ppn_cmd;

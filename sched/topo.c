@@ -11,7 +11,7 @@ struct ppn_topo {
     hwloc_topology_t h;
 };
 
-ppn_status ppn_topo_load(ppn_topo **out)
+ppn_status ppn_topo_load(ppn_topo **out, int io)
 {
     *out = NULL;
     ppn_topo *t = calloc(1, sizeof *t);
@@ -20,7 +20,7 @@ ppn_status ppn_topo_load(ppn_topo **out)
         free(t);
         return ppn_err(PPN_EIO, "topo: hwloc_topology_init failed: %s", strerror(errno));
     }
-    hwloc_topology_set_io_types_filter(t->h, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+    hwloc_topology_set_io_types_filter(t->h, io ? HWLOC_TYPE_FILTER_KEEP_IMPORTANT : HWLOC_TYPE_FILTER_KEEP_NONE);
     if (hwloc_topology_load(t->h) != 0) {
         int e = errno;
         hwloc_topology_destroy(t->h);

@@ -20,8 +20,9 @@ typedef struct ppn_dev_place {
     char cpuset[256];     /* hwloc list syntax, e.g. "0-15" */
 } ppn_dev_place;
 
-/* Returns PPN_OK or PPN_EIO (hwloc could not load the topology; message has errno). */
-ppn_status ppn_topo_load(ppn_topo **out);
+/* io = 1 keeps PCI objects (needed to locate real GPUs; the sim backend passes 0, which also avoids loading
+ * hwloc's PCI plugin). Returns PPN_OK or PPN_EIO (hwloc could not load the topology; message has errno). */
+ppn_status ppn_topo_load(ppn_topo **out, int io);
 void ppn_topo_destroy(ppn_topo *t);
 int ppn_topo_n_cores(const ppn_topo *t);
 int ppn_topo_n_numa(const ppn_topo *t);

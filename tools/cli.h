@@ -39,5 +39,8 @@ int cmd_run(int argc, char **argv);
 int cmd_topo(int argc, char **argv);
 int cmd_mkmodel(int argc, char **argv);
 int cmd_gate(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_transport_bench(int argc, char **argv);
+int cmd_sched_bench(int argc, char **argv);
 
 #endif

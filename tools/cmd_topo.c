@@ -69,7 +69,7 @@ int cmd_topo(int argc, char **argv)
     ppn_status st = ppn_gpu_open(backend, &g);
     if (st != PPN_OK) return cli_fail_status(st, "backend");
     int rc;
-    if ((st = ppn_topo_load(&t)) != PPN_OK) rc = cli_fail_status(st, "topo");
+    if ((st = ppn_topo_load(&t, strcmp(g->ops->name, "sim") != 0)) != PPN_OK) rc = cli_fail_status(st, "topo");
     else rc = topo_print(g, t, json);
     ppn_topo_destroy(t);
     ppn_gpu_close(g);

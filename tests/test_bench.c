@@ -1,0 +1,164 @@
+/* test_bench.c - `ppn bench` as a subprocess on the sim backend: the JSON report of a stage sweep (shape, the
+ * statistics consistent with each other and with the spec's floor, no driver allocation while timing, each
+ * configuration's stage map), the human table, the refusals (exit status and `ppn: error:`), and the temporary
+ * checkpoint of --shape removed on success and on failure (TMPDIR points at a directory of the test's own). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <dirent.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "util/tutil.h"
+
+static const char *bin(void)
+{
+    const char *b = getenv("PPN_BIN");
+    return b && *b ? b : "build/ppn";
+}
+
+/* Entries of dir other than . and .. (-1 if it cannot be read). */
+static int dir_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
+    closedir(d);
+    return n;
+}
+
+/* Run `ppn bench <args>` with TMPDIR set to a fresh directory; require that directory empty afterwards. */
+static int bench(const char *args, char **out, char **err)
+{
+    char *tmp = tu_tmpdir();
+    assert_non_null(tmp);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "env -u MEMRA_PP_STAGES -u MEMRA_PP_DEVICES -u MEMRA_PP_SPLITS -u MEMRA_PP_SPLIT TMPDIR='%s' '%s' bench %s",
+             tmp, bin(), args);
+    int rc = tu_run(cmd, out, err);
+    int left = dir_entries(tmp);
+    tu_rmrf(tmp);
+    free(tmp);
+    if (left != 0) fail_msg("bench %s left %d entries in its TMPDIR", args, left);
+    return rc;
+}
+
+static double num(json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    if (!json_is_number(v)) fail_msg("JSON field '%s' is missing or not a number", key);
+    return json_number_value(v);
+}
+
+static void near(double x, double want, double rel, const char *what)
+{
+    if (!(fabs(x - want) <= rel * fabs(want))) fail_msg("%s: %.9g, expected %.9g (rel tol %g)", what, x, want, rel);
+}
+
+static void check_config(json_t *c, int stages, double weight_bytes, double floor_ms, int n_layers)
+{
+    assert_true(json_is_object(c));
+    assert_int_equal((int)num(c, "stages"), stages);
+    double med = num(c, "median_ms"), p99 = num(c, "p99_ms");
+    assert_true(med > 0);
+    assert_true(p99 >= med);
+    near(num(c, "tok_s"), 1000.0 / med, 1e-4, "tok_s vs 1000/median_ms");
+    assert_true(num(c, "prefill_ms") > 0);
+    near(num(c, "gbs"), weight_bytes / (med * 1e-3) / 1e9, 1e-4, "gbs vs weight_bytes/median");
+    near(num(c, "floor_ratio"), floor_ms / med, 1e-4, "floor_ratio vs floor_ms/median");
+    assert_true(num(c, "pool_peak") > 0);
+    assert_true(num(c, "pool_reserved") > 0);
+    json_t *da = json_object_get(c, "driver_allocs_timed");
+    assert_true(json_is_integer(da));
+    assert_int_equal(json_integer_value(da), 0);
+    json_t *sm = json_object_get(c, "stage_map");
+    assert_true(json_is_object(sm));
+    assert_int_equal((int)num(sm, "n_stages"), stages);
+    json_t *fence = json_object_get(sm, "fence");
+    assert_true(json_is_array(fence));
+    assert_int_equal(json_array_size(fence), (size_t)stages + 1);
+    assert_int_equal(json_integer_value(json_array_get(fence, 0)), 0);
+    assert_int_equal(json_integer_value(json_array_get(fence, (size_t)stages)), n_layers);
+}
+
+static void sweep_json(void **s)
+{
+    (void)s;
+    char *out = NULL, *err = NULL;
+    int rc = bench("--shape tiny --backend sim -n 8 --prompt 4 --reps 2 --stages-sweep 1,2 --json", &out, &err);
+    if (rc != 0 || !out) fail_msg("bench exited %d:\n%s\n%s", rc, out ? out : "", err ? err : "");
+    json_error_t je;
+    json_t *r = json_loads(out, 0, &je);
+    if (!r) fail_msg("bench output is not JSON (%s, line %d):\n%s", je.text, je.line, out);
+    assert_string_equal(json_string_value(json_object_get(r, "backend")), "sim");
+    assert_non_null(json_string_value(json_object_get(r, "model")));
+    assert_non_null(json_string_value(json_object_get(r, "dtype")));
+    double wb = num(r, "weight_bytes"), floor_ms = num(r, "floor_ms");
+    assert_true(wb > 0);
+    near(floor_ms, wb / 4.28e12 * 1e3, 1e-6, "floor_ms vs weight_bytes / 4.28e12 B/s");
+    int n_layers = (int)num(r, "n_layers");
+    assert_true(n_layers >= 2);
+    json_t *cfgs = json_object_get(r, "configs");
+    assert_true(json_is_array(cfgs));
+    assert_int_equal(json_array_size(cfgs), 2);
+    check_config(json_array_get(cfgs, 0), 1, wb, floor_ms, n_layers);
+    check_config(json_array_get(cfgs, 1), 2, wb, floor_ms, n_layers);
+    json_decref(r);
+    free(out);
+    free(err);
+}
+
+/* The default output: the header naming the floor's bandwidth, one row and a stage map line per config. */
+static void table(void **s)
+{
+    (void)s;
+    char *out = NULL, *err = NULL;
+    int rc = bench("--shape tiny --backend sim -n 4 --prompt 2 --reps 1 --stages 2 --bw-gbs 1000", &out, &err);
+    if (rc != 0 || !out) fail_msg("bench exited %d:\n%s\n%s", rc, out ? out : "", err ? err : "");
+    assert_non_null(strstr(out, "backend sim"));
+    assert_non_null(strstr(out, "/ 1000 GB/s"));
+    assert_non_null(strstr(out, "per-stage time: not measured"));
+    assert_non_null(strstr(out, "stage map: 2 stages"));
+    assert_null(strstr(out, "stage map: 1 stage:"));
+    free(out);
+    free(err);
+}
+
+static void refusals(void **s)
+{
+    (void)s;
+    static const struct { const char *args, *needle; int usage; } cases[] = {
+        {"--shape tiny --backend sim --reps 0", "--reps", 1},
+        {"--shape nosuch --backend sim", "nosuch", 0},
+        {"--backend sim", "--shape", 1},
+        {"--shape tiny --backend sim --stages-sweep 1,2 --devices 0,1", "--devices", 1},
+        {"--shape tiny --backend sim --stages-sweep 1,8", "N=8", 0},
+        {"--shape tiny --backend sim --ctx 4 -n 8 --prompt 2", "--ctx", 0},
+        {"--shape tiny --backend sim --bogus", "--bogus", 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out = NULL, *err = NULL;
+        int rc = bench(cases[i].args, &out, &err);
+        if (rc != (cases[i].usage ? 2 : 1) || !err || !strstr(err, "ppn: error:") || !strstr(err, cases[i].needle))
+            fail_msg("case '%s': rc %d (want %d), stderr: %s", cases[i].args, rc, cases[i].usage ? 2 : 1,
+                     err ? err : "");
+        free(out);
+        free(err);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(sweep_json),
+        cmocka_unit_test(table),
+        cmocka_unit_test(refusals),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,496 @@
+/* cmd_bench.c - `ppn bench`: batch-1 decode latency per stage count, against the weight-streaming floor.
+ *
+ * One load; each configuration (one door, or every N of --stages-sweep published in-process) runs warm-up reps
+ * and timed reps. A rep is a fresh sequence fed a fixed prompt (timed per step as prefill), then -n greedy
+ * decode steps, each timed alone with the monotonic clock around ppn_decode_step (which returns after the
+ * logits readback, so a step's time is the whole token latency as a caller sees it). Medians and p99 come
+ * from every timed decode step of every timed rep. The floor is weight bytes over the measured device copy
+ * bandwidth: batch-1 decode must stream every weight once per token, so no step can beat it.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include "cli.h"
+#include "core/ckpt.h"
+
+/* The H200 device-to-device copy bandwidth measured on the lent machine (docs: DESIGN.md), in GB/s. */
+#define BENCH_DEFAULT_BW_GBS 4280.0
+
+typedef struct bench_args {
+    const char *model, *shape, *backend;
+    int dtype, ctx, n_new, prompt, reps, warmup, json;
+    double bw_gbs;
+    ppn_door door;
+    int stages_flag;          /* --stages was given */
+    int *sweep, n_sweep;      /* --stages-sweep (malloc'd), else NULL */
+} bench_args;
+
+/* The measurements of one configuration. */
+typedef struct bench_result {
+    int stages;
+    double median_ms, p99_ms, tok_s, prefill_ms, gbs, floor_ratio;
+    size_t pool_peak, pool_reserved;
+    uint64_t driver_allocs_timed;
+    char *stage_map_json;     /* cli_json_stage_map's text (malloc'd) */
+} bench_result;
+
+static void bench_usage(FILE *f)
+{
+    fputs("usage: ppn bench (--model PATH | --shape tiny|qwen3-tiny|llama-1b|llama-8b|qwen2-7b)\n"
+          "                 [--backend auto|sim|cuda] [--dtype f32|bf16|f16] [--stages N | --stages-sweep 1,2,4,8]\n"
+          "                 [--splits c1,..] [--devices d0,..] [--overlap 0|1] [--streams 0|1] [--shard 0|1] [--spin 0|1]\n"
+          "                 [-n 128] [--prompt 16] [--ctx C] [--reps 3] [--warmup 1] [--bw-gbs 4280] [--json]\n"
+          "--shape writes a random checkpoint (seed 1; bf16 unless --dtype) into a temporary directory, removed at exit.\n"
+          "Each rep: a fresh sequence, --prompt fixed ids (timed as prefill), then -n greedy decode steps, each timed.\n"
+          "floor = weight bytes / --bw-gbs (default 4280 GB/s: the measured H200 device-to-device copy bandwidth).\n"
+          "--stages-sweep publishes each N in-process, all stages on the primary device (no --devices, no --splits).\n",
+          f);
+}
+
+/* Parsing ------------------------------------------------------------------------------------------------- */
+
+static int parse_value(bench_args *a, const char *f, const char *v)
+{
+    long x;
+    int rc;
+    if (!strcmp(f, "--model")) return a->model = v, 0;
+    if (!strcmp(f, "--shape")) return a->shape = v, 0;
+    if (!strcmp(f, "--backend")) return a->backend = v, 0;
+    if (!strcmp(f, "--dtype")) return cli_dtype(f, v, &a->dtype);
+    if (!strcmp(f, "--bw-gbs")) return cli_float(f, v, 1e-3, 1e9, &a->bw_gbs);
+    if (!strcmp(f, "--stages-sweep")) {
+        free(a->sweep);
+        a->sweep = NULL;
+        if ((rc = cli_ids(f, v, &a->sweep, &a->n_sweep))) return rc;
+        for (int k = 0; k < a->n_sweep; k++)
+            if (a->sweep[k] < 1 || a->sweep[k] > PPN_MAX_STAGES)
+                return cli_fail("%s: '%s': each N must be in [1, %d]", f, v, PPN_MAX_STAGES), 2;
+        return 0;
+    }
+    int *dst = !strcmp(f, "-n") ? &a->n_new : !strcmp(f, "--prompt") ? &a->prompt : !strcmp(f, "--ctx") ? &a->ctx
+             : !strcmp(f, "--reps") ? &a->reps : !strcmp(f, "--warmup") ? &a->warmup : NULL;
+    if (!dst) return cli_fail("bench: unknown option '%s'", f), 2;
+    if ((rc = cli_int(f, v, dst == &a->warmup ? 0 : 1, 1 << 30, &x))) return rc;
+    *dst = (int)x;
+    return 0;
+}
+
+/* Rules that involve several flags (and the door read from the environment). */
+static int parse_check(const bench_args *a)
+{
+    if (!a->model == !a->shape) return cli_fail("bench: give exactly one of --model PATH and --shape NAME"), 2;
+    if (!a->sweep) return 0;
+    if (a->stages_flag) return cli_fail("bench: --stages and --stages-sweep are exclusive"), 2;
+    if (a->door.n_devices)
+        return cli_fail("bench: --stages-sweep publishes every N in-process with all stages on the primary device; "
+                        "a placement (--devices or MEMRA_PP_DEVICES) needs a reload per N: run one bench per N "
+                        "with --stages N --devices ..."), 2;
+    if (a->door.n_cuts)
+        return cli_fail("bench: --stages-sweep uses the even split of each N; explicit cuts (--splits/--split or "
+                        "MEMRA_PP_SPLITS/MEMRA_PP_SPLIT) fit one N only"), 2;
+    return 0;
+}
+
+static int parse(int argc, char **argv, bench_args *a)
+{
+    *a = (bench_args){.dtype = PPN_DTYPE_DEFAULT, .n_new = 128, .prompt = 16, .reps = 3, .warmup = 1,
+                      .bw_gbs = BENCH_DEFAULT_BW_GBS};
+    if (ppn_door_from_env(&a->door) != PPN_OK) return cli_fail("%s", ppn_last_error()), 2;
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i], *v;
+        if (!strcmp(f, "--stages")) a->stages_flag = 1;
+        int rc = cli_door_flag(&a->door, argc, argv, &i);
+        if (rc < 0) return 2;
+        if (rc > 0) continue;
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
+            bench_usage(stdout);
+            free(a->sweep);
+            exit(0);
+        }
+        if (!strcmp(f, "--json")) {
+            a->json = 1;
+            continue;
+        }
+        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if ((rc = parse_value(a, f, v))) return rc;
+    }
+    return parse_check(a);
+}
+
+/* The temporary checkpoint of --shape ----------------------------------------------------------------------- */
+
+/* The directory is flat (mkmodel writes files only). Removing it uses only calls that are safe in a signal
+ * handler, so an interrupted bench does not leave gigabytes of random weights behind. */
+static char g_tmpdir[512];
+static volatile sig_atomic_t g_tmp_live;
+
+static void rm_flat_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        char buf[4096];
+        int removed = 1;
+        while (removed) { /* unlinking while reading can skip entries: read again until a pass removes none */
+            removed = 0;
+            ssize_t n;
+            lseek(fd, 0, SEEK_SET);
+            while ((n = getdents64(fd, buf, sizeof buf)) > 0) {
+                for (ssize_t off = 0; off < n;) {
+                    struct dirent64 *e = (struct dirent64 *)(buf + off);
+                    off += e->d_reclen;
+                    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && unlinkat(fd, e->d_name, 0) == 0)
+                        removed = 1;
+                }
+            }
+        }
+        close(fd);
+    }
+    rmdir(dir);
+}
+
+static void on_signal(int sig)
+{
+    if (g_tmp_live) rm_flat_dir(g_tmpdir);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static const int k_signals[] = {SIGINT, SIGTERM, SIGHUP};
+static struct sigaction g_old_sa[3];
+
+static void tmp_remove(void)
+{
+    if (!g_tmp_live) return;
+    rm_flat_dir(g_tmpdir);
+    g_tmp_live = 0;
+    for (int k = 0; k < 3; k++) sigaction(k_signals[k], &g_old_sa[k], NULL);
+}
+
+/* Write the random checkpoint of a->shape into a fresh directory under $TMPDIR (default /tmp). */
+static int tmp_checkpoint(const bench_args *a)
+{
+    const char *base = getenv("TMPDIR");
+    if (!base || !*base) base = "/tmp";
+    if (snprintf(g_tmpdir, sizeof g_tmpdir, "%s/ppn-bench-XXXXXX", base) >= (int)sizeof g_tmpdir)
+        return cli_fail("bench: TMPDIR '%s' is too long", base);
+    if (!mkdtemp(g_tmpdir))
+        return cli_fail("bench: cannot create a temporary directory in '%s': %s", base, strerror(errno));
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    for (int k = 0; k < 3; k++) sigaction(k_signals[k], &sa, &g_old_sa[k]);
+    g_tmp_live = 1;
+    int dt = a->dtype == PPN_DTYPE_DEFAULT ? PPN_DT_BF16 : a->dtype == PPN_DTYPE_F32 ? PPN_DT_F32
+           : a->dtype == PPN_DTYPE_F16 ? PPN_DT_F16 : PPN_DT_BF16;
+    ppn_status st = ppn_mkmodel(a->shape, dt, g_tmpdir, 1);
+    if (st != PPN_OK) return cli_fail_status(st, "bench: --shape");
+    return 0;
+}
+
+/* Timing ------------------------------------------------------------------------------------------------- */
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return 1e3 * (double)t.tv_sec + 1e-6 * (double)t.tv_nsec;
+}
+
+static int cmp_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+/* Sorts v. The median (mean of the middle two for an even count) and the nearest-rank quantile q. */
+static double median_of(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static double quantile_sorted(const double *v, int n, double q)
+{
+    int k = (int)ceil(q * n) - 1;
+    return v[k < 0 ? 0 : k >= n ? n - 1 : k];
+}
+
+/* One rep: a fresh sequence, the prompt, then n_new greedy steps. pre/dec receive each step's time in ms
+ * (NULL for a warm-up rep). The prompt ids are fixed so that every rep and every configuration does the same
+ * work. */
+static int one_rep(ppn_model *m, const bench_args *a, int vocab, float *logits, double *pre, double *dec)
+{
+    ppn_seq *seq = NULL;
+    ppn_sampler sp;
+    ppn_sampler_init(&sp, 0.0f, 0, 1.0f, 0);
+    ppn_status st = ppn_seq_create(m, &seq);
+    if (st != PPN_OK) return cli_fail_status(st, "bench: sequence");
+    int rc = 0, tok = 0;
+    for (int t = 0; t < a->prompt + a->n_new && rc == 0; t++) {
+        int in = t < a->prompt ? (int)(((long long)t * 7919 + 13) % vocab) : tok;
+        double t0 = now_ms();
+        st = ppn_decode_step(seq, in, logits);
+        double dt = now_ms() - t0;
+        if (st != PPN_OK) {
+            rc = cli_fail_status(st, "bench: decode step");
+            break;
+        }
+        if (t < a->prompt && pre) pre[t] = dt;
+        if (t >= a->prompt && dec) dec[t - a->prompt] = dt;
+        if ((st = ppn_sample(&sp, logits, vocab, &tok)) != PPN_OK) rc = cli_fail_status(st, "bench: sample");
+    }
+    ppn_seq_destroy(seq);
+    return rc;
+}
+
+/* The stage map's JSON text, captured for the final report. */
+static char *stage_map_json(const ppn_model *m)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return NULL;
+    cli_json_stage_map(f, m);
+    if (fclose(f) != 0) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+/* Warm-up reps, then timed reps; r gets the statistics of the timed decode steps. */
+static int bench_config(ppn_model *m, const bench_args *a, const ppn_model_info *mi, float *logits, bench_result *r)
+{
+    int n_dec = a->reps * a->n_new, n_pre = a->reps * a->prompt, rc = 0;
+    double *dec = malloc(sizeof(double) * (size_t)n_dec), *pre = malloc(sizeof(double) * (size_t)n_pre);
+    ppn_stats before, after;
+    if (!dec || !pre) {
+        rc = cli_fail("bench: out of memory for %d step times", n_dec + n_pre);
+        goto out;
+    }
+    for (int w = 0; w < a->warmup && rc == 0; w++) rc = one_rep(m, a, mi->vocab, logits, NULL, NULL);
+    ppn_model_get_stats(m, &before);
+    for (int k = 0; k < a->reps && rc == 0; k++)
+        rc = one_rep(m, a, mi->vocab, logits, pre + (size_t)k * (size_t)a->prompt, dec + (size_t)k * (size_t)a->n_new);
+    if (rc) goto out;
+    ppn_model_get_stats(m, &after);
+    double floor_ms = 1e3 * (double)mi->weight_bytes / (a->bw_gbs * 1e9);
+    r->stages = after.n_stages;
+    r->median_ms = median_of(dec, n_dec);
+    r->p99_ms = quantile_sorted(dec, n_dec, 0.99);
+    r->prefill_ms = median_of(pre, n_pre);
+    r->tok_s = r->median_ms > 0 ? 1e3 / r->median_ms : 0;
+    r->gbs = r->median_ms > 0 ? (double)mi->weight_bytes / (r->median_ms * 1e-3) / 1e9 : 0;
+    r->floor_ratio = r->median_ms > 0 ? floor_ms / r->median_ms : 0;
+    r->pool_peak = after.pool_peak;
+    r->pool_reserved = after.pool_reserved;
+    r->driver_allocs_timed = after.driver_allocs - before.driver_allocs;
+    if (!(r->stage_map_json = stage_map_json(m))) rc = cli_fail("bench: out of memory for the stage map");
+out:
+    free(dec);
+    free(pre);
+    return rc;
+}
+
+/* Reporting ---------------------------------------------------------------------------------------------- */
+
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+/* A JSON number; null for what JSON cannot spell (inf, nan). */
+static void json_num(FILE *f, const char *key, double x)
+{
+    if (isfinite(x)) fprintf(f, "\"%s\":%.9g,", key, x);
+    else fprintf(f, "\"%s\":null,", key);
+}
+
+static const char *model_name(const bench_args *a, char *buf, size_t n)
+{
+    if (a->model) return a->model;
+    snprintf(buf, n, "shape:%s", a->shape);
+    return buf;
+}
+
+static void report_json(const bench_args *a, const ppn_model_info *mi, const char *backend, const bench_result *res,
+                        int n_res)
+{
+    char name[600];
+    double floor_ms = 1e3 * (double)mi->weight_bytes / (a->bw_gbs * 1e9);
+    printf("{\"model\":");
+    json_str(stdout, model_name(a, name, sizeof name));
+    printf(",\"arch\":");
+    json_str(stdout, mi->arch);
+    printf(",\"backend\":\"%s\",\"dtype\":\"%s\",\"n_layers\":%d,\"weight_bytes\":%zu,", backend,
+           cli_dtype_name(mi->dtype), mi->n_layers, mi->weight_bytes);
+    json_num(stdout, "bw_gbs", a->bw_gbs);
+    json_num(stdout, "floor_ms", floor_ms);
+    printf("\"n\":%d,\"prompt\":%d,\"ctx\":%d,\"reps\":%d,\"warmup\":%d,\"per_stage_time\":\"not measured\",\"configs\":[",
+           a->n_new, a->prompt, mi->ctx, a->reps, a->warmup);
+    for (int k = 0; k < n_res; k++) {
+        const bench_result *r = &res[k];
+        printf("%s{\"stages\":%d,", k ? "," : "", r->stages);
+        json_num(stdout, "median_ms", r->median_ms);
+        json_num(stdout, "p99_ms", r->p99_ms);
+        json_num(stdout, "tok_s", r->tok_s);
+        json_num(stdout, "prefill_ms", r->prefill_ms);
+        json_num(stdout, "gbs", r->gbs);
+        json_num(stdout, "floor_ratio", r->floor_ratio);
+        printf("\"pool_peak\":%zu,\"pool_reserved\":%zu,\"driver_allocs_timed\":%llu,\"stage_map\":%s}", r->pool_peak,
+               r->pool_reserved, (unsigned long long)r->driver_allocs_timed, r->stage_map_json);
+    }
+    printf("]}\n");
+}
+
+static void table_header(const bench_args *a, const ppn_model_info *mi, const char *backend)
+{
+    char name[600];
+    double floor_ms = 1e3 * (double)mi->weight_bytes / (a->bw_gbs * 1e9);
+    printf("ppn bench: model %s (%s, %d layers), backend %s, dtype %s, weights %.4f GB\n",
+           model_name(a, name, sizeof name), mi->arch, mi->n_layers, backend, cli_dtype_name(mi->dtype),
+           (double)mi->weight_bytes / 1e9);
+    printf("floor %.4g ms/token = weight bytes / %g GB/s (measured H200 device-to-device copy bandwidth; --bw-gbs)\n",
+           floor_ms, a->bw_gbs);
+    printf("%d reps x (%d prompt + %d decode steps), %d warm-up rep%s, ctx %d; per-stage time: not measured\n",
+           a->reps, a->prompt, a->n_new, a->warmup, a->warmup == 1 ? "" : "s", mi->ctx);
+    printf("%6s %10s %10s %10s %11s %9s %11s %13s %13s %10s\n", "stages", "median_ms", "p99_ms", "tok/s",
+           "prefill_ms", "GB/s", "floor_ratio", "pool_peak_MB", "pool_rsv_MB", "drv_allocs");
+    fflush(stdout);
+}
+
+static void table_row(const ppn_model *m, const bench_result *r)
+{
+    printf("%6d %10.4f %10.4f %10.1f %11.4f %9.2f %11.4f %13.2f %13.2f %10llu\n", r->stages, r->median_ms, r->p99_ms,
+           r->tok_s, r->prefill_ms, r->gbs, r->floor_ratio, (double)r->pool_peak / 1e6, (double)r->pool_reserved / 1e6,
+           (unsigned long long)r->driver_allocs_timed);
+    fputs("       ", stdout);
+    cli_print_stage_map(stdout, m);
+    fflush(stdout);
+}
+
+/* The run ------------------------------------------------------------------------------------------------- */
+
+static ppn_door door_for(const bench_args *a, int k)
+{
+    ppn_door d = a->door;
+    if (a->sweep) {
+        d.n_stages = a->sweep[k];
+        d.n_cuts = 0;
+    }
+    return d;
+}
+
+static int load(ppn_rt *rt, const bench_args *a, ppn_model **m)
+{
+    ppn_door d = door_for(a, 0);
+    ppn_load_opts lo = ppn_load_opts_default();
+    lo.dtype = a->dtype;
+    lo.ctx = a->ctx ? a->ctx : a->prompt + a->n_new; /* the KV the reps use, no more */
+    lo.door = &d;
+    if (!a->json) lo.progress = cli_progress;
+    ppn_status st = ppn_model_load(rt, a->model ? a->model : g_tmpdir, &lo, m);
+    if (st != PPN_OK) return cli_fail_status(st, "bench: load");
+    return 0;
+}
+
+/* Resolve every N of the sweep up front, so that an N the model cannot take fails before a long sweep runs. */
+static int sweep_check(const ppn_rt *rt, const bench_args *a, const ppn_model_info *mi)
+{
+    int fence[PPN_MAX_STAGES + 1], dev[PPN_MAX_STAGES], n;
+    for (int k = 1; a->sweep && k < a->n_sweep; k++) {
+        ppn_door d = door_for(a, k);
+        ppn_status st = ppn_door_resolve(&d, mi->n_layers, ppn_rt_device_count(rt), 0, fence, dev, &n);
+        if (st != PPN_OK) {
+            char what[64];
+            snprintf(what, sizeof what, "bench: --stages-sweep N=%d", a->sweep[k]);
+            return cli_fail_status(st, what);
+        }
+    }
+    return 0;
+}
+
+/* Every configuration in turn; results into res (n_res of them filled). */
+static int run_all(ppn_model *m, const bench_args *a, const ppn_model_info *mi, const char *backend,
+                   bench_result *res, int *n_res)
+{
+    int n_cfg = a->sweep ? a->n_sweep : 1, rc = 0;
+    float *logits = malloc(sizeof(float) * (size_t)mi->vocab);
+    if (!logits) return cli_fail("bench: out of memory for %d logits", mi->vocab);
+    if (!a->json) table_header(a, mi, backend);
+    for (int k = 0; k < n_cfg && rc == 0; k++) {
+        if (k > 0) {
+            ppn_door d = door_for(a, k);
+            ppn_status st = ppn_model_publish_door(m, &d);
+            if (st != PPN_OK) {
+                char what[64];
+                snprintf(what, sizeof what, "bench: --stages-sweep N=%d", a->sweep[k]);
+                rc = cli_fail_status(st, what);
+                break;
+            }
+        }
+        if ((rc = bench_config(m, a, mi, logits, &res[k])) == 0) {
+            ++*n_res;
+            if (!a->json) table_row(m, &res[k]);
+        }
+    }
+    free(logits);
+    return rc;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    bench_args a;
+    int rc = parse(argc, argv, &a), n_res = 0;
+    ppn_rt *rt = NULL;
+    ppn_model *m = NULL;
+    bench_result *res = NULL;
+    if (rc) goto out;
+    ppn_status st = ppn_rt_create(a.backend, &rt); /* first: a missing backend fails before gigabytes are written */
+    if (st != PPN_OK) {
+        rc = cli_fail_status(st, "bench: backend");
+        goto out;
+    }
+    if (a.shape && (rc = tmp_checkpoint(&a))) goto out;
+    if ((rc = load(rt, &a, &m))) goto out;
+    tmp_remove(); /* the weights are on the device(s) now */
+    ppn_model_info mi;
+    ppn_model_get_info(m, &mi);
+    if (a.prompt + a.n_new > mi.ctx) {
+        rc = cli_fail("bench: --prompt %d + -n %d steps exceed the context of %d positions (--ctx)", a.prompt,
+                      a.n_new, mi.ctx);
+        goto out;
+    }
+    if ((rc = sweep_check(rt, &a, &mi))) goto out;
+    if (!(res = calloc((size_t)(a.sweep ? a.n_sweep : 1), sizeof *res))) {
+        rc = cli_fail("bench: out of memory");
+        goto out;
+    }
+    if ((rc = run_all(m, &a, &mi, ppn_rt_backend(rt), res, &n_res)) == 0 && a.json)
+        report_json(&a, &mi, ppn_rt_backend(rt), res, n_res);
+    for (int k = 0; k < n_res && rc == 0; k++)
+        if (res[k].driver_allocs_timed)
+            fprintf(stderr, "ppn: warning: %d stages: %llu driver allocations during the timed reps (the steady state "
+                    "must allocate nothing)\n", res[k].stages, (unsigned long long)res[k].driver_allocs_timed);
+out:
+    for (int k = 0; k < n_res; k++) free(res[k].stage_map_json);
+    free(res);
+    ppn_model_free(m);
+    ppn_rt_destroy(rt);
+    tmp_remove();
+    free(a.sweep);
+    return rc;
+}
