@@ -150,6 +150,8 @@ int ppn_layer_stage(const ppn_stage_map *map, int l);
 void ppn_stage_thread_fn(void *ctx, ppn_cmd *c);
 ppn_status ppn_model_drain(ppn_model *m);
 ppn_status ppn_model_failed(ppn_model *m);
+/* Two or more stage streams on one device (reported in ppn_stage_info.same_device_streams). */
+int ppn_multi_stream_same_device(const ppn_stage_map *map);
 /* refuse_unsplit_if_remote: PPN_EREFUSED naming path and alt when path would walk the whole trunk on one
  * stream while weights live on other devices (MEMRA_PP_ALLOW_UNSPLIT_BATCH=1 overrides). */
 ppn_status ppn_refuse_unsplit_if_remote(const ppn_model *m, const char *path, const char *alt);

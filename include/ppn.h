@@ -175,9 +175,9 @@ typedef struct ppn_pending {
 
 /* Issue one step without waiting for its logits; later steps may be issued while it drains (up to 4 per
  * sequence in flight). The token of each step must be known (prompt, replay, or a device-side choice).
- * @return PPN_OK, PPN_EINVAL (token), PPN_ESTATE (sequence full, or 4 steps in flight), PPN_EREFUSED (two stage
- *         streams on one device: pp_multi_stream_same_device; see docs/PIPELINE.md), a failure of an earlier
- *         step (sticky), PPN_EDRIVER. */
+ * Two stage streams on one device are allowed (the seed refused it; docs/PIPELINE.md says what made it safe).
+ * @return PPN_OK, PPN_EINVAL (token), PPN_ESTATE (sequence full, or 4 steps in flight), a failure of an
+ *         earlier step (sticky), PPN_EDRIVER. */
 ppn_status ppn_decode_step_deferred(ppn_seq *s, int token, ppn_pending *out);
 /* Drain a pending step through the dedicated readback stream; logits may be NULL.
  * @return PPN_OK, PPN_EINVAL (already waited), a stage's failure (sticky for the model: the message names the
@@ -213,6 +213,7 @@ typedef struct ppn_stage_info {
     int xport[PPN_MAX_STAGES];  /* boundary b: see ppn_transport_name */
     int pu[PPN_MAX_STAGES];     /* core of each stage's issue thread (-1: the caller's thread issues) */
     int shared_cores, threads;
+    int same_device_streams;    /* 2+ stage streams on one device (the seed's pp_multi_stream_same_device) */
     ppn_door door;
 } ppn_stage_info;
 void ppn_model_get_stage_map(const ppn_model *m, ppn_stage_info *out);

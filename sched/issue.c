@@ -64,7 +64,7 @@ static struct cds_wfcq_node *next_cmd(ppn_issue_thread *t)
 static void apply_pin(ppn_issue_thread *t)
 {
     int pu = atomic_load_explicit(&t->pu, memory_order_acquire);
-    if (pu == t->pinned_pu || !t->topo) return;
+    if (pu == t->pinned_pu || !t->topo) return; /* a fresh thread is unpinned: pinned_pu starts at -1 */
     if (ppn_topo_bind_self(t->topo, pu) != PPN_OK)
         fprintf(stderr, "ppn: warning: %s (issue thread stays where it is)\n", ppn_last_error());
     t->pinned_pu = pu;

@@ -135,10 +135,10 @@ ppn_status ppn_topo_pick_cores(ppn_topo *t, ppn_gpu *g, const int *stage_dev, in
 
 ppn_status ppn_topo_bind_self(ppn_topo *t, int pu)
 {
-    if (pu < 0) return PPN_OK;
     hwloc_bitmap_t set = hwloc_bitmap_alloc();
     if (!set) return ppn_err(PPN_ENOMEM, "topo: host out of memory");
-    hwloc_bitmap_only(set, (unsigned)pu);
+    if (pu < 0) hwloc_bitmap_copy(set, hwloc_topology_get_topology_cpuset(t->h));
+    else hwloc_bitmap_only(set, (unsigned)pu);
     int rc = hwloc_set_cpubind(t->h, set, HWLOC_CPUBIND_THREAD);
     int e = errno;
     hwloc_bitmap_free(set);

@@ -35,7 +35,8 @@ ppn_status ppn_topo_place_device(ppn_topo *t, ppn_gpu *g, int dev, ppn_dev_place
 ppn_status ppn_topo_pick_cores(ppn_topo *t, ppn_gpu *g, const int *stage_dev, int n_stages, int *pu_out,
                                int *shared);
 
-/* Pin the calling thread to PU os_index (pu < 0: leave unpinned). Returns PPN_OK or PPN_EINVAL. */
+/* Pin the calling thread to PU os_index; pu < 0 unpins it (the whole machine's cpuset).
+ * Returns PPN_OK or PPN_EINVAL. */
 ppn_status ppn_topo_bind_self(ppn_topo *t, int pu);
 
 #endif

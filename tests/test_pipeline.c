@@ -168,7 +168,6 @@ static void checker_sees_missing_boundary_wait(void **s)
     ppn_rt *own = NULL; /* the report is sticky for its backend: keep it away from the other tests */
     assert_int_equal(ppn_rt_create("sim", &own), PPN_OK);
     ppn_model *m = load_on(own, &d);
-    setenv("PPN_PP_SAME_DEVICE_PIPELINED", "1", 1);
     ppn_boundary_test_skip_waits(1);
     ppn_seq *q = NULL;
     assert_int_equal(ppn_seq_create(m, &q), PPN_OK);
@@ -179,7 +178,6 @@ static void checker_sees_missing_boundary_wait(void **s)
         if (st == PPN_OK) st = ppn_pending_wait(&p, NULL);
     }
     ppn_boundary_test_skip_waits(0);
-    unsetenv("PPN_PP_SAME_DEVICE_PIPELINED");
     assert_int_equal(st, PPN_ERACE);
     assert_non_null(strstr(ppn_last_error(), "boundary slot"));
     ppn_seq_destroy(q);
@@ -187,20 +185,34 @@ static void checker_sees_missing_boundary_wait(void **s)
     ppn_rt_destroy(own);
 }
 
-static void same_device_pipelined_arm_is_refused(void **s)
+/* The seed refused this arm (pp_multi_stream_same_device); here it is proven: 4 steps in flight, slots
+ * alternating, two stage streams on device 0, bit-identical to eager per step, checker silent. */
+static void same_device_pipelined_arm_matches_eager(void **s)
 {
     ppn_door d = door_n(2, NULL);
+    d.overlap = 1;
     ppn_model *m = load(&d);
-    unsetenv("PPN_PP_SAME_DEVICE_PIPELINED");
+    ppn_stage_info si;
+    ppn_model_get_stage_map(m, &si);
+    assert_true(si.same_device_streams);
+    float *eager = malloc(sizeof(float) * 256 * 12), *piped = malloc(sizeof(float) * 256 * 12);
+    assert_int_equal(eager_rows(m, 12, eager), PPN_OK);
     ppn_seq *q = NULL;
     assert_int_equal(ppn_seq_create(m, &q), PPN_OK);
-    ppn_pending p;
-    assert_int_equal(ppn_decode_step_deferred(q, 3, &p), PPN_EREFUSED);
-    assert_non_null(strstr(ppn_last_error(), "pp_multi_stream_same_device"));
-    float x[256];
-    assert_int_equal(ppn_decode_step(q, 3, x), PPN_OK); /* the eager arm still runs */
+    ppn_pending p[12];
+    int waited = 0;
+    for (int t = 0; t < 12; t++) {
+        if (t >= 4) assert_int_equal(ppn_pending_wait(&p[waited], piped + (size_t)waited * 256), PPN_OK), waited++;
+        assert_int_equal(ppn_decode_step_deferred(q, 1 + t * 3, &p[t]), PPN_OK);
+    }
+    for (; waited < 12; waited++) assert_int_equal(ppn_pending_wait(&p[waited], piped + (size_t)waited * 256), PPN_OK);
+    assert_memory_equal(eager, piped, sizeof(float) * 256 * 12);
+    ppn_pending again = p[0];
+    assert_int_equal(ppn_pending_wait(&again, NULL), PPN_EINVAL); /* a pending step is waited once */
     ppn_seq_destroy(q);
     ppn_model_free(m);
+    free(eager);
+    free(piped);
 }
 
 static void publish_in_process_and_refusals(void **s)
@@ -305,7 +317,7 @@ int main(void)
         cmocka_unit_test(door_values_refused_by_name),
         cmocka_unit_test(guard_refuses_unsplit_batch),
         cmocka_unit_test(checker_sees_missing_boundary_wait),
-        cmocka_unit_test(same_device_pipelined_arm_is_refused),
+        cmocka_unit_test(same_device_pipelined_arm_matches_eager),
         cmocka_unit_test(publish_in_process_and_refusals),
         cmocka_unit_test(counters_advance_and_step_path_never_allocates),
         cmocka_unit_test(stage_thread_failure_is_sticky_and_clean),

@@ -321,7 +321,6 @@ int cmd_gate(int argc, char **argv)
         goto out;
     }
     if (G.a.split) arm_maps(&G, "split", ids, ref, 0);
-    if (G.a.pipelined || G.a.soak) setenv("PPN_PP_SAME_DEVICE_PIPELINED", "1", 1); /* the arm under proof */
     if (G.a.pipelined) arm_maps(&G, "pipelined", ids, ref, 1);
     if (G.a.soak) arm_soak(&G, ids, ref);
     free(ids);

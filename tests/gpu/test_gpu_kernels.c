@@ -515,6 +515,23 @@ static void t_argmax(void **state)
     free(x);
 }
 
+/* The step header written from the kernel's parameters; the word after it is left alone. */
+static void t_set_hdr(void **state)
+{
+    (void)state;
+    int32_t init[8] = {-1, -1, -1, -1, -1, -1, -1, -1}, got[8], want[8];
+    memcpy(want, init, sizeof want);
+    ppn_dptr d = up(init, sizeof init);
+    OK(ppn_op_set_hdr(G, S, d, 4095, 128000, 7, 123456));
+    sync_ok();
+    get(got, d, sizeof got);
+    ppn_kp_set_hdr p = {.hdr = D(want), .v = {.pos = 4095, .token = 128000, .seq = 7, .step = 123456}};
+    ppn_kernels[PPN_K_SET_HDR].cpu(&p);
+    printf("  %-58s gpu {%d,%d,%d,%d}\n", "set_hdr", got[0], got[1], got[2], got[3]);
+    exact("set_hdr", got, want, sizeof got);
+    dfree_all();
+}
+
 /* ---------------------------------------------------------------------------------------------------------
  * every kernel in the table has a case above */
 
@@ -529,8 +546,8 @@ static int free_buffers(void **state)
 static void t_table_covered(void **state)
 {
     (void)state;
-    printf("  kernels in the table: %d (embed..fill), each exercised by the cases above\n", PPN_K_COUNT);
-    assert_int_equal(PPN_K_COUNT, 11); /* a new kernel needs a case here */
+    printf("  kernels in the table: %d (embed..set_hdr), each exercised by the cases above\n", PPN_K_COUNT);
+    assert_int_equal(PPN_K_COUNT, 12); /* a new kernel needs a case here */
 }
 
 int main(void)
@@ -547,6 +564,7 @@ int main(void)
         return 1;
     }
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(t_set_hdr, free_buffers),
         cmocka_unit_test_teardown(t_table_covered, free_buffers),
         cmocka_unit_test_teardown(t_matvec, free_buffers),
         cmocka_unit_test_teardown(t_norms, free_buffers),

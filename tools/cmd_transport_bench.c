@@ -1,0 +1,499 @@
+/* cmd_transport_bench.c - `ppn transport-bench`: the cost of one stage hand-off through the runtime's own
+ * boundary code (transport/boundary.c: ppn_boundary_init / send / recv / release with its ev_tx / ev_rx chain),
+ * per transport and slot size.
+ *
+ * Transports measured, per device pair:
+ *   inplace    same device: the consumer uses the slot itself; the hand-off is the producer's copy into the slot
+ *              plus the event chain (nothing is enqueued on the consumer but its waits and the release)
+ *   dtod       same device: the consumer copies the slot out (the PPN_XPORT_SAME=dtod rollback)
+ *   kernel_add same device: ppn has no copy kernel, so the consumer runs ppn_op_add(dst, slot, zeros) on the
+ *              in-place chain: an element-wise kernel over the slot that reads two buffers and writes one
+ *              (1.5x the traffic of a copy). It is a bandwidth stand-in, not a transport the runtime uses.
+ *   peer/host  different devices: peer when both devices can access each other (peer_can_access, exactly as
+ *              the stage map decides), else host-staged (PPN_SIM_PEER=none forces it on sim)
+ * Driving: one host thread plays both sides alternately (send, then recv, then release), so the host-side
+ * generation waits never block: what is measured is the device-side chain and the copies, without the
+ * cross-thread wake-up of a real pipeline (ppn sched-bench measures that).
+ *   latency     host wall clock of one hand-off + a sync of the consumer stream, over --iters, after warm-up
+ *   throughput  --batch hand-offs queued back to back (slots alternating, as MEMRA_PP_OVERLAP=1), one sync,
+ *               divided by the batch; the median over the batches
+ *   bandwidth   slot bytes (256 B header + the size) / the throughput time per hand-off
+ */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include "cli.h"
+#include "plot_svg.h"
+#include "core/rt.h"
+#include "core/err.h"
+#include "kernels/ops.h"
+
+#define TB_MAX_SIZES 64
+#define TB_MAX_SIZE ((size_t)1 << 30)
+
+enum { TB_INPLACE, TB_DTOD, TB_KERNEL, TB_PEER, TB_HOST, TB_KINDS };
+static const char *const tb_names[TB_KINDS] = {"inplace", "dtod", "kernel_add", "peer", "host"};
+static const int tb_xport[TB_KINDS] = {PPN_XPORT_INPLACE, PPN_XPORT_DTOD, PPN_XPORT_INPLACE, PPN_XPORT_PEER,
+                                       PPN_XPORT_HOST};
+
+typedef struct tb_args {
+    const char *backend, *plot;
+    int json, iters, warmup, batch;
+    size_t sizes[TB_MAX_SIZES];
+    int n_sizes;
+    int devs[2], have_devs;
+} tb_args;
+
+typedef struct tb_result {
+    int kind, from, to;
+    size_t size, bytes;
+    double lat_min, lat_med, lat_p99, lat_mean; /* us */
+    double tput_us;                             /* us per hand-off, back to back */
+} tb_result;
+
+typedef struct tb_run {
+    const tb_args *a;
+    ppn_rt *rt;
+    tb_result *res;
+    int n_res, cap_res;
+} tb_run;
+
+/* Arguments ------------------------------------------------------------------------------------------------ */
+
+static void tb_usage(FILE *f)
+{
+    fputs("usage: ppn transport-bench [--backend auto|sim|cuda] [--devices a,b] [--sizes 4K..64M]\n"
+          "                           [--iters N] [--warmup W] [--batch K] [--json] [--plot FILE.svg]\n"
+          "  --devices a,b  one pair (a == b: the same-device transports on a); default: the same-device\n"
+          "                 transports on device 0 and every pair a < b of distinct devices\n"
+          "  --sizes        payload bytes: a list (4K,1M) or a range lo..hi stepping by 4x; suffix K, M, G\n"
+          "                 (binary); each a multiple of 4. Default 4K..64M\n"
+          "  --iters N      latency samples per case (default 200); --warmup W hand-offs first (default 10)\n"
+          "  --batch K      hand-offs queued per throughput sample (default 32)\n"
+          "One host thread drives producer and consumer alternately through the real boundary code\n"
+          "(ppn_boundary_send/recv/release with the ev_tx/ev_rx chain): latency = one hand-off + a consumer\n"
+          "stream sync; throughput = K queued hand-offs then one sync; bandwidth = slot bytes / that time.\n",
+          f);
+}
+
+/* One size: digits with an optional K/M/G suffix (binary). Returns 0 or -1. */
+static int parse_size(const char *s, const char *end, size_t *out)
+{
+    char buf[32];
+    size_t n = (size_t)(end - s);
+    if (n == 0 || n >= sizeof buf) return -1;
+    memcpy(buf, s, n);
+    buf[n] = 0;
+    char *e;
+    unsigned long long v = strtoull(buf, &e, 10);
+    if (e == buf || buf[0] == '-') return -1;
+    size_t mul = 1;
+    if (*e == 'K' || *e == 'k') mul = 1 << 10, e++;
+    else if (*e == 'M' || *e == 'm') mul = 1 << 20, e++;
+    else if (*e == 'G' || *e == 'g') mul = 1 << 30, e++;
+    if (*e || v == 0 || v > TB_MAX_SIZE / mul || (v * mul) % 4) return -1;
+    *out = (size_t)v * mul;
+    return 0;
+}
+
+static int add_size(tb_args *a, size_t v, const char *spec)
+{
+    if (a->n_sizes == TB_MAX_SIZES) return cli_fail("--sizes '%s': more than %d sizes", spec, TB_MAX_SIZES), 2;
+    a->sizes[a->n_sizes++] = v;
+    return 0;
+}
+
+static int parse_sizes(tb_args *a, const char *spec)
+{
+    a->n_sizes = 0;
+    for (const char *p = spec; *p;) {
+        const char *comma = strchr(p, ','), *end = comma ? comma : p + strlen(p), *dots = strstr(p, "..");
+        size_t lo, hi;
+        if (dots && dots < end) {
+            if (parse_size(p, dots, &lo) || parse_size(dots + 2, end, &hi) || lo > hi) goto bad;
+            for (size_t v = lo; v <= hi; v *= 4)
+                if (add_size(a, v, spec)) return 2;
+        } else {
+            if (parse_size(p, end, &lo)) goto bad;
+            if (add_size(a, lo, spec)) return 2;
+        }
+        p = comma ? comma + 1 : end;
+        if (comma && !*p) goto bad;
+    }
+    if (a->n_sizes) return 0;
+bad:
+    return cli_fail("--sizes '%s': want sizes like 4K,1M or a range 4K..64M (each a multiple of 4 bytes, "
+                    "at most 1G, a range's low end not above its high end)", spec), 2;
+}
+
+static int parse_devs(tb_args *a, const char *v)
+{
+    char *e1, *e2;
+    long x = strtol(v, &e1, 10);
+    if (e1 == v || *e1 != ',' || x < 0 || x >= PPN_MAX_DEVICES) goto bad;
+    long y = strtol(e1 + 1, &e2, 10);
+    if (e2 == e1 + 1 || *e2 || y < 0 || y >= PPN_MAX_DEVICES) goto bad;
+    a->devs[0] = (int)x, a->devs[1] = (int)y, a->have_devs = 1;
+    return 0;
+bad:
+    return cli_fail("--devices '%s': want two device ids a,b", v), 2;
+}
+
+static int tb_parse(int argc, char **argv, tb_args *a)
+{
+    *a = (tb_args){.iters = 200, .warmup = 10, .batch = 32};
+    if (parse_sizes(a, "4K..64M")) return 2;
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i], *v;
+        long x;
+        int rc = 0;
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
+            tb_usage(stdout);
+            exit(0);
+        } else if (!strcmp(f, "--json")) a->json = 1;
+        else if (!(v = cli_value(argc, argv, &i))) return 2;
+        else if (!strcmp(f, "--backend")) a->backend = v;
+        else if (!strcmp(f, "--plot")) a->plot = v;
+        else if (!strcmp(f, "--devices")) rc = parse_devs(a, v);
+        else if (!strcmp(f, "--sizes")) rc = parse_sizes(a, v);
+        else if (!strcmp(f, "--iters")) rc = cli_int(f, v, 1, 1 << 24, &x), a->iters = (int)x;
+        else if (!strcmp(f, "--warmup")) rc = cli_int(f, v, 0, 1 << 24, &x), a->warmup = (int)x;
+        else if (!strcmp(f, "--batch")) rc = cli_int(f, v, 1, 1 << 16, &x), a->batch = (int)x;
+        else return cli_fail("transport-bench: unknown option '%s'", f), 2;
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* Measurement ---------------------------------------------------------------------------------------------- */
+
+static double now_us(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return 1e6 * (double)t.tv_sec + 1e-3 * (double)t.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Nearest-rank percentile of n sorted values. */
+static double pct(const double *v, int n, double p)
+{
+    int k = (int)ceil(p / 100.0 * n) - 1;
+    return v[k < 0 ? 0 : k >= n ? n - 1 : k];
+}
+
+/* One case's device state: the boundary under test and its producer / consumer buffers. */
+typedef struct tb_case {
+    ppn_gpu *g;
+    int kind;
+    ppn_gstream *prod, *cons;
+    ppn_pool *pfrom, *pto;
+    ppn_boundary b;
+    int b_init;
+    ppn_dptr io, local, zeros; /* io on from (the producer's [hdr][x]); local, zeros on to */
+    uint32_t step;
+} tb_case;
+
+/* One hand-off of step c->step on slot k, issued from this thread on both sides. */
+static ppn_status handoff(tb_case *c, int k)
+{
+    ppn_gpu *g = c->g;
+    uint32_t step = c->step++;
+    ppn_dptr got;
+    PPN_CHECK(ppn_boundary_send(&c->b, g, c->prod, k, step, c->io, 0));
+    PPN_CHECK(ppn_boundary_recv(&c->b, g, c->cons, k, step, c->local, &got, 0));
+    if (c->b.xport != PPN_XPORT_INPLACE) return PPN_OK; /* the copy transports released inside recv */
+    if (c->kind == TB_KERNEL) PPN_CHECK(ppn_op_add(g, c->cons, c->local, got, c->zeros, (int)(c->b.bytes / 4)));
+    return ppn_boundary_release(&c->b, g, c->cons, k, step);
+}
+
+static ppn_status case_setup(tb_case *c, ppn_rt *rt, size_t size)
+{
+    ppn_gpu *g = c->g;
+    PPN_CHECK(ppn_boundary_init(&c->b, g, c->pfrom, c->prod, ppn_pool_device(c->pto), tb_xport[c->kind],
+                                (int)(size / 4), rt->pinned));
+    c->b_init = 1;
+    size_t n = c->b.bytes;
+    PPN_CHECK(ppn_pool_alloc(c->pfrom, n, c->prod, "transport-bench io", &c->io));
+    PPN_CHECK(g->ops->memset_d8(g, c->prod, c->io, 0x3c, n));
+    PPN_CHECK(ppn_pool_alloc(c->pto, n, c->cons, "transport-bench local", &c->local));
+    if (c->kind == TB_KERNEL) {
+        PPN_CHECK(ppn_pool_alloc(c->pto, n, c->cons, "transport-bench zeros", &c->zeros));
+        PPN_CHECK(g->ops->memset_d8(g, c->cons, c->zeros, 0, n));
+    }
+    PPN_CHECK(g->ops->stream_sync(g, c->prod));
+    return g->ops->stream_sync(g, c->cons);
+}
+
+/* Drain both streams, then free what the case allocated (stream-ordered frees behind the host syncs). */
+static ppn_status case_teardown(tb_case *c)
+{
+    ppn_gpu *g = c->g;
+    ppn_status st = g->ops->stream_sync(g, c->prod), s2 = g->ops->stream_sync(g, c->cons);
+    if (st == PPN_OK) st = s2;
+    if (c->b_init) ppn_boundary_fini(&c->b, g);
+    if (c->io && (s2 = ppn_pool_free(c->pfrom, c->io, c->prod)) != PPN_OK && st == PPN_OK) st = s2;
+    if (c->local && (s2 = ppn_pool_free(c->pto, c->local, c->cons)) != PPN_OK && st == PPN_OK) st = s2;
+    if (c->zeros && (s2 = ppn_pool_free(c->pto, c->zeros, c->cons)) != PPN_OK && st == PPN_OK) st = s2;
+    if ((s2 = g->ops->stream_sync(g, c->prod)) != PPN_OK && st == PPN_OK) st = s2;
+    if ((s2 = g->ops->stream_sync(g, c->cons)) != PPN_OK && st == PPN_OK) st = s2;
+    c->b_init = 0;
+    c->io = c->local = c->zeros = 0;
+    return st;
+}
+
+static ppn_status measure(tb_case *c, const tb_args *a, tb_result *r)
+{
+    ppn_gpu *g = c->g;
+    int nb = (a->iters + a->batch - 1) / a->batch;
+    double *lat = malloc(sizeof *lat * (size_t)a->iters), *tput = malloc(sizeof *tput * (size_t)nb);
+    ppn_status st = PPN_OK;
+    if (!lat || !tput) {
+        st = ppn_err(PPN_ENOMEM, "transport-bench: host out of memory");
+        goto out;
+    }
+    for (int i = 0; i < a->warmup && st == PPN_OK; i++) st = handoff(c, i & 1);
+    if (st == PPN_OK) st = g->ops->stream_sync(g, c->cons);
+    double sum = 0;
+    for (int i = 0; i < a->iters && st == PPN_OK; i++) {
+        double t0 = now_us();
+        st = handoff(c, 0);
+        if (st == PPN_OK) st = g->ops->stream_sync(g, c->cons);
+        lat[i] = now_us() - t0;
+        sum += lat[i];
+    }
+    for (int i = 0; i < nb && st == PPN_OK; i++) {
+        double t0 = now_us();
+        for (int k = 0; k < a->batch && st == PPN_OK; k++) st = handoff(c, k & 1);
+        if (st == PPN_OK) st = g->ops->stream_sync(g, c->cons);
+        tput[i] = (now_us() - t0) / a->batch;
+    }
+    if (st != PPN_OK) goto out;
+    qsort(lat, (size_t)a->iters, sizeof *lat, cmp_double);
+    qsort(tput, (size_t)nb, sizeof *tput, cmp_double);
+    r->lat_min = lat[0];
+    r->lat_med = pct(lat, a->iters, 50);
+    r->lat_p99 = pct(lat, a->iters, 99);
+    r->lat_mean = sum / a->iters;
+    r->tput_us = pct(tput, nb, 50);
+out:
+    free(lat);
+    free(tput);
+    return st;
+}
+
+static ppn_status push_result(tb_run *run, const tb_result *r)
+{
+    if (run->n_res == run->cap_res) {
+        int cap = run->cap_res ? run->cap_res * 2 : 64;
+        tb_result *n = realloc(run->res, sizeof *n * (size_t)cap);
+        if (!n) return ppn_err(PPN_ENOMEM, "transport-bench: host out of memory");
+        run->res = n;
+        run->cap_res = cap;
+    }
+    run->res[run->n_res++] = *r;
+    return PPN_OK;
+}
+
+/* Every size of one transport kind between the streams of c. */
+static ppn_status bench_kind(tb_run *run, tb_case *c, int kind)
+{
+    c->kind = kind;
+    for (int i = 0; i < run->a->n_sizes; i++) {
+        size_t size = run->a->sizes[i];
+        tb_result r = {.kind = kind, .from = ppn_pool_device(c->pfrom), .to = ppn_pool_device(c->pto), .size = size};
+        ppn_status st = case_setup(c, run->rt, size);
+        if (st == PPN_OK) st = measure(c, run->a, &r);
+        r.bytes = c->b.bytes;
+        ppn_status st2 = case_teardown(c);
+        if (st == PPN_OK) st = st2;
+        if (st != PPN_OK) return ppn_err_ctx(st, "%s %d->%d, %zu B", tb_names[kind], r.from, r.to, size);
+        PPN_CHECK(push_result(run, &r));
+        if (isatty(STDERR_FILENO)) fprintf(stderr, "\r%-10s %d->%d %9zu B done", tb_names[kind], r.from, r.to, size);
+    }
+    return PPN_OK;
+}
+
+/* The transports of one device pair: the same-device ones when from == to, else the one the stage map would
+ * choose (peer when both directions can access, else host-staged), with the grants the runtime would enable. */
+static ppn_status bench_pair(tb_run *run, int from, int to)
+{
+    ppn_gpu *g = run->rt->g;
+    tb_case c = {.g = g};
+    int kinds[3], nk = 0;
+    ppn_status st;
+    if (from == to) {
+        kinds[nk++] = TB_INPLACE, kinds[nk++] = TB_DTOD, kinds[nk++] = TB_KERNEL;
+    } else {
+        int ab = 0, ba = 0;
+        PPN_CHECK(g->ops->peer_can_access(g, to, from, &ab));
+        PPN_CHECK(g->ops->peer_can_access(g, from, to, &ba));
+        if (ab && ba) {
+            PPN_CHECK(g->ops->peer_enable(g, to, from));
+            PPN_CHECK(g->ops->peer_enable(g, from, to));
+        }
+        kinds[nk++] = ab && ba ? TB_PEER : TB_HOST;
+    }
+    PPN_CHECK(ppn_rt_pool(run->rt, from, &c.pfrom));
+    PPN_CHECK(ppn_rt_pool(run->rt, to, &c.pto));
+    PPN_CHECK_GOTO(g->ops->stream_create(g, from, &c.prod), st, out);
+    PPN_CHECK_GOTO(g->ops->stream_create(g, to, &c.cons), st, out);
+    for (int k = 0; k < nk; k++) PPN_CHECK_GOTO(bench_kind(run, &c, kinds[k]), st, out);
+    st = PPN_OK;
+out:
+    for (int i = 0; i < 2; i++) {
+        ppn_gstream *s = i ? c.cons : c.prod;
+        if (!s) continue;
+        g->ops->stream_sync(g, s);
+        ppn_pool_stream_retired(c.pfrom, s);
+        if (c.pto != c.pfrom) ppn_pool_stream_retired(c.pto, s);
+        g->ops->stream_destroy(g, s);
+    }
+    return st;
+}
+
+/* Reports -------------------------------------------------------------------------------------------------- */
+
+static double gbps(const tb_result *r) { return (double)r->bytes / (r->tput_us * 1e-6) / 1e9; }
+
+static void print_table(const tb_run *run)
+{
+    char sz[32];
+    printf("transport-bench: backend %s, %d device(s); one host thread drives producer and consumer alternately\n"
+           "latency: one hand-off + consumer sync (us); throughput: %d queued hand-offs, slots alternating\n"
+           "kernel_add: ppn has no copy kernel; ppn_op_add(dst, slot, zeros) stands in (1.5x a copy's traffic)\n",
+           ppn_rt_backend(run->rt), ppn_rt_device_count(run->rt), run->a->batch);
+    printf("%-10s %-6s %8s %10s %10s %10s %10s %10s %12s %10s\n", "transport", "pair", "size", "slot B", "lat min",
+           "median", "p99", "mean", "us/handoff", "GB/s");
+    for (int i = 0; i < run->n_res; i++) {
+        const tb_result *r = &run->res[i];
+        char pair[16];
+        plot_fmt_bytes((double)r->size, sz, sizeof sz);
+        snprintf(pair, sizeof pair, "%d->%d", r->from, r->to);
+        printf("%-10s %-6s %8s %10zu %10.2f %10.2f %10.2f %10.2f %12.2f %10.3f\n", tb_names[r->kind], pair, sz,
+               r->bytes, r->lat_min, r->lat_med, r->lat_p99, r->lat_mean, r->tput_us, gbps(r));
+    }
+}
+
+static int print_json(const tb_run *run)
+{
+    json_t *root = json_object(), *res = json_array();
+    json_object_set_new(root, "tool", json_string("transport-bench"));
+    json_object_set_new(root, "backend", json_string(ppn_rt_backend(run->rt)));
+    json_object_set_new(root, "devices", json_integer(ppn_rt_device_count(run->rt)));
+    json_object_set_new(root, "iters", json_integer(run->a->iters));
+    json_object_set_new(root, "warmup", json_integer(run->a->warmup));
+    json_object_set_new(root, "batch", json_integer(run->a->batch));
+    json_object_set_new(root, "driver", json_string("one host thread drives producer and consumer alternately "
+                                                    "(send, recv, release): the device-side chain, no cross-thread "
+                                                    "wake-up"));
+    json_object_set_new(root, "kernel_add_note", json_string("ppn has no copy kernel: ppn_op_add(dst, slot, zeros) "
+                                                             "on the in-place chain, reads 2 and writes 1 buffer"));
+    for (int i = 0; i < run->n_res; i++) {
+        const tb_result *r = &run->res[i];
+        json_t *o = json_object(), *lat = json_object();
+        json_object_set_new(o, "transport", json_string(tb_names[r->kind]));
+        json_object_set_new(o, "from", json_integer(r->from));
+        json_object_set_new(o, "to", json_integer(r->to));
+        json_object_set_new(o, "size", json_integer((json_int_t)r->size));
+        json_object_set_new(o, "bytes", json_integer((json_int_t)r->bytes));
+        json_object_set_new(lat, "min", json_real(r->lat_min));
+        json_object_set_new(lat, "median", json_real(r->lat_med));
+        json_object_set_new(lat, "p99", json_real(r->lat_p99));
+        json_object_set_new(lat, "mean", json_real(r->lat_mean));
+        json_object_set_new(o, "latency_us", lat);
+        json_object_set_new(o, "throughput_us_per_handoff", json_real(r->tput_us));
+        json_object_set_new(o, "handoffs_per_s", json_real(1e6 / r->tput_us));
+        json_object_set_new(o, "bandwidth_GBps", json_real(gbps(r)));
+        json_array_append_new(res, o);
+    }
+    json_object_set_new(root, "results", res);
+    int rc = json_dumpf(root, stdout, JSON_COMPACT | JSON_REAL_PRECISION(6));
+    json_decref(root);
+    putchar('\n');
+    return rc == 0 ? 0 : cli_fail("transport-bench: writing the JSON failed");
+}
+
+/* Median latency vs size, one series per transport and pair. */
+static int write_plot(const tb_run *run)
+{
+    int n = run->n_res, ns = 0, rc = 0;
+    plot_series *s = calloc((size_t)(n ? n : 1), sizeof *s);
+    double *x = malloc(sizeof *x * (size_t)(n ? n : 1)), *y = malloc(sizeof *y * (size_t)(n ? n : 1));
+    char (*names)[48] = calloc((size_t)(n ? n : 1), sizeof *names);
+    if (!s || !x || !y || !names) {
+        rc = cli_fail("transport-bench: out of memory");
+        goto out;
+    }
+    /* results come grouped: one run of sizes per (transport, pair) */
+    for (int i = 0; i < n; i++) {
+        const tb_result *r = &run->res[i];
+        x[i] = (double)r->size;
+        y[i] = r->lat_med;
+        if (i == 0 || r->kind != run->res[i - 1].kind || r->from != run->res[i - 1].from || r->to != run->res[i - 1].to) {
+            snprintf(names[ns], sizeof names[ns], "%s %d->%d", tb_names[r->kind], r->from, r->to);
+            s[ns] = (plot_series){.name = names[ns], .x = x + i, .y = y + i};
+            ns++;
+        }
+        s[ns - 1].n++;
+    }
+    char title[128];
+    snprintf(title, sizeof title, "ppn transport-bench (%s): hand-off latency, median", ppn_rt_backend(run->rt));
+    plot_axis ax = {.label = "slot payload (bytes)", .log = 1, .log_base = 4, .fmt = plot_fmt_bytes};
+    plot_axis ay = {.label = "latency (us), log scale", .log = 1};
+    ppn_status st = plot_svg_lines(run->a->plot, title, &ax, &ay, s, ns);
+    if (st != PPN_OK) rc = cli_fail_status(st, "--plot");
+out:
+    free(s);
+    free(x);
+    free(y);
+    free(names);
+    return rc;
+}
+
+/* Entry --------------------------------------------------------------------------------------------------- */
+
+static ppn_status bench_all(tb_run *run)
+{
+    int nd = ppn_rt_device_count(run->rt);
+    const tb_args *a = run->a;
+    if (a->have_devs) {
+        for (int i = 0; i < 2; i++)
+            if (a->devs[i] >= nd)
+                return ppn_err(PPN_EINVAL, "--devices %d,%d: device %d does not exist (%s backend has %d)",
+                               a->devs[0], a->devs[1], a->devs[i], ppn_rt_backend(run->rt), nd);
+        return bench_pair(run, a->devs[0], a->devs[1]);
+    }
+    PPN_CHECK(bench_pair(run, 0, 0));
+    for (int from = 0; from < nd; from++)
+        for (int to = from + 1; to < nd; to++) PPN_CHECK(bench_pair(run, from, to));
+    return PPN_OK;
+}
+
+int cmd_transport_bench(int argc, char **argv)
+{
+    tb_args a;
+    int rc = tb_parse(argc, argv, &a);
+    if (rc) return rc;
+    tb_run run = {.a = &a};
+    ppn_status st = ppn_rt_create(a.backend, &run.rt);
+    if (st != PPN_OK) return cli_fail_status(st, "backend");
+    st = bench_all(&run);
+    if (isatty(STDERR_FILENO)) fputc('\n', stderr);
+    if (st != PPN_OK) rc = cli_fail_status(st, "transport-bench");
+    else if (a.json) rc = print_json(&run);
+    else print_table(&run);
+    if (rc == 0 && a.plot) rc = write_plot(&run);
+    ppn_rt_destroy(run.rt);
+    free(run.res);
+    return rc;
+}
