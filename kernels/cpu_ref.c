@@ -16,18 +16,7 @@
 #include <string.h>
 #include "ktable.h"
 
-void ppn_cpu_embed(const void *params);
-void ppn_cpu_rmsnorm(const void *params);
-void ppn_cpu_matvec(const void *params);
-void ppn_cpu_rope(const void *params);
-void ppn_cpu_head_rmsnorm(const void *params);
-void ppn_cpu_kv_store(const void *params);
-void ppn_cpu_attn(const void *params);
-void ppn_cpu_swiglu(const void *params);
-void ppn_cpu_add(const void *params);
-void ppn_cpu_argmax(const void *params);
-void ppn_cpu_fill(const void *params);
-void ppn_cpu_set_hdr(const void *params);
+#include "cpu_ref.h"
 
 #define PTR(type, p) ((type *)(uintptr_t)(p))
 

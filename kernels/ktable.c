@@ -3,19 +3,7 @@
 #include <string.h>
 #include "ktable.h"
 
-/* The CPU references live in cpu_ref.c; only this table names them, so they have no header. */
-void ppn_cpu_embed(const void *params);
-void ppn_cpu_rmsnorm(const void *params);
-void ppn_cpu_matvec(const void *params);
-void ppn_cpu_rope(const void *params);
-void ppn_cpu_head_rmsnorm(const void *params);
-void ppn_cpu_kv_store(const void *params);
-void ppn_cpu_attn(const void *params);
-void ppn_cpu_swiglu(const void *params);
-void ppn_cpu_add(const void *params);
-void ppn_cpu_argmax(const void *params);
-void ppn_cpu_fill(const void *params);
-void ppn_cpu_set_hdr(const void *params);
+#include "cpu_ref.h"
 
 /* The name is the extern "C" symbol in kernels/ppn_kernels.cu; the cuda backend resolves it with
  * cuModuleGetFunction, so the two must stay spelled alike. */

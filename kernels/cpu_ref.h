@@ -1,0 +1,19 @@
+/* cpu_ref.h - the CPU reference of every kernel (cpu_ref.c); the kernel table (ktable.c) names them, and the
+ * sim backend runs them through it. Each computes the whole op from its params struct (kparams.h). */
+#ifndef PPN_CPU_REF_H
+#define PPN_CPU_REF_H
+
+void ppn_cpu_embed(const void *params);
+void ppn_cpu_rmsnorm(const void *params);
+void ppn_cpu_matvec(const void *params);
+void ppn_cpu_rope(const void *params);
+void ppn_cpu_head_rmsnorm(const void *params);
+void ppn_cpu_kv_store(const void *params);
+void ppn_cpu_attn(const void *params);
+void ppn_cpu_swiglu(const void *params);
+void ppn_cpu_add(const void *params);
+void ppn_cpu_argmax(const void *params);
+void ppn_cpu_fill(const void *params);
+void ppn_cpu_set_hdr(const void *params);
+
+#endif
