@@ -63,6 +63,16 @@ enum {
 
 typedef void (*ppn_host_fn)(void *arg);
 
+/* One kernel's account under PPN_KPROF=1 (kprof_read). PPN_KPROF is read once at backend creation: unset,
+ * empty or 0 = off, 1 = on, anything else = PPN_EINVAL naming the variable. */
+struct ppn_kprof_entry {
+    const char *name; /* the kernel's ppn_kernels[] name (static storage) */
+    uint64_t calls;   /* launches harvested */
+    double ms;        /* cuda: device time between a pair of timing events around each launch;
+                       * sim: CPU wall time of the reference kernel (not a device time) */
+    double bytes;     /* the launches' declared access bytes (sum of l->acc[i].bytes) */
+};
+
 struct ppn_gpu_ops {
     const char *name; /* "cuda" or "sim" */
     void (*destroy)(ppn_gpu *g);
@@ -111,6 +121,14 @@ struct ppn_gpu_ops {
     /* Checker annotations (no-op on cuda). s is the ordering stream for PPN_ANN_FREE, else NULL. */
     ppn_status (*mem_annotate)(ppn_gpu *g, ppn_gstream *s, int dev, ppn_dptr p, size_t n, int op,
                                const char *tag);
+
+    /* Kernel profile (PPN_KPROF=1; a diagnostics path). kprof_read harvests the launches that have completed
+     * and writes one entry per kernel with calls > 0, in kernel-id order, at most max of them; it returns the
+     * number written (0 when profiling is off). max >= PPN_K_COUNT gets every kernel. kprof_reset zeroes the
+     * account; for an exact account call it while no launch is in flight (sim counts a launch when it
+     * executes). Both may be called from any thread. */
+    int (*kprof_read)(ppn_gpu *g, struct ppn_kprof_entry *out, int max);
+    void (*kprof_reset)(ppn_gpu *g);
 };
 
 struct ppn_gpu {

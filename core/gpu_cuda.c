@@ -17,6 +17,13 @@
  *
  * Code outside ppn that calls cuCtxSetCurrent on a thread that also calls ppn must restore the previous
  * context before calling ppn again (the per-thread cache cannot see such changes).
+ *
+ * Kernel profile (PPN_KPROF=1, a diagnostics path): each launch is bracketed by two timing events taken from
+ * a ring owned by its stream (created at the stream's first profiled launch, reused after), tagged with the
+ * kernel id and the launch's declared bytes. Completed pairs are harvested (cuEventElapsedTime) when the ring
+ * is half full at a launch, at stream_sync and at kprof_read, into per-kernel totals. A full ring makes the
+ * issuing thread wait for its oldest pair: safe because no GPU work of ppn waits on a host thread (ppn issues
+ * no host functions that block). Each pair adds two event records to the stream, so profiled steps are slower.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -42,18 +49,50 @@ typedef struct cu_dev {
     _Atomic(CUfunction) fn[PPN_K_COUNT];     /* per kernel id; NULL until its first launch */
 } cu_dev;
 
+#define CU_KP_RING 2048u /* event pairs per profiled stream */
+
+/* One profiled launch. */
+typedef struct cu_kpair {
+    CUevent start, end; /* created with timing; recorded right before and after the launch */
+    int kernel;
+    double bytes;       /* the launch's declared access bytes */
+    uint64_t epoch;     /* the profile's epoch at issue: a reset drops the pairs of older epochs */
+} cu_kpair;
+
+/* A stream's ring of event pairs. */
+typedef struct cu_kring {
+    pthread_mutex_t mu;    /* pairs, head, tail; the issuer holds it from the start record to the end record */
+    CUcontext ctx;         /* the stream's context; immutable */
+    cu_kpair *pairs;       /* [CU_KP_RING]; NULL until the stream's first profiled launch */
+    uint64_t head, tail;   /* pairs published / harvested: [tail, head) are in flight, slot = index % ring */
+    struct cu_kring *next; /* the backend's list of rings: under cu_gpu.kp_mu */
+} cu_kring;
+
+/* Per-kernel sums harvested from rings, added to the totals when their epoch is still the current one. */
+typedef struct cu_kp_sum {
+    uint64_t epoch;
+    uint64_t calls[PPN_K_COUNT];
+    double ms[PPN_K_COUNT], bytes[PPN_K_COUNT];
+} cu_kp_sum;
+
 typedef struct cu_gpu {
     ppn_gpu base;          /* first: ppn_gpu * and cu_gpu * convert */
     ppn_cuda_drv drv;      /* immutable after create */
     int ndev;              /* immutable after create */
     unsigned char *can;    /* [ndev * ndev]: can[i*ndev+j] = device i can access j's memory; immutable */
     cu_dev *devs;          /* [ndev] */
+    int kprof;             /* PPN_KPROF=1; immutable after create */
+    pthread_mutex_t kp_mu; /* kp_rings, kp_epoch (writes) and the totals; taken before a ring's mu, never after */
+    cu_kring *kp_rings;
+    _Atomic uint64_t kp_epoch; /* bumped by kprof_reset; read without the lock at issue */
+    cu_kp_sum kp_total;    /* kp_total.epoch unused */
 } cu_gpu;
 
 struct ppn_gstream {
     CUstream s;
     int dev;
     CUcontext ctx; /* the context s lives in */
+    cu_kring *kp;  /* NULL unless PPN_KPROF=1 */
 };
 
 struct ppn_gevent {
@@ -212,6 +251,175 @@ static ppn_status cu_host_free(ppn_gpu *g, void *p, size_t bytes)
 }
 
 /* ---------------------------------------------------------------------------------------------------------
+ * Kernel profile (PPN_KPROF=1) */
+
+static ppn_status cu_kp_env(cu_gpu *b)
+{
+    const char *v = getenv("PPN_KPROF");
+    if (!v || !*v || !strcmp(v, "0")) return PPN_OK;
+    if (!strcmp(v, "1")) {
+        b->kprof = 1;
+        return PPN_OK;
+    }
+    return ppn_err(PPN_EINVAL, "PPN_KPROF='%s' is invalid: it must be 0 or 1", v);
+}
+
+static void cu_kp_sum_init(cu_gpu *b, cu_kp_sum *sum)
+{
+    memset(sum, 0, sizeof *sum);
+    sum->epoch = atomic_load_explicit(&b->kp_epoch, memory_order_relaxed);
+}
+
+/* Under kp_mu: a sum harvested before a reset is dropped (its launches were issued before it). */
+static void cu_kp_add_locked(cu_gpu *b, const cu_kp_sum *sum)
+{
+    if (sum->epoch != atomic_load_explicit(&b->kp_epoch, memory_order_relaxed)) return;
+    for (int k = 0; k < PPN_K_COUNT; k++) {
+        b->kp_total.calls[k] += sum->calls[k];
+        b->kp_total.ms[k] += sum->ms[k];
+        b->kp_total.bytes[k] += sum->bytes[k];
+    }
+}
+
+static void cu_kp_add(cu_gpu *b, const cu_kp_sum *sum)
+{
+    uint64_t any = 0;
+    for (int k = 0; k < PPN_K_COUNT; k++) any |= sum->calls[k];
+    if (!any) return;
+    pthread_mutex_lock(&b->kp_mu);
+    cu_kp_add_locked(b, sum);
+    pthread_mutex_unlock(&b->kp_mu);
+}
+
+/* Under r->mu, with r's context current: move the completed pairs into sum, oldest first (a stream completes
+ * in issue order, so the first pair not done ends the scan). The oldest `need` pairs are waited for if they
+ * are not done yet (a full ring). */
+static ppn_status cu_kp_harvest(cu_gpu *b, cu_kring *r, uint64_t need, cu_kp_sum *sum)
+{
+    for (uint64_t freed = 0; r->tail < r->head; freed++) {
+        cu_kpair *p = &r->pairs[r->tail % CU_KP_RING];
+        CUresult q = b->drv.cuEventQuery(p->end);
+        if (q == CUDA_ERROR_NOT_READY) {
+            if (freed >= need) return PPN_OK;
+            PPN_CHECK(PPN_CU(&b->drv, cuEventSynchronize, p->end));
+        } else {
+            PPN_CHECK(ppn_cuda_result(&b->drv, q, "cuEventQuery(p->end)", PPN_CU_FILE_, __LINE__));
+        }
+        float ms = 0;
+        PPN_CHECK(PPN_CU(&b->drv, cuEventElapsedTime, &ms, p->start, p->end));
+        if (p->epoch == sum->epoch) {
+            sum->calls[p->kernel]++;
+            sum->ms[p->kernel] += (double)ms;
+            sum->bytes[p->kernel] += p->bytes;
+        }
+        r->tail++;
+    }
+    return PPN_OK;
+}
+
+/* Harvest what r has completed (waiting for nothing) and add it to the totals. */
+static ppn_status cu_kp_collect(cu_gpu *b, cu_kring *r)
+{
+    cu_kp_sum sum;
+    ppn_status st = PPN_OK;
+    cu_kp_sum_init(b, &sum);
+    pthread_mutex_lock(&r->mu);
+    if (r->pairs) {
+        st = cu_set_current(b, r->ctx);
+        if (st == PPN_OK) st = cu_kp_harvest(b, r, 0, &sum);
+    }
+    pthread_mutex_unlock(&r->mu);
+    cu_kp_add(b, &sum);
+    if (st != PPN_OK) return ppn_err_ctx(st, "PPN_KPROF: harvesting kernel timings");
+    return PPN_OK;
+}
+
+/* Destroy a ring's events (up to n pairs) and free its array; the ring's context must be current. */
+static ppn_status cu_kp_events_free(cu_gpu *b, cu_kring *r, unsigned n)
+{
+    ppn_status st = PPN_OK;
+    for (unsigned i = 0; i < n; i++) {
+        ppn_status a = r->pairs[i].start ? PPN_CU(&b->drv, cuEventDestroy, r->pairs[i].start) : PPN_OK;
+        ppn_status e = r->pairs[i].end ? PPN_CU(&b->drv, cuEventDestroy, r->pairs[i].end) : PPN_OK;
+        if (st == PPN_OK) st = a != PPN_OK ? a : e;
+    }
+    free(r->pairs);
+    r->pairs = NULL;
+    return st;
+}
+
+/* A ring for a new stream (its events come at the first profiled launch), linked into the backend's list. */
+static ppn_status cu_kp_ring_new(cu_gpu *b, CUcontext ctx, cu_kring **out)
+{
+    cu_kring *r = calloc(1, sizeof *r);
+    if (!r) return ppn_err(PPN_ENOMEM, "PPN_KPROF: out of host memory for a stream's event ring");
+    pthread_mutex_init(&r->mu, NULL);
+    r->ctx = ctx;
+    pthread_mutex_lock(&b->kp_mu);
+    r->next = b->kp_rings;
+    b->kp_rings = r;
+    pthread_mutex_unlock(&b->kp_mu);
+    *out = r;
+    return PPN_OK;
+}
+
+/* Unlink and free a ring whose stream is drained (or dead): events still pending are released by the driver
+ * when they complete. */
+static ppn_status cu_kp_ring_free(cu_gpu *b, cu_kring *r)
+{
+    ppn_status st = PPN_OK;
+    pthread_mutex_lock(&b->kp_mu);
+    for (cu_kring **pp = &b->kp_rings; *pp; pp = &(*pp)->next)
+        if (*pp == r) {
+            *pp = r->next;
+            break;
+        }
+    pthread_mutex_unlock(&b->kp_mu);
+    if (r->pairs) {
+        st = cu_set_current(b, r->ctx);
+        ppn_status st2 = cu_kp_events_free(b, r, CU_KP_RING);
+        if (st == PPN_OK) st = st2;
+    }
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+    return st;
+}
+
+/* One entry per kernel with calls, after harvesting what every stream has completed. A stream whose harvest
+ * fails keeps its pairs (its fault surfaces at its next sync or launch). */
+static int cu_kprof_read(ppn_gpu *g, struct ppn_kprof_entry *out, int max)
+{
+    cu_gpu *b = cu_of(g);
+    int n = 0;
+    if (!b->kprof || !out || max <= 0) return 0;
+    pthread_mutex_lock(&b->kp_mu);
+    for (cu_kring *r = b->kp_rings; r; r = r->next) {
+        cu_kp_sum sum;
+        cu_kp_sum_init(b, &sum);
+        pthread_mutex_lock(&r->mu);
+        if (r->pairs && cu_set_current(b, r->ctx) == PPN_OK) (void)cu_kp_harvest(b, r, 0, &sum);
+        pthread_mutex_unlock(&r->mu);
+        cu_kp_add_locked(b, &sum);
+    }
+    for (int k = 0; k < PPN_K_COUNT && n < max; k++)
+        if (b->kp_total.calls[k])
+            out[n++] = (struct ppn_kprof_entry){ppn_kernels[k].name, b->kp_total.calls[k], b->kp_total.ms[k],
+                                                b->kp_total.bytes[k]};
+    pthread_mutex_unlock(&b->kp_mu);
+    return n;
+}
+
+static void cu_kprof_reset(ppn_gpu *g)
+{
+    cu_gpu *b = cu_of(g);
+    if (!b->kprof) return;
+    pthread_mutex_lock(&b->kp_mu);
+    atomic_fetch_add_explicit(&b->kp_epoch, 1, memory_order_relaxed);
+    memset(&b->kp_total, 0, sizeof b->kp_total);
+    pthread_mutex_unlock(&b->kp_mu);
+}
+
+/* ---------------------------------------------------------------------------------------------------------
  * Streams and events */
 
 static ppn_status cu_stream_create(ppn_gpu *g, int dev, ppn_gstream **out)
@@ -222,20 +430,24 @@ static ppn_status cu_stream_create(ppn_gpu *g, int dev, ppn_gstream **out)
     if (!s) return ppn_err(PPN_ENOMEM, "cuda: stream_create: out of host memory");
     PPN_CHECK_GOTO(cu_use_dev(b, dev, "stream_create"), st, out);
     PPN_CHECK_GOTO(cu_ctx(b, dev, &s->ctx), st, out);
+    if (b->kprof) PPN_CHECK_GOTO(cu_kp_ring_new(b, s->ctx, &s->kp), st, out);
     PPN_CHECK_GOTO(PPN_CU(&b->drv, cuStreamCreate, &s->s, CU_STREAM_NON_BLOCKING), st, out);
     s->dev = dev;
     *out = s;
 out:
+    if (st != PPN_OK && s->kp) (void)cu_kp_ring_free(b, s->kp); /* no events yet: no driver call */
     if (st != PPN_OK) free(s);
     return st;
 }
 
+/* With PPN_KPROF=1, also harvests the stream's completed kernel timings. */
 static ppn_status cu_stream_sync(ppn_gpu *g, ppn_gstream *s)
 {
     cu_gpu *b = cu_of(g);
     PPN_CHECK(cu_set_current(b, s->ctx));
     ppn_status st = PPN_CU(&b->drv, cuStreamSynchronize, s->s);
     if (st != PPN_OK) return ppn_err_ctx(st, "stream on device %d", s->dev);
+    if (s->kp) PPN_CHECK(cu_kp_collect(b, s->kp));
     return PPN_OK;
 }
 
@@ -246,10 +458,11 @@ static ppn_status cu_stream_destroy(ppn_gpu *g, ppn_gstream *s)
     cu_gpu *b = cu_of(g);
     if (!s) return PPN_OK;
     ppn_status st = cu_stream_sync(g, s);
+    ppn_status st3 = s->kp ? cu_kp_ring_free(b, s->kp) : PPN_OK;
     ppn_status st2 = cu_set_current(b, s->ctx);
     if (st2 == PPN_OK) st2 = PPN_CU(&b->drv, cuStreamDestroy, s->s);
     free(s);
-    return st != PPN_OK ? st : st2;
+    return st != PPN_OK ? st : st2 != PPN_OK ? st2 : st3;
 }
 
 static int cu_stream_device(ppn_gpu *g, ppn_gstream *s)
@@ -489,14 +702,9 @@ static ppn_status cu_check_launch(const ppn_launch *l)
 }
 
 /* Every kernel takes one struct by value: kernelParams holds one pointer to it; the driver copies the
- * bytes at this call, so the caller's struct may die as soon as we return. */
-static ppn_status cu_launch(ppn_gpu *g, ppn_gstream *s, const ppn_launch *l)
+ * bytes at this call, so the caller's struct may die as soon as we return. s's context is current. */
+static ppn_status cu_launch_on(cu_gpu *b, ppn_gstream *s, CUfunction f, const ppn_launch *l)
 {
-    cu_gpu *b = cu_of(g);
-    CUfunction f = NULL;
-    PPN_CHECK(cu_check_launch(l));
-    PPN_CHECK(cu_set_current(b, s->ctx));
-    PPN_CHECK(cu_kernel(b, s->dev, l->kernel, &f));
     void *args[1] = {(void *)l->params};
     ppn_status st = PPN_CU(&b->drv, cuLaunchKernel, f, l->grid[0], l->grid[1], l->grid[2], l->block[0],
                            l->block[1], l->block[2], l->smem, s->s, args, NULL);
@@ -505,6 +713,66 @@ static ppn_status cu_launch(ppn_gpu *g, ppn_gstream *s, const ppn_launch *l)
                            ppn_kernels[l->kernel].name, s->dev, l->grid[0], l->grid[1], l->grid[2], l->block[0],
                            l->block[1], l->block[2], l->smem);
     return PPN_OK;
+}
+
+/* Under r->mu, with r's context current: create the ring's events (the stream's first profiled launch). */
+static ppn_status cu_kp_events(cu_gpu *b, cu_kring *r, int dev)
+{
+    ppn_status st = PPN_OK;
+    r->pairs = calloc(CU_KP_RING, sizeof *r->pairs);
+    if (!r->pairs) return ppn_err(PPN_ENOMEM, "PPN_KPROF: out of host memory for %u event pairs", CU_KP_RING);
+    for (unsigned i = 0; i < CU_KP_RING && st == PPN_OK; i++) {
+        st = PPN_CU(&b->drv, cuEventCreate, &r->pairs[i].start, CU_EVENT_DEFAULT); /* timing on */
+        if (st == PPN_OK) st = PPN_CU(&b->drv, cuEventCreate, &r->pairs[i].end, CU_EVENT_DEFAULT);
+    }
+    if (st == PPN_OK) return PPN_OK;
+    ppn_err_ctx(st, "PPN_KPROF: creating %u timing event pairs on device %d", CU_KP_RING, dev);
+    cu_kp_events_free(b, r, CU_KP_RING); /* unset handles are NULL (calloc) */
+    return st;
+}
+
+static double cu_launch_bytes(const ppn_launch *l)
+{
+    double bytes = 0;
+    for (int i = 0; i < l->nacc && i < PPN_LAUNCH_MAX_ACC; i++) bytes += (double)l->acc[i].bytes;
+    return bytes;
+}
+
+/* PPN_KPROF=1: the launch between the two events of the ring's next pair, published only when all three
+ * were enqueued. Harvests when the ring is half full (waiting for the oldest pair only when it is full). */
+static ppn_status cu_launch_timed(cu_gpu *b, ppn_gstream *s, CUfunction f, const ppn_launch *l)
+{
+    cu_kring *r = s->kp;
+    cu_kp_sum sum;
+    ppn_status st = PPN_OK;
+    cu_kp_sum_init(b, &sum);
+    pthread_mutex_lock(&r->mu);
+    if (!r->pairs) PPN_CHECK_GOTO(cu_kp_events(b, r, s->dev), st, out);
+    if (r->head - r->tail >= CU_KP_RING / 2)
+        PPN_CHECK_GOTO(cu_kp_harvest(b, r, r->head - r->tail >= CU_KP_RING ? 1 : 0, &sum), st, out);
+    cu_kpair *p = &r->pairs[r->head % CU_KP_RING];
+    PPN_CHECK_GOTO(PPN_CU(&b->drv, cuEventRecord, p->start, s->s), st, out);
+    PPN_CHECK_GOTO(cu_launch_on(b, s, f, l), st, out);
+    PPN_CHECK_GOTO(PPN_CU(&b->drv, cuEventRecord, p->end, s->s), st, out);
+    p->kernel = l->kernel;
+    p->bytes = cu_launch_bytes(l);
+    p->epoch = sum.epoch;
+    r->head++;
+out:
+    pthread_mutex_unlock(&r->mu);
+    cu_kp_add(b, &sum); /* what was harvested is real even if this launch failed */
+    if (st != PPN_OK) return ppn_err_ctx(st, "PPN_KPROF: timed launch of %s", ppn_kernels[l->kernel].name);
+    return PPN_OK;
+}
+
+static ppn_status cu_launch(ppn_gpu *g, ppn_gstream *s, const ppn_launch *l)
+{
+    cu_gpu *b = cu_of(g);
+    CUfunction f = NULL;
+    PPN_CHECK(cu_check_launch(l));
+    PPN_CHECK(cu_set_current(b, s->ctx));
+    PPN_CHECK(cu_kernel(b, s->dev, l->kernel, &f));
+    return s->kp ? cu_launch_timed(b, s, f, l) : cu_launch_on(b, s, f, l);
 }
 #else
 static ppn_status cu_launch(ppn_gpu *g, ppn_gstream *s, const ppn_launch *l)
@@ -563,6 +831,7 @@ static void cu_destroy(ppn_gpu *g)
     if (b->drv.lib) ppn_cuda_drv_close(&b->drv);
     free(b->can);
     free(b->devs);
+    pthread_mutex_destroy(&b->kp_mu); /* rings of streams not destroyed by their owners leak with them */
     free(b);
 }
 
@@ -597,6 +866,8 @@ static const struct ppn_gpu_ops cu_ops = {
     .launch = cu_launch,
     .host_fn = cu_host_fn,
     .mem_annotate = cu_mem_annotate,
+    .kprof_read = cu_kprof_read,
+    .kprof_reset = cu_kprof_reset,
 };
 
 static ppn_status cu_count_devices(cu_gpu *b, int *out)
@@ -639,10 +910,12 @@ ppn_status ppn_gpu_cuda_create(ppn_gpu **out)
     cu_gpu *b = calloc(1, sizeof *b);
     if (!b) return ppn_err(PPN_ENOMEM, "cuda: out of host memory for the backend");
     b->base.ops = &cu_ops;
+    pthread_mutex_init(&b->kp_mu, NULL);
     PPN_CHECK_GOTO(ppn_cuda_drv_open(&b->drv), st, out);
     int n = 0;
     PPN_CHECK_GOTO(cu_count_devices(b, &n), st, out);
     PPN_CHECK_GOTO(cu_init_devices(b, n), st, out);
+    PPN_CHECK_GOTO(cu_kp_env(b), st, out); /* after the devices: no driver or device stays PPN_ENODEV */
     *out = &b->base;
 out:
     if (st != PPN_OK) cu_destroy(&b->base);

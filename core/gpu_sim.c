@@ -11,6 +11,8 @@
  *                    record (event_record): the K-th such call (1-based, per backend) fails
  *   PPN_SIM_LATENCY  1: each op takes a modelled time (launch 4 us; copy 5 us + bytes at 1 TB/s on a device,
  *                    50 GB/s peer, 20 GB/s host or host-staged); 0 (default): ops run as fast as they can
+ *   PPN_KPROF        1: account each kernel's calls, declared bytes and the CPU wall time of its reference
+ *                    implementation (kprof_read); 0 (default): off
  *
  * Stream ids are 0, 1, 2... in creation order per backend and are what reports print; op indices are 1-based
  * per stream in issue order. A report makes the backend's sticky error: every later sync, query or enqueue
@@ -45,6 +47,23 @@ static uint64_t now_ns(void)
 }
 
 static sim_gpu *sim_of(ppn_gpu *g) { return (sim_gpu *)g; }
+
+/* The kernel profile (PPN_KPROF=1). It lives beside sim_gpu, in the same allocation, so the structures the
+ * checker shares with sim_check.c stay as they are. */
+typedef struct sim_kprof {
+    int on;                        /* immutable after create */
+    pthread_mutex_t mu;            /* the totals below */
+    uint64_t calls[PPN_K_COUNT];
+    uint64_t ns[PPN_K_COUNT];      /* CPU wall time of the reference kernels */
+    double bytes[PPN_K_COUNT];
+} sim_kprof;
+
+typedef struct sim_gpu_kp {
+    sim_gpu g; /* first: a ppn_gpu * is a sim_gpu * is a sim_gpu_kp * */
+    sim_kprof kp;
+} sim_gpu_kp;
+
+static sim_kprof *kp_of(sim_gpu *g) { return &((sim_gpu_kp *)g)->kp; }
 
 /* ---- environment ------------------------------------------------------------------------------------ */
 
@@ -177,6 +196,17 @@ static ppn_status parse_latency(sim_gpu *g)
         return PPN_OK;
     }
     return ppn_err(PPN_EINVAL, "PPN_SIM_LATENCY='%s' is invalid: it must be 0 or 1", v);
+}
+
+static ppn_status parse_kprof(sim_gpu *g)
+{
+    const char *v = env_get("PPN_KPROF");
+    if (!v || !strcmp(v, "0")) return PPN_OK;
+    if (!strcmp(v, "1")) {
+        kp_of(g)->on = 1;
+        return PPN_OK;
+    }
+    return ppn_err(PPN_EINVAL, "PPN_KPROF='%s' is invalid: it must be 0 or 1", v);
 }
 
 /* ---- small helpers ---------------------------------------------------------------------------------- */
@@ -400,6 +430,19 @@ static void exec_body(sim_op *op)
     }
 }
 
+/* A launch ran (on its stream's worker): add it to the kernel profile. */
+static void kprof_add(sim_gpu *g, const sim_op *op, uint64_t ns)
+{
+    sim_kprof *kp = kp_of(g);
+    double bytes = 0;
+    for (int i = 0; i < op->nacc; i++) bytes += (double)op->acc[i].n;
+    pthread_mutex_lock(&kp->mu);
+    kp->calls[op->u.k.kernel]++;
+    kp->ns[op->u.k.kernel] += ns;
+    kp->bytes[op->u.k.kernel] += bytes;
+    pthread_mutex_unlock(&kp->mu);
+}
+
 /* Run one op on s's worker: wait for its record, advance s's clock, check, execute, publish. */
 static void exec_op(sim_gpu *g, ppn_gstream *s, sim_op *op)
 {
@@ -421,7 +464,10 @@ static void exec_op(sim_gpu *g, ppn_gstream *s, sim_op *op)
         memcpy(r->vc, s->vc, n * sizeof *r->vc);
     }
     pthread_mutex_unlock(&g->ck);
+    int timed = kp_of(g)->on && op->kind == SIM_OP_LAUNCH && !skip;
+    uint64_t k0 = timed ? now_ns() : 0;
     if (!skip) exec_body(op);
+    if (timed) kprof_add(g, op, now_ns() - k0); /* the reference alone: not the modelled latency */
     if (op->model_ns) model_wait(t0 + op->model_ns);
     pthread_mutex_lock(&g->ck);
     sim_ck_exec_end(g, op);
@@ -1063,6 +1109,7 @@ static void sim_destroy(ppn_gpu *gg)
     pthread_mutex_destroy(&g->sync);
     pthread_cond_destroy(&g->sync_cv);
     pthread_mutex_destroy(&g->lists);
+    pthread_mutex_destroy(&kp_of(g)->mu);
     free(g);
 }
 
@@ -1071,24 +1118,27 @@ ppn_status ppn_gpu_sim_create(ppn_gpu **out)
 {
     if (!out) return ppn_err(PPN_EINVAL, "sim: create: out is NULL");
     *out = NULL;
-    sim_gpu *g = calloc(1, sizeof *g);
-    if (!g) return ppn_err(PPN_ENOMEM, "sim: create: out of host memory");
+    sim_gpu_kp *gk = calloc(1, sizeof *gk);
+    if (!gk) return ppn_err(PPN_ENOMEM, "sim: create: out of host memory");
+    sim_gpu *g = &gk->g;
     ppn_status st;
     PPN_CHECK_GOTO(parse_devices(g), st, fail);
     PPN_CHECK_GOTO(parse_mem(g), st, fail);
     PPN_CHECK_GOTO(parse_peer(g), st, fail);
     PPN_CHECK_GOTO(parse_fail(g), st, fail);
     PPN_CHECK_GOTO(parse_latency(g), st, fail);
+    PPN_CHECK_GOTO(parse_kprof(g), st, fail);
     g->base.ops = &sim_ops;
     pthread_mutex_init(&g->ck, NULL);
     pthread_cond_init(&g->busy_cv, NULL);
     pthread_mutex_init(&g->sync, NULL);
     pthread_cond_init(&g->sync_cv, NULL);
     pthread_mutex_init(&g->lists, NULL);
+    pthread_mutex_init(&gk->kp.mu, NULL);
     *out = &g->base;
     return PPN_OK;
 fail:
-    free(g);
+    free(gk);
     return st;
 }
 
@@ -1118,6 +1168,32 @@ void ppn_gpu_sim_counts(ppn_gpu *gg, struct ppn_sim_counts *out)
     out->double_free = g->counts[3];
     out->bounds = g->counts[4];
     pthread_mutex_unlock(&g->ck);
+}
+
+/* The CPU time of the reference kernels, per kernel (PPN_KPROF=1). */
+static int sim_kprof_read(ppn_gpu *gg, struct ppn_kprof_entry *out, int max)
+{
+    sim_kprof *kp = kp_of(sim_of(gg));
+    int n = 0;
+    if (!kp->on || !out) return 0;
+    pthread_mutex_lock(&kp->mu);
+    for (int k = 0; k < PPN_K_COUNT && n < max; k++)
+        if (kp->calls[k])
+            out[n++] = (struct ppn_kprof_entry){ppn_kernels[k].name, kp->calls[k], (double)kp->ns[k] / 1e6,
+                                                kp->bytes[k]};
+    pthread_mutex_unlock(&kp->mu);
+    return n;
+}
+
+static void sim_kprof_reset(ppn_gpu *gg)
+{
+    sim_kprof *kp = kp_of(sim_of(gg));
+    if (!kp->on) return;
+    pthread_mutex_lock(&kp->mu);
+    memset(kp->calls, 0, sizeof kp->calls);
+    memset(kp->ns, 0, sizeof kp->ns);
+    memset(kp->bytes, 0, sizeof kp->bytes);
+    pthread_mutex_unlock(&kp->mu);
 }
 
 static const struct ppn_gpu_ops sim_ops = {
@@ -1151,4 +1227,6 @@ static const struct ppn_gpu_ops sim_ops = {
     .launch = sim_launch,
     .host_fn = sim_host_fn,
     .mem_annotate = sim_mem_annotate,
+    .kprof_read = sim_kprof_read,
+    .kprof_reset = sim_kprof_reset,
 };

@@ -462,3 +462,22 @@ void ppn_model_get_info(const ppn_model *m, ppn_model_info *o)
     o->eos_id = c->eos_id;
     o->weight_bytes = m->weight_bytes;
 }
+
+/* Kernel profile ------------------------------------------------------------------------------------------ */
+
+_Static_assert(PPN_K_COUNT <= PPN_KERNEL_PROFILE_MAX, "PPN_KERNEL_PROFILE_MAX must cover every kernel");
+
+/* Returns the number of entries written (0 when PPN_KPROF is off or the backend has no profile). */
+int ppn_rt_kernel_profile(ppn_rt *rt, ppn_kernel_time *out, int max)
+{
+    struct ppn_kprof_entry e[PPN_KERNEL_PROFILE_MAX];
+    if (!rt || !out || max <= 0 || !rt->g->ops->kprof_read) return 0;
+    int n = rt->g->ops->kprof_read(rt->g, e, max < PPN_KERNEL_PROFILE_MAX ? max : PPN_KERNEL_PROFILE_MAX);
+    for (int i = 0; i < n; i++) out[i] = (ppn_kernel_time){e[i].name, e[i].calls, e[i].ms, e[i].bytes};
+    return n;
+}
+
+void ppn_rt_kernel_profile_reset(ppn_rt *rt)
+{
+    if (rt && rt->g->ops->kprof_reset) rt->g->ops->kprof_reset(rt->g);
+}

@@ -220,6 +220,25 @@ void ppn_model_get_stage_map(const ppn_model *m, ppn_stage_info *out);
 /* "inplace", "dtod", "peer" or "host". */
 const char *ppn_transport_name(int xport);
 
+/* The kernel-by-kernel account (PPN_KPROF=1, read once when the runtime is created: unset, empty or 0 = off,
+ * 1 = on, anything else makes ppn_rt_create fail with PPN_EINVAL naming the variable). On cuda each launch is
+ * bracketed by a pair of timing events (this slows steps: profiled step times are not the record); on sim
+ * the time is the CPU wall time of the reference kernel, not a device time. */
+#define PPN_KERNEL_PROFILE_MAX 32 /* at least the number of kernels */
+typedef struct ppn_kernel_time {
+    const char *name; /* the kernel's name (static storage) */
+    uint64_t calls;   /* launches completed and counted */
+    double ms;        /* total time of those launches */
+    double bytes;     /* their declared access bytes (embed, kv_store and attn declare the whole table or
+                       * KV cache, so theirs exceed the bytes they move) */
+} ppn_kernel_time;
+/* One entry per kernel launched since the last reset (calls > 0), in a fixed kernel order, at most max of them
+ * (PPN_KERNEL_PROFILE_MAX gets all). Launches still in flight are counted once they complete.
+ * @return the number of entries written; 0 when profiling is off. */
+int ppn_rt_kernel_profile(ppn_rt *rt, ppn_kernel_time *out, int max);
+/* Zero the account (call it between steps: a launch in flight at the reset may still be counted on sim). */
+void ppn_rt_kernel_profile_reset(ppn_rt *rt);
+
 /* Sampling on the host from a logits row. temperature 0 = greedy (lowest index on ties). top_k 0 = off;
  * top_p 1 = off. rng: caller-owned state, seeded by ppn_rng_seed; the same seed gives the same ids. */
 typedef struct ppn_sampler {

@@ -6,6 +6,12 @@
  * logits readback, so a step's time is the whole token latency as a caller sees it). Medians and p99 come
  * from every timed decode step of every timed rep. The floor is weight bytes over the measured device copy
  * bandwidth: batch-1 decode must stream every weight once per token, so no step can beat it.
+ *
+ * With PPN_KPROF=1, the kernel-by-kernel account of the timed decode steps follows each configuration: the
+ * profile is read just before a rep's first decode step and after its last (every kernel of a step has
+ * completed when ppn_decode_step returns), and the differences are summed over the timed reps, so prompt
+ * steps and sequence setup are left out. Profiling brackets every launch with an event pair: the step times
+ * of a profiled run are slower and not the record.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -30,7 +36,15 @@ typedef struct bench_args {
     ppn_door door;
     int stages_flag;          /* --stages was given */
     int *sweep, n_sweep;      /* --stages-sweep (malloc'd), else NULL */
+    int kprof;                /* PPN_KPROF=1 (the runtime has validated the variable) */
 } bench_args;
+
+/* The kernel account of one configuration: totals over its timed decode steps, one entry per kernel name. */
+typedef struct bench_kern {
+    ppn_kernel_time k[PPN_KERNEL_PROFILE_MAX];
+    int n;
+    int steps;                /* timed decode steps the totals cover */
+} bench_kern;
 
 /* The measurements of one configuration. */
 typedef struct bench_result {
@@ -39,6 +53,7 @@ typedef struct bench_result {
     size_t pool_peak, pool_reserved;
     uint64_t driver_allocs_timed;
     char *stage_map_json;     /* cli_json_stage_map's text (malloc'd) */
+    bench_kern kern;          /* PPN_KPROF=1 only */
 } bench_result;
 
 static void bench_usage(FILE *f)
@@ -221,10 +236,39 @@ static double quantile_sorted(const double *v, int n, double q)
     return v[k < 0 ? 0 : k >= n ? n - 1 : k];
 }
 
+/* Kernel account ------------------------------------------------------------------------------------------ */
+
+/* Add sign * the profile snapshot e[0..n) into kn, matching kernels by name. */
+static void kern_add(bench_kern *kn, const ppn_kernel_time *e, int n, int sign)
+{
+    for (int i = 0; i < n; i++) {
+        int j = 0;
+        while (j < kn->n && strcmp(kn->k[j].name, e[i].name)) j++;
+        if (j == kn->n) {
+            if (kn->n == PPN_KERNEL_PROFILE_MAX) continue; /* cannot happen: names are the kernel table's */
+            kn->k[kn->n++] = (ppn_kernel_time){.name = e[i].name};
+        }
+        if (sign > 0) kn->k[j].calls += e[i].calls;
+        else kn->k[j].calls -= e[i].calls; /* unsigned: the later snapshot's addition makes it whole again */
+        kn->k[j].ms += sign * e[i].ms;
+        kn->k[j].bytes += sign * e[i].bytes;
+    }
+}
+
+/* Subtract (sign -1, before a rep's decode steps) or add (sign +1, after them) the profile read from rt. */
+static void kern_snap(ppn_rt *rt, bench_kern *kn, int sign)
+{
+    ppn_kernel_time e[PPN_KERNEL_PROFILE_MAX];
+    kern_add(kn, e, ppn_rt_kernel_profile(rt, e, PPN_KERNEL_PROFILE_MAX), sign);
+}
+
+/* Reps ---------------------------------------------------------------------------------------------------- */
+
 /* One rep: a fresh sequence, the prompt, then n_new greedy steps. pre/dec receive each step's time in ms
- * (NULL for a warm-up rep). The prompt ids are fixed so that every rep and every configuration does the same
- * work. */
-static int one_rep(ppn_model *m, const bench_args *a, int vocab, float *logits, double *pre, double *dec)
+ * (NULL for a warm-up rep). kn (NULL: none) receives the kernel account of the decode steps, read from rt.
+ * The prompt ids are fixed so that every rep and every configuration does the same work. */
+static int one_rep(ppn_model *m, const bench_args *a, int vocab, float *logits, double *pre, double *dec, ppn_rt *rt,
+                   bench_kern *kn)
 {
     ppn_seq *seq = NULL;
     ppn_sampler sp;
@@ -234,6 +278,7 @@ static int one_rep(ppn_model *m, const bench_args *a, int vocab, float *logits, 
     int rc = 0, tok = 0;
     for (int t = 0; t < a->prompt + a->n_new && rc == 0; t++) {
         int in = t < a->prompt ? (int)(((long long)t * 7919 + 13) % vocab) : tok;
+        if (kn && t == a->prompt) kern_snap(rt, kn, -1); /* outside the timed window */
         double t0 = now_ms();
         st = ppn_decode_step(seq, in, logits);
         double dt = now_ms() - t0;
@@ -244,6 +289,10 @@ static int one_rep(ppn_model *m, const bench_args *a, int vocab, float *logits, 
         if (t < a->prompt && pre) pre[t] = dt;
         if (t >= a->prompt && dec) dec[t - a->prompt] = dt;
         if ((st = ppn_sample(&sp, logits, vocab, &tok)) != PPN_OK) rc = cli_fail_status(st, "bench: sample");
+    }
+    if (kn && rc == 0) {
+        kern_snap(rt, kn, +1);
+        kn->steps += a->n_new;
     }
     ppn_seq_destroy(seq);
     return rc;
@@ -264,8 +313,10 @@ static char *stage_map_json(const ppn_model *m)
     return buf;
 }
 
-/* Warm-up reps, then timed reps; r gets the statistics of the timed decode steps. */
-static int bench_config(ppn_model *m, const bench_args *a, const ppn_model_info *mi, float *logits, bench_result *r)
+/* Warm-up reps, then timed reps; r gets the statistics of the timed decode steps (and, with PPN_KPROF=1, their
+ * kernel account from rt). */
+static int bench_config(ppn_model *m, ppn_rt *rt, const bench_args *a, const ppn_model_info *mi, float *logits,
+                        bench_result *r)
 {
     int n_dec = a->reps * a->n_new, n_pre = a->reps * a->prompt, rc = 0;
     double *dec = malloc(sizeof(double) * (size_t)n_dec), *pre = malloc(sizeof(double) * (size_t)n_pre);
@@ -274,10 +325,12 @@ static int bench_config(ppn_model *m, const bench_args *a, const ppn_model_info 
         rc = cli_fail("bench: out of memory for %d step times", n_dec + n_pre);
         goto out;
     }
-    for (int w = 0; w < a->warmup && rc == 0; w++) rc = one_rep(m, a, mi->vocab, logits, NULL, NULL);
+    for (int w = 0; w < a->warmup && rc == 0; w++) rc = one_rep(m, a, mi->vocab, logits, NULL, NULL, rt, NULL);
+    if (a->kprof) ppn_rt_kernel_profile_reset(rt);
     ppn_model_get_stats(m, &before);
     for (int k = 0; k < a->reps && rc == 0; k++)
-        rc = one_rep(m, a, mi->vocab, logits, pre + (size_t)k * (size_t)a->prompt, dec + (size_t)k * (size_t)a->n_new);
+        rc = one_rep(m, a, mi->vocab, logits, pre + (size_t)k * (size_t)a->prompt, dec + (size_t)k * (size_t)a->n_new,
+                     rt, a->kprof ? &r->kern : NULL);
     if (rc) goto out;
     ppn_model_get_stats(m, &after);
     double floor_ms = 1e3 * (double)mi->weight_bytes / (a->bw_gbs * 1e9);
@@ -326,6 +379,79 @@ static const char *model_name(const bench_args *a, char *buf, size_t n)
     return buf;
 }
 
+/* What a kernel's time is on this backend. */
+static const char *kern_clock(const char *backend)
+{
+    return strcmp(backend, "sim") ? "device time between an event pair around each launch"
+                                   : "CPU wall time of the sim reference kernels (not a device time)";
+}
+
+/* Why the step times of a profiled run are not the record. */
+static const char *kern_note(const char *backend)
+{
+    return strcmp(backend, "sim") ? "profiling records an event pair around every launch: step times of a "
+                                    "PPN_KPROF=1 run are slower and not the record"
+                                  : "profiling times every reference kernel: step times of a PPN_KPROF=1 run are "
+                                    "not the record";
+}
+
+/* Per decode step: calls, microseconds, share of the median step, declared bytes / kernel time. */
+typedef struct kern_row {
+    const char *name;
+    double calls, us, share, gbs;
+} kern_row;
+
+static int cmp_row_us(const void *x, const void *y)
+{
+    double a = ((const kern_row *)x)->us, b = ((const kern_row *)y)->us;
+    return (a < b) - (a > b); /* descending */
+}
+
+/* The rows of r's kernel account, most time first; returns their number. */
+static int kern_rows(const bench_result *r, kern_row *rows)
+{
+    const bench_kern *kn = &r->kern;
+    double steps = kn->steps > 0 ? kn->steps : 1, step_us = r->median_ms * 1e3;
+    int n = 0;
+    for (int i = 0; i < kn->n; i++) {
+        const ppn_kernel_time *k = &kn->k[i];
+        if (k->calls == 0) continue;
+        double us = k->ms * 1e3 / steps;
+        rows[n++] = (kern_row){k->name, (double)k->calls / steps, us, step_us > 0 ? us / step_us : 0,
+                               k->ms > 0 ? k->bytes / (k->ms * 1e-3) / 1e9 : 0};
+    }
+    qsort(rows, (size_t)n, sizeof *rows, cmp_row_us);
+    return n;
+}
+
+/* The "kernels" members of a configuration's JSON object (each followed by a comma). */
+static void json_kernels(const bench_result *r, const char *backend)
+{
+    kern_row rows[PPN_KERNEL_PROFILE_MAX];
+    int n = kern_rows(r, rows);
+    printf("\"kernel_steps\":%d,\"kernel_clock\":", r->kern.steps);
+    json_str(stdout, kern_clock(backend));
+    printf(",\"kernel_note\":");
+    json_str(stdout, kern_note(backend));
+    double us = 0;
+    for (int i = 0; i < n; i++) us += rows[i].us;
+    printf(",");
+    json_num(stdout, "kernels_us_per_step", us);
+    json_num(stdout, "kernels_share", r->median_ms > 0 ? us / (r->median_ms * 1e3) : 0);
+    printf("\"kernels\":[");
+    for (int i = 0; i < n; i++) {
+        printf("%s{\"name\":", i ? "," : "");
+        json_str(stdout, rows[i].name);
+        putchar(',');
+        json_num(stdout, "calls_per_step", rows[i].calls);
+        json_num(stdout, "us_per_step", rows[i].us);
+        json_num(stdout, "share", rows[i].share);
+        if (isfinite(rows[i].gbs)) printf("\"gbs\":%.9g}", rows[i].gbs);
+        else printf("\"gbs\":null}");
+    }
+    printf("],");
+}
+
 static void report_json(const bench_args *a, const ppn_model_info *mi, const char *backend, const bench_result *res,
                         int n_res)
 {
@@ -350,6 +476,7 @@ static void report_json(const bench_args *a, const ppn_model_info *mi, const cha
         json_num(stdout, "prefill_ms", r->prefill_ms);
         json_num(stdout, "gbs", r->gbs);
         json_num(stdout, "floor_ratio", r->floor_ratio);
+        if (a->kprof) json_kernels(r, backend);
         printf("\"pool_peak\":%zu,\"pool_reserved\":%zu,\"driver_allocs_timed\":%llu,\"stage_map\":%s}", r->pool_peak,
                r->pool_reserved, (unsigned long long)r->driver_allocs_timed, r->stage_map_json);
     }
@@ -367,18 +494,40 @@ static void table_header(const bench_args *a, const ppn_model_info *mi, const ch
            floor_ms, a->bw_gbs);
     printf("%d reps x (%d prompt + %d decode steps), %d warm-up rep%s, ctx %d; per-stage time: not measured\n",
            a->reps, a->prompt, a->n_new, a->warmup, a->warmup == 1 ? "" : "s", mi->ctx);
+    if (a->kprof) printf("PPN_KPROF=1: %s; kernel time = %s\n", kern_note(backend), kern_clock(backend));
     printf("%6s %10s %10s %10s %11s %9s %11s %13s %13s %10s\n", "stages", "median_ms", "p99_ms", "tok/s",
            "prefill_ms", "GB/s", "floor_ratio", "pool_peak_MB", "pool_rsv_MB", "drv_allocs");
     fflush(stdout);
 }
 
-static void table_row(const ppn_model *m, const bench_result *r)
+/* The kernel account under a configuration's row. */
+static void table_kernels(const bench_result *r)
+{
+    kern_row rows[PPN_KERNEL_PROFILE_MAX];
+    int n = kern_rows(r, rows);
+    double calls = 0, us = 0, step_us = r->median_ms * 1e3;
+    printf("       kernels over %d timed decode steps (share = kernel time / median step; GB/s = declared bytes / "
+           "kernel time):\n", r->kern.steps);
+    printf("       %-14s %11s %12s %8s %10s\n", "kernel", "calls/step", "us/step", "share", "GB/s");
+    for (int i = 0; i < n; i++) {
+        printf("       %-14s %11.2f %12.3f %7.1f%% %10.2f\n", rows[i].name, rows[i].calls, rows[i].us,
+               100.0 * rows[i].share, rows[i].gbs);
+        calls += rows[i].calls;
+        us += rows[i].us;
+    }
+    printf("       %-14s %11.2f %12.3f %7.1f%%   (median step %.3f us; kernels of different stages may overlap)\n",
+           "all kernels", calls, us, step_us > 0 ? 100.0 * us / step_us : 0.0, step_us);
+    printf("       embed, kv_store and attn declare the whole table or KV cache: their GB/s overstates the traffic\n");
+}
+
+static void table_row(const ppn_model *m, const bench_args *a, const bench_result *r)
 {
     printf("%6d %10.4f %10.4f %10.1f %11.4f %9.2f %11.4f %13.2f %13.2f %10llu\n", r->stages, r->median_ms, r->p99_ms,
            r->tok_s, r->prefill_ms, r->gbs, r->floor_ratio, (double)r->pool_peak / 1e6, (double)r->pool_reserved / 1e6,
            (unsigned long long)r->driver_allocs_timed);
     fputs("       ", stdout);
     cli_print_stage_map(stdout, m);
+    if (a->kprof) table_kernels(r);
     fflush(stdout);
 }
 
@@ -424,7 +573,7 @@ static int sweep_check(const ppn_rt *rt, const bench_args *a, const ppn_model_in
 }
 
 /* Every configuration in turn; results into res (n_res of them filled). */
-static int run_all(ppn_model *m, const bench_args *a, const ppn_model_info *mi, const char *backend,
+static int run_all(ppn_model *m, ppn_rt *rt, const bench_args *a, const ppn_model_info *mi, const char *backend,
                    bench_result *res, int *n_res)
 {
     int n_cfg = a->sweep ? a->n_sweep : 1, rc = 0;
@@ -442,9 +591,9 @@ static int run_all(ppn_model *m, const bench_args *a, const ppn_model_info *mi, 
                 break;
             }
         }
-        if ((rc = bench_config(m, a, mi, logits, &res[k])) == 0) {
+        if ((rc = bench_config(m, rt, a, mi, logits, &res[k])) == 0) {
             ++*n_res;
-            if (!a->json) table_row(m, &res[k]);
+            if (!a->json) table_row(m, a, &res[k]);
         }
     }
     free(logits);
@@ -464,6 +613,8 @@ int cmd_bench(int argc, char **argv)
         rc = cli_fail_status(st, "bench: backend");
         goto out;
     }
+    const char *kp = getenv("PPN_KPROF"); /* its syntax was enforced by ppn_rt_create */
+    a.kprof = kp && !strcmp(kp, "1");
     if (a.shape && (rc = tmp_checkpoint(&a))) goto out;
     if ((rc = load(rt, &a, &m))) goto out;
     tmp_remove(); /* the weights are on the device(s) now */
@@ -479,7 +630,7 @@ int cmd_bench(int argc, char **argv)
         rc = cli_fail("bench: out of memory");
         goto out;
     }
-    if ((rc = run_all(m, &a, &mi, ppn_rt_backend(rt), res, &n_res)) == 0 && a.json)
+    if ((rc = run_all(m, rt, &a, &mi, ppn_rt_backend(rt), res, &n_res)) == 0 && a.json)
         report_json(&a, &mi, ppn_rt_backend(rt), res, n_res);
     for (int k = 0; k < n_res && rc == 0; k++)
         if (res[k].driver_allocs_timed)

@@ -1,0 +1,340 @@
+/* test_kprof.c - the kernel-by-kernel account (PPN_KPROF) on the sim backend, through the public API: the calls
+ * of each kernel per decode step against what a llama forward issues (counted here from the fixture's
+ * config.json, not from ppn), times above zero, the matvec bytes against the weight matrices, the account of
+ * a two-stage pipeline (two issue threads) equal to the one-stage one, reset, the switch off, strict values
+ * refused by name, and `ppn bench --json` carrying a "kernels" account only when asked. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "ppn.h"
+#include "util/tutil.h"
+
+#define STEPS 3
+
+static const char *bin(void)
+{
+    const char *b = getenv("PPN_BIN");
+    return b && *b ? b : "build/ppn";
+}
+
+/* The llama-tiny shape, read from its config.json with jansson. */
+typedef struct shape {
+    int layers, dim, heads, kv_heads, head_dim, ffn, vocab;
+} shape;
+
+static int cfg_int(json_t *c, const char *key)
+{
+    json_t *v = json_object_get(c, key);
+    if (!json_is_integer(v)) fail_msg("config.json: '%s' is missing or not an integer", key);
+    return (int)json_integer_value(v);
+}
+
+static shape read_shape(void)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", tu_fixture("hf/llama-tiny"));
+    json_error_t je;
+    json_t *c = json_load_file(path, 0, &je);
+    if (!c) fail_msg("cannot read %s: %s", path, je.text);
+    shape s = {cfg_int(c, "num_hidden_layers"), cfg_int(c, "hidden_size"), cfg_int(c, "num_attention_heads"),
+               cfg_int(c, "num_key_value_heads"), cfg_int(c, "head_dim"), cfg_int(c, "intermediate_size"),
+               cfg_int(c, "vocab_size")};
+    json_decref(c);
+    return s;
+}
+
+/* A sim runtime created with PPN_KPROF set to value (NULL: unset). */
+static ppn_rt *rt_with(const char *value)
+{
+    if (value) setenv("PPN_KPROF", value, 1);
+    else unsetenv("PPN_KPROF");
+    ppn_rt *rt = NULL;
+    ppn_status st = ppn_rt_create("sim", &rt);
+    unsetenv("PPN_KPROF");
+    if (st != PPN_OK) fail_msg("ppn_rt_create(sim) with PPN_KPROF=%s: %s", value ? value : "<unset>", ppn_last_error());
+    return rt;
+}
+
+static ppn_model *load(ppn_rt *rt, int stages)
+{
+    ppn_door d = ppn_door_default();
+    d.n_stages = stages;
+    ppn_load_opts o = ppn_load_opts_default();
+    o.ctx = 32;
+    o.door = &d;
+    ppn_model *m = NULL;
+    const char *path = tu_fixture("hf/llama-tiny");
+    if (ppn_model_load(rt, path, &o, &m) != PPN_OK) fail_msg("load %s: %s", path, ppn_last_error());
+    return m;
+}
+
+/* Reset the account, then n decode steps of a fresh sequence (its creation is not counted). */
+static void steps_after_reset(ppn_rt *rt, ppn_model *m, int n)
+{
+    ppn_seq *q = NULL;
+    assert_int_equal(ppn_seq_create(m, &q), PPN_OK);
+    ppn_rt_kernel_profile_reset(rt);
+    for (int t = 0; t < n; t++)
+        if (ppn_decode_step(q, 1 + 5 * t, NULL) != PPN_OK) fail_msg("step %d: %s", t, ppn_last_error());
+    ppn_seq_destroy(q);
+}
+
+static const ppn_kernel_time *find(const ppn_kernel_time *e, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(e[i].name, name)) return &e[i];
+    return NULL;
+}
+
+/* What one llama decode step issues, per kernel (symbols are "ppn_k_<name>", kernels/ktable.h): the step
+ * header and the embedding row; per layer two norms, q k v o gate up down, rope of q and of k, the KV store,
+ * attention and the SwiGLU; then the final norm and the lm head. */
+typedef struct want {
+    const char *name;
+    long per_step;
+} want;
+
+static int wants(const shape *s, want *w)
+{
+    long L = s->layers;
+    int n = 0;
+    w[n++] = (want){"ppn_k_set_hdr", 1};
+    w[n++] = (want){"ppn_k_embed", 1};
+    w[n++] = (want){"ppn_k_rmsnorm", 2 * L + 1};
+    w[n++] = (want){"ppn_k_matvec", 7 * L + 1};
+    w[n++] = (want){"ppn_k_rope", 2 * L};
+    w[n++] = (want){"ppn_k_kv_store", L};
+    w[n++] = (want){"ppn_k_attn", L};
+    w[n++] = (want){"ppn_k_swiglu", L};
+    return n;
+}
+
+/* The profile holds exactly the kernels of w, each with steps * per_step calls and a positive time. */
+static void check_counts(const ppn_kernel_time *e, int n, const want *w, int nw, int steps)
+{
+    if (n != nw) {
+        for (int i = 0; i < n; i++) fprintf(stderr, "  %s: %llu calls\n", e[i].name, (unsigned long long)e[i].calls);
+        fail_msg("%d kernels in the profile, expected %d", n, nw);
+    }
+    for (int i = 0; i < nw; i++) {
+        const ppn_kernel_time *k = find(e, n, w[i].name);
+        if (!k) fail_msg("no entry for %s", w[i].name);
+        if ((long)k->calls != w[i].per_step * steps)
+            fail_msg("%s: %llu calls over %d steps, expected %ld", w[i].name, (unsigned long long)k->calls, steps,
+                     w[i].per_step * steps);
+        if (!(k->ms > 0)) fail_msg("%s: time %g ms", w[i].name, k->ms);
+        if (!(k->bytes > 0)) fail_msg("%s: %g bytes", w[i].name, k->bytes);
+    }
+}
+
+/* Matvec streams every weight matrix once per step: its declared bytes are the matrices plus, per call, at
+ * most its input, output, residual and bias vectors. */
+static void check_matvec_bytes(const ppn_kernel_time *e, int n, const shape *s, int dtype, int steps)
+{
+    double es = dtype == PPN_DTYPE_F32 ? 4 : 2, L = s->layers, d = s->dim, q = (double)s->heads * s->head_dim,
+           kv = (double)s->kv_heads * s->head_dim, f = s->ffn, v = s->vocab;
+    double mats = L * (d * q + 2 * d * kv + q * d + 3 * d * f) + v * d;
+    double rows_cols = L * ((q + d) + 2 * (kv + d) + (d + q) + 2 * (f + d) + (d + f)) + (v + d); /* per step */
+    const ppn_kernel_time *k = find(e, n, "ppn_k_matvec");
+    assert_non_null(k);
+    double lo = steps * mats * es, hi = lo + steps * rows_cols * 3 * 4;
+    if (!(k->bytes > lo && k->bytes <= hi)) fail_msg("matvec bytes %.0f, expected in (%.0f, %.0f]", k->bytes, lo, hi);
+}
+
+static void counts_match_forward(void **st)
+{
+    (void)st;
+    shape s = read_shape();
+    want w[16];
+    int nw = wants(&s, w);
+    ppn_rt *rt = rt_with("1");
+    ppn_model *m = load(rt, 1);
+    ppn_model_info mi;
+    ppn_model_get_info(m, &mi);
+    assert_int_equal(mi.n_layers, s.layers);
+    steps_after_reset(rt, m, STEPS);
+    ppn_kernel_time e[PPN_KERNEL_PROFILE_MAX];
+    int n = ppn_rt_kernel_profile(rt, e, PPN_KERNEL_PROFILE_MAX);
+    check_counts(e, n, w, nw, STEPS);
+    check_matvec_bytes(e, n, &s, mi.dtype, STEPS);
+    /* max caps the entries written */
+    ppn_kernel_time two[2];
+    assert_int_equal(ppn_rt_kernel_profile(rt, two, 2), 2);
+    /* reset zeroes; one more step is counted alone */
+    ppn_rt_kernel_profile_reset(rt);
+    assert_int_equal(ppn_rt_kernel_profile(rt, e, PPN_KERNEL_PROFILE_MAX), 0);
+    steps_after_reset(rt, m, 1);
+    n = ppn_rt_kernel_profile(rt, e, PPN_KERNEL_PROFILE_MAX);
+    check_counts(e, n, w, nw, 1);
+    ppn_model_free(m);
+    ppn_rt_destroy(rt);
+}
+
+/* Two stages on two devices: two issue threads and streams feed the account at once; it adds up the same. */
+static void pipelined_counts(void **st)
+{
+    (void)st;
+    shape s = read_shape();
+    want w[16];
+    int nw = wants(&s, w);
+    ppn_rt *rt = rt_with("1");
+    ppn_door d = ppn_door_default();
+    d.n_stages = 2;
+    d.n_devices = 2;
+    d.devices[0] = 0;
+    d.devices[1] = 1;
+    ppn_load_opts o = ppn_load_opts_default();
+    o.ctx = 32;
+    o.door = &d;
+    ppn_model *m = NULL;
+    if (ppn_model_load(rt, tu_fixture("hf/llama-tiny"), &o, &m) != PPN_OK) fail_msg("load: %s", ppn_last_error());
+    ppn_stage_info si;
+    ppn_model_get_stage_map(m, &si);
+    assert_int_equal(si.n_stages, 2);
+    steps_after_reset(rt, m, STEPS);
+    ppn_kernel_time e[PPN_KERNEL_PROFILE_MAX];
+    int n = ppn_rt_kernel_profile(rt, e, PPN_KERNEL_PROFILE_MAX);
+    check_counts(e, n, w, nw, STEPS);
+    ppn_model_free(m);
+    ppn_rt_destroy(rt);
+}
+
+/* Unset, empty or 0: no account at all, whatever runs. */
+static void off_reads_nothing(void **st)
+{
+    (void)st;
+    const char *values[] = {NULL, "", "0"};
+    for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
+        ppn_rt *rt = rt_with(values[i]);
+        ppn_model *m = load(rt, 1);
+        steps_after_reset(rt, m, 2);
+        ppn_kernel_time e[PPN_KERNEL_PROFILE_MAX];
+        if (ppn_rt_kernel_profile(rt, e, PPN_KERNEL_PROFILE_MAX) != 0)
+            fail_msg("PPN_KPROF=%s: the profile is not empty", values[i] ? values[i] : "<unset>");
+        ppn_model_free(m);
+        ppn_rt_destroy(rt);
+    }
+}
+
+static void bad_values_refused(void **st)
+{
+    (void)st;
+    const char *values[] = {"yes", "2", " 1", "1 ", "true"};
+    for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
+        setenv("PPN_KPROF", values[i], 1);
+        ppn_rt *rt = NULL;
+        ppn_status s = ppn_rt_create("sim", &rt);
+        unsetenv("PPN_KPROF");
+        if (s != PPN_EINVAL || !strstr(ppn_last_error(), "PPN_KPROF"))
+            fail_msg("PPN_KPROF='%s': %s, '%s'", values[i], ppn_status_name(s), ppn_last_error());
+        assert_null(rt);
+    }
+}
+
+/* `ppn bench` with env prefix; stdout and stderr captured. TMPDIR is a fresh directory, removed after. */
+static int bench(const char *env, const char *args, char **out, char **err)
+{
+    char *tmp = tu_tmpdir();
+    assert_non_null(tmp);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "env -u MEMRA_PP_STAGES -u MEMRA_PP_DEVICES -u MEMRA_PP_SPLITS -u MEMRA_PP_SPLIT "
+             "-u PPN_KPROF %s TMPDIR='%s' '%s' bench %s", env, tmp, bin(), args);
+    int rc = tu_run(cmd, out, err);
+    tu_rmrf(tmp);
+    free(tmp);
+    return rc;
+}
+
+static double num(json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    if (!json_is_number(v)) fail_msg("JSON field '%s' is missing or not a number", key);
+    return json_number_value(v);
+}
+
+static json_t *bench_json(const char *env)
+{
+    char *out = NULL, *err = NULL;
+    int rc = bench(env, "--shape tiny --backend sim -n 4 --prompt 2 --reps 1 --json", &out, &err);
+    if (rc != 0 || !out) fail_msg("bench (%s) exited %d:\n%s\n%s", env, rc, out ? out : "", err ? err : "");
+    json_error_t je;
+    json_t *r = json_loads(out, 0, &je);
+    if (!r) fail_msg("bench output is not JSON (%s):\n%s", je.text, out);
+    free(out);
+    free(err);
+    return r;
+}
+
+static void bench_json_kernels(void **st)
+{
+    (void)st;
+    json_t *r = bench_json("PPN_KPROF=1");
+    int layers = (int)num(r, "n_layers");
+    json_t *c = json_array_get(json_object_get(r, "configs"), 0);
+    assert_true(json_is_object(c));
+    json_t *ks = json_object_get(c, "kernels");
+    if (!json_is_array(ks) || json_array_size(ks) == 0) fail_msg("no \"kernels\" array in the config");
+    double median_us = num(c, "median_ms") * 1e3, share_sum = 0, us_sum = 0;
+    int saw_matvec = 0;
+    for (size_t i = 0; i < json_array_size(ks); i++) {
+        json_t *k = json_array_get(ks, i);
+        const char *name = json_string_value(json_object_get(k, "name"));
+        assert_non_null(name);
+        double us = num(k, "us_per_step"), share = num(k, "share");
+        assert_true(num(k, "calls_per_step") > 0);
+        assert_true(us > 0);
+        assert_true(num(k, "gbs") > 0);
+        if (fabs(share - us / median_us) > 1e-6 * (1 + share)) fail_msg("%s: share %g vs us/median %g", name, share,
+                                                                        us / median_us);
+        share_sum += share;
+        us_sum += us;
+        if (!strcmp(name, "ppn_k_matvec")) {
+            saw_matvec = 1;
+            if (num(k, "calls_per_step") != 7.0 * layers + 1)
+                fail_msg("matvec calls per step %g, expected %d", num(k, "calls_per_step"), 7 * layers + 1);
+        }
+    }
+    assert_true(saw_matvec);
+    if (fabs(num(c, "kernels_us_per_step") - us_sum) > 1e-6 * us_sum) fail_msg("kernels_us_per_step is not the sum");
+    if (fabs(num(c, "kernels_share") - share_sum) > 1e-6 * share_sum) fail_msg("kernels_share is not the sum");
+    assert_int_equal((int)num(c, "kernel_steps"), 4);
+    assert_non_null(strstr(json_string_value(json_object_get(c, "kernel_clock")), "CPU"));
+    json_decref(r);
+    /* off: no account in the report */
+    r = bench_json("");
+    c = json_array_get(json_object_get(r, "configs"), 0);
+    assert_true(json_is_object(c));
+    assert_null(json_object_get(c, "kernels"));
+    json_decref(r);
+}
+
+static void bench_refuses_bad_value(void **st)
+{
+    (void)st;
+    char *out = NULL, *err = NULL;
+    int rc = bench("PPN_KPROF=yes", "--shape tiny --backend sim -n 2 --prompt 1 --reps 1", &out, &err);
+    if (rc == 0 || !err || !strstr(err, "ppn: error:") || !strstr(err, "PPN_KPROF"))
+        fail_msg("rc %d, stderr: %s", rc, err ? err : "");
+    free(out);
+    free(err);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(counts_match_forward),
+        cmocka_unit_test(pipelined_counts),
+        cmocka_unit_test(off_reads_nothing),
+        cmocka_unit_test(bad_values_refused),
+        cmocka_unit_test(bench_json_kernels),
+        cmocka_unit_test(bench_refuses_bad_value),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
