@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include "cli.h"
 
@@ -174,3 +175,26 @@ void cli_json_stage_map(FILE *f, const ppn_model *m)
     fprintf(f, "],\"threads\":%s,\"overlap\":%d,\"streams\":%d,\"shard\":%d}", si.threads ? "true" : "false",
             si.door.overlap, si.door.streams, si.door.shard);
 }
+
+double cli_now_us(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return 1e6 * (double)t.tv_sec + 1e-3 * (double)t.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+void cli_sort(double *v, int n) { qsort(v, (size_t)n, sizeof *v, cmp_double); }
+
+double cli_rank(const double *v, int n, double q)
+{
+    int k = (int)ceil(q * n) - 1;
+    return v[k < 0 ? 0 : k >= n ? n - 1 : k];
+}
+
+double cli_median(const double *v, int n) { return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]); }

@@ -32,6 +32,12 @@ void cli_print_stage_map(FILE *f, const ppn_model *m);
 /* The stage map as a JSON object (no trailing newline). */
 void cli_json_stage_map(FILE *f, const ppn_model *m);
 
+/* Timing and statistics shared by the benchmarks. */
+double cli_now_us(void);                            /* CLOCK_MONOTONIC, microseconds */
+void cli_sort(double *v, int n);                    /* ascending */
+double cli_rank(const double *sorted, int n, double q); /* nearest-rank quantile, q in [0, 1] */
+double cli_median(const double *sorted, int n);     /* mean of the middle two for an even count */
+
 /* A load progress bar on stderr (only when stderr is a terminal). */
 void cli_progress(void *arg, size_t done, size_t total);
 

@@ -210,31 +210,7 @@ static int tmp_checkpoint(const bench_args *a)
 
 /* Timing ------------------------------------------------------------------------------------------------- */
 
-static double now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return 1e3 * (double)t.tv_sec + 1e-6 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *x, const void *y)
-{
-    double a = *(const double *)x, b = *(const double *)y;
-    return (a > b) - (a < b);
-}
-
-/* Sorts v. The median (mean of the middle two for an even count) and the nearest-rank quantile q. */
-static double median_of(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static double quantile_sorted(const double *v, int n, double q)
-{
-    int k = (int)ceil(q * n) - 1;
-    return v[k < 0 ? 0 : k >= n ? n - 1 : k];
-}
+static double now_ms(void) { return cli_now_us() / 1e3; }
 
 /* Kernel account ------------------------------------------------------------------------------------------ */
 
@@ -335,9 +311,11 @@ static int bench_config(ppn_model *m, ppn_rt *rt, const bench_args *a, const ppn
     ppn_model_get_stats(m, &after);
     double floor_ms = 1e3 * (double)mi->weight_bytes / (a->bw_gbs * 1e9);
     r->stages = after.n_stages;
-    r->median_ms = median_of(dec, n_dec);
-    r->p99_ms = quantile_sorted(dec, n_dec, 0.99);
-    r->prefill_ms = median_of(pre, n_pre);
+    cli_sort(dec, n_dec);
+    cli_sort(pre, n_pre);
+    r->median_ms = cli_median(dec, n_dec);
+    r->p99_ms = cli_rank(dec, n_dec, 0.99);
+    r->prefill_ms = cli_median(pre, n_pre);
     r->tok_s = r->median_ms > 0 ? 1e3 / r->median_ms : 0;
     r->gbs = r->median_ms > 0 ? (double)mi->weight_bytes / (r->median_ms * 1e-3) / 1e9 : 0;
     r->floor_ratio = r->median_ms > 0 ? floor_ms / r->median_ms : 0;

@@ -143,27 +143,15 @@ static int sb_parse(int argc, char **argv, sb_args *a)
 
 /* Timing --------------------------------------------------------------------------------------------------- */
 
-static double now_us(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return 1e6 * (double)t.tv_sec + 1e-3 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+static double now_us(void) { return cli_now_us(); }
 
 static sb_stat stat_of(double *v, int n)
 {
     sb_stat s = {0};
     for (int i = 0; i < n; i++) s.mean += v[i] / n;
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    int k50 = (int)ceil(0.50 * n) - 1, k99 = (int)ceil(0.99 * n) - 1;
-    s.median = v[k50 < 0 ? 0 : k50];
-    s.p99 = v[k99 < 0 ? 0 : k99];
+    cli_sort(v, n);
+    s.median = cli_rank(v, n, 0.50);
+    s.p99 = cli_rank(v, n, 0.99);
     return s;
 }
 

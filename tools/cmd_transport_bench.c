@@ -171,25 +171,9 @@ static int tb_parse(int argc, char **argv, tb_args *a)
 
 /* Measurement ---------------------------------------------------------------------------------------------- */
 
-static double now_us(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return 1e6 * (double)t.tv_sec + 1e-3 * (double)t.tv_nsec;
-}
+static double now_us(void) { return cli_now_us(); }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Nearest-rank percentile of n sorted values. */
-static double pct(const double *v, int n, double p)
-{
-    int k = (int)ceil(p / 100.0 * n) - 1;
-    return v[k < 0 ? 0 : k >= n ? n - 1 : k];
-}
+static double pct(const double *v, int n, double p) { return cli_rank(v, n, p / 100.0); }
 
 /* One case's device state: the boundary under test and its producer / consumer buffers. */
 typedef struct tb_case {
@@ -278,8 +262,8 @@ static ppn_status measure(tb_case *c, const tb_args *a, tb_result *r)
         tput[i] = (now_us() - t0) / a->batch;
     }
     if (st != PPN_OK) goto out;
-    qsort(lat, (size_t)a->iters, sizeof *lat, cmp_double);
-    qsort(tput, (size_t)nb, sizeof *tput, cmp_double);
+    cli_sort(lat, a->iters);
+    cli_sort(tput, nb);
     r->lat_min = lat[0];
     r->lat_med = pct(lat, a->iters, 50);
     r->lat_p99 = pct(lat, a->iters, 99);
