@@ -21,26 +21,25 @@ ppn_status ppn_fwd_layer(ppn_seq *q, ppn_gstream *s, int dev, ppn_stage_scratch 
     const ppn_dev_layer *w = &m->layers[l];
     ppn_gpu *g = m->rt->g;
     ppn_dptr x = io_x(io), hdr = io;
-    int wdt = m->wdt, dim = c->dim, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
+    int wdt = m->wdt, dim = c->dim, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads, ffn = c->ffn_dim;
+    /* q, k, v from one matvec over the stacked [wq; wk; wv]: every row is reduced exactly as on its own */
+    ppn_dptr qv = r->qkv, kv = qv + sizeof(float) * (size_t)(nh * hd), vv = kv + sizeof(float) * (size_t)(nkv * hd);
+    ppn_dptr gate = r->gu, up = gate + sizeof(float) * (size_t)ffn;
     PPN_CHECK(ppn_op_rmsnorm(g, s, r->xb, x, w->attn_norm, wdt, dim, c->norm_eps));
-    PPN_CHECK(ppn_op_matvec(g, s, r->q, w->wq, wdt, r->xb, nh * hd, dim, w->bq, 0));
-    PPN_CHECK(ppn_op_matvec(g, s, r->k, w->wk, wdt, r->xb, nkv * hd, dim, w->bk, 0));
-    PPN_CHECK(ppn_op_matvec(g, s, r->v, w->wv, wdt, r->xb, nkv * hd, dim, w->bv, 0));
+    PPN_CHECK(ppn_op_matvec(g, s, qv, w->wqkv, wdt, r->xb, (nh + 2 * nkv) * hd, dim, w->bqkv, 0));
     if (c->qk_norm) {
-        PPN_CHECK(ppn_op_head_rmsnorm(g, s, r->q, nh, hd, w->q_norm, wdt, c->norm_eps));
-        PPN_CHECK(ppn_op_head_rmsnorm(g, s, r->k, nkv, hd, w->k_norm, wdt, c->norm_eps));
+        PPN_CHECK(ppn_op_head_rmsnorm(g, s, qv, nh, hd, w->q_norm, wdt, c->norm_eps));
+        PPN_CHECK(ppn_op_head_rmsnorm(g, s, kv, nkv, hd, w->k_norm, wdt, c->norm_eps));
     }
-    PPN_CHECK(ppn_op_rope(g, s, r->q, nh, hd, m->inv_freq[dev], c->rope_interleaved, hdr));
-    PPN_CHECK(ppn_op_rope(g, s, r->k, nkv, hd, m->inv_freq[dev], c->rope_interleaved, hdr));
-    PPN_CHECK(ppn_op_kv_store(g, s, q->kc[l], q->vc[l], r->k, r->v, nkv, hd, m->ctx, hdr));
-    PPN_CHECK(ppn_op_attn(g, s, r->att, r->q, q->kc[l], q->vc[l], nh, nkv, hd, m->ctx, 1.0f / sqrtf((float)hd),
-                          hdr));
+    /* q and k are adjacent heads at one position: one rotary launch covers both */
+    PPN_CHECK(ppn_op_rope(g, s, qv, nh + nkv, hd, m->inv_freq[dev], c->rope_interleaved, hdr));
+    PPN_CHECK(ppn_op_kv_store(g, s, q->kc[l], q->vc[l], kv, vv, nkv, hd, m->ctx, hdr));
+    PPN_CHECK(ppn_op_attn(g, s, r->att, qv, q->kc[l], q->vc[l], nh, nkv, hd, m->ctx, 1.0f / sqrtf((float)hd), hdr));
     PPN_CHECK(ppn_op_matvec(g, s, x, w->wo, wdt, r->att, dim, nh * hd, 0, x));
     PPN_CHECK(ppn_op_rmsnorm(g, s, r->xb, x, w->ffn_norm, wdt, dim, c->norm_eps));
-    PPN_CHECK(ppn_op_matvec(g, s, r->hb, w->w_gate, wdt, r->xb, c->ffn_dim, dim, 0, 0));
-    PPN_CHECK(ppn_op_matvec(g, s, r->hb2, w->w_up, wdt, r->xb, c->ffn_dim, dim, 0, 0));
-    PPN_CHECK(ppn_op_swiglu(g, s, r->hb, r->hb, r->hb2, c->ffn_dim));
-    PPN_CHECK(ppn_op_matvec(g, s, x, w->w_down, wdt, r->hb, dim, c->ffn_dim, 0, x));
+    PPN_CHECK(ppn_op_matvec(g, s, gate, w->wgu, wdt, r->xb, 2 * ffn, dim, 0, 0));
+    PPN_CHECK(ppn_op_swiglu(g, s, gate, gate, up, ffn));
+    PPN_CHECK(ppn_op_matvec(g, s, x, w->w_down, wdt, gate, dim, ffn, 0, x));
     return PPN_OK;
 }
 

@@ -54,7 +54,10 @@ typedef struct ppn_stage_map {
 } ppn_stage_map;
 
 typedef struct ppn_dev_layer {
-    ppn_dptr attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, ffn_norm, w_gate, w_up, w_down;
+    ppn_dptr attn_norm, wo, q_norm, k_norm, ffn_norm, w_down;
+    ppn_dptr wqkv;  /* [wq; wk; wv] rows back to back: q, k and v come from one matvec */
+    ppn_dptr bqkv;  /* [bq; bk; bv] (Qwen2), or 0 */
+    ppn_dptr wgu;   /* [w_gate; w_up]: gate and up come from one matvec */
 } ppn_dev_layer;
 
 typedef struct ppn_step_cmd {
@@ -113,7 +116,9 @@ struct ppn_model {
 /* Scratch of one stage for one sequence, on the stage's device. io = [hdr][x] (the boundary layout). */
 typedef struct ppn_stage_scratch {
     int dev;                   /* -1: not allocated */
-    ppn_dptr io, xb, q, k, v, att, hb, hb2;
+    ppn_dptr io, xb, att;
+    ppn_dptr qkv;              /* [q: n_heads*hd][k: n_kv*hd][v: n_kv*hd], the fused projection's output */
+    ppn_dptr gu;               /* [gate: ffn][up: ffn]; SwiGLU writes its result over gate */
     ppn_dptr ulogits;          /* stage 0 only: logits of the unsplit (batch) walk */
 } ppn_stage_scratch;
 

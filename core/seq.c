@@ -25,9 +25,8 @@ static void stage_free(ppn_model *m, int dev, ppn_dptr *p)
 }
 
 static const size_t scratch_off[] = {
-    offsetof(ppn_stage_scratch, io), offsetof(ppn_stage_scratch, xb),  offsetof(ppn_stage_scratch, q),
-    offsetof(ppn_stage_scratch, k),  offsetof(ppn_stage_scratch, v),   offsetof(ppn_stage_scratch, att),
-    offsetof(ppn_stage_scratch, hb), offsetof(ppn_stage_scratch, hb2), offsetof(ppn_stage_scratch, ulogits),
+    offsetof(ppn_stage_scratch, io),  offsetof(ppn_stage_scratch, xb), offsetof(ppn_stage_scratch, att),
+    offsetof(ppn_stage_scratch, qkv), offsetof(ppn_stage_scratch, gu), offsetof(ppn_stage_scratch, ulogits),
 };
 
 /* Every block is freed on its device's stream after the caller drained the stages (host-ordered). */
@@ -46,12 +45,9 @@ static ppn_status scratch_alloc(ppn_model *m, ppn_stage_scratch *r, int dev, int
     r->dev = dev;
     PPN_CHECK(stage_alloc(m, dev, PPN_IO_HDR_BYTES + f * (size_t)c->dim, "io (hdr + x)", &r->io));
     PPN_CHECK(stage_alloc(m, dev, f * (size_t)c->dim, "xb", &r->xb));
-    PPN_CHECK(stage_alloc(m, dev, qd, "q", &r->q));
-    PPN_CHECK(stage_alloc(m, dev, kvd, "k", &r->k));
-    PPN_CHECK(stage_alloc(m, dev, kvd, "v", &r->v));
+    PPN_CHECK(stage_alloc(m, dev, qd + 2 * kvd, "qkv", &r->qkv));
     PPN_CHECK(stage_alloc(m, dev, qd, "att", &r->att));
-    PPN_CHECK(stage_alloc(m, dev, f * (size_t)c->ffn_dim, "hb", &r->hb));
-    PPN_CHECK(stage_alloc(m, dev, f * (size_t)c->ffn_dim, "hb2", &r->hb2));
+    PPN_CHECK(stage_alloc(m, dev, 2 * f * (size_t)c->ffn_dim, "gate|up", &r->gu));
     if (first) PPN_CHECK(stage_alloc(m, dev, f * (size_t)c->vocab, "unsplit logits", &r->ulogits));
     return PPN_OK;
 }
