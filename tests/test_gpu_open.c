@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/gpu.h"
+#include "util/tcheck.h"
 
 #ifndef PPN_HAVE_FATBIN
 #define PPN_HAVE_FATBIN 0
@@ -32,18 +33,6 @@ static void probe_driver(void)
     }
 }
 
-#define EXPECT_ST(want, call)                                                                       \
-    do {                                                                                            \
-        ppn_status st_ = (call);                                                                    \
-        if (st_ != (want))                                                                          \
-            fail_msg("%s -> %s (wanted %s): %s", #call, ppn_status_name(st_), ppn_status_name(want), \
-                     ppn_last_error());                                                             \
-    } while (0)
-
-#define MSG_HAS(s)                                                                                  \
-    do {                                                                                            \
-        if (!strstr(ppn_last_error(), (s))) fail_msg("message lacks '%s': %s", (s), ppn_last_error()); \
-    } while (0)
 
 static int reset_env(void **state)
 {

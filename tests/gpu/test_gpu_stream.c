@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/gpu.h"
+#include "util/tcheck.h"
 #include "kernels/ktable.h"
 
 #ifndef PPN_HAVE_FATBIN
@@ -28,18 +29,6 @@ static ppn_gpu *G;
         if (st_ != PPN_OK) fail_msg("%s -> %s: %s", #call, ppn_status_name(st_), ppn_last_error()); \
     } while (0)
 
-#define EXPECT_ST(want, call)                                                                       \
-    do {                                                                                            \
-        ppn_status st_ = (call);                                                                    \
-        if (st_ != (want))                                                                          \
-            fail_msg("%s -> %s (wanted %s): %s", #call, ppn_status_name(st_), ppn_status_name(want), \
-                     ppn_last_error());                                                             \
-    } while (0)
-
-#define MSG_HAS(s)                                                                                  \
-    do {                                                                                            \
-        if (!strstr(ppn_last_error(), (s))) fail_msg("message lacks '%s': %s", (s), ppn_last_error()); \
-    } while (0)
 
 static unsigned char *pinned(size_t n)
 {
