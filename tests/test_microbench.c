@@ -1,6 +1,6 @@
 /* test_microbench.c - `ppn transport-bench` and `ppn sched-bench` run as subprocesses ($PPN_BIN) on the sim
  * backend with its latency model on (PPN_SIM_LATENCY=1), small sizes and few iterations:
- *   - the JSON parses; every transport (inplace, dtod, kernel_add, peer; host with PPN_SIM_PEER=none) appears for
+ *   - the JSON parses; every transport (inplace, dtod, kernel_add, peer and host on a pair; host alone with PPN_SIM_PEER=none) appears for
  *     every size asked, with positive, ordered statistics;
  *   - with the latency model the expected order holds at the largest size: host-staged slower than peer, peer
  *     slower than inplace (compared on the minimum latency: the model adds a fixed cost per copy, while the
@@ -159,17 +159,20 @@ static void test_transport_bench(void **state)
         find_result(a, "dtod", 0, 0, sizes[i]);
         find_result(a, "kernel_add", 0, 0, sizes[i]);
         find_result(a, "peer", 0, 1, sizes[i]);
+        find_result(a, "host", 0, 1, sizes[i]);
         find_result(b, "host", 0, 1, sizes[i]);
     }
-    /* peer is possible on the first run, so nothing was host-staged; the second run could only stage */
-    assert_int_equal(count_transport(a, "host"), 0);
+    /* peer is possible on the first run: peer and the host-staged fallback are both measured on the pair; the
+     * second run has no peer grant, so only host-staging */
+    assert_int_equal(count_transport(a, "host"), (int)N_SIZES);
     assert_int_equal(count_transport(a, "peer"), (int)N_SIZES);
     assert_int_equal(count_transport(b, "peer"), 0);
     assert_int_equal(count_transport(b, "inplace"), 0); /* --devices 0,1: only that pair */
     assert_int_equal(count_transport(b, "host"), (int)N_SIZES);
-    const char *want_a[] = {"inplace 0-&gt;0", "dtod 0-&gt;0", "kernel_add 0-&gt;0", "peer 0-&gt;1", "latency"};
+    const char *want_a[] = {"inplace 0-&gt;0", "dtod 0-&gt;0", "kernel_add 0-&gt;0", "peer 0-&gt;1", "host 0-&gt;1",
+                            "latency"};
     const char *want_b[] = {"host 0-&gt;1", "256K"};
-    check_svg(svg_peer, want_a, 5);
+    check_svg(svg_peer, want_a, 6);
     check_svg(svg_host, want_b, 2);
     json_decref(a);
     json_decref(b);

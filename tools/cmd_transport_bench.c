@@ -10,7 +10,8 @@
  *              in-place chain: an element-wise kernel over the slot that reads two buffers and writes one
  *              (1.5x the traffic of a copy). It is a bandwidth stand-in, not a transport the runtime uses.
  *   peer/host  different devices: peer when both devices can access each other (peer_can_access, exactly as
- *              the stage map decides), else host-staged (PPN_SIM_PEER=none forces it on sim)
+ *              the stage map decides), and always host-staged, the runtime's fallback without a peer grant
+ *              (PPN_SIM_PEER=none leaves only it on sim)
  * Driving: one host thread plays both sides alternately (send, then recv, then release), so the host-side
  * generation waits never block: what is measured is the device-side chain and the copies, without the
  * cross-thread wake-up of a real pipeline (ppn sched-bench measures that).
@@ -325,7 +326,8 @@ static ppn_status bench_pair(tb_run *run, int from, int to)
             PPN_CHECK(g->ops->peer_enable(g, to, from));
             PPN_CHECK(g->ops->peer_enable(g, from, to));
         }
-        kinds[nk++] = ab && ba ? TB_PEER : TB_HOST;
+        if (ab && ba) kinds[nk++] = TB_PEER;
+        kinds[nk++] = TB_HOST; /* always possible: what the runtime falls back to without a peer grant */
     }
     PPN_CHECK(ppn_rt_pool(run->rt, from, &c.pfrom));
     PPN_CHECK(ppn_rt_pool(run->rt, to, &c.pto));
