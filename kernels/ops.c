@@ -16,7 +16,13 @@
 #define ELEM_BLOCK 256u     /* elementwise kernels: one element per thread */
 #define NORM_BLOCK 512u     /* rmsnorm: one block sums the whole vector */
 #define HEADNORM_BLOCK 128u /* per-head rmsnorm and kv_store: one block per head */
-#define MATVEC_WARPS 8u     /* rows per matvec block (one warp per row) */
+#define MATVEC_BLOCK 256u   /* matvec threads per block: a multiple of 32 x the kernel's largest G (8) */
+#define MATVEC_INFLIGHT 8u  /* 16-byte weight chunks a matvec thread has in flight (PPN_MV_U) */
+#define MATVEC_MAX_SPLIT 8u /* at most G warps share a row (PPN_MV_MAX_SPLIT) */
+#define MATVEC_MAX_BLOCKS 528u /* one resident wave on an H200: 4 blocks (64 registers) x 132 SMs */
+/* x is staged in shared memory up to the default 48 KB a block may have without an attribute, less the
+ * kernel's static s_part (2 x 32 floats): 48 KB of x plus those failed to launch (CUDA_ERROR_INVALID_VALUE) */
+#define MATVEC_STAGE_MAX (49152u - 256u)
 #define ROPE_BLOCK 64u      /* one block per head, a thread per rotated pair */
 #define ATTN_BLOCK 512u     /* one block per query head, 16 warps over the positions */
 #define ATTN_MAX_HEAD_DIM 256
@@ -111,6 +117,27 @@ static ppn_status matvec_check(ppn_dptr out, ppn_dptr x, int rows, int cols)
     return PPN_OK;
 }
 
+/* The kernel gives each row G warps, G = the fewest (a power of 2, at most MATVEC_MAX_SPLIT) that have the
+ * row's 16-byte chunks all in flight at once, MATVEC_INFLIGHT per thread; it picks G from cols and the dtype
+ * alone (ppn_mv_split), so a row's bits never depend on the geometry chosen here nor on how many rows share
+ * the launch (forward.c stacks q, k, v). G is mirrored here only to count the blocks. At most
+ * MATVEC_MAX_BLOCKS blocks, each looping over rows: on the H200 sweep (tests/gpu/test_gpu_kernels.c,
+ * 2026-11-29) one resident wave beat a block per row slot where the rows make one to two waves (llama-1b
+ * down 16.6 -> 13.8 us, llama-8b qkv 18.4 -> 17.0 us) and stayed within 3% elsewhere. x is staged in shared
+ * memory when it fits. */
+static ppn_launch matvec_geometry(const ppn_kp_matvec *p, size_t es)
+{
+    _Static_assert(MATVEC_BLOCK % (32u * MATVEC_MAX_SPLIT) == 0, "matvec blocks hold whole row groups");
+    size_t chunks = ((size_t)p->cols * es + 15u) / 16u, per_group = 32u * MATVEC_INFLIGHT;
+    unsigned split = 1;
+    while (split < MATVEC_MAX_SPLIT && chunks > per_group * split) split *= 2u;
+    unsigned blocks = blocks_for(p->rows, MATVEC_BLOCK / (32u * split));
+    if (blocks > MATVEC_MAX_BLOCKS) blocks = MATVEC_MAX_BLOCKS;
+    ppn_launch l = launch_init(PPN_K_MATVEC, p, blocks, MATVEC_BLOCK);
+    if ((size_t)p->cols * sizeof(float) <= MATVEC_STAGE_MAX) l.smem = (unsigned)((size_t)p->cols * sizeof(float));
+    return l;
+}
+
 ppn_status ppn_op_matvec(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x, int rows,
                          int cols, ppn_dptr bias, ppn_dptr res)
 {
@@ -125,7 +152,7 @@ ppn_status ppn_op_matvec(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, i
     size_t es = ppn_dtype_size(wdt);
     ppn_kp_matvec p = {.out = out, .w = w, .x = x, .bias = bias, .res = res, .rows = rows, .cols = cols,
                        .wdt = wdt};
-    ppn_launch l = launch_init(PPN_K_MATVEC, &p, blocks_for(rows, MATVEC_WARPS), MATVEC_WARPS * 32u);
+    ppn_launch l = matvec_geometry(&p, es);
     acc_add(&l, w, (size_t)rows * (size_t)cols * es, PPN_ACC_R);
     acc_add(&l, x, f32_bytes((size_t)cols), PPN_ACC_R);
     if (bias) acc_add(&l, bias, (size_t)rows * es, PPN_ACC_R);

@@ -104,106 +104,259 @@ extern "C" __global__ void ppn_k_head_rmsnorm(const ppn_kp_head_rmsnorm p)
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// matvec: one warp per row. The row is cut into chunks of V elements (16 bytes of weights); lane l owns
-// chunks l, l+32, ... and accumulates their elements in index order with fmaf.
+// matvec: a group of G warps per row, blockDim.x / (32 G) rows per block. G = ppn_mv_split(cols, dtype): the
+// fewest warps (a power of 2, at most 8) that have a whole row in flight at once. The row is cut into chunks
+// of V elements (16 bytes of weights); thread t of the group owns chunks t, t + 32G, ... and accumulates
+// their elements in index order with fmaf; the group's warps then combine in warp order. So a row's bits
+// depend on its weights, x, cols and the dtype alone - not on the block size, the grid, how many rows the
+// launch has, nor on where x is read from (a row of a stacked [wq; wk; wv] is reduced exactly as on its own).
+//
+// Bandwidth at batch 1: a thread issues its PPN_MV_U 16-byte weight loads (streamed past L1) before it uses
+// the first. x is staged in shared memory once per block when the launch gives it at least cols * 4 bytes of
+// dynamic shared memory (ops.c does while that and s_part fit in the default 48 KB), else read through the
+// read-only cache. A block loops over rows (striding by the grid), so a grid of one resident wave streams.
+//
+// Geometry contract with ops.c: blockDim.x a multiple of 256 (= 32 x the largest G), at most 1024; any
+// grid.x; dynamic shared memory 0 or >= cols * 4 bytes.
+
+#define PPN_MV_U 8
+#define PPN_MV_MAX_SPLIT 8
+
+// G for rows of cols elements of es bytes (ops.c mirrors this only to size its grid).
+__device__ __forceinline__ int ppn_mv_split(int cols, int es)
+{
+    long long chunks = ((long long)cols * es + 15) / 16;
+    int g = 1;
+    while (g < PPN_MV_MAX_SPLIT && chunks > 32LL * PPN_MV_U * g) g *= 2;
+    return g;
+}
+
+// A 16-byte weight load that is used once: read-only, not kept in L1 (x stays there). Predicated in the
+// instruction itself (no branch around it, so a batch's loads issue back to back); zeros when off, and p is
+// not touched then.
+__device__ __forceinline__ uint4 ppn_ld_stream_if(const uint4 *p, bool on)
+{
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    asm("{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %5, 0;\n\t"
+        "@q ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n\t}"
+        : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
+        : "l"(p), "r"((int)on));
+    return v;
+}
+
+__device__ __forceinline__ unsigned ppn_dyn_smem_bytes(void)
+{
+    unsigned n;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(n));
+    return n;
+}
+
+// The low half of a 32-bit word holds the lower index (little endian).
+__device__ __forceinline__ float ppn_bf16_lo(unsigned u) { return __uint_as_float(u << 16); }
+__device__ __forceinline__ float ppn_bf16_hi(unsigned u) { return __uint_as_float(u & 0xffff0000u); }
+__device__ __forceinline__ float ppn_f16_lo(unsigned u) { return ppn_f16_bits((unsigned short)(u & 0xffffu)); }
+__device__ __forceinline__ float ppn_f16_hi(unsigned u) { return ppn_f16_bits((unsigned short)(u >> 16)); }
+
+// x[k .. k+3] of a chunk: from shared memory (a plain load) or global memory (read-only cache).
+template <bool XS> __device__ __forceinline__ float4 ppn_mv_x4(const float *x, size_t k);
+template <> __device__ __forceinline__ float4 ppn_mv_x4<true>(const float *x, size_t k)
+{
+    return *(const float4 *)(x + k);
+}
+template <> __device__ __forceinline__ float4 ppn_mv_x4<false>(const float *x, size_t k)
+{
+    return __ldg((const float4 *)(x + k));
+}
+
+__device__ __forceinline__ float ppn_fma4(float4 w, float4 x, float acc)
+{
+    acc = fmaf(w.x, x.x, acc);
+    acc = fmaf(w.y, x.y, acc);
+    acc = fmaf(w.z, x.z, acc);
+    return fmaf(w.w, x.w, acc);
+}
 
 template <int DT> struct ppn_mv;
 
 template <> struct ppn_mv<PPN_DT_F32> {
     static constexpr int V = 4;
     static __device__ __forceinline__ float at(const char *row, int c) { return ((const float *)row)[c]; }
-    static __device__ __forceinline__ void chunk(const char *row, int j, float *wv)
+    // acc += the chunk's 4 products in index order; x points at the chunk's first element.
+    template <bool XS> static __device__ __forceinline__ float fma_chunk(uint4 w, const float *x, int, float acc)
     {
-        float4 a = __ldg((const float4 *)row + j);
-        wv[0] = a.x, wv[1] = a.y, wv[2] = a.z, wv[3] = a.w;
+        float4 wf = make_float4(__uint_as_float(w.x), __uint_as_float(w.y), __uint_as_float(w.z),
+                                __uint_as_float(w.w));
+        return ppn_fma4(wf, ppn_mv_x4<XS>(x, 0), acc);
     }
 };
 
-template <> struct ppn_mv<PPN_DT_BF16> {
+// 8 elements of 2 bytes: 32 bytes of x per chunk. sw (0 or 1) picks which half of it a lane reads first:
+// lanes 4-7 of each 8 start with the upper half, so a quarter warp's 16-byte reads of shared memory cover
+// all 32 banks once instead of half of them twice. The products are still taken in index order.
+template <int DT> struct ppn_mv16 {
     static constexpr int V = 8;
     static __device__ __forceinline__ float at(const char *row, int c)
     {
-        return ppn_bf16_bits(((const unsigned short *)row)[c]);
+        unsigned short u = ((const unsigned short *)row)[c];
+        return DT == PPN_DT_BF16 ? ppn_bf16_bits(u) : ppn_f16_bits(u);
     }
-    static __device__ __forceinline__ void chunk(const char *row, int j, float *wv)
+    static __device__ __forceinline__ float lo(unsigned u)
     {
-        uint4 a = __ldg((const uint4 *)row + j);
-        unsigned u[4] = {a.x, a.y, a.z, a.w};
-#pragma unroll
-        for (int k = 0; k < 4; k++) { // little endian: the low half is the lower index
-            wv[2 * k] = ppn_bf16_bits((unsigned short)(u[k] & 0xffffu));
-            wv[2 * k + 1] = ppn_bf16_bits((unsigned short)(u[k] >> 16));
-        }
+        return DT == PPN_DT_BF16 ? ppn_bf16_lo(u) : ppn_f16_lo(u);
+    }
+    static __device__ __forceinline__ float hi(unsigned u)
+    {
+        return DT == PPN_DT_BF16 ? ppn_bf16_hi(u) : ppn_f16_hi(u);
+    }
+    template <bool XS> static __device__ __forceinline__ float fma_chunk(uint4 w, const float *x, int sw, float acc)
+    {
+        float4 a = ppn_mv_x4<XS>(x, (size_t)(4 * sw)), b = ppn_mv_x4<XS>(x, (size_t)(4 - 4 * sw));
+        float4 x0 = sw ? b : a, x1 = sw ? a : b;
+        acc = ppn_fma4(make_float4(lo(w.x), hi(w.x), lo(w.y), hi(w.y)), x0, acc);
+        return ppn_fma4(make_float4(lo(w.z), hi(w.z), lo(w.w), hi(w.w)), x1, acc);
     }
 };
+template <> struct ppn_mv<PPN_DT_BF16> : ppn_mv16<PPN_DT_BF16> {};
+template <> struct ppn_mv<PPN_DT_F16> : ppn_mv16<PPN_DT_F16> {};
 
-template <> struct ppn_mv<PPN_DT_F16> {
-    static constexpr int V = 8;
-    static __device__ __forceinline__ float at(const char *row, int c)
-    {
-        return ppn_f16_bits(((const unsigned short *)row)[c]);
-    }
-    static __device__ __forceinline__ void chunk(const char *row, int j, float *wv)
-    {
-        uint4 a = __ldg((const uint4 *)row + j);
-        unsigned u[4] = {a.x, a.y, a.z, a.w};
+// Issue the loads of this thread's chunks j0, j0 + nt, ... (PPN_MV_U of them, those below nfull).
+__device__ __forceinline__ void ppn_mv_issue(uint4 (&wv)[PPN_MV_U], const uint4 *row, int j0, int nt, int nfull)
+{
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            wv[2 * k] = ppn_f16_bits((unsigned short)(u[k] & 0xffffu));
-            wv[2 * k + 1] = ppn_f16_bits((unsigned short)(u[k] >> 16));
-        }
-    }
-};
+    for (int u = 0; u < PPN_MV_U; u++) wv[u] = ppn_ld_stream_if(row + j0 + u * nt, j0 + u * nt < nfull);
+}
 
-// This lane's partial dot product of row r with x.
-template <int DT> __device__ float ppn_matvec_lane(const ppn_kp_matvec &p, int r, int lane)
+// This thread's partial dot product over its whole chunks, 16-byte path; wv holds the first batch, issued
+// by the caller (before x was staged). x is 16-byte aligned. A batch whose chunks all exist takes the
+// unchecked loop; the last one may be partial.
+template <int DT, bool XS>
+__device__ __forceinline__ float ppn_mv_vec(uint4 (&wv)[PPN_MV_U], const uint4 *row, const float *x, int t,
+                                            int nt, int nfull)
 {
     typedef ppn_mv<DT> T;
-    constexpr int V = T::V;
-    constexpr size_t es = DT == PPN_DT_F32 ? 4 : 2;
-    const char *row = (const char *)p.w + (size_t)r * (size_t)p.cols * es;
-    const float *x = (const float *)p.x;
-    int nfull = p.cols / V;
+    const int sw = XS ? (t >> 2) & 1 : 0; // chunk j = t (mod 32): the lane's place in its quarter warp
     float acc = 0.0f;
-    if (((uintptr_t)row & 15u) == 0 && ((uintptr_t)x & 15u) == 0) {
-#pragma unroll 4
-        for (int j = lane; j < nfull; j += 32) {
-            float wv[V], xv[V];
-            T::chunk(row, j, wv);
+    for (int j0 = t; j0 < nfull;) {
+        if (j0 + (PPN_MV_U - 1) * nt < nfull) {
 #pragma unroll
-            for (int k = 0; k < V; k += 4) {
-                float4 b = __ldg((const float4 *)(x + (size_t)j * V + k));
-                xv[k] = b.x, xv[k + 1] = b.y, xv[k + 2] = b.z, xv[k + 3] = b.w;
+            for (int u = 0; u < PPN_MV_U; u++)
+                acc = T::template fma_chunk<XS>(wv[u], x + (size_t)(j0 + u * nt) * T::V, sw, acc);
+        } else {
+#pragma unroll
+            for (int u = 0; u < PPN_MV_U; u++) {
+                int j = j0 + u * nt;
+                if (j < nfull) acc = T::template fma_chunk<XS>(wv[u], x + (size_t)j * T::V, sw, acc);
             }
-#pragma unroll
-            for (int k = 0; k < V; k++) acc = fmaf(wv[k], xv[k], acc);
         }
-    } else {
-        for (int j = lane; j < nfull; j += 32) {
-#pragma unroll
-            for (int k = 0; k < V; k++) acc = fmaf(T::at(row, j * V + k), x[j * V + k], acc);
-        }
+        j0 += PPN_MV_U * nt;
+        if (j0 < nfull) ppn_mv_issue(wv, row, j0, nt, nfull);
     }
-    if (lane == nfull % 32) // the partial last chunk belongs to the lane that would own chunk nfull
-        for (int c = nfull * V; c < p.cols; c++) acc = fmaf(T::at(row, c), x[c], acc);
     return acc;
 }
 
-extern "C" __global__ void ppn_k_matvec(const ppn_kp_matvec p)
+// The same sum element by element, for rows or x not 16-byte aligned: the same elements in the same order.
+template <int DT> __device__ float ppn_mv_scalar(const char *row, const float *x, int t, int nt, int nfull)
 {
-    int lane = threadIdx.x & 31;
-    int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    if (r >= p.rows) return; // whole warp leaves together; no block barrier follows
-    float acc;
-    if (p.wdt == PPN_DT_BF16) acc = ppn_matvec_lane<PPN_DT_BF16>(p, r, lane);
-    else if (p.wdt == PPN_DT_F16) acc = ppn_matvec_lane<PPN_DT_F16>(p, r, lane);
-    else acc = ppn_matvec_lane<PPN_DT_F32>(p, r, lane);
-    acc = ppn_warp_sum(acc);
-    if (lane != 0) return;
-    // As HF: (x W^T + bias), then the residual added; res may alias out (read before the write).
-    if (p.bias) acc = __fadd_rn(acc, ppn_wload(p.bias, p.wdt, (size_t)r));
-    if (p.res) acc = __fadd_rn(((const float *)p.res)[r], acc);
-    ((float *)p.out)[r] = acc;
+    typedef ppn_mv<DT> T;
+    float acc = 0.0f;
+    for (int j = t; j < nfull; j += nt)
+#pragma unroll
+        for (int k = 0; k < T::V; k++) acc = fmaf(T::at(row, j * T::V + k), x[j * T::V + k], acc);
+    return acc;
+}
+
+// Copy x into shared memory, every thread of the block taking part.
+__device__ __forceinline__ void ppn_mv_stage(float *xs, const float *x, int cols)
+{
+    int nth = blockDim.x * blockDim.y, tid = threadIdx.y * blockDim.x + threadIdx.x;
+    int c0 = 0;
+    if (((uintptr_t)x & 15u) == 0) {
+        c0 = cols & ~3;
+        for (int i = tid; i < cols / 4; i += nth) ((float4 *)xs)[i] = __ldg((const float4 *)x + i);
+    }
+    for (int c = c0 + tid; c < cols; c += nth) xs[c] = x[c];
+}
+
+__device__ __forceinline__ bool ppn_al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+// Every row r = blockIdx.x * rows_per_block + group (+ k * gridDim.x * rows_per_block): the loop count is the
+// same for the whole block, so its barriers are reached by every thread. A row's first batch of weights is
+// issued before the previous row's reduction and store (and before x is staged), so a thread has its next
+// loads in flight while it finishes the last row. Not inlined, and G a constant: one function per dtype and
+// G keeps the compiler from merging the paths into one with the registers of all (104 against 64).
+template <int DT, int G>
+__device__ __noinline__ void ppn_mv_rows(const ppn_kp_matvec p, float *xs, float (*part)[32])
+{
+    typedef ppn_mv<DT> T;
+    constexpr int V = T::V, g = G, nt = 32 * G;
+    constexpr size_t es = DT == PPN_DT_F32 ? 4 : 2;
+    const int nfull = p.cols / V;
+    if (blockDim.x % nt) __trap(); // ops.c broke the contract: no result rather than other bits
+    const int t = threadIdx.x % nt, grp = threadIdx.x / nt, rpb = blockDim.x / nt;
+    const int step = gridDim.x * rpb;
+    const bool staged = (unsigned)p.cols <= ppn_dyn_smem_bytes() / 4u;
+    const float *xg = (const float *)p.x;
+    const bool xal = staged || ppn_al16(xg); // x as the 16-byte path reads it
+    const size_t pitch = (size_t)p.cols * es;
+    uint4 wv[PPN_MV_U];
+    int r = blockIdx.x * rpb + grp;
+    const char *row = (const char *)p.w + (size_t)r * pitch;
+    if (r < p.rows && xal && ppn_al16(row)) ppn_mv_issue(wv, (const uint4 *)row, t, nt, nfull);
+    if (staged) {
+        ppn_mv_stage(xs, xg, p.cols);
+        __syncthreads();
+    }
+    const float *x = staged ? xs : xg;
+    for (int base = blockIdx.x * rpb, it = 0; base < p.rows; base += step, it ^= 1) {
+        r = base + grp;
+        row = (const char *)p.w + (size_t)r * pitch;
+        const bool live = r < p.rows, vec = xal && ppn_al16(row);
+        float acc = 0.0f;
+        if (live) {
+            if (!vec) acc = ppn_mv_scalar<DT>(row, x, t, nt, nfull);
+            else if (staged) acc = ppn_mv_vec<DT, true>(wv, (const uint4 *)row, xs, t, nt, nfull);
+            else acc = ppn_mv_vec<DT, false>(wv, (const uint4 *)row, xg, t, nt, nfull);
+            if (t == nfull % nt) // the partial last chunk belongs to the thread that would own chunk nfull
+                for (int c = nfull * V; c < p.cols; c++) acc = fmaf(T::at(row, c), x[c], acc);
+        }
+        const char *next = row + (size_t)step * pitch;
+        if (r + step < p.rows && xal && ppn_al16(next)) ppn_mv_issue(wv, (const uint4 *)next, t, nt, nfull);
+        acc = ppn_warp_sum(acc);
+        if (g > 1) { // the group's warps in warp order; part[it] alternates, so one barrier per row suffices
+            if ((t & 31) == 0) part[it][threadIdx.x >> 5] = acc;
+            __syncthreads();
+            if (t == 0) {
+                acc = part[it][grp * g];
+                for (int k = 1; k < g; k++) acc += part[it][grp * g + k];
+            }
+        }
+        if (t != 0 || !live) continue;
+        // As HF: (x W^T + bias), then the residual added; res may alias out (read before the write).
+        if (p.bias) acc = __fadd_rn(acc, ppn_wload(p.bias, p.wdt, (size_t)r));
+        if (p.res) acc = __fadd_rn(((const float *)p.res)[r], acc);
+        ((float *)p.out)[r] = acc;
+    }
+}
+
+template <int DT> __device__ __forceinline__ void ppn_mv_by_split(const ppn_kp_matvec &p, float *xs, float (*part)[32])
+{
+    switch (ppn_mv_split(p.cols, DT == PPN_DT_F32 ? 4 : 2)) {
+    case 1: ppn_mv_rows<DT, 1>(p, xs, part); break;
+    case 2: ppn_mv_rows<DT, 2>(p, xs, part); break;
+    case 4: ppn_mv_rows<DT, 4>(p, xs, part); break;
+    default: ppn_mv_rows<DT, PPN_MV_MAX_SPLIT>(p, xs, part); break;
+    }
+}
+
+// At most 1024 threads (the contract), so at most 64 registers: 4 blocks of 256 on an SM.
+extern "C" __global__ void __launch_bounds__(1024) ppn_k_matvec(const ppn_kp_matvec p)
+{
+    extern __shared__ float4 ppn_mv_xs[]; // cols floats when staged (16-byte aligned)
+    __shared__ float s_part[2][32];
+    float *xs = (float *)ppn_mv_xs;
+    if (p.wdt == PPN_DT_BF16) ppn_mv_by_split<PPN_DT_BF16>(p, xs, s_part);
+    else if (p.wdt == PPN_DT_F16) ppn_mv_by_split<PPN_DT_F16>(p, xs, s_part);
+    else ppn_mv_by_split<PPN_DT_F32>(p, xs, s_part);
 }
 
 // ---------------------------------------------------------------------------------------------------------

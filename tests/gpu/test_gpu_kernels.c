@@ -10,6 +10,8 @@
  * CUDA's expf/sincosf (2 ulp) to 2e-6 relative; copies, embed, fill, add and argmax must match exactly.
  *
  * Runs only where a CUDA driver and GPU exist (./build.sh gputest). Without them it FAILS.
+ * PPN_GPU_TEST_FILTER=<cmocka pattern> runs only the tests it names (t_matvec_bw: the matvec bandwidth);
+ * PPN_MV_SWEEP=0 leaves out the matvec geometry sweep.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -99,11 +101,14 @@ static ppn_dptr dalloc(size_t bytes)
     return p;
 }
 
-static void dfree_all(void)
+/* Frees the buffers allocated since ndbuf was mark. */
+static void dfree_from(int mark)
 {
-    for (int i = 0; i < ndbuf; i++) OK(G->ops->mem_free(G, 0, dbufs[i]));
-    ndbuf = 0;
+    for (int i = mark; i < ndbuf; i++) OK(G->ops->mem_free(G, 0, dbufs[i]));
+    ndbuf = mark;
 }
+
+static void dfree_all(void) { dfree_from(0); }
 
 static void put(ppn_dptr d, const void *h, size_t bytes)
 {
@@ -130,25 +135,41 @@ static void sync_ok(void) { OK(G->ops->stream_sync(G, S)); }
  * comparison */
 
 /* Max over i of |got - ref| / (rel * scale_i + abs), scale_i = scale ? scale[i] : |ref[i]|; a NaN on one
- * side only is an infinite error. Prints the case line; fails when the ratio exceeds 1. */
-static void compare(const char *what, const float *got, const float *ref, size_t n, const double *scale,
-                    double rel, double abs_tol)
+ * side only is an infinite error. *wi: where it is; *max_abs: the largest |got - ref|. */
+static double err_ratio(const float *got, const float *ref, size_t n, const double *scale, double rel,
+                        double abs_tol, size_t *wi, double *max_abs)
 {
-    double worst = 0, max_abs = 0;
-    size_t wi = 0;
+    double worst = 0;
+    *wi = 0, *max_abs = 0;
     for (size_t i = 0; i < n; i++) {
         double r;
         if (isnan(got[i]) || isnan(ref[i])) r = (isnan(got[i]) && isnan(ref[i])) ? 0 : INFINITY;
         else {
             double e = fabs((double)got[i] - ref[i]);
-            if (e > max_abs) max_abs = e;
+            if (e > *max_abs) *max_abs = e;
             r = e / (rel * (scale ? scale[i] : fabs((double)ref[i])) + abs_tol);
         }
-        if (r > worst) worst = r, wi = i;
+        if (r > worst) worst = r, *wi = i;
     }
-    printf("  %-58s max|err| %.3e  err/tol %.3f\n", what, max_abs, worst);
+    return worst;
+}
+
+/* err_ratio, printing the case line (when verbose); fails when the ratio exceeds 1. Returns the ratio. */
+static double compare_v(const char *what, const float *got, const float *ref, size_t n, const double *scale,
+                        double rel, double abs_tol, int verbose)
+{
+    size_t wi;
+    double max_abs, worst = err_ratio(got, ref, n, scale, rel, abs_tol, &wi, &max_abs);
+    if (verbose) printf("  %-58s max|err| %.3e  err/tol %.3f\n", what, max_abs, worst);
     if (!(worst <= 1.0))
         fail_msg("%s: element %zu: gpu %.9g cpu %.9g (err/tol %.3g)", what, wi, got[wi], ref[wi], worst);
+    return worst;
+}
+
+static void compare(const char *what, const float *got, const float *ref, size_t n, const double *scale,
+                    double rel, double abs_tol)
+{
+    compare_v(what, got, ref, n, scale, rel, abs_tol, 1);
 }
 
 static void exact(const char *what, const void *got, const void *ref, size_t bytes)
@@ -221,9 +242,244 @@ static void t_matvec(void **state)
             {2048, 2048, dt, 0, 0, 0}, {2048, 2048, dt, 1, 1, 0}, {4096, 1000, dt, 0, 0, 0},
             {4096, 1000, dt, 1, 0, 0}, {4096, 1000, dt, 0, 1, 1}, {1000, 4099, dt, 1, 1, 1},
             {3, 7, dt, 1, 1, 0},
+            /* several warps per row (cols 8192: 4 in bf16); x too wide to stage (57 KB) and odd cols with
+             * it; the widest staged x (48 KB less the kernel's 256 static bytes) and one float more; more
+             * rows than ops.c's blocks take at once (each block loops) */
+            {300, 8192, dt, 0, 1, 0}, {64, 14336, dt, 1, 1, 1}, {40, 14341, dt, 1, 0, 0},
+            {33, 12224, dt, 0, 1, 1}, {17, 12225, dt, 1, 0, 0}, {20000, 64, dt, 1, 1, 1},
         };
         for (size_t i = 0; i < NELEM(cs); i++) matvec_case(&cs[i]);
     }
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * matvec at the llama shapes (bf16, the production dtype): correctness against the CPU reference, bits
+ * repeated, a row's bits independent of how many rows share the launch, and bandwidth.
+ *
+ * Bandwidth = weight bytes / device time between an event pair around one launch (median of MV_TIMED after
+ * MV_WARM warm-ups), and the same over MV_TIMED launches back to back. Each launch reads another copy of
+ * the weights in a pool of MV_POOL bytes, so a small matrix is not served from L2 (60 MB) by its previous
+ * launch, as it is not in a decode step.
+ *
+ * PPN_MV_SWEEP=0 skips the sweep: geometries the kernel's contract allows (threads per block, a cap on the
+ * blocks, x staged in shared memory or not) checked the same way and timed, to choose ops.c's geometry from
+ * measurements. Each must give ops.c's bits: the kernel's summation order depends on cols and the dtype only. */
+
+#define MV_WARM 5
+#define MV_TIMED 20
+#define MV_POOL ((size_t)128256 * 4096 * 2) /* the largest matrix below */
+
+typedef struct mv_shape {
+    int rows, cols;
+    const char *name;
+} mv_shape;
+
+static const mv_shape mv_shapes[] = {
+    {2048, 2048, "1b q,o"},     {512, 2048, "1b k,v"},      {3072, 2048, "1b qkv"},    {16384, 2048, "1b gate|up"},
+    {2048, 8192, "1b down"},    {128256, 2048, "1b lm head"}, {4096, 4096, "8b q,o"},  {6144, 4096, "8b qkv"},
+    {28672, 4096, "8b gate|up"}, {4096, 14336, "8b down"},   {128256, 4096, "8b lm head"},
+};
+
+/* A launch geometry; threads 0 = ppn_op_matvec's own. ctas: at most this many blocks (0: enough for a row
+ * group each), each then looping over rows. */
+typedef struct mv_geo {
+    unsigned threads, ctas;
+    int xs;
+} mv_geo;
+
+/* The kernel's G (warps per row) for these cols, as ppn_kernels.cu picks it: here only to count blocks. */
+static unsigned mv_split(int cols, int dt)
+{
+    size_t chunks = ((size_t)cols * ppn_dtype_size(dt) + 15) / 16;
+    unsigned g = 1;
+    while (g < 8 && chunks > 256u * g) g *= 2;
+    return g;
+}
+
+static ppn_gevent *mv_ev[2 * MV_TIMED + 2];
+static int free_buffers(void **state);
+static unsigned mv_turn; /* which copy of the weights the next timed launch reads */
+
+static void mv_run(const mv_geo *geo, ppn_dptr out, ppn_dptr w, ppn_dptr x, const mv_shape *sh, int dt)
+{
+    if (!geo->threads) {
+        OK(ppn_op_matvec(G, S, out, w, dt, x, sh->rows, sh->cols, 0, 0));
+        return;
+    }
+    unsigned rb = geo->threads / (32u * mv_split(sh->cols, dt)), nb = ((unsigned)sh->rows + rb - 1) / rb;
+    if (geo->ctas && nb > geo->ctas) nb = geo->ctas;
+    ppn_kp_matvec p = {.out = out, .w = w, .x = x, .rows = sh->rows, .cols = sh->cols, .wdt = dt};
+    ppn_launch l = {.kernel = PPN_K_MATVEC, .grid = {nb, 1, 1},
+                    .block = {geo->threads, 1, 1}, .smem = geo->xs ? (unsigned)sh->cols * 4u : 0,
+                    .params = &p, .params_size = sizeof p, .nacc = 0};
+    OK(G->ops->launch(G, S, &l));
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median single-launch and mean back-to-back device time in us. */
+static void mv_time(const mv_geo *geo, ppn_dptr out, ppn_dptr pool, ppn_dptr x, const mv_shape *sh, int dt,
+                    double *med_us, double *b2b_us)
+{
+    size_t wb = (size_t)sh->rows * sh->cols * ppn_dtype_size(dt), slots = MV_POOL / wb ? MV_POOL / wb : 1;
+#define MV_W() (pool + (size_t)(mv_turn++ % slots) * wb)
+    for (int i = 0; i < MV_WARM; i++) mv_run(geo, out, MV_W(), x, sh, dt);
+    for (int i = 0; i < MV_TIMED; i++) {
+        OK(G->ops->event_record(G, mv_ev[2 * i], S));
+        mv_run(geo, out, MV_W(), x, sh, dt);
+        OK(G->ops->event_record(G, mv_ev[2 * i + 1], S));
+    }
+    OK(G->ops->event_record(G, mv_ev[2 * MV_TIMED], S));
+    for (int i = 0; i < MV_TIMED; i++) mv_run(geo, out, MV_W(), x, sh, dt);
+    OK(G->ops->event_record(G, mv_ev[2 * MV_TIMED + 1], S));
+#undef MV_W
+    sync_ok();
+    float ms[MV_TIMED], all;
+    for (int i = 0; i < MV_TIMED; i++) OK(G->ops->event_elapsed(G, mv_ev[2 * i], mv_ev[2 * i + 1], &ms[i]));
+    OK(G->ops->event_elapsed(G, mv_ev[2 * MV_TIMED], mv_ev[2 * MV_TIMED + 1], &all));
+    qsort(ms, MV_TIMED, sizeof ms[0], cmp_float);
+    *med_us = 500.0 * (ms[MV_TIMED / 2 - 1] + ms[MV_TIMED / 2]);
+    *b2b_us = 1000.0 * all / MV_TIMED;
+}
+
+/* Runs geo on the pool's first copy with x aligned and x 4 bytes off, demands equal bits, checks against
+ * the reference; got receives the result. Returns err/tol. */
+static double mv_check(const mv_geo *geo, const char *what, ppn_dptr out, ppn_dptr pool, ppn_dptr x,
+                       ppn_dptr xm, const mv_shape *sh, int dt, const float *ref, const double *sc, float *got,
+                       float *tmp)
+{
+    size_t R = (size_t)sh->rows;
+    mv_run(geo, out, pool, x, sh, dt);
+    sync_ok();
+    get(got, out, R * 4);
+    mv_run(geo, out, pool, xm, sh, dt);
+    sync_ok();
+    get(tmp, out, R * 4);
+    same_bits(what, got, tmp, R * 4);
+    return compare_v(what, got, ref, R, sc, 1e-5, 1e-30, 0);
+}
+
+static double gbs(const mv_shape *sh, int dt, double us)
+{
+    return (double)sh->rows * sh->cols * ppn_dtype_size(dt) / (us * 1e3);
+}
+
+/* A block of rows on its own (the weights from row r0 on) gives the bits it has in the whole launch. */
+static void mv_rows_alone(ppn_dptr out, ppn_dptr pool, ppn_dptr x, const mv_shape *sh, int dt,
+                          const float *whole, float *tmp)
+{
+    int r0 = sh->rows / 3, n = sh->rows - r0 < 512 ? sh->rows - r0 : 512;
+    mv_shape part = {n, sh->cols, sh->name};
+    mv_geo def = {0, 0, 0};
+    mv_run(&def, out, pool + (size_t)r0 * sh->cols * ppn_dtype_size(dt), x, &part, dt);
+    sync_ok();
+    get(tmp, out, (size_t)n * 4);
+    if (memcmp(tmp, whole + r0, (size_t)n * 4))
+        fail_msg("matvec %s: rows %d..%d alone differ in bits from the same rows in the whole launch", sh->name,
+                 r0, r0 + n - 1);
+}
+
+/* The sweep: threads per block (multiples of 256, the contract) x block cap x x staged or not. */
+static const unsigned mv_threads[] = {256, 512, 1024}, mv_caps[] = {0, 264, 528, 1056, 2112};
+
+/* The sweep for one shape: every geometry checked and timed; all give the bits of ops.c's (want). */
+static void mv_sweep_shape(const mv_shape *sh, int dt, ppn_dptr out, ppn_dptr pool, ppn_dptr x, ppn_dptr xm,
+                           const float *ref, const double *sc, const float *want, double def_b2b)
+{
+    size_t R = (size_t)sh->rows;
+    float *got = hmem(R * 4), *tmp = hmem(R * 4);
+    double best = 0, best_med = 0, worst_ratio = 0;
+    mv_geo bg = {0, 0, 0};
+    int n = 0;
+    for (size_t ti = 0; ti < NELEM(mv_threads); ti++)
+        for (int xs = 0; xs < 2; xs++)
+            for (size_t ci = 0; ci < NELEM(mv_caps); ci++) {
+                mv_geo geo = {mv_threads[ti], mv_caps[ci], xs};
+                if (xs && (size_t)sh->cols * 4 > 49152 - 256) continue; /* 48 KB less the static */
+                char what[112];
+                snprintf(what, sizeof what, "matvec %s %dx%d threads=%u ctas=%u x %s", dtn(dt), sh->rows,
+                         sh->cols, geo.threads, geo.ctas, xs ? "staged" : "cached");
+                double ratio = mv_check(&geo, what, out, pool, x, xm, sh, dt, ref, sc, got, tmp);
+                if (ratio > worst_ratio) worst_ratio = ratio;
+                if (memcmp(want, got, R * 4)) fail_msg("%s: bits differ from ops.c's geometry", what);
+                double med, b2b;
+                mv_time(&geo, out, pool, x, sh, dt, &med, &b2b);
+                printf("    sweep %-10s thr=%-4u ctas=%-4u x %-6s single %8.2f us %5.0f GB/s  b2b %8.2f us %5.0f "
+                       "GB/s  err/tol %.3f\n",
+                       sh->name, geo.threads, geo.ctas, xs ? "staged" : "cached", med, gbs(sh, dt, med), b2b,
+                       gbs(sh, dt, b2b), ratio);
+                if (gbs(sh, dt, b2b) > best) best = gbs(sh, dt, b2b), best_med = gbs(sh, dt, med), bg = geo;
+                n++;
+            }
+    printf("  bw best %-10s of %d: thr=%u ctas=%u x %s: b2b %.0f GB/s single %.0f GB/s (ops.c b2b %.0f); "
+           "worst err/tol %.3f\n",
+           sh->name, n, bg.threads, bg.ctas, bg.xs ? "staged" : "cached", best, best_med, gbs(sh, dt, def_b2b),
+           worst_ratio);
+    free(got), free(tmp);
+}
+
+static void t_matvec_bw(void **state)
+{
+    (void)state;
+    const int dt = PPN_DT_BF16;
+    const char *sw = getenv("PPN_MV_SWEEP");
+    int sweep = !(sw && !strcmp(sw, "0"));
+    ppn_device_info di;
+    OK(G->ops->device_info(G, 0, &di));
+    printf("  bw device %s, %d SMs; weights bf16, x f32; pool %.2f GB\n", di.name, di.sm_count, MV_POOL / 1e9);
+    for (size_t i = 0; i < NELEM(mv_ev); i++) OK(G->ops->event_create(G, 0, 1, &mv_ev[i]));
+    /* the pool: random bf16 in [-1, 1), a 64 MB pattern repeated; every shape's matrix is its prefix */
+    size_t pat = (size_t)1 << 25;
+    uint16_t *hw = wrand(dt, pat);
+    uint16_t *hpool = hmem(MV_POOL);
+    for (size_t off = 0; off < MV_POOL / 2; off += pat)
+        memcpy(hpool + off, hw, (MV_POOL / 2 - off < pat ? MV_POOL / 2 - off : pat) * 2);
+    free(hw);
+    ppn_dptr pool = up(hpool, MV_POOL);
+    double tot_step[2] = {0, 0};
+    for (size_t s = 0; s < NELEM(mv_shapes); s++) {
+        const mv_shape *sh = &mv_shapes[s];
+        int mark = ndbuf; /* this shape's buffers, freed after it */
+        size_t R = (size_t)sh->rows, C = (size_t)sh->cols;
+        float *x = frand(C, -1, 1), *ref = hmem(R * 4), *got = hmem(R * 4), *tmp = hmem(R * 4);
+        ppn_dptr dx = up(x, C * 4), dxm = dalloc(C * 4 + 16) + 4, out = dalloc(R * 4);
+        put(dxm, x, C * 4);
+        ppn_kp_matvec p = {.out = D(ref), .w = D(hpool), .x = D(x), .rows = sh->rows, .cols = sh->cols, .wdt = dt};
+        ppn_kernels[PPN_K_MATVEC].cpu(&p);
+        mv_case mc = {sh->rows, sh->cols, dt, 0, 0, 0};
+        double *sc = mv_scale(&mc, hpool, x, NULL, NULL);
+        char what[96];
+        snprintf(what, sizeof what, "matvec %s %dx%d (%s)", dtn(dt), sh->rows, sh->cols, sh->name);
+        mv_geo def = {0, 0, 0};
+        double ratio = mv_check(&def, what, out, pool, dx, dxm, sh, dt, ref, sc, got, tmp);
+        mv_rows_alone(out, pool, dx, sh, dt, got, tmp);
+        double med, b2b;
+        mv_time(&def, out, pool, dx, sh, dt, &med, &b2b);
+        printf("  bw %-10s %6dx%-5d %7.1f MB  single %8.2f us %6.0f GB/s  b2b %8.2f us %6.0f GB/s  err/tol %.3f\n",
+               sh->name, sh->rows, sh->cols, R * C * 2 / 1e6, med, gbs(sh, dt, med), b2b, gbs(sh, dt, b2b), ratio);
+        /* a decode step's matvecs: qkv, o, gate|up, down per layer (16 in 1b, 32 in 8b) and the lm head */
+        int layers = sh->name[0] == '1' ? 16 : 32, k = sh->name[0] == '1' ? 0 : 1;
+        if (strstr(sh->name, "lm head")) tot_step[k] += b2b;
+        else if (!strstr(sh->name, "k,v")) tot_step[k] += layers * b2b;
+        if (sweep) mv_sweep_shape(sh, dt, out, pool, dx, dxm, ref, sc, got, b2b);
+        free(x), free(ref), free(got), free(tmp), free(sc);
+        dfree_from(mark);
+    }
+    printf("  bw decode-step matvecs (b2b, ops.c geometry): llama-1b %.1f us, llama-8b %.1f us\n", tot_step[0],
+           tot_step[1]);
+    free(hpool);
+}
+
+/* After t_matvec_bw, passed or failed: its events and buffers. */
+static int mv_teardown(void **state)
+{
+    for (size_t i = 0; i < NELEM(mv_ev); i++)
+        if (mv_ev[i]) G->ops->event_destroy(G, mv_ev[i]), mv_ev[i] = NULL;
+    return free_buffers(state);
 }
 
 /* ---------------------------------------------------------------------------------------------------------
@@ -563,10 +819,13 @@ int main(void)
         ppn_gpu_close(G);
         return 1;
     }
+    const char *only = getenv("PPN_GPU_TEST_FILTER"); /* a cmocka pattern of test names, e.g. t_matvec* */
+    if (only && *only) cmocka_set_test_filter(only);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(t_set_hdr, free_buffers),
         cmocka_unit_test_teardown(t_table_covered, free_buffers),
         cmocka_unit_test_teardown(t_matvec, free_buffers),
+        cmocka_unit_test_teardown(t_matvec_bw, mv_teardown),
         cmocka_unit_test_teardown(t_norms, free_buffers),
         cmocka_unit_test_teardown(t_rope, free_buffers),
         cmocka_unit_test_teardown(t_kv_attn, free_buffers),
