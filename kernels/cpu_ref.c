@@ -294,3 +294,15 @@ void ppn_cpu_set_hdr(const void *params)
     const ppn_kp_set_hdr *p = params;
     *PTR(ppn_step_hdr, p->hdr) = p->v;
 }
+
+/* m matvecs: the same per-row reduction (row_dot) token by token, so every row equals ppn_cpu_matvec's. */
+void ppn_cpu_matmat(const void *params)
+{
+    const ppn_kp_matmat *p = params;
+    for (int t = 0; t < p->m; t++) {
+        size_t xo = (size_t)t * (size_t)p->cols * sizeof(float), oo = (size_t)t * (size_t)p->rows * sizeof(float);
+        ppn_kp_matvec v = {.out = p->out + oo, .w = p->w, .x = p->x + xo, .bias = p->bias,
+                           .res = p->res ? p->res + oo : 0, .rows = p->rows, .cols = p->cols, .wdt = p->wdt};
+        ppn_cpu_matvec(&v);
+    }
+}

@@ -15,5 +15,6 @@ void ppn_cpu_add(const void *params);
 void ppn_cpu_argmax(const void *params);
 void ppn_cpu_fill(const void *params);
 void ppn_cpu_set_hdr(const void *params);
+void ppn_cpu_matmat(const void *params);
 
 #endif

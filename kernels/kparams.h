@@ -30,6 +30,14 @@ typedef struct { uint64_t out, in, w; int32_t n, wdt; float eps; } ppn_kp_rmsnor
  * W: [rows, cols] row-major in wdt; bias in wdt (0 = none); res f32 (0 = none; may alias out). */
 typedef struct { uint64_t out, w, x, bias, res; int32_t rows, cols, wdt; } ppn_kp_matvec;
 
+/* Small matrix-matrix product for m tokens at once (prefill, batches): for t < m,
+ * out[t, r] = (res ? res[t, r] : 0) + (bias ? bias[r] : 0) + sum_c W[r, c] * x[t, c]
+ * x: [m, cols], out and res: [m, rows] (f32, row-major); W and bias as in matvec. Each (t, r) is reduced in the
+ * same order as a matvec of token t, so on one backend the rows of a matmat equal m matvecs bit for bit on the
+ * CPU reference (the CUDA kernel keeps its own fixed order). m <= PPN_MATMAT_MAX_M per launch. */
+#define PPN_MATMAT_MAX_M 8
+typedef struct { uint64_t out, w, x, bias, res; int32_t rows, cols, m, wdt; } ppn_kp_matmat;
+
 /* Rotary embedding in place on x[n_heads, head_dim] at position hdr->pos.
  * inv_freq: f32 [head_dim/2], precomputed on the host (default, llama3 scaling...).
  * interleaved = 0: HF convention, rotate halves (i, i + head_dim/2);

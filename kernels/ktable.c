@@ -22,6 +22,7 @@ const ppn_kernel_desc ppn_kernels[PPN_K_COUNT] = {
     PPN_KDESC(PPN_K_ARGMAX, argmax),
     PPN_KDESC(PPN_K_FILL, fill),
     PPN_KDESC(PPN_K_SET_HDR, set_hdr),
+    PPN_KDESC(PPN_K_MATMAT, matmat),
 };
 
 static uint32_t f32_bits(float f)

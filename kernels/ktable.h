@@ -19,6 +19,7 @@ typedef enum ppn_kernel_id {
     PPN_K_ARGMAX,
     PPN_K_FILL,
     PPN_K_SET_HDR,
+    PPN_K_MATMAT,
     PPN_K_COUNT
 } ppn_kernel_id;
 

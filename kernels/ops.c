@@ -28,6 +28,8 @@
 #define ATTN_MAX_HEAD_DIM 256
 #define ARGMAX_BLOCK 1024u
 
+#define MATMAT_BLOCK 256 /* 8 warps: 8 rows per CTA */
+
 static ppn_launch launch_init(int kernel, const void *params, unsigned grid, unsigned block)
 {
     PPN_ASSERT(kernel >= 0 && kernel < PPN_K_COUNT);
@@ -323,4 +325,34 @@ ppn_status ppn_op_set_hdr(ppn_gpu *g, ppn_gstream *s, ppn_dptr hdr, int pos, int
     ppn_launch l = launch_init(PPN_K_SET_HDR, &p, 1, 32);
     acc_add(&l, hdr, sizeof(ppn_step_hdr), PPN_ACC_W);
     return submit(g, s, &l);
+}
+
+/* One warp per row keeps every token's accumulator in registers; tokens beyond PPN_MATMAT_MAX_M go in further
+ * launches of contiguous chunks (each chunk's rows are independent, so the split changes no result). */
+ppn_status ppn_op_matmat(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x, int m, int rows,
+                         int cols, ppn_dptr bias, ppn_dptr res)
+{
+    static const char op[] = "ppn_op_matmat";
+    PPN_CHECK(need_positive(op, "m", m));
+    PPN_CHECK(need_positive(op, "rows", rows));
+    PPN_CHECK(need_positive(op, "cols", cols));
+    PPN_CHECK(need_wdt(op, wdt));
+    PPN_CHECK(need_ptr(op, "out", out));
+    PPN_CHECK(need_ptr(op, "w", w));
+    PPN_CHECK(need_ptr(op, "x", x));
+    size_t es = ppn_dtype_size(wdt);
+    for (int t0 = 0; t0 < m; t0 += PPN_MATMAT_MAX_M) {
+        int k = m - t0 < PPN_MATMAT_MAX_M ? m - t0 : PPN_MATMAT_MAX_M;
+        size_t oo = f32_bytes((size_t)t0 * (size_t)rows), xo = f32_bytes((size_t)t0 * (size_t)cols);
+        ppn_kp_matmat p = {.out = out + oo, .w = w, .x = x + xo, .bias = bias, .res = res ? res + oo : 0,
+                           .rows = rows, .cols = cols, .m = k, .wdt = wdt};
+        ppn_launch l = launch_init(PPN_K_MATMAT, &p, blocks_for(rows, MATMAT_BLOCK / 32), MATMAT_BLOCK);
+        acc_add(&l, w, (size_t)rows * (size_t)cols * es, PPN_ACC_R);
+        acc_add(&l, p.x, f32_bytes((size_t)k * (size_t)cols), PPN_ACC_R);
+        if (bias) acc_add(&l, bias, (size_t)rows * es, PPN_ACC_R);
+        if (res) acc_add(&l, p.res, f32_bytes((size_t)k * (size_t)rows), PPN_ACC_R);
+        acc_add(&l, p.out, f32_bytes((size_t)k * (size_t)rows), PPN_ACC_W);
+        PPN_CHECK(submit(g, s, &l));
+    }
+    return PPN_OK;
 }

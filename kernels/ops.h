@@ -13,6 +13,9 @@ ppn_status ppn_op_rmsnorm(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr in,
                           float eps);
 ppn_status ppn_op_matvec(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x, int rows,
                          int cols, ppn_dptr bias, ppn_dptr res);
+/* m tokens at once (see ppn_kp_matmat); out, x, res hold m rows each. */
+ppn_status ppn_op_matmat(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x, int m, int rows,
+                         int cols, ppn_dptr bias, ppn_dptr res);
 ppn_status ppn_op_rope(ppn_gpu *g, ppn_gstream *s, ppn_dptr x, int n_heads, int head_dim, ppn_dptr inv_freq,
                        int interleaved, ppn_dptr hdr);
 ppn_status ppn_op_head_rmsnorm(ppn_gpu *g, ppn_gstream *s, ppn_dptr x, int n_heads, int head_dim, ppn_dptr w,

@@ -486,6 +486,37 @@ extern "C" __global__ void ppn_k_add(const ppn_kp_add p)
     ((float *)p.out)[i] = ((const float *)p.a)[i] + ((const float *)p.b)[i];
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// matmat: one warp per row, one register accumulator per token; each lane sums its strided columns in order,
+// then a fixed xor tree: deterministic, and independent of the grid.
+
+extern "C" __global__ void ppn_k_matmat(const ppn_kp_matmat p)
+{
+    int r = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
+    if (r >= p.rows) return; // a whole warp leaves together: the shuffles below see full warps
+    float acc[PPN_MATMAT_MAX_M];
+#pragma unroll
+    for (int t = 0; t < PPN_MATMAT_MAX_M; t++) acc[t] = 0.0f;
+    const float *x = (const float *)p.x;
+    size_t row = (size_t)r * (size_t)p.cols;
+    for (int c = lane; c < p.cols; c += 32) {
+        float wv = ppn_wload(p.w, p.wdt, row + (size_t)c);
+#pragma unroll
+        for (int t = 0; t < PPN_MATMAT_MAX_M; t++)
+            if (t < p.m) acc[t] = fmaf(wv, x[(size_t)t * p.cols + c], acc[t]);
+    }
+#pragma unroll
+    for (int t = 0; t < PPN_MATMAT_MAX_M; t++) {
+        if (t >= p.m) break;
+        float v = ppn_warp_sum(acc[t]);
+        if (lane != 0) continue;
+        if (p.bias) v = v + ppn_wload(p.bias, p.wdt, (size_t)r);
+        size_t o = (size_t)t * p.rows + (size_t)r;
+        if (p.res) v = ((const float *)p.res)[o] + v;
+        ((float *)p.out)[o] = v;
+    }
+}
+
 extern "C" __global__ void ppn_k_set_hdr(const ppn_kp_set_hdr p)
 {
     if (threadIdx.x == 0 && blockIdx.x == 0) *(ppn_step_hdr *)p.hdr = p.v;

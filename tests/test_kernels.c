@@ -116,10 +116,12 @@ static void test_table(void **state)
         [PPN_K_ATTN] = sizeof(ppn_kp_attn),       [PPN_K_SWIGLU] = sizeof(ppn_kp_swiglu),
         [PPN_K_ADD] = sizeof(ppn_kp_add),         [PPN_K_ARGMAX] = sizeof(ppn_kp_argmax),
         [PPN_K_FILL] = sizeof(ppn_kp_fill),       [PPN_K_SET_HDR] = sizeof(ppn_kp_set_hdr),
+        [PPN_K_MATMAT] = sizeof(ppn_kp_matmat),
     };
     static const char *const names[PPN_K_COUNT] = {
         "ppn_k_embed", "ppn_k_rmsnorm", "ppn_k_matvec", "ppn_k_rope", "ppn_k_head_rmsnorm", "ppn_k_kv_store",
         "ppn_k_attn", "ppn_k_swiglu", "ppn_k_add", "ppn_k_argmax", "ppn_k_fill", "ppn_k_set_hdr",
+        "ppn_k_matmat",
     };
     for (int i = 0; i < PPN_K_COUNT; i++) {
         const ppn_kernel_desc *k = &ppn_kernels[i];
@@ -722,6 +724,34 @@ static void test_set_hdr(void **state)
     assert_int_equal(h[1].pos, -1); /* nothing past the header */
 }
 
+/* matmat: each token's row is bit-identical to a matvec of that token, and close to the double reference. */
+static void test_matmat(void **state)
+{
+    (void)state;
+    enum { R = 37, C = 70, M = 5 };
+    for (int dt = PPN_DT_F32; dt <= PPN_DT_F16; dt++) {
+        double wv[R * C], bv[R];
+        void *w = wrand(dt, (size_t)R * C, wv), *b = wrand(dt, R, bv);
+        float *x = frand((size_t)M * C, -1, 1), *res = frand((size_t)M * R, -2, 2);
+        float out[M * R], row[R];
+        ppn_kp_matmat p = {.out = D(out), .w = D(w), .x = D(x), .bias = D(b), .res = D(res), .rows = R, .cols = C,
+                           .m = M, .wdt = dt};
+        run(PPN_K_MATMAT, &p);
+        for (int t = 0; t < M; t++) {
+            ppn_kp_matvec v = {.out = D(row), .w = D(w), .x = D(x + t * C), .bias = D(b), .res = D(res + t * R),
+                               .rows = R, .cols = C, .wdt = dt};
+            run(PPN_K_MATVEC, &v);
+            assert_memory_equal(row, out + t * R, sizeof row);
+            for (int r = 0; r < R; r += 9) {
+                double s = res[t * R + r] + bv[r], mag = fabs(res[t * R + r]) + fabs(bv[r]);
+                for (int c = 0; c < C; c++) s += wv[r * C + c] * x[t * C + c], mag += fabs(wv[r * C + c] * x[t * C + c]);
+                check_close(out[t * R + r], s, 1e-6 * mag + 1e-6, "matmat", r);
+            }
+        }
+        free(w), free(b), free(x), free(res);
+    }
+}
+
 /* ---------------------------------------------------------------------------------------------------------
  * the wrappers, through a fake device that captures the launch and runs the CPU reference (as sim does) */
 
@@ -772,6 +802,34 @@ static void expect_geometry(unsigned min_threads)
     assert_true(cap.l.block[1] == 1 && cap.l.block[2] == 1 && cap.l.grid[1] == 1 && cap.l.grid[2] == 1);
     assert_true(cap.l.grid[0] >= 1);
     assert_true((unsigned long long)cap.l.grid[0] * b >= min_threads);
+}
+
+/* m above PPN_MATMAT_MAX_M goes in contiguous chunks, each launch declaring exactly its rows. */
+static void test_op_matmat_chunks(void **state)
+{
+    (void)state;
+    enum { R = 9, C = 16, M = PPN_MATMAT_MAX_M + 3 };
+    double wv[R * C];
+    void *w = wrand(PPN_DT_BF16, (size_t)R * C, wv);
+    float *x = frand((size_t)M * C, -1, 1), out[M * R];
+    cap.calls = 0;
+    assert_int_equal(ppn_op_matmat(&fake_gpu, fake_stream, D(out), D(w), PPN_DT_BF16, D(x), M, R, C, 0, 0), PPN_OK);
+    assert_int_equal(cap.calls, 2);
+    assert_int_equal(cap.l.kernel, PPN_K_MATMAT);
+    const ppn_kp_matmat *p = (const ppn_kp_matmat *)cap.params; /* the last launch: tokens 8..10 */
+    assert_int_equal(p->m, 3);
+    assert_true(p->x == D(x + PPN_MATMAT_MAX_M * C) && p->out == D(out + PPN_MATMAT_MAX_M * R));
+    assert_true(declared(x + PPN_MATMAT_MAX_M * C, (size_t)3 * C * 4, PPN_ACC_R));
+    assert_true(declared(out + PPN_MATMAT_MAX_M * R, (size_t)3 * R * 4, PPN_ACC_W));
+    for (int t = 0; t < M; t++) { /* every token computed (through the reference) */
+        double s = 0;
+        for (int c = 0; c < C; c++) s += wv[2 * C + c] * x[t * C + c];
+        check_close(out[t * R + 2], s, 1e-5, "op matmat", t);
+    }
+    assert_int_equal(ppn_op_matmat(&fake_gpu, fake_stream, D(out), D(w), PPN_DT_BF16, D(x), 0, R, C, 0, 0),
+                     PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "ppn_op_matmat"));
+    free(w), free(x);
 }
 
 static void test_op_matvec(void **state)
@@ -974,6 +1032,8 @@ int main(void)
         cmocka_unit_test(test_argmax),
         cmocka_unit_test(test_fill),
         cmocka_unit_test(test_set_hdr),
+        cmocka_unit_test(test_matmat),
+        cmocka_unit_test(test_op_matmat_chunks),
         cmocka_unit_test(test_op_matvec),
         cmocka_unit_test(test_op_attention_path),
         cmocka_unit_test(test_op_small),

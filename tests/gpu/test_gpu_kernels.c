@@ -234,6 +234,51 @@ static void matvec_case(const mv_case *c)
     dfree_all();
 }
 
+/* matmat: m tokens of one weight matrix, each token's row checked against the CPU reference (whose rows equal
+ * its matvec's), twice for bits; m above PPN_MATMAT_MAX_M exercises the chunked launches. */
+static void matmat_case(int rows, int cols, int m, int dt, int bias, int res_on)
+{
+    size_t R = (size_t)rows, C = (size_t)cols, M = (size_t)m, es = ppn_dtype_size(dt);
+    void *w = wrand(dt, R * C), *b = wrand(dt, R);
+    float *x = frand(M * C, -1, 1), *res = frand(M * R, -2, 2), *ref = hmem(M * R * 4), *g1 = hmem(M * R * 4),
+          *g2 = hmem(M * R * 4);
+    ppn_dptr dw = up(w, R * C * es), db = up(b, R * es), dx = up(x, M * C * 4), dres = up(res, M * R * 4);
+    ppn_dptr dout = dalloc(M * R * 4);
+    char what[96];
+    snprintf(what, sizeof what, "matmat %s %dx%d m=%d%s%s", dtn(dt), rows, cols, m, bias ? " +bias" : "",
+             res_on ? " +res" : "");
+    for (int run = 0; run < 2; run++) {
+        OK(ppn_op_matmat(G, S, dout, dw, dt, dx, m, rows, cols, bias ? db : 0, res_on ? dres : 0));
+        sync_ok();
+        get(run == 0 ? g1 : g2, dout, M * R * 4);
+    }
+    same_bits(what, g1, g2, M * R * 4);
+    ppn_kp_matmat p = {.out = D(ref), .w = D(w), .x = D(x), .bias = bias ? D(b) : 0, .res = res_on ? D(res) : 0,
+                       .rows = rows, .cols = cols, .m = m, .wdt = dt};
+    ppn_kernels[PPN_K_MATMAT].cpu(&p);
+    double worst = 0;
+    for (int t = 0; t < m; t++) {
+        mv_case c = {rows, cols, dt, bias, res_on, 0};
+        double *sc = mv_scale(&c, w, x + (size_t)t * C, b, res + (size_t)t * R);
+        double r = compare_v(what, g1 + (size_t)t * R, ref + (size_t)t * R, R, sc, 1e-5, 1e-30, 0);
+        if (r > worst) worst = r;
+        free(sc);
+    }
+    printf("  %-58s worst err/tol over %d tokens %.3f\n", what, m, worst);
+    free(w), free(b), free(x), free(res), free(ref), free(g1), free(g2);
+    dfree_all();
+}
+
+static void t_matmat(void **state)
+{
+    (void)state;
+    for (int dt = 0; dt < 3; dt++) {
+        matmat_case(2048, 2048, 4, dt, 0, 0);
+        matmat_case(1000, 4099, PPN_MATMAT_MAX_M + 3, dt, 1, 1);
+        matmat_case(3, 7, 1, dt, 1, 1);
+    }
+}
+
 static void t_matvec(void **state)
 {
     (void)state;
@@ -802,8 +847,8 @@ static int free_buffers(void **state)
 static void t_table_covered(void **state)
 {
     (void)state;
-    printf("  kernels in the table: %d (embed..set_hdr), each exercised by the cases above\n", PPN_K_COUNT);
-    assert_int_equal(PPN_K_COUNT, 12); /* a new kernel needs a case here */
+    printf("  kernels in the table: %d (embed..matmat), each exercised by the cases above\n", PPN_K_COUNT);
+    assert_int_equal(PPN_K_COUNT, 13); /* a new kernel needs a case here */
 }
 
 int main(void)
@@ -823,6 +868,7 @@ int main(void)
     if (only && *only) cmocka_set_test_filter(only);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(t_set_hdr, free_buffers),
+        cmocka_unit_test_teardown(t_matmat, free_buffers),
         cmocka_unit_test_teardown(t_table_covered, free_buffers),
         cmocka_unit_test_teardown(t_matvec, free_buffers),
         cmocka_unit_test_teardown(t_matvec_bw, mv_teardown),
