@@ -160,13 +160,7 @@ static ppn_status one_stream_issue(ppn_model *m, const ppn_stage_map *map, const
         } else {
             PPN_CHECK(g->ops->copy_dtod(g, q, io, m->bnd[s - 1].slot[0].buf, m->bnd[s - 1].bytes));
         }
-        ppn_stage_rt *sr = &m->stages[s];
-        walk_enter(m, sr);
-        ppn_status st = PPN_OK;
-        for (int l = map->fence[s]; l < map->fence[s + 1] && st == PPN_OK; l++)
-            st = ppn_fwd_layer(seq, q, map->dev[0], &seq->scr[s], io, l);
-        walk_leave(m);
-        PPN_CHECK(st);
+        PPN_CHECK(stage_walk(m, map, s, q, seq, io)); /* every stage is on stage 0's device here */
         if (s + 1 < map->n_stages) PPN_CHECK(g->ops->copy_dtod(g, q, m->bnd[s].slot[0].buf, io, m->bnd[s].bytes));
     }
     return stage_finish(m, q, seq, c, seq->scr[map->n_stages - 1].io, p);
@@ -290,16 +284,12 @@ ppn_status ppn_pending_wait(ppn_pending *p, float *logits)
     return PPN_OK;
 }
 
+/* The eager arm: the deferred step, drained at once. */
 ppn_status ppn_decode_step(ppn_seq *q, int token, float *logits)
 {
-    PPN_CHECK(step_checks(q, token));
     ppn_pending p;
-    int ring = (int)(q->issued % PPN_MAX_INFLIGHT);
-    uint32_t step;
-    ppn_status st = issue_step(q, token, ring, &step);
-    q->issued++;
-    q->pos++;
-    p = (ppn_pending){.seq = q, .step = step, .ring = ring};
+    ppn_status st = ppn_decode_step_deferred(q, token, &p);
+    if (!p.seq) return st; /* refused before anything was issued */
     ppn_status w = ppn_pending_wait(&p, logits);
     return st != PPN_OK ? st : w;
 }

@@ -161,42 +161,15 @@ static ppn_status stage_copy(uploader *u, int dev, ppn_dptr dst, int ddt, const 
     return PPN_OK;
 }
 
-static ppn_status upload_as(uploader *u, int dev, const ppn_tensor *t, int dt, const char *tag, ppn_dptr *out)
-{
-    ppn_model *m = u->m;
-    *out = 0;
-    if (!t->data) return PPN_OK; /* optional tensor absent */
-    size_t n = t->nbytes / ppn_dtype_size(t->dtype);
-    ppn_pool *pool;
-    ppn_gstream *s;
-    PPN_CHECK(ppn_rt_pool(m->rt, dev, &pool));
-    PPN_CHECK(ppn_model_dev_stream(m, dev, &s));
-    PPN_CHECK(ppn_pool_alloc(pool, n * ppn_dtype_size(dt), s, tag, out));
-    ppn_status st = model_track_block(m, *out, dev);
-    if (st != PPN_OK) {
-        ppn_pool_free(pool, *out, s);
-        *out = 0;
-        return st;
-    }
-    m->weight_bytes += n * ppn_dtype_size(dt);
-    st = stage_copy(u, dev, *out, dt, t->data, t->dtype, n);
-    return st == PPN_OK ? PPN_OK : ppn_err_ctx(st, "uploading %s to device %d", tag, dev);
-}
-
-static ppn_status upload(uploader *u, int dev, const ppn_tensor *t, const char *tag, ppn_dptr *out)
-{
-    return upload_as(u, dev, t, u->m->wdt, tag, out);
-}
-
-/* Tensors t[0..n) back to back in one block (row-major matrices with the same column count stack into one
- * taller matrix), so one launch computes what n would. All present, or all absent (out = 0). */
-static ppn_status upload_stacked(uploader *u, int dev, const ppn_tensor *const *t, int n, const char *tag,
+/* Tensors t[0..n) back to back in one block of dtype dt (row-major matrices with the same column count stack
+ * into one taller matrix, so one launch computes what n would). All present, or all absent (out = 0). */
+static ppn_status upload_stacked(uploader *u, int dev, const ppn_tensor *const *t, int n, int dt, const char *tag,
                                  ppn_dptr *out)
 {
     ppn_model *m = u->m;
     *out = 0;
-    if (!t[0]->data) return PPN_OK;
-    size_t esz = ppn_dtype_size(m->wdt), total = 0;
+    if (!t[0]->data) return PPN_OK; /* optional tensor absent */
+    size_t esz = ppn_dtype_size(dt), total = 0;
     for (int i = 0; i < n; i++) total += t[i]->nbytes / ppn_dtype_size(t[i]->dtype);
     ppn_pool *pool;
     ppn_gstream *s;
@@ -213,10 +186,20 @@ static ppn_status upload_stacked(uploader *u, int dev, const ppn_tensor *const *
     size_t at = 0;
     for (int i = 0; i < n && st == PPN_OK; i++) {
         size_t k = t[i]->nbytes / ppn_dtype_size(t[i]->dtype);
-        st = stage_copy(u, dev, *out + at * esz, m->wdt, t[i]->data, t[i]->dtype, k);
+        st = stage_copy(u, dev, *out + at * esz, dt, t[i]->data, t[i]->dtype, k);
         at += k;
     }
     return st == PPN_OK ? PPN_OK : ppn_err_ctx(st, "uploading %s to device %d", tag, dev);
+}
+
+static ppn_status upload_as(uploader *u, int dev, const ppn_tensor *t, int dt, const char *tag, ppn_dptr *out)
+{
+    return upload_stacked(u, dev, &t, 1, dt, tag, out);
+}
+
+static ppn_status upload(uploader *u, int dev, const ppn_tensor *t, const char *tag, ppn_dptr *out)
+{
+    return upload_as(u, dev, t, u->m->wdt, tag, out);
 }
 
 static size_t tensor_elems(const ppn_tensor *t) { return t->data ? t->nbytes / ppn_dtype_size(t->dtype) : 0; }
@@ -237,13 +220,13 @@ static ppn_status upload_layer(uploader *u, int dev, const ppn_layer_tensors *t,
     PPN_CHECK(upload(u, dev, &t->attn_norm, "attn_norm", &d->attn_norm));
     const ppn_tensor *qkv[3] = {&t->wq, &t->wk, &t->wv}, *bqkv[3] = {&t->bq, &t->bk, &t->bv};
     const ppn_tensor *gu[2] = {&t->w_gate, &t->w_up};
-    PPN_CHECK(upload_stacked(u, dev, qkv, 3, "wq|wk|wv", &d->wqkv));
-    PPN_CHECK(upload_stacked(u, dev, bqkv, 3, "bq|bk|bv", &d->bqkv));
+    PPN_CHECK(upload_stacked(u, dev, qkv, 3, u->m->wdt, "wq|wk|wv", &d->wqkv));
+    PPN_CHECK(upload_stacked(u, dev, bqkv, 3, u->m->wdt, "bq|bk|bv", &d->bqkv));
     PPN_CHECK(upload(u, dev, &t->wo, "wo", &d->wo));
     PPN_CHECK(upload(u, dev, &t->q_norm, "q_norm", &d->q_norm));
     PPN_CHECK(upload(u, dev, &t->k_norm, "k_norm", &d->k_norm));
     PPN_CHECK(upload(u, dev, &t->ffn_norm, "ffn_norm", &d->ffn_norm));
-    PPN_CHECK(upload_stacked(u, dev, gu, 2, "w_gate|w_up", &d->wgu));
+    PPN_CHECK(upload_stacked(u, dev, gu, 2, u->m->wdt, "w_gate|w_up", &d->wgu));
     PPN_CHECK(upload(u, dev, &t->w_down, "w_down", &d->w_down));
     return PPN_OK;
 }

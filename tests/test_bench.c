@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
+#include "util/tcheck.h"
 #include <dirent.h>
 #include <jansson.h>
 #include <math.h>
@@ -14,12 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include "util/tutil.h"
-
-static const char *bin(void)
-{
-    const char *b = getenv("PPN_BIN");
-    return b && *b ? b : "build/ppn";
-}
 
 /* Entries of dir other than . and .. (-1 if it cannot be read). */
 static int dir_entries(const char *dir)
@@ -47,13 +42,6 @@ static int bench(const char *args, char **out, char **err)
     free(tmp);
     if (left != 0) fail_msg("bench %s left %d entries in its TMPDIR", args, left);
     return rc;
-}
-
-static double num(json_t *o, const char *key)
-{
-    json_t *v = json_object_get(o, key);
-    if (!json_is_number(v)) fail_msg("JSON field '%s' is missing or not a number", key);
-    return json_number_value(v);
 }
 
 static void near(double x, double want, double rel, const char *what)

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
+#include "util/tcheck.h"
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -17,12 +18,6 @@
 #include "util/tutil.h"
 
 #define STEPS 3
-
-static const char *bin(void)
-{
-    const char *b = getenv("PPN_BIN");
-    return b && *b ? b : "build/ppn";
-}
 
 /* The llama-tiny shape, read from its config.json with jansson. */
 typedef struct shape {
@@ -251,13 +246,6 @@ static int bench(const char *env, const char *args, char **out, char **err)
     tu_rmrf(tmp);
     free(tmp);
     return rc;
-}
-
-static double num(json_t *o, const char *key)
-{
-    json_t *v = json_object_get(o, key);
-    if (!json_is_number(v)) fail_msg("JSON field '%s' is missing or not a number", key);
-    return json_number_value(v);
 }
 
 static json_t *bench_json(const char *env)

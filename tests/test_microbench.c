@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
+#include "util/tcheck.h"
 #include <jansson.h>
 #include <sched.h>
 #include <stdio.h>
@@ -32,13 +33,6 @@
 static const size_t sizes[] = {4096, 16384, 65536, 262144};
 #define N_SIZES (sizeof sizes / sizeof sizes[0])
 #define LARGEST 262144
-
-static const char *bin(void)
-{
-    const char *b = getenv("PPN_BIN");
-    if (!b || !*b) fail_msg("PPN_BIN is not set (ctest sets it to the ppn binary)");
-    return b;
-}
 
 /* Run cmd; it must exit 0 with one JSON object on stdout. */
 static json_t *run_json(const char *cmd)
@@ -55,13 +49,6 @@ static json_t *run_json(const char *cmd)
     free(out);
     free(err);
     return j;
-}
-
-static double num(json_t *o, const char *key)
-{
-    json_t *v = json_object_get(o, key);
-    if (!json_is_number(v)) fail_msg("key '%s' is missing or not a number", key);
-    return json_number_value(v);
 }
 
 static const char *str(json_t *o, const char *key)

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
+#include "util/tcheck.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,12 +14,6 @@
 #include "core/gpu.h"
 #include "transport/boundary.h"
 #include "util/tutil.h"
-
-static const char *bin(void)
-{
-    const char *b = getenv("PPN_BIN");
-    return b && *b ? b : "build/ppn";
-}
 
 static char *fixture_dir(const char *name)
 {

@@ -47,8 +47,8 @@ static const sb_arm sb_arms[] = {
     {"one-thread", "MEMRA_PP_STREAMS=0: the caller's thread issues every stage on stage 0's stream", G_ONE, 0, 0, 0,
      "near"},
     {"unsplit", "door shut (N=1): one stage, no boundary (reference)", G_ONE, 1, 0, 1, "near"},
-    /* unpinned runs first in its group: the threads start unpinned with the load. A thread once pinned stays
-     * pinned (ppn_issue_repin to -1 leaves it on its core), so unpinned after a pinned arm would not be. */
+    /* unpinned runs first in its group, while the threads are as the load started them (a later repin to -1
+     * also unpins them: it binds to the whole machine). */
     {"unpinned", "one issue thread per stage, unpinned (PPN_PIN=none), futex wake", G_SPREAD, 1, 0, 0, "none"},
     {"pinned-near", "one issue thread per stage, pinned near its device (PPN_PIN=near), futex wake", G_SPREAD, 1, 0,
      0, "near"},

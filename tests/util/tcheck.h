@@ -3,7 +3,9 @@
 #ifndef PPN_TCHECK_H
 #define PPN_TCHECK_H
 
+#include <stdlib.h>
 #include <string.h>
+#include <jansson.h>
 #include "ppn.h"
 
 /* call must return want */
@@ -20,5 +22,21 @@
     do {                                                                                            \
         if (!strstr(ppn_last_error(), (s))) fail_msg("message lacks '%s': %s", (s), ppn_last_error()); \
     } while (0)
+
+/* The ppn binary under test (ctest sets PPN_BIN). */
+static inline const char *bin(void)
+{
+    const char *b = getenv("PPN_BIN");
+    if (!b || !*b) fail_msg("PPN_BIN is not set (ctest sets it to the ppn binary)");
+    return b;
+}
+
+/* A number field of a JSON object; fails the test when it is missing or not a number. */
+static inline double num(json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    if (!json_is_number(v)) fail_msg("JSON field '%s' is missing or not a number", key);
+    return json_number_value(v);
+}
 
 #endif
