@@ -59,7 +59,13 @@
     X(cuModuleUnload, 2000)                \
     X(cuModuleGetFunction, 2000)           \
     X(cuLaunchKernel, 4000)                \
-    X(cuLaunchHostFunc, 10000)
+    X(cuLaunchHostFunc, 10000)             \
+    X(cuStreamBeginCapture, 10010)         \
+    X(cuStreamEndCapture, 10000)           \
+    X(cuGraphInstantiateWithFlags, 11040)  \
+    X(cuGraphLaunch, 10000)                \
+    X(cuGraphExecDestroy, 10000)           \
+    X(cuGraphDestroy, 10000)
 
 /* The oldest driver we accept: cuGetProcAddress_v2 (with its symbolStatus out-param) appeared in 12.0. */
 #define PPN_CUDA_MIN_DRIVER 12000

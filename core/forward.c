@@ -34,7 +34,8 @@ ppn_status ppn_fwd_layer(ppn_seq *q, ppn_gstream *s, int dev, ppn_stage_scratch 
     /* q and k are adjacent heads at one position: one rotary launch covers both */
     PPN_CHECK(ppn_op_rope(g, s, qv, nh + nkv, hd, m->inv_freq[dev], c->rope_interleaved, hdr));
     PPN_CHECK(ppn_op_kv_store(g, s, q->kc[l], q->vc[l], kv, vv, nkv, hd, m->ctx, hdr));
-    PPN_CHECK(ppn_op_attn(g, s, r->att, qv, q->kc[l], q->vc[l], nh, nkv, hd, m->ctx, 1.0f / sqrtf((float)hd), hdr));
+    PPN_CHECK(ppn_op_attn(g, s, r->att, qv, q->kc[l], q->vc[l], nh, nkv, hd, m->ctx, 1.0f / sqrtf((float)hd), hdr,
+                          r->attp, m->attn_split));
     PPN_CHECK(ppn_op_matvec(g, s, x, w->wo, wdt, r->att, dim, nh * hd, 0, x));
     PPN_CHECK(ppn_op_rmsnorm(g, s, r->xb, x, w->ffn_norm, wdt, dim, c->norm_eps));
     PPN_CHECK(ppn_op_matvec(g, s, gate, w->wgu, wdt, r->xb, 2 * ffn, dim, 0, 0));

@@ -22,6 +22,7 @@ typedef uint64_t ppn_dptr;
 typedef struct ppn_gpu ppn_gpu;
 typedef struct ppn_gstream ppn_gstream; /* backend-defined */
 typedef struct ppn_gevent ppn_gevent;   /* backend-defined */
+typedef struct ppn_ggraph ppn_ggraph;   /* backend-defined: an executable graph of captured launches */
 
 typedef struct ppn_device_info {
     char name[128];
@@ -129,6 +130,23 @@ struct ppn_gpu_ops {
      * executes). Both may be called from any thread. */
     int (*kprof_read)(ppn_gpu *g, struct ppn_kprof_entry *out, int max);
     void (*kprof_reset)(ppn_gpu *g);
+
+    /* Graphs: record a run of launches once, replay it with one call per step.
+     * capture_begin: from now until capture_end, launches issued on s (from this thread) are recorded, not
+     *   run. Only launches may be captured: any other op on a capturing stream (copy, memset, event record or
+     *   wait, host fn, sync) returns PPN_ESTATE and leaves the capture as it was. PPN_EUNSUPPORTED when
+     *   PPN_KPROF=1 (its per-launch timing events cannot ride in a graph) or s is already capturing.
+     * capture_end: ends the capture of s and instantiates it into *out, an executable bound to s's device;
+     *   out == NULL abandons the recording (after a failed launch, say). s is an ordinary stream again
+     *   whatever the result.
+     * graph_launch: enqueue every recorded launch on s, in recorded order, as one op; s must be on the
+     *   graph's device. Kernels read what varies per step from device memory (the step header), so one
+     *   graph serves every step. graph_destroy: after its last launch was enqueued (the driver keeps it
+     *   alive until it has run). */
+    ppn_status (*capture_begin)(ppn_gpu *g, ppn_gstream *s);
+    ppn_status (*capture_end)(ppn_gpu *g, ppn_gstream *s, ppn_ggraph **out);
+    ppn_status (*graph_launch)(ppn_gpu *g, ppn_ggraph *gr, ppn_gstream *s);
+    ppn_status (*graph_destroy)(ppn_gpu *g, ppn_ggraph *gr);
 };
 
 struct ppn_gpu {
@@ -136,6 +154,8 @@ struct ppn_gpu {
     /* Counters every backend keeps (read without locks; relaxed atomics). */
     uint64_t n_mem_alloc;     /* raw device allocations (driver cuMemAlloc calls) */
     uint64_t n_host_staged;   /* peer copies staged through the host for lack of a grant */
+    uint64_t n_graph_launches; /* graph_launch calls */
+    int kprof;                /* PPN_KPROF=1 (immutable after create): graphs are refused */
 };
 
 /* Backend constructors. name: "auto", "cuda" or "sim". auto = cuda when a driver, a device and kernels are

@@ -93,7 +93,22 @@ struct ppn_gstream {
     int dev;
     CUcontext ctx; /* the context s lives in */
     cu_kring *kp;  /* NULL unless PPN_KPROF=1 */
+    int capturing; /* between capture_begin and capture_end; only the issuing thread touches it */
 };
+
+struct ppn_ggraph {
+    CUgraphExec exec;
+    int dev;
+    CUcontext ctx;
+};
+
+/* Only launches may be captured (the gpu.h contract, the same on sim): refuse every other stream op. */
+#define CU_NOT_CAPTURING(s, op)                                                                              \
+    do {                                                                                                     \
+        if ((s)->capturing)                                                                                  \
+            return ppn_err(PPN_ESTATE, "cuda: %s on a stream of device %d that is capturing a graph (only "  \
+                           "launches can be captured)", op, (s)->dev);                                       \
+    } while (0)
 
 struct ppn_gevent {
     CUevent e;
@@ -444,6 +459,7 @@ out:
 static ppn_status cu_stream_sync(ppn_gpu *g, ppn_gstream *s)
 {
     cu_gpu *b = cu_of(g);
+    CU_NOT_CAPTURING(s, "stream_sync");
     PPN_CHECK(cu_set_current(b, s->ctx));
     ppn_status st = PPN_CU(&b->drv, cuStreamSynchronize, s->s);
     if (st != PPN_OK) return ppn_err_ctx(st, "stream on device %d", s->dev);
@@ -451,12 +467,15 @@ static ppn_status cu_stream_sync(ppn_gpu *g, ppn_gstream *s)
     return PPN_OK;
 }
 
+static ppn_status cu_capture_end(ppn_gpu *g, ppn_gstream *s, ppn_ggraph **out);
+
 /* Drains the stream first, so an asynchronous fault of its last work is reported here, not lost. The
  * stream is destroyed and freed whatever the drain says. */
 static ppn_status cu_stream_destroy(ppn_gpu *g, ppn_gstream *s)
 {
     cu_gpu *b = cu_of(g);
     if (!s) return PPN_OK;
+    if (s->capturing) (void)cu_capture_end(g, s, NULL); /* abandon it: a capturing stream cannot sync */
     ppn_status st = cu_stream_sync(g, s);
     ppn_status st3 = s->kp ? cu_kp_ring_free(b, s->kp) : PPN_OK;
     ppn_status st2 = cu_set_current(b, s->ctx);
@@ -507,6 +526,7 @@ static ppn_status cu_event_record(ppn_gpu *g, ppn_gevent *e, ppn_gstream *s)
     if (e->dev != s->dev)
         return ppn_err(PPN_EINVAL, "cuda: event_record: event of device %d on a stream of device %d", e->dev,
                        s->dev);
+    CU_NOT_CAPTURING(s, "event_record");
     PPN_CHECK(cu_set_current(b, s->ctx));
     return PPN_CU(&b->drv, cuEventRecord, e->e, s->s);
 }
@@ -515,6 +535,7 @@ static ppn_status cu_event_record(ppn_gpu *g, ppn_gevent *e, ppn_gstream *s)
 static ppn_status cu_stream_wait_event(ppn_gpu *g, ppn_gstream *s, ppn_gevent *e)
 {
     cu_gpu *b = cu_of(g);
+    CU_NOT_CAPTURING(s, "stream_wait_event");
     PPN_CHECK(cu_set_current(b, s->ctx));
     return PPN_CU(&b->drv, cuStreamWaitEvent, s->s, e->e, 0);
 }
@@ -556,6 +577,7 @@ static ppn_status cu_event_elapsed(ppn_gpu *g, ppn_gevent *start, ppn_gevent *en
 static ppn_status cu_copy_htod(ppn_gpu *g, ppn_gstream *s, ppn_dptr dst, const void *src, size_t n)
 {
     cu_gpu *b = cu_of(g);
+    CU_NOT_CAPTURING(s, "copy_htod");
     if (n == 0) return PPN_OK;
     PPN_CHECK(cu_set_current(b, s->ctx));
     return PPN_CU(&b->drv, cuMemcpyHtoDAsync, (CUdeviceptr)dst, src, n, s->s);
@@ -564,6 +586,7 @@ static ppn_status cu_copy_htod(ppn_gpu *g, ppn_gstream *s, ppn_dptr dst, const v
 static ppn_status cu_copy_dtoh(ppn_gpu *g, ppn_gstream *s, void *dst, ppn_dptr src, size_t n)
 {
     cu_gpu *b = cu_of(g);
+    CU_NOT_CAPTURING(s, "copy_dtoh");
     if (n == 0) return PPN_OK;
     PPN_CHECK(cu_set_current(b, s->ctx));
     return PPN_CU(&b->drv, cuMemcpyDtoHAsync, dst, (CUdeviceptr)src, n, s->s);
@@ -572,6 +595,7 @@ static ppn_status cu_copy_dtoh(ppn_gpu *g, ppn_gstream *s, void *dst, ppn_dptr s
 static ppn_status cu_copy_dtod(ppn_gpu *g, ppn_gstream *s, ppn_dptr dst, ppn_dptr src, size_t n)
 {
     cu_gpu *b = cu_of(g);
+    CU_NOT_CAPTURING(s, "copy_dtod");
     if (n == 0) return PPN_OK;
     PPN_CHECK(cu_set_current(b, s->ctx));
     return PPN_CU(&b->drv, cuMemcpyDtoDAsync, (CUdeviceptr)dst, (CUdeviceptr)src, n, s->s);
@@ -591,6 +615,7 @@ static ppn_status cu_copy_peer(ppn_gpu *g, ppn_gstream *s, ppn_dptr dst, int dst
     CUcontext dctx = NULL, sctx = NULL;
     PPN_CHECK(cu_check_dev(b, dst_dev, "copy_peer (destination)"));
     PPN_CHECK(cu_check_dev(b, src_dev, "copy_peer (source)"));
+    CU_NOT_CAPTURING(s, "copy_peer");
     if (n == 0) return PPN_OK;
     PPN_CHECK(cu_ctx(b, dst_dev, &dctx));
     PPN_CHECK(cu_ctx(b, src_dev, &sctx));
@@ -606,6 +631,7 @@ static ppn_status cu_memset_d8(ppn_gpu *g, ppn_gstream *s, ppn_dptr dst, unsigne
 {
     cu_gpu *b = cu_of(g);
     if (n == 0) return PPN_OK;
+    CU_NOT_CAPTURING(s, "memset_d8");
     PPN_CHECK(cu_set_current(b, s->ctx));
     return PPN_CU(&b->drv, cuMemsetD8Async, (CUdeviceptr)dst, v, n, s->s);
 }
@@ -785,6 +811,7 @@ static ppn_status cu_launch(ppn_gpu *g, ppn_gstream *s, const ppn_launch *l)
 static ppn_status cu_host_fn(ppn_gpu *g, ppn_gstream *s, ppn_host_fn fn, void *arg)
 {
     cu_gpu *b = cu_of(g);
+    CU_NOT_CAPTURING(s, "host_fn");
     PPN_CHECK(cu_set_current(b, s->ctx));
     return PPN_CU(&b->drv, cuLaunchHostFunc, s->s, fn, arg);
 }
@@ -795,6 +822,98 @@ static ppn_status cu_mem_annotate(ppn_gpu *g, ppn_gstream *s, int dev, ppn_dptr 
 {
     (void)g, (void)s, (void)dev, (void)p, (void)n, (void)op, (void)tag;
     return PPN_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * Graphs */
+
+#if PPN_HAVE_FATBIN
+/* Every kernel of dev resolved before a capture: module loads are not stream work, and a first-use lookup
+ * must not happen while the stream records. dev's context is current. */
+static ppn_status cu_kernels_all(cu_gpu *b, int dev)
+{
+    CUfunction f;
+    for (int k = 0; k < PPN_K_COUNT; k++) PPN_CHECK(cu_kernel(b, dev, k, &f));
+    return PPN_OK;
+}
+#else
+static ppn_status cu_kernels_all(cu_gpu *b, int dev)
+{
+    (void)b, (void)dev;
+    return ppn_err(PPN_ENOKERNELS, "cuda: this build has no kernels (built without nvcc)");
+}
+#endif
+
+/* Thread-local capture mode: other threads issue to their own streams meanwhile (one issue thread per
+ * stage), and only this thread's unsafe calls are refused by the driver. */
+static ppn_status cu_capture_begin(ppn_gpu *g, ppn_gstream *s)
+{
+    cu_gpu *b = cu_of(g);
+    if (b->kprof)
+        return ppn_err(PPN_EUNSUPPORTED, "cuda: graph capture with PPN_KPROF=1: the profile times each launch "
+                       "with its own event pair, which a graph cannot carry (profile with PPN_GRAPHS=0)");
+    if (s->capturing) return ppn_err(PPN_EUNSUPPORTED, "cuda: the stream of device %d is already capturing", s->dev);
+    PPN_CHECK(cu_set_current(b, s->ctx));
+    PPN_CHECK(cu_kernels_all(b, s->dev));
+    PPN_CHECK(PPN_CU(&b->drv, cuStreamBeginCapture, s->s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    s->capturing = 1;
+    return PPN_OK;
+}
+
+static ppn_status cu_capture_end(ppn_gpu *g, ppn_gstream *s, ppn_ggraph **out)
+{
+    cu_gpu *b = cu_of(g);
+    CUgraph graph = NULL;
+    if (!s->capturing) return ppn_err(PPN_ESTATE, "cuda: capture_end on a stream of device %d that is not "
+                                      "capturing", s->dev);
+    s->capturing = 0;
+    PPN_CHECK(cu_set_current(b, s->ctx));
+    ppn_status st = PPN_CU(&b->drv, cuStreamEndCapture, s->s, &graph);
+    if (st != PPN_OK) return ppn_err_ctx(st, "ending the graph capture on device %d", s->dev);
+    ppn_ggraph *gr = out ? calloc(1, sizeof *gr) : NULL;
+    if (out && !gr) st = ppn_err(PPN_ENOMEM, "cuda: capture_end: out of host memory");
+    if (gr) {
+        st = PPN_CU(&b->drv, cuGraphInstantiateWithFlags, &gr->exec, graph, 0);
+        if (st != PPN_OK) ppn_err_ctx(st, "instantiating a captured graph on device %d", s->dev);
+    }
+    /* the executable owns what it needs; the recording itself is no longer used */
+    ppn_status st2 = graph ? PPN_CU(&b->drv, cuGraphDestroy, graph) : PPN_OK;
+    if (st == PPN_OK) st = st2;
+    if (st != PPN_OK) {
+        if (gr && gr->exec) (void)PPN_CU(&b->drv, cuGraphExecDestroy, gr->exec);
+        free(gr);
+        return st;
+    }
+    if (gr) {
+        gr->dev = s->dev;
+        gr->ctx = s->ctx;
+        *out = gr;
+    }
+    return PPN_OK;
+}
+
+static ppn_status cu_graph_launch(ppn_gpu *g, ppn_ggraph *gr, ppn_gstream *s)
+{
+    cu_gpu *b = cu_of(g);
+    if (!gr || !s) return ppn_err(PPN_EINVAL, "cuda: graph_launch: %s is NULL", gr ? "stream" : "graph");
+    if (gr->dev != s->dev)
+        return ppn_err(PPN_EINVAL, "cuda: graph_launch: graph of device %d on a stream of device %d", gr->dev,
+                       s->dev);
+    CU_NOT_CAPTURING(s, "graph_launch");
+    PPN_CHECK(cu_set_current(b, s->ctx));
+    PPN_CHECK(PPN_CU(&b->drv, cuGraphLaunch, gr->exec, s->s));
+    __atomic_fetch_add(&g->n_graph_launches, 1, __ATOMIC_RELAXED);
+    return PPN_OK;
+}
+
+static ppn_status cu_graph_destroy(ppn_gpu *g, ppn_ggraph *gr)
+{
+    cu_gpu *b = cu_of(g);
+    if (!gr) return PPN_OK;
+    ppn_status st = cu_set_current(b, gr->ctx);
+    if (st == PPN_OK) st = PPN_CU(&b->drv, cuGraphExecDestroy, gr->exec);
+    free(gr);
+    return st;
 }
 
 /* ---------------------------------------------------------------------------------------------------------
@@ -868,6 +987,10 @@ static const struct ppn_gpu_ops cu_ops = {
     .mem_annotate = cu_mem_annotate,
     .kprof_read = cu_kprof_read,
     .kprof_reset = cu_kprof_reset,
+    .capture_begin = cu_capture_begin,
+    .capture_end = cu_capture_end,
+    .graph_launch = cu_graph_launch,
+    .graph_destroy = cu_graph_destroy,
 };
 
 static ppn_status cu_count_devices(cu_gpu *b, int *out)
@@ -916,6 +1039,7 @@ ppn_status ppn_gpu_cuda_create(ppn_gpu **out)
     PPN_CHECK_GOTO(cu_count_devices(b, &n), st, out);
     PPN_CHECK_GOTO(cu_init_devices(b, n), st, out);
     PPN_CHECK_GOTO(cu_kp_env(b), st, out); /* after the devices: no driver or device stays PPN_ENODEV */
+    b->base.kprof = b->kprof;
     *out = &b->base;
 out:
     if (st != PPN_OK) cu_destroy(&b->base);

@@ -9,8 +9,10 @@
  *   PPN_SIM_PEER     all (default) | none | pairs "0-1,2-3": which peer grants are possible (symmetric)
  *   PPN_SIM_FAIL     "kind:K,..." with kind alloc (mem_alloc), copy (htod, dtoh, dtod, peer), launch or
  *                    record (event_record): the K-th such call (1-based, per backend) fails
- *   PPN_SIM_LATENCY  1: each op takes a modelled time (launch 4 us; copy 5 us + bytes at 1 TB/s on a device,
- *                    50 GB/s peer, 20 GB/s host or host-staged); 0 (default): ops run as fast as they can
+ *   PPN_SIM_LATENCY  1: each op takes a modelled time (launch 4 us, a kernel replayed from a graph 1 us; copy
+ *                    5 us + bytes at 1 TB/s on a device, 50 GB/s peer, 20 GB/s host or host-staged); 0
+ *                    (default): ops run as fast as they can. The launch/graph ratio is the H200's (DESIGN.md:
+ *                    100 small kernels, 333 us through a stream, 114 us as one graph)
  *   PPN_KPROF        1: account each kernel's calls, declared bytes and the CPU wall time of its reference
  *                    implementation (kprof_read); 0 (default): off
  *
@@ -47,6 +49,10 @@ static uint64_t now_ns(void)
 }
 
 static sim_gpu *sim_of(ppn_gpu *g) { return (sim_gpu *)g; }
+
+struct sim_graph;
+static void graph_free(struct sim_graph *gr);
+static ppn_status check_stream(ppn_gstream *s, const char *call);
 
 /* The kernel profile (PPN_KPROF=1). It lives beside sim_gpu, in the same allocation, so the structures the
  * checker shares with sim_check.c stay as they are. */
@@ -725,6 +731,7 @@ static ppn_status sim_stream_destroy(ppn_gpu *gg, ppn_gstream *s)
     if (s->next_all) s->next_all->prev_all = s->prev_all;
     pthread_mutex_unlock(&g->lists);
     stream_stop(s);
+    graph_free(s->cap); /* a capture never ended is abandoned */
     stream_free(s);
     return PPN_OK;
 }
@@ -733,7 +740,7 @@ static ppn_status sim_stream_destroy(ppn_gpu *gg, ppn_gstream *s)
 static ppn_status sim_stream_sync(ppn_gpu *gg, ppn_gstream *s)
 {
     sim_gpu *g = sim_of(gg);
-    if (!s) return ppn_err(PPN_EINVAL, "sim: stream_sync: stream is NULL");
+    PPN_CHECK(check_stream(s, "stream_sync"));
     pthread_mutex_lock(&s->lock);
     uint64_t target = s->n_enq;
     while (s->n_done < target) pthread_cond_wait(&s->cv_done, &s->lock);
@@ -789,7 +796,8 @@ static ppn_status sim_event_destroy(ppn_gpu *gg, ppn_gevent *e)
 static ppn_status sim_event_record(ppn_gpu *gg, ppn_gevent *e, ppn_gstream *s)
 {
     sim_gpu *g = sim_of(gg);
-    if (!e || !s) return ppn_err(PPN_EINVAL, "sim: event_record: event or stream is NULL");
+    if (!e) return ppn_err(PPN_EINVAL, "sim: event_record: event is NULL");
+    PPN_CHECK(check_stream(s, "event_record"));
     if (e->dev != s->dev)
         return ppn_err(PPN_EINVAL, "sim: event_record: event of dev %d recorded on stream %d of dev %d", e->dev,
                        s->id, s->dev);
@@ -802,7 +810,8 @@ static ppn_status sim_event_record(ppn_gpu *gg, ppn_gevent *e, ppn_gstream *s)
 static ppn_status sim_stream_wait_event(ppn_gpu *gg, ppn_gstream *s, ppn_gevent *e)
 {
     sim_gpu *g = sim_of(gg);
-    if (!e || !s) return ppn_err(PPN_EINVAL, "sim: stream_wait_event: event or stream is NULL");
+    if (!e) return ppn_err(PPN_EINVAL, "sim: stream_wait_event: event is NULL");
+    PPN_CHECK(check_stream(s, "stream_wait_event"));
     pthread_mutex_lock(&g->sync);
     sim_rec *rec = rec_ref(e->latest);
     pthread_mutex_unlock(&g->sync);
@@ -886,9 +895,14 @@ static uint64_t copy_model(sim_gpu *g, size_t n, double bytes_per_ns)
     return g->latency ? 5000 + (uint64_t)((double)n / bytes_per_ns) : 0;
 }
 
+/* Any op but a launch: the stream must exist and must not be capturing (only launches can be captured). */
 static ppn_status check_stream(ppn_gstream *s, const char *call)
 {
-    return s ? PPN_OK : ppn_err(PPN_EINVAL, "sim: %s: stream is NULL", call);
+    if (!s) return ppn_err(PPN_EINVAL, "sim: %s: stream is NULL", call);
+    if (s->cap)
+        return ppn_err(PPN_ESTATE, "sim: %s on stream %d while it is capturing a graph (only launches can be "
+                       "captured)", call, s->id);
+    return PPN_OK;
 }
 
 static ppn_status sim_copy_htod(ppn_gpu *gg, ppn_gstream *s, ppn_dptr dst, const void *src, size_t n)
@@ -994,13 +1008,65 @@ static ppn_status check_launch(const ppn_launch *l)
     return PPN_OK;
 }
 
+/* A captured graph: the launches, params copied at capture. Replay checks and runs them as ordinary ops, so
+ * the checker sees every kernel of every replay (a graph is no blind spot). */
+typedef struct sim_glaunch {
+    ppn_launch l;    /* l.params points at params */
+    void *params;
+} sim_glaunch;
+
+struct sim_graph {
+    int dev;
+    int n, cap;
+    sim_glaunch *k;
+};
+struct ppn_ggraph { /* the executable is the recording itself */
+    struct sim_graph gr;
+};
+
+static void graph_free(struct sim_graph *gr)
+{
+    if (!gr) return;
+    for (int i = 0; i < gr->n; i++) free(gr->k[i].params);
+    free(gr->k);
+    free(gr);
+}
+
+static ppn_status graph_record(struct sim_graph *gr, const ppn_launch *l)
+{
+    const char *name = ppn_kernels[l->kernel].name;
+    if (gr->n == gr->cap) {
+        int cap = gr->cap ? 2 * gr->cap : 64;
+        sim_glaunch *k = realloc(gr->k, (size_t)cap * sizeof *k);
+        if (!k) return ppn_err(PPN_ENOMEM, "sim: capturing %s: out of host memory", name);
+        gr->k = k;
+        gr->cap = cap;
+    }
+    void *params = malloc(l->params_size ? l->params_size : 1);
+    if (!params) return ppn_err(PPN_ENOMEM, "sim: capturing %s: out of host memory", name);
+    memcpy(params, l->params, l->params_size);
+    gr->k[gr->n] = (sim_glaunch){*l, params};
+    gr->k[gr->n].l.params = params;
+    gr->n++;
+    return PPN_OK;
+}
+
+static ppn_status launch_submit(sim_gpu *g, ppn_gstream *s, const ppn_launch *l, uint64_t model_ns);
+
 /* Copies the params struct now; the worker runs the CPU reference on the copy. */
 static ppn_status sim_launch(ppn_gpu *gg, ppn_gstream *s, const ppn_launch *l)
 {
     sim_gpu *g = sim_of(gg);
-    PPN_CHECK(check_stream(s, "launch"));
+    if (!s) return ppn_err(PPN_EINVAL, "sim: launch: stream is NULL");
     if (!l) return ppn_err(PPN_EINVAL, "sim: launch: NULL launch");
     PPN_CHECK(check_launch(l));
+    if (s->cap) return graph_record(s->cap, l);
+    return launch_submit(g, s, l, g->latency ? 4000 : 0);
+}
+
+/* Enqueue one checked launch; model_ns is its modelled duration. */
+static ppn_status launch_submit(sim_gpu *g, ppn_gstream *s, const ppn_launch *l, uint64_t model_ns)
+{
     const ppn_kernel_desc *k = &ppn_kernels[l->kernel];
     sim_op *op = op_new(s, SIM_OP_LAUNCH, "kernel", k->name);
     void *params = malloc(l->params_size ? l->params_size : 1);
@@ -1012,7 +1078,7 @@ static ppn_status sim_launch(ppn_gpu *gg, ppn_gstream *s, const ppn_launch *l)
     memcpy(params, l->params, l->params_size);
     op->u.k.kernel = l->kernel;
     op->u.k.params = params;
-    op->model_ns = g->latency ? 4000 : 0;
+    op->model_ns = model_ns;
     for (int i = 0; i < l->nacc; i++)
         if (l->acc[i].bytes) op_acc(op, l->acc[i].ptr, l->acc[i].bytes, l->acc[i].mode, s->dev, 1);
     return submit(g, s, op, SIM_FAIL_LAUNCH, NULL);
@@ -1027,6 +1093,61 @@ static ppn_status sim_host_fn(ppn_gpu *gg, ppn_gstream *s, ppn_host_fn fn, void 
     op->u.hf.fn = fn;
     op->u.hf.arg = arg;
     return submit(sim_of(gg), s, op, -1, NULL);
+}
+
+/* ---- graphs ---------------------------------------------------------------------------------------------- */
+
+static ppn_status sim_capture_begin(ppn_gpu *gg, ppn_gstream *s)
+{
+    if (!s) return ppn_err(PPN_EINVAL, "sim: capture_begin: stream is NULL");
+    if (kp_of(sim_of(gg))->on)
+        return ppn_err(PPN_EUNSUPPORTED, "sim: graph capture with PPN_KPROF=1: the profile accounts each launch "
+                       "on its own (profile with PPN_GRAPHS=0)");
+    if (s->cap) return ppn_err(PPN_EUNSUPPORTED, "sim: stream %d is already capturing", s->id);
+    struct sim_graph *gr = calloc(1, sizeof *gr);
+    if (!gr) return ppn_err(PPN_ENOMEM, "sim: capture_begin: out of host memory");
+    gr->dev = s->dev;
+    s->cap = gr;
+    return PPN_OK;
+}
+
+static ppn_status sim_capture_end(ppn_gpu *gg, ppn_gstream *s, ppn_ggraph **out)
+{
+    (void)gg;
+    if (!s) return ppn_err(PPN_EINVAL, "sim: capture_end: stream is NULL");
+    struct sim_graph *gr = s->cap;
+    if (!gr) return ppn_err(PPN_ESTATE, "sim: capture_end on stream %d, which is not capturing", s->id);
+    s->cap = NULL;
+    if (!out) {
+        graph_free(gr);
+        return PPN_OK;
+    }
+    /* struct ppn_ggraph is the recording: same layout, one allocation */
+    *out = (ppn_ggraph *)gr;
+    return PPN_OK;
+}
+
+/* Fault injection counts each replayed kernel as a launch, as the eager path does, so PPN_SIM_FAIL=launch:K
+ * names the same kernel with graphs on or off. */
+static ppn_status sim_graph_launch(ppn_gpu *gg, ppn_ggraph *x, ppn_gstream *s)
+{
+    sim_gpu *g = sim_of(gg);
+    struct sim_graph *gr = (struct sim_graph *)x;
+    if (!gr) return ppn_err(PPN_EINVAL, "sim: graph_launch: graph is NULL");
+    PPN_CHECK(check_stream(s, "graph_launch"));
+    if (gr->dev != s->dev)
+        return ppn_err(PPN_EINVAL, "sim: graph_launch: graph of dev %d on stream %d of dev %d", gr->dev, s->id,
+                       s->dev);
+    for (int i = 0; i < gr->n; i++) PPN_CHECK(launch_submit(g, s, &gr->k[i].l, g->latency ? 1000 : 0));
+    __atomic_fetch_add(&gg->n_graph_launches, 1, __ATOMIC_RELAXED);
+    return PPN_OK;
+}
+
+static ppn_status sim_graph_destroy(ppn_gpu *gg, ppn_ggraph *x)
+{
+    (void)gg;
+    graph_free((struct sim_graph *)x);
+    return PPN_OK;
 }
 
 /* ---- peers and annotations ---------------------------------------------------------------------------- */
@@ -1089,6 +1210,7 @@ static void sim_destroy(ppn_gpu *gg)
     for (ppn_gstream *s = g->streams, *next; s; s = next) { /* workers finish what was issued */
         next = s->next_all;
         stream_stop(s);
+        graph_free(s->cap);
         stream_free(s);
     }
     for (ppn_gevent *e = g->events, *next; e; e = next) {
@@ -1129,6 +1251,7 @@ ppn_status ppn_gpu_sim_create(ppn_gpu **out)
     PPN_CHECK_GOTO(parse_latency(g), st, fail);
     PPN_CHECK_GOTO(parse_kprof(g), st, fail);
     g->base.ops = &sim_ops;
+    g->base.kprof = gk->kp.on;
     pthread_mutex_init(&g->ck, NULL);
     pthread_cond_init(&g->busy_cv, NULL);
     pthread_mutex_init(&g->sync, NULL);
@@ -1229,4 +1352,8 @@ static const struct ppn_gpu_ops sim_ops = {
     .mem_annotate = sim_mem_annotate,
     .kprof_read = sim_kprof_read,
     .kprof_reset = sim_kprof_reset,
+    .capture_begin = sim_capture_begin,
+    .capture_end = sim_capture_end,
+    .graph_launch = sim_graph_launch,
+    .graph_destroy = sim_graph_destroy,
 };

@@ -6,6 +6,9 @@
  *   stage s: host-wait until boundary s-1 recorded ev_tx for this step, then stream-wait on it; read the slot
  *            (in place, or copied in); walk its layers; hand on through boundary s; release the slot (ev_rx)
  *   last:    final norm + lm head into the sequence's logits ring entry; record the step's done event
+ * A stage's body (embed, its layers, the head: every kernel between the boundary ops) is one graph replay
+ * with PPN_GRAPHS=1 (the default): captured the first time a (map, io, logits) triple is met, then replayed.
+ * The kernels read pos and token from the header in device memory, so one recording serves every step.
  *   caller:  ppn_pending_wait: the dedicated readback stream waits the done event, copies, syncs
  * With one stage (the door shut) the caller's thread issues the stage itself. MEMRA_PP_STREAMS=0 issues every
  * stage on stage 0's stream from the caller's thread, with two plain dtod copies per boundary.
@@ -59,23 +62,89 @@ static void walk_enter(ppn_model *m, ppn_stage_rt *sr)
 
 static void walk_leave(ppn_model *m) { atomic_fetch_sub_explicit(&m->active_walkers, 1, memory_order_relaxed); }
 
+/* Stage s's kernels for one step: the embed on stage 0, its layers, and the head into logits when logits != 0
+ * (the last stage). Only launches: this is what a graph captures. */
+static ppn_status stage_body(ppn_model *m, const ppn_stage_map *map, int s, ppn_gstream *q, ppn_seq *seq,
+                             ppn_dptr io, ppn_dptr logits)
+{
+    ppn_stage_scratch *r = &seq->scr[s];
+    if (s == 0) PPN_CHECK(ppn_fwd_embed(m, q, r, io));
+    for (int l = map->fence[s]; l < map->fence[s + 1]; l++) PPN_CHECK(ppn_fwd_layer(seq, q, map->dev[s], r, io, l));
+    if (logits) PPN_CHECK(ppn_fwd_head(m, q, r, io, logits));
+    return PPN_OK;
+}
+
+/* Capture stage s's body on q into entry e. A failed capture is abandoned and leaves e empty; the body's own
+ * error is the one reported. */
+static ppn_status graph_capture(ppn_model *m, const ppn_stage_map *map, int s, ppn_gstream *q, ppn_seq *seq,
+                                ppn_dptr io, ppn_dptr logits, ppn_stage_graph *e)
+{
+    ppn_gpu *g = m->rt->g;
+    if (e->exec) {
+        ppn_ggraph *old = e->exec;
+        e->exec = NULL;
+        PPN_CHECK(g->ops->graph_destroy(g, old));
+    }
+    PPN_CHECK(g->ops->capture_begin(g, q));
+    ppn_status st = stage_body(m, map, s, q, seq, io, logits);
+    if (st != PPN_OK) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", ppn_last_error());
+        (void)g->ops->capture_end(g, q, NULL);
+        return ppn_err(st, "%s (while capturing stage %d's graph)", why, s);
+    }
+    ppn_ggraph *x = NULL;
+    PPN_CHECK(g->ops->capture_end(g, q, &x));
+    *e = (ppn_stage_graph){x, map->gen, io, logits, map->dev[s]};
+    atomic_fetch_add_explicit(&m->graph_captures, 1, memory_order_relaxed);
+    return PPN_OK;
+}
+
+/* Replay stage s's body for (map, io, logits), capturing it the first time. */
+static ppn_status graph_replay(ppn_model *m, const ppn_stage_map *map, int s, ppn_gstream *q, ppn_seq *seq,
+                               ppn_dptr io, ppn_dptr logits)
+{
+    ppn_gpu *g = m->rt->g;
+    ppn_stage_graph *set = seq->graphs[s], *e = NULL;
+    for (int i = 0; i < PPN_STAGE_GRAPHS && !e; i++)
+        if (set[i].exec && set[i].gen == map->gen && set[i].io == io && set[i].logits == logits &&
+            set[i].dev == map->dev[s])
+            e = &set[i];
+    if (!e) {
+        e = &set[seq->graph_next[s]++ % PPN_STAGE_GRAPHS];
+        PPN_CHECK(graph_capture(m, map, s, q, seq, io, logits, e));
+    }
+    return g->ops->graph_launch(g, e->exec, q);
+}
+
+void ppn_seq_drop_graphs(ppn_seq *q)
+{
+    ppn_gpu *g = q->m->rt->g;
+    for (int s = 0; s < PPN_MAX_STAGES; s++)
+        for (int i = 0; i < PPN_STAGE_GRAPHS; i++) {
+            ppn_stage_graph *e = &q->graphs[s][i];
+            /* the driver frees an executable still in flight when it completes; sim copied its params */
+            if (e->exec && g->ops->graph_destroy(g, e->exec) != PPN_OK)
+                fprintf(stderr, "ppn: destroying a captured graph: %s\n", ppn_last_error());
+            e->exec = NULL;
+        }
+}
+
 static ppn_status stage_walk(ppn_model *m, const ppn_stage_map *map, int s, ppn_gstream *q, ppn_seq *seq,
-                             ppn_dptr io)
+                             ppn_dptr io, ppn_dptr logits)
 {
     ppn_stage_rt *sr = &m->stages[s];
     walk_enter(m, sr);
-    ppn_status st = PPN_OK;
-    for (int l = map->fence[s]; l < map->fence[s + 1] && st == PPN_OK; l++)
-        st = ppn_fwd_layer(seq, q, map->dev[s], &seq->scr[s], io, l);
+    ppn_status st = map->door.graphs ? graph_replay(m, map, s, q, seq, io, logits)
+                                     : stage_body(m, map, s, q, seq, io, logits);
     walk_leave(m);
     return st;
 }
 
-static ppn_status stage_finish(ppn_model *m, ppn_gstream *q, ppn_seq *seq, const ppn_step_cmd *c, ppn_dptr io,
-                               step_posts *p)
+/* After the head (inside the last stage's body): the step's done event. */
+static ppn_status stage_finish(ppn_model *m, ppn_gstream *q, ppn_seq *seq, const ppn_step_cmd *c, step_posts *p)
 {
     ppn_gpu *g = m->rt->g;
-    PPN_CHECK(ppn_fwd_head(m, q, &seq->scr[m->map->n_stages - 1], io, seq->logits[c->ring]));
     PPN_CHECK(g->ops->event_record(g, seq->done_ev[c->ring], q));
     p->done = 1;
     ppn_gen_post(&seq->done_gen[c->ring], c->step + 1); /* pairs with the acquire in ppn_pending_wait */
@@ -92,17 +161,16 @@ static ppn_status stage_issue(ppn_model *m, const ppn_stage_map *map, int s, con
     ppn_dptr io = r->io;
     if (s == 0) {
         PPN_CHECK(ppn_op_set_hdr(g, q, io, c->pos, c->token, seq->id, (int)c->step));
-        PPN_CHECK(ppn_fwd_embed(m, q, r, io));
     } else {
         PPN_CHECK(ppn_boundary_recv(&m->bnd[s - 1], g, q, c->slot, c->step, r->io, &io, spin));
         p->released = m->bnd[s - 1].xport != PPN_XPORT_INPLACE;
     }
-    PPN_CHECK(stage_walk(m, map, s, q, seq, io));
+    PPN_CHECK(stage_walk(m, map, s, q, seq, io, s == n - 1 ? seq->logits[c->ring] : 0));
     if (s + 1 < n) {
         PPN_CHECK(ppn_boundary_send(&m->bnd[s], g, q, c->slot, c->step, io, spin));
         p->sent = 1;
     }
-    if (s == n - 1) PPN_CHECK(stage_finish(m, q, seq, c, io, p));
+    if (s == n - 1) PPN_CHECK(stage_finish(m, q, seq, c, p));
     /* In place, the slot is this stage's io: release it only after its last reader (the send, or the final
      * norm on the last stage). Releasing before the head let the producer's next send overwrite the hidden
      * state while the final norm read it: a race the sim checker reported in the pipelined arm. */
@@ -152,18 +220,16 @@ static ppn_status one_stream_issue(ppn_model *m, const ppn_stage_map *map, const
     ppn_gpu *g = m->rt->g;
     ppn_gstream *q = m->stages[0].stream;
     ppn_seq *seq = c->seq;
-    for (int s = 0; s < map->n_stages; s++) {
+    int n = map->n_stages;
+    for (int s = 0; s < n; s++) {
         ppn_dptr io = seq->scr[s].io;
-        if (s == 0) {
-            PPN_CHECK(ppn_op_set_hdr(g, q, io, c->pos, c->token, seq->id, (int)c->step));
-            PPN_CHECK(ppn_fwd_embed(m, q, &seq->scr[0], io));
-        } else {
-            PPN_CHECK(g->ops->copy_dtod(g, q, io, m->bnd[s - 1].slot[0].buf, m->bnd[s - 1].bytes));
-        }
-        PPN_CHECK(stage_walk(m, map, s, q, seq, io)); /* every stage is on stage 0's device here */
-        if (s + 1 < map->n_stages) PPN_CHECK(g->ops->copy_dtod(g, q, m->bnd[s].slot[0].buf, io, m->bnd[s].bytes));
+        if (s == 0) PPN_CHECK(ppn_op_set_hdr(g, q, io, c->pos, c->token, seq->id, (int)c->step));
+        else PPN_CHECK(g->ops->copy_dtod(g, q, io, m->bnd[s - 1].slot[0].buf, m->bnd[s - 1].bytes));
+        /* every stage is on stage 0's device here */
+        PPN_CHECK(stage_walk(m, map, s, q, seq, io, s == n - 1 ? seq->logits[c->ring] : 0));
+        if (s + 1 < n) PPN_CHECK(g->ops->copy_dtod(g, q, m->bnd[s].slot[0].buf, io, m->bnd[s].bytes));
     }
-    return stage_finish(m, q, seq, c, seq->scr[map->n_stages - 1].io, p);
+    return stage_finish(m, q, seq, c, p);
 }
 
 /* Caller side ------------------------------------------------------------------------------------------- */
@@ -369,6 +435,8 @@ void ppn_model_get_stats(const ppn_model *m, ppn_stats *o)
     o->steps = m->next_step;
     o->driver_allocs = m->rt->g->n_mem_alloc;
     o->host_staged = m->rt->g->n_host_staged;
+    o->graph_captures = atomic_load_explicit(&m->graph_captures, memory_order_relaxed);
+    o->graph_launches = __atomic_load_n(&m->rt->g->n_graph_launches, __ATOMIC_RELAXED);
     for (int d = 0; d < PPN_MAX_DEVICES; d++) {
         if (!m->rt->pool[d]) continue;
         ppn_pool_stats ps;

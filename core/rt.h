@@ -109,8 +109,11 @@ struct ppn_model {
     struct ppn_seq *seqs;      /* live sequences (caller) */
     _Atomic int active_walkers;
     _Atomic uint64_t overlap_observed;   /* liveness: a walker started while another stage's walker ran */
+    _Atomic uint64_t graph_captures;     /* stage bodies captured (PPN_GRAPHS=1) */
     _Atomic int err;           /* first failure inside a stage thread (sticky for the model) */
     char err_msg[1024];
+    int attn_split;            /* attention's position splits (ppn_op_attn_split of the primary), fixed at
+                                * load: every stage and every map reduce in the same shape, so same bits */
 };
 
 /* Scratch of one stage for one sequence, on the stage's device. io = [hdr][x] (the boundary layout). */
@@ -120,7 +123,17 @@ typedef struct ppn_stage_scratch {
     ppn_dptr qkv;              /* [q: n_heads*hd][k: n_kv*hd][v: n_kv*hd], the fused projection's output */
     ppn_dptr gu;               /* [gate: ffn][up: ffn]; SwiGLU writes its result over gate */
     ppn_dptr ulogits;          /* stage 0 only: logits of the unsplit (batch) walk */
+    ppn_dptr attp;             /* attention's split partials and arrival counters (zeroed at allocation) */
 } ppn_stage_scratch;
+
+/* One captured stage body of one sequence (pipeline.c): valid for one map generation, io and logits buffer. */
+#define PPN_STAGE_GRAPHS 8 /* (slot, ring) pairs a stage can meet: 2 boundary slots x 4 logits entries */
+typedef struct ppn_stage_graph {
+    ppn_ggraph *exec;          /* NULL: an empty entry */
+    uint64_t gen;
+    ppn_dptr io, logits;
+    int dev;
+} ppn_stage_graph;
 
 struct ppn_seq {
     ppn_model *m;
@@ -138,6 +151,9 @@ struct ppn_seq {
     _Atomic uint32_t done_gen[PPN_MAX_INFLIGHT]; /* step+1 whose done event the last stage recorded */
     uint32_t ring_step[PPN_MAX_INFLIGHT];        /* caller: step+1 issued on the ring entry (0: free) */
     uint64_t issued, waited;   /* caller: deferred steps issued / waited (FIFO) */
+    /* each stage's captured bodies: touched only by that stage's issuing thread, dropped between drained steps */
+    ppn_stage_graph graphs[PPN_MAX_STAGES][PPN_STAGE_GRAPHS];
+    unsigned graph_next[PPN_MAX_STAGES]; /* the entry the next capture replaces (round robin) */
 };
 
 /* forward.c: the pieces of a step, enqueued on stream s. io = [hdr][x]. */
@@ -153,6 +169,8 @@ int ppn_layer_stage(const ppn_stage_map *map, int l);
 
 /* pipeline.c */
 void ppn_stage_thread_fn(void *ctx, ppn_cmd *c);
+/* Destroy q's captured graphs (its scratch is about to move or die); call between drained steps. */
+void ppn_seq_drop_graphs(ppn_seq *q);
 ppn_status ppn_model_drain(ppn_model *m);
 ppn_status ppn_model_failed(ppn_model *m);
 /* Two or more stage streams on one device (reported in ppn_stage_info.same_device_streams). */

@@ -6,6 +6,7 @@
 #include "rt.h"
 #include "err.h"
 #include "../kernels/ktable.h"
+#include "../kernels/ops.h"
 
 #define STAGING_BYTES (16u << 20)
 
@@ -369,6 +370,15 @@ static ppn_status check_opts(ppn_rt *rt, const ppn_load_opts *o)
     return PPN_OK;
 }
 
+/* From the primary's SM count, once: a per-stage choice would give split and unsplit runs different bits. */
+static ppn_status attn_split_choose(ppn_model *m)
+{
+    ppn_device_info di;
+    PPN_CHECK(m->rt->g->ops->device_info(m->rt->g, m->primary, &di));
+    m->attn_split = ppn_op_attn_split(m->cfg.n_heads, di.sm_count);
+    return PPN_OK;
+}
+
 static ppn_status model_alloc(ppn_rt *rt, const ppn_ckpt *c, const ppn_load_opts *o, ppn_model **out)
 {
     ppn_model *m = ppn_hcalloc(1, sizeof *m);
@@ -389,7 +399,7 @@ static ppn_status model_alloc(ppn_rt *rt, const ppn_ckpt *c, const ppn_load_opts
         m->stages[s].dev = -1;
     }
     m->rb_dev = -1;
-    return PPN_OK;
+    return attn_split_choose(m);
 }
 
 ppn_status ppn_model_load(ppn_rt *rt, const char *path, const ppn_load_opts *opts, ppn_model **out)
@@ -416,7 +426,7 @@ ppn_status ppn_model_load(ppn_rt *rt, const char *path, const ppn_load_opts *opt
     m->map = NULL;
     PPN_CHECK_GOTO(ppn_map_install(m, map), s, fail);
     map = NULL;
-    ppn_trace("ctx %d, %d stage(s)", m->ctx, m->map->n_stages);
+    ppn_trace("ctx %d, %d stage(s), attention in %d split(s)", m->ctx, m->map->n_stages, m->attn_split);
     ppn_ckpt_close(c);
     *out = m;
     return PPN_OK;

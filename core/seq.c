@@ -4,6 +4,7 @@
 #include <string.h>
 #include "rt.h"
 #include "err.h"
+#include "../kernels/ops.h"
 
 static ppn_status stage_alloc(ppn_model *m, int dev, size_t n, const char *tag, ppn_dptr *out)
 {
@@ -27,6 +28,7 @@ static void stage_free(ppn_model *m, int dev, ppn_dptr *p)
 static const size_t scratch_off[] = {
     offsetof(ppn_stage_scratch, io),  offsetof(ppn_stage_scratch, xb), offsetof(ppn_stage_scratch, att),
     offsetof(ppn_stage_scratch, qkv), offsetof(ppn_stage_scratch, gu), offsetof(ppn_stage_scratch, ulogits),
+    offsetof(ppn_stage_scratch, attp),
 };
 
 /* Every block is freed on its device's stream after the caller drained the stages (host-ordered). */
@@ -35,6 +37,21 @@ static void scratch_free(ppn_model *m, ppn_stage_scratch *r)
     for (size_t i = 0; i < sizeof scratch_off / sizeof scratch_off[0] && r->dev >= 0; i++)
         stage_free(m, r->dev, (ppn_dptr *)((char *)r + scratch_off[i]));
     r->dev = -1;
+}
+
+/* Attention's scratch, zeroed once: its arrival counters must start at 0 (each launch leaves them 0). The
+ * memset runs on the device stream the block was allocated on; the host sync orders it before the first
+ * attention on the stage's stream (another stream; not a step path: maps and sequences change here). */
+static ppn_status attn_scratch_alloc(ppn_model *m, ppn_stage_scratch *r, int dev)
+{
+    const ppn_model_config *c = &m->cfg;
+    ppn_gpu *g = m->rt->g;
+    ppn_gstream *s;
+    size_t n = ppn_op_attn_scratch_bytes(c->n_heads, m->attn_split, c->head_dim);
+    PPN_CHECK(stage_alloc(m, dev, n, "attn partials", &r->attp));
+    PPN_CHECK(ppn_model_dev_stream(m, dev, &s));
+    PPN_CHECK(g->ops->memset_d8(g, s, r->attp, 0, n));
+    return g->ops->stream_sync(g, s);
 }
 
 static ppn_status scratch_alloc(ppn_model *m, ppn_stage_scratch *r, int dev, int first)
@@ -49,7 +66,7 @@ static ppn_status scratch_alloc(ppn_model *m, ppn_stage_scratch *r, int dev, int
     PPN_CHECK(stage_alloc(m, dev, qd, "att", &r->att));
     PPN_CHECK(stage_alloc(m, dev, 2 * f * (size_t)c->ffn_dim, "gate|up", &r->gu));
     if (first) PPN_CHECK(stage_alloc(m, dev, f * (size_t)c->vocab, "unsplit logits", &r->ulogits));
-    return PPN_OK;
+    return attn_scratch_alloc(m, r, dev);
 }
 
 static void ring_free(ppn_seq *q)
@@ -84,6 +101,7 @@ static ppn_status ring_alloc(ppn_seq *q, int dev)
 ppn_status ppn_seq_fit_map(ppn_seq *q, const ppn_stage_map *map)
 {
     ppn_model *m = q->m;
+    ppn_seq_drop_graphs(q); /* they name scratch and a map generation that are about to change */
     for (int s = 0; s < PPN_MAX_STAGES; s++) {
         ppn_stage_scratch *r = &q->scr[s];
         int want = s < map->n_stages ? map->dev[s] : -1;
@@ -102,6 +120,7 @@ ppn_status ppn_seq_fit_map(ppn_seq *q, const ppn_stage_map *map)
 static void seq_release(ppn_seq *q)
 {
     ppn_model *m = q->m;
+    ppn_seq_drop_graphs(q);
     for (int l = 0; l < m->cfg.n_layers && q->kc; l++) {
         stage_free(m, q->kv_dev[l], &q->kc[l]);
         stage_free(m, q->kv_dev[l], &q->vc[l]);

@@ -150,6 +150,7 @@ struct ppn_gstream {
     uint64_t *vc;           /* under g->ck: this stream's vector clock */
     size_t vc_len;          /* under g->ck */
     uint64_t host_ver_seen; /* under g->ck: version of the host clock already attached to an op */
+    struct sim_graph *cap;  /* the recording between capture_begin and capture_end (issuing thread only) */
     struct ppn_gstream *next_all, *prev_all; /* under g->lists */
 };
 

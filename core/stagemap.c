@@ -151,6 +151,12 @@ ppn_status ppn_map_build(ppn_model *m, const ppn_door *d, ppn_stage_map **out)
                      distinct_devices(map));
         goto fail;
     }
+    if (d->graphs && m->rt->g->kprof) {
+        st = ppn_err(PPN_EINVAL, "PPN_GRAPHS/--graphs=1 (the default) with PPN_KPROF=1: the kernel profile times "
+                                 "each launch, a graph replays a stage's launches as one; profile with "
+                                 "PPN_GRAPHS=0 (or --graphs 0)");
+        goto fail;
+    }
     PPN_CHECK_GOTO(choose_xports(m, map), st, fail);
     PPN_CHECK_GOTO(pick_cores(m, map), st, fail);
     map->gen = ++m->map_gen;

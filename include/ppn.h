@@ -54,7 +54,9 @@ const char *ppn_status_name(ppn_status st);
  *   MEMRA_BATCH_PP, MEMRA_SPEC_PP, MEMRA_PRIME_PP, MEMRA_PRIME_PIPE = 0: A/B seams of later paths; default 1
  *   MEMRA_PP_ALLOW_UNSPLIT_BATCH=1   measurement override of the fail-closed guard; default 0
  *   PPN_SPIN=1                 issue threads busy-poll instead of sleeping on a futex; default 0
- * CLI flags --stages --splits --split --devices --shard --streams --overlap --spin say the same.
+ *   PPN_GRAPHS=0               issue every kernel through the stream instead of replaying each stage's
+ *                              captured graph; default 1 (PPN_KPROF=1 needs 0: its timing is per launch)
+ * CLI flags --stages --splits --split --devices --shard --streams --overlap --spin --graphs say the same.
  * --------------------------------------------------------------------------------------------------------- */
 
 #define PPN_MAX_STAGES 64
@@ -69,6 +71,7 @@ typedef struct ppn_door {
     int batch_pp, spec_pp, prime_pp, prime_pipe; /* 1 by default */
     int allow_unsplit_batch;     /* 0 by default */
     int spin;                    /* 0 by default */
+    int graphs;                  /* 1 by default: each stage's step replays a captured graph (PPN_GRAPHS) */
 } ppn_door;
 
 /* The door with every default (shut). */
@@ -77,7 +80,7 @@ ppn_door ppn_door_default(void);
  * @return PPN_OK, PPN_EINVAL (message names the variable, its value and the rule). */
 ppn_status ppn_door_from_env(ppn_door *d);
 /* Apply one CLI flag ("--stages", "--splits", "--split", "--devices", "--shard", "--streams", "--overlap",
- * "--spin") with its value. @return PPN_OK, PPN_EINVAL (names the flag, the value and the rule). */
+ * "--spin", "--graphs") with its value. @return PPN_OK, PPN_EINVAL (names the flag, the value and the rule). */
 ppn_status ppn_door_set_flag(ppn_door *d, const char *flag, const char *value);
 /* Resolve the door against a model and machine: the fence [0, c1, .., cN-1, n_layers] (n_out + 1 entries)
  * and the device of each stage. A shut door resolves to one stage on the primary device.
@@ -202,6 +205,8 @@ typedef struct ppn_stats {
     uint64_t host_staged;                      /* peer copies staged through the host */
     uint64_t cross_waits;                      /* pool waits inserted for cross-stream reuse */
     size_t pool_in_use, pool_peak, pool_reserved; /* summed over devices */
+    uint64_t graph_captures;                   /* stage bodies captured into graphs (PPN_GRAPHS=1) */
+    uint64_t graph_launches;                   /* graph replays (backend counter) */
 } ppn_stats;
 void ppn_model_get_stats(const ppn_model *m, ppn_stats *out);
 

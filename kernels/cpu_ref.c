@@ -226,6 +226,8 @@ static void attn_chunk(const attn_head *a, float *out, int d0, int nd)
     for (int i = 0; i < nd; i++) out[d0 + i] = (float)(acc[i] / sum);
 }
 
+/* Exact over [0, pos] whatever p->n_split is: the split only reshapes the CUDA reduction, and the scratch
+ * (p->part) is left untouched, its counters staying 0 as the CUDA kernel leaves them. */
 void ppn_cpu_attn(const void *params)
 {
     const ppn_kp_attn *p = params;

@@ -8,7 +8,7 @@
  *
  * The geometry is a function of the sizes alone: the CUDA reductions are shaped by it, so fixing it per size
  * is what makes their bits repeat from run to run. Contract with ppn_kernels.cu: blocks are whole warps,
- * at most 1024 threads; attention at most 16 warps and head_dim <= 256.
+ * at most 1024 threads; attention at most 16 warps, head_dim <= 256 and n_split <= 64.
  */
 #include "ops.h"
 #include "core/err.h"
@@ -24,8 +24,10 @@
  * kernel's static s_part (2 x 32 floats): 48 KB of x plus those failed to launch (CUDA_ERROR_INVALID_VALUE) */
 #define MATVEC_STAGE_MAX (49152u - 256u)
 #define ROPE_BLOCK 64u      /* one block per head, a thread per rotated pair */
-#define ATTN_BLOCK 512u     /* one block per query head, 16 warps over the positions */
+#define ATTN_BLOCK 512u     /* one block per (query head, position split), 16 warps over its positions */
 #define ATTN_MAX_HEAD_DIM 256
+#define ATTN_MAX_SPLIT 64   /* the kernel's merge stages one {max, sum} pair per split in shared memory */
+#define ATTN_SPLIT_CAP 32   /* the most ppn_op_attn_split picks: more splits only lengthen the merge */
 #define ARGMAX_BLOCK 1024u
 
 #define MATMAT_BLOCK 256 /* 8 warps: 8 rows per CTA */
@@ -223,9 +225,26 @@ ppn_status ppn_op_kv_store(ppn_gpu *g, ppn_gstream *s, ppn_dptr kc, ppn_dptr vc,
     return submit(g, s, &l);
 }
 
-static ppn_status attn_check(int n_heads, int n_kv, int head_dim, int ctx)
+size_t ppn_op_attn_scratch_bytes(int n_heads, int n_split, int head_dim)
+{
+    if (n_heads <= 0 || n_split <= 0 || head_dim <= 0) return 0;
+    size_t recs = (size_t)n_heads * (size_t)n_split * ((size_t)head_dim + 2u);
+    return f32_bytes(recs) + (size_t)n_heads * sizeof(uint32_t);
+}
+
+/* About two CTAs per SM: fewer leave SMs idle at long context, more only add partials to merge. */
+int ppn_op_attn_split(int n_heads, int sm_count)
+{
+    if (n_heads <= 0 || sm_count <= 0) return 1;
+    int n = (2 * sm_count + n_heads - 1) / n_heads;
+    return n < 1 ? 1 : n > ATTN_SPLIT_CAP ? ATTN_SPLIT_CAP : n;
+}
+
+static ppn_status attn_check(int n_heads, int n_kv, int head_dim, int ctx, int n_split)
 {
     static const char op[] = "ppn_op_attn";
+    if (n_split < 1 || n_split > ATTN_MAX_SPLIT)
+        return ppn_err(PPN_EINVAL, "%s: n_split must be in 1..%d (got %d)", op, ATTN_MAX_SPLIT, n_split);
     PPN_CHECK(need_positive(op, "n_heads", n_heads));
     PPN_CHECK(need_positive(op, "n_kv", n_kv));
     PPN_CHECK(need_positive(op, "head_dim", head_dim));
@@ -238,26 +257,32 @@ static ppn_status attn_check(int n_heads, int n_kv, int head_dim, int ctx)
     return PPN_OK;
 }
 
-/* Also returns PPN_EUNSUPPORTED for head_dim > 256 (the CUDA kernel keeps a head's output in registers). */
+/* Also returns PPN_EUNSUPPORTED for head_dim > 256 (the CUDA kernel keeps a head's output in registers).
+ * The whole scratch is declared read-write whatever n_split is: its counters carry state between launches,
+ * so two streams sharing one scratch must be ordered (the checker sees it). */
 ppn_status ppn_op_attn(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr q, ppn_dptr kc, ppn_dptr vc,
-                       int n_heads, int n_kv, int head_dim, int ctx, float scale, ppn_dptr hdr)
+                       int n_heads, int n_kv, int head_dim, int ctx, float scale, ppn_dptr hdr, ppn_dptr part,
+                       int n_split)
 {
     static const char op[] = "ppn_op_attn";
-    PPN_CHECK(attn_check(n_heads, n_kv, head_dim, ctx));
+    PPN_CHECK(attn_check(n_heads, n_kv, head_dim, ctx, n_split));
     PPN_CHECK(need_ptr(op, "out", out));
     PPN_CHECK(need_ptr(op, "q", q));
     PPN_CHECK(need_ptr(op, "kc", kc));
     PPN_CHECK(need_ptr(op, "vc", vc));
     PPN_CHECK(need_ptr(op, "hdr", hdr));
-    ppn_kp_attn p = {.out = out, .q = q, .kc = kc, .vc = vc, .hdr = hdr, .n_heads = n_heads, .n_kv = n_kv,
-                     .head_dim = head_dim, .ctx = ctx, .scale = scale};
+    PPN_CHECK(need_ptr(op, "part", part));
+    ppn_kp_attn p = {.out = out, .q = q, .kc = kc, .vc = vc, .hdr = hdr, .part = part, .n_heads = n_heads,
+                     .n_kv = n_kv, .head_dim = head_dim, .ctx = ctx, .n_split = n_split, .scale = scale};
     size_t qb = f32_bytes((size_t)n_heads * (size_t)head_dim);
     size_t cache = f32_bytes((size_t)n_kv * (size_t)ctx * (size_t)head_dim);
     ppn_launch l = launch_init(PPN_K_ATTN, &p, (unsigned)n_heads, ATTN_BLOCK);
+    l.grid[1] = (unsigned)n_split; /* never pos: the launch is the same for every step */
     acc_add(&l, q, qb, PPN_ACC_R);
     acc_add(&l, kc, cache, PPN_ACC_R);
     acc_add(&l, vc, cache, PPN_ACC_R);
     acc_add(&l, hdr, sizeof(ppn_step_hdr), PPN_ACC_R);
+    acc_add(&l, part, ppn_op_attn_scratch_bytes(n_heads, n_split, head_dim), PPN_ACC_RW);
     acc_add(&l, out, qb, PPN_ACC_W);
     return submit(g, s, &l);
 }

@@ -4,7 +4,8 @@
 // the symbol the table names. Math matches the CPU reference (cpu_ref.c) in f32; where the CPU reference
 // sums in double, these sum in f32 with fmaf.
 //
-// Determinism: no atomics; every reduction has a fixed shape - each thread sums a fixed strided subset in
+// Determinism: no atomics in any reduction (attention counts its blocks with one, but merges in a fixed
+// order); every reduction has a fixed shape - each thread sums a fixed strided subset in
 // index order, warps combine with an xor butterfly (commutative pairs, so every lane ends with the same
 // bits), then the warp totals in warp order. The geometry is chosen by ops.c from the sizes alone, so the
 // same inputs give the same bits on every run. The matvec's 16-byte loads are taken only when aligned, but
@@ -12,7 +13,7 @@
 // the bits.
 //
 // Geometry contract with ops.c: blockDim.x is a multiple of 32, at most 1024; attention uses at most
-// PPN_ATTN_WARPS warps per block and head_dim <= 32 * PPN_ATTN_MAXJ.
+// PPN_ATTN_WARPS warps per block, head_dim <= 32 * PPN_ATTN_MAXJ and gridDim.y = n_split <= PPN_ATTN_MAX_SPLIT.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
@@ -21,6 +22,7 @@
 #define PPN_FULL_MASK 0xffffffffu
 #define PPN_ATTN_WARPS 16
 #define PPN_ATTN_MAXJ 8
+#define PPN_ATTN_MAX_SPLIT 64
 
 // ---------------------------------------------------------------------------------------------------------
 // helpers
@@ -394,17 +396,28 @@ extern "C" __global__ void ppn_k_kv_store(const ppn_kp_kv_store p)
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// attn: one block per query head. Warp w takes positions w, w+nw, ... with an online softmax (running max,
-// running sum, running output with lane l holding dims l, l+32, ...); the warps' partial results are then
-// merged in warp order by one pass per output dim.
+// attn: block (h, j) takes query head h over the positions of split j (ppn_attn_span). Warp w takes the
+// split's positions t0 + w, t0 + w + nw, ... with an online softmax (running max, running sum, running
+// output with lane l holding dims l, l+32, ...); the warps' results are merged in warp order into the
+// block's partial. With one split that is the output. Otherwise each block stores its partial in p.part,
+// and the last block of the head to arrive (a device-scope counter) merges the head's n_split partials in
+// split order: which block came last changes who merges, never the bits.
 
 struct ppn_attn_part {
     float m, l;                       // running max score, running sum of exp(s - m)
     float acc[PPN_ATTN_MAXJ];         // running sum of exp(s - m) * v[d], d = lane + 32 j
 };
 
+// Split j of n over positions [0, pos]: [t0, t1) in chunks of ceil((pos + 1) / n); empty when t0 == t1.
+__device__ __forceinline__ void ppn_attn_span(int pos, int n, int j, int *t0, int *t1)
+{
+    int c = pos / n + 1; // = ceil((pos + 1) / n) without overflowing
+    *t0 = min(j * c, pos + 1);
+    *t1 = min(*t0 + c, pos + 1);
+}
+
 __device__ void ppn_attn_warp(const ppn_kp_attn &p, const float *q, const float *kc, const float *vc,
-                              int pos, ppn_attn_part *pt)
+                              int t0, int t1, ppn_attn_part *pt)
 {
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5, hd = p.head_dim;
     float qr[PPN_ATTN_MAXJ];
@@ -415,7 +428,7 @@ __device__ void ppn_attn_warp(const ppn_kp_attn &p, const float *q, const float 
         pt->acc[j] = 0.0f;
     }
     pt->m = -INFINITY, pt->l = 0.0f;
-    for (int t = warp; t <= pos; t += nw) {
+    for (int t = t0 + warp; t < t1; t += nw) {
         const float *kt = kc + (size_t)t * hd, *vt = vc + (size_t)t * hd;
         float dot = 0.0f;
 #pragma unroll
@@ -433,38 +446,88 @@ __device__ void ppn_attn_warp(const ppn_kp_attn &p, const float *q, const float 
     }
 }
 
+// Merge weight of a partial with max m under the overall max mx; an empty partial (m = -inf) weighs 0, so
+// its {0, 0..} adds nothing (and -inf - -inf never makes a NaN).
+__device__ __forceinline__ float ppn_attn_weight(float m, float mx) { return m == -INFINITY ? 0.0f : expf(m - mx); }
+
+// The last block of head h to arrive merges the head's partials in split order. Every thread computes the
+// same max and sum (same inputs, same order); reads go through L2 (__ldcg): other blocks wrote them.
+__device__ void ppn_attn_merge(const ppn_kp_attn &p, const float *ph, float *out)
+{
+    __shared__ float s_w[PPN_ATTN_MAX_SPLIT], s_pl[PPN_ATTN_MAX_SPLIT];
+    int ns = p.n_split, hd = p.head_dim;
+    int rec = hd + 2; // <= 258 (int keeps ptxas from spilling the 64-bit index on sm_90a)
+    if (threadIdx.x < ns) {
+        s_w[threadIdx.x] = __ldcg(ph + threadIdx.x * rec);
+        s_pl[threadIdx.x] = __ldcg(ph + threadIdx.x * rec + 1);
+    }
+    __syncthreads();
+    float mx = -INFINITY, den = 0.0f;
+    for (int j = 0; j < ns; j++) mx = fmaxf(mx, s_w[j]);
+    __syncthreads(); // every max read s_w before it is overwritten with the weights
+    if (threadIdx.x < ns) s_w[threadIdx.x] = ppn_attn_weight(s_w[threadIdx.x], mx);
+    __syncthreads();
+    for (int j = 0; j < ns; j++) den = fmaf(s_pl[j], s_w[j], den);
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float num = 0.0f;
+        const float *o = ph + 2 + d;
+        for (int j = 0; j < ns; j++, o += rec) num = fmaf(__ldcg(o), s_w[j], num);
+        out[d] = num / den; // den > 0: split 0 always holds position 0
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(32 * PPN_ATTN_WARPS) ppn_k_attn(const ppn_kp_attn p)
 {
     __shared__ float s_acc[PPN_ATTN_WARPS][32 * PPN_ATTN_MAXJ];
     __shared__ float s_m[PPN_ATTN_WARPS], s_l[PPN_ATTN_WARPS];
-    int h = blockIdx.x, hd = p.head_dim, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int nw = blockDim.x >> 5;
+    __shared__ int s_last;
+    int h = blockIdx.x, j = blockIdx.y, ns = p.n_split, hd = p.head_dim, lane = threadIdx.x & 31;
+    int warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     float *out = (float *)p.out + (size_t)h * hd;
     int32_t pos = ppn_hdr(p.hdr)->pos;
-    if (pos < 0 || pos >= p.ctx) { // uniform over the block: no barrier is skipped by some threads only
-        for (int d = threadIdx.x; d < hd; d += blockDim.x) out[d] = __int_as_float(0x7fc00000);
+    if (pos < 0 || pos >= p.ctx) { // uniform over the grid: no block counts, so the counters stay 0
+        if (j == 0)
+            for (int d = threadIdx.x; d < hd; d += blockDim.x) out[d] = __int_as_float(0x7fc00000);
         return;
     }
+    int t0, t1;
+    ppn_attn_span(pos, ns, j, &t0, &t1);
     size_t kv_off = (size_t)(h / (p.n_heads / p.n_kv)) * (size_t)p.ctx * hd;
     ppn_attn_part pt;
     ppn_attn_warp(p, (const float *)p.q + (size_t)h * hd, (const float *)p.kc + kv_off,
-                  (const float *)p.vc + kv_off, pos, &pt);
+                  (const float *)p.vc + kv_off, t0, t1, &pt);
 #pragma unroll
-    for (int j = 0; j < PPN_ATTN_MAXJ; j++) s_acc[warp][lane + 32 * j] = pt.acc[j];
+    for (int k = 0; k < PPN_ATTN_MAXJ; k++) s_acc[warp][lane + 32 * k] = pt.acc[k];
     if (lane == 0) s_m[warp] = pt.m, s_l[warp] = pt.l;
     __syncthreads();
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float mx = -INFINITY;
-        for (int w = 0; w < nw; w++) mx = fmaxf(mx, s_m[w]);
-        float num = 0.0f, den = 0.0f;
-        for (int w = 0; w < nw; w++) {
-            if (s_m[w] == -INFINITY) continue; // a warp that saw no position
-            float f = expf(s_m[w] - mx);
-            num = fmaf(s_acc[w][d], f, num);
-            den = fmaf(s_l[w], f, den);
-        }
-        out[d] = num / den;
+    // the block's partial: an empty split gives {-inf, 0, 0..}, as every warp's is
+    float *rec = (float *)p.part + ((size_t)h * ns + j) * ((size_t)hd + 2);
+    float mx = -INFINITY, den = 0.0f;
+    for (int w = 0; w < nw; w++) mx = fmaxf(mx, s_m[w]);
+    for (int w = 0; w < nw; w++) {
+        float f = ppn_attn_weight(s_m[w], mx);
+        den = fmaf(s_l[w], f, den);
     }
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float num = 0.0f;
+        for (int w = 0; w < nw; w++) num = fmaf(s_acc[w][d], ppn_attn_weight(s_m[w], mx), num);
+        if (ns == 1) out[d] = num / den;
+        else rec[2 + d] = num;
+    }
+    if (ns == 1) return;
+    if (threadIdx.x == 0) rec[0] = mx, rec[1] = den;
+    // Release: every thread's stores are visible device-wide before thread 0 counts the block in.
+    __threadfence();
+    __syncthreads();
+    unsigned *cnt = (unsigned *)((float *)p.part + (size_t)p.n_heads * ns * ((size_t)hd + 2)) + h;
+    if (threadIdx.x == 0) {
+        s_last = atomicAdd(cnt, 1u) == (unsigned)(ns - 1);
+        __threadfence(); // acquire: the merge's reads come after seeing every other block's count
+    }
+    __syncthreads();
+    if (!s_last) return;
+    ppn_attn_merge(p, (const float *)p.part + (size_t)h * ns * ((size_t)hd + 2), out);
+    if (threadIdx.x == 0) *cnt = 0; // every block of h has counted; the next launch starts from 0
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ static const char *const door_vars[] = {
     "MEMRA_PP_STAGES", "MEMRA_PP_SPLITS", "MEMRA_PP_SPLIT", "MEMRA_PP_DEVICES", "MEMRA_PP_SHARD",
     "MEMRA_PP_STREAMS", "MEMRA_PP_OVERLAP", "MEMRA_BATCH_PP", "MEMRA_SPEC_PP", "MEMRA_PRIME_PP",
     "MEMRA_PRIME_PIPE", "MEMRA_PP_ALLOW_UNSPLIT_BATCH", "PPN_SPIN",
+    "PPN_GRAPHS",
 };
 #define N_VARS (sizeof door_vars / sizeof door_vars[0])
 
@@ -38,6 +39,7 @@ static const seam flag_bits[] = {
     {"--streams", offsetof(ppn_door, streams), 1},
     {"--overlap", offsetof(ppn_door, overlap), 0},
     {"--spin", offsetof(ppn_door, spin), 0},
+    {"--graphs", offsetof(ppn_door, graphs), 1},
 };
 #define N_FLAG_BITS (sizeof flag_bits / sizeof flag_bits[0])
 
@@ -153,6 +155,7 @@ static void assert_shut(const ppn_door *d, int n_stages)
     assert_int_equal(d->n_devices, 0);
     for (size_t i = 0; i < N_SEAMS; i++) assert_int_equal(field(d, seams[i].off), seams[i].def);
     assert_int_equal(d->spin, 0);
+    assert_int_equal(d->graphs, 1);
 }
 
 static void assert_defaults(const ppn_door *d) { assert_shut(d, 0); }
@@ -200,10 +203,19 @@ static void test_shut_ignores_garbage(void **state)
     assert_shut(&d, 1);
 }
 
-/* PPN_SPIN is ppn's own: read (and checked) whether the door is open or shut. */
+/* PPN_SPIN and PPN_GRAPHS are ppn's own: read (and checked) whether the door is open or shut. */
 static void test_spin_always_read(void **state)
 {
     (void)state;
+    setenv("PPN_GRAPHS", "0", 1);
+    ppn_door g = env_door();
+    assert_int_equal(g.graphs, 0);
+    assert_int_equal(g.n_stages, 0);
+    for (size_t i = 0; i < N_BAD_BITS; i++) {
+        setenv("PPN_GRAPHS", bad_bits[i], 1);
+        env_refused(bad_bits[i], "PPN_GRAPHS", "must be 0 or 1");
+    }
+    unsetenv("PPN_GRAPHS");
     setenv("PPN_SPIN", "1", 1);
     ppn_door d = env_door();
     assert_int_equal(d.spin, 1);

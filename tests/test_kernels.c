@@ -539,39 +539,90 @@ static void attn_expect(const float *q, const float *kc, const float *vc, int nh
     free(s);
 }
 
-static void attn_case(int nh, int nkv, int hd, int ctx, int pos)
+/* The CUDA kernel's split (ppn_kp_attn), emulated in f32 on the host to check its math independently of a
+ * GPU: split j of ns takes [j c, min((j + 1) c, pos + 1)), c = ceil((pos + 1) / ns); each split keeps an
+ * online softmax {max, sum, o} from the neutral {-inf, 0, 0}; the partials merge in j order, an empty one
+ * weighing 0. Every position must be visited exactly once, and nothing may turn into NaN. */
+static void attn_split_emulate(const float *q, const float *kc, const float *vc, int nh, int nkv, int hd,
+                               int ctx, int pos, float scale, int ns, float *out)
 {
-    size_t csz = (size_t)nkv * ctx * hd, qsz = (size_t)nh * hd;
+    float *m = malloc((size_t)ns * sizeof *m), *l = malloc((size_t)ns * sizeof *l);
+    float *o = calloc((size_t)ns * hd, sizeof *o);
+    int *seen = calloc((size_t)pos + 1, sizeof *seen);
+    assert_true(m && l && o && seen);
+    for (int h = 0; h < nh; h++) {
+        const float *K = kc + (size_t)(h / (nh / nkv)) * ctx * hd, *V = vc + (size_t)(h / (nh / nkv)) * ctx * hd;
+        int c = (pos + ns) / ns;
+        memset(o, 0, (size_t)ns * hd * sizeof *o);
+        for (int j = 0; j < ns; j++) {
+            m[j] = -INFINITY, l[j] = 0.0f;
+            for (int t = j * c; t < (j + 1) * c && t <= pos; t++) {
+                float dot = 0.0f;
+                for (int i = 0; i < hd; i++) dot = fmaf(q[h * hd + i], K[(size_t)t * hd + i], dot);
+                float sc = dot * scale, mn = fmaxf(m[j], sc);
+                float corr = m[j] == -INFINITY ? 0.0f : expf(m[j] - mn), e = expf(sc - mn);
+                l[j] = l[j] * corr + e;
+                for (int i = 0; i < hd; i++) o[j * hd + i] = o[j * hd + i] * corr + e * V[(size_t)t * hd + i];
+                m[j] = mn;
+                seen[t] += h == 0;
+            }
+        }
+        float mx = -INFINITY, den = 0.0f;
+        for (int j = 0; j < ns; j++) mx = fmaxf(mx, m[j]);
+        for (int j = 0; j < ns; j++) den += m[j] == -INFINITY ? 0.0f : l[j] * expf(m[j] - mx);
+        for (int i = 0; i < hd; i++) {
+            float num = 0.0f;
+            for (int j = 0; j < ns; j++) num += m[j] == -INFINITY ? 0.0f : o[j * hd + i] * expf(m[j] - mx);
+            out[h * hd + i] = num / den;
+        }
+    }
+    for (int t = 0; t <= pos; t++) assert_int_equal(seen[t], 1);
+    free(m), free(l), free(o), free(seen);
+}
+
+static void attn_case(int nh, int nkv, int hd, int ctx, int pos, int ns)
+{
+    size_t csz = (size_t)nkv * ctx * hd, qsz = (size_t)nh * hd, pb = ppn_op_attn_scratch_bytes(nh, ns, hd);
     float *q = frand(qsz, -1, 1), *kc = frand(csz, -1, 1), *vc = frand(csz, -1, 1);
-    float *out = malloc(qsz * 4), *first = malloc(qsz * 4);
+    float *out = malloc(qsz * 4), *first = malloc(qsz * 4), *emu = malloc(qsz * 4);
+    unsigned char *part = calloc(pb, 1), *zero = calloc(pb, 1);
     double *want = malloc(qsz * sizeof *want);
-    assert_non_null(out);
-    assert_non_null(first);
-    assert_non_null(want);
+    assert_true(out && first && emu && part && zero && want);
     float scale = 1.0f / sqrtf((float)hd);
     for (size_t i = 0; i < qsz; i++) q[i] *= 3.0f; /* sharpen the softmax a little */
     attn_expect(q, kc, vc, nh, nkv, hd, ctx, pos, scale, want);
     ppn_step_hdr hdr = {.pos = pos};
-    ppn_kp_attn p = {.out = D(out), .q = D(q), .kc = D(kc), .vc = D(vc), .hdr = D(&hdr), .n_heads = nh,
-                     .n_kv = nkv, .head_dim = hd, .ctx = ctx, .scale = scale};
+    ppn_kp_attn p = {.out = D(out), .q = D(q), .kc = D(kc), .vc = D(vc), .hdr = D(&hdr), .part = D(part),
+                     .n_heads = nh, .n_kv = nkv, .head_dim = hd, .ctx = ctx, .n_split = ns, .scale = scale};
     run(PPN_K_ATTN, &p);
-    char what[64];
-    snprintf(what, sizeof what, "attn nh=%d nkv=%d hd=%d pos=%d", nh, nkv, hd, pos);
+    char what[80];
+    snprintf(what, sizeof what, "attn nh=%d nkv=%d hd=%d pos=%d n_split=%d", nh, nkv, hd, pos, ns);
     /* out is a convex combination of v values in [-1, 1]: 1e-6 absolute is a few f32 ulps of it */
     for (size_t i = 0; i < qsz; i++) check_close(out[i], want[i], 1e-6, what, i);
     memcpy(first, out, qsz * 4);
     run(PPN_K_ATTN, &p);
     assert_memory_equal(first, out, qsz * 4);
-    free(q), free(kc), free(vc), free(out), free(first), free(want);
+    assert_memory_equal(part, zero, pb); /* the reference leaves the scratch (and its counters) alone */
+    /* the split in f32: up to ~300 f32 terms per sum, held to 1e-5 absolute like the GPU test */
+    attn_split_emulate(q, kc, vc, nh, nkv, hd, ctx, pos, scale, ns, emu);
+    snprintf(what, sizeof what, "attn split emulation nh=%d nkv=%d pos=%d n_split=%d", nh, nkv, pos, ns);
+    for (size_t i = 0; i < qsz; i++) check_close(emu[i], want[i], 1e-5, what, i);
+    free(q), free(kc), free(vc), free(out), free(first), free(emu), free(part), free(zero), free(want);
 }
 
 static void test_attn(void **state)
 {
     (void)state;
-    static const int poss[] = {0, 1, 5, 15};
-    for (size_t i = 0; i < ARRAY_LEN(poss); i++) attn_case(8, 2, 32, 16, poss[i]);
-    attn_case(4, 4, 16, 8, 7);    /* MHA */
-    attn_case(6, 1, 160, 300, 299); /* MQA; head_dim past one output chunk */
+    static const int poss[] = {0, 1, 5, 15}, splits[] = {1, 3, 8, 32};
+    for (size_t k = 0; k < ARRAY_LEN(splits); k++) { /* pos < n_split: empty tail splits */
+        int ns = splits[k];
+        for (size_t i = 0; i < ARRAY_LEN(poss); i++) attn_case(8, 2, 32, 16, poss[i], ns);
+        attn_case(4, 4, 16, 8, 7, ns);        /* MHA */
+        attn_case(6, 1, 160, 300, 299, ns);   /* MQA; head_dim past one output chunk */
+        attn_case(8, 2, 64, 301, 300, ns);    /* GQA, long */
+        attn_case(4, 4, 48, 301, 300, ns);    /* MHA, long; head_dim not a multiple of 32 */
+    }
+    attn_case(4, 2, 32, 70, 64, 64);          /* the largest n_split: chunks of 2, splits 33..63 empty */
 }
 
 /* With pos 0 the output is exactly v[kv head, 0]: checks the GQA map h -> h / (nh / nkv) by value. */
@@ -582,9 +633,11 @@ static void test_attn_gqa_map(void **state)
     float q[8 * 4], kc[2 * 3 * 4], vc[2 * 3 * 4], out[8 * 4];
     for (int i = 0; i < nh * hd; i++) q[i] = (float)i;
     for (int i = 0; i < nkv * ctx * hd; i++) kc[i] = 0.5f, vc[i] = (float)(1000 + i);
+    float part[8 * 3 * (4 + 2) + 8]; /* ppn_op_attn_scratch_bytes(8, 3, 4) */
     ppn_step_hdr hdr = {.pos = 0};
-    ppn_kp_attn p = {.out = D(out), .q = D(q), .kc = D(kc), .vc = D(vc), .hdr = D(&hdr), .n_heads = nh,
-                     .n_kv = nkv, .head_dim = hd, .ctx = ctx, .scale = 0.5f};
+    ppn_kp_attn p = {.out = D(out), .q = D(q), .kc = D(kc), .vc = D(vc), .hdr = D(&hdr), .part = D(part),
+                     .n_heads = nh, .n_kv = nkv, .head_dim = hd, .ctx = ctx, .n_split = 3, .scale = 0.5f};
+    assert_int_equal(ppn_op_attn_scratch_bytes(nh, 3, hd), sizeof part);
     run(PPN_K_ATTN, &p);
     for (int h = 0; h < nh; h++)
         for (int i = 0; i < hd; i++) assert_true(out[h * hd + i] == vc[(h / 4) * ctx * hd + i]);
@@ -893,9 +946,12 @@ static void test_op_attention_path(void **state)
     float *kc = calloc(csz, 4), *vc = calloc(csz, 4), *q = frand(qsz, -1, 1), *out = malloc(qsz * 4);
     float *k = frand((size_t)nkv * hd, -1, 1), *v = frand((size_t)nkv * hd, -1, 1), inv[8];
     double *want = malloc(qsz * sizeof *want);
+    size_t pb = ppn_op_attn_scratch_bytes(nh, 3, hd);
+    void *part = calloc(pb, 1);
     assert_non_null(kc);
     assert_non_null(out);
     assert_non_null(want);
+    assert_non_null(part);
     for (int i = 0; i < hd / 2; i++) inv[i] = powf(10000.0f, -2.0f * i / hd);
     ppn_step_hdr hdr = {.pos = 3};
 
@@ -916,10 +972,15 @@ static void test_op_attention_path(void **state)
     assert_true(declared(&hdr, sizeof hdr, PPN_ACC_R));
 
     assert_int_equal(ppn_op_attn(&fake_gpu, fake_stream, D(out), D(q), D(kc), D(vc), nh, nkv, hd, ctx, 0.25f,
-                                 D(&hdr)),
+                                 D(&hdr), D(part), 3),
                      PPN_OK);
     assert_int_equal(cap.l.kernel, PPN_K_ATTN);
     assert_int_equal(cap.l.grid[0], (unsigned)nh);
+    assert_int_equal(cap.l.grid[1], 3); /* n_split, never pos: one launch serves every step */
+    assert_int_equal(cap.l.grid[2], 1);
+    assert_int_equal(((const ppn_kp_attn *)cap.l.params)->n_split, 3);
+    assert_true(((const ppn_kp_attn *)cap.l.params)->part == D(part));
+    assert_true(declared(part, pb, PPN_ACC_R) && declared(part, pb, PPN_ACC_W));
     assert_true(declared(kc, csz * 4, PPN_ACC_R) && declared(vc, csz * 4, PPN_ACC_R));
     assert_true(declared(q, qsz * 4, PPN_ACC_R) && declared(out, qsz * 4, PPN_ACC_W));
     assert_true(declared(&hdr, sizeof hdr, PPN_ACC_R));
@@ -933,20 +994,52 @@ static void test_op_attention_path(void **state)
     assert_non_null(strstr(ppn_last_error(), "ppn_op_rope"));
     assert_non_null(strstr(ppn_last_error(), "7"));
     assert_int_equal(ppn_op_rope(&fake_gpu, fake_stream, D(q), 0, hd, D(inv), 0, D(&hdr)), PPN_EINVAL);
-    assert_int_equal(ppn_op_attn(&fake_gpu, fake_stream, D(out), D(q), D(kc), D(vc), 6, 4, hd, ctx, 1, D(&hdr)),
+    assert_int_equal(ppn_op_attn(&fake_gpu, fake_stream, D(out), D(q), D(kc), D(vc), 6, 4, hd, ctx, 1, D(&hdr),
+                                 D(part), 3),
                      PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "ppn_op_attn"));
     assert_int_equal(ppn_op_attn(&fake_gpu, fake_stream, D(out), D(q), D(kc), D(vc), nh, nkv, 512, ctx, 1,
-                                 D(&hdr)),
+                                 D(&hdr), D(part), 3),
                      PPN_EUNSUPPORTED);
     assert_non_null(strstr(ppn_last_error(), "512"));
-    assert_int_equal(ppn_op_attn(&fake_gpu, fake_stream, D(out), D(q), D(kc), D(vc), nh, nkv, hd, 0, 1, D(&hdr)),
+    assert_int_equal(ppn_op_attn(&fake_gpu, fake_stream, D(out), D(q), D(kc), D(vc), nh, nkv, hd, 0, 1, D(&hdr),
+                                 D(part), 3),
                      PPN_EINVAL);
+    static const int bad_splits[] = {0, -1, 65};
+    for (size_t i = 0; i < ARRAY_LEN(bad_splits); i++) {
+        char num[16];
+        snprintf(num, sizeof num, "%d", bad_splits[i]);
+        assert_int_equal(ppn_op_attn(&fake_gpu, fake_stream, D(out), D(q), D(kc), D(vc), nh, nkv, hd, ctx, 1,
+                                     D(&hdr), D(part), bad_splits[i]),
+                         PPN_EINVAL);
+        assert_non_null(strstr(ppn_last_error(), "ppn_op_attn"));
+        assert_non_null(strstr(ppn_last_error(), "n_split"));
+        assert_non_null(strstr(ppn_last_error(), num));
+    }
+    assert_int_equal(ppn_op_attn(&fake_gpu, fake_stream, D(out), D(q), D(kc), D(vc), nh, nkv, hd, ctx, 1,
+                                 D(&hdr), 0, 1),
+                     PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "part"));
     assert_int_equal(ppn_op_kv_store(&fake_gpu, fake_stream, D(kc), D(vc), D(k), D(v), nkv, hd, ctx, 0),
                      PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "hdr"));
     assert_int_equal(cap.calls, 0);
-    free(kc), free(vc), free(q), free(out), free(k), free(v), free(want);
+    free(kc), free(vc), free(q), free(out), free(k), free(v), free(want), free(part);
+}
+
+/* The scratch's size (records of head_dim + 2 floats, then a u32 counter per head) and the split rule. */
+static void test_op_attn_split(void **state)
+{
+    (void)state;
+    assert_int_equal(ppn_op_attn_scratch_bytes(32, 9, 128), (size_t)32 * 9 * 130 * 4 + 32 * 4);
+    assert_int_equal(ppn_op_attn_scratch_bytes(8, 1, 64), (size_t)8 * 66 * 4 + 8 * 4);
+    assert_int_equal(ppn_op_attn_scratch_bytes(0, 1, 64), 0);
+    assert_int_equal(ppn_op_attn_split(32, 132), 9); /* H200: ceil(264 / 32) */
+    assert_int_equal(ppn_op_attn_split(64, 132), 5);
+    assert_int_equal(ppn_op_attn_split(8, 132), 32); /* capped */
+    assert_int_equal(ppn_op_attn_split(32, 1), 1);   /* sim reports one SM */
+    assert_int_equal(ppn_op_attn_split(32, 0), 1);   /* unknown */
+    assert_int_equal(ppn_op_attn_split(0, 132), 1);
 }
 
 static void test_op_small(void **state)
@@ -1036,6 +1129,7 @@ int main(void)
         cmocka_unit_test(test_op_matmat_chunks),
         cmocka_unit_test(test_op_matvec),
         cmocka_unit_test(test_op_attention_path),
+        cmocka_unit_test(test_op_attn_split),
         cmocka_unit_test(test_op_small),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -63,6 +63,9 @@ static void door_values_refused_by_name(void **s)
         {"MEMRA_PP_STAGES=7", "", "n_layers=6"},
         {"", "--stages 3 --splits 0,2", "--splits"},
         {"MEMRA_PP_STAGES=2 MEMRA_PP_DEVICES=0,1 MEMRA_PP_STREAMS=0", "", "MEMRA_PP_STREAMS=0"},
+        {"PPN_GRAPHS=on", "", "PPN_GRAPHS"},
+        {"", "--graphs 2", "--graphs"},
+        {"PPN_KPROF=1", "", "PPN_GRAPHS=0"}, /* per-launch profile and graphs: refused, with the way out */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char cmd[8192];
@@ -210,6 +213,58 @@ static void same_device_pipelined_arm_matches_eager(void **s)
     free(piped);
 }
 
+
+/* Every stage's body replayed from a captured graph (the default) gives the bits of eager launches, for
+ * N = 1..4 with threads, in one stream, and pipelined with alternating slots; a graph is captured once per
+ * (map, io, logits) and replayed every step after; a new map drops and recaptures them. */
+static void graphs_match_eager_and_replay(void **s)
+{
+    ppn_door eager = ppn_door_default();
+    eager.graphs = 0;
+    ppn_model *ref = load(&eager);
+    float *a = malloc(sizeof(float) * 256 * 12), *b = malloc(sizeof(float) * 256 * 12);
+    assert_int_equal(eager_rows(ref, 12, a), PPN_OK);
+    ppn_stats st0, st1;
+    ppn_model_get_stats(ref, &st0);
+    assert_int_equal(st0.graph_captures, 0);
+    ppn_model_free(ref);
+
+    ppn_door shut = ppn_door_default();
+    ppn_model *m = load(&shut);
+    for (int n = 1; n <= 4; n++)
+        for (int streams = 0; streams <= 1; streams++) {
+            ppn_door d = door_n(n, NULL);
+            d.streams = streams;
+            assert_int_equal(ppn_model_publish_door(m, &d), PPN_OK);
+            ppn_model_get_stats(m, &st0);
+            assert_int_equal(eager_rows(m, 12, b), PPN_OK);
+            ppn_model_get_stats(m, &st1);
+            assert_memory_equal(a, b, sizeof(float) * 256 * 12);
+            /* one capture per stage body, and the last stage's once per logits ring entry (4) */
+            int stages = n > 1 ? n : 1;
+            assert_int_equal(st1.graph_captures - st0.graph_captures, (uint64_t)(stages - 1 + 4));
+            assert_int_equal(st1.graph_launches - st0.graph_launches, (uint64_t)(12 * stages));
+        }
+    /* pipelined, slots alternating: up to 8 (slot, ring) bodies on the last stage, still the same bits */
+    ppn_door d = door_n(3, NULL);
+    d.overlap = 1;
+    assert_int_equal(ppn_model_publish_door(m, &d), PPN_OK);
+    ppn_seq *q = NULL;
+    assert_int_equal(ppn_seq_create(m, &q), PPN_OK);
+    ppn_pending p[12];
+    int waited = 0;
+    for (int t = 0; t < 12; t++) {
+        if (t >= 4) assert_int_equal(ppn_pending_wait(&p[waited], b + (size_t)waited * 256), PPN_OK), waited++;
+        assert_int_equal(ppn_decode_step_deferred(q, 1 + t * 3, &p[t]), PPN_OK);
+    }
+    for (; waited < 12; waited++) assert_int_equal(ppn_pending_wait(&p[waited], b + (size_t)waited * 256), PPN_OK);
+    assert_memory_equal(a, b, sizeof(float) * 256 * 12);
+    ppn_seq_destroy(q);
+    ppn_model_free(m);
+    free(a);
+    free(b);
+}
+
 static void publish_in_process_and_refusals(void **s)
 {
     ppn_door shut = ppn_door_default();
@@ -313,6 +368,7 @@ int main(void)
         cmocka_unit_test(guard_refuses_unsplit_batch),
         cmocka_unit_test(checker_sees_missing_boundary_wait),
         cmocka_unit_test(same_device_pipelined_arm_matches_eager),
+        cmocka_unit_test(graphs_match_eager_and_replay),
         cmocka_unit_test(publish_in_process_and_refusals),
         cmocka_unit_test(counters_advance_and_step_path_never_allocates),
         cmocka_unit_test(stage_thread_failure_is_sticky_and_clean),

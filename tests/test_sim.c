@@ -588,7 +588,10 @@ static void reuse_without_wait_is_a_race(void **state)
             assert_has(msg, "stream 0 (dev 0)");
             assert_has(msg, "stream 1 (dev 0)");
             assert_has(msg, "'kv'");
-            assert_int_equal(counts(g).race, 1);
+            /* The two workers are unordered, so the race shows from one side or both: b's fill after a's
+             * free executed is one report; the free executing after the fill is reported too. */
+            uint64_t races = counts(g).race;
+            assert_true(races == 1 || races == 2);
         }
         assert_int_equal(OPS(g)->mem_annotate(g, b, 0, slab, 2048, PPN_ANN_FREE, NULL), PPN_OK);
         OPS(g)->stream_sync(g, b);
@@ -885,6 +888,94 @@ static void elapsed_and_latency_model(void **state)
     ppn_gpu_close(g);
 }
 
+
+/* ---- graphs ----------------------------------------------------------------------------------------------- */
+
+static void readf(ppn_gpu *g, ppn_gstream *s, ppn_dptr p, float *out, int n)
+{
+    assert_int_equal(OPS(g)->copy_dtoh(g, s, out, p, (size_t)n * 4), PPN_OK);
+    assert_int_equal(OPS(g)->stream_sync(g, s), PPN_OK);
+}
+
+/* A capture records launches without running them; every replay runs them again, in order; nothing but a
+ * launch can be captured; a graph belongs to its device. */
+static void graph_capture_and_replay(void **state)
+{
+    (void)state;
+    ppn_gpu *g = open_sim();
+    ppn_gstream *s = mkstream(g, 0), *t = mkstream(g, 1);
+    ppn_gevent *e = mkevent(g, 0, 0);
+    ppn_dptr a = dalloc(g, 0, 1024), b = dalloc(g, 0, 1024), c = dalloc(g, 0, 1024);
+    assert_int_equal(fill(g, s, a, fbits(1.0f), 256), PPN_OK);
+    assert_int_equal(fill(g, s, b, fbits(2.0f), 256), PPN_OK);
+    assert_int_equal(fill(g, s, c, fbits(0.0f), 256), PPN_OK);
+    assert_int_equal(OPS(g)->stream_sync(g, s), PPN_OK);
+
+    assert_int_equal(OPS(g)->capture_begin(g, s), PPN_OK);
+    assert_int_equal(OPS(g)->capture_begin(g, s), PPN_EUNSUPPORTED);
+    assert_int_equal(add(g, s, c, c, a, 256), PPN_OK); /* c += a */
+    assert_int_equal(add(g, s, c, c, b, 256), PPN_OK); /* c += b */
+    float h[256];
+    assert_int_equal(OPS(g)->copy_dtoh(g, s, h, c, sizeof h), PPN_ESTATE);
+    assert_has(ppn_last_error(), "capturing a graph");
+    assert_int_equal(OPS(g)->event_record(g, e, s), PPN_ESTATE);
+    assert_int_equal(OPS(g)->stream_sync(g, s), PPN_ESTATE);
+    ppn_ggraph *gr = NULL;
+    assert_int_equal(OPS(g)->capture_end(g, s, &gr), PPN_OK);
+    assert_non_null(gr);
+    assert_int_equal(OPS(g)->capture_end(g, s, &gr), PPN_ESTATE); /* no longer capturing */
+
+    readf(g, s, c, h, 256);
+    assert_true(h[0] == 0.0f && h[255] == 0.0f); /* the capture ran nothing */
+    for (int k = 1; k <= 3; k++) {
+        assert_int_equal(OPS(g)->graph_launch(g, gr, s), PPN_OK);
+        readf(g, s, c, h, 256);
+        for (int i = 0; i < 256; i++) assert_true(h[i] == 3.0f * (float)k);
+    }
+    assert_int_equal(g->n_graph_launches, 3);
+    assert_int_equal(OPS(g)->graph_launch(g, gr, t), PPN_EINVAL); /* recorded on device 0 */
+    assert_has(ppn_last_error(), "graph of dev 0");
+
+    /* abandoned: nothing recorded runs, the stream is ordinary again */
+    assert_int_equal(OPS(g)->capture_begin(g, s), PPN_OK);
+    assert_int_equal(fill(g, s, c, fbits(7.0f), 256), PPN_OK);
+    assert_int_equal(OPS(g)->capture_end(g, s, NULL), PPN_OK);
+    readf(g, s, c, h, 256);
+    assert_true(h[0] == 9.0f);
+    assert_int_equal(OPS(g)->graph_destroy(g, gr), PPN_OK);
+    assert_no_reports(g);
+    ppn_gpu_close(g);
+}
+
+/* A replay is no blind spot: its kernels go through the checker like eager launches. */
+static void graph_replay_is_checked(void **state)
+{
+    (void)state;
+    ppn_gpu *g = open_sim();
+    ppn_gstream *s = mkstream(g, 0);
+    ppn_dptr a = dalloc(g, 0, 1024), c = dalloc(g, 0, 1024);
+    assert_int_equal(OPS(g)->capture_begin(g, s), PPN_OK);
+    assert_int_equal(add(g, s, c, c, a, 256), PPN_OK);
+    ppn_ggraph *gr = NULL;
+    assert_int_equal(OPS(g)->capture_end(g, s, &gr), PPN_OK);
+    assert_int_equal(OPS(g)->graph_launch(g, gr, s), PPN_OK);
+    assert_int_equal(OPS(g)->stream_sync(g, s), PPN_OK);
+    assert_int_equal(OPS(g)->mem_free(g, 0, a), PPN_OK);
+    assert_int_equal(OPS(g)->graph_launch(g, gr, s), PPN_OK);
+    assert_int_equal(OPS(g)->stream_sync(g, s), PPN_EUSEAFTERFREE);
+    assert_has(ppn_last_error(), "kernel ppn_k_add");
+    assert_int_equal(counts(g).use_after_free, 1);
+    assert_int_equal(ppn_gpu_sim_take_error(g, NULL, 0), PPN_EUSEAFTERFREE);
+    assert_int_equal(OPS(g)->graph_destroy(g, gr), PPN_OK);
+    ppn_gpu_close(g);
+
+    g = open_sim_env("PPN_KPROF", "1"); /* per-launch accounting and graphs do not mix: refused, named */
+    s = mkstream(g, 0);
+    assert_int_equal(OPS(g)->capture_begin(g, s), PPN_EUNSUPPORTED);
+    assert_has(ppn_last_error(), "PPN_KPROF=1");
+    ppn_gpu_close(g);
+}
+
 /* Closing with streams, events, queued ops and allocations still alive frees everything (ASan). */
 static void close_with_everything_alive(void **state)
 {
@@ -925,6 +1016,8 @@ int main(void)
         cmocka_unit_test(fault_injection),
         cmocka_unit_test(invalid_environment_is_refused),
         cmocka_unit_test(elapsed_and_latency_model),
+        cmocka_unit_test(graph_capture_and_replay),
+        cmocka_unit_test(graph_replay_is_checked),
         cmocka_unit_test(close_with_everything_alive),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

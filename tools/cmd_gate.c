@@ -1,8 +1,10 @@
 /* cmd_gate.c - `ppn gate`: the pipeline's proofs, as the seed's gates define them.
  *
  *   split      for every N in 2..min(n_layers, --max-stages) and several placements (all on the primary,
- *              one device per stage, repeated devices) and seams (overlap, one stream, unsharded): the logits
- *              of every step are bit-identical to the unsplit (door shut) run, and every stage's walker ran
+ *              one device per stage, repeated devices) and seams (overlap, one stream, unsharded, eager
+ *              launches): the logits of every step are bit-identical to the unsplit (door shut) run, and every
+ *              stage's walker ran. The reference issues every kernel eagerly (PPN_GRAPHS=0); the maps replay
+ *              captured graphs (the default) except in the eager seam, so graphs are proven against eager too
  *   pipelined  the same maps driven through the deferred readback (up to 4 steps in flight) with the boundary
  *              slots alternating: bit-identical per step to eager, and the overlap counter advanced
  *   soak       --runs K runs, each with its own seed (prompt) and map, pipelined vs eager
@@ -31,7 +33,7 @@ typedef struct gate {
 
 typedef struct config {
     int n, devs[PPN_MAX_STAGES], spread; /* spread 0: all on primary */
-    int overlap, streams, shard;
+    int overlap, streams, shard, graphs;
     const char *placement;
 } config;
 
@@ -71,6 +73,7 @@ static void door_of(const config *c, ppn_door *d)
     d->overlap = c->overlap;
     d->streams = c->streams;
     d->shard = c->shard;
+    d->graphs = c->graphs;
     if (c->spread) {
         d->n_devices = c->n;
         memcpy(d->devices, c->devs, sizeof(int) * (size_t)c->n);
@@ -98,8 +101,8 @@ static ppn_status model_for(gate *G, const config *c, ppn_model **out, int *owne
 static void row_print(const char *arm, const config *c, const char *result, const char *detail)
 {
     char flags[64];
-    snprintf(flags, sizeof flags, "%s%s%s", c->overlap ? "overlap " : "", c->streams ? "" : "one-stream ",
-             c->shard ? "" : "unsharded");
+    snprintf(flags, sizeof flags, "%s%s%s%s", c->overlap ? "overlap " : "", c->streams ? "" : "one-stream ",
+             c->shard ? "" : "unsharded ", c->graphs ? "" : "eager");
     printf("%-10s %3d  %-28s %-22s %-5s %s\n", arm, c->n, c->placement, flags[0] ? flags : "-", result, detail);
     fflush(stdout);
 }
@@ -178,6 +181,7 @@ static void seams(config *c, int i)
     c->streams = 1;
     c->shard = 1;
     c->overlap = 0;
+    c->graphs = i != 3;
     if (i == 1) c->overlap = 1;
     if (i == 2 && !c->spread) c->streams = 0;
     if (i == 2 && c->spread) c->shard = 0;
@@ -191,7 +195,7 @@ static void arm_maps(gate *G, const char *arm, const int *ids, const float *ref,
         config pl[3];
         int np = placements(G, n, pl);
         for (int p = 0; p < np; p++)
-            for (int i = 0; i < 3; i++) {
+            for (int i = 0; i < 4; i++) {
                 config c = pl[p];
                 seams(&c, i);
                 if (deferred && !c.overlap && i != 0) continue; /* pipelined: default and overlap maps */
@@ -282,13 +286,15 @@ static int parse(int argc, char **argv, gate_args *a)
 static ppn_status gate_open(gate *G)
 {
     PPN_CHECK(ppn_rt_create(G->a.backend, &G->rt));
-    ppn_door shut = ppn_door_default();
+    ppn_door shut = ppn_door_default(), eager = shut;
+    eager.graphs = 0;
     ppn_load_opts lo = ppn_load_opts_default();
     lo.dtype = G->a.dtype;
-    lo.door = &shut;
+    lo.door = &eager;
     G->rows = G->a.prompt + G->a.steps;
     lo.ctx = G->rows + 8;
     PPN_CHECK(ppn_model_load(G->rt, G->a.model, &lo, &G->ref));
+    lo.door = &shut;
     PPN_CHECK(ppn_model_load(G->rt, G->a.model, &lo, &G->work));
     ppn_model_get_info(G->ref, &G->mi);
     G->n_dev = ppn_rt_device_count(G->rt);

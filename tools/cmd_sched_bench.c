@@ -12,7 +12,9 @@
  *   pinned-far   PPN_PIN=far: pinned outside the device's cpuset (equal to near on a single-NUMA machine:
  *                the report says so)
  *   spin         pinned near, PPN_SPIN=1: the threads busy-poll instead of sleeping on a futex
- *   cuda-graphs  not implemented: ppn does not capture CUDA graphs yet (no numbers are reported)
+ *   no-graphs    pinned near, PPN_GRAPHS=0: every kernel launched through the stream, not replayed from the
+ *                stage's captured graph (every arm above replays graphs, the runtime's default)
+ *   unsplit-no-graphs   the door shut, PPN_GRAPHS=0: the one-stage reference without graphs
  * The threaded arms place stage s on device s % devices (or --devices); a configuration the runtime refuses is
  * reported as refused, with the runtime's reason.
  *
@@ -34,28 +36,31 @@
 #include "core/err.h"
 #include "core/ckpt.h"
 
-enum { G_ONE, G_SPREAD, G_NONE };
+enum { G_ONE, G_SPREAD };
 
 typedef struct sb_arm {
     const char *name, *what;
     int group;      /* G_ONE: every stage on one device; G_SPREAD: stage s on its own device */
-    int streams, spin, shut;
+    int streams, spin, shut, graphs;
     const char *pin;
 } sb_arm;
 
 static const sb_arm sb_arms[] = {
     {"one-thread", "MEMRA_PP_STREAMS=0: the caller's thread issues every stage on stage 0's stream", G_ONE, 0, 0, 0,
-     "near"},
-    {"unsplit", "door shut (N=1): one stage, no boundary (reference)", G_ONE, 1, 0, 1, "near"},
+     1, "near"},
+    {"unsplit", "door shut (N=1): one stage, no boundary (reference)", G_ONE, 1, 0, 1, 1, "near"},
+    {"unsplit-no-graphs", "door shut (N=1), PPN_GRAPHS=0: every kernel launched through the stream", G_ONE, 1, 0, 1,
+     0, "near"},
     /* unpinned runs first in its group, while the threads are as the load started them (a later repin to -1
      * also unpins them: it binds to the whole machine). */
-    {"unpinned", "one issue thread per stage, unpinned (PPN_PIN=none), futex wake", G_SPREAD, 1, 0, 0, "none"},
+    {"unpinned", "one issue thread per stage, unpinned (PPN_PIN=none), futex wake", G_SPREAD, 1, 0, 0, 1, "none"},
     {"pinned-near", "one issue thread per stage, pinned near its device (PPN_PIN=near), futex wake", G_SPREAD, 1, 0,
-     0, "near"},
+     0, 1, "near"},
     {"pinned-far", "one issue thread per stage, pinned outside its device's cpuset (PPN_PIN=far), futex wake",
-     G_SPREAD, 1, 0, 0, "far"},
-    {"spin", "one issue thread per stage, pinned near, busy-poll wake (PPN_SPIN=1)", G_SPREAD, 1, 1, 0, "near"},
-    {"cuda-graphs", "not implemented: ppn does not capture CUDA graphs yet", G_NONE, 0, 0, 0, NULL},
+     G_SPREAD, 1, 0, 0, 1, "far"},
+    {"spin", "one issue thread per stage, pinned near, busy-poll wake (PPN_SPIN=1)", G_SPREAD, 1, 1, 0, 1, "near"},
+    {"no-graphs", "one issue thread per stage, pinned near, futex wake, PPN_GRAPHS=0: every kernel launched "
+     "through the stream", G_SPREAD, 1, 0, 0, 0, "near"},
 };
 #define SB_N_ARMS ((int)(sizeof sb_arms / sizeof sb_arms[0]))
 
@@ -70,7 +75,7 @@ typedef struct sb_stat {
 } sb_stat;
 
 typedef struct sb_result {
-    const char *status;  /* "ok", "refused", "not implemented" */
+    const char *status;  /* "ok", "refused" */
     char msg[512];       /* why refused */
     ppn_stage_info map;
     double wall_s, steps_per_s, wall_us, other_us;
@@ -99,7 +104,8 @@ static void sb_usage(FILE *f)
           "  -n steps       timed decode steps per configuration (default 64), after --warmup W (default 4)\n"
           "  --inflight K   deferred steps in flight, 1..4 (default 1: each step waits for the previous one)\n"
           "Configurations: one-thread (MEMRA_PP_STREAMS=0), unsplit (N=1), unpinned, pinned-near, pinned-far\n"
-          "(PPN_PIN=none|near|far), spin (PPN_SPIN=1), cuda-graphs (not implemented). Per step: steps/s, wall,\n"
+          "(PPN_PIN=none|near|far), spin (PPN_SPIN=1), all replaying captured graphs; no-graphs and\n"
+          "unsplit-no-graphs (PPN_GRAPHS=0). Per step: steps/s, wall,\n"
           "host issue time (in ppn_decode_step_deferred), wait time (in ppn_pending_wait).\n",
           f);
 }
@@ -229,6 +235,7 @@ static void door_of(const sb_run *run, const sb_arm *arm, ppn_door *d)
     const sb_args *a = run->a;
     int nd = ppn_rt_device_count(run->rt);
     *d = ppn_door_default();
+    d->graphs = arm->graphs;
     if (arm->shut) return;
     d->n_stages = a->n_stages;
     d->streams = arm->streams;
@@ -303,7 +310,7 @@ static ppn_status run_all(sb_run *run)
     PPN_CHECK(ppn_rt_topo(run->rt, &t));
     run->numa_nodes = ppn_topo_n_numa(t);
     run->cores = ppn_topo_n_cores(t);
-    for (int i = 0; i < SB_N_ARMS; i++) run->res[i].status = "not implemented";
+    for (int i = 0; i < SB_N_ARMS; i++) run->res[i].status = "not run";
     PPN_CHECK(run_group(run, G_ONE));
     PPN_CHECK(run_group(run, G_SPREAD));
     const sb_result *near = NULL, *far = NULL;
@@ -370,17 +377,17 @@ static void print_table(const sb_run *run)
            "machine %d cores, %d NUMA node(s)\n",
            ppn_rt_backend(run->rt), a->model ? a->model : a->shape, run->mi.n_layers, a->n_stages, a->steps,
            a->warmup, a->inflight, run->cores, run->numa_nodes);
-    printf("%-12s %-8s %10s %11s %19s %19s %9s  %s\n", "config", "status", "steps/s", "wall us/st",
+    printf("%-17s %-8s %10s %11s %19s %19s %9s  %s\n", "config", "status", "steps/s", "wall us/st",
            "issue us mean/p99", "wait us mean/p99", "other us", "cores");
     for (int i = 0; i < SB_N_ARMS; i++) {
         const sb_result *r = &run->res[i];
         char c[128];
         if (strcmp(r->status, "ok")) {
-            printf("%-12s %s\n", sb_arms[i].name, r->msg[0] ? r->msg : sb_arms[i].what);
+            printf("%-17s %s\n", sb_arms[i].name, r->msg[0] ? r->msg : sb_arms[i].what);
             continue;
         }
         cores_str(&r->map, c, sizeof c);
-        printf("%-12s %-8s %10.1f %11.1f %9.1f/%9.1f %9.1f/%9.1f %9.1f  %s\n", sb_arms[i].name, r->status,
+        printf("%-17s %-8s %10.1f %11.1f %9.1f/%9.1f %9.1f/%9.1f %9.1f  %s\n", sb_arms[i].name, r->status,
                r->steps_per_s, r->wall_us, r->issue.mean, r->issue.p99, r->wait.mean, r->wait.p99, r->other_us, c);
     }
     printf("notes: one-thread = %s; it keeps the %d-stage cut and its boundary copies but runs on one device.\n"
@@ -418,6 +425,7 @@ static json_t *result_json(int i, const sb_result *r)
     json_object_set_new(o, "threads", json_boolean(r->map.threads));
     json_object_set_new(o, "spin", json_integer(r->map.door.spin));
     json_object_set_new(o, "streams", json_integer(r->map.door.streams));
+    json_object_set_new(o, "graphs", json_integer(r->map.door.graphs));
     json_object_set_new(o, "steps_per_s", json_real(r->steps_per_s));
     json_object_set_new(o, "wall_us_per_step", json_real(r->wall_us));
     json_object_set_new(o, "issue_us", stat_json(&r->issue));

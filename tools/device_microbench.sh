@@ -18,8 +18,8 @@ log "sched-bench (cuda, llama-1b shape, 4 stages, 128 steps)"
 timeout 200 build/ppn sched-bench --backend cuda --shape llama-1b --stages 4 -n 128 --plot "$OUT/sched.svg" \
     > "$OUT/sched.txt" 2>&1 || fail=1
 cat "$OUT/sched.txt" >> "$S"
-log "kernel account: PPN_KPROF=1 ppn bench llama-1b, N=1 and N=4 (profiling adds an event pair per launch)"
-PPN_KPROF=1 timeout 200 build/ppn bench --shape llama-1b --backend cuda --stages-sweep 1,4 -n 64 --prompt 16 \
+log "kernel account: PPN_KPROF=1 ppn bench llama-1b, N=1 and N=4 (profiling adds an event pair per launch; graphs off)"
+PPN_KPROF=1 PPN_GRAPHS=0 timeout 200 build/ppn bench --shape llama-1b --backend cuda --stages-sweep 1,4 -n 64 --prompt 16 \
     --reps 2 > "$OUT/kprof_1b.txt" 2>&1 || fail=1
 cat "$OUT/kprof_1b.txt" >> "$S"
 log "overall: $([ $fail = 0 ] && echo PASS || echo FAIL)"

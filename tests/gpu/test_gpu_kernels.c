@@ -664,29 +664,65 @@ static void kv_store_case(int nkv, int hd, int ctx, int32_t pos)
     dfree_all();
 }
 
-static void attn_case(int nh, int nkv, int hd, int ctx, int32_t pos)
+/* Two launches back to back on one scratch (no sync between: the second relies on the first having reset
+ * the counters in stream order) must give the same bits; then the counters must read 0 and the result match
+ * the CPU reference, which computes the exact attention whatever n_split is. */
+static void attn_case(int nh, int nkv, int hd, int ctx, int32_t pos, int ns)
 {
-    size_t csz = (size_t)nkv * ctx * hd, qn = (size_t)nh * hd;
+    size_t csz = (size_t)nkv * ctx * hd, qn = (size_t)nh * hd, pb = ppn_op_attn_scratch_bytes(nh, ns, hd);
+    size_t cnt_at = pb - (size_t)nh * sizeof(uint32_t);
     float *q = frand(qn, -1, 1), *kc = frand(csz, -1, 1), *vc = frand(csz, -1, 1);
     float *ref = hmem(qn * 4), *g1 = hmem(qn * 4), *g2 = hmem(qn * 4);
+    uint32_t *cnt = hmem((size_t)nh * sizeof *cnt);
     for (size_t i = 0; i < qn; i++) q[i] *= 4.0f; /* a softmax that is neither flat nor one-hot */
     ppn_step_hdr hdr = {.pos = pos};
     float scale = 1.0f / sqrtf((float)hd);
     ppn_dptr dq = up(q, qn * 4), dkc = up(kc, csz * 4), dvc = up(vc, csz * 4), dh = up(&hdr, sizeof hdr),
-             dout = dalloc(qn * 4);
+             dout1 = dalloc(qn * 4), dout2 = dalloc(qn * 4), dpart = dalloc(pb);
+    OK(G->ops->memset_d8(G, S, dpart, 0, pb)); /* once, as seq.c does at allocation */
     char what[96];
-    snprintf(what, sizeof what, "attn heads=%d kv=%d head_dim=%d ctx=%d pos=%d", nh, nkv, hd, ctx, pos);
-    for (int run = 0; run < 2; run++) {
-        OK(ppn_op_attn(G, S, dout, dq, dkc, dvc, nh, nkv, hd, ctx, scale, dh));
-        sync_ok();
-        get(run ? g2 : g1, dout, qn * 4);
-    }
+    snprintf(what, sizeof what, "attn heads=%d kv=%d head_dim=%d ctx=%d pos=%d n_split=%d", nh, nkv, hd, ctx, pos,
+             ns);
+    OK(ppn_op_attn(G, S, dout1, dq, dkc, dvc, nh, nkv, hd, ctx, scale, dh, dpart, ns));
+    OK(ppn_op_attn(G, S, dout2, dq, dkc, dvc, nh, nkv, hd, ctx, scale, dh, dpart, ns));
+    sync_ok();
+    get(g1, dout1, qn * 4);
+    get(g2, dout2, qn * 4);
+    get(cnt, dpart + cnt_at, (size_t)nh * sizeof *cnt);
     same_bits(what, g1, g2, qn * 4);
+    for (int h = 0; h < nh; h++)
+        if (cnt[h]) fail_msg("%s: head %d's arrival counter is %u after the launches, not 0", what, h, cnt[h]);
     ppn_kp_attn p = {.out = D(ref), .q = D(q), .kc = D(kc), .vc = D(vc), .hdr = D(&hdr), .n_heads = nh,
-                     .n_kv = nkv, .head_dim = hd, .ctx = ctx, .scale = scale};
+                     .n_kv = nkv, .head_dim = hd, .ctx = ctx, .n_split = ns, .scale = scale};
     ppn_kernels[PPN_K_ATTN].cpu(&p);
     compare(what, g1, ref, qn, NULL, 0.0, 1e-5);
-    free(q), free(kc), free(vc), free(ref), free(g1), free(g2);
+    free(q), free(kc), free(vc), free(ref), free(g1), free(g2), free(cnt);
+    dfree_all();
+}
+
+/* Device time of one attention launch at the longest position, per n_split (printed, not checked). */
+static void attn_time(int nh, int nkv, int hd, int ctx, int ns)
+{
+    enum { REPS = 50 };
+    size_t csz = (size_t)nkv * ctx * hd, qn = (size_t)nh * hd, pb = ppn_op_attn_scratch_bytes(nh, ns, hd);
+    float *q = frand(qn, -1, 1), *kc = frand(csz, -1, 1);
+    ppn_step_hdr hdr = {.pos = ctx - 1};
+    ppn_dptr dq = up(q, qn * 4), dkc = up(kc, csz * 4), dvc = up(kc, csz * 4), dh = up(&hdr, sizeof hdr),
+             dout = dalloc(qn * 4), dpart = dalloc(pb);
+    ppn_gevent *ev[2];
+    float ms = 0;
+    OK(G->ops->memset_d8(G, S, dpart, 0, pb));
+    for (int i = 0; i < 2; i++) OK(G->ops->event_create(G, 0, 1, &ev[i]));
+    OK(ppn_op_attn(G, S, dout, dq, dkc, dvc, nh, nkv, hd, ctx, 0.1f, dh, dpart, ns)); /* warm */
+    OK(G->ops->event_record(G, ev[0], S));
+    for (int r = 0; r < REPS; r++) OK(ppn_op_attn(G, S, dout, dq, dkc, dvc, nh, nkv, hd, ctx, 0.1f, dh, dpart, ns));
+    OK(G->ops->event_record(G, ev[1], S));
+    sync_ok();
+    OK(G->ops->event_elapsed(G, ev[0], ev[1], &ms));
+    printf("  attn time heads=%d kv=%d head_dim=%d pos=%d n_split=%-2d       %8.2f us/launch\n", nh, nkv, hd,
+           ctx - 1, ns, 1e3 * ms / REPS);
+    for (int i = 0; i < 2; i++) OK(G->ops->event_destroy(G, ev[i]));
+    free(q), free(kc);
     dfree_all();
 }
 
@@ -696,14 +732,27 @@ static void t_kv_attn(void **state)
     kv_store_case(8, 128, 4096, 0);
     kv_store_case(8, 128, 4096, 4095);
     kv_store_case(2, 64, 100, 100); /* outside the cache: nothing written */
+    ppn_device_info di;
+    OK(G->ops->device_info(G, 0, &di));
+    int chosen = ppn_op_attn_split(32, di.sm_count); /* what a 32-head model runs with on this device */
     static const int32_t poss[] = {0, 1, 4095};
-    for (size_t i = 0; i < NELEM(poss); i++) {
-        attn_case(32, 8, 64, 4096, poss[i]);
-        attn_case(32, 8, 128, 4096, poss[i]);
-    }
-    attn_case(8, 1, 256, 1024, 777);  /* MQA, the widest head */
-    attn_case(12, 4, 96, 300, 13);    /* head_dim not a multiple of 32 */
-    attn_case(4, 4, 32, 64, 64);      /* pos outside the cache: NaN on both */
+    static const int splits[] = {1, 16};
+    for (size_t k = 0; k < NELEM(splits); k++)
+        for (size_t i = 0; i < NELEM(poss); i++) { /* pos 0, 1: all but the first splits empty */
+            attn_case(32, 8, 64, 4096, poss[i], splits[k]);
+            attn_case(32, 8, 128, 4096, poss[i], splits[k]);
+        }
+    attn_case(32, 8, 128, 4096, 4095, chosen);
+    attn_case(32, 32, 128, 4096, 4095, 64);  /* MHA, the most splits */
+    attn_case(8, 1, 256, 1024, 777, 1);      /* MQA, the widest head */
+    attn_case(8, 1, 256, 1024, 777, 32);
+    attn_case(12, 4, 96, 300, 13, 16);       /* head_dim not a multiple of 32; pos < n_split */
+    attn_case(12, 4, 96, 300, 299, 3);
+    attn_case(4, 4, 32, 64, 64, 1);          /* pos outside the cache: NaN on both, counters untouched */
+    attn_case(4, 4, 32, 64, 64, 8);
+    attn_time(32, 8, 128, 4096, 1);
+    attn_time(32, 8, 128, 4096, chosen);
+    attn_time(32, 8, 128, 4096, 16);
 }
 
 /* ---------------------------------------------------------------------------------------------------------

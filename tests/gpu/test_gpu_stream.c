@@ -393,6 +393,77 @@ static void t_launch_fill(void **state)
     for (int dev = 0; dev < G->ops->device_count(G); dev++) fill_on(dev);
 }
 
+
+static void add_launch(ppn_launch *l, ppn_kp_add *p, ppn_dptr out, ppn_dptr a, ppn_dptr b, int n)
+{
+    *p = (ppn_kp_add){.out = out, .a = a, .b = b, .n = n};
+    memset(l, 0, sizeof *l);
+    l->kernel = PPN_K_ADD;
+    l->grid[0] = (unsigned)((n + 255) / 256);
+    l->grid[1] = l->grid[2] = 1;
+    l->block[0] = 256;
+    l->block[1] = l->block[2] = 1;
+    l->params = p;
+    l->params_size = sizeof *p;
+}
+
+/* The driver's stream capture: launches recorded, not run; each replay runs them again in order; other ops
+ * refused while capturing; an abandoned capture leaves an ordinary stream; a graph is bound to its device. */
+static void t_graph_capture(void **state)
+{
+    (void)state;
+    const int n = 4096;
+    const size_t bytes = (size_t)n * 4;
+    ppn_dptr a = dalloc(0, bytes), c = dalloc(0, bytes);
+    float *h = (float *)pinned(bytes);
+    ppn_gstream *s = stream(0);
+    ppn_launch l;
+    ppn_kp_fill pf;
+    ppn_kp_add pa;
+    union { float f; uint32_t u; } one = {.f = 1.5f};
+    fill_launch(&l, &pf, a, one.u, n);
+    OK(G->ops->launch(G, s, &l));
+    OK(G->ops->memset_d8(G, s, c, 0, bytes));
+    OK(G->ops->stream_sync(G, s));
+    OK(G->ops->capture_begin(G, s));
+    add_launch(&l, &pa, c, c, a, n); /* c += a, twice */
+    OK(G->ops->launch(G, s, &l));
+    OK(G->ops->launch(G, s, &l));
+    EXPECT_ST(PPN_ESTATE, G->ops->copy_dtoh(G, s, h, c, bytes));
+    MSG_HAS("capturing a graph");
+    EXPECT_ST(PPN_ESTATE, G->ops->stream_sync(G, s));
+    ppn_ggraph *gr = NULL;
+    OK(G->ops->capture_end(G, s, &gr));
+    assert_non_null(gr);
+    OK(G->ops->copy_dtoh(G, s, h, c, bytes));
+    OK(G->ops->stream_sync(G, s));
+    assert_true(h[0] == 0.0f && h[n - 1] == 0.0f); /* nothing ran at capture */
+    for (int k = 1; k <= 3; k++) {
+        OK(G->ops->graph_launch(G, gr, s));
+        OK(G->ops->copy_dtoh(G, s, h, c, bytes));
+        OK(G->ops->stream_sync(G, s));
+        for (int i = 0; i < n; i++)
+            if (h[i] != 3.0f * (float)k) fail_msg("replay %d: c[%d] = %g, want %g", k, i, h[i], 3.0 * k);
+    }
+    OK(G->ops->capture_begin(G, s)); /* abandoned */
+    fill_launch(&l, &pf, c, 0, n);
+    OK(G->ops->launch(G, s, &l));
+    OK(G->ops->capture_end(G, s, NULL));
+    OK(G->ops->copy_dtoh(G, s, h, c, bytes));
+    OK(G->ops->stream_sync(G, s));
+    assert_true(h[0] == 9.0f);
+    if (G->ops->device_count(G) > 1) {
+        ppn_gstream *t = stream(1);
+        EXPECT_ST(PPN_EINVAL, G->ops->graph_launch(G, gr, t));
+        OK(G->ops->stream_destroy(G, t));
+    }
+    OK(G->ops->graph_destroy(G, gr));
+    OK(G->ops->stream_destroy(G, s));
+    OK(G->ops->mem_free(G, 0, a));
+    OK(G->ops->mem_free(G, 0, c));
+    OK(G->ops->host_free(G, h, bytes));
+}
+
 /* A thread that never touched CUDA must get the right context made current for it. */
 struct thr_res {
     ppn_status st;
@@ -473,6 +544,7 @@ int main(void)
         cmocka_unit_test(t_host_fn),         cmocka_unit_test(t_pinned),
         cmocka_unit_test(t_error_mapping),   cmocka_unit_test(t_launch_fill),
         cmocka_unit_test(t_other_thread),    cmocka_unit_test(t_second_instance),
+        cmocka_unit_test(t_graph_capture),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     ppn_gpu_close(G);

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# device_perf.sh - one device session's build-check-measure loop for the speed work (issue 5) and the graph
+# arm of sched-bench (issue 6). Phases run in the order given (default: check bench1b):
+#   check    tests/gpu, the fixtures against transformers (f32), the gates on the tiny and llama-1b shapes
+#   bench1b  ppn bench llama-1b: N=1,2,4,8 with graphs (the default), N=1 without (PPN_GRAPHS=0)
+#   bench8b  ppn bench llama-8b: N=1,2,4,8 with graphs, N=1 without
+#   long     decode after a 4,096-token prompt, llama-1b and llama-8b (N=1, graphs)
+#   sched    ppn sched-bench llama-1b, 4 stages (graph and no-graph arms), with its plot
+#   kprof    the kernel account (PPN_KPROF=1 PPN_GRAPHS=0 ppn bench llama-1b and llama-8b, N=1)
+# Results go to $OUT (summary.txt plus one file per run). Expects build/ (Release, static deps,
+# build/lib/libcmocka.so.0) and .devcarry/fixtures (a copy of ../shared/fixtures), made on the build machine.
+set -uo pipefail
+OUT=${OUT:-out}; mkdir -p "$OUT"
+FIX=${FIXTURES:-.devcarry/fixtures}
+export PPN_BIN=build/ppn LD_LIBRARY_PATH=build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+S="$OUT/summary.txt"
+log() { echo "== $(date -u +%T) $*" | tee -a "$S"; }
+date -u +%FT%TZ >> "$S"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$S"
+fail=0
+
+model() { # shape -> /tmp/<shape> (written once per machine)
+    [ -f "/tmp/$1/config.json" ] || timeout 200 build/ppn mkmodel --shape "$1" --out "/tmp/$1" >/dev/null 2>&1
+    echo "/tmp/$1"
+}
+
+summarize() { # bench json files -> one line per configuration
+    python3 - "$@" <<'PY' | tee -a "$S"
+import json, sys
+for p in sys.argv[1:]:
+    try: d = json.load(open(p))
+    except Exception as e: print(p, "unreadable:", e); continue
+    for c in d["configs"]:
+        print("%s N=%d median %.3f ms p99 %.3f ms %.1f tok/s floor %.3f ms ratio %.3f allocs %d peak %.2f GB" % (
+            p.split("/")[-1], c["stages"], c["median_ms"], c["p99_ms"], c["tok_s"], d["floor_ms"],
+            c["floor_ratio"], c["driver_allocs_timed"], c["pool_peak"] / 1e9))
+PY
+}
+
+bench() { # name shape args...
+    local name=$1 shape=$2; shift 2
+    local m; m=$(model "$shape")
+    log "bench $name: ppn bench --model $shape $*"
+    timeout 300 build/ppn bench --model "$m" --backend cuda "$@" --json > "$OUT/bench_$name.json" 2>>"$S" || fail=1
+    summarize "$OUT/bench_$name.json"
+}
+
+phases=("$@"); [ $# -gt 0 ] || phases=(check bench1b)
+for phase in "${phases[@]}"; do
+    case $phase in
+    check)
+        for t in build/gpu/gpu_test_*; do
+            log "$t"; timeout 120 "$t" > "$OUT/$(basename "$t").log" 2>&1 || fail=1
+            grep -E "FAILED|PASSED|ERROR" "$OUT/$(basename "$t").log" | head -n 8 | tee -a "$S"
+        done
+        for m in llama-tiny qwen2-tiny qwen3-tiny; do
+            log "fixture $m f32"
+            timeout 60 python3 tools/hf_compare.py fixture "$FIX/hf/$m" --dtype f32 --tol 1e-3 2>&1 | tail -n 2 | tee -a "$S" || fail=1
+        done
+        log "gate all, tiny shape, soak 200 runs"
+        timeout 200 build/ppn gate --model "$(model tiny)" --backend cuda --runs 200 > "$OUT/gate_tiny.txt" 2>&1 || fail=1
+        grep -v "^soak #" "$OUT/gate_tiny.txt" | tail -n 6 >> "$S"; grep -c "FAIL" "$OUT/gate_tiny.txt" | sed 's/^/gate tiny FAIL lines: /' | tee -a "$S"
+        grep -c "^soak #.*PASS" "$OUT/gate_tiny.txt" | sed 's/^/soak runs passed: /' | tee -a "$S"
+        log "gate split+pipelined, llama-1b shape, N=2..8"
+        timeout 240 build/ppn gate --model "$(model llama-1b)" --backend cuda --max-stages 8 --steps 16 --runs 10 \
+            > "$OUT/gate_1b.txt" 2>&1 || fail=1
+        grep -c "PASS" "$OUT/gate_1b.txt" | sed 's/^/gate 1b PASS lines: /' | tee -a "$S"
+        grep "FAIL" "$OUT/gate_1b.txt" | head -n 5 | tee -a "$S"
+        ;;
+    bench1b)
+        bench 1b_graphs llama-1b --stages-sweep 1,2,4,8 -n 128 --prompt 16 --reps 3
+        bench 1b_nographs llama-1b --graphs 0 -n 128 --prompt 16 --reps 3
+        ;;
+    bench8b)
+        bench 8b_graphs llama-8b --stages-sweep 1,2,4,8 -n 128 --prompt 16 --reps 3
+        bench 8b_nographs llama-8b --graphs 0 -n 128 --prompt 16 --reps 3
+        ;;
+    long)
+        bench 1b_long llama-1b -n 128 --prompt 4096 --reps 2
+        bench 8b_long llama-8b -n 128 --prompt 4096 --reps 1 --warmup 0
+        ;;
+    sched)
+        log "sched-bench llama-1b, 4 stages, 128 steps"
+        timeout 240 build/ppn sched-bench --backend cuda --model "$(model llama-1b)" --stages 4 -n 128 \
+            --plot "$OUT/sched.svg" > "$OUT/sched.txt" 2>&1 || fail=1
+        cat "$OUT/sched.txt" >> "$S"
+        ;;
+    kprof)
+        for sh in llama-1b llama-8b; do
+            log "kernel account: PPN_KPROF=1 PPN_GRAPHS=0 ppn bench $sh N=1"
+            PPN_KPROF=1 PPN_GRAPHS=0 timeout 240 build/ppn bench --model "$(model $sh)" --backend cuda -n 64 \
+                --prompt 16 --reps 2 > "$OUT/kprof_$sh.txt" 2>&1 || fail=1
+            cat "$OUT/kprof_$sh.txt" >> "$S"
+        done
+        ;;
+    *) log "unknown phase $phase"; fail=1 ;;
+    esac
+done
+log "overall: $([ $fail = 0 ] && echo PASS || echo FAIL)"
+exit $fail
