@@ -59,6 +59,8 @@
     X(cuModuleUnload, 2000)                \
     X(cuModuleGetFunction, 2000)           \
     X(cuLaunchKernel, 4000)                \
+    X(cuFuncSetAttribute, 9000)            \
+    X(cuFuncGetAttribute, 2020)            \
     X(cuLaunchHostFunc, 10000)             \
     X(cuStreamBeginCapture, 10010)         \
     X(cuStreamEndCapture, 10000)           \

@@ -13,7 +13,22 @@ ppn_status ppn_fwd_embed(ppn_model *m, ppn_gstream *s, ppn_stage_scratch *r, ppn
     return ppn_op_embed(m->rt->g, s, io_x(io), m->embed, m->wdt, m->cfg.vocab, m->cfg.dim, io);
 }
 
-/* x += attn(norm(x)); x += mlp(norm(x)) for layer l, on a stage whose stream is on device dev. */
+/* out = W rmsnorm(x): the norm fused into the matvec's input when it fits, else its own launch into xb. */
+static ppn_status norm_matvec(ppn_model *m, ppn_gstream *s, ppn_stage_scratch *r, ppn_dptr out, ppn_dptr w,
+                              int rows, ppn_dptr x, ppn_dptr nw, ppn_dptr bias)
+{
+    ppn_gpu *g = m->rt->g;
+    const ppn_model_config *c = &m->cfg;
+    if (ppn_op_matvec_fusable(c->dim)) {
+        ppn_mv_input in = {.mode = PPN_MV_X_RMSNORM, .x = x, .nw = nw, .eps = c->norm_eps};
+        return ppn_op_matvec_in(g, s, out, w, m->wdt, in, rows, c->dim, bias, 0);
+    }
+    PPN_CHECK(ppn_op_rmsnorm(g, s, r->xb, x, nw, m->wdt, c->dim, c->norm_eps));
+    return ppn_op_matvec(g, s, out, w, m->wdt, r->xb, rows, c->dim, bias, 0);
+}
+
+/* x += attn(norm(x)); x += mlp(norm(x)) for layer l, on a stage whose stream is on device dev: 6 launches
+ * (norm+qkv, rope+kv store, attention, o+residual, norm+gate|up, SwiGLU+down+residual), 2 more with q/k norms. */
 ppn_status ppn_fwd_layer(ppn_seq *q, ppn_gstream *s, int dev, ppn_stage_scratch *r, ppn_dptr io, int l)
 {
     ppn_model *m = q->m;
@@ -25,29 +40,27 @@ ppn_status ppn_fwd_layer(ppn_seq *q, ppn_gstream *s, int dev, ppn_stage_scratch 
     /* q, k, v from one matvec over the stacked [wq; wk; wv]: every row is reduced exactly as on its own */
     ppn_dptr qv = r->qkv, kv = qv + sizeof(float) * (size_t)(nh * hd), vv = kv + sizeof(float) * (size_t)(nkv * hd);
     ppn_dptr gate = r->gu, up = gate + sizeof(float) * (size_t)ffn;
-    PPN_CHECK(ppn_op_rmsnorm(g, s, r->xb, x, w->attn_norm, wdt, dim, c->norm_eps));
-    PPN_CHECK(ppn_op_matvec(g, s, qv, w->wqkv, wdt, r->xb, (nh + 2 * nkv) * hd, dim, w->bqkv, 0));
+    PPN_CHECK(norm_matvec(m, s, r, qv, w->wqkv, (nh + 2 * nkv) * hd, x, w->attn_norm, w->bqkv));
     if (c->qk_norm) {
         PPN_CHECK(ppn_op_head_rmsnorm(g, s, qv, nh, hd, w->q_norm, wdt, c->norm_eps));
         PPN_CHECK(ppn_op_head_rmsnorm(g, s, kv, nkv, hd, w->k_norm, wdt, c->norm_eps));
     }
-    /* q and k are adjacent heads at one position: one rotary launch covers both */
-    PPN_CHECK(ppn_op_rope(g, s, qv, nh + nkv, hd, m->inv_freq[dev], c->rope_interleaved, hdr));
-    PPN_CHECK(ppn_op_kv_store(g, s, q->kc[l], q->vc[l], kv, vv, nkv, hd, m->ctx, hdr));
+    /* q and k are adjacent heads at one position: one rotary launch covers both, and stores k and v */
+    PPN_CHECK(ppn_op_rope_kv(g, s, qv, nh, nkv, hd, m->inv_freq[dev], c->rope_interleaved, hdr, q->kc[l], q->vc[l],
+                             vv, m->ctx));
     PPN_CHECK(ppn_op_attn(g, s, r->att, qv, q->kc[l], q->vc[l], nh, nkv, hd, m->ctx, 1.0f / sqrtf((float)hd), hdr,
                           r->attp, m->attn_split));
     PPN_CHECK(ppn_op_matvec(g, s, x, w->wo, wdt, r->att, dim, nh * hd, 0, x));
-    PPN_CHECK(ppn_op_rmsnorm(g, s, r->xb, x, w->ffn_norm, wdt, dim, c->norm_eps));
-    PPN_CHECK(ppn_op_matvec(g, s, gate, w->wgu, wdt, r->xb, 2 * ffn, dim, 0, 0));
+    PPN_CHECK(norm_matvec(m, s, r, gate, w->wgu, 2 * ffn, x, w->ffn_norm, 0));
+    if (ppn_op_matvec_fusable(ffn)) {
+        ppn_mv_input in = {.mode = PPN_MV_X_SWIGLU, .x = gate};
+        return ppn_op_matvec_in(g, s, x, w->w_down, wdt, in, dim, ffn, 0, x);
+    }
     PPN_CHECK(ppn_op_swiglu(g, s, gate, gate, up, ffn));
-    PPN_CHECK(ppn_op_matvec(g, s, x, w->w_down, wdt, gate, dim, ffn, 0, x));
-    return PPN_OK;
+    return ppn_op_matvec(g, s, x, w->w_down, wdt, gate, dim, ffn, 0, x);
 }
 
 ppn_status ppn_fwd_head(ppn_model *m, ppn_gstream *s, ppn_stage_scratch *r, ppn_dptr io, ppn_dptr logits)
 {
-    ppn_gpu *g = m->rt->g;
-    const ppn_model_config *c = &m->cfg;
-    PPN_CHECK(ppn_op_rmsnorm(g, s, r->xb, io_x(io), m->final_norm, m->wdt, c->dim, c->norm_eps));
-    return ppn_op_matvec(g, s, logits, m->lm_head, m->wdt, r->xb, c->vocab, c->dim, 0, 0);
+    return norm_matvec(m, s, r, logits, m->lm_head, m->cfg.vocab, io_x(io), m->final_norm, 0);
 }

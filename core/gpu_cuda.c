@@ -684,6 +684,23 @@ static ppn_status cu_module_locked(cu_gpu *b, int dev, CUmodule *out)
     return PPN_OK;
 }
 
+/* Every kernel may take up to PPN_DYN_SMEM_MAX bytes of dynamic shared memory (48 KB without the opt-in); a
+ * device that offers less gets what it offers, and a launch asking more fails in the driver, named. */
+static ppn_status cu_smem_optin(cu_gpu *b, int dev, CUfunction f, const char *name)
+{
+    int optin = 0, stat = 0;
+    PPN_CHECK(cu_attr(b, dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, "the shared memory opt-in",
+                      &optin));
+    ppn_status gs = PPN_CU(&b->drv, cuFuncGetAttribute, &stat, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f);
+    if (gs != PPN_OK) return ppn_err_ctx(gs, "reading kernel %s's static shared memory (device %d)", name, dev);
+    int want = optin - stat < (int)PPN_DYN_SMEM_MAX ? optin - stat : (int)PPN_DYN_SMEM_MAX;
+    if (want <= 48 * 1024) return PPN_OK;
+    ppn_status st = PPN_CU(&b->drv, cuFuncSetAttribute, f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, want);
+    if (st != PPN_OK) return ppn_err_ctx(st, "opting kernel %s in to %d bytes of shared memory (device %d)", name,
+                                         want, dev);
+    return PPN_OK;
+}
+
 static ppn_status cu_function_locked(cu_gpu *b, int dev, int id, CUfunction *out)
 {
     cu_dev *d = &b->devs[dev];
@@ -695,6 +712,7 @@ static ppn_status cu_function_locked(cu_gpu *b, int dev, int id, CUfunction *out
         ppn_status st = PPN_CU(&b->drv, cuModuleGetFunction, &f, m, name);
         if (st != PPN_OK)
             return ppn_err_ctx(st, "looking up kernel %s in the embedded fatbin (device %d)", name, dev);
+        PPN_CHECK(cu_smem_optin(b, dev, f, name));
         atomic_store_explicit(&d->fn[id], f, memory_order_release); /* pairs with the acquire in cu_kernel() */
     }
     *out = f;

@@ -13,6 +13,7 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include "ktable.h"
 
@@ -111,10 +112,9 @@ static double dot_f16(const uint16_t *w, const float *x, int n)
     return (a[0] + a[1]) + (a[2] + a[3]);
 }
 
-static double row_dot(const ppn_kp_matvec *p, int r)
+static double row_dot(const ppn_kp_matvec *p, const float *x, int r)
 {
     size_t off = (size_t)r * (size_t)p->cols;
-    const float *x = PTR(const float, p->x);
     switch (p->wdt) {
     case PPN_DT_BF16: return dot_bf16(PTR(const uint16_t, p->w) + off, x, p->cols);
     case PPN_DT_F16: return dot_f16(PTR(const uint16_t, p->w) + off, x, p->cols);
@@ -122,19 +122,42 @@ static double row_dot(const ppn_kp_matvec *p, int r)
     }
 }
 
+/* The matvec's input (kparams.h PPN_MV_X_*), with the rmsnorm and swiglu references' own arithmetic, so a fused
+ * launch gives the bits of the two unfused ones here. NULL when out of host memory. */
+static float *matvec_input(const ppn_kp_matvec *p)
+{
+    const float *x = PTR(const float, p->x);
+    float *in = malloc(sizeof(float) * (size_t)p->cols);
+    if (!in) return NULL;
+    if (p->xmode == PPN_MV_X_RMSNORM) {
+        rmsnorm_span(in, x, p->nw, p->wdt, 0, p->cols, p->eps);
+    } else {
+        for (int c = 0; c < p->cols; c++) in[c] = (x[c] / (1.0f + expf(-x[c]))) * x[p->cols + c];
+    }
+    return in;
+}
+
 /* As HF: y = x W^T (+ bias) in f32, and the residual added to y afterwards. res may alias out: each row
- * reads res[r] before writing out[r]. */
+ * reads res[r] before writing out[r]. A fused input is computed first; without the host memory for it the
+ * output is NaN (loud, as an out-of-range header). */
 void ppn_cpu_matvec(const void *params)
 {
     const ppn_kp_matvec *p = params;
     float *out = PTR(float, p->out);
     const float *res = p->res ? PTR(const float, p->res) : NULL;
+    float *in = p->xmode == PPN_MV_X_PLAIN ? NULL : matvec_input(p);
+    if (p->xmode != PPN_MV_X_PLAIN && !in) {
+        fill_nan(out, (size_t)p->rows);
+        return;
+    }
+    const float *x = in ? in : PTR(const float, p->x);
     for (int r = 0; r < p->rows; r++) {
-        float v = (float)row_dot(p, r);
+        float v = (float)row_dot(p, x, r);
         if (p->bias) v = v + w_at(p->bias, p->wdt, (size_t)r);
         if (res) v = res[r] + v;
         out[r] = v;
     }
+    free(in);
 }
 
 /* The angle is pos * inv_freq[i] rounded to f32 (as HF's f32 matmul does); its cos and sin are computed in
@@ -170,6 +193,13 @@ void ppn_cpu_rope(const void *params)
             if (p->interleaved) rope_pair(&xh[2 * i], &xh[2 * i + 1], c, s);
             else rope_pair(&xh[i], &xh[i + half], c, s);
         }
+    }
+    if (!p->kc || pos < 0 || pos >= p->ctx) return; /* the fused kv_store: rotated k heads and v */
+    size_t hd = (size_t)p->head_dim, row = hd * sizeof(float);
+    for (int h = 0; h < p->n_kv; h++) {
+        size_t dst = ((size_t)h * (size_t)p->ctx + (size_t)pos) * hd;
+        memcpy(PTR(float, p->kc) + dst, x + (size_t)(p->n_heads - p->n_kv + h) * hd, row);
+        memcpy(PTR(float, p->vc) + dst, PTR(const float, p->v) + (size_t)h * hd, row);
     }
 }
 

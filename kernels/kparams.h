@@ -26,9 +26,20 @@ typedef struct { uint64_t out, table, hdr; int32_t dim, vocab, wdt; } ppn_kp_emb
 /* out[n] = in[n] * rsqrt(mean(in^2) + eps) * w[n]   (w in wdt) */
 typedef struct { uint64_t out, in, w; int32_t n, wdt; float eps; } ppn_kp_rmsnorm;
 
-/* out[r] = (res ? res[r] : 0) + (bias ? bias[r] : 0) + sum_c W[r, c] * x[c]
- * W: [rows, cols] row-major in wdt; bias in wdt (0 = none); res f32 (0 = none; may alias out). */
-typedef struct { uint64_t out, w, x, bias, res; int32_t rows, cols, wdt; } ppn_kp_matvec;
+/* Dynamic shared memory a kernel may ask for: the cuda backend opts every kernel in to this much (the default
+ * without the opt-in is 48 KB; an H200 block may have 227 KB). */
+#define PPN_DYN_SMEM_MAX (96u * 1024u)
+
+/* out[r] = (res ? res[r] : 0) + (bias ? bias[r] : 0) + sum_c W[r, c] * xin[c]
+ * W: [rows, cols] row-major in wdt; bias in wdt (0 = none); res f32 (0 = none; may alias out).
+ * xin is x as xmode says, computed once per block into shared memory and never stored (the fusions that save
+ * a launch and a round trip of the activation per norm and per SwiGLU):
+ *   PPN_MV_X_PLAIN    xin[c] = x[c]
+ *   PPN_MV_X_RMSNORM  xin[c] = (x[c] * r) * nw[c], r = 1 / sqrt(mean(x[0..cols)^2) + eps): the rmsnorm kernel's
+ *                     formula; nw (norm weight) in wdt
+ *   PPN_MV_X_SWIGLU   xin[c] = silu(x[c]) * x[cols + c]: x holds [gate; up], the swiglu kernel's formula */
+enum { PPN_MV_X_PLAIN = 0, PPN_MV_X_RMSNORM = 1, PPN_MV_X_SWIGLU = 2 };
+typedef struct { uint64_t out, w, x, bias, res, nw; int32_t rows, cols, wdt, xmode; float eps; } ppn_kp_matvec;
 
 /* Small matrix-matrix product for m tokens at once (prefill, batches): for t < m,
  * out[t, r] = (res ? res[t, r] : 0) + (bias ? bias[r] : 0) + sum_c W[r, c] * x[t, c]
@@ -41,8 +52,14 @@ typedef struct { uint64_t out, w, x, bias, res; int32_t rows, cols, m, wdt; } pp
 /* Rotary embedding in place on x[n_heads, head_dim] at position hdr->pos.
  * inv_freq: f32 [head_dim/2], precomputed on the host (default, llama3 scaling...).
  * interleaved = 0: HF convention, rotate halves (i, i + head_dim/2);
- * interleaved = 1: llama2.c convention, rotate adjacent pairs (2i, 2i+1). */
-typedef struct { uint64_t x, inv_freq, hdr; int32_t n_heads, head_dim, interleaved; } ppn_kp_rope;
+ * interleaved = 1: llama2.c convention, rotate adjacent pairs (2i, 2i+1).
+ * With kc != 0 it also does kv_store's work (one launch less per layer): heads n_heads - n_kv .. n_heads - 1
+ * of x are the k heads; once rotated they are stored into kc, and v [n_kv, head_dim] into vc, at hdr->pos
+ * (caches [n_kv, ctx, head_dim] f32; a position outside the cache stores nothing, as kv_store). */
+typedef struct {
+    uint64_t x, inv_freq, hdr, kc, vc, v;
+    int32_t n_heads, head_dim, interleaved, n_kv, ctx;
+} ppn_kp_rope;
 
 /* Per-head RMSNorm in place on x[n_heads, head_dim] with weight w[head_dim] (Qwen3 q/k norm). */
 typedef struct { uint64_t x, w; int32_t n_heads, head_dim, wdt; float eps; } ppn_kp_head_rmsnorm;

@@ -19,10 +19,13 @@
 #define MATVEC_BLOCK 256u   /* matvec threads per block: a multiple of 32 x the kernel's largest G (8) */
 #define MATVEC_INFLIGHT 8u  /* 16-byte weight chunks a matvec thread has in flight (PPN_MV_U) */
 #define MATVEC_MAX_SPLIT 8u /* at most G warps share a row (PPN_MV_MAX_SPLIT) */
-#define MATVEC_MAX_BLOCKS 528u /* one resident wave on an H200: 4 blocks (64 registers) x 132 SMs */
-/* x is staged in shared memory up to the default 48 KB a block may have without an attribute, less the
- * kernel's static s_part (2 x 32 floats): 48 KB of x plus those failed to launch (CUDA_ERROR_INVALID_VALUE) */
-#define MATVEC_STAGE_MAX (49152u - 256u)
+#define MATVEC_SMS 132u        /* the H200's SMs: the resident wave is sized for it */
+#define MATVEC_MAX_PER_SM 4u   /* 256 threads x 64 registers: 4 blocks fill an SM's register file */
+#define MATVEC_SM_SMEM 232448u /* shared memory an H200 SM gives its blocks (227 KB) */
+#define MATVEC_BLOCK_SMEM 1280u /* per block beside the staged x: static s_part (256 B) + 1 KB the driver keeps */
+/* x is staged in shared memory up to the opt-in every kernel gets (PPN_DYN_SMEM_MAX), less the kernel's
+ * static s_part (2 x 32 floats). A fused input (norm, SwiGLU) must be staged, so that is its cols limit. */
+#define MATVEC_STAGE_MAX (PPN_DYN_SMEM_MAX - 256u)
 #define ROPE_BLOCK 64u      /* one block per head, a thread per rotated pair */
 #define ATTN_BLOCK 512u     /* one block per (query head, position split), 16 warps over its positions */
 #define ATTN_MAX_HEAD_DIM 256
@@ -110,11 +113,12 @@ ppn_status ppn_op_rmsnorm(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr in,
     return submit(g, s, &l);
 }
 
-/* x is read by every row while out is written, so they must not overlap (res may alias out). */
-static ppn_status matvec_check(ppn_dptr out, ppn_dptr x, int rows, int cols)
+/* x is read by every row while out is written, so they must not overlap (res may alias out). xcols: the
+ * floats of x read (2 cols for SwiGLU's [gate; up]). */
+static ppn_status matvec_check(ppn_dptr out, ppn_dptr x, int rows, size_t xcols)
 {
     static const char op[] = "ppn_op_matvec";
-    size_t ob = f32_bytes((size_t)rows), xb = f32_bytes((size_t)cols);
+    size_t ob = f32_bytes((size_t)rows), xb = f32_bytes(xcols);
     if (out < x + xb && x < out + ob)
         return ppn_err(PPN_EINVAL, "%s: out [0x%llx, +%zu) overlaps x [0x%llx, +%zu)", op,
                        (unsigned long long)out, ob, (unsigned long long)x, xb);
@@ -135,15 +139,18 @@ static ppn_launch matvec_geometry(const ppn_kp_matvec *p, size_t es)
     size_t chunks = ((size_t)p->cols * es + 15u) / 16u, per_group = 32u * MATVEC_INFLIGHT;
     unsigned split = 1;
     while (split < MATVEC_MAX_SPLIT && chunks > per_group * split) split *= 2u;
-    unsigned blocks = blocks_for(p->rows, MATVEC_BLOCK / (32u * split));
-    if (blocks > MATVEC_MAX_BLOCKS) blocks = MATVEC_MAX_BLOCKS;
+    unsigned blocks = blocks_for(p->rows, MATVEC_BLOCK / (32u * split)), smem = 0, per_sm = MATVEC_MAX_PER_SM;
+    if ((size_t)p->cols * sizeof(float) <= MATVEC_STAGE_MAX) smem = (unsigned)((size_t)p->cols * sizeof(float));
+    /* a large staged x leaves room for fewer resident blocks: the wave is what fits */
+    if (smem && MATVEC_SM_SMEM / (smem + MATVEC_BLOCK_SMEM) < per_sm) per_sm = MATVEC_SM_SMEM / (smem + MATVEC_BLOCK_SMEM);
+    if (blocks > MATVEC_SMS * per_sm) blocks = MATVEC_SMS * per_sm;
     ppn_launch l = launch_init(PPN_K_MATVEC, p, blocks, MATVEC_BLOCK);
-    if ((size_t)p->cols * sizeof(float) <= MATVEC_STAGE_MAX) l.smem = (unsigned)((size_t)p->cols * sizeof(float));
+    l.smem = smem;
     return l;
 }
 
-ppn_status ppn_op_matvec(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x, int rows,
-                         int cols, ppn_dptr bias, ppn_dptr res)
+ppn_status ppn_op_matvec_in(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_mv_input in,
+                            int rows, int cols, ppn_dptr bias, ppn_dptr res)
 {
     static const char op[] = "ppn_op_matvec";
     PPN_CHECK(need_positive(op, "rows", rows));
@@ -151,18 +158,36 @@ ppn_status ppn_op_matvec(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, i
     PPN_CHECK(need_wdt(op, wdt));
     PPN_CHECK(need_ptr(op, "out", out));
     PPN_CHECK(need_ptr(op, "w", w));
-    PPN_CHECK(need_ptr(op, "x", x));
-    PPN_CHECK(matvec_check(out, x, rows, cols));
+    PPN_CHECK(need_ptr(op, "x", in.x));
+    if (in.mode < PPN_MV_X_PLAIN || in.mode > PPN_MV_X_SWIGLU)
+        return ppn_err(PPN_EINVAL, "%s: input mode %d is not PPN_MV_X_PLAIN/RMSNORM/SWIGLU", op, in.mode);
+    if (in.mode == PPN_MV_X_RMSNORM) PPN_CHECK(need_ptr(op, "norm weight", in.nw));
+    if (in.mode != PPN_MV_X_PLAIN && (size_t)cols * sizeof(float) > MATVEC_STAGE_MAX)
+        return ppn_err(PPN_EUNSUPPORTED, "%s: a fused input of %d columns does not fit the %u bytes of shared "
+                       "memory it is computed in (at most %zu columns)", op, cols, MATVEC_STAGE_MAX,
+                       (size_t)MATVEC_STAGE_MAX / sizeof(float));
+    size_t xcols = (size_t)cols * (in.mode == PPN_MV_X_SWIGLU ? 2u : 1u);
+    PPN_CHECK(matvec_check(out, in.x, rows, xcols));
     size_t es = ppn_dtype_size(wdt);
-    ppn_kp_matvec p = {.out = out, .w = w, .x = x, .bias = bias, .res = res, .rows = rows, .cols = cols,
-                       .wdt = wdt};
+    ppn_kp_matvec p = {.out = out, .w = w, .x = in.x, .bias = bias, .res = res, .nw = in.nw, .rows = rows,
+                       .cols = cols, .wdt = wdt, .xmode = in.mode, .eps = in.eps};
     ppn_launch l = matvec_geometry(&p, es);
     acc_add(&l, w, (size_t)rows * (size_t)cols * es, PPN_ACC_R);
-    acc_add(&l, x, f32_bytes((size_t)cols), PPN_ACC_R);
+    acc_add(&l, in.x, f32_bytes(xcols), PPN_ACC_R);
+    if (in.mode == PPN_MV_X_RMSNORM) acc_add(&l, in.nw, (size_t)cols * es, PPN_ACC_R);
     if (bias) acc_add(&l, bias, (size_t)rows * es, PPN_ACC_R);
     if (res) acc_add(&l, res, f32_bytes((size_t)rows), PPN_ACC_R);
     acc_add(&l, out, f32_bytes((size_t)rows), PPN_ACC_W);
     return submit(g, s, &l);
+}
+
+int ppn_op_matvec_fusable(int cols) { return cols > 0 && (size_t)cols * sizeof(float) <= MATVEC_STAGE_MAX; }
+
+ppn_status ppn_op_matvec(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x, int rows,
+                         int cols, ppn_dptr bias, ppn_dptr res)
+{
+    ppn_mv_input in = {.mode = PPN_MV_X_PLAIN, .x = x};
+    return ppn_op_matvec_in(g, s, out, w, wdt, in, rows, cols, bias, res);
 }
 
 ppn_status ppn_op_rope(ppn_gpu *g, ppn_gstream *s, ppn_dptr x, int n_heads, int head_dim, ppn_dptr inv_freq,
@@ -181,6 +206,36 @@ ppn_status ppn_op_rope(ppn_gpu *g, ppn_gstream *s, ppn_dptr x, int n_heads, int 
     acc_add(&l, x, f32_bytes((size_t)n_heads * (size_t)head_dim), PPN_ACC_RW);
     acc_add(&l, inv_freq, f32_bytes((size_t)head_dim / 2), PPN_ACC_R);
     acc_add(&l, hdr, sizeof(ppn_step_hdr), PPN_ACC_R);
+    return submit(g, s, &l);
+}
+
+ppn_status ppn_op_rope_kv(ppn_gpu *g, ppn_gstream *s, ppn_dptr qk, int n_q, int n_kv, int head_dim,
+                          ppn_dptr inv_freq, int interleaved, ppn_dptr hdr, ppn_dptr kc, ppn_dptr vc, ppn_dptr v,
+                          int ctx)
+{
+    static const char op[] = "ppn_op_rope_kv";
+    PPN_CHECK(need_positive(op, "n_q", n_q));
+    PPN_CHECK(need_positive(op, "n_kv", n_kv));
+    PPN_CHECK(need_positive(op, "head_dim", head_dim));
+    PPN_CHECK(need_positive(op, "ctx", ctx));
+    if (head_dim % 2) return ppn_err(PPN_EINVAL, "%s: head_dim must be even (got %d)", op, head_dim);
+    PPN_CHECK(need_ptr(op, "qk", qk));
+    PPN_CHECK(need_ptr(op, "inv_freq", inv_freq));
+    PPN_CHECK(need_ptr(op, "hdr", hdr));
+    PPN_CHECK(need_ptr(op, "kc", kc));
+    PPN_CHECK(need_ptr(op, "vc", vc));
+    PPN_CHECK(need_ptr(op, "v", v));
+    int heads = n_q + n_kv;
+    size_t row = f32_bytes((size_t)n_kv * (size_t)head_dim);
+    ppn_kp_rope p = {.x = qk, .inv_freq = inv_freq, .hdr = hdr, .kc = kc, .vc = vc, .v = v, .n_heads = heads,
+                     .head_dim = head_dim, .interleaved = interleaved ? 1 : 0, .n_kv = n_kv, .ctx = ctx};
+    ppn_launch l = launch_init(PPN_K_ROPE, &p, (unsigned)heads, ROPE_BLOCK);
+    acc_add(&l, qk, f32_bytes((size_t)heads * (size_t)head_dim), PPN_ACC_RW);
+    acc_add(&l, inv_freq, f32_bytes((size_t)head_dim / 2), PPN_ACC_R);
+    acc_add(&l, hdr, sizeof(ppn_step_hdr), PPN_ACC_R);
+    acc_add(&l, v, row, PPN_ACC_R);
+    acc_add(&l, kc, row * (size_t)ctx, PPN_ACC_W);
+    acc_add(&l, vc, row * (size_t)ctx, PPN_ACC_W);
     return submit(g, s, &l);
 }
 

@@ -13,11 +13,29 @@ ppn_status ppn_op_rmsnorm(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr in,
                           float eps);
 ppn_status ppn_op_matvec(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x, int rows,
                          int cols, ppn_dptr bias, ppn_dptr res);
+/* The matvec's input as kparams.h's PPN_MV_X_* modes compute it: x itself, rmsnorm(x) with weight nw (wdt) and
+ * eps, or SwiGLU of x = [gate; up] (2 cols floats). A fused input is computed in shared memory: cols at most
+ * (PPN_DYN_SMEM_MAX - 256) / 4, else PPN_EUNSUPPORTED. */
+typedef struct ppn_mv_input {
+    int mode;
+    ppn_dptr x, nw;
+    float eps;
+} ppn_mv_input;
+ppn_status ppn_op_matvec_in(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_mv_input in,
+                            int rows, int cols, ppn_dptr bias, ppn_dptr res);
+/* 1 when a fused input of cols columns fits (the forward pass fuses only then; wider models keep the separate
+ * rmsnorm and swiglu launches). */
+int ppn_op_matvec_fusable(int cols);
 /* m tokens at once (see ppn_kp_matmat); out, x, res hold m rows each. */
 ppn_status ppn_op_matmat(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x, int m, int rows,
                          int cols, ppn_dptr bias, ppn_dptr res);
 ppn_status ppn_op_rope(ppn_gpu *g, ppn_gstream *s, ppn_dptr x, int n_heads, int head_dim, ppn_dptr inv_freq,
                        int interleaved, ppn_dptr hdr);
+/* rope over qk = [q: n_q heads][k: n_kv heads], then k and v [n_kv, head_dim] stored into the caches at hdr->pos
+ * (kv_store's work in the same launch). */
+ppn_status ppn_op_rope_kv(ppn_gpu *g, ppn_gstream *s, ppn_dptr qk, int n_q, int n_kv, int head_dim,
+                          ppn_dptr inv_freq, int interleaved, ppn_dptr hdr, ppn_dptr kc, ppn_dptr vc, ppn_dptr v,
+                          int ctx);
 ppn_status ppn_op_head_rmsnorm(ppn_gpu *g, ppn_gstream *s, ppn_dptr x, int n_heads, int head_dim, ppn_dptr w,
                                int wdt, float eps);
 ppn_status ppn_op_kv_store(ppn_gpu *g, ppn_gstream *s, ppn_dptr kc, ppn_dptr vc, ppn_dptr k, ppn_dptr v,

@@ -281,6 +281,31 @@ __device__ __forceinline__ void ppn_mv_stage(float *xs, const float *x, int cols
 
 __device__ __forceinline__ bool ppn_al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
+// xin (kparams.h, PPN_MV_X_*) into shared memory, every thread of the block taking part; the caller's barrier
+// publishes it. The norm sums x^2 over the staged copy with the rmsnorm kernel's shape (a strided fmaf per
+// thread, then the block sum) and each thread scales the elements it summed; SwiGLU is the swiglu kernel's
+// expression. sh: 32 floats of shared memory (ppn_block_sum leaves them free again).
+__device__ void ppn_mv_stage_in(const ppn_kp_matvec &p, float *xs, float *sh)
+{
+    const float *x = (const float *)p.x;
+    const int nth = blockDim.x, tid = threadIdx.x, cols = p.cols;
+    if (p.xmode == PPN_MV_X_SWIGLU) {
+        for (int c = tid; c < cols; c += nth) {
+            float g = x[c];
+            xs[c] = (g / (1.0f + expf(-g))) * x[cols + c];
+        }
+        return;
+    }
+    ppn_mv_stage(xs, x, cols);
+    if (p.xmode != PPN_MV_X_RMSNORM) return;
+    __syncthreads(); // the float4 copy and the strided sum own different elements per thread
+    float ss = 0.0f;
+    for (int c = tid; c < cols; c += nth) ss = fmaf(xs[c], xs[c], ss);
+    float var = ppn_block_sum(ss, sh) / (float)cols;
+    float r = 1.0f / sqrtf(var + p.eps);
+    for (int c = tid; c < cols; c += nth) xs[c] = (xs[c] * r) * ppn_wload(p.nw, p.wdt, (size_t)c);
+}
+
 // Every row r = blockIdx.x * rows_per_block + group (+ k * gridDim.x * rows_per_block): the loop count is the
 // same for the whole block, so its barriers are reached by every thread. A row's first batch of weights is
 // issued before the previous row's reduction and store (and before x is staged), so a thread has its next
@@ -297,6 +322,7 @@ __device__ __noinline__ void ppn_mv_rows(const ppn_kp_matvec p, float *xs, float
     const int t = threadIdx.x % nt, grp = threadIdx.x / nt, rpb = blockDim.x / nt;
     const int step = gridDim.x * rpb;
     const bool staged = (unsigned)p.cols <= ppn_dyn_smem_bytes() / 4u;
+    if (p.xmode != PPN_MV_X_PLAIN && !staged) __trap(); // a fused input exists only in shared memory
     const float *xg = (const float *)p.x;
     const bool xal = staged || ppn_al16(xg); // x as the 16-byte path reads it
     const size_t pitch = (size_t)p.cols * es;
@@ -305,7 +331,7 @@ __device__ __noinline__ void ppn_mv_rows(const ppn_kp_matvec p, float *xs, float
     const char *row = (const char *)p.w + (size_t)r * pitch;
     if (r < p.rows && xal && ppn_al16(row)) ppn_mv_issue(wv, (const uint4 *)row, t, nt, nfull);
     if (staged) {
-        ppn_mv_stage(xs, xg, p.cols);
+        ppn_mv_stage_in(p, xs, part[0]);
         __syncthreads();
     }
     const float *x = staged ? xs : xg;
@@ -364,20 +390,28 @@ extern "C" __global__ void __launch_bounds__(1024) ppn_k_matvec(const ppn_kp_mat
 // ---------------------------------------------------------------------------------------------------------
 // rope: one block per head; thread i rotates pair i. Explicit _rn ops keep each product rounded as HF does.
 
+// With p.kc, the blocks of the k heads also store the rotated pair and their v head (the fused kv_store).
 extern "C" __global__ void ppn_k_rope(const ppn_kp_rope p)
 {
     float *xh = (float *)p.x + (size_t)blockIdx.x * (size_t)p.head_dim;
     const float *inv = (const float *)p.inv_freq;
     int32_t pos = ppn_hdr(p.hdr)->pos;
-    int half = p.head_dim / 2;
+    int half = p.head_dim / 2, kh = (int)blockIdx.x - (p.n_heads - p.n_kv);
+    bool store = p.kc && kh >= 0 && pos >= 0 && pos < p.ctx;
+    size_t dst = store ? ((size_t)kh * (size_t)p.ctx + (size_t)pos) * (size_t)p.head_dim : 0;
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
         float s, c;
         sincosf(__fmul_rn((float)pos, inv[i]), &s, &c);
         int a = p.interleaved ? 2 * i : i, b = p.interleaved ? 2 * i + 1 : i + half;
         float x0 = xh[a], x1 = xh[b];
-        xh[a] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-        xh[b] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+        float y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)), y1 = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+        xh[a] = y0;
+        xh[b] = y1;
+        if (store) ((float *)p.kc)[dst + a] = y0, ((float *)p.kc)[dst + b] = y1;
     }
+    if (!store) return;
+    const float *vh = (const float *)p.v + (size_t)kh * (size_t)p.head_dim;
+    for (int i = threadIdx.x; i < p.head_dim; i += blockDim.x) ((float *)p.vc)[dst + i] = vh[i];
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -885,6 +885,95 @@ static void test_op_matmat_chunks(void **state)
     free(w), free(x);
 }
 
+
+/* The fused matvec inputs give, on the reference, the bits of the separate rmsnorm / swiglu launch followed by
+ * a plain matvec (the reference shares their arithmetic); declared accesses cover the norm weight and both
+ * halves of [gate; up]; bad modes, a missing norm weight and a fused input wider than shared memory are refused
+ * by name before any launch. */
+static void test_op_matvec_fused(void **state)
+{
+    (void)state;
+    const int rows = 24, cols = 40;
+    double wv[24 * 40], nv[40];
+    void *w = wrand(PPN_DT_BF16, (size_t)rows * cols, wv), *nw = wrand(PPN_DT_BF16, cols, nv);
+    float *x = frand(2 * (size_t)cols, -2, 2), *res = frand(rows, -1, 1), xn[80], a[24], b[24];
+    ppn_mv_input in = {.mode = PPN_MV_X_RMSNORM, .x = D(x), .nw = D(nw), .eps = 1e-5f};
+    cap.calls = 0;
+    assert_int_equal(ppn_op_matvec_in(&fake_gpu, fake_stream, D(a), D(w), PPN_DT_BF16, in, rows, cols, 0, 0), PPN_OK);
+    assert_true(declared(nw, (size_t)cols * 2, PPN_ACC_R) && declared(x, (size_t)cols * 4, PPN_ACC_R));
+    assert_true(cap.l.smem >= (unsigned)cols * 4); /* a fused input is staged */
+    assert_int_equal(ppn_op_rmsnorm(&fake_gpu, fake_stream, D(xn), D(x), D(nw), PPN_DT_BF16, cols, 1e-5f), PPN_OK);
+    assert_int_equal(ppn_op_matvec(&fake_gpu, fake_stream, D(b), D(w), PPN_DT_BF16, D(xn), rows, cols, 0, 0), PPN_OK);
+    assert_memory_equal(a, b, sizeof a);
+
+    in = (ppn_mv_input){.mode = PPN_MV_X_SWIGLU, .x = D(x)};
+    memcpy(a, res, sizeof a);
+    assert_int_equal(ppn_op_matvec_in(&fake_gpu, fake_stream, D(a), D(w), PPN_DT_BF16, in, rows, cols, 0, D(a)),
+                     PPN_OK);
+    assert_true(declared(x, (size_t)cols * 8, PPN_ACC_R)); /* gate and up */
+    assert_int_equal(ppn_op_swiglu(&fake_gpu, fake_stream, D(xn), D(x), D(x + cols), cols), PPN_OK);
+    memcpy(b, res, sizeof b);
+    assert_int_equal(ppn_op_matvec(&fake_gpu, fake_stream, D(b), D(w), PPN_DT_BF16, D(xn), rows, cols, 0, D(b)),
+                     PPN_OK);
+    assert_memory_equal(a, b, sizeof a);
+    double s = res[5]; /* and against the definition, in double */
+    for (int c = 0; c < cols; c++) s += wv[5 * cols + c] * (x[c] / (1.0 + exp(-x[c]))) * x[cols + c];
+    check_close(a[5], s, 1e-4, "fused swiglu matvec", 5);
+
+    cap.calls = 0;
+    in.mode = 7;
+    assert_int_equal(ppn_op_matvec_in(&fake_gpu, fake_stream, D(a), D(w), PPN_DT_BF16, in, rows, cols, 0, 0),
+                     PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "mode 7"));
+    in = (ppn_mv_input){.mode = PPN_MV_X_RMSNORM, .x = D(x)};
+    assert_int_equal(ppn_op_matvec_in(&fake_gpu, fake_stream, D(a), D(w), PPN_DT_BF16, in, rows, cols, 0, 0),
+                     PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "norm weight"));
+    in.nw = D(nw);
+    int wide = (int)(PPN_DYN_SMEM_MAX / 4);
+    assert_false(ppn_op_matvec_fusable(wide));
+    assert_true(ppn_op_matvec_fusable(wide - 64));
+    assert_int_equal(ppn_op_matvec_in(&fake_gpu, fake_stream, D(a), D(w), PPN_DT_BF16, in, rows, wide, 0, 0),
+                     PPN_EUNSUPPORTED);
+    assert_non_null(strstr(ppn_last_error(), "shared memory"));
+    in = (ppn_mv_input){.mode = PPN_MV_X_SWIGLU, .x = D(x)}; /* out inside up: the overlap check spans both */
+    assert_int_equal(ppn_op_matvec_in(&fake_gpu, fake_stream, D(x + cols + 4), D(w), PPN_DT_BF16, in, 8, cols, 0, 0),
+                     PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "overlaps"));
+    assert_int_equal(cap.calls, 0);
+    free(w), free(nw), free(x), free(res);
+}
+
+/* rope_kv = rope over q and k, then kv_store of the rotated k and v: the same bits as the two launches. */
+static void test_op_rope_kv(void **state)
+{
+    (void)state;
+    const int nq = 4, nkv = 2, hd = 16, ctx = 6, nh = nq + nkv;
+    float inv[8], qk[6 * 16], qk2[6 * 16], v[2 * 16], kc[2 * 6 * 16], vc[2 * 6 * 16], kc2[2 * 6 * 16],
+        vc2[2 * 6 * 16];
+    for (int i = 0; i < hd / 2; i++) inv[i] = powf(10000.0f, -2.0f * (float)i / (float)hd);
+    float *r = frand((size_t)nh * hd, -1, 1), *rv = frand((size_t)nkv * hd, -1, 1);
+    memcpy(qk, r, sizeof qk), memcpy(qk2, r, sizeof qk2), memcpy(v, rv, sizeof v);
+    for (int i = 0; i < 2 * 6 * 16; i++) kc[i] = kc2[i] = vc[i] = vc2[i] = (float)i;
+    ppn_step_hdr hdr = {.pos = 3};
+    for (int il = 0; il < 2; il++) {
+        assert_int_equal(ppn_op_rope_kv(&fake_gpu, fake_stream, D(qk), nq, nkv, hd, D(inv), il, D(&hdr), D(kc),
+                                        D(vc), D(v), ctx), PPN_OK);
+        assert_true(declared(kc, sizeof kc, PPN_ACC_W) && declared(v, sizeof v, PPN_ACC_R));
+        assert_int_equal(ppn_op_rope(&fake_gpu, fake_stream, D(qk2), nh, hd, D(inv), il, D(&hdr)), PPN_OK);
+        assert_int_equal(ppn_op_kv_store(&fake_gpu, fake_stream, D(kc2), D(vc2), D(qk2 + nq * hd), D(v), nkv, hd, ctx,
+                                         D(&hdr)), PPN_OK);
+        assert_memory_equal(qk, qk2, sizeof qk);
+        assert_memory_equal(kc, kc2, sizeof kc);
+        assert_memory_equal(vc, vc2, sizeof vc);
+        hdr.pos = ctx; /* outside the cache: rotated, nothing stored (as kv_store) */
+    }
+    assert_int_equal(ppn_op_rope_kv(&fake_gpu, fake_stream, D(qk), nq, nkv, 15, D(inv), 0, D(&hdr), D(kc), D(vc),
+                                    D(v), ctx), PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "ppn_op_rope_kv"));
+    free(r), free(rv);
+}
+
 static void test_op_matvec(void **state)
 {
     (void)state;
@@ -1128,6 +1217,8 @@ int main(void)
         cmocka_unit_test(test_matmat),
         cmocka_unit_test(test_op_matmat_chunks),
         cmocka_unit_test(test_op_matvec),
+        cmocka_unit_test(test_op_matvec_fused),
+        cmocka_unit_test(test_op_rope_kv),
         cmocka_unit_test(test_op_attention_path),
         cmocka_unit_test(test_op_attn_split),
         cmocka_unit_test(test_op_small),

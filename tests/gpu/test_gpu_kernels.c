@@ -885,6 +885,95 @@ static void t_set_hdr(void **state)
 /* ---------------------------------------------------------------------------------------------------------
  * every kernel in the table has a case above */
 
+
+/* Fused matvec inputs on the GPU: the norm fused into the matvec against the CPU reference (its reduction has
+ * the matvec block's shape, not the rmsnorm kernel's, so bits may differ from the unfused pair), SwiGLU fused
+ * into the matvec bit-identical to the swiglu kernel then a matvec (the same expression, staged the same
+ * way); each twice for bits. Shapes: the llama-1b and llama-8b q|k|v, gate|up and down, and a wide input
+ * (ffn 18944, Qwen2-7B) that needs the shared-memory opt-in. */
+static void fused_case(int mode, int rows, int cols, int dt)
+{
+    size_t R = (size_t)rows, C = (size_t)cols, es = ppn_dtype_size(dt), xn = mode == PPN_MV_X_SWIGLU ? 2 * C : C;
+    void *w = wrand(dt, R * C), *nw = wrand(dt, C);
+    float *x = frand(xn, -2, 2), *res = frand(R, -2, 2), *ref = hmem(R * 4), *g1 = hmem(R * 4), *g2 = hmem(R * 4);
+    ppn_dptr dw = up(w, R * C * es), dnw = up(nw, C * es), dx = up(x, xn * 4), dout = dalloc(R * 4);
+    ppn_dptr dres = up(res, R * 4);
+    ppn_mv_input in = {.mode = mode, .x = dx, .nw = dnw, .eps = 1e-5f};
+    char what[96];
+    snprintf(what, sizeof what, "matvec %s %s %dx%d +res", mode == PPN_MV_X_SWIGLU ? "swiglu-in" : "norm-in",
+             dtn(dt), rows, cols);
+    for (int run = 0; run < 2; run++) {
+        OK(ppn_op_matvec_in(G, S, dout, dw, dt, in, rows, cols, 0, dres));
+        sync_ok();
+        get(run ? g2 : g1, dout, R * 4);
+    }
+    same_bits(what, g1, g2, R * 4);
+    ppn_kp_matvec p = {.out = D(ref), .w = D(w), .x = D(x), .res = D(res), .nw = D(nw), .rows = rows, .cols = cols,
+                       .wdt = dt, .xmode = mode, .eps = 1e-5f};
+    ppn_kernels[PPN_K_MATVEC].cpu(&p);
+    /* scale: the row's |w| . |xin| + |res|, xin from the reference's own input */
+    float *xin = hmem(C * 4);
+    if (mode == PPN_MV_X_SWIGLU) {
+        OK(ppn_op_swiglu(G, S, dx, dx, dx + C * 4, cols)); /* in place over gate: the unfused pair */
+        OK(ppn_op_matvec(G, S, dout, dw, dt, dx, rows, cols, 0, dres));
+        sync_ok();
+        get(g2, dout, R * 4);
+        exact("  = swiglu, then matvec", g1, g2, R * 4);
+        get(xin, dx, C * 4);
+    } else {
+        ppn_kp_rmsnorm pn = {.out = D(xin), .in = D(x), .w = D(nw), .n = cols, .wdt = dt, .eps = 1e-5f};
+        ppn_kernels[PPN_K_RMSNORM].cpu(&pn);
+    }
+    double *sc = hmem(R * sizeof *sc);
+    for (size_t r = 0; r < R; r++) {
+        double a = fabs(res[r]);
+        for (size_t k = 0; k < C; k++) a += fabs(wval(w, dt, r * C + k) * (double)xin[k]);
+        sc[r] = a;
+    }
+    compare(what, g1, ref, R, sc, mode == PPN_MV_X_RMSNORM ? 2e-5 : 1e-5, 1e-30);
+    free(w), free(nw), free(x), free(res), free(ref), free(g1), free(g2), free(xin), free(sc);
+    dfree_all();
+}
+
+static void t_matvec_fused(void **state)
+{
+    (void)state;
+    fused_case(PPN_MV_X_RMSNORM, 3072, 2048, PPN_DT_BF16);
+    fused_case(PPN_MV_X_RMSNORM, 4096, 4096, PPN_DT_BF16);
+    fused_case(PPN_MV_X_RMSNORM, 1000, 1000, PPN_DT_F32);
+    fused_case(PPN_MV_X_SWIGLU, 2048, 8192, PPN_DT_BF16);
+    fused_case(PPN_MV_X_SWIGLU, 4096, 14336, PPN_DT_BF16);
+    fused_case(PPN_MV_X_SWIGLU, 512, 18944, PPN_DT_F16);
+}
+
+/* rope with the fused kv store: the same bits as rope then kv_store on the GPU. */
+static void t_rope_kv(void **state)
+{
+    (void)state;
+    const int nq = 32, nkv = 8, hd = 128, ctx = 64, nh = nq + nkv;
+    size_t n = (size_t)nh * hd, csz = (size_t)nkv * ctx * hd, kvn = (size_t)nkv * hd;
+    float *inv = hmem((size_t)hd / 2 * 4), *x = frand(n, -2, 2), *v = frand(kvn, -2, 2);
+    float *a = hmem(n * 4), *b = hmem(n * 4), *ka = hmem(csz * 4), *kb = hmem(csz * 4), *va = hmem(csz * 4),
+          *vb = hmem(csz * 4);
+    for (int i = 0; i < hd / 2; i++) inv[i] = (float)(1.0 / pow(500000.0, 2.0 * i / hd));
+    ppn_step_hdr hdr = {.pos = 37};
+    ppn_dptr dinv = up(inv, (size_t)hd / 2 * 4), dh = up(&hdr, sizeof hdr), dv = up(v, kvn * 4);
+    ppn_dptr dx1 = up(x, n * 4), dx2 = up(x, n * 4), dk1 = dalloc(csz * 4), dk2 = dalloc(csz * 4),
+             dv1 = dalloc(csz * 4), dv2 = dalloc(csz * 4);
+    for (int i = 0; i < 4; i++) OK(G->ops->memset_d8(G, S, (ppn_dptr[]){dk1, dk2, dv1, dv2}[i], 0, csz * 4));
+    OK(ppn_op_rope_kv(G, S, dx1, nq, nkv, hd, dinv, 0, dh, dk1, dv1, dv, ctx));
+    OK(ppn_op_rope(G, S, dx2, nh, hd, dinv, 0, dh));
+    OK(ppn_op_kv_store(G, S, dk2, dv2, dx2 + (size_t)nq * hd * 4, dv, nkv, hd, ctx, dh));
+    sync_ok();
+    get(a, dx1, n * 4), get(b, dx2, n * 4), get(ka, dk1, csz * 4), get(kb, dk2, csz * 4), get(va, dv1, csz * 4),
+        get(vb, dv2, csz * 4);
+    exact("rope_kv 32+8 heads hd 128 pos 37: q and k", a, b, n * 4);
+    exact("rope_kv: the k cache", ka, kb, csz * 4);
+    exact("rope_kv: the v cache", va, vb, csz * 4);
+    free(inv), free(x), free(v), free(a), free(b), free(ka), free(kb), free(va), free(vb);
+    dfree_all();
+}
+
 static int free_buffers(void **state)
 {
     (void)state;
@@ -923,6 +1012,8 @@ int main(void)
         cmocka_unit_test_teardown(t_matvec_bw, mv_teardown),
         cmocka_unit_test_teardown(t_norms, free_buffers),
         cmocka_unit_test_teardown(t_rope, free_buffers),
+        cmocka_unit_test_teardown(t_matvec_fused, free_buffers),
+        cmocka_unit_test_teardown(t_rope_kv, free_buffers),
         cmocka_unit_test_teardown(t_kv_attn, free_buffers),
         cmocka_unit_test_teardown(t_embed, free_buffers),
         cmocka_unit_test_teardown(t_swiglu_add_fill, free_buffers),
