@@ -59,6 +59,7 @@
     X(cuModuleUnload, 2000)                \
     X(cuModuleGetFunction, 2000)           \
     X(cuLaunchKernel, 4000)                \
+    X(cuLaunchKernelEx, 11060)             \
     X(cuFuncSetAttribute, 9000)            \
     X(cuFuncGetAttribute, 2020)            \
     X(cuLaunchHostFunc, 10000)             \

@@ -12,10 +12,10 @@
  *  - MEMRA_PP_DEVICES=d0,..,dN-1: whole numbers, at most PPN_MAX_STAGES; resolve checks the count (N) and that
  *    each device exists. Unset: every stage on the primary device. A repeated device is allowed.
  *  - The 0/1 seams (MEMRA_PP_SHARD, _STREAMS, _OVERLAP, MEMRA_BATCH_PP, MEMRA_SPEC_PP, MEMRA_PRIME_PP,
- *    MEMRA_PRIME_PIPE, MEMRA_PP_ALLOW_UNSPLIT_BATCH) are read only with the door open; PPN_SPIN and PPN_GRAPHS
- *    are ppn's own and are always read (they matter with one stage too). Unset or empty: the default;
+ *    MEMRA_PRIME_PIPE, MEMRA_PP_ALLOW_UNSPLIT_BATCH) are read only with the door open; PPN_SPIN, PPN_GRAPHS and
+ *    PPN_FUSE are ppn's own and are always read (they matter with one stage too). Unset or empty: the default;
  *    otherwise exactly "0" or "1".
- *  - CLI flags (--stages --splits --split --devices --shard --streams --overlap --spin --graphs) follow the same syntax,
+ *  - CLI flags (--stages --splits --split --devices --shard --streams --overlap --spin --graphs --fuse) follow the same syntax,
  *    must not be empty, and override the environment: the CLI calls ppn_door_from_env, then ppn_door_set_flag
  *    per flag. Flags may come in any order, so --split cannot be checked against --stages when it is set:
  *    resolve catches it through the cut count. The struct does not record where a value came from, so resolve
@@ -42,6 +42,7 @@ ppn_door ppn_door_default(void)
     d.streams = 1;
     d.batch_pp = d.spec_pp = d.prime_pp = d.prime_pipe = 1;
     d.graphs = 1;
+    d.fuse = 1;
     return d;
 }
 
@@ -165,6 +166,7 @@ ppn_status ppn_door_from_env(ppn_door *d)
     if (stages) PPN_CHECK(parse_stages("MEMRA_PP_STAGES", stages, &t.n_stages));
     PPN_CHECK(env_bit("PPN_SPIN", &t.spin));
     PPN_CHECK(env_bit("PPN_GRAPHS", &t.graphs));
+    PPN_CHECK(env_bit("PPN_FUSE", &t.fuse));
     if (t.n_stages >= 2) {
         PPN_CHECK(env_cuts(&t));
         const char *devs = env_get("MEMRA_PP_DEVICES");
@@ -185,6 +187,7 @@ static const struct { const char *flag; size_t off; } door_bits[] = {
     {"--overlap", offsetof(ppn_door, overlap)},
     {"--spin", offsetof(ppn_door, spin)},
     {"--graphs", offsetof(ppn_door, graphs)},
+    {"--fuse", offsetof(ppn_door, fuse)},
 };
 
 /* Apply one flag to t; any flag not handled here is unknown. */
@@ -203,7 +206,7 @@ static ppn_status flag_apply(ppn_door *t, const char *flag, const char *v)
         if (strcmp(flag, door_bits[i].flag) == 0)
             return parse_bit(flag, v, (int *)((char *)t + door_bits[i].off));
     return ppn_err(PPN_EINVAL, "unknown door flag '%.*s%s' (known: --stages --splits --split --devices --shard "
-                   "--streams --overlap --spin --graphs)", DOOR_QUOTE_MAX, flag, ell(flag));
+                   "--streams --overlap --spin --graphs --fuse)", DOOR_QUOTE_MAX, flag, ell(flag));
 }
 
 /* @return PPN_OK, PPN_EINVAL (NULL argument, unknown flag, empty value, or a value breaking the flag's rule).

@@ -19,7 +19,7 @@ static ppn_status norm_matvec(ppn_model *m, ppn_gstream *s, ppn_stage_scratch *r
 {
     ppn_gpu *g = m->rt->g;
     const ppn_model_config *c = &m->cfg;
-    if (ppn_op_matvec_fusable(c->dim)) {
+    if (m->map->door.fuse && ppn_op_matvec_fusable(c->dim)) {
         ppn_mv_input in = {.mode = PPN_MV_X_RMSNORM, .x = x, .nw = nw, .eps = c->norm_eps};
         return ppn_op_matvec_in(g, s, out, w, m->wdt, in, rows, c->dim, bias, 0);
     }
@@ -52,7 +52,7 @@ ppn_status ppn_fwd_layer(ppn_seq *q, ppn_gstream *s, int dev, ppn_stage_scratch 
                           r->attp, m->attn_split));
     PPN_CHECK(ppn_op_matvec(g, s, x, w->wo, wdt, r->att, dim, nh * hd, 0, x));
     PPN_CHECK(norm_matvec(m, s, r, gate, w->wgu, 2 * ffn, x, w->ffn_norm, 0));
-    if (ppn_op_matvec_fusable(ffn)) {
+    if (m->map->door.fuse && ppn_op_matvec_fusable(ffn)) {
         ppn_mv_input in = {.mode = PPN_MV_X_SWIGLU, .x = gate};
         return ppn_op_matvec_in(g, s, x, w->w_down, wdt, in, dim, ffn, 0, x);
     }

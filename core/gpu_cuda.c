@@ -47,6 +47,7 @@ typedef struct cu_dev {
     _Atomic(CUcontext) ctx;                  /* retained primary context; NULL until first use */
     _Atomic(CUmodule) mod;                   /* the embedded fatbin in ctx; NULL until first launch */
     _Atomic(CUfunction) fn[PPN_K_COUNT];     /* per kernel id; NULL until its first launch */
+    int pdl;                                 /* launches carry the programmatic-serialization attribute */
 } cu_dev;
 
 #define CU_KP_RING 2048u /* event pairs per profiled stream */
@@ -82,6 +83,7 @@ typedef struct cu_gpu {
     unsigned char *can;    /* [ndev * ndev]: can[i*ndev+j] = device i can access j's memory; immutable */
     cu_dev *devs;          /* [ndev] */
     int kprof;             /* PPN_KPROF=1; immutable after create */
+    int pdl;               /* PPN_PDL (default 1): programmatic dependent launch where the device has it */
     pthread_mutex_t kp_mu; /* kp_rings, kp_epoch (writes) and the totals; taken before a ring's mu, never after */
     cu_kring *kp_rings;
     _Atomic uint64_t kp_epoch; /* bumped by kprof_reset; read without the lock at issue */
@@ -263,6 +265,22 @@ static ppn_status cu_host_free(ppn_gpu *g, void *p, size_t bytes)
     if (!p) return PPN_OK;
     PPN_CHECK(cu_use_dev(b, 0, "host_free"));
     return PPN_CU(&b->drv, cuMemFreeHost, p);
+}
+
+/* PPN_PDL: unset, empty or 1 = programmatic dependent launch on every device of compute capability 9.0 or
+ * newer (older ones launch plainly); 0 = never; anything else is refused by name. */
+static ppn_status cu_pdl_env(cu_gpu *b)
+{
+    const char *v = getenv("PPN_PDL");
+    if (v && *v && strcmp(v, "0") && strcmp(v, "1"))
+        return ppn_err(PPN_EINVAL, "PPN_PDL='%s' is invalid: it must be 0 or 1", v);
+    b->pdl = !(v && !strcmp(v, "0"));
+    for (int i = 0; i < b->ndev && b->pdl; i++) {
+        int cc = 0;
+        PPN_CHECK(cu_attr(b, i, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, "compute capability", &cc));
+        b->devs[i].pdl = cc >= 9;
+    }
+    return PPN_OK;
 }
 
 /* ---------------------------------------------------------------------------------------------------------
@@ -746,12 +764,20 @@ static ppn_status cu_check_launch(const ppn_launch *l)
 }
 
 /* Every kernel takes one struct by value: kernelParams holds one pointer to it; the driver copies the
- * bytes at this call, so the caller's struct may die as soon as we return. s's context is current. */
+ * bytes at this call, so the caller's struct may die as soon as we return. s's context is current.
+ * Programmatic dependent launch (sm_90+, PPN_PDL): the kernel may start while the previous kernel on s
+ * drains; every kernel waits (griddepcontrol.wait) before it touches memory a predecessor wrote or reads,
+ * and only immutable weights are read before that (ppn_kernels.cu), so the stream order is kept. */
 static ppn_status cu_launch_on(cu_gpu *b, ppn_gstream *s, CUfunction f, const ppn_launch *l)
 {
     void *args[1] = {(void *)l->params};
-    ppn_status st = PPN_CU(&b->drv, cuLaunchKernel, f, l->grid[0], l->grid[1], l->grid[2], l->block[0],
-                           l->block[1], l->block[2], l->smem, s->s, args, NULL);
+    CUlaunchAttribute attr = {.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION};
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig cfg = {l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2], l->smem,
+                          s->s, &attr, 1};
+    ppn_status st = b->devs[s->dev].pdl ? PPN_CU(&b->drv, cuLaunchKernelEx, &cfg, f, args, NULL)
+                                        : PPN_CU(&b->drv, cuLaunchKernel, f, l->grid[0], l->grid[1], l->grid[2],
+                                                 l->block[0], l->block[1], l->block[2], l->smem, s->s, args, NULL);
     if (st != PPN_OK)
         return ppn_err_ctx(st, "launching %s on device %d (grid %u,%u,%u block %u,%u,%u smem %u)",
                            ppn_kernels[l->kernel].name, s->dev, l->grid[0], l->grid[1], l->grid[2], l->block[0],
@@ -1057,6 +1083,7 @@ ppn_status ppn_gpu_cuda_create(ppn_gpu **out)
     PPN_CHECK_GOTO(cu_count_devices(b, &n), st, out);
     PPN_CHECK_GOTO(cu_init_devices(b, n), st, out);
     PPN_CHECK_GOTO(cu_kp_env(b), st, out); /* after the devices: no driver or device stays PPN_ENODEV */
+    PPN_CHECK_GOTO(cu_pdl_env(b), st, out);
     b->base.kprof = b->kprof;
     *out = &b->base;
 out:

@@ -9,7 +9,7 @@
  *   PPN_SIM_PEER     all (default) | none | pairs "0-1,2-3": which peer grants are possible (symmetric)
  *   PPN_SIM_FAIL     "kind:K,..." with kind alloc (mem_alloc), copy (htod, dtoh, dtod, peer), launch or
  *                    record (event_record): the K-th such call (1-based, per backend) fails
- *   PPN_SIM_LATENCY  1: each op takes a modelled time (launch 4 us, a kernel replayed from a graph 1 us; copy
+ *   PPN_SIM_LATENCY  1: each op takes a modelled time (K in 2..1000: K times it) (launch 4 us, a kernel replayed from a graph 1 us; copy
  *                    5 us + bytes at 1 TB/s on a device, 50 GB/s peer, 20 GB/s host or host-staged); 0
  *                    (default): ops run as fast as they can. The launch/graph ratio is the H200's (DESIGN.md:
  *                    100 small kernels, 333 us through a stream, 114 us as one graph)
@@ -193,15 +193,18 @@ static ppn_status parse_fail(sim_gpu *g)
     }
 }
 
+/* A whole number 0..1000: 0 off, K the model's times multiplied by K (tests that compare arms whose modelled
+ * difference would drown in a small VM's scheduling noise at K = 1 scale it up). */
 static ppn_status parse_latency(sim_gpu *g)
 {
-    const char *v = env_get("PPN_SIM_LATENCY");
-    if (!v || !strcmp(v, "0")) return PPN_OK;
-    if (!strcmp(v, "1")) {
-        g->latency = 1;
-        return PPN_OK;
-    }
-    return ppn_err(PPN_EINVAL, "PPN_SIM_LATENCY='%s' is invalid: it must be 0 or 1", v);
+    const char *v = env_get("PPN_SIM_LATENCY"), *end = NULL;
+    uint64_t k = 0;
+    if (!v) return PPN_OK;
+    if (parse_u64(v, &end, &k) != 0 || *end || k > 1000)
+        return ppn_err(PPN_EINVAL, "PPN_SIM_LATENCY='%s' is invalid: it must be a whole number 0..1000 (0 = off, "
+                       "1 = the modelled times, K = K times them)", v);
+    g->latency = (int)k;
+    return PPN_OK;
 }
 
 static ppn_status parse_kprof(sim_gpu *g)
@@ -892,7 +895,7 @@ static ppn_status sim_event_elapsed(ppn_gpu *gg, ppn_gevent *start, ppn_gevent *
 
 static uint64_t copy_model(sim_gpu *g, size_t n, double bytes_per_ns)
 {
-    return g->latency ? 5000 + (uint64_t)((double)n / bytes_per_ns) : 0;
+    return (uint64_t)g->latency * (5000 + (uint64_t)((double)n / bytes_per_ns));
 }
 
 /* Any op but a launch: the stream must exist and must not be capturing (only launches can be captured). */
@@ -1061,7 +1064,7 @@ static ppn_status sim_launch(ppn_gpu *gg, ppn_gstream *s, const ppn_launch *l)
     if (!l) return ppn_err(PPN_EINVAL, "sim: launch: NULL launch");
     PPN_CHECK(check_launch(l));
     if (s->cap) return graph_record(s->cap, l);
-    return launch_submit(g, s, l, g->latency ? 4000 : 0);
+    return launch_submit(g, s, l, 4000ull * (uint64_t)g->latency);
 }
 
 /* Enqueue one checked launch; model_ns is its modelled duration. */
@@ -1138,7 +1141,7 @@ static ppn_status sim_graph_launch(ppn_gpu *gg, ppn_ggraph *x, ppn_gstream *s)
     if (gr->dev != s->dev)
         return ppn_err(PPN_EINVAL, "sim: graph_launch: graph of dev %d on stream %d of dev %d", gr->dev, s->id,
                        s->dev);
-    for (int i = 0; i < gr->n; i++) PPN_CHECK(launch_submit(g, s, &gr->k[i].l, g->latency ? 1000 : 0));
+    for (int i = 0; i < gr->n; i++) PPN_CHECK(launch_submit(g, s, &gr->k[i].l, 1000ull * (uint64_t)g->latency));
     __atomic_fetch_add(&gg->n_graph_launches, 1, __ATOMIC_RELAXED);
     return PPN_OK;
 }

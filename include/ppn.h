@@ -56,7 +56,9 @@ const char *ppn_status_name(ppn_status st);
  *   PPN_SPIN=1                 issue threads busy-poll instead of sleeping on a futex; default 0
  *   PPN_GRAPHS=0               issue every kernel through the stream instead of replaying each stage's
  *                              captured graph; default 1 (PPN_KPROF=1 needs 0: its timing is per launch)
- * CLI flags --stages --splits --split --devices --shard --streams --overlap --spin --graphs say the same.
+ *   PPN_FUSE=0                 separate rmsnorm and swiglu launches instead of computing them in the next
+ *                              matvec's input (docs/PERF.md measures both); default 1
+ * CLI flags --stages --splits --split --devices --shard --streams --overlap --spin --graphs --fuse say the same.
  * --------------------------------------------------------------------------------------------------------- */
 
 #define PPN_MAX_STAGES 64
@@ -72,6 +74,7 @@ typedef struct ppn_door {
     int allow_unsplit_batch;     /* 0 by default */
     int spin;                    /* 0 by default */
     int graphs;                  /* 1 by default: each stage's step replays a captured graph (PPN_GRAPHS) */
+    int fuse;                    /* 1 by default: norms and SwiGLU computed in the matvec's input (PPN_FUSE) */
 } ppn_door;
 
 /* The door with every default (shut). */
@@ -80,7 +83,7 @@ ppn_door ppn_door_default(void);
  * @return PPN_OK, PPN_EINVAL (message names the variable, its value and the rule). */
 ppn_status ppn_door_from_env(ppn_door *d);
 /* Apply one CLI flag ("--stages", "--splits", "--split", "--devices", "--shard", "--streams", "--overlap",
- * "--spin", "--graphs") with its value. @return PPN_OK, PPN_EINVAL (names the flag, the value and the rule). */
+ * "--spin", "--graphs", "--fuse") with its value. @return PPN_OK, PPN_EINVAL (names the flag, the value and the rule). */
 ppn_status ppn_door_set_flag(ppn_door *d, const char *flag, const char *value);
 /* Resolve the door against a model and machine: the fence [0, c1, .., cN-1, n_layers] (n_out + 1 entries)
  * and the device of each stage. A shut door resolves to one stage on the primary device.

@@ -27,10 +27,10 @@
  * static s_part (2 x 32 floats). A fused input (norm, SwiGLU) must be staged, so that is its cols limit. */
 #define MATVEC_STAGE_MAX (PPN_DYN_SMEM_MAX - 256u)
 #define ROPE_BLOCK 64u      /* one block per head, a thread per rotated pair */
-#define ATTN_BLOCK 512u     /* one block per (query head, position split), 16 warps over its positions */
+#define ATTN_BLOCK 256u     /* one block per (KV head, position split), 8 warps; two blocks fit an SM */
 #define ATTN_MAX_HEAD_DIM 256
 #define ATTN_MAX_SPLIT 64   /* the kernel's merge stages one {max, sum} pair per split in shared memory */
-#define ATTN_SPLIT_CAP 32   /* the most ppn_op_attn_split picks: more splits only lengthen the merge */
+#define ATTN_SPLIT_CAP 64   /* the most ppn_op_attn_split picks: more splits only lengthen the merge */
 #define ARGMAX_BLOCK 1024u
 
 #define MATMAT_BLOCK 256 /* 8 warps: 8 rows per CTA */
@@ -287,11 +287,12 @@ size_t ppn_op_attn_scratch_bytes(int n_heads, int n_split, int head_dim)
     return f32_bytes(recs) + (size_t)n_heads * sizeof(uint32_t);
 }
 
-/* About two CTAs per SM: fewer leave SMs idle at long context, more only add partials to merge. */
-int ppn_op_attn_split(int n_heads, int sm_count)
+/* About two CTAs per SM (the kernel's occupancy) over the n_kv x n_split grid: fewer leave SMs idle at long
+ * context, more only add partials to merge. */
+int ppn_op_attn_split(int n_kv, int sm_count)
 {
-    if (n_heads <= 0 || sm_count <= 0) return 1;
-    int n = (2 * sm_count + n_heads - 1) / n_heads;
+    if (n_kv <= 0 || sm_count <= 0) return 1;
+    int n = (2 * sm_count + n_kv - 1) / n_kv;
     return n < 1 ? 1 : n > ATTN_SPLIT_CAP ? ATTN_SPLIT_CAP : n;
 }
 
@@ -331,7 +332,7 @@ ppn_status ppn_op_attn(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr q, ppn
                      .n_kv = n_kv, .head_dim = head_dim, .ctx = ctx, .n_split = n_split, .scale = scale};
     size_t qb = f32_bytes((size_t)n_heads * (size_t)head_dim);
     size_t cache = f32_bytes((size_t)n_kv * (size_t)ctx * (size_t)head_dim);
-    ppn_launch l = launch_init(PPN_K_ATTN, &p, (unsigned)n_heads, ATTN_BLOCK);
+    ppn_launch l = launch_init(PPN_K_ATTN, &p, (unsigned)n_kv, ATTN_BLOCK); /* a CTA per KV head's group */
     l.grid[1] = (unsigned)n_split; /* never pos: the launch is the same for every step */
     acc_add(&l, q, qb, PPN_ACC_R);
     acc_add(&l, kc, cache, PPN_ACC_R);

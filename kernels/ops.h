@@ -40,7 +40,7 @@ ppn_status ppn_op_head_rmsnorm(ppn_gpu *g, ppn_gstream *s, ppn_dptr x, int n_hea
                                int wdt, float eps);
 ppn_status ppn_op_kv_store(ppn_gpu *g, ppn_gstream *s, ppn_dptr kc, ppn_dptr vc, ppn_dptr k, ppn_dptr v,
                            int n_kv, int head_dim, int ctx, ppn_dptr hdr);
-/* Decode attention split over positions into n_split CTAs per head (1..64; see ppn_kp_attn). part: scratch of
+/* Decode attention split over positions into n_split CTAs per KV head (1..64; see ppn_kp_attn). part: scratch of
  * ppn_op_attn_scratch_bytes(n_heads, n_split, head_dim) bytes whose counters are zero (zero it once at
  * allocation; every launch leaves them zero), used by one stream at a time. */
 ppn_status ppn_op_attn(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr q, ppn_dptr kc, ppn_dptr vc,
@@ -48,9 +48,9 @@ ppn_status ppn_op_attn(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr q, ppn
                        int n_split);
 /* Bytes of ppn_op_attn's scratch (0 for a non-positive argument). */
 size_t ppn_op_attn_scratch_bytes(int n_heads, int n_split, int head_dim);
-/* The n_split to use on a device of sm_count SMs: ceil(2 sm_count / n_heads) in 1..32 (1 when sm_count is
- * unknown, <= 0). A model fixes it once, so every stage and every map computes the same bits. */
-int ppn_op_attn_split(int n_heads, int sm_count);
+/* The n_split to use on a device of sm_count SMs for n_kv KV heads: ceil(2 sm_count / n_kv) in 1..64 (1 when
+ * sm_count is unknown, <= 0). A model fixes it once, so every stage and every map computes the same bits. */
+int ppn_op_attn_split(int n_kv, int sm_count);
 ppn_status ppn_op_swiglu(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr gate, ppn_dptr up, int n);
 ppn_status ppn_op_add(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr a, ppn_dptr b, int n);
 ppn_status ppn_op_argmax(ppn_gpu *g, ppn_gstream *s, ppn_dptr out_i32, ppn_dptr x, int n);

@@ -12,16 +12,18 @@
 // each lane accumulates the same elements in the same order on either path, so alignment never shows in
 // the bits.
 //
-// Geometry contract with ops.c: blockDim.x is a multiple of 32, at most 1024; attention uses at most
-// PPN_ATTN_WARPS warps per block, head_dim <= 32 * PPN_ATTN_MAXJ and gridDim.y = n_split <= PPN_ATTN_MAX_SPLIT.
+// Geometry contract with ops.c: blockDim.x is a multiple of 32, at most 1024; attention runs exactly
+// PPN_ATTN_WARPS warps per block (256 threads, two blocks per SM), grid (n_kv, n_split), head_dim <= 32 *
+// PPN_ATTN_MAXJ and n_split <= PPN_ATTN_MAX_SPLIT; any n_heads / n_kv (passes of up to PPN_ATTN_MAXG heads).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
 #include "kparams.h"
 
 #define PPN_FULL_MASK 0xffffffffu
-#define PPN_ATTN_WARPS 16
+#define PPN_ATTN_WARPS 8
 #define PPN_ATTN_MAXJ 8
+#define PPN_ATTN_MAXG 8
 #define PPN_ATTN_MAX_SPLIT 64
 
 // ---------------------------------------------------------------------------------------------------------
@@ -64,11 +66,36 @@ __device__ float ppn_block_sum(float v, float *sh)
 
 __device__ __forceinline__ const ppn_step_hdr *ppn_hdr(uint64_t p) { return (const ppn_step_hdr *)p; }
 
+// Programmatic dependent launch (sm_90+; the cuda backend sets the launch attribute, PPN_PDL). A kernel may
+// then be running while its predecessor on the stream drains, so every kernel
+//   - lets its own successor launch as early as possible (launch_dependents, first thing: the successor's
+//     blocks are scheduled only once every block of this grid has run this, so they never take the place of
+//     a block of ours that has yet to start), and
+//   - waits for its predecessors to complete, their writes visible (wait), before it reads or writes any
+//     memory but immutable weights: PPN_PDL_ENTER at the top of every kernel; the matvec issues its first
+//     weight loads before waiting (the whole point). Without the attribute both are no-ops.
+__device__ __forceinline__ void ppn_pdl_trigger(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void ppn_pdl_wait(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+#define PPN_PDL_ENTER() (ppn_pdl_trigger(), ppn_pdl_wait())
+
 // ---------------------------------------------------------------------------------------------------------
 // embed: grid covers dim
 
 extern "C" __global__ void ppn_k_embed(const ppn_kp_embed p)
 {
+    PPN_PDL_ENTER();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= p.dim) return;
     int32_t tok = ppn_hdr(p.hdr)->token;
@@ -95,12 +122,14 @@ __device__ void ppn_rmsnorm_block(float *out, const float *x, uint64_t w, int wd
 
 extern "C" __global__ void ppn_k_rmsnorm(const ppn_kp_rmsnorm p)
 {
+    PPN_PDL_ENTER();
     ppn_rmsnorm_block((float *)p.out, (const float *)p.in, p.w, p.wdt, p.n, p.eps);
 }
 
 // grid: one block per head
 extern "C" __global__ void ppn_k_head_rmsnorm(const ppn_kp_head_rmsnorm p)
 {
+    PPN_PDL_ENTER();
     float *xh = (float *)p.x + (size_t)blockIdx.x * (size_t)p.head_dim;
     ppn_rmsnorm_block(xh, xh, p.w, p.wdt, p.head_dim, p.eps);
 }
@@ -272,9 +301,15 @@ __device__ __forceinline__ void ppn_mv_stage(float *xs, const float *x, int cols
 {
     int nth = blockDim.x * blockDim.y, tid = threadIdx.y * blockDim.x + threadIdx.x;
     int c0 = 0;
-    if (((uintptr_t)x & 15u) == 0) {
+    if (((uintptr_t)x & 15u) == 0) { // two float4 loads in flight per thread
+        int n4 = cols / 4;
         c0 = cols & ~3;
-        for (int i = tid; i < cols / 4; i += nth) ((float4 *)xs)[i] = __ldg((const float4 *)x + i);
+        for (int i = tid; i < n4; i += 2 * nth) {
+            float4 a = __ldg((const float4 *)x + i), b = a;
+            if (i + nth < n4) b = __ldg((const float4 *)x + i + nth);
+            ((float4 *)xs)[i] = a;
+            if (i + nth < n4) ((float4 *)xs)[i + nth] = b;
+        }
     }
     for (int c = c0 + tid; c < cols; c += nth) xs[c] = x[c];
 }
@@ -282,28 +317,99 @@ __device__ __forceinline__ void ppn_mv_stage(float *xs, const float *x, int cols
 __device__ __forceinline__ bool ppn_al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 // xin (kparams.h, PPN_MV_X_*) into shared memory, every thread of the block taking part; the caller's barrier
-// publishes it. The norm sums x^2 over the staged copy with the rmsnorm kernel's shape (a strided fmaf per
-// thread, then the block sum) and each thread scales the elements it summed; SwiGLU is the swiglu kernel's
-// expression. sh: 32 floats of shared memory (ppn_block_sum leaves them free again).
-__device__ void ppn_mv_stage_in(const ppn_kp_matvec &p, float *xs, float *sh)
+// publishes it. Staging is on every block's critical path, so the common case (x 16-byte aligned, cols a
+// multiple of 4) moves float4 groups with PPN_STAGE_U of them in flight per thread, and the norm's weights are
+// prefetched into L1 before the block's reduction so the scaling pass does not wait on L2. Thread t owns the
+// groups t, t + nth, ...: it sums their squares (in that order, then the block sum: a fixed shape) and scales
+// them, so only the block sum needs barriers. SwiGLU is the swiglu kernel's expression. Other alignments take
+// the element loops (the same math). sh: 32 floats of shared memory (ppn_block_sum leaves them free again).
+#define PPN_STAGE_U 4
+
+__device__ __forceinline__ float ppn_silu_mul(float g, float u) { return (g / (1.0f + expf(-g))) * u; }
+
+// Weights 4j .. 4j+3 of nw (16-byte aligned for f32, 8-byte for the 2-byte dtypes).
+__device__ __forceinline__ float4 ppn_nw4(uint64_t nw, int wdt, int j)
+{
+    if (wdt == PPN_DT_F32) return __ldg((const float4 *)nw + j);
+    uint2 u = __ldg((const uint2 *)nw + j);
+    if (wdt == PPN_DT_BF16) return make_float4(ppn_bf16_lo(u.x), ppn_bf16_hi(u.x), ppn_bf16_lo(u.y), ppn_bf16_hi(u.y));
+    return make_float4(ppn_f16_lo(u.x), ppn_f16_hi(u.x), ppn_f16_lo(u.y), ppn_f16_hi(u.y));
+}
+
+__device__ __noinline__ void ppn_mv_stage_in(const ppn_kp_matvec p, float *xs, float *sh)
 {
     const float *x = (const float *)p.x;
-    const int nth = blockDim.x, tid = threadIdx.x, cols = p.cols;
+    const int nth = blockDim.x, tid = threadIdx.x, cols = p.cols, n4 = cols / 4;
+    float4 *xs4 = (float4 *)xs;
+    const bool v4 = ppn_al16(x) && cols % 4 == 0;
+    if (p.xmode == PPN_MV_X_PLAIN) {
+        ppn_mv_stage(xs, x, cols);
+        return;
+    }
     if (p.xmode == PPN_MV_X_SWIGLU) {
-        for (int c = tid; c < cols; c += nth) {
-            float g = x[c];
-            xs[c] = (g / (1.0f + expf(-g))) * x[cols + c];
+        if (!v4) {
+            for (int c = tid; c < cols; c += nth) xs[c] = ppn_silu_mul(x[c], x[cols + c]);
+            return;
+        }
+        const float4 *g4 = (const float4 *)x, *u4 = (const float4 *)(x + cols);
+        for (int i = tid; i < n4; i += PPN_STAGE_U * nth) {
+            float4 g[PPN_STAGE_U], u[PPN_STAGE_U];
+#pragma unroll
+            for (int k = 0; k < PPN_STAGE_U; k++) {
+                int j = i + k * nth;
+                g[k] = u[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+                if (j < n4) g[k] = __ldg(g4 + j), u[k] = __ldg(u4 + j);
+            }
+#pragma unroll
+            for (int k = 0; k < PPN_STAGE_U; k++) {
+                int j = i + k * nth;
+                if (j < n4)
+                    xs4[j] = make_float4(ppn_silu_mul(g[k].x, u[k].x), ppn_silu_mul(g[k].y, u[k].y),
+                                         ppn_silu_mul(g[k].z, u[k].z), ppn_silu_mul(g[k].w, u[k].w));
+            }
         }
         return;
     }
-    ppn_mv_stage(xs, x, cols);
-    if (p.xmode != PPN_MV_X_RMSNORM) return;
-    __syncthreads(); // the float4 copy and the strided sum own different elements per thread
+    // PPN_MV_X_RMSNORM
+    const bool wv4 = v4 && ((uintptr_t)p.nw & (p.wdt == PPN_DT_F32 ? 15u : 7u)) == 0;
     float ss = 0.0f;
-    for (int c = tid; c < cols; c += nth) ss = fmaf(xs[c], xs[c], ss);
+    if (wv4) {
+        const float4 *x4 = (const float4 *)x;
+        const char *nwb = (const char *)p.nw;
+        const int wb = p.wdt == PPN_DT_F32 ? 16 : 8; // weight bytes per group of 4
+        for (int i = tid; i < n4; i += PPN_STAGE_U * nth) {
+            float4 v[PPN_STAGE_U];
+#pragma unroll
+            for (int k = 0; k < PPN_STAGE_U; k++) {
+                int j = i + k * nth;
+                v[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+                if (j < n4) {
+                    v[k] = __ldg(x4 + j);
+                    asm volatile("prefetch.global.L1 [%0];" ::"l"(nwb + (size_t)j * wb));
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < PPN_STAGE_U; k++) {
+                int j = i + k * nth;
+                if (j >= n4) continue;
+                xs4[j] = v[k];
+                ss = fmaf(v[k].x, v[k].x, ss), ss = fmaf(v[k].y, v[k].y, ss);
+                ss = fmaf(v[k].z, v[k].z, ss), ss = fmaf(v[k].w, v[k].w, ss);
+            }
+        }
+    } else {
+        for (int c = tid; c < cols; c += nth) xs[c] = x[c], ss = fmaf(x[c], x[c], ss);
+    }
     float var = ppn_block_sum(ss, sh) / (float)cols;
     float r = 1.0f / sqrtf(var + p.eps);
-    for (int c = tid; c < cols; c += nth) xs[c] = (xs[c] * r) * ppn_wload(p.nw, p.wdt, (size_t)c);
+    if (wv4) {
+        for (int j = tid; j < n4; j += nth) {
+            float4 v = xs4[j], w = ppn_nw4(p.nw, p.wdt, j);
+            xs4[j] = make_float4((v.x * r) * w.x, (v.y * r) * w.y, (v.z * r) * w.z, (v.w * r) * w.w);
+        }
+    } else {
+        for (int c = tid; c < cols; c += nth) xs[c] = (xs[c] * r) * ppn_wload(p.nw, p.wdt, (size_t)c);
+    }
 }
 
 // Every row r = blockIdx.x * rows_per_block + group (+ k * gridDim.x * rows_per_block): the loop count is the
@@ -329,9 +435,14 @@ __device__ __noinline__ void ppn_mv_rows(const ppn_kp_matvec p, float *xs, float
     uint4 wv[PPN_MV_U];
     int r = blockIdx.x * rpb + grp;
     const char *row = (const char *)p.w + (size_t)r * pitch;
+    // A fused input is staged first, in its own frame, so its registers never add to the loop's (its loads
+    // then do not overlap the first weights'); a plain x is staged with the first weights in flight.
+    // Under PDL the first weights (immutable) are in flight before the wait for the predecessor's x.
+    if (p.xmode != PPN_MV_X_PLAIN) ppn_pdl_wait(), ppn_mv_stage_in(p, xs, part[0]);
     if (r < p.rows && xal && ppn_al16(row)) ppn_mv_issue(wv, (const uint4 *)row, t, nt, nfull);
+    if (p.xmode == PPN_MV_X_PLAIN) ppn_pdl_wait();
     if (staged) {
-        ppn_mv_stage_in(p, xs, part[0]);
+        if (p.xmode == PPN_MV_X_PLAIN) ppn_mv_stage(xs, xg, p.cols);
         __syncthreads();
     }
     const float *x = staged ? xs : xg;
@@ -382,6 +493,7 @@ extern "C" __global__ void __launch_bounds__(1024) ppn_k_matvec(const ppn_kp_mat
     extern __shared__ float4 ppn_mv_xs[]; // cols floats when staged (16-byte aligned)
     __shared__ float s_part[2][32];
     float *xs = (float *)ppn_mv_xs;
+    ppn_pdl_trigger(); // the wait is in ppn_mv_rows, after the first weight loads
     if (p.wdt == PPN_DT_BF16) ppn_mv_by_split<PPN_DT_BF16>(p, xs, s_part);
     else if (p.wdt == PPN_DT_F16) ppn_mv_by_split<PPN_DT_F16>(p, xs, s_part);
     else ppn_mv_by_split<PPN_DT_F32>(p, xs, s_part);
@@ -393,6 +505,7 @@ extern "C" __global__ void __launch_bounds__(1024) ppn_k_matvec(const ppn_kp_mat
 // With p.kc, the blocks of the k heads also store the rotated pair and their v head (the fused kv_store).
 extern "C" __global__ void ppn_k_rope(const ppn_kp_rope p)
 {
+    PPN_PDL_ENTER();
     float *xh = (float *)p.x + (size_t)blockIdx.x * (size_t)p.head_dim;
     const float *inv = (const float *)p.inv_freq;
     int32_t pos = ppn_hdr(p.hdr)->pos;
@@ -419,6 +532,7 @@ extern "C" __global__ void ppn_k_rope(const ppn_kp_rope p)
 
 extern "C" __global__ void ppn_k_kv_store(const ppn_kp_kv_store p)
 {
+    PPN_PDL_ENTER();
     int32_t pos = ppn_hdr(p.hdr)->pos;
     if (pos < 0 || pos >= p.ctx) return;
     size_t hd = (size_t)p.head_dim, h = blockIdx.x;
@@ -430,17 +544,18 @@ extern "C" __global__ void ppn_k_kv_store(const ppn_kp_kv_store p)
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// attn: block (h, j) takes query head h over the positions of split j (ppn_attn_span). Warp w takes the
-// split's positions t0 + w, t0 + w + nw, ... with an online softmax (running max, running sum, running
-// output with lane l holding dims l, l+32, ...); the warps' results are merged in warp order into the
-// block's partial. With one split that is the output. Otherwise each block stores its partial in p.part,
-// and the last block of the head to arrive (a device-scope counter) merges the head's n_split partials in
-// split order: which block came last changes who merges, never the bits.
-
-struct ppn_attn_part {
-    float m, l;                       // running max score, running sum of exp(s - m)
-    float acc[PPN_ATTN_MAXJ];         // running sum of exp(s - m) * v[d], d = lane + 32 j
-};
+// attn: block (g, j) takes KV head g and the G = n_heads / n_kv query heads that share it over the positions
+// of split j (ppn_attn_span), so each k and v row is read once per block, not once per query head. The heads
+// go in passes of HP (a power of two; a short pass pads with zero queries that are never stored). Lane l of a
+// warp holds dims l + 32 i (i < NJ) of the pass's q and output accumulators in registers; the warp walks
+// tiles of P consecutive positions (warp w's i-th tile starts at t0 + (w + i W) P) and loads a whole tile's k
+// and v rows before using them, so P rows per warp are in flight. The tile's P x HP partial dots are summed
+// over the warp at once (ppn_warp_sum_n: one score per lane) and each head keeps an online softmax (running
+// max, running sum, rescaled output). The warps' results are merged in warp order into one partial per query
+// head; with one split that is the output. Otherwise each block stores its partials in p.part and the last
+// block of the KV head to arrive (a device-scope counter per KV head) merges the n_split partials of all G
+// heads in split order: which block came last changes who merges, never the bits. Every sum has a fixed shape
+// (register order, fixed shuffle trees, warp order, split order), so the bits are the same on every run.
 
 // Split j of n over positions [0, pos]: [t0, t1) in chunks of ceil((pos + 1) / n); empty when t0 == t1.
 __device__ __forceinline__ void ppn_attn_span(int pos, int n, int j, int *t0, int *t1)
@@ -450,118 +565,251 @@ __device__ __forceinline__ void ppn_attn_span(int pos, int n, int j, int *t0, in
     *t1 = min(*t0 + c, pos + 1);
 }
 
-__device__ void ppn_attn_warp(const ppn_kp_attn &p, const float *q, const float *kc, const float *vc,
-                              int t0, int t1, ppn_attn_part *pt)
+__host__ __device__ constexpr int ppn_log2(int n) { return n > 1 ? 1 + ppn_log2(n / 2) : 0; }
+
+// Positions per warp tile for NJ dims per lane and HP heads per pass: the largest power of two with P HP <= 32
+// (one score per lane after the sum) and k and v tiles of at most 32 registers (4 KB per warp in flight)
+// such that those tiles (2 P NJ), q and the accumulators (2 HP NJ) and the partial dots (P HP) fit in 96
+// registers, under the 128 of two 256-thread blocks per SM.
+__host__ __device__ constexpr int ppn_attn_tile(int nj, int hp, int p = 16)
 {
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5, hd = p.head_dim;
-    float qr[PPN_ATTN_MAXJ];
+    return p > 1 && (p * hp > 32 || p * nj > 16 || 2 * p * nj + 2 * hp * nj + p * hp > 96)
+               ? ppn_attn_tile(nj, hp, p / 2)
+               : p;
+}
+
+// Warp sum of N values per lane at once (N a power of two <= 32): each of the first log2 N xor steps keeps
+// half of a lane's values, adding the partner's copies, and hands the other half over; plain butterfly steps
+// finish. Lane l ends with the total of value l >> (5 - log2 N) (lanes holding the same value hold the same
+// bits) after N - 1 + 5 - log2 N shuffles instead of 5 N. One template per step: with loops bounded by a
+// variable, nvcc left 32-value arrays in local memory.
+template <int N, int H> __device__ __forceinline__ void ppn_warp_halve(float (&a)[N], int lane)
+{
+    if constexpr (H >= 1) {
+        constexpr int m = 32 * H / N;
+        bool hi = lane & m;
 #pragma unroll
-    for (int j = 0; j < PPN_ATTN_MAXJ; j++) {
-        int d = lane + 32 * j;
-        qr[j] = d < hd ? q[d] : 0.0f;
-        pt->acc[j] = 0.0f;
+        for (int i = 0; i < H; i++) {
+            float lo = a[i], up = a[i + H];
+            a[i] = (hi ? up : lo) + __shfl_xor_sync(PPN_FULL_MASK, hi ? lo : up, m);
+        }
+        ppn_warp_halve<N, H / 2>(a, lane);
     }
-    pt->m = -INFINITY, pt->l = 0.0f;
-    for (int t = t0 + warp; t < t1; t += nw) {
-        const float *kt = kc + (size_t)t * hd, *vt = vc + (size_t)t * hd;
-        float dot = 0.0f;
+}
+
+template <int N> __device__ __forceinline__ float ppn_warp_sum_n(float (&a)[N])
+{
+    ppn_warp_halve<N, N / 2>(a, threadIdx.x & 31);
+    float s = a[0];
 #pragma unroll
-        for (int j = 0; j < PPN_ATTN_MAXJ; j++)
-            if (lane + 32 * j < hd) dot = fmaf(qr[j], kt[lane + 32 * j], dot);
-        float s = ppn_warp_sum(dot) * p.scale;
-        float m_new = fmaxf(pt->m, s);
-        float corr = pt->m == -INFINITY ? 0.0f : expf(pt->m - m_new);
-        float e = expf(s - m_new);
-        pt->l = fmaf(pt->l, corr, e);
+    for (int m = 16 / N; m > 0; m /= 2) s += __shfl_xor_sync(PPN_FULL_MASK, s, m);
+    return s;
+}
+
+__device__ __forceinline__ float ppn_warp_max(float v)
+{
 #pragma unroll
-        for (int j = 0; j < PPN_ATTN_MAXJ; j++)
-            if (lane + 32 * j < hd) pt->acc[j] = fmaf(e, vt[lane + 32 * j], pt->acc[j] * corr);
-        pt->m = m_new;
-    }
+    for (int m = 16; m > 0; m >>= 1) v = fmaxf(v, __shfl_xor_sync(PPN_FULL_MASK, v, m));
+    return v;
 }
 
 // Merge weight of a partial with max m under the overall max mx; an empty partial (m = -inf) weighs 0, so
 // its {0, 0..} adds nothing (and -inf - -inf never makes a NaN).
 __device__ __forceinline__ float ppn_attn_weight(float m, float mx) { return m == -INFINITY ? 0.0f : expf(m - mx); }
 
-// The last block of head h to arrive merges the head's partials in split order. Every thread computes the
-// same max and sum (same inputs, same order); reads go through L2 (__ldcg): other blocks wrote them.
-__device__ void ppn_attn_merge(const ppn_kp_attn &p, const float *ph, float *out)
+// One pass: query heads h0 .. h0 + ng - 1 (ng <= HP) over the block's positions [t0, t1), into the block's
+// partial per head (the output when n_split is 1). s_acc: per warp, HP x NJ x 32 accumulators; s_m, s_l: per
+// warp, PPN_ATTN_MAXG maxima and sums.
+template <int NJ, int HP>
+__device__ void ppn_attn_pass(const ppn_kp_attn &p, int kvh, int h0, int ng, int j, int t0, int t1, float *s_acc,
+                              float *s_m, float *s_l)
 {
-    __shared__ float s_w[PPN_ATTN_MAX_SPLIT], s_pl[PPN_ATTN_MAX_SPLIT];
-    int ns = p.n_split, hd = p.head_dim;
-    int rec = hd + 2; // <= 258 (int keeps ptxas from spilling the 64-bit index on sm_90a)
-    if (threadIdx.x < ns) {
-        s_w[threadIdx.x] = __ldcg(ph + threadIdx.x * rec);
-        s_pl[threadIdx.x] = __ldcg(ph + threadIdx.x * rec + 1);
+    constexpr int P = ppn_attn_tile(NJ, HP), N = P * HP, SH = 5 - ppn_log2(N), LHP = ppn_log2(HP);
+    static_assert(HP * NJ <= 32 && HP <= PPN_ATTN_MAXG && NJ <= PPN_ATTN_MAXJ, "attn pass shape");
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, hd = p.head_dim;
+    size_t kv_off = (size_t)kvh * (size_t)p.ctx * hd;
+    const float *kc = (const float *)p.kc + kv_off, *vc = (const float *)p.vc + kv_off;
+    const float *q = (const float *)p.q + (size_t)h0 * hd;
+    float qr[HP][NJ], acc[HP][NJ];
+#pragma unroll
+    for (int g = 0; g < HP; g++)
+#pragma unroll
+        for (int i = 0; i < NJ; i++) {
+            int d = lane + 32 * i;
+            qr[g][i] = g < ng && d < hd ? q[g * hd + d] : 0.0f;
+            acc[g][i] = 0.0f;
+        }
+    int me = lane >> SH;           // this lane's score after the sum: tile position me / HP, head me % HP
+    float m = -INFINITY, l = 0.0f; // running max and sum of head me % HP, the same bits on each lane holding it
+    for (int tb = t0 + warp * P; tb < t1; tb += PPN_ATTN_WARPS * P) {
+        const float *kt = kc + (size_t)tb * hd, *vt = vc + (size_t)tb * hd;
+        float kr[P][NJ], vr[P][NJ], s[N];
+#pragma unroll
+        for (int t = 0; t < P; t++)
+#pragma unroll
+            for (int i = 0; i < NJ; i++) {
+                int d = lane + 32 * i;
+                bool in = tb + t < t1 && d < hd;
+                kr[t][i] = in ? __ldg(kt + t * hd + d) : 0.0f;
+                vr[t][i] = in ? __ldg(vt + t * hd + d) : 0.0f;
+            }
+#pragma unroll
+        for (int t = 0; t < P; t++)
+#pragma unroll
+            for (int g = 0; g < HP; g++) {
+                float dot = 0.0f;
+#pragma unroll
+                for (int i = 0; i < NJ; i++) dot = fmaf(qr[g][i], kr[t][i], dot);
+                s[t * HP + g] = dot;
+            }
+        float sc = ppn_warp_sum_n<N>(s);
+        sc = tb + (me >> LHP) < t1 ? sc * p.scale : -INFINITY; // a position past t1 weighs 0
+        // the tile's max and sum per head: over the lanes holding its P positions
+        float tm = sc;
+#pragma unroll
+        for (int b = SH + LHP; b < 5; b++) tm = fmaxf(tm, __shfl_xor_sync(PPN_FULL_MASK, tm, 1 << b));
+        float m_new = fmaxf(m, tm); // finite: position tb < t1 scores for every head
+        float corr = m == -INFINITY ? 0.0f : expf(m - m_new), e = expf(sc - m_new), es = e;
+#pragma unroll
+        for (int b = SH + LHP; b < 5; b++) es += __shfl_xor_sync(PPN_FULL_MASK, es, 1 << b);
+        l = fmaf(l, corr, es);
+        m = m_new;
+#pragma unroll
+        for (int g = 0; g < HP; g++) {
+            float c = __shfl_sync(PPN_FULL_MASK, corr, g << SH);
+#pragma unroll
+            for (int i = 0; i < NJ; i++) acc[g][i] *= c;
+        }
+#pragma unroll
+        for (int t = 0; t < P; t++)
+#pragma unroll
+            for (int g = 0; g < HP; g++) {
+                float w = __shfl_sync(PPN_FULL_MASK, e, (t * HP + g) << SH);
+#pragma unroll
+                for (int i = 0; i < NJ; i++) acc[g][i] = fmaf(w, vr[t][i], acc[g][i]);
+            }
     }
+    float *wa = s_acc + warp * HP * NJ * 32;
+#pragma unroll
+    for (int g = 0; g < HP; g++)
+#pragma unroll
+        for (int i = 0; i < NJ; i++) wa[(g * NJ + i) * 32 + lane] = acc[g][i];
+    if (me < HP && (lane & ((1 << SH) - 1)) == 0)
+        s_m[warp * PPN_ATTN_MAXG + me] = m, s_l[warp * PPN_ATTN_MAXG + me] = l;
     __syncthreads();
-    float mx = -INFINITY, den = 0.0f;
-    for (int j = 0; j < ns; j++) mx = fmaxf(mx, s_w[j]);
-    __syncthreads(); // every max read s_w before it is overwritten with the weights
-    if (threadIdx.x < ns) s_w[threadIdx.x] = ppn_attn_weight(s_w[threadIdx.x], mx);
-    __syncthreads();
-    for (int j = 0; j < ns; j++) den = fmaf(s_pl[j], s_w[j], den);
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float num = 0.0f;
-        const float *o = ph + 2 + d;
-        for (int j = 0; j < ns; j++, o += rec) num = fmaf(__ldcg(o), s_w[j], num);
-        out[d] = num / den; // den > 0: split 0 always holds position 0
+    // the block's partial per head: an empty split gives {-inf, 0, 0..}, as every warp's is
+    int ns = p.n_split;
+    for (int x = threadIdx.x; x < ng * hd; x += blockDim.x) {
+        int g = x / hd, d = x - g * hd;
+        float mx = -INFINITY, den = 0.0f, num = 0.0f;
+        for (int w = 0; w < PPN_ATTN_WARPS; w++) mx = fmaxf(mx, s_m[w * PPN_ATTN_MAXG + g]);
+        for (int w = 0; w < PPN_ATTN_WARPS; w++) {
+            float f = ppn_attn_weight(s_m[w * PPN_ATTN_MAXG + g], mx);
+            den = fmaf(s_l[w * PPN_ATTN_MAXG + g], f, den);
+            num = fmaf(s_acc[(w * HP + g) * NJ * 32 + d], f, num);
+        }
+        size_t h = (size_t)h0 + g;
+        if (ns == 1) {
+            ((float *)p.out)[h * hd + d] = num / den;
+        } else {
+            float *rec = (float *)p.part + (h * ns + j) * ((size_t)hd + 2);
+            rec[2 + d] = num;
+            if (d == 0) rec[0] = mx, rec[1] = den;
+        }
+    }
+    __syncthreads(); // the next pass (or the merge) reuses the shared arrays
+}
+
+template <int NJ, int HP>
+__device__ void ppn_attn_heads(const ppn_kp_attn &p, int kvh, int j, int t0, int t1, float *s_acc, float *s_m,
+                               float *s_l)
+{
+    int G = p.n_heads / p.n_kv;
+    for (int g0 = 0; g0 < G; g0 += HP)
+        ppn_attn_pass<NJ, HP>(p, kvh, kvh * G + g0, min(HP, G - g0), j, t0, t1, s_acc, s_m, s_l);
+}
+
+template <int NJ>
+__device__ void ppn_attn_by_hp(const ppn_kp_attn &p, int hp, int kvh, int j, int t0, int t1, float *s_acc,
+                               float *s_m, float *s_l)
+{
+    constexpr int HPMAX = 32 / NJ < PPN_ATTN_MAXG ? 32 / NJ : PPN_ATTN_MAXG;
+    if (hp == 1) ppn_attn_heads<NJ, 1>(p, kvh, j, t0, t1, s_acc, s_m, s_l);
+    else if (hp == 2) ppn_attn_heads<NJ, 2>(p, kvh, j, t0, t1, s_acc, s_m, s_l);
+    else if (hp == 4 || HPMAX == 4) ppn_attn_heads<NJ, 4>(p, kvh, j, t0, t1, s_acc, s_m, s_l);
+    else ppn_attn_heads<NJ, HPMAX>(p, kvh, j, t0, t1, s_acc, s_m, s_l);
+}
+
+// The last block of KV head kvh merges each of its G query heads' n_split partials in split order, a head per
+// warp at a time: the warp reduces the head's maxima and sums (split j on lane j % 32, a fixed shuffle tree),
+// then the block forms num / den per output dim, summing in j order. Reads go through L2 (__ldcg): other
+// blocks wrote them. s_w: PPN_ATTN_WARPS x PPN_ATTN_MAX_SPLIT floats; s_den: PPN_ATTN_WARPS.
+__device__ void ppn_attn_merge(const ppn_kp_attn &p, int h0, int G, float *s_w, float *s_den)
+{
+    int ns = p.n_split, hd = p.head_dim, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int rec = hd + 2; // <= 258 (int keeps ptxas from spilling the 64-bit index on sm_90a)
+    const float *part = (const float *)p.part;
+    for (int c0 = 0; c0 < G; c0 += PPN_ATTN_WARPS) {
+        int nc = min(PPN_ATTN_WARPS, G - c0);
+        if (warp < nc) {
+            const float *ph = part + (size_t)(h0 + c0 + warp) * ns * rec;
+            float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+            if (lane < ns) m0 = __ldcg(ph + lane * rec), l0 = __ldcg(ph + lane * rec + 1);
+            if (lane + 32 < ns) m1 = __ldcg(ph + (lane + 32) * rec), l1 = __ldcg(ph + (lane + 32) * rec + 1);
+            float mx = ppn_warp_max(fmaxf(m0, m1)), w0 = ppn_attn_weight(m0, mx), w1 = ppn_attn_weight(m1, mx);
+            s_w[warp * PPN_ATTN_MAX_SPLIT + lane] = w0;
+            s_w[warp * PPN_ATTN_MAX_SPLIT + lane + 32] = w1;
+            float den = ppn_warp_sum(fmaf(l1, w1, l0 * w0));
+            if (lane == 0) s_den[warp] = den; // > 0: split 0 always holds position 0
+        }
+        __syncthreads();
+        for (int x = threadIdx.x; x < nc * hd; x += blockDim.x) {
+            int c = x / hd, d = x - c * hd;
+            const float *o = part + (size_t)(h0 + c0 + c) * ns * rec + 2 + d, *w = s_w + c * PPN_ATTN_MAX_SPLIT;
+            float num = 0.0f;
+#pragma unroll 8
+            for (int s = 0; s < ns; s++) num = fmaf(__ldcg(o + s * rec), w[s], num);
+            ((float *)p.out)[(size_t)(h0 + c0 + c) * hd + d] = num / s_den[c];
+        }
+        __syncthreads(); // the next heads reuse s_w, s_den
     }
 }
 
-extern "C" __global__ void __launch_bounds__(32 * PPN_ATTN_WARPS) ppn_k_attn(const ppn_kp_attn p)
+extern "C" __global__ void __launch_bounds__(32 * PPN_ATTN_WARPS, 2) ppn_k_attn(const ppn_kp_attn p)
 {
-    __shared__ float s_acc[PPN_ATTN_WARPS][32 * PPN_ATTN_MAXJ];
-    __shared__ float s_m[PPN_ATTN_WARPS], s_l[PPN_ATTN_WARPS];
+    // per warp HP NJ 32 <= 1024 accumulators of a pass; the merge then reuses the array for its weights
+    __shared__ float s_acc[PPN_ATTN_WARPS * 32 * 32];
+    __shared__ float s_m[PPN_ATTN_WARPS * PPN_ATTN_MAXG], s_l[PPN_ATTN_WARPS * PPN_ATTN_MAXG];
     __shared__ int s_last;
-    int h = blockIdx.x, j = blockIdx.y, ns = p.n_split, hd = p.head_dim, lane = threadIdx.x & 31;
-    int warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    float *out = (float *)p.out + (size_t)h * hd;
+    PPN_PDL_ENTER();
+    int kvh = blockIdx.x, j = blockIdx.y, ns = p.n_split, hd = p.head_dim, G = p.n_heads / p.n_kv;
     int32_t pos = ppn_hdr(p.hdr)->pos;
     if (pos < 0 || pos >= p.ctx) { // uniform over the grid: no block counts, so the counters stay 0
+        float *out = (float *)p.out + (size_t)kvh * G * hd;
         if (j == 0)
-            for (int d = threadIdx.x; d < hd; d += blockDim.x) out[d] = __int_as_float(0x7fc00000);
+            for (int d = threadIdx.x; d < G * hd; d += blockDim.x) out[d] = __int_as_float(0x7fc00000);
         return;
     }
     int t0, t1;
     ppn_attn_span(pos, ns, j, &t0, &t1);
-    size_t kv_off = (size_t)(h / (p.n_heads / p.n_kv)) * (size_t)p.ctx * hd;
-    ppn_attn_part pt;
-    ppn_attn_warp(p, (const float *)p.q + (size_t)h * hd, (const float *)p.kc + kv_off,
-                  (const float *)p.vc + kv_off, t0, t1, &pt);
-#pragma unroll
-    for (int k = 0; k < PPN_ATTN_MAXJ; k++) s_acc[warp][lane + 32 * k] = pt.acc[k];
-    if (lane == 0) s_m[warp] = pt.m, s_l[warp] = pt.l;
-    __syncthreads();
-    // the block's partial: an empty split gives {-inf, 0, 0..}, as every warp's is
-    float *rec = (float *)p.part + ((size_t)h * ns + j) * ((size_t)hd + 2);
-    float mx = -INFINITY, den = 0.0f;
-    for (int w = 0; w < nw; w++) mx = fmaxf(mx, s_m[w]);
-    for (int w = 0; w < nw; w++) {
-        float f = ppn_attn_weight(s_m[w], mx);
-        den = fmaf(s_l[w], f, den);
-    }
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float num = 0.0f;
-        for (int w = 0; w < nw; w++) num = fmaf(s_acc[w][d], ppn_attn_weight(s_m[w], mx), num);
-        if (ns == 1) out[d] = num / den;
-        else rec[2 + d] = num;
-    }
+    // NJ, HP from the sizes alone (uniform over the grid): registers per lane stay bounded whatever G is
+    int nj = hd <= 64 ? 2 : hd <= 128 ? 4 : 8, hp = G == 1 ? 1 : G == 2 ? 2 : G <= 4 ? 4 : PPN_ATTN_MAXG;
+    if (nj == 2) ppn_attn_by_hp<2>(p, hp, kvh, j, t0, t1, s_acc, s_m, s_l);
+    else if (nj == 4) ppn_attn_by_hp<4>(p, hp, kvh, j, t0, t1, s_acc, s_m, s_l);
+    else ppn_attn_by_hp<PPN_ATTN_MAXJ>(p, hp, kvh, j, t0, t1, s_acc, s_m, s_l);
     if (ns == 1) return;
-    if (threadIdx.x == 0) rec[0] = mx, rec[1] = den;
     // Release: every thread's stores are visible device-wide before thread 0 counts the block in.
     __threadfence();
     __syncthreads();
-    unsigned *cnt = (unsigned *)((float *)p.part + (size_t)p.n_heads * ns * ((size_t)hd + 2)) + h;
+    unsigned *cnt = (unsigned *)((float *)p.part + (size_t)p.n_heads * ns * ((size_t)hd + 2)) + kvh;
     if (threadIdx.x == 0) {
         s_last = atomicAdd(cnt, 1u) == (unsigned)(ns - 1);
         __threadfence(); // acquire: the merge's reads come after seeing every other block's count
     }
     __syncthreads();
     if (!s_last) return;
-    ppn_attn_merge(p, (const float *)p.part + (size_t)h * ns * ((size_t)hd + 2), out);
-    if (threadIdx.x == 0) *cnt = 0; // every block of h has counted; the next launch starts from 0
+    ppn_attn_merge(p, kvh * G, G, s_acc, s_acc + PPN_ATTN_WARPS * PPN_ATTN_MAX_SPLIT);
+    if (threadIdx.x == 0) *cnt = 0; // every block of kvh has counted; the next launch starts from 0
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -569,6 +817,7 @@ extern "C" __global__ void __launch_bounds__(32 * PPN_ATTN_WARPS) ppn_k_attn(con
 
 extern "C" __global__ void ppn_k_swiglu(const ppn_kp_swiglu p)
 {
+    PPN_PDL_ENTER();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= p.n) return;
     float g = ((const float *)p.gate)[i];
@@ -578,6 +827,7 @@ extern "C" __global__ void ppn_k_swiglu(const ppn_kp_swiglu p)
 
 extern "C" __global__ void ppn_k_add(const ppn_kp_add p)
 {
+    PPN_PDL_ENTER();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= p.n) return;
     ((float *)p.out)[i] = ((const float *)p.a)[i] + ((const float *)p.b)[i];
@@ -589,6 +839,7 @@ extern "C" __global__ void ppn_k_add(const ppn_kp_add p)
 
 extern "C" __global__ void ppn_k_matmat(const ppn_kp_matmat p)
 {
+    PPN_PDL_ENTER();
     int r = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
     if (r >= p.rows) return; // a whole warp leaves together: the shuffles below see full warps
     float acc[PPN_MATMAT_MAX_M];
@@ -616,11 +867,13 @@ extern "C" __global__ void ppn_k_matmat(const ppn_kp_matmat p)
 
 extern "C" __global__ void ppn_k_set_hdr(const ppn_kp_set_hdr p)
 {
+    PPN_PDL_ENTER();
     if (threadIdx.x == 0 && blockIdx.x == 0) *(ppn_step_hdr *)p.hdr = p.v;
 }
 
 extern "C" __global__ void ppn_k_fill(const ppn_kp_fill p)
 {
+    PPN_PDL_ENTER();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= p.n) return;
     ((uint32_t *)p.out)[i] = p.value;
@@ -648,6 +901,7 @@ __device__ __forceinline__ void ppn_argmax_warp(float &bv, int &bi)
 
 extern "C" __global__ void ppn_k_argmax(const ppn_kp_argmax p)
 {
+    PPN_PDL_ENTER();
     __shared__ float s_v[32];
     __shared__ int s_i[32];
     const float *x = (const float *)p.x;

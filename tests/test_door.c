@@ -16,7 +16,7 @@ static const char *const door_vars[] = {
     "MEMRA_PP_STAGES", "MEMRA_PP_SPLITS", "MEMRA_PP_SPLIT", "MEMRA_PP_DEVICES", "MEMRA_PP_SHARD",
     "MEMRA_PP_STREAMS", "MEMRA_PP_OVERLAP", "MEMRA_BATCH_PP", "MEMRA_SPEC_PP", "MEMRA_PRIME_PP",
     "MEMRA_PRIME_PIPE", "MEMRA_PP_ALLOW_UNSPLIT_BATCH", "PPN_SPIN",
-    "PPN_GRAPHS",
+    "PPN_GRAPHS", "PPN_FUSE",
 };
 #define N_VARS (sizeof door_vars / sizeof door_vars[0])
 
@@ -40,6 +40,7 @@ static const seam flag_bits[] = {
     {"--overlap", offsetof(ppn_door, overlap), 0},
     {"--spin", offsetof(ppn_door, spin), 0},
     {"--graphs", offsetof(ppn_door, graphs), 1},
+    {"--fuse", offsetof(ppn_door, fuse), 1},
 };
 #define N_FLAG_BITS (sizeof flag_bits / sizeof flag_bits[0])
 
@@ -156,6 +157,7 @@ static void assert_shut(const ppn_door *d, int n_stages)
     for (size_t i = 0; i < N_SEAMS; i++) assert_int_equal(field(d, seams[i].off), seams[i].def);
     assert_int_equal(d->spin, 0);
     assert_int_equal(d->graphs, 1);
+    assert_int_equal(d->fuse, 1);
 }
 
 static void assert_defaults(const ppn_door *d) { assert_shut(d, 0); }
@@ -216,6 +218,11 @@ static void test_spin_always_read(void **state)
         env_refused(bad_bits[i], "PPN_GRAPHS", "must be 0 or 1");
     }
     unsetenv("PPN_GRAPHS");
+    setenv("PPN_FUSE", "0", 1);
+    assert_int_equal(env_door().fuse, 0);
+    setenv("PPN_FUSE", "yes", 1);
+    env_refused("yes", "PPN_FUSE", "must be 0 or 1");
+    unsetenv("PPN_FUSE");
     setenv("PPN_SPIN", "1", 1);
     ppn_door d = env_door();
     assert_int_equal(d.spin, 1);

@@ -539,45 +539,84 @@ static void attn_expect(const float *q, const float *kc, const float *vc, int nh
     free(s);
 }
 
-/* The CUDA kernel's split (ppn_kp_attn), emulated in f32 on the host to check its math independently of a
- * GPU: split j of ns takes [j c, min((j + 1) c, pos + 1)), c = ceil((pos + 1) / ns); each split keeps an
- * online softmax {max, sum, o} from the neutral {-inf, 0, 0}; the partials merge in j order, an empty one
- * weighing 0. Every position must be visited exactly once, and nothing may turn into NaN. */
+/* The CUDA kernel's scheme (ppn_kp_attn), emulated in f32 on the host to check its math independently of a
+ * GPU: CTA (g, j) takes KV head g's query heads over split j of ns, [j c, min((j + 1) c, pos + 1)) with
+ * c = ceil((pos + 1) / ns); each of its EMU_W warps walks tiles of EMU_P positions (warp w's i-th tile at
+ * t0 + (w + i EMU_W) EMU_P), reading each k, v row once for all the group's heads, and keeps per head an
+ * online softmax {max, sum, o} from the neutral {-inf, 0, 0} updated once per tile; the warps' partials merge
+ * in warp order, then the splits' in j order, an empty one weighing 0. Every position must be read exactly
+ * once per KV head, and nothing may turn into NaN. */
+enum { EMU_W = 8, EMU_P = 4 };
+
+/* Merge n partials {m, l, o[hd]} (stride rec floats) in order: *mx, *den and num[hd], an empty one weighing 0. */
+static void attn_emu_merge(const float *m, const float *l, const float *o, int n, int rec, int hd, float *mx,
+                           float *den, float *num)
+{
+    *mx = -INFINITY, *den = 0.0f;
+    for (int i = 0; i < n; i++) *mx = fmaxf(*mx, m[i * rec]);
+    for (int d = 0; d < hd; d++) num[d] = 0.0f;
+    for (int i = 0; i < n; i++) {
+        float f = m[i * rec] == -INFINITY ? 0.0f : expf(m[i * rec] - *mx);
+        *den = fmaf(l[i * rec], f, *den);
+        for (int d = 0; d < hd; d++) num[d] = fmaf(o[(size_t)i * rec + d], f, num[d]);
+    }
+}
+
 static void attn_split_emulate(const float *q, const float *kc, const float *vc, int nh, int nkv, int hd,
                                int ctx, int pos, float scale, int ns, float *out)
 {
-    float *m = malloc((size_t)ns * sizeof *m), *l = malloc((size_t)ns * sizeof *l);
-    float *o = calloc((size_t)ns * hd, sizeof *o);
-    int *seen = calloc((size_t)pos + 1, sizeof *seen);
-    assert_true(m && l && o && seen);
-    for (int h = 0; h < nh; h++) {
-        const float *K = kc + (size_t)(h / (nh / nkv)) * ctx * hd, *V = vc + (size_t)(h / (nh / nkv)) * ctx * hd;
-        int c = (pos + ns) / ns;
-        memset(o, 0, (size_t)ns * hd * sizeof *o);
+    int G = nh / nkv, c = (pos + ns) / ns, rec = hd + 2;
+    float *wp = malloc((size_t)EMU_W * G * rec * sizeof *wp); /* per warp, head: {m, l, o[hd]} */
+    float *sp = malloc((size_t)ns * G * rec * sizeof *sp);    /* per split, head: the CTA's partial */
+    int *seen = calloc((size_t)nkv * (pos + 1), sizeof *seen);
+    assert_true(wp && sp && seen);
+    for (int g = 0; g < nkv; g++) {
+        const float *K = kc + (size_t)g * ctx * hd, *V = vc + (size_t)g * ctx * hd;
         for (int j = 0; j < ns; j++) {
-            m[j] = -INFINITY, l[j] = 0.0f;
-            for (int t = j * c; t < (j + 1) * c && t <= pos; t++) {
-                float dot = 0.0f;
-                for (int i = 0; i < hd; i++) dot = fmaf(q[h * hd + i], K[(size_t)t * hd + i], dot);
-                float sc = dot * scale, mn = fmaxf(m[j], sc);
-                float corr = m[j] == -INFINITY ? 0.0f : expf(m[j] - mn), e = expf(sc - mn);
-                l[j] = l[j] * corr + e;
-                for (int i = 0; i < hd; i++) o[j * hd + i] = o[j * hd + i] * corr + e * V[(size_t)t * hd + i];
-                m[j] = mn;
-                seen[t] += h == 0;
+            int t0 = j * c < pos + 1 ? j * c : pos + 1, t1 = t0 + c < pos + 1 ? t0 + c : pos + 1;
+            for (int w = 0; w < EMU_W; w++) {
+                float *ww = wp + (size_t)w * G * rec;
+                for (int hh = 0; hh < G; hh++) {
+                    ww[hh * rec] = -INFINITY, ww[hh * rec + 1] = 0.0f;
+                    memset(ww + hh * rec + 2, 0, (size_t)hd * sizeof *ww);
+                }
+                for (int tb = t0 + w * EMU_P; tb < t1; tb += EMU_W * EMU_P) {
+                    int np = t1 - tb < EMU_P ? t1 - tb : EMU_P;
+                    for (int t = 0; t < np; t++) seen[(size_t)g * (pos + 1) + tb + t]++;
+                    for (int hh = 0; hh < G; hh++) { /* the tile's rows, once for every head of the group */
+                        const float *qh = q + (size_t)(g * G + hh) * hd;
+                        float *m = ww + hh * rec, *l = m + 1, *o = m + 2, sc[EMU_P], e[EMU_P], tm = -INFINITY, es = 0;
+                        for (int t = 0; t < np; t++) {
+                            float dot = 0.0f;
+                            for (int i = 0; i < hd; i++) dot = fmaf(qh[i], K[(size_t)(tb + t) * hd + i], dot);
+                            sc[t] = dot * scale;
+                            tm = fmaxf(tm, sc[t]);
+                        }
+                        float mn = fmaxf(*m, tm), corr = *m == -INFINITY ? 0.0f : expf(*m - mn);
+                        for (int t = 0; t < np; t++) es += e[t] = expf(sc[t] - mn);
+                        *l = fmaf(*l, corr, es);
+                        *m = mn;
+                        for (int i = 0; i < hd; i++) {
+                            o[i] *= corr;
+                            for (int t = 0; t < np; t++) o[i] = fmaf(e[t], V[(size_t)(tb + t) * hd + i], o[i]);
+                        }
+                    }
+                }
+            }
+            for (int hh = 0; hh < G; hh++) { /* the CTA's partial per head: warps in order */
+                float *r = sp + ((size_t)j * G + hh) * rec;
+                attn_emu_merge(wp + hh * rec, wp + hh * rec + 1, wp + hh * rec + 2, EMU_W, G * rec, hd, &r[0], &r[1],
+                               r + 2);
             }
         }
-        float mx = -INFINITY, den = 0.0f;
-        for (int j = 0; j < ns; j++) mx = fmaxf(mx, m[j]);
-        for (int j = 0; j < ns; j++) den += m[j] == -INFINITY ? 0.0f : l[j] * expf(m[j] - mx);
-        for (int i = 0; i < hd; i++) {
-            float num = 0.0f;
-            for (int j = 0; j < ns; j++) num += m[j] == -INFINITY ? 0.0f : o[j * hd + i] * expf(m[j] - mx);
-            out[h * hd + i] = num / den;
+        for (int hh = 0; hh < G; hh++) { /* the last CTA's merge: splits in order */
+            float mx, den, *o = out + (size_t)(g * G + hh) * hd;
+            attn_emu_merge(sp + hh * rec, sp + hh * rec + 1, sp + hh * rec + 2, ns, G * rec, hd, &mx, &den, o);
+            for (int i = 0; i < hd; i++) o[i] /= den;
         }
     }
-    for (int t = 0; t <= pos; t++) assert_int_equal(seen[t], 1);
-    free(m), free(l), free(o), free(seen);
+    for (size_t t = 0; t < (size_t)nkv * (pos + 1); t++) assert_int_equal(seen[t], 1);
+    free(wp), free(sp), free(seen);
 }
 
 static void attn_case(int nh, int nkv, int hd, int ctx, int pos, int ns)
@@ -621,6 +660,8 @@ static void test_attn(void **state)
         attn_case(6, 1, 160, 300, 299, ns);   /* MQA; head_dim past one output chunk */
         attn_case(8, 2, 64, 301, 300, ns);    /* GQA, long */
         attn_case(4, 4, 48, 301, 300, ns);    /* MHA, long; head_dim not a multiple of 32 */
+        attn_case(14, 2, 64, 100, 99, ns);    /* 7 heads a KV head (Qwen2): one padded pass of 8 */
+        attn_case(16, 1, 32, 40, 37, ns);     /* 16 heads a KV head: two passes */
     }
     attn_case(4, 2, 32, 70, 64, 64);          /* the largest n_split: chunks of 2, splits 33..63 empty */
 }
@@ -1064,7 +1105,7 @@ static void test_op_attention_path(void **state)
                                  D(&hdr), D(part), 3),
                      PPN_OK);
     assert_int_equal(cap.l.kernel, PPN_K_ATTN);
-    assert_int_equal(cap.l.grid[0], (unsigned)nh);
+    assert_int_equal(cap.l.grid[0], (unsigned)nkv); /* a CTA per KV head serves its query heads */
     assert_int_equal(cap.l.grid[1], 3); /* n_split, never pos: one launch serves every step */
     assert_int_equal(cap.l.grid[2], 1);
     assert_int_equal(((const ppn_kp_attn *)cap.l.params)->n_split, 3);
@@ -1123,11 +1164,14 @@ static void test_op_attn_split(void **state)
     assert_int_equal(ppn_op_attn_scratch_bytes(32, 9, 128), (size_t)32 * 9 * 130 * 4 + 32 * 4);
     assert_int_equal(ppn_op_attn_scratch_bytes(8, 1, 64), (size_t)8 * 66 * 4 + 8 * 4);
     assert_int_equal(ppn_op_attn_scratch_bytes(0, 1, 64), 0);
-    assert_int_equal(ppn_op_attn_split(32, 132), 9); /* H200: ceil(264 / 32) */
-    assert_int_equal(ppn_op_attn_split(64, 132), 5);
-    assert_int_equal(ppn_op_attn_split(8, 132), 32); /* capped */
-    assert_int_equal(ppn_op_attn_split(32, 1), 1);   /* sim reports one SM */
-    assert_int_equal(ppn_op_attn_split(32, 0), 1);   /* unknown */
+    /* by KV heads (the grid's x): two CTAs per SM */
+    assert_int_equal(ppn_op_attn_split(8, 132), 33); /* H200, llama 8B: ceil(264 / 8) */
+    assert_int_equal(ppn_op_attn_split(32, 132), 9); /* MHA, 32 heads */
+    assert_int_equal(ppn_op_attn_split(5, 132), 53);
+    assert_int_equal(ppn_op_attn_split(4, 132), 64); /* capped */
+    assert_int_equal(ppn_op_attn_split(1, 132), 64);
+    assert_int_equal(ppn_op_attn_split(8, 1), 1);    /* sim reports one SM */
+    assert_int_equal(ppn_op_attn_split(8, 0), 1);    /* unknown */
     assert_int_equal(ppn_op_attn_split(0, 132), 1);
 }
 

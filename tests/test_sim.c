@@ -819,7 +819,7 @@ static void invalid_environment_is_refused(void **state)
         {"PPN_SIM_MEM", "99999999999999999999"},                  {"PPN_SIM_PEER", "some"},
         {"PPN_SIM_PEER", "0-4"},    {"PPN_SIM_PEER", "1-1"},      {"PPN_SIM_PEER", "0-1,"},
         {"PPN_SIM_PEER", "0-1;2-3"}, {"PPN_SIM_FAIL", "alloc"},   {"PPN_SIM_FAIL", "alloc:0"},
-        {"PPN_SIM_FAIL", "free:1"}, {"PPN_SIM_FAIL", "copy:1,"},  {"PPN_SIM_LATENCY", "2"},
+        {"PPN_SIM_FAIL", "free:1"}, {"PPN_SIM_FAIL", "copy:1,"},  {"PPN_SIM_LATENCY", "1001"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ppn_gpu *g = (ppn_gpu *)0x1;

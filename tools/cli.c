@@ -129,7 +129,7 @@ void cli_progress(void *arg, size_t done, size_t total)
 int cli_door_flag(ppn_door *d, int argc, char **argv, int *i)
 {
     static const char *const flags[] = {"--stages", "--splits", "--split", "--devices", "--shard", "--streams",
-                                        "--overlap", "--spin", "--graphs"};
+                                        "--overlap", "--spin", "--graphs", "--fuse"};
     for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++) {
         if (strcmp(argv[*i], flags[k]) != 0) continue;
         const char *v = cli_value(argc, argv, i);
@@ -158,6 +158,7 @@ void cli_print_stage_map(FILE *f, const ppn_model *m)
     }
     fprintf(f, "%s%s%s%s\n", si.door.overlap ? "; overlap" : "", si.door.streams ? "" : "; one stream",
             si.door.shard ? "" : "; unsharded", si.door.graphs ? "; graphs" : "; no graphs");
+    if (!si.door.fuse) fprintf(f, "       (PPN_FUSE=0: separate norm and SwiGLU launches)\n");
 }
 
 void cli_json_stage_map(FILE *f, const ppn_model *m)
@@ -172,8 +173,9 @@ void cli_json_stage_map(FILE *f, const ppn_model *m)
     for (int s = 0; s + 1 < si.n_stages; s++) fprintf(f, "%s\"%s\"", s ? "," : "", ppn_transport_name(si.xport[s]));
     fprintf(f, "],\"cores\":[");
     for (int s = 0; s < si.n_stages; s++) fprintf(f, "%s%d", s ? "," : "", si.pu[s]);
-    fprintf(f, "],\"threads\":%s,\"overlap\":%d,\"streams\":%d,\"shard\":%d,\"graphs\":%d}",
-            si.threads ? "true" : "false", si.door.overlap, si.door.streams, si.door.shard, si.door.graphs);
+    fprintf(f, "],\"threads\":%s,\"overlap\":%d,\"streams\":%d,\"shard\":%d,\"graphs\":%d,\"fuse\":%d}",
+            si.threads ? "true" : "false", si.door.overlap, si.door.streams, si.door.shard, si.door.graphs,
+            si.door.fuse);
 }
 
 double cli_now_us(void)

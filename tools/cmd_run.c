@@ -20,8 +20,8 @@ static void run_usage(FILE *f)
           "               [-n 150] [--temp 0] [--top-k K] [--top-p P] [--seed S] [--ctx C]\n"
           "               [--logits-out FILE] [--json] [--quiet] [--check-unsplit]\n"
           "               [--stages N] [--splits c1,..] [--devices d0,..] [--overlap 0|1] [--streams 0|1]\n"
-          "               [--shard 0|1] [--spin 0|1] [--graphs 0|1]   (the door; MEMRA_PP_*, PPN_SPIN and PPN_GRAPHS\n"
-          "               in the environment say the same)\n"
+          "               [--shard 0|1] [--spin 0|1] [--graphs 0|1] [--fuse 0|1]   (the door; MEMRA_PP_*,\n"
+          "               PPN_SPIN, PPN_GRAPHS and PPN_FUSE in the environment say the same)\n"
           "stdout: the generated ids (not the prompt), comma-separated; --json: one object.\n"
           "--logits-out: float32 [T, vocab], row t = logits after feeding ids[0..t], prompt and generated.\n",
           f);

@@ -665,8 +665,9 @@ static void kv_store_case(int nkv, int hd, int ctx, int32_t pos)
 }
 
 /* Two launches back to back on one scratch (no sync between: the second relies on the first having reset
- * the counters in stream order) must give the same bits; then the counters must read 0 and the result match
- * the CPU reference, which computes the exact attention whatever n_split is. */
+ * the counters in stream order) must give the same bits; then the counters must read 0 (the first n_kv count
+ * the CTAs of each KV head, the rest are never touched) and the result match the CPU reference, which
+ * computes the exact attention whatever n_split is. */
 static void attn_case(int nh, int nkv, int hd, int ctx, int32_t pos, int ns)
 {
     size_t csz = (size_t)nkv * ctx * hd, qn = (size_t)nh * hd, pb = ppn_op_attn_scratch_bytes(nh, ns, hd);
@@ -691,7 +692,8 @@ static void attn_case(int nh, int nkv, int hd, int ctx, int32_t pos, int ns)
     get(cnt, dpart + cnt_at, (size_t)nh * sizeof *cnt);
     same_bits(what, g1, g2, qn * 4);
     for (int h = 0; h < nh; h++)
-        if (cnt[h]) fail_msg("%s: head %d's arrival counter is %u after the launches, not 0", what, h, cnt[h]);
+        if (cnt[h]) fail_msg("%s: arrival counter %d (of %d KV heads) is %u after the launches, not 0", what, h, nkv,
+                             cnt[h]);
     ppn_kp_attn p = {.out = D(ref), .q = D(q), .kc = D(kc), .vc = D(vc), .hdr = D(&hdr), .n_heads = nh,
                      .n_kv = nkv, .head_dim = hd, .ctx = ctx, .n_split = ns, .scale = scale};
     ppn_kernels[PPN_K_ATTN].cpu(&p);
@@ -719,8 +721,9 @@ static void attn_time(int nh, int nkv, int hd, int ctx, int ns)
     OK(G->ops->event_record(G, ev[1], S));
     sync_ok();
     OK(G->ops->event_elapsed(G, ev[0], ev[1], &ms));
-    printf("  attn time heads=%d kv=%d head_dim=%d pos=%d n_split=%-2d       %8.2f us/launch\n", nh, nkv, hd,
-           ctx - 1, ns, 1e3 * ms / REPS);
+    double us = 1e3 * ms / REPS; /* k and v read once: 2 csz floats */
+    printf("  attn time heads=%d kv=%d head_dim=%d pos=%d n_split=%-2d       %8.2f us/launch  %6.0f GB/s\n", nh,
+           nkv, hd, ctx - 1, ns, us, 8.0 * (double)csz / (us * 1e3));
     for (int i = 0; i < 2; i++) OK(G->ops->event_destroy(G, ev[i]));
     free(q), free(kc);
     dfree_all();
@@ -734,7 +737,8 @@ static void t_kv_attn(void **state)
     kv_store_case(2, 64, 100, 100); /* outside the cache: nothing written */
     ppn_device_info di;
     OK(G->ops->device_info(G, 0, &di));
-    int chosen = ppn_op_attn_split(32, di.sm_count); /* what a 32-head model runs with on this device */
+    int chosen = ppn_op_attn_split(8, di.sm_count); /* what an 8-KV-head model runs with on this device */
+    int chosen4 = ppn_op_attn_split(4, di.sm_count); /* Qwen2-7B: 28 heads over 4 KV heads */
     static const int32_t poss[] = {0, 1, 4095};
     static const int splits[] = {1, 16};
     for (size_t k = 0; k < NELEM(splits); k++)
@@ -750,9 +754,14 @@ static void t_kv_attn(void **state)
     attn_case(12, 4, 96, 300, 299, 3);
     attn_case(4, 4, 32, 64, 64, 1);          /* pos outside the cache: NaN on both, counters untouched */
     attn_case(4, 4, 32, 64, 64, 8);
+    attn_case(28, 4, 128, 4096, 4095, chosen4); /* 7 heads a KV head: one pass of 8, a slot padded */
+    attn_case(32, 2, 128, 2048, 2000, 16);      /* 16 heads a KV head: two passes */
+    attn_case(16, 4, 160, 512, 511, 7);         /* head_dim past 128: 4 heads a pass, 2-position tiles */
     attn_time(32, 8, 128, 4096, 1);
     attn_time(32, 8, 128, 4096, chosen);
     attn_time(32, 8, 128, 4096, 16);
+    attn_time(32, 8, 64, 4096, chosen); /* llama 1B */
+    attn_time(28, 4, 128, 4096, chosen4);
 }
 
 /* ---------------------------------------------------------------------------------------------------------
@@ -891,6 +900,37 @@ static void t_set_hdr(void **state)
  * into the matvec bit-identical to the swiglu kernel then a matvec (the same expression, staged the same
  * way); each twice for bits. Shapes: the llama-1b and llama-8b q|k|v, gate|up and down, and a wide input
  * (ffn 18944, Qwen2-7B) that needs the shared-memory opt-in. */
+/* Device time per call, 50 back to back after 5 warm-up: the fused launch against the unfused pair (the
+ * rmsnorm or swiglu kernel, then the plain matvec). Printed, not asserted (speed is not a test). */
+static void fused_time(int mode, int rows, int cols, int dt, ppn_dptr dw, ppn_dptr dnw, ppn_dptr dx, ppn_dptr dout,
+                       ppn_dptr dres)
+{
+    ppn_gevent *e0 = NULL, *e1 = NULL;
+    OK(G->ops->event_create(G, 0, 1, &e0));
+    OK(G->ops->event_create(G, 0, 1, &e1));
+    ppn_dptr tmp = dalloc((size_t)cols * 4);
+    ppn_mv_input in = {.mode = mode, .x = dx, .nw = dnw, .eps = 1e-5f};
+    float ms[2];
+    for (int arm = 0; arm < 2; arm++) {
+        for (int it = 0; it < 55; it++) {
+            if (it == 5) OK(G->ops->event_record(G, e0, S));
+            if (arm == 0) OK(ppn_op_matvec_in(G, S, dout, dw, dt, in, rows, cols, 0, dres));
+            else {
+                if (mode == PPN_MV_X_SWIGLU) OK(ppn_op_swiglu(G, S, tmp, dx, dx + (size_t)cols * 4, cols));
+                else OK(ppn_op_rmsnorm(G, S, tmp, dx, dnw, dt, cols, 1e-5f));
+                OK(ppn_op_matvec(G, S, dout, dw, dt, tmp, rows, cols, 0, dres));
+            }
+        }
+        OK(G->ops->event_record(G, e1, S));
+        sync_ok();
+        OK(G->ops->event_elapsed(G, e0, e1, &ms[arm]));
+    }
+    printf("  time %-9s %5dx%-5d fused %8.2f us   unfused pair %8.2f us\n",
+           mode == PPN_MV_X_SWIGLU ? "swiglu-in" : "norm-in", rows, cols, 1e3 * ms[0] / 50, 1e3 * ms[1] / 50);
+    OK(G->ops->event_destroy(G, e0));
+    OK(G->ops->event_destroy(G, e1));
+}
+
 static void fused_case(int mode, int rows, int cols, int dt)
 {
     size_t R = (size_t)rows, C = (size_t)cols, es = ppn_dtype_size(dt), xn = mode == PPN_MV_X_SWIGLU ? 2 * C : C;
@@ -931,6 +971,7 @@ static void fused_case(int mode, int rows, int cols, int dt)
         sc[r] = a;
     }
     compare(what, g1, ref, R, sc, mode == PPN_MV_X_RMSNORM ? 2e-5 : 1e-5, 1e-30);
+    fused_time(mode, rows, cols, dt, dw, dnw, dx, dout, dres);
     free(w), free(nw), free(x), free(res), free(ref), free(g1), free(g2), free(xin), free(sc);
     dfree_all();
 }
