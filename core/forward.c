@@ -27,8 +27,9 @@ static ppn_status norm_matvec(ppn_model *m, ppn_gstream *s, ppn_stage_scratch *r
     return ppn_op_matvec(g, s, out, w, m->wdt, r->xb, rows, c->dim, bias, 0);
 }
 
-/* x += attn(norm(x)); x += mlp(norm(x)) for layer l, on a stage whose stream is on device dev: 6 launches
- * (norm+qkv, rope+kv store, attention, o+residual, norm+gate|up, SwiGLU+down+residual), 2 more with q/k norms. */
+/* x += attn(norm(x)); x += mlp(norm(x)) for layer l, on a stage whose stream is on device dev: 8 launches
+ * (norm, qkv, rope+kv store, attention, o+residual, norm, gate|up, SwiGLU, down+residual), 2 more with q/k
+ * norms; with PPN_FUSE=1 the norms and SwiGLU go into the matvecs' input (6 launches). */
 ppn_status ppn_fwd_layer(ppn_seq *q, ppn_gstream *s, int dev, ppn_stage_scratch *r, ppn_dptr io, int l)
 {
     ppn_model *m = q->m;

@@ -89,11 +89,10 @@ static const ppn_kernel_time *find(const ppn_kernel_time *e, int n, const char *
     return NULL;
 }
 
-/* What one llama decode step issues, per kernel (symbols are "ppn_k_<name>", kernels/ktable.h): the step
- * header and the embedding row; per layer four projections (q|k|v stacked with the attention norm fused in,
- * o, gate|up stacked with the MLP norm fused in, down with the SwiGLU fused in), one rope over the q and k
- * heads that also stores k and v, and attention; then the lm head with the final norm fused in (docs/PERF.md:
- * the fused launch plan). No rmsnorm, kv_store or swiglu launch remains at these sizes. */
+/* What one llama decode step issues, per kernel (symbols are "ppn_k_<name>", kernels/ktable.h), with the
+ * default door (PPN_FUSE=0): the step header and the embedding row; per layer two norms, four projections
+ * (q|k|v stacked, o, gate|up stacked, down), one rope over the q and k heads that also stores k and v,
+ * attention and the SwiGLU; then the final norm and the lm head (docs/PERF.md: the launch plan). */
 typedef struct want {
     const char *name;
     long per_step;
@@ -105,9 +104,11 @@ static int wants(const shape *s, want *w)
     int n = 0;
     w[n++] = (want){"ppn_k_set_hdr", 1};
     w[n++] = (want){"ppn_k_embed", 1};
+    w[n++] = (want){"ppn_k_rmsnorm", 2 * L + 1};
     w[n++] = (want){"ppn_k_matvec", 4 * L + 1};
     w[n++] = (want){"ppn_k_rope", L};
     w[n++] = (want){"ppn_k_attn", L};
+    w[n++] = (want){"ppn_k_swiglu", L};
     return n;
 }
 

@@ -2,8 +2,8 @@
 # device_perf.sh - one device session's build-check-measure loop for the speed work (issue 5) and the graph
 # arm of sched-bench (issue 6). Phases run in the order given (default: check bench1b):
 #   check    tests/gpu, the fixtures against transformers (f32), the gates on the tiny and llama-1b shapes
-#   bench1b  ppn bench llama-1b: N=1,2,4,8 with the defaults; N=1 with each lever off in turn (PPN_GRAPHS=0,
-#            PPN_FUSE=0, PPN_PDL=0)
+#   bench1b  ppn bench llama-1b: N=1,2,4,8 with the defaults; N=1 with each lever switched in turn (PPN_GRAPHS=0,
+#            PPN_FUSE=1, PPN_PDL=0)
 #   bench8b  the same on llama-8b
 #   long     decode after a 4,096-token prompt, llama-1b and llama-8b (N=1, graphs)
 #   sched    ppn sched-bench llama-1b, 4 stages (graph and no-graph arms), with its plot
@@ -72,9 +72,8 @@ for phase in "${phases[@]}"; do
         sh=llama-${phase#bench}; t=${phase#bench}
         bench ${t}_default $sh --stages-sweep 1,2,4,8 -n 128 --prompt 16 --reps 3
         bench ${t}_nographs $sh --graphs 0 -n 128 --prompt 16 --reps 3
-        bench ${t}_nofuse $sh --fuse 0 -n 128 --prompt 16 --reps 3
+        bench ${t}_fuse $sh --fuse 1 -n 128 --prompt 16 --reps 3
         PPN_PDL=0 bench ${t}_nopdl $sh -n 128 --prompt 16 --reps 3
-        PPN_PDL=0 bench ${t}_nopdl_nofuse $sh --fuse 0 -n 128 --prompt 16 --reps 3
         ;;
     long)
         bench 1b_long llama-1b -n 128 --prompt 4096 --reps 2
@@ -99,5 +98,6 @@ for phase in "${phases[@]}"; do
 done
 log "overall: $([ $fail = 0 ] && echo PASS || echo FAIL)"
 # the device tool returns a few files only: everything but the summary goes in one archive
-(cd "$OUT" && tar czf results.tgz --exclude results.tgz --exclude summary.txt . && find . -type f ! -name results.tgz ! -name summary.txt ! -name '*.svg' -delete)
+tar czf /tmp/ppn-results.tgz -C "$OUT" --exclude summary.txt . && mv /tmp/ppn-results.tgz "$OUT/results.tgz" &&
+    (cd "$OUT" && find . -type f ! -name results.tgz ! -name summary.txt ! -name '*.svg' -delete)
 exit $fail
