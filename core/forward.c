@@ -27,9 +27,9 @@ static ppn_status norm_matvec(ppn_model *m, ppn_gstream *s, ppn_stage_scratch *r
     return ppn_op_matvec(g, s, out, w, m->wdt, r->xb, rows, c->dim, bias, 0);
 }
 
-/* x += attn(norm(x)); x += mlp(norm(x)) for layer l, on a stage whose stream is on device dev: 8 launches
- * (norm, qkv, rope+kv store, attention, o+residual, norm, gate|up, SwiGLU, down+residual), 2 more with q/k
- * norms; with PPN_FUSE=1 the norms and SwiGLU go into the matvecs' input (6 launches). */
+/* x += attn(norm(x)); x += mlp(norm(x)) for layer l, on a stage whose stream is on device dev: 7 launches
+ * (norm+qkv, rope+kv store, attention, o+residual, norm+gate|up, SwiGLU, down+residual), 2 more with q/k
+ * norms; PPN_FUSE=0 gives the norms their own launches again (9). */
 ppn_status ppn_fwd_layer(ppn_seq *q, ppn_gstream *s, int dev, ppn_stage_scratch *r, ppn_dptr io, int l)
 {
     ppn_model *m = q->m;
@@ -53,10 +53,8 @@ ppn_status ppn_fwd_layer(ppn_seq *q, ppn_gstream *s, int dev, ppn_stage_scratch 
                           r->attp, m->attn_split));
     PPN_CHECK(ppn_op_matvec(g, s, x, w->wo, wdt, r->att, dim, nh * hd, 0, x));
     PPN_CHECK(norm_matvec(m, s, r, gate, w->wgu, 2 * ffn, x, w->ffn_norm, 0));
-    if (m->map->door.fuse && ppn_op_matvec_fusable(ffn)) {
-        ppn_mv_input in = {.mode = PPN_MV_X_SWIGLU, .x = gate};
-        return ppn_op_matvec_in(g, s, x, w->w_down, wdt, in, dim, ffn, 0, x);
-    }
+    /* SwiGLU keeps its own launch: computed in down's input it cost more than the launch (PERF.md: every block
+     * re-reads all of gate and up) */
     PPN_CHECK(ppn_op_swiglu(g, s, gate, gate, up, ffn));
     return ppn_op_matvec(g, s, x, w->w_down, wdt, gate, dim, ffn, 0, x);
 }

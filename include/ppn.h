@@ -56,8 +56,8 @@ const char *ppn_status_name(ppn_status st);
  *   PPN_SPIN=1                 issue threads busy-poll instead of sleeping on a futex; default 0
  *   PPN_GRAPHS=0               issue every kernel through the stream instead of replaying each stage's
  *                              captured graph; default 1 (PPN_KPROF=1 needs 0: its timing is per launch)
- *   PPN_FUSE=1                 compute the norms and SwiGLU in the next matvec's input instead of their own
- *                              launches; default 0 (docs/PERF.md: faster on llama-1b unfused, even on 8b)
+ *   PPN_FUSE=0                 give the RMSNorms their own launches instead of computing them in the next
+ *                              matvec's input; default 1 (docs/PERF.md measures both)
  * CLI flags --stages --splits --split --devices --shard --streams --overlap --spin --graphs --fuse say the same.
  * --------------------------------------------------------------------------------------------------------- */
 
@@ -74,7 +74,7 @@ typedef struct ppn_door {
     int allow_unsplit_batch;     /* 0 by default */
     int spin;                    /* 0 by default */
     int graphs;                  /* 1 by default: each stage's step replays a captured graph (PPN_GRAPHS) */
-    int fuse;                    /* 0 by default; 1: norms and SwiGLU computed in the matvec's input (PPN_FUSE) */
+    int fuse;                    /* 1 by default: the norms computed in the next matvec's input (PPN_FUSE) */
 } ppn_door;
 
 /* The door with every default (shut). */

@@ -40,7 +40,7 @@ static const seam flag_bits[] = {
     {"--overlap", offsetof(ppn_door, overlap), 0},
     {"--spin", offsetof(ppn_door, spin), 0},
     {"--graphs", offsetof(ppn_door, graphs), 1},
-    {"--fuse", offsetof(ppn_door, fuse), 0},
+    {"--fuse", offsetof(ppn_door, fuse), 1},
 };
 #define N_FLAG_BITS (sizeof flag_bits / sizeof flag_bits[0])
 
@@ -157,7 +157,7 @@ static void assert_shut(const ppn_door *d, int n_stages)
     for (size_t i = 0; i < N_SEAMS; i++) assert_int_equal(field(d, seams[i].off), seams[i].def);
     assert_int_equal(d->spin, 0);
     assert_int_equal(d->graphs, 1);
-    assert_int_equal(d->fuse, 0);
+    assert_int_equal(d->fuse, 1);
 }
 
 static void assert_defaults(const ppn_door *d) { assert_shut(d, 0); }
@@ -218,8 +218,8 @@ static void test_spin_always_read(void **state)
         env_refused(bad_bits[i], "PPN_GRAPHS", "must be 0 or 1");
     }
     unsetenv("PPN_GRAPHS");
-    setenv("PPN_FUSE", "1", 1);
-    assert_int_equal(env_door().fuse, 1);
+    setenv("PPN_FUSE", "0", 1);
+    assert_int_equal(env_door().fuse, 0);
     setenv("PPN_FUSE", "yes", 1);
     env_refused("yes", "PPN_FUSE", "must be 0 or 1");
     unsetenv("PPN_FUSE");

@@ -3,7 +3,7 @@
 # arm of sched-bench (issue 6). Phases run in the order given (default: check bench1b):
 #   check    tests/gpu, the fixtures against transformers (f32), the gates on the tiny and llama-1b shapes
 #   bench1b  ppn bench llama-1b: N=1,2,4,8 with the defaults; N=1 with each lever switched in turn (PPN_GRAPHS=0,
-#            PPN_FUSE=1, PPN_PDL=0)
+#            PPN_FUSE=0, PPN_PDL=0)
 #   bench8b  the same on llama-8b
 #   long     decode after a 4,096-token prompt, llama-1b and llama-8b (N=1, graphs)
 #   sched    ppn sched-bench llama-1b, 4 stages (graph and no-graph arms), with its plot
@@ -72,7 +72,7 @@ for phase in "${phases[@]}"; do
         sh=llama-${phase#bench}; t=${phase#bench}
         bench ${t}_default $sh --stages-sweep 1,2,4,8 -n 128 --prompt 16 --reps 3
         bench ${t}_nographs $sh --graphs 0 -n 128 --prompt 16 --reps 3
-        bench ${t}_fuse $sh --fuse 1 -n 128 --prompt 16 --reps 3
+        bench ${t}_nofuse $sh --fuse 0 -n 128 --prompt 16 --reps 3
         PPN_PDL=0 bench ${t}_nopdl $sh -n 128 --prompt 16 --reps 3
         ;;
     long)

@@ -760,7 +760,10 @@ static void t_kv_attn(void **state)
     attn_time(32, 8, 128, 4096, 1);
     attn_time(32, 8, 128, 4096, chosen);
     attn_time(32, 8, 128, 4096, 16);
+    attn_time(32, 8, 128, 4096, 48);
+    attn_time(32, 8, 128, 4096, 64);
     attn_time(32, 8, 64, 4096, chosen); /* llama 1B */
+    attn_time(32, 8, 64, 4096, 64);
     attn_time(28, 4, 128, 4096, chosen4);
 }
 
