@@ -70,16 +70,17 @@ typedef struct { uint64_t kc, vc, k, v, hdr; int32_t n_kv, head_dim, ctx; } ppn_
 /* Decode attention for one query position hdr->pos over cache positions [0, pos] with GQA:
  * out[h] = softmax(q[h] . K[h/(n_heads/n_kv), 0..pos] * scale) . V[...]. out, q: [n_heads, head_dim].
  *
- * Split over positions so that long contexts fill the GPU: CTA (g, j), j < n_split, takes KV head g and all
+ * Split over positions so that long contexts fill the GPU: a step uses e = min(n_split, pos / 64 + 1) splits
+ * (every split at least 64 positions; e depends on pos alone); CTA (g, j), j < e, takes KV head g and all
  * n_heads / n_kv query heads that share it (each k, v row is read once for all of them) over positions
- * [j c, min((j + 1) c, pos + 1)) with c = ceil((pos + 1) / n_split); tail splits may be empty. The grid is
- * (n_kv, n_split) whatever pos is, so one launch stays valid for every step (graph capture).
- * part (scratch, ppn_op_attn_scratch_bytes()): n_heads * n_split records of head_dim + 2 floats,
+ * [j c, min((j + 1) c, pos + 1)) with c = ceil((pos + 1) / e); tail splits may be empty; CTAs j >= e leave.
+ * The grid is (n_kv, n_split) whatever pos is, so one launch stays valid for every step (graph capture).
+ * part (scratch, ppn_op_attn_scratch_bytes()): n_heads * e records of head_dim + 2 floats,
  * record (h, j) = {max score, sum of exp(s - max), o[head_dim] (unnormalized)}, an empty split's being
  * {-inf, 0, 0..}; then n_heads u32 arrival counters (counter g counts KV head g's CTAs; those past n_kv stay
  * unused), which must be 0 before a launch and are 0 after it. The last CTA of a KV head to arrive merges
  * the records of its query heads in j order, so the bits never depend on which CTA finished last.
- * n_split == 1 writes out directly and touches no scratch. The CPU reference computes the exact result
+ * e == 1 (short contexts) writes out directly and touches no scratch. The CPU reference computes the exact result
  * whatever n_split is and touches no scratch either. */
 typedef struct {
     uint64_t out, q, kc, vc, hdr, part;

@@ -25,6 +25,7 @@
 #define PPN_ATTN_MAXJ 8
 #define PPN_ATTN_MAXG 8
 #define PPN_ATTN_MAX_SPLIT 64
+#define PPN_ATTN_MIN_SPAN 64 // positions a split gets at least (two tile rounds of 8 warps x 4 positions)
 
 // ---------------------------------------------------------------------------------------------------------
 // helpers
@@ -782,7 +783,7 @@ extern "C" __global__ void __launch_bounds__(32 * PPN_ATTN_WARPS, 2) ppn_k_attn(
     __shared__ float s_m[PPN_ATTN_WARPS * PPN_ATTN_MAXG], s_l[PPN_ATTN_WARPS * PPN_ATTN_MAXG];
     __shared__ int s_last;
     PPN_PDL_ENTER();
-    int kvh = blockIdx.x, j = blockIdx.y, ns = p.n_split, hd = p.head_dim, G = p.n_heads / p.n_kv;
+    int kvh = blockIdx.x, j = blockIdx.y, hd = p.head_dim, G = p.n_heads / p.n_kv;
     int32_t pos = ppn_hdr(p.hdr)->pos;
     if (pos < 0 || pos >= p.ctx) { // uniform over the grid: no block counts, so the counters stay 0
         float *out = (float *)p.out + (size_t)kvh * G * hd;
@@ -790,25 +791,32 @@ extern "C" __global__ void __launch_bounds__(32 * PPN_ATTN_WARPS, 2) ppn_k_attn(
             for (int d = threadIdx.x; d < G * hd; d += blockDim.x) out[d] = __int_as_float(0x7fc00000);
         return;
     }
+    // The launch has p.n_split splits for the longest context; this step uses only as many as give each at
+    // least PPN_ATTN_MIN_SPAN positions (a function of pos alone, so the bits stay fixed per position): a
+    // short context runs in one block per KV head, without partials, counter or merge. The rest leave.
+    unsigned *cnt = (unsigned *)((float *)p.part + (size_t)p.n_heads * p.n_split * ((size_t)hd + 2)) + kvh;
+    ppn_kp_attn q = p;
+    q.n_split = min(p.n_split, pos / PPN_ATTN_MIN_SPAN + 1);
+    int ns = q.n_split;
+    if (j >= ns) return;
     int t0, t1;
     ppn_attn_span(pos, ns, j, &t0, &t1);
     // NJ, HP from the sizes alone (uniform over the grid): registers per lane stay bounded whatever G is
     int nj = hd <= 64 ? 2 : hd <= 128 ? 4 : 8, hp = G == 1 ? 1 : G == 2 ? 2 : G <= 4 ? 4 : PPN_ATTN_MAXG;
-    if (nj == 2) ppn_attn_by_hp<2>(p, hp, kvh, j, t0, t1, s_acc, s_m, s_l);
-    else if (nj == 4) ppn_attn_by_hp<4>(p, hp, kvh, j, t0, t1, s_acc, s_m, s_l);
-    else ppn_attn_by_hp<PPN_ATTN_MAXJ>(p, hp, kvh, j, t0, t1, s_acc, s_m, s_l);
+    if (nj == 2) ppn_attn_by_hp<2>(q, hp, kvh, j, t0, t1, s_acc, s_m, s_l);
+    else if (nj == 4) ppn_attn_by_hp<4>(q, hp, kvh, j, t0, t1, s_acc, s_m, s_l);
+    else ppn_attn_by_hp<PPN_ATTN_MAXJ>(q, hp, kvh, j, t0, t1, s_acc, s_m, s_l);
     if (ns == 1) return;
     // Release: every thread's stores are visible device-wide before thread 0 counts the block in.
     __threadfence();
     __syncthreads();
-    unsigned *cnt = (unsigned *)((float *)p.part + (size_t)p.n_heads * ns * ((size_t)hd + 2)) + kvh;
     if (threadIdx.x == 0) {
         s_last = atomicAdd(cnt, 1u) == (unsigned)(ns - 1);
         __threadfence(); // acquire: the merge's reads come after seeing every other block's count
     }
     __syncthreads();
     if (!s_last) return;
-    ppn_attn_merge(p, kvh * G, G, s_acc, s_acc + PPN_ATTN_WARPS * PPN_ATTN_MAX_SPLIT);
+    ppn_attn_merge(q, kvh * G, G, s_acc, s_acc + PPN_ATTN_WARPS * PPN_ATTN_MAX_SPLIT);
     if (threadIdx.x == 0) *cnt = 0; // every block of kvh has counted; the next launch starts from 0
 }
 

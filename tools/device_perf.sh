@@ -77,7 +77,7 @@ for phase in "${phases[@]}"; do
         ;;
     long)
         bench 1b_long llama-1b -n 128 --prompt 4096 --reps 2
-        bench 8b_long llama-8b -n 128 --prompt 4096 --reps 1 --warmup 0
+        bench 8b_long llama-8b -n 128 --prompt 4096 --reps 1
         ;;
     sched)
         log "sched-bench llama-1b, 4 stages, 128 steps"
