@@ -112,7 +112,6 @@ struct ppn_model {
     _Atomic uint64_t graph_captures;     /* stage bodies captured (PPN_GRAPHS=1) */
     _Atomic int err;           /* first failure inside a stage thread (sticky for the model) */
     char err_msg[1024];
-    int gu_pairs;              /* w_gate|w_up uploaded with interleaved rows: gate|up and SwiGLU in one launch */
     int attn_split;            /* attention's position splits (ppn_op_attn_split of the primary), fixed at
                                 * load: every stage and every map reduce in the same shape, so same bits */
 };

@@ -198,48 +198,6 @@ static ppn_status upload_as(uploader *u, int dev, const ppn_tensor *t, int dt, c
     return upload_stacked(u, dev, &t, 1, dt, tag, out);
 }
 
-/* [w_gate; w_up] with their rows interleaved (gate row i at row 2i, up row i at 2i + 1), for the matvec's
- * SwiGLU pairs epilogue: rows of cols elements, staged a whole number of row pairs at a time. */
-static ppn_status upload_pairs(uploader *u, int dev, const ppn_tensor *a, const ppn_tensor *b, int rows, int cols,
-                               const char *tag, ppn_dptr *out)
-{
-    ppn_model *m = u->m;
-    ppn_gpu *g = m->rt->g;
-    int dt = m->wdt;
-    size_t esz = ppn_dtype_size(dt), row = (size_t)cols * esz, per = STAGING_BYTES / (2 * row);
-    size_t ae = ppn_dtype_size(a->dtype), be = ppn_dtype_size(b->dtype);
-    if (per == 0) return ppn_err(PPN_EUNSUPPORTED, "%s: a row pair of %zu bytes exceeds the staging buffer", tag, 2 * row);
-    ppn_pool *pool;
-    ppn_gstream *s;
-    PPN_CHECK(ppn_rt_pool(m->rt, dev, &pool));
-    PPN_CHECK(ppn_model_dev_stream(m, dev, &s));
-    PPN_CHECK(ppn_pool_alloc(pool, 2 * (size_t)rows * row, s, tag, out));
-    ppn_status st = model_track_block(m, *out, dev);
-    if (st != PPN_OK) {
-        ppn_pool_free(pool, *out, s);
-        *out = 0;
-        return st;
-    }
-    m->weight_bytes += 2 * (size_t)rows * row;
-    for (size_t r0 = 0; r0 < (size_t)rows && st == PPN_OK; r0 += per) {
-        size_t k = (size_t)rows - r0 < per ? (size_t)rows - r0 : per;
-        st = staging_ready(u, u->cur, dev);
-        if (st != PPN_OK) break;
-        char *buf = u->buf[u->cur];
-        for (size_t i = 0; i < k; i++) {
-            convert(buf + (2 * i) * row, dt, (const char *)a->data + (r0 + i) * (size_t)cols * ae, a->dtype, (size_t)cols);
-            convert(buf + (2 * i + 1) * row, dt, (const char *)b->data + (r0 + i) * (size_t)cols * be, b->dtype,
-                    (size_t)cols);
-        }
-        st = g->ops->copy_htod(g, s, *out + 2 * r0 * row, buf, 2 * k * row);
-        if (st == PPN_OK) st = g->ops->event_record(g, u->ev[u->cur], s);
-        u->cur ^= 1;
-        u->done += 2 * k * row;
-        if (u->progress) u->progress(u->progress_arg, u->done, u->total);
-    }
-    return st == PPN_OK ? PPN_OK : ppn_err_ctx(st, "uploading %s to device %d", tag, dev);
-}
-
 static ppn_status upload(uploader *u, int dev, const ppn_tensor *t, const char *tag, ppn_dptr *out)
 {
     return upload_as(u, dev, t, u->m->wdt, tag, out);
@@ -269,10 +227,7 @@ static ppn_status upload_layer(uploader *u, int dev, const ppn_layer_tensors *t,
     PPN_CHECK(upload(u, dev, &t->q_norm, "q_norm", &d->q_norm));
     PPN_CHECK(upload(u, dev, &t->k_norm, "k_norm", &d->k_norm));
     PPN_CHECK(upload(u, dev, &t->ffn_norm, "ffn_norm", &d->ffn_norm));
-    if (u->m->gu_pairs)
-        PPN_CHECK(upload_pairs(u, dev, &t->w_gate, &t->w_up, u->m->cfg.ffn_dim, u->m->cfg.dim, "w_gate|w_up pairs",
-                               &d->wgu));
-    else PPN_CHECK(upload_stacked(u, dev, gu, 2, u->m->wdt, "w_gate|w_up", &d->wgu));
+    PPN_CHECK(upload_stacked(u, dev, gu, 2, u->m->wdt, "w_gate|w_up", &d->wgu));
     PPN_CHECK(upload(u, dev, &t->w_down, "w_down", &d->w_down));
     return PPN_OK;
 }
@@ -444,7 +399,6 @@ static ppn_status model_alloc(ppn_rt *rt, const ppn_ckpt *c, const ppn_load_opts
         m->stages[s].dev = -1;
     }
     m->rb_dev = -1;
-    m->gu_pairs = ppn_op_matvec_pairable(m->cfg.dim, m->wdt);
     return attn_split_choose(m);
 }
 

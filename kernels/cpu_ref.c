@@ -151,14 +151,6 @@ void ppn_cpu_matvec(const void *params)
         return;
     }
     const float *x = in ? in : PTR(const float, p->x);
-    if (p->epi == PPN_MV_EPI_SWIGLU_PAIRS) { /* the swiglu reference's expression on each (gate, up) pair */
-        for (int r = 0; r + 1 < p->rows; r += 2) {
-            float g = (float)row_dot(p, x, r), u = (float)row_dot(p, x, r + 1);
-            out[r / 2] = (g / (1.0f + expf(-g))) * u;
-        }
-        free(in);
-        return;
-    }
     for (int r = 0; r < p->rows; r++) {
         float v = (float)row_dot(p, x, r);
         if (p->bias) v = v + w_at(p->bias, p->wdt, (size_t)r);

@@ -39,18 +39,7 @@ typedef struct { uint64_t out, in, w; int32_t n, wdt; float eps; } ppn_kp_rmsnor
  *                     formula; nw (norm weight) in wdt
  *   PPN_MV_X_SWIGLU   xin[c] = silu(x[c]) * x[cols + c]: x holds [gate; up], the swiglu kernel's formula */
 enum { PPN_MV_X_PLAIN = 0, PPN_MV_X_RMSNORM = 1, PPN_MV_X_SWIGLU = 2 };
-/* The output (epi):
- *   PPN_MV_EPI_ROWS          out[r] as above
- *   PPN_MV_EPI_SWIGLU_PAIRS  the rows come in (gate, up) pairs (W interleaved: row 2i = gate_i, 2i+1 = up_i;
- *                            rows even, no bias or res): out[i] = silu(y[2i]) * y[2i + 1] with the swiglu
- *                            kernel's expression, so gate|up and SwiGLU are one launch and [gate; up] is never
- *                            stored */
-enum { PPN_MV_EPI_ROWS = 0, PPN_MV_EPI_SWIGLU_PAIRS = 1 };
-typedef struct {
-    uint64_t out, w, x, bias, res, nw;
-    int32_t rows, cols, wdt, xmode, epi;
-    float eps;
-} ppn_kp_matvec;
+typedef struct { uint64_t out, w, x, bias, res, nw; int32_t rows, cols, wdt, xmode; float eps; } ppn_kp_matvec;
 
 /* Small matrix-matrix product for m tokens at once (prefill, batches): for t < m,
  * out[t, r] = (res ? res[t, r] : 0) + (bias ? bias[r] : 0) + sum_c W[r, c] * x[t, c]

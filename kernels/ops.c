@@ -162,45 +162,26 @@ ppn_status ppn_op_matvec_in(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w
     if (in.mode < PPN_MV_X_PLAIN || in.mode > PPN_MV_X_SWIGLU)
         return ppn_err(PPN_EINVAL, "%s: input mode %d is not PPN_MV_X_PLAIN/RMSNORM/SWIGLU", op, in.mode);
     if (in.mode == PPN_MV_X_RMSNORM) PPN_CHECK(need_ptr(op, "norm weight", in.nw));
-    int pairs = in.epi == PPN_MV_EPI_SWIGLU_PAIRS;
-    if (in.epi != PPN_MV_EPI_ROWS && !pairs)
-        return ppn_err(PPN_EINVAL, "%s: epilogue %d is not PPN_MV_EPI_ROWS/SWIGLU_PAIRS", op, in.epi);
-    if (pairs && (rows % 2 || bias || res))
-        return ppn_err(PPN_EINVAL, "%s: the SwiGLU pairs epilogue needs an even row count (got %d) and no bias or "
-                       "residual", op, rows);
-    if (pairs && !ppn_op_matvec_pairable(cols, wdt))
-        return ppn_err(PPN_EUNSUPPORTED, "%s: rows of %d columns are too wide for the SwiGLU pairs epilogue (both "
-                       "rows of a pair must fall in one block)", op, cols);
     if (in.mode != PPN_MV_X_PLAIN && (size_t)cols * sizeof(float) > MATVEC_STAGE_MAX)
         return ppn_err(PPN_EUNSUPPORTED, "%s: a fused input of %d columns does not fit the %u bytes of shared "
                        "memory it is computed in (at most %zu columns)", op, cols, MATVEC_STAGE_MAX,
                        (size_t)MATVEC_STAGE_MAX / sizeof(float));
     size_t xcols = (size_t)cols * (in.mode == PPN_MV_X_SWIGLU ? 2u : 1u);
-    int orows = pairs ? rows / 2 : rows;
-    PPN_CHECK(matvec_check(out, in.x, orows, xcols));
+    PPN_CHECK(matvec_check(out, in.x, rows, xcols));
     size_t es = ppn_dtype_size(wdt);
     ppn_kp_matvec p = {.out = out, .w = w, .x = in.x, .bias = bias, .res = res, .nw = in.nw, .rows = rows,
-                       .cols = cols, .wdt = wdt, .xmode = in.mode, .epi = in.epi, .eps = in.eps};
+                       .cols = cols, .wdt = wdt, .xmode = in.mode, .eps = in.eps};
     ppn_launch l = matvec_geometry(&p, es);
     acc_add(&l, w, (size_t)rows * (size_t)cols * es, PPN_ACC_R);
     acc_add(&l, in.x, f32_bytes(xcols), PPN_ACC_R);
     if (in.mode == PPN_MV_X_RMSNORM) acc_add(&l, in.nw, (size_t)cols * es, PPN_ACC_R);
     if (bias) acc_add(&l, bias, (size_t)rows * es, PPN_ACC_R);
     if (res) acc_add(&l, res, f32_bytes((size_t)rows), PPN_ACC_R);
-    acc_add(&l, out, f32_bytes((size_t)orows), PPN_ACC_W);
+    acc_add(&l, out, f32_bytes((size_t)rows), PPN_ACC_W);
     return submit(g, s, &l);
 }
 
 int ppn_op_matvec_fusable(int cols) { return cols > 0 && (size_t)cols * sizeof(float) <= MATVEC_STAGE_MAX; }
-
-/* Mirrors the kernel's G (ppn_mv_split): the block holds MATVEC_BLOCK / (32 G) rows, even while G <= 4. */
-int ppn_op_matvec_pairable(int cols, int wdt)
-{
-    size_t es = ppn_dtype_size(wdt);
-    if (cols <= 0 || !es) return 0;
-    size_t chunks = ((size_t)cols * es + 15u) / 16u;
-    return chunks <= 32u * MATVEC_INFLIGHT * 4u && (MATVEC_BLOCK / (32u * 4u)) % 2u == 0;
-}
 
 ppn_status ppn_op_matvec(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x, int rows,
                          int cols, ppn_dptr bias, ppn_dptr res)

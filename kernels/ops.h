@@ -20,17 +20,12 @@ typedef struct ppn_mv_input {
     int mode;
     ppn_dptr x, nw;
     float eps;
-    int epi; /* PPN_MV_EPI_ROWS (0) or PPN_MV_EPI_SWIGLU_PAIRS: rows in (gate, up) pairs, out has rows / 2 */
 } ppn_mv_input;
 ppn_status ppn_op_matvec_in(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_mv_input in,
                             int rows, int cols, ppn_dptr bias, ppn_dptr res);
 /* 1 when a fused input of cols columns fits (the forward pass fuses only then; wider models keep the separate
  * rmsnorm and swiglu launches). */
 int ppn_op_matvec_fusable(int cols);
-/* 1 when rows of cols elements of wdt can take the SwiGLU pairs epilogue (both rows of a pair in one block:
- * the kernel's warp group per row G <= 4, i.e. cols * dtype size <= 16 KB); the loader interleaves gate and
- * up rows only then. */
-int ppn_op_matvec_pairable(int cols, int wdt);
 /* m tokens at once (see ppn_kp_matmat); out, x, res hold m rows each. */
 ppn_status ppn_op_matmat(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x, int m, int rows,
                          int cols, ppn_dptr bias, ppn_dptr res);

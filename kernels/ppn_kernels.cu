@@ -419,7 +419,7 @@ __device__ __noinline__ void ppn_mv_stage_in(const ppn_kp_matvec p, float *xs, f
 // loads in flight while it finishes the last row. Not inlined, and G a constant: one function per dtype and
 // G keeps the compiler from merging the paths into one with the registers of all (104 against 64).
 template <int DT, int G>
-__device__ __noinline__ void ppn_mv_rows(const ppn_kp_matvec p, float *xs, float (*part)[32], float (*pair)[32])
+__device__ __noinline__ void ppn_mv_rows(const ppn_kp_matvec p, float *xs, float (*part)[32])
 {
     typedef ppn_mv<DT> T;
     constexpr int V = T::V, g = G, nt = 32 * G;
@@ -470,15 +470,6 @@ __device__ __noinline__ void ppn_mv_rows(const ppn_kp_matvec p, float *xs, float
                 for (int k = 1; k < g; k++) acc += part[it][grp * g + k];
             }
         }
-        if (p.epi == PPN_MV_EPI_SWIGLU_PAIRS) { // uniform: a (gate, up) pair is two groups of this block
-            if (t == 0) pair[it][grp] = acc;     // pair[it] alternates with the rows, as part[it]
-            __syncthreads();
-            if (t == 0 && live && !(grp & 1)) {
-                float gv = pair[it][grp];
-                ((float *)p.out)[r >> 1] = (gv / (1.0f + expf(-gv))) * pair[it][grp + 1];
-            }
-            continue;
-        }
         if (t != 0 || !live) continue;
         // As HF: (x W^T + bias), then the residual added; res may alias out (read before the write).
         if (p.bias) acc = __fadd_rn(acc, ppn_wload(p.bias, p.wdt, (size_t)r));
@@ -487,14 +478,13 @@ __device__ __noinline__ void ppn_mv_rows(const ppn_kp_matvec p, float *xs, float
     }
 }
 
-template <int DT>
-__device__ __forceinline__ void ppn_mv_by_split(const ppn_kp_matvec &p, float *xs, float (*part)[32], float (*pair)[32])
+template <int DT> __device__ __forceinline__ void ppn_mv_by_split(const ppn_kp_matvec &p, float *xs, float (*part)[32])
 {
     switch (ppn_mv_split(p.cols, DT == PPN_DT_F32 ? 4 : 2)) {
-    case 1: ppn_mv_rows<DT, 1>(p, xs, part, pair); break;
-    case 2: ppn_mv_rows<DT, 2>(p, xs, part, pair); break;
-    case 4: ppn_mv_rows<DT, 4>(p, xs, part, pair); break;
-    default: ppn_mv_rows<DT, PPN_MV_MAX_SPLIT>(p, xs, part, pair); break;
+    case 1: ppn_mv_rows<DT, 1>(p, xs, part); break;
+    case 2: ppn_mv_rows<DT, 2>(p, xs, part); break;
+    case 4: ppn_mv_rows<DT, 4>(p, xs, part); break;
+    default: ppn_mv_rows<DT, PPN_MV_MAX_SPLIT>(p, xs, part); break;
     }
 }
 
@@ -502,15 +492,12 @@ __device__ __forceinline__ void ppn_mv_by_split(const ppn_kp_matvec &p, float *x
 extern "C" __global__ void __launch_bounds__(1024) ppn_k_matvec(const ppn_kp_matvec p)
 {
     extern __shared__ float4 ppn_mv_xs[]; // cols floats when staged (16-byte aligned)
-    __shared__ float s_part[2][32], s_pair[2][32];
+    __shared__ float s_part[2][32];
     float *xs = (float *)ppn_mv_xs;
     ppn_pdl_trigger(); // the wait is in ppn_mv_rows, after the first weight loads
-    // SwiGLU pairs need both rows of a pair in one block: an even number of row groups per block (G <= 4)
-    if (p.epi == PPN_MV_EPI_SWIGLU_PAIRS && (blockDim.x / (32 * ppn_mv_split(p.cols, p.wdt == PPN_DT_F32 ? 4 : 2))) % 2)
-        __trap();
-    if (p.wdt == PPN_DT_BF16) ppn_mv_by_split<PPN_DT_BF16>(p, xs, s_part, s_pair);
-    else if (p.wdt == PPN_DT_F16) ppn_mv_by_split<PPN_DT_F16>(p, xs, s_part, s_pair);
-    else ppn_mv_by_split<PPN_DT_F32>(p, xs, s_part, s_pair);
+    if (p.wdt == PPN_DT_BF16) ppn_mv_by_split<PPN_DT_BF16>(p, xs, s_part);
+    else if (p.wdt == PPN_DT_F16) ppn_mv_by_split<PPN_DT_F16>(p, xs, s_part);
+    else ppn_mv_by_split<PPN_DT_F32>(p, xs, s_part);
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -985,57 +985,6 @@ static void test_op_matvec_fused(void **state)
     free(w), free(nw), free(x), free(res);
 }
 
-
-/* The SwiGLU pairs epilogue: gate|up with rows interleaved (gate i at 2i, up i at 2i + 1) gives, in one launch,
- * the bits of the stacked matvec followed by the swiglu launch on the reference; the output is declared as
- * rows / 2 floats; odd rows, a bias, a residual, an unknown epilogue and rows too wide for one block's pairs
- * are refused by name. */
-static void test_op_matvec_pairs(void **state)
-{
-    (void)state;
-    const int ffn = 12, cols = 40;
-    double gv[12 * 40], uv[12 * 40];
-    uint16_t *wg = wrand(PPN_DT_BF16, (size_t)ffn * cols, gv), *wu = wrand(PPN_DT_BF16, (size_t)ffn * cols, uv);
-    uint16_t wi[2 * 12 * 40], ws[2 * 12 * 40];
-    for (int i = 0; i < ffn; i++) {
-        memcpy(wi + (size_t)(2 * i) * cols, wg + (size_t)i * cols, (size_t)cols * 2);
-        memcpy(wi + (size_t)(2 * i + 1) * cols, wu + (size_t)i * cols, (size_t)cols * 2);
-    }
-    memcpy(ws, wg, (size_t)ffn * cols * 2), memcpy(ws + (size_t)ffn * cols, wu, (size_t)ffn * cols * 2);
-    float *x = frand(cols, -2, 2), a[12], gu[24], b[12];
-    ppn_mv_input in = {.mode = PPN_MV_X_PLAIN, .x = D(x), .epi = PPN_MV_EPI_SWIGLU_PAIRS};
-    cap.calls = 0;
-    assert_int_equal(ppn_op_matvec_in(&fake_gpu, fake_stream, D(a), D(wi), PPN_DT_BF16, in, 2 * ffn, cols, 0, 0),
-                     PPN_OK);
-    assert_true(declared(a, sizeof a, PPN_ACC_W));
-    assert_false(declared(a, 2 * sizeof a, PPN_ACC_W)); /* rows / 2 outputs */
-    assert_int_equal(ppn_op_matvec(&fake_gpu, fake_stream, D(gu), D(ws), PPN_DT_BF16, D(x), 2 * ffn, cols, 0, 0),
-                     PPN_OK);
-    assert_int_equal(ppn_op_swiglu(&fake_gpu, fake_stream, D(b), D(gu), D(gu + ffn), ffn), PPN_OK);
-    assert_memory_equal(a, b, sizeof a);
-    double g = 0, u = 0; /* and against the definition */
-    for (int c = 0; c < cols; c++) g += gv[3 * cols + c] * x[c], u += uv[3 * cols + c] * x[c];
-    check_close(a[3], g / (1.0 + exp(-g)) * u, 1e-4, "swiglu pairs", 3);
-
-    cap.calls = 0;
-    assert_int_equal(ppn_op_matvec_in(&fake_gpu, fake_stream, D(a), D(wi), PPN_DT_BF16, in, 2 * ffn - 1, cols, 0, 0),
-                     PPN_EINVAL);
-    assert_non_null(strstr(ppn_last_error(), "even row count"));
-    assert_int_equal(ppn_op_matvec_in(&fake_gpu, fake_stream, D(a), D(wi), PPN_DT_BF16, in, 2 * ffn, cols, D(wg), 0),
-                     PPN_EINVAL);
-    assert_true(ppn_op_matvec_pairable(8192, PPN_DT_BF16) && ppn_op_matvec_pairable(4096, PPN_DT_F32));
-    assert_false(ppn_op_matvec_pairable(8193, PPN_DT_BF16));
-    assert_int_equal(ppn_op_matvec_in(&fake_gpu, fake_stream, D(a), D(wi), PPN_DT_F32, in, 2, 8192, 0, 0),
-                     PPN_EUNSUPPORTED);
-    assert_non_null(strstr(ppn_last_error(), "too wide"));
-    in.epi = 5;
-    assert_int_equal(ppn_op_matvec_in(&fake_gpu, fake_stream, D(a), D(wi), PPN_DT_BF16, in, 2 * ffn, cols, 0, 0),
-                     PPN_EINVAL);
-    assert_non_null(strstr(ppn_last_error(), "epilogue 5"));
-    assert_int_equal(cap.calls, 0);
-    free(wg), free(wu), free(x);
-}
-
 /* rope_kv = rope over q and k, then kv_store of the rotated k and v: the same bits as the two launches. */
 static void test_op_rope_kv(void **state)
 {
@@ -1314,7 +1263,6 @@ int main(void)
         cmocka_unit_test(test_op_matvec),
         cmocka_unit_test(test_op_matvec_fused),
         cmocka_unit_test(test_op_rope_kv),
-        cmocka_unit_test(test_op_matvec_pairs),
         cmocka_unit_test(test_op_attention_path),
         cmocka_unit_test(test_op_attn_split),
         cmocka_unit_test(test_op_small),

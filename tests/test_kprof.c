@@ -91,9 +91,9 @@ static const ppn_kernel_time *find(const ppn_kernel_time *e, int n, const char *
 
 /* What one llama decode step issues, per kernel (symbols are "ppn_k_<name>", kernels/ktable.h), with the
  * default door (PPN_FUSE=1): the step header and the embedding row; per layer four projections (q|k|v stacked
- * with the attention norm computed in its input, o, gate|up with their rows interleaved, the MLP norm in its
- * input and the SwiGLU in its epilogue, down), one rope over the q and k heads that also stores k and v, and
- * attention; then the lm head with the final norm in its input (docs/PERF.md: the launch plan). */
+ * with the attention norm computed in its input, o, gate|up stacked with the MLP norm in its input, down),
+ * one rope over the q and k heads that also stores k and v, attention and the SwiGLU; then the lm head with
+ * the final norm in its input (docs/PERF.md: the launch plan). */
 typedef struct want {
     const char *name;
     long per_step;
@@ -108,6 +108,7 @@ static int wants(const shape *s, want *w)
     w[n++] = (want){"ppn_k_matvec", 4 * L + 1};
     w[n++] = (want){"ppn_k_rope", L};
     w[n++] = (want){"ppn_k_attn", L};
+    w[n++] = (want){"ppn_k_swiglu", L};
     return n;
 }
 

@@ -990,74 +990,6 @@ static void t_matvec_fused(void **state)
     fused_case(PPN_MV_X_SWIGLU, 512, 18944, PPN_DT_F16);
 }
 
-
-/* The SwiGLU pairs epilogue on the GPU: gate|up with interleaved rows in one launch against the stacked matvec
- * then the swiglu kernel, bit for bit (a row's bits do not depend on where it sits), each twice; then the
- * device time of both ways, 50 calls back to back (printed, not asserted). Shapes: llama-1b and llama-8b
- * gate|up, bf16, with the norm in the input as the forward pass runs it. */
-static void pairs_case(int ffn, int cols)
-{
-    size_t R = (size_t)ffn, C = (size_t)cols;
-    uint16_t *wg = wrand(PPN_DT_BF16, R * C), *wu = wrand(PPN_DT_BF16, R * C), *nw = wrand(PPN_DT_BF16, C);
-    uint16_t *wi = hmem(2 * R * C * 2);
-    for (size_t i = 0; i < R; i++) {
-        memcpy(wi + (2 * i) * C, wg + i * C, C * 2);
-        memcpy(wi + (2 * i + 1) * C, wu + i * C, C * 2);
-    }
-    float *x = frand(C, -2, 2), *a = hmem(R * 4), *a2 = hmem(R * 4), *b = hmem(R * 4);
-    ppn_dptr dwi = up(wi, 2 * R * C * 2), dws = dalloc(2 * R * C * 2), dnw = up(nw, C * 2), dx = up(x, C * 4);
-    put(dws, wg, R * C * 2);
-    put(dws + R * C * 2, wu, R * C * 2);
-    ppn_dptr dout = dalloc(R * 4), dgu = dalloc(2 * R * 4), dh = dalloc(R * 4);
-    ppn_mv_input in = {.mode = PPN_MV_X_RMSNORM, .x = dx, .nw = dnw, .eps = 1e-5f, .epi = PPN_MV_EPI_SWIGLU_PAIRS};
-    ppn_mv_input rows = in;
-    rows.epi = PPN_MV_EPI_ROWS;
-    char what[96];
-    snprintf(what, sizeof what, "gate|up pairs + swiglu, %dx%d bf16, norm in", 2 * ffn, cols);
-    for (int run = 0; run < 2; run++) {
-        OK(ppn_op_matvec_in(G, S, dout, dwi, PPN_DT_BF16, in, 2 * ffn, cols, 0, 0));
-        sync_ok();
-        get(run ? a2 : a, dout, R * 4);
-    }
-    same_bits(what, a, a2, R * 4);
-    OK(ppn_op_matvec_in(G, S, dgu, dws, PPN_DT_BF16, rows, 2 * ffn, cols, 0, 0));
-    OK(ppn_op_swiglu(G, S, dh, dgu, dgu + R * 4, ffn));
-    sync_ok();
-    get(b, dh, R * 4);
-    exact(what, a, b, R * 4);
-    ppn_gevent *e0 = NULL, *e1 = NULL;
-    OK(G->ops->event_create(G, 0, 1, &e0));
-    OK(G->ops->event_create(G, 0, 1, &e1));
-    float ms[2];
-    for (int arm = 0; arm < 2; arm++) {
-        for (int it = 0; it < 55; it++) {
-            if (it == 5) OK(G->ops->event_record(G, e0, S));
-            if (arm == 0) OK(ppn_op_matvec_in(G, S, dout, dwi, PPN_DT_BF16, in, 2 * ffn, cols, 0, 0));
-            else {
-                OK(ppn_op_matvec_in(G, S, dgu, dws, PPN_DT_BF16, rows, 2 * ffn, cols, 0, 0));
-                OK(ppn_op_swiglu(G, S, dh, dgu, dgu + R * 4, ffn));
-            }
-        }
-        OK(G->ops->event_record(G, e1, S));
-        sync_ok();
-        OK(G->ops->event_elapsed(G, e0, e1, &ms[arm]));
-    }
-    printf("  time gate|up %5dx%-5d pairs epilogue %8.2f us   matvec + swiglu %8.2f us\n", 2 * ffn, cols,
-           1e3 * ms[0] / 50, 1e3 * ms[1] / 50);
-    OK(G->ops->event_destroy(G, e0));
-    OK(G->ops->event_destroy(G, e1));
-    free(wg), free(wu), free(nw), free(wi), free(x), free(a), free(a2), free(b);
-    dfree_all();
-}
-
-static void t_matvec_pairs(void **state)
-{
-    (void)state;
-    pairs_case(8192, 2048);
-    pairs_case(14336, 4096);
-    pairs_case(100, 1000);
-}
-
 /* rope with the fused kv store: the same bits as rope then kv_store on the GPU. */
 static void t_rope_kv(void **state)
 {
@@ -1126,7 +1058,6 @@ int main(void)
         cmocka_unit_test_teardown(t_rope, free_buffers),
         cmocka_unit_test_teardown(t_matvec_fused, free_buffers),
         cmocka_unit_test_teardown(t_rope_kv, free_buffers),
-        cmocka_unit_test_teardown(t_matvec_pairs, free_buffers),
         cmocka_unit_test_teardown(t_kv_attn, free_buffers),
         cmocka_unit_test_teardown(t_embed, free_buffers),
         cmocka_unit_test_teardown(t_swiglu_add_fill, free_buffers),
