@@ -62,22 +62,29 @@ static void walk_enter(ppn_model *m, ppn_stage_rt *sr)
 
 static void walk_leave(ppn_model *m) { atomic_fetch_sub_explicit(&m->active_walkers, 1, memory_order_relaxed); }
 
-/* Stage s's kernels for one step: the embed on stage 0, its layers, and the head into logits when logits != 0
- * (the last stage). Only launches: this is what a graph captures. */
+/* What the last stage's body writes: the logits, and for a device-greedy step their argmax (tok != 0, an
+ * entry of seq->tok; the split argmax uses seq->amx). */
+typedef struct stage_out {
+    ppn_dptr logits, tok;
+} stage_out;
+
+/* Stage s's kernels for one step: the embed on stage 0, its layers, and on the last stage the head into
+ * o.logits (and their argmax into o.tok). Only launches: this is what a graph captures. */
 static ppn_status stage_body(ppn_model *m, const ppn_stage_map *map, int s, ppn_gstream *q, ppn_seq *seq,
-                             ppn_dptr io, ppn_dptr logits)
+                             ppn_dptr io, stage_out o)
 {
     ppn_stage_scratch *r = &seq->scr[s];
     if (s == 0) PPN_CHECK(ppn_fwd_embed(m, q, r, io));
     for (int l = map->fence[s]; l < map->fence[s + 1]; l++) PPN_CHECK(ppn_fwd_layer(seq, q, map->dev[s], r, io, l));
-    if (logits) PPN_CHECK(ppn_fwd_head(m, q, r, io, logits));
+    if (o.logits) PPN_CHECK(ppn_fwd_head(m, q, r, io, o.logits));
+    if (o.tok) PPN_CHECK(ppn_op_argmax_wide(m->rt->g, q, o.tok, o.logits, m->cfg.vocab, seq->amx));
     return PPN_OK;
 }
 
 /* Capture stage s's body on q into entry e. A failed capture is abandoned and leaves e empty; the body's own
  * error is the one reported. */
 static ppn_status graph_capture(ppn_model *m, const ppn_stage_map *map, int s, ppn_gstream *q, ppn_seq *seq,
-                                ppn_dptr io, ppn_dptr logits, ppn_stage_graph *e)
+                                ppn_dptr io, stage_out o, ppn_stage_graph *e)
 {
     ppn_gpu *g = m->rt->g;
     if (e->exec) {
@@ -86,7 +93,7 @@ static ppn_status graph_capture(ppn_model *m, const ppn_stage_map *map, int s, p
         PPN_CHECK(g->ops->graph_destroy(g, old));
     }
     PPN_CHECK(g->ops->capture_begin(g, q));
-    ppn_status st = stage_body(m, map, s, q, seq, io, logits);
+    ppn_status st = stage_body(m, map, s, q, seq, io, o);
     if (st != PPN_OK) {
         char why[1024];
         snprintf(why, sizeof why, "%s", ppn_last_error());
@@ -95,24 +102,24 @@ static ppn_status graph_capture(ppn_model *m, const ppn_stage_map *map, int s, p
     }
     ppn_ggraph *x = NULL;
     PPN_CHECK(g->ops->capture_end(g, q, &x));
-    *e = (ppn_stage_graph){x, map->gen, io, logits, map->dev[s]};
+    *e = (ppn_stage_graph){x, map->gen, io, o.logits, o.tok, map->dev[s]};
     atomic_fetch_add_explicit(&m->graph_captures, 1, memory_order_relaxed);
     return PPN_OK;
 }
 
-/* Replay stage s's body for (map, io, logits), capturing it the first time. */
+/* Replay stage s's body for (map, io, outputs), capturing it the first time. */
 static ppn_status graph_replay(ppn_model *m, const ppn_stage_map *map, int s, ppn_gstream *q, ppn_seq *seq,
-                               ppn_dptr io, ppn_dptr logits)
+                               ppn_dptr io, stage_out o)
 {
     ppn_gpu *g = m->rt->g;
     ppn_stage_graph *set = seq->graphs[s], *e = NULL;
     for (int i = 0; i < PPN_STAGE_GRAPHS && !e; i++)
-        if (set[i].exec && set[i].gen == map->gen && set[i].io == io && set[i].logits == logits &&
-            set[i].dev == map->dev[s])
+        if (set[i].exec && set[i].gen == map->gen && set[i].io == io && set[i].logits == o.logits &&
+            set[i].tok == o.tok && set[i].dev == map->dev[s])
             e = &set[i];
     if (!e) {
         e = &set[seq->graph_next[s]++ % PPN_STAGE_GRAPHS];
-        PPN_CHECK(graph_capture(m, map, s, q, seq, io, logits, e));
+        PPN_CHECK(graph_capture(m, map, s, q, seq, io, o, e));
     }
     return g->ops->graph_launch(g, e->exec, q);
 }
@@ -131,12 +138,11 @@ void ppn_seq_drop_graphs(ppn_seq *q)
 }
 
 static ppn_status stage_walk(ppn_model *m, const ppn_stage_map *map, int s, ppn_gstream *q, ppn_seq *seq,
-                             ppn_dptr io, ppn_dptr logits)
+                             ppn_dptr io, stage_out o)
 {
     ppn_stage_rt *sr = &m->stages[s];
     walk_enter(m, sr);
-    ppn_status st = map->door.graphs ? graph_replay(m, map, s, q, seq, io, logits)
-                                     : stage_body(m, map, s, q, seq, io, logits);
+    ppn_status st = map->door.graphs ? graph_replay(m, map, s, q, seq, io, o) : stage_body(m, map, s, q, seq, io, o);
     walk_leave(m);
     return st;
 }
@@ -151,6 +157,38 @@ static ppn_status stage_finish(ppn_model *m, ppn_gstream *q, ppn_seq *seq, const
     return PPN_OK;
 }
 
+/* The outputs of stage s's body for step c. */
+static stage_out out_of(const ppn_stage_map *map, int s, const ppn_step_cmd *c)
+{
+    stage_out o = {0, 0};
+    if (s != map->n_stages - 1) return o;
+    o.logits = c->seq->logits[c->ring];
+    if (c->argmax) o.tok = c->seq->tok[c->ring];
+    return o;
+}
+
+/* The step header, on stage 0's stream q. A device-greedy step's token is the previous step's argmax, on the
+ * last stage's device: wait until the last stage has recorded that step's done event (the host generation
+ * first, as at a boundary, so the stream wait binds to that record), copy the token over when the devices
+ * differ, and let the set_hdr kernel read it. */
+static ppn_status step_header(ppn_model *m, const ppn_stage_map *map, ppn_gstream *q, const ppn_step_cmd *c,
+                              ppn_dptr io, int same_stream)
+{
+    ppn_gpu *g = m->rt->g;
+    ppn_seq *seq = c->seq;
+    if (c->tok_ring < 0) return ppn_op_set_hdr(g, q, io, c->pos, c->token, seq->id, (int)c->step);
+    ppn_dptr tok = seq->tok[c->tok_ring];
+    if (!same_stream) {
+        ppn_gen_wait(&seq->done_gen[c->tok_ring], c->tok_step + 1, map->door.spin);
+        PPN_CHECK(g->ops->stream_wait_event(g, q, seq->done_ev[c->tok_ring]));
+    }
+    if (seq->ring_dev != map->dev[0]) {
+        PPN_CHECK(g->ops->copy_peer(g, q, seq->scr[0].tokin, map->dev[0], tok, seq->ring_dev, sizeof(int32_t)));
+        tok = seq->scr[0].tokin;
+    }
+    return ppn_op_set_hdr_dev(g, q, io, c->pos, tok, seq->id, (int)c->step);
+}
+
 static ppn_status stage_issue(ppn_model *m, const ppn_stage_map *map, int s, const ppn_step_cmd *c, step_posts *p)
 {
     ppn_gpu *g = m->rt->g;
@@ -160,12 +198,12 @@ static ppn_status stage_issue(ppn_model *m, const ppn_stage_map *map, int s, con
     int n = map->n_stages, spin = map->door.spin;
     ppn_dptr io = r->io;
     if (s == 0) {
-        PPN_CHECK(ppn_op_set_hdr(g, q, io, c->pos, c->token, seq->id, (int)c->step));
+        PPN_CHECK(step_header(m, map, q, c, io, n == 1));
     } else {
         PPN_CHECK(ppn_boundary_recv(&m->bnd[s - 1], g, q, c->slot, c->step, r->io, &io, spin));
         p->released = m->bnd[s - 1].xport != PPN_XPORT_INPLACE;
     }
-    PPN_CHECK(stage_walk(m, map, s, q, seq, io, s == n - 1 ? seq->logits[c->ring] : 0));
+    PPN_CHECK(stage_walk(m, map, s, q, seq, io, out_of(map, s, c)));
     if (s + 1 < n) {
         PPN_CHECK(ppn_boundary_send(&m->bnd[s], g, q, c->slot, c->step, io, spin));
         p->sent = 1;
@@ -223,10 +261,10 @@ static ppn_status one_stream_issue(ppn_model *m, const ppn_stage_map *map, const
     int n = map->n_stages;
     for (int s = 0; s < n; s++) {
         ppn_dptr io = seq->scr[s].io;
-        if (s == 0) PPN_CHECK(ppn_op_set_hdr(g, q, io, c->pos, c->token, seq->id, (int)c->step));
+        if (s == 0) PPN_CHECK(step_header(m, map, q, c, io, 1));
         else PPN_CHECK(g->ops->copy_dtod(g, q, io, m->bnd[s - 1].slot[0].buf, m->bnd[s - 1].bytes));
         /* every stage is on stage 0's device here */
-        PPN_CHECK(stage_walk(m, map, s, q, seq, io, s == n - 1 ? seq->logits[c->ring] : 0));
+        PPN_CHECK(stage_walk(m, map, s, q, seq, io, out_of(map, s, c)));
         if (s + 1 < n) PPN_CHECK(g->ops->copy_dtod(g, q, m->bnd[s].slot[0].buf, io, m->bnd[s].bytes));
     }
     return stage_finish(m, q, seq, c, p);
@@ -292,11 +330,19 @@ static void post_to_threads(ppn_model *m, const ppn_step_cmd *tmpl)
     }
 }
 
-static ppn_status issue_step(ppn_seq *q, int token, int ring, uint32_t *step_out)
+/* greedy: NULL for a host-fed step; else {previous ring, previous step} (tok_ring -1: the first greedy step,
+ * fed token) and the step computes its argmax on the device. */
+typedef struct greedy_link {
+    int tok_ring;
+    uint32_t tok_step;
+} greedy_link;
+
+static ppn_status issue_step(ppn_seq *q, int token, int ring, const greedy_link *gl, uint32_t *step_out)
 {
     ppn_model *m = q->m;
     const ppn_stage_map *map = m->map;
-    ppn_step_cmd c = {.seq = q, .map = map, .step = m->next_step++, .pos = q->pos, .token = token, .ring = ring};
+    ppn_step_cmd c = {.seq = q, .map = map, .step = m->next_step++, .pos = q->pos, .token = token, .ring = ring,
+                      .tok_ring = gl ? gl->tok_ring : -1, .tok_step = gl ? gl->tok_step : 0, .argmax = gl != NULL};
     c.slot = map->door.overlap ? (int)(c.step & 1) : 0;
     *step_out = c.step;
     q->ring_step[ring] = c.step + 1;
@@ -318,14 +364,15 @@ ppn_status ppn_decode_step_deferred(ppn_seq *q, int token, ppn_pending *out)
     PPN_CHECK(step_checks(q, token));
     int ring = (int)(q->issued % PPN_MAX_INFLIGHT);
     uint32_t step;
-    ppn_status st = issue_step(q, token, ring, &step);
+    ppn_status st = issue_step(q, token, ring, NULL, &step);
     q->issued++;
     q->pos++;
     *out = (ppn_pending){.seq = q, .step = step, .ring = ring};
     return st;
 }
 
-ppn_status ppn_pending_wait(ppn_pending *p, float *logits)
+/* Wait for a pending step and read back its logits (logits != NULL) or its device argmax (id != NULL). */
+static ppn_status pending_wait(ppn_pending *p, float *logits, int *id)
 {
     ppn_seq *q = p->seq;
     if (!q || q->ring_step[p->ring] != p->step + 1)
@@ -337,6 +384,8 @@ ppn_status ppn_pending_wait(ppn_pending *p, float *logits)
     if (st == PPN_OK) st = g->ops->stream_wait_event(g, m->rb_stream, q->done_ev[p->ring]);
     size_t bytes = sizeof(float) * (size_t)m->cfg.vocab;
     if (st == PPN_OK && logits) st = g->ops->copy_dtoh(g, m->rb_stream, q->logits_h[p->ring], q->logits[p->ring], bytes);
+    if (st == PPN_OK && id)
+        st = g->ops->copy_dtoh(g, m->rb_stream, &q->tok_h[p->ring], q->tok[p->ring], sizeof(int32_t));
     if (st == PPN_OK) st = g->ops->event_record(g, q->rb_ev[p->ring], m->rb_stream);
     if (st == PPN_OK) st = g->ops->stream_sync(g, m->rb_stream);
     q->ring_step[p->ring] = 0;
@@ -347,7 +396,48 @@ ppn_status ppn_pending_wait(ppn_pending *p, float *logits)
         return st;
     }
     if (logits) memcpy(logits, q->logits_h[p->ring], bytes);
+    if (id) *id = q->tok_h[p->ring];
     return PPN_OK;
+}
+
+ppn_status ppn_pending_wait(ppn_pending *p, float *logits) { return pending_wait(p, logits, NULL); }
+
+/* Greedy decode on the device: step i > 0 is fed the argmax of step i-1 by the set_hdr kernel itself, so the
+ * host issues up to PPN_MAX_INFLIGHT steps ahead and reads back 4 bytes per step; the device never waits on it.
+ * Checks come first, for all n steps: nothing is issued when they fail. */
+ppn_status ppn_decode_greedy(ppn_seq *q, int token, int n, int *ids)
+{
+    if (!q || !ids || n <= 0)
+        return ppn_err(PPN_EINVAL, "ppn_decode_greedy: %s", !q ? "seq is NULL" : !ids ? "ids is NULL" : "n must be positive");
+    ppn_model *m = q->m;
+    PPN_CHECK(step_checks(q, token));
+    if (q->issued != q->waited)
+        return ppn_err(PPN_ESTATE, "ppn_decode_greedy: sequence %d has deferred steps in flight: wait them first", q->id);
+    if (n > m->ctx - q->pos)
+        return ppn_err(PPN_ESTATE, "ppn_decode_greedy: %d steps from position %d exceed the sequence's %d positions "
+                       "(ctx)", n, q->pos, m->ctx);
+    ppn_pending pend[PPN_MAX_INFLIGHT];
+    greedy_link gl = {-1, 0};
+    int issued = 0, waited = 0;
+    ppn_status st = PPN_OK;
+    while (waited < issued || (st == PPN_OK && issued < n)) {
+        if (st == PPN_OK && issued < n && issued - waited < PPN_MAX_INFLIGHT) {
+            ppn_pending *p = &pend[issued % PPN_MAX_INFLIGHT];
+            int ring = (int)(q->issued % PPN_MAX_INFLIGHT);
+            uint32_t step;
+            st = issue_step(q, token, ring, &gl, &step);
+            q->issued++;
+            q->pos++;
+            *p = (ppn_pending){.seq = q, .step = step, .ring = ring};
+            gl = (greedy_link){ring, step};
+            issued++;
+        } else {
+            ppn_status w = pending_wait(&pend[waited % PPN_MAX_INFLIGHT], NULL, &ids[waited]);
+            if (st == PPN_OK) st = w;
+            waited++;
+        }
+    }
+    return st;
 }
 
 /* The eager arm: the deferred step, drained at once. */

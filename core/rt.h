@@ -66,6 +66,9 @@ typedef struct ppn_step_cmd {
     const ppn_stage_map *map;            /* the map the step was issued under (checked by the thread) */
     uint32_t step;
     int pos, token, slot, ring;
+    int tok_ring;                        /* >= 0: the token is the argmax of step tok_step, in tok[tok_ring] */
+    uint32_t tok_step;
+    int argmax;                          /* the last stage also writes argmax(logits) to tok[ring] */
     int used;                            /* caller: handed to the thread at least once */
 } ppn_step_cmd;
 
@@ -123,15 +126,16 @@ typedef struct ppn_stage_scratch {
     ppn_dptr qkv;              /* [q: n_heads*hd][k: n_kv*hd][v: n_kv*hd], the fused projection's output */
     ppn_dptr gu;               /* [gate: ffn][up: ffn]; SwiGLU writes its result over gate */
     ppn_dptr ulogits;          /* stage 0 only: logits of the unsplit (batch) walk */
-    ppn_dptr attp;             /* attention's split partials and arrival counters (zeroed at allocation) */
+    ppn_dptr attp;
+    ppn_dptr tokin;            /* stage 0 only: the previous step's greedy token, copied in from the last stage */             /* attention's split partials and arrival counters (zeroed at allocation) */
 } ppn_stage_scratch;
 
 /* One captured stage body of one sequence (pipeline.c): valid for one map generation, io and logits buffer. */
-#define PPN_STAGE_GRAPHS 8 /* (slot, ring) pairs a stage can meet: 2 boundary slots x 4 logits entries */
+#define PPN_STAGE_GRAPHS 16 /* what a stage can meet: 2 boundary slots x 4 logits entries x argmax or not */
 typedef struct ppn_stage_graph {
     ppn_ggraph *exec;          /* NULL: an empty entry */
     uint64_t gen;
-    ppn_dptr io, logits;
+    ppn_dptr io, logits, tok;  /* tok: where the body's argmax goes (0: none) */
     int dev;
 } ppn_stage_graph;
 
@@ -148,6 +152,11 @@ struct ppn_seq {
     ppn_dptr logits[PPN_MAX_INFLIGHT];
     ppn_gevent *done_ev[PPN_MAX_INFLIGHT], *rb_ev[PPN_MAX_INFLIGHT];
     float *logits_h[PPN_MAX_INFLIGHT];
+    /* device greedy decode, on ring_dev: tok[i] (int32) = argmax of logits[i]; amx = the split argmax's scratch.
+     * Separate blocks: the checker orders accesses per block, and these are read and written by different
+     * streams (readback, stage 0's header, the last stage's argmax) */
+    ppn_dptr tok[PPN_MAX_INFLIGHT], amx;
+    int32_t *tok_h;            /* pinned [PPN_MAX_INFLIGHT]: the ids read back */
     _Atomic uint32_t done_gen[PPN_MAX_INFLIGHT]; /* step+1 whose done event the last stage recorded */
     uint32_t ring_step[PPN_MAX_INFLIGHT];        /* caller: step+1 issued on the ring entry (0: free) */
     uint64_t issued, waited;   /* caller: deferred steps issued / waited (FIFO) */

@@ -28,7 +28,7 @@ static void stage_free(ppn_model *m, int dev, ppn_dptr *p)
 static const size_t scratch_off[] = {
     offsetof(ppn_stage_scratch, io),  offsetof(ppn_stage_scratch, xb), offsetof(ppn_stage_scratch, att),
     offsetof(ppn_stage_scratch, qkv), offsetof(ppn_stage_scratch, gu), offsetof(ppn_stage_scratch, ulogits),
-    offsetof(ppn_stage_scratch, attp),
+    offsetof(ppn_stage_scratch, attp), offsetof(ppn_stage_scratch, tokin),
 };
 
 /* Every block is freed on its device's stream after the caller drained the stages (host-ordered). */
@@ -66,6 +66,7 @@ static ppn_status scratch_alloc(ppn_model *m, ppn_stage_scratch *r, int dev, int
     PPN_CHECK(stage_alloc(m, dev, qd, "att", &r->att));
     PPN_CHECK(stage_alloc(m, dev, 2 * f * (size_t)c->ffn_dim, "gate|up", &r->gu));
     if (first) PPN_CHECK(stage_alloc(m, dev, f * (size_t)c->vocab, "unsplit logits", &r->ulogits));
+    if (first) PPN_CHECK(stage_alloc(m, dev, sizeof(int32_t), "greedy token in", &r->tokin));
     return attn_scratch_alloc(m, r, dev);
 }
 
@@ -79,7 +80,25 @@ static void ring_free(ppn_seq *q)
         if (q->rb_ev[i]) g->ops->event_destroy(g, q->rb_ev[i]);
         q->done_ev[i] = q->rb_ev[i] = NULL;
     }
+    for (int i = 0; i < PPN_MAX_INFLIGHT && q->ring_dev >= 0; i++) stage_free(m, q->ring_dev, &q->tok[i]);
+    if (q->ring_dev >= 0) stage_free(m, q->ring_dev, &q->amx);
     q->ring_dev = -1;
+}
+
+/* The greedy token of each ring entry and the split argmax's scratch, zeroed once (its counter must start at
+ * 0; each launch leaves it 0); ordered before any step like attention's scratch. */
+static ppn_status tok_alloc(ppn_seq *q, int dev)
+{
+    ppn_model *m = q->m;
+    ppn_gpu *g = m->rt->g;
+    ppn_gstream *s;
+    size_t n = ppn_op_argmax_scratch_bytes();
+    for (int i = 0; i < PPN_MAX_INFLIGHT; i++) PPN_CHECK(stage_alloc(m, dev, sizeof(int32_t), "greedy token", &q->tok[i]));
+    PPN_CHECK(stage_alloc(m, dev, n, "argmax scratch", &q->amx));
+    PPN_CHECK(ppn_model_dev_stream(m, dev, &s));
+    PPN_CHECK(g->ops->memset_d8(g, s, q->amx, 0, n));
+    if (!q->tok_h) PPN_CHECK(ppn_pinned_alloc(m->rt->pinned, sizeof(int32_t) * PPN_MAX_INFLIGHT, (void **)&q->tok_h));
+    return g->ops->stream_sync(g, s);
 }
 
 static ppn_status ring_alloc(ppn_seq *q, int dev)
@@ -94,7 +113,7 @@ static ppn_status ring_alloc(ppn_seq *q, int dev)
         if (!q->logits_h[i])
             PPN_CHECK(ppn_pinned_alloc(m->rt->pinned, sizeof(float) * (size_t)m->cfg.vocab, (void **)&q->logits_h[i]));
     }
-    return PPN_OK;
+    return tok_alloc(q, dev);
 }
 
 /* Scratch on every stage's device and the ring on the last one's, as map places them. */
@@ -128,6 +147,7 @@ static void seq_release(ppn_seq *q)
     for (int s = 0; s < PPN_MAX_STAGES; s++) scratch_free(m, &q->scr[s]);
     ring_free(q);
     for (int i = 0; i < PPN_MAX_INFLIGHT; i++) ppn_pinned_free(m->rt->pinned, q->logits_h[i]);
+    ppn_pinned_free(m->rt->pinned, q->tok_h);
     ppn_hfree(q->kc);
     ppn_hfree(q->vc);
     ppn_hfree(q->kv_dev);

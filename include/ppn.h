@@ -190,6 +190,14 @@ ppn_status ppn_decode_step_deferred(ppn_seq *s, int token, ppn_pending *out);
  *         stage, the step and the cause), the sim checker's statuses. */
 ppn_status ppn_pending_wait(ppn_pending *p, float *logits);
 
+/* Greedy decode without a host round trip per token: feed token, then n - 1 more steps, each fed the argmax of
+ * the previous step's logits by the device itself (lowest index on ties; NaN never chosen); ids[i] = the argmax
+ * after step i, so ids[n - 1] is the next token to feed. The host keeps up to 4 steps in flight and reads back
+ * 4 bytes per step, never the logits. Through the same stages, transports and graphs as the other steps.
+ * @return PPN_OK, PPN_EINVAL (NULL, n <= 0, token), PPN_ESTATE (deferred steps in flight, or fewer than n
+ *         positions left: nothing is issued then), a stage's failure (sticky), PPN_EDRIVER. */
+ppn_status ppn_decode_greedy(ppn_seq *s, int token, int n, int *ids);
+
 /* Decode one token for each of n sequences with a whole-trunk walk per sequence on stage 0's stream (this path
  * has no stage split yet). logits: n * vocab floats.
  * @return PPN_OK, PPN_EINVAL, PPN_ESTATE, PPN_EREFUSED (refuse_unsplit_if_remote: the door places weights on

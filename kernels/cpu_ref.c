@@ -324,7 +324,9 @@ void ppn_cpu_fill(const void *params)
 void ppn_cpu_set_hdr(const void *params)
 {
     const ppn_kp_set_hdr *p = params;
-    *PTR(ppn_step_hdr, p->hdr) = p->v;
+    ppn_step_hdr v = p->v;
+    if (p->tok) v.token = *PTR(const int32_t, p->tok);
+    *PTR(ppn_step_hdr, p->hdr) = v;
 }
 
 /* m matvecs: the same per-row reduction (row_dot) token by token, so every row equals ppn_cpu_matvec's. */

@@ -94,12 +94,16 @@ typedef struct { uint64_t out, gate, up; int32_t n; } ppn_kp_swiglu;
 /* out[n] = a[n] + b[n] (out may alias a or b) */
 typedef struct { uint64_t out, a, b; int32_t n; } ppn_kp_add;
 
-/* out[0] (int32) = argmax(x[0..n)), lowest index on ties; NaN never wins. */
-typedef struct { uint64_t out, x; int32_t n; } ppn_kp_argmax;
+/* out[0] (int32) = argmax(x[0..n)), lowest index on ties; NaN never wins (-1 when every value is NaN).
+ * part = 0: one block. Else nblk blocks each reduce a strided share into part (nblk records of {f32 value,
+ * i32 index}, then a u32 arrival counter that is 0 before a launch and after it) and the last block to arrive
+ * reduces the records; (value, index) is a total order, so the winner never depends on the shape. */
+typedef struct { uint64_t out, x, part; int32_t n, nblk; } ppn_kp_argmax;
 
 /* *hdr = v: stage 0 writes the step header from the kernel's parameters, so no host buffer has to outlive
- * the enqueue (and a captured graph can carry it). */
-typedef struct { uint64_t hdr; ppn_step_hdr v; } ppn_kp_set_hdr;
+ * the enqueue (and a captured graph can carry it). With tok != 0 the token is read from device memory there
+ * instead (int32: the previous step's argmax, for greedy decode without a host round trip). */
+typedef struct { uint64_t hdr, tok; ppn_step_hdr v; } ppn_kp_set_hdr;
 
 /* out[n] (u32 words) = value; used by tests and scratch init. */
 typedef struct { uint64_t out; uint32_t value; int32_t n; } ppn_kp_fill;

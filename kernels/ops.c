@@ -32,6 +32,8 @@
 #define ATTN_MAX_SPLIT 64   /* the kernel's merge stages one {max, sum} pair per split in shared memory */
 #define ATTN_SPLIT_CAP 64   /* the most ppn_op_attn_split picks: more splits only lengthen the merge */
 #define ARGMAX_BLOCK 1024u
+#define ARGMAX_WIDE_BLOCK 512u  /* the split argmax: 128 blocks of 512 threads cover a 64K vocabulary in one */
+#define ARGMAX_WIDE_GRID 128    /* pass per thread and a 128K one in two */
 
 #define MATMAT_BLOCK 256 /* 8 warps: 8 rows per CTA */
 
@@ -374,6 +376,23 @@ ppn_status ppn_op_add(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr a, ppn_
 }
 
 /* out_i32 receives the lowest index of the largest non-NaN value, or -1 when every value is NaN. */
+size_t ppn_op_argmax_scratch_bytes(void) { return (size_t)ARGMAX_WIDE_GRID * 8u + 4u; }
+
+ppn_status ppn_op_argmax_wide(ppn_gpu *g, ppn_gstream *s, ppn_dptr out_i32, ppn_dptr x, int n, ppn_dptr part)
+{
+    static const char op[] = "ppn_op_argmax_wide";
+    PPN_CHECK(need_positive(op, "n", n));
+    PPN_CHECK(need_ptr(op, "out", out_i32));
+    PPN_CHECK(need_ptr(op, "x", x));
+    PPN_CHECK(need_ptr(op, "part", part));
+    ppn_kp_argmax p = {.out = out_i32, .x = x, .part = part, .n = n, .nblk = ARGMAX_WIDE_GRID};
+    ppn_launch l = launch_init(PPN_K_ARGMAX, &p, ARGMAX_WIDE_GRID, ARGMAX_WIDE_BLOCK);
+    acc_add(&l, x, f32_bytes((size_t)n), PPN_ACC_R);
+    acc_add(&l, part, ppn_op_argmax_scratch_bytes(), PPN_ACC_RW);
+    acc_add(&l, out_i32, sizeof(int32_t), PPN_ACC_W);
+    return submit(g, s, &l);
+}
+
 ppn_status ppn_op_argmax(ppn_gpu *g, ppn_gstream *s, ppn_dptr out_i32, ppn_dptr x, int n)
 {
     static const char op[] = "ppn_op_argmax";
@@ -404,6 +423,18 @@ ppn_status ppn_op_set_hdr(ppn_gpu *g, ppn_gstream *s, ppn_dptr hdr, int pos, int
     PPN_CHECK(need_ptr(op, "hdr", hdr));
     ppn_kp_set_hdr p = {.hdr = hdr, .v = {.pos = pos, .token = token, .seq = seq, .step = step}};
     ppn_launch l = launch_init(PPN_K_SET_HDR, &p, 1, 32);
+    acc_add(&l, hdr, sizeof(ppn_step_hdr), PPN_ACC_W);
+    return submit(g, s, &l);
+}
+
+ppn_status ppn_op_set_hdr_dev(ppn_gpu *g, ppn_gstream *s, ppn_dptr hdr, int pos, ppn_dptr tok, int seq, int step)
+{
+    static const char op[] = "ppn_op_set_hdr_dev";
+    PPN_CHECK(need_ptr(op, "hdr", hdr));
+    PPN_CHECK(need_ptr(op, "tok", tok));
+    ppn_kp_set_hdr p = {.hdr = hdr, .tok = tok, .v = {.pos = pos, .token = -1, .seq = seq, .step = step}};
+    ppn_launch l = launch_init(PPN_K_SET_HDR, &p, 1, 32);
+    acc_add(&l, tok, sizeof(int32_t), PPN_ACC_R);
     acc_add(&l, hdr, sizeof(ppn_step_hdr), PPN_ACC_W);
     return submit(g, s, &l);
 }

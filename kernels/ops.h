@@ -54,6 +54,12 @@ int ppn_op_attn_split(int n_kv, int sm_count);
 ppn_status ppn_op_swiglu(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr gate, ppn_dptr up, int n);
 ppn_status ppn_op_add(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr a, ppn_dptr b, int n);
 ppn_status ppn_op_argmax(ppn_gpu *g, ppn_gstream *s, ppn_dptr out_i32, ppn_dptr x, int n);
+/* The same argmax over many blocks (see ppn_kp_argmax): part is scratch of ppn_op_argmax_scratch_bytes() whose
+ * counter (its last 4 bytes) is zero (zero it once; every launch leaves it zero), used by one stream at a time. */
+ppn_status ppn_op_argmax_wide(ppn_gpu *g, ppn_gstream *s, ppn_dptr out_i32, ppn_dptr x, int n, ppn_dptr part);
+size_t ppn_op_argmax_scratch_bytes(void);
+/* set_hdr with the token read on the device from tok (int32). */
+ppn_status ppn_op_set_hdr_dev(ppn_gpu *g, ppn_gstream *s, ppn_dptr hdr, int pos, ppn_dptr tok, int seq, int step);
 ppn_status ppn_op_set_hdr(ppn_gpu *g, ppn_gstream *s, ppn_dptr hdr, int pos, int token, int seq, int step);
 ppn_status ppn_op_fill(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, uint32_t value, int n_words);
 

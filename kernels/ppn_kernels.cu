@@ -876,7 +876,10 @@ extern "C" __global__ void ppn_k_matmat(const ppn_kp_matmat p)
 extern "C" __global__ void ppn_k_set_hdr(const ppn_kp_set_hdr p)
 {
     PPN_PDL_ENTER();
-    if (threadIdx.x == 0 && blockIdx.x == 0) *(ppn_step_hdr *)p.hdr = p.v;
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    ppn_step_hdr v = p.v;
+    if (p.tok) v.token = *(const int32_t *)p.tok;
+    *(ppn_step_hdr *)p.hdr = v;
 }
 
 extern "C" __global__ void ppn_k_fill(const ppn_kp_fill p)
@@ -907,18 +910,58 @@ __device__ __forceinline__ void ppn_argmax_warp(float &bv, int &bi)
     }
 }
 
-extern "C" __global__ void ppn_k_argmax(const ppn_kp_argmax p)
+// The block's (value, index) winner, on every thread of warp 0 (the others return -1). Elements
+// i0, i0 + stride, ... of x.
+__device__ void ppn_argmax_block(const float *x, int n, int i0, int stride, float &bv, int &bi)
 {
-    PPN_PDL_ENTER();
     __shared__ float s_v[32];
     __shared__ int s_i[32];
-    const float *x = (const float *)p.x;
-    float bv = 0.0f;
-    int bi = -1;
-    for (int i = threadIdx.x; i < p.n; i += blockDim.x) {
+    bv = 0.0f, bi = -1;
+    for (int i = i0; i < n; i += stride) {
         float v = x[i];
         if (!isnan(v)) ppn_argmax_take(bv, bi, v, i);
     }
+    ppn_argmax_warp(bv, bi);
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) s_v[warp] = bv, s_i[warp] = bi;
+    __syncthreads();
+    bv = lane < (int)(blockDim.x >> 5) ? s_v[lane] : 0.0f;
+    bi = lane < (int)(blockDim.x >> 5) ? s_i[lane] : -1;
+    if (warp == 0) ppn_argmax_warp(bv, bi);
+    else bi = -1;
+}
+
+extern "C" __global__ void ppn_k_argmax(const ppn_kp_argmax p)
+{
+    PPN_PDL_ENTER();
+    __shared__ int s_last;
+    float bv;
+    int bi;
+    if (!p.part) { // one block
+        ppn_argmax_block((const float *)p.x, p.n, threadIdx.x, blockDim.x, bv, bi);
+        if (threadIdx.x == 0) *(int32_t *)p.out = bi;
+        return;
+    }
+    ppn_argmax_block((const float *)p.x, p.n, blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x, bv, bi);
+    float *rv = (float *)p.part;
+    int *ri = (int *)(rv + p.nblk);
+    unsigned *cnt = (unsigned *)(ri + p.nblk);
+    if (threadIdx.x == 0) {
+        rv[blockIdx.x] = bv, ri[blockIdx.x] = bi;
+        __threadfence(); // release the record before counting in
+        s_last = atomicAdd(cnt, 1u) == (unsigned)(p.nblk - 1);
+        __threadfence(); // acquire: the records read below come after every block's count
+    }
+    __syncthreads();
+    if (!s_last) return;
+    bv = 0.0f, bi = -1;
+    for (int b = threadIdx.x; b < p.nblk; b += blockDim.x) {
+        int i = __ldcg(ri + b);
+        if (i >= 0) ppn_argmax_take(bv, bi, __ldcg(rv + b), i);
+    }
+    __syncthreads(); // the block reduction's shared arrays are reused
+    __shared__ float s_v[32];
+    __shared__ int s_i[32];
     ppn_argmax_warp(bv, bi);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (lane == 0) s_v[warp] = bv, s_i[warp] = bi;
@@ -927,5 +970,5 @@ extern "C" __global__ void ppn_k_argmax(const ppn_kp_argmax p)
     bv = lane < (int)(blockDim.x >> 5) ? s_v[lane] : 0.0f;
     bi = lane < (int)(blockDim.x >> 5) ? s_i[lane] : -1;
     ppn_argmax_warp(bv, bi);
-    if (lane == 0) *(int32_t *)p.out = bi;
+    if (lane == 0) *(int32_t *)p.out = bi, *cnt = 0; // every block has counted: the next launch starts from 0
 }

@@ -102,6 +102,29 @@ static void sweep_json(void **s)
     free(err);
 }
 
+
+/* --device-greedy: the decode steps are one ppn_decode_greedy call; the JSON says so and every figure is as
+ * consistent as the per-step mode's (check_config), over 2 stages too. */
+static void device_greedy_json(void **s)
+{
+    (void)s;
+    char *out = NULL, *err = NULL;
+    int rc = bench("--shape tiny --backend sim -n 8 --prompt 4 --reps 2 --stages-sweep 1,2 --device-greedy --json",
+                   &out, &err);
+    if (rc != 0 || !out) fail_msg("bench exited %d:\n%s\n%s", rc, out ? out : "", err ? err : "");
+    json_error_t je;
+    json_t *r = json_loads(out, 0, &je);
+    if (!r) fail_msg("bench output is not JSON (%s, line %d):\n%s", je.text, je.line, out);
+    assert_true(json_is_true(json_object_get(r, "device_greedy")));
+    double wb = num(r, "weight_bytes"), floor_ms = num(r, "floor_ms");
+    json_t *cfgs = json_object_get(r, "configs");
+    check_config(json_array_get(cfgs, 0), 1, wb, floor_ms, (int)num(r, "n_layers"));
+    check_config(json_array_get(cfgs, 1), 2, wb, floor_ms, (int)num(r, "n_layers"));
+    json_decref(r);
+    free(out);
+    free(err);
+}
+
 /* The default output: the header naming the floor's bandwidth, one row and a stage map line per config. */
 static void table(void **s)
 {
@@ -145,6 +168,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(sweep_json),
+        cmocka_unit_test(device_greedy_json),
         cmocka_unit_test(table),
         cmocka_unit_test(refusals),
     };

@@ -66,6 +66,7 @@ static void door_values_refused_by_name(void **s)
         {"PPN_GRAPHS=on", "", "PPN_GRAPHS"},
         {"", "--graphs 2", "--graphs"},
         {"PPN_KPROF=1", "", "PPN_GRAPHS=0"}, /* per-launch profile and graphs: refused, with the way out */
+        {"", "--device-greedy --temp 0.5", "--device-greedy"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char cmd[8192];
@@ -271,6 +272,93 @@ static void graphs_match_eager_and_replay(void **s)
     free(b);
 }
 
+
+/* argmax, lowest index on ties (as the device's). */
+static int host_argmax(const float *x, int n)
+{
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+/* `ppn run --device-greedy` prints the ids of the host-sampled greedy run, over 3 stages on 2 devices. */
+static void run_device_greedy_cli(void **s)
+{
+    char cmd[8192], *a = NULL, *b = NULL, *e1 = NULL, *e2 = NULL;
+    snprintf(cmd, sizeof cmd, "%s run --model '%s' --ids 1,2,3 -n 24 --stages 3 --devices 0,1,1 --quiet", bin(),
+             fixture_dir("hf/llama-tiny"));
+    assert_int_equal(tu_run(cmd, &a, &e1), 0);
+    strncat(cmd, " --device-greedy", sizeof cmd - strlen(cmd) - 1);
+    assert_int_equal(tu_run(cmd, &b, &e2), 0);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_true(strlen(a) > 24);
+    assert_string_equal(a, b);
+    free(a), free(b), free(e1), free(e2);
+}
+
+/* ppn_decode_greedy gives the ids of the host loop (decode_step, argmax on the host, feed it back) for every
+ * placement and seam, with the checker silent; it refuses bad arguments before issuing anything; and the
+ * sequence goes on normally after it. */
+static void device_greedy_matches_host_loop(void **s)
+{
+    enum { N = 14 };
+    int devs01[2] = {0, 1}, devs3[3] = {0, 0, 0};
+    struct { int n, *devs, streams, overlap, graphs; } cfgs[] = {
+        {1, NULL, 1, 0, 1}, {1, NULL, 1, 0, 0}, {3, devs3, 1, 0, 1}, {2, devs01, 1, 0, 1},
+        {2, devs01, 1, 1, 1}, {2, NULL, 0, 0, 1}, {3, devs3, 1, 1, 0},
+    };
+    for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0]; k++) {
+        ppn_door d = door_n(cfgs[k].n, cfgs[k].devs);
+        d.streams = cfgs[k].streams;
+        d.overlap = cfgs[k].overlap;
+        d.graphs = cfgs[k].graphs;
+        ppn_model *m = load(&d);
+        ppn_seq *q = NULL;
+        float x[256];
+        int want[N], got[N];
+        assert_int_equal(ppn_seq_create(m, &q), PPN_OK);
+        int tok = 7;
+        for (int t = 0; t < N; t++) {
+            assert_int_equal(ppn_decode_step(q, tok, x), PPN_OK);
+            want[t] = tok = host_argmax(x, 256);
+        }
+        ppn_seq_destroy(q);
+        assert_int_equal(ppn_seq_create(m, &q), PPN_OK);
+        assert_int_equal(ppn_decode_greedy(q, 7, N / 2, got), PPN_OK);
+        assert_int_equal(ppn_seq_pos(q), N / 2);
+        assert_int_equal(ppn_decode_greedy(q, got[N / 2 - 1], N - N / 2, got + N / 2), PPN_OK);
+        if (memcmp(want, got, sizeof want)) {
+            for (int t = 0; t < N; t++) fprintf(stderr, "  step %d: host %d device %d\n", t, want[t], got[t]);
+            fail_msg("config %zu: device greedy ids differ from the host loop", k);
+        }
+        /* and a host-fed step after it continues the same sequence */
+        assert_int_equal(ppn_decode_step(q, got[N - 1], x), PPN_OK);
+        ppn_seq_destroy(q);
+        ppn_model_free(m);
+    }
+
+    ppn_door shut = ppn_door_default();
+    ppn_model *m = load(&shut);
+    ppn_seq *q = NULL;
+    int ids[4];
+    assert_int_equal(ppn_seq_create(m, &q), PPN_OK);
+    assert_int_equal(ppn_decode_greedy(q, 1, 0, ids), PPN_EINVAL);
+    assert_int_equal(ppn_decode_greedy(q, 1, 2, NULL), PPN_EINVAL);
+    assert_int_equal(ppn_decode_greedy(q, 999, 2, ids), PPN_EINVAL);
+    assert_int_equal(ppn_decode_greedy(q, 1, 65, ids), PPN_ESTATE); /* ctx 64 */
+    assert_non_null(strstr(ppn_last_error(), "ctx"));
+    ppn_pending p;
+    assert_int_equal(ppn_decode_step_deferred(q, 1, &p), PPN_OK);
+    assert_int_equal(ppn_decode_greedy(q, 1, 2, ids), PPN_ESTATE); /* a deferred step in flight */
+    assert_int_equal(ppn_pending_wait(&p, NULL), PPN_OK);
+    assert_int_equal(ppn_seq_pos(q), 1); /* the refusals issued nothing */
+    assert_int_equal(ppn_decode_greedy(q, 1, 4, ids), PPN_OK);
+    ppn_seq_destroy(q);
+    ppn_model_free(m);
+}
+
 static void publish_in_process_and_refusals(void **s)
 {
     ppn_door shut = ppn_door_default();
@@ -375,6 +463,8 @@ int main(void)
         cmocka_unit_test(checker_sees_missing_boundary_wait),
         cmocka_unit_test(same_device_pipelined_arm_matches_eager),
         cmocka_unit_test(graphs_match_eager_and_replay),
+        cmocka_unit_test(device_greedy_matches_host_loop),
+        cmocka_unit_test(run_device_greedy_cli),
         cmocka_unit_test(publish_in_process_and_refusals),
         cmocka_unit_test(counters_advance_and_step_path_never_allocates),
         cmocka_unit_test(stage_thread_failure_is_sticky_and_clean),

@@ -6,6 +6,9 @@
  * logits readback, so a step's time is the whole token latency as a caller sees it). Medians and p99 come
  * from every timed decode step of every timed rep. The floor is weight bytes over the measured device copy
  * bandwidth: batch-1 decode must stream every weight once per token, so no step can beat it.
+ * --device-greedy: the decode steps are one ppn_decode_greedy call (the argmax on the device, each step fed by
+ * the previous one there, up to 4 in flight); the steps overlap, so each is given the call's time / n and the
+ * median is that mean.
  *
  * With PPN_KPROF=1, the kernel-by-kernel account of the timed decode steps follows each configuration: the
  * profile is read just before a rep's first decode step and after its last (every kernel of a step has
@@ -31,7 +34,7 @@
 
 typedef struct bench_args {
     const char *model, *shape, *backend;
-    int dtype, ctx, n_new, prompt, reps, warmup, json;
+    int dtype, ctx, n_new, prompt, reps, warmup, json, device_greedy;
     double bw_gbs;
     ppn_door door;
     int stages_flag;          /* --stages was given */
@@ -63,6 +66,7 @@ static void bench_usage(FILE *f)
           "                 [--splits c1,..] [--devices d0,..] [--overlap 0|1] [--streams 0|1] [--shard 0|1] [--spin 0|1]\n"
           "                 [--graphs 0|1] [--fuse 0|1]\n"
           "                 [-n 128] [--prompt 16] [--ctx C] [--reps 3] [--warmup 1] [--bw-gbs 4280] [--json]\n"
+          "                 [--device-greedy]\n"
           "--shape writes a random checkpoint (seed 1; bf16 unless --dtype) into a temporary directory, removed at exit.\n"
           "Each rep: a fresh sequence, --prompt fixed ids (timed as prefill), then -n greedy decode steps, each timed.\n"
           "floor = weight bytes / --bw-gbs (default 4280 GB/s: the measured H200 device-to-device copy bandwidth).\n"
@@ -132,6 +136,10 @@ static int parse(int argc, char **argv, bench_args *a)
         }
         if (!strcmp(f, "--json")) {
             a->json = 1;
+            continue;
+        }
+        if (!strcmp(f, "--device-greedy")) {
+            a->device_greedy = 1;
             continue;
         }
         if (!(v = cli_value(argc, argv, &i))) return 2;
@@ -252,8 +260,9 @@ static int one_rep(ppn_model *m, const bench_args *a, int vocab, float *logits, 
     ppn_sampler_init(&sp, 0.0f, 0, 1.0f, 0);
     ppn_status st = ppn_seq_create(m, &seq);
     if (st != PPN_OK) return cli_fail_status(st, "bench: sequence");
-    int rc = 0, tok = 0;
-    for (int t = 0; t < a->prompt + a->n_new && rc == 0; t++) {
+    int rc = 0, tok = 0, *ids = NULL;
+    int last = a->device_greedy ? a->prompt : a->prompt + a->n_new; /* host-fed steps */
+    for (int t = 0; t < last && rc == 0; t++) {
         int in = t < a->prompt ? (int)(((long long)t * 7919 + 13) % vocab) : tok;
         if (kn && t == a->prompt) kern_snap(rt, kn, -1); /* outside the timed window */
         double t0 = now_ms();
@@ -266,6 +275,16 @@ static int one_rep(ppn_model *m, const bench_args *a, int vocab, float *logits, 
         if (t < a->prompt && pre) pre[t] = dt;
         if (t >= a->prompt && dec) dec[t - a->prompt] = dt;
         if ((st = ppn_sample(&sp, logits, vocab, &tok)) != PPN_OK) rc = cli_fail_status(st, "bench: sample");
+    }
+    if (a->device_greedy && rc == 0) {
+        if (!(ids = malloc(sizeof(int) * (size_t)a->n_new))) rc = cli_fail("bench: out of memory for %d ids", a->n_new);
+        if (kn && rc == 0) kern_snap(rt, kn, -1);
+        double t0 = now_ms();
+        if (rc == 0 && (st = ppn_decode_greedy(seq, tok, a->n_new, ids)) != PPN_OK)
+            rc = cli_fail_status(st, "bench: device greedy decode");
+        double per = (now_ms() - t0) / a->n_new;
+        for (int t = 0; t < a->n_new && dec && rc == 0; t++) dec[t] = per;
+        free(ids);
     }
     if (kn && rc == 0) {
         kern_snap(rt, kn, +1);
@@ -444,8 +463,9 @@ static void report_json(const bench_args *a, const ppn_model_info *mi, const cha
            cli_dtype_name(mi->dtype), mi->n_layers, mi->weight_bytes);
     json_num(stdout, "bw_gbs", a->bw_gbs);
     json_num(stdout, "floor_ms", floor_ms);
-    printf("\"n\":%d,\"prompt\":%d,\"ctx\":%d,\"reps\":%d,\"warmup\":%d,\"per_stage_time\":\"not measured\",\"configs\":[",
-           a->n_new, a->prompt, mi->ctx, a->reps, a->warmup);
+    printf("\"n\":%d,\"prompt\":%d,\"ctx\":%d,\"reps\":%d,\"warmup\":%d,\"device_greedy\":%s,"
+           "\"per_stage_time\":\"not measured\",\"configs\":[",
+           a->n_new, a->prompt, mi->ctx, a->reps, a->warmup, a->device_greedy ? "true" : "false");
     for (int k = 0; k < n_res; k++) {
         const bench_result *r = &res[k];
         printf("%s{\"stages\":%d,", k ? "," : "", r->stages);
@@ -473,6 +493,8 @@ static void table_header(const bench_args *a, const ppn_model_info *mi, const ch
            floor_ms, a->bw_gbs);
     printf("%d reps x (%d prompt + %d decode steps), %d warm-up rep%s, ctx %d; per-stage time: not measured\n",
            a->reps, a->prompt, a->n_new, a->warmup, a->warmup == 1 ? "" : "s", mi->ctx);
+    if (a->device_greedy)
+        printf("--device-greedy: the decode steps are one ppn_decode_greedy call; a step's time = the call's / n\n");
     if (a->kprof) printf("PPN_KPROF=1: %s; kernel time = %s\n", kern_note(backend), kern_clock(backend));
     printf("%6s %10s %10s %10s %11s %9s %11s %13s %13s %10s\n", "stages", "median_ms", "p99_ms", "tok/s",
            "prefill_ms", "GB/s", "floor_ratio", "pool_peak_MB", "pool_rsv_MB", "drv_allocs");

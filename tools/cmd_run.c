@@ -7,7 +7,7 @@
 
 typedef struct run_args {
     const char *model, *backend, *logits_out;
-    int dtype, ctx, n_new, json, quiet, top_k, check_unsplit;
+    int dtype, ctx, n_new, json, quiet, top_k, check_unsplit, device_greedy;
     ppn_door door;
     int *ids, n_ids;
     double temp, top_p;
@@ -18,7 +18,7 @@ static void run_usage(FILE *f)
 {
     fputs("usage: ppn run --model PATH [--backend auto|sim|cuda] [--dtype f32|bf16|f16] --ids 1,300,401\n"
           "               [-n 150] [--temp 0] [--top-k K] [--top-p P] [--seed S] [--ctx C]\n"
-          "               [--logits-out FILE] [--json] [--quiet] [--check-unsplit]\n"
+          "               [--logits-out FILE] [--json] [--quiet] [--check-unsplit] [--device-greedy]\n"
           "               [--stages N] [--splits c1,..] [--devices d0,..] [--overlap 0|1] [--streams 0|1]\n"
           "               [--shard 0|1] [--spin 0|1] [--graphs 0|1] [--fuse 0|1]   (the door; MEMRA_PP_*,\n"
           "               PPN_SPIN, PPN_GRAPHS and PPN_FUSE in the environment say the same)\n"
@@ -42,6 +42,7 @@ static int parse(int argc, char **argv, run_args *a)
             exit(0);
         } else if (!strcmp(f, "--json")) a->json = 1;
         else if (!strcmp(f, "--check-unsplit")) a->check_unsplit = 1;
+        else if (!strcmp(f, "--device-greedy")) a->device_greedy = 1;
         else if (!strcmp(f, "--quiet")) a->quiet = 1;
         else if (!(v = cli_value(argc, argv, &i))) return 2;
         else if (!strcmp(f, "--model")) a->model = v;
@@ -59,6 +60,9 @@ static int parse(int argc, char **argv, run_args *a)
         if (rc) return rc;
     }
     if (!a->model) return cli_fail("run: --model PATH is required"), 2;
+    if (a->device_greedy && (a->temp != 0 || a->top_k || a->top_p != 1.0 || a->logits_out || a->check_unsplit))
+        return cli_fail("run: --device-greedy is greedy decoding on the device: it takes no --temp, --top-k, "
+                        "--top-p, --logits-out or --check-unsplit (no logits reach the host)"), 2;
     return 0;
 }
 
@@ -82,9 +86,26 @@ typedef struct run_out {
     int n_rows;
 } run_out;
 
+/* --device-greedy: the prompt but its last id through ppn_decode_step, then ppn_decode_greedy from it. */
+static int decode_device_greedy(ppn_seq *seq, const run_args *a, run_out *o)
+{
+    ppn_status st = PPN_OK;
+    if (a->n_ids < 1) return cli_fail("run: --device-greedy needs at least one prompt id (--ids)");
+    if (!(o->gen = malloc(sizeof(int) * (size_t)(a->n_new + 1)))) return cli_fail("out of memory");
+    double t0 = now_s();
+    for (int t = 0; t + 1 < a->n_ids && st == PPN_OK; t++) st = ppn_decode_step(seq, a->ids[t], NULL);
+    o->prefill_s = now_s() - t0;
+    if (st == PPN_OK && a->n_new > 0) st = ppn_decode_greedy(seq, a->ids[a->n_ids - 1], a->n_new, o->gen);
+    o->decode_s = now_s() - t0 - o->prefill_s;
+    if (st != PPN_OK) return cli_fail_status(st, "device greedy decode");
+    o->n_gen = a->n_new;
+    return 0;
+}
+
 /* Feed the prompt, then generate; every logits row goes to lf (if any). */
 static int decode(ppn_seq *seq, const ppn_model_info *mi, const run_args *a, FILE *lf, run_out *o)
 {
+    if (a->device_greedy) return decode_device_greedy(seq, a, o);
     float *logits = malloc(sizeof(float) * (size_t)mi->vocab);
     o->gen = malloc(sizeof(int) * (size_t)(a->n_new + 1));
     if (!logits || !o->gen) return free(logits), cli_fail("out of memory");

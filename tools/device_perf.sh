@@ -6,6 +6,8 @@
 #            PPN_FUSE=0, PPN_PDL=0)
 #   bench8b  the same on llama-8b
 #   long     decode after a 4,096-token prompt, llama-1b and llama-8b (N=1, graphs)
+#   greedy   ppn_decode_greedy: ids equal to the host-sampled run (llama-1b, 1 and 4 stages), then ppn bench
+#            --device-greedy on llama-1b and llama-8b (N = 1, 4)
 #   sched    ppn sched-bench llama-1b, 4 stages (graph and no-graph arms), with its plot
 #   kprof    the kernel account (PPN_KPROF=1 PPN_GRAPHS=0 ppn bench llama-1b and llama-8b, N=1)
 # Results go to $OUT (summary.txt plus one file per run). Expects build/ (Release, static deps,
@@ -78,6 +80,16 @@ for phase in "${phases[@]}"; do
     long)
         bench 1b_long llama-1b -n 128 --prompt 4096 --reps 2
         bench 8b_long llama-8b -n 128 --prompt 4096 --reps 1
+        ;;
+    greedy)
+        for st in 1 4; do
+            log "device greedy ids vs host greedy, llama-1b, $st stage(s), 64 tokens"
+            a=$(timeout 120 build/ppn run --model "$(model llama-1b)" --backend cuda --ids 1,2,3,4,5,6,7,8 -n 64 --stages $st --quiet 2>>"$S")
+            b=$(timeout 120 build/ppn run --model "$(model llama-1b)" --backend cuda --ids 1,2,3,4,5,6,7,8 -n 64 --stages $st --device-greedy --quiet 2>>"$S")
+            if [ -n "$a" ] && [ "$a" = "$b" ]; then echo "equal: $a" | cut -c1-120 | tee -a "$S"; else echo "DIFFERENT: host $a / device $b" | tee -a "$S"; fail=1; fi
+        done
+        bench 1b_device_greedy llama-1b --stages-sweep 1,4 -n 128 --prompt 16 --reps 3 --device-greedy
+        bench 8b_device_greedy llama-8b --stages-sweep 1,4 -n 128 --prompt 16 --reps 3 --device-greedy
         ;;
     sched)
         log "sched-bench llama-1b, 4 stages, 128 steps"

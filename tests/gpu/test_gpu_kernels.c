@@ -856,6 +856,19 @@ static void argmax_case(const char *label, const float *x, int n)
     printf("  %-58s gpu %d cpu %d\n", label, got, want);
     assert_int_equal(got, again);
     assert_int_equal(got, want);
+    /* the split version (many blocks, the last one merges): same winner, twice, counter back at 0 */
+    size_t sb = ppn_op_argmax_scratch_bytes();
+    ppn_dptr part = dalloc(sb);
+    OK(G->ops->memset_d8(G, S, part, 0, sb));
+    for (int run = 0; run < 2; run++) {
+        OK(ppn_op_argmax_wide(G, S, dout, dx, n, part));
+        sync_ok();
+        get(&got, dout, 4);
+        assert_int_equal(got, want);
+    }
+    uint32_t cnt = 1;
+    get(&cnt, part + sb - 4, 4);
+    assert_int_equal(cnt, 0);
     dfree_all();
 }
 
@@ -891,6 +904,12 @@ static void t_set_hdr(void **state)
     ppn_kernels[PPN_K_SET_HDR].cpu(&p);
     printf("  %-58s gpu {%d,%d,%d,%d}\n", "set_hdr", got[0], got[1], got[2], got[3]);
     exact("set_hdr", got, want, sizeof got);
+    int32_t tok = 31337;
+    ppn_dptr dt = up(&tok, 4);
+    OK(ppn_op_set_hdr_dev(G, S, d, 17, dt, 3, 9));
+    sync_ok();
+    get(got, d, sizeof got);
+    assert_true(got[0] == 17 && got[1] == 31337 && got[2] == 3 && got[3] == 9); /* the token read on the device */
     dfree_all();
 }
 
