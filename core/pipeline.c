@@ -153,7 +153,7 @@ static ppn_status stage_finish(ppn_model *m, ppn_gstream *q, ppn_seq *seq, const
     ppn_gpu *g = m->rt->g;
     PPN_CHECK(g->ops->event_record(g, seq->done_ev[c->ring], q));
     p->done = 1;
-    ppn_gen_post(&seq->done_gen[c->ring], c->step + 1); /* pairs with the acquire in ppn_pending_wait */
+    ppn_gen_post(&seq->done_gen[c->ring], c->step + 1); /* pairs with the acquires in pending_wait, step_header */
     return PPN_OK;
 }
 

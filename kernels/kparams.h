@@ -37,7 +37,9 @@ typedef struct { uint64_t out, in, w; int32_t n, wdt; float eps; } ppn_kp_rmsnor
  *   PPN_MV_X_PLAIN    xin[c] = x[c]
  *   PPN_MV_X_RMSNORM  xin[c] = (x[c] * r) * nw[c], r = 1 / sqrt(mean(x[0..cols)^2) + eps): the rmsnorm kernel's
  *                     formula; nw (norm weight) in wdt
- *   PPN_MV_X_SWIGLU   xin[c] = silu(x[c]) * x[cols + c]: x holds [gate; up], the swiglu kernel's formula */
+ *   PPN_MV_X_SWIGLU   xin[c] = silu(x[c]) * x[cols + c]: x holds [gate; up], the swiglu kernel's formula. The
+ *                     forward pass does not use it: on the H200 it cost more than the swiglu launch it saves
+ *                     (every block re-reads all of gate and up; docs/PERF.md); kept tested for that record */
 enum { PPN_MV_X_PLAIN = 0, PPN_MV_X_RMSNORM = 1, PPN_MV_X_SWIGLU = 2 };
 typedef struct { uint64_t out, w, x, bias, res, nw; int32_t rows, cols, wdt, xmode; float eps; } ppn_kp_matvec;
 
