@@ -8,6 +8,7 @@
 #   long     decode after a 4,096-token prompt, llama-1b and llama-8b (N=1, graphs)
 #   greedy   ppn_decode_greedy: ids equal to the host-sampled run (llama-1b, 1 and 4 stages), then ppn bench
 #            --device-greedy on llama-1b and llama-8b (N = 1, 4)
+#   greedy2  ppn bench --device-greedy: llama-8b N = 1, 2, 4, 8; decode after a 4,096-token prompt (1b, 8b)
 #   sched    ppn sched-bench llama-1b, 4 stages (graph and no-graph arms), with its plot
 #   kprof    the kernel account (PPN_KPROF=1 PPN_GRAPHS=0 ppn bench llama-1b and llama-8b, N=1)
 # Results go to $OUT (summary.txt plus one file per run). Expects build/ (Release, static deps,
@@ -90,6 +91,11 @@ for phase in "${phases[@]}"; do
         done
         bench 1b_device_greedy llama-1b --stages-sweep 1,4 -n 128 --prompt 16 --reps 3 --device-greedy
         bench 8b_device_greedy llama-8b --stages-sweep 1,4 -n 128 --prompt 16 --reps 3 --device-greedy
+        ;;
+    greedy2)
+        bench 8b_device_greedy_sweep llama-8b --stages-sweep 1,2,4,8 -n 128 --prompt 16 --reps 3 --device-greedy
+        bench 1b_long_device_greedy llama-1b -n 128 --prompt 4096 --reps 2 --device-greedy
+        bench 8b_long_device_greedy llama-8b -n 128 --prompt 4096 --reps 1 --device-greedy
         ;;
     sched)
         log "sched-bench llama-1b, 4 stages, 128 steps"
