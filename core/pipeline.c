@@ -358,17 +358,23 @@ static ppn_status issue_step(ppn_seq *q, int token, int ring, const greedy_link 
     return st;
 }
 
-ppn_status ppn_decode_step_deferred(ppn_seq *q, int token, ppn_pending *out)
+/* Issue the sequence's next step on the next ring entry; *out is its pending step whatever the status. */
+static ppn_status issue_deferred(ppn_seq *q, int token, const greedy_link *gl, ppn_pending *out)
 {
-    memset(out, 0, sizeof *out);
-    PPN_CHECK(step_checks(q, token));
     int ring = (int)(q->issued % PPN_MAX_INFLIGHT);
     uint32_t step;
-    ppn_status st = issue_step(q, token, ring, NULL, &step);
+    ppn_status st = issue_step(q, token, ring, gl, &step);
     q->issued++;
     q->pos++;
     *out = (ppn_pending){.seq = q, .step = step, .ring = ring};
     return st;
+}
+
+ppn_status ppn_decode_step_deferred(ppn_seq *q, int token, ppn_pending *out)
+{
+    memset(out, 0, sizeof *out);
+    PPN_CHECK(step_checks(q, token));
+    return issue_deferred(q, token, NULL, out);
 }
 
 /* Wait for a pending step and read back its logits (logits != NULL) or its device argmax (id != NULL). */
@@ -423,13 +429,8 @@ ppn_status ppn_decode_greedy(ppn_seq *q, int token, int n, int *ids)
     while (waited < issued || (st == PPN_OK && issued < n)) {
         if (st == PPN_OK && issued < n && issued - waited < PPN_MAX_INFLIGHT) {
             ppn_pending *p = &pend[issued % PPN_MAX_INFLIGHT];
-            int ring = (int)(q->issued % PPN_MAX_INFLIGHT);
-            uint32_t step;
-            st = issue_step(q, token, ring, &gl, &step);
-            q->issued++;
-            q->pos++;
-            *p = (ppn_pending){.seq = q, .step = step, .ring = ring};
-            gl = (greedy_link){ring, step};
+            st = issue_deferred(q, token, &gl, p);
+            gl = (greedy_link){p->ring, p->step};
             issued++;
         } else {
             ppn_status w = pending_wait(&pend[waited % PPN_MAX_INFLIGHT], NULL, &ids[waited]);

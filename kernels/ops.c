@@ -192,23 +192,35 @@ ppn_status ppn_op_matvec(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, i
     return ppn_op_matvec_in(g, s, out, w, wdt, in, rows, cols, bias, res);
 }
 
+/* The checks, geometry and accesses rope and rope_kv share; p->kc set adds the kv store's (validated by the
+ * caller). xname names p->x in messages. */
+static ppn_status rope_submit(ppn_gpu *g, ppn_gstream *s, const char *op, const char *xname, const ppn_kp_rope *p)
+{
+    PPN_CHECK(need_positive(op, "n_heads", p->n_heads));
+    PPN_CHECK(need_positive(op, "head_dim", p->head_dim));
+    if (p->head_dim % 2) return ppn_err(PPN_EINVAL, "%s: head_dim must be even (got %d)", op, p->head_dim);
+    PPN_CHECK(need_ptr(op, xname, p->x));
+    PPN_CHECK(need_ptr(op, "inv_freq", p->inv_freq));
+    PPN_CHECK(need_ptr(op, "hdr", p->hdr));
+    ppn_launch l = launch_init(PPN_K_ROPE, p, (unsigned)p->n_heads, ROPE_BLOCK);
+    acc_add(&l, p->x, f32_bytes((size_t)p->n_heads * (size_t)p->head_dim), PPN_ACC_RW);
+    acc_add(&l, p->inv_freq, f32_bytes((size_t)p->head_dim / 2), PPN_ACC_R);
+    acc_add(&l, p->hdr, sizeof(ppn_step_hdr), PPN_ACC_R);
+    if (p->kc) {
+        size_t row = f32_bytes((size_t)p->n_kv * (size_t)p->head_dim);
+        acc_add(&l, p->v, row, PPN_ACC_R);
+        acc_add(&l, p->kc, row * (size_t)p->ctx, PPN_ACC_W);
+        acc_add(&l, p->vc, row * (size_t)p->ctx, PPN_ACC_W);
+    }
+    return submit(g, s, &l);
+}
+
 ppn_status ppn_op_rope(ppn_gpu *g, ppn_gstream *s, ppn_dptr x, int n_heads, int head_dim, ppn_dptr inv_freq,
                        int interleaved, ppn_dptr hdr)
 {
-    static const char op[] = "ppn_op_rope";
-    PPN_CHECK(need_positive(op, "n_heads", n_heads));
-    PPN_CHECK(need_positive(op, "head_dim", head_dim));
-    if (head_dim % 2) return ppn_err(PPN_EINVAL, "%s: head_dim must be even (got %d)", op, head_dim);
-    PPN_CHECK(need_ptr(op, "x", x));
-    PPN_CHECK(need_ptr(op, "inv_freq", inv_freq));
-    PPN_CHECK(need_ptr(op, "hdr", hdr));
     ppn_kp_rope p = {.x = x, .inv_freq = inv_freq, .hdr = hdr, .n_heads = n_heads, .head_dim = head_dim,
                      .interleaved = interleaved ? 1 : 0};
-    ppn_launch l = launch_init(PPN_K_ROPE, &p, (unsigned)n_heads, ROPE_BLOCK);
-    acc_add(&l, x, f32_bytes((size_t)n_heads * (size_t)head_dim), PPN_ACC_RW);
-    acc_add(&l, inv_freq, f32_bytes((size_t)head_dim / 2), PPN_ACC_R);
-    acc_add(&l, hdr, sizeof(ppn_step_hdr), PPN_ACC_R);
-    return submit(g, s, &l);
+    return rope_submit(g, s, "ppn_op_rope", "x", &p);
 }
 
 ppn_status ppn_op_rope_kv(ppn_gpu *g, ppn_gstream *s, ppn_dptr qk, int n_q, int n_kv, int head_dim,
@@ -218,27 +230,13 @@ ppn_status ppn_op_rope_kv(ppn_gpu *g, ppn_gstream *s, ppn_dptr qk, int n_q, int 
     static const char op[] = "ppn_op_rope_kv";
     PPN_CHECK(need_positive(op, "n_q", n_q));
     PPN_CHECK(need_positive(op, "n_kv", n_kv));
-    PPN_CHECK(need_positive(op, "head_dim", head_dim));
     PPN_CHECK(need_positive(op, "ctx", ctx));
-    if (head_dim % 2) return ppn_err(PPN_EINVAL, "%s: head_dim must be even (got %d)", op, head_dim);
-    PPN_CHECK(need_ptr(op, "qk", qk));
-    PPN_CHECK(need_ptr(op, "inv_freq", inv_freq));
-    PPN_CHECK(need_ptr(op, "hdr", hdr));
     PPN_CHECK(need_ptr(op, "kc", kc));
     PPN_CHECK(need_ptr(op, "vc", vc));
     PPN_CHECK(need_ptr(op, "v", v));
-    int heads = n_q + n_kv;
-    size_t row = f32_bytes((size_t)n_kv * (size_t)head_dim);
-    ppn_kp_rope p = {.x = qk, .inv_freq = inv_freq, .hdr = hdr, .kc = kc, .vc = vc, .v = v, .n_heads = heads,
+    ppn_kp_rope p = {.x = qk, .inv_freq = inv_freq, .hdr = hdr, .kc = kc, .vc = vc, .v = v, .n_heads = n_q + n_kv,
                      .head_dim = head_dim, .interleaved = interleaved ? 1 : 0, .n_kv = n_kv, .ctx = ctx};
-    ppn_launch l = launch_init(PPN_K_ROPE, &p, (unsigned)heads, ROPE_BLOCK);
-    acc_add(&l, qk, f32_bytes((size_t)heads * (size_t)head_dim), PPN_ACC_RW);
-    acc_add(&l, inv_freq, f32_bytes((size_t)head_dim / 2), PPN_ACC_R);
-    acc_add(&l, hdr, sizeof(ppn_step_hdr), PPN_ACC_R);
-    acc_add(&l, v, row, PPN_ACC_R);
-    acc_add(&l, kc, row * (size_t)ctx, PPN_ACC_W);
-    acc_add(&l, vc, row * (size_t)ctx, PPN_ACC_W);
-    return submit(g, s, &l);
+    return rope_submit(g, s, op, "qk", &p);
 }
 
 ppn_status ppn_op_head_rmsnorm(ppn_gpu *g, ppn_gstream *s, ppn_dptr x, int n_heads, int head_dim, ppn_dptr w,
@@ -375,35 +373,35 @@ ppn_status ppn_op_add(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr a, ppn_
     return submit(g, s, &l);
 }
 
-/* out_i32 receives the lowest index of the largest non-NaN value, or -1 when every value is NaN. */
 size_t ppn_op_argmax_scratch_bytes(void) { return (size_t)ARGMAX_WIDE_GRID * 8u + 4u; }
+
+/* out_i32 receives the lowest index of the largest non-NaN value, or -1 when every value is NaN: one block, or
+ * (p->part set) ARGMAX_WIDE_GRID blocks merging through the scratch. */
+static ppn_status argmax_submit(ppn_gpu *g, ppn_gstream *s, const char *op, const ppn_kp_argmax *p)
+{
+    PPN_CHECK(need_positive(op, "n", p->n));
+    PPN_CHECK(need_ptr(op, "out", p->out));
+    PPN_CHECK(need_ptr(op, "x", p->x));
+    ppn_launch l = p->part ? launch_init(PPN_K_ARGMAX, p, ARGMAX_WIDE_GRID, ARGMAX_WIDE_BLOCK)
+                           : launch_init(PPN_K_ARGMAX, p, 1, ARGMAX_BLOCK);
+    acc_add(&l, p->x, f32_bytes((size_t)p->n), PPN_ACC_R);
+    if (p->part) acc_add(&l, p->part, ppn_op_argmax_scratch_bytes(), PPN_ACC_RW);
+    acc_add(&l, p->out, sizeof(int32_t), PPN_ACC_W);
+    return submit(g, s, &l);
+}
 
 ppn_status ppn_op_argmax_wide(ppn_gpu *g, ppn_gstream *s, ppn_dptr out_i32, ppn_dptr x, int n, ppn_dptr part)
 {
     static const char op[] = "ppn_op_argmax_wide";
-    PPN_CHECK(need_positive(op, "n", n));
-    PPN_CHECK(need_ptr(op, "out", out_i32));
-    PPN_CHECK(need_ptr(op, "x", x));
     PPN_CHECK(need_ptr(op, "part", part));
     ppn_kp_argmax p = {.out = out_i32, .x = x, .part = part, .n = n, .nblk = ARGMAX_WIDE_GRID};
-    ppn_launch l = launch_init(PPN_K_ARGMAX, &p, ARGMAX_WIDE_GRID, ARGMAX_WIDE_BLOCK);
-    acc_add(&l, x, f32_bytes((size_t)n), PPN_ACC_R);
-    acc_add(&l, part, ppn_op_argmax_scratch_bytes(), PPN_ACC_RW);
-    acc_add(&l, out_i32, sizeof(int32_t), PPN_ACC_W);
-    return submit(g, s, &l);
+    return argmax_submit(g, s, op, &p);
 }
 
 ppn_status ppn_op_argmax(ppn_gpu *g, ppn_gstream *s, ppn_dptr out_i32, ppn_dptr x, int n)
 {
-    static const char op[] = "ppn_op_argmax";
-    PPN_CHECK(need_positive(op, "n", n));
-    PPN_CHECK(need_ptr(op, "out", out_i32));
-    PPN_CHECK(need_ptr(op, "x", x));
     ppn_kp_argmax p = {.out = out_i32, .x = x, .n = n};
-    ppn_launch l = launch_init(PPN_K_ARGMAX, &p, 1, ARGMAX_BLOCK);
-    acc_add(&l, x, f32_bytes((size_t)n), PPN_ACC_R);
-    acc_add(&l, out_i32, sizeof(int32_t), PPN_ACC_W);
-    return submit(g, s, &l);
+    return argmax_submit(g, s, "ppn_op_argmax", &p);
 }
 
 ppn_status ppn_op_fill(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, uint32_t value, int n_words)
@@ -417,26 +415,28 @@ ppn_status ppn_op_fill(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, uint32_t value,
     return submit(g, s, &l);
 }
 
+/* The header, its token from the params or (p->tok set) from device memory. */
+static ppn_status set_hdr_submit(ppn_gpu *g, ppn_gstream *s, const char *op, const ppn_kp_set_hdr *p)
+{
+    PPN_CHECK(need_ptr(op, "hdr", p->hdr));
+    ppn_launch l = launch_init(PPN_K_SET_HDR, p, 1, 32);
+    if (p->tok) acc_add(&l, p->tok, sizeof(int32_t), PPN_ACC_R);
+    acc_add(&l, p->hdr, sizeof(ppn_step_hdr), PPN_ACC_W);
+    return submit(g, s, &l);
+}
+
 ppn_status ppn_op_set_hdr(ppn_gpu *g, ppn_gstream *s, ppn_dptr hdr, int pos, int token, int seq, int step)
 {
-    static const char op[] = "ppn_op_set_hdr";
-    PPN_CHECK(need_ptr(op, "hdr", hdr));
     ppn_kp_set_hdr p = {.hdr = hdr, .v = {.pos = pos, .token = token, .seq = seq, .step = step}};
-    ppn_launch l = launch_init(PPN_K_SET_HDR, &p, 1, 32);
-    acc_add(&l, hdr, sizeof(ppn_step_hdr), PPN_ACC_W);
-    return submit(g, s, &l);
+    return set_hdr_submit(g, s, "ppn_op_set_hdr", &p);
 }
 
 ppn_status ppn_op_set_hdr_dev(ppn_gpu *g, ppn_gstream *s, ppn_dptr hdr, int pos, ppn_dptr tok, int seq, int step)
 {
     static const char op[] = "ppn_op_set_hdr_dev";
-    PPN_CHECK(need_ptr(op, "hdr", hdr));
     PPN_CHECK(need_ptr(op, "tok", tok));
     ppn_kp_set_hdr p = {.hdr = hdr, .tok = tok, .v = {.pos = pos, .token = -1, .seq = seq, .step = step}};
-    ppn_launch l = launch_init(PPN_K_SET_HDR, &p, 1, 32);
-    acc_add(&l, tok, sizeof(int32_t), PPN_ACC_R);
-    acc_add(&l, hdr, sizeof(ppn_step_hdr), PPN_ACC_W);
-    return submit(g, s, &l);
+    return set_hdr_submit(g, s, op, &p);
 }
 
 /* One warp per row keeps every token's accumulator in registers; tokens beyond PPN_MATMAT_MAX_M go in further

@@ -184,6 +184,20 @@ static void checker_sees_missing_boundary_wait(void **s)
     ppn_rt_destroy(own);
 }
 
+/* eager_rows' 12 ids through q with 4 deferred steps in flight; first (may be NULL) gets step 0's pending, already
+ * waited. */
+static void pipelined_rows(ppn_seq *q, float *rows, ppn_pending *first)
+{
+    ppn_pending p[12];
+    int waited = 0;
+    for (int t = 0; t < 12; t++) {
+        if (t >= 4) assert_int_equal(ppn_pending_wait(&p[waited], rows + (size_t)waited * 256), PPN_OK), waited++;
+        assert_int_equal(ppn_decode_step_deferred(q, 1 + t * 3, &p[t]), PPN_OK);
+    }
+    for (; waited < 12; waited++) assert_int_equal(ppn_pending_wait(&p[waited], rows + (size_t)waited * 256), PPN_OK);
+    if (first) *first = p[0]; /* as it stands after its wait */
+}
+
 /* The seed refused this arm (pp_multi_stream_same_device); here it is proven: 4 steps in flight, slots
  * alternating, two stage streams on device 0, bit-identical to eager per step, checker silent. */
 static void same_device_pipelined_arm_matches_eager(void **s)
@@ -198,15 +212,9 @@ static void same_device_pipelined_arm_matches_eager(void **s)
     assert_int_equal(eager_rows(m, 12, eager), PPN_OK);
     ppn_seq *q = NULL;
     assert_int_equal(ppn_seq_create(m, &q), PPN_OK);
-    ppn_pending p[12];
-    int waited = 0;
-    for (int t = 0; t < 12; t++) {
-        if (t >= 4) assert_int_equal(ppn_pending_wait(&p[waited], piped + (size_t)waited * 256), PPN_OK), waited++;
-        assert_int_equal(ppn_decode_step_deferred(q, 1 + t * 3, &p[t]), PPN_OK);
-    }
-    for (; waited < 12; waited++) assert_int_equal(ppn_pending_wait(&p[waited], piped + (size_t)waited * 256), PPN_OK);
+    ppn_pending again;
+    pipelined_rows(q, piped, &again);
     assert_memory_equal(eager, piped, sizeof(float) * 256 * 12);
-    ppn_pending again = p[0];
     assert_int_equal(ppn_pending_wait(&again, NULL), PPN_EINVAL); /* a pending step is waited once */
     ppn_seq_destroy(q);
     ppn_model_free(m);
@@ -252,13 +260,7 @@ static void graphs_match_eager_and_replay(void **s)
     assert_int_equal(ppn_model_publish_door(m, &d), PPN_OK);
     ppn_seq *q = NULL;
     assert_int_equal(ppn_seq_create(m, &q), PPN_OK);
-    ppn_pending p[12];
-    int waited = 0;
-    for (int t = 0; t < 12; t++) {
-        if (t >= 4) assert_int_equal(ppn_pending_wait(&p[waited], b + (size_t)waited * 256), PPN_OK), waited++;
-        assert_int_equal(ppn_decode_step_deferred(q, 1 + t * 3, &p[t]), PPN_OK);
-    }
-    for (; waited < 12; waited++) assert_int_equal(ppn_pending_wait(&p[waited], b + (size_t)waited * 256), PPN_OK);
+    pipelined_rows(q, b, NULL);
     assert_memory_equal(a, b, sizeof(float) * 256 * 12);
     ppn_seq_destroy(q);
     /* the norms' own launches (PPN_FUSE=0): on the reference the fused input shares their arithmetic, same bits */

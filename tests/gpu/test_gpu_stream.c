@@ -330,17 +330,23 @@ static void t_error_mapping(void **state)
     OK(G->ops->host_free(G, h, 1u << 20));
 }
 
-static void fill_launch(ppn_launch *l, ppn_kp_fill *p, ppn_dptr out, uint32_t value, int n)
+/* An elementwise launch of kernel over n elements, 256 threads a block, params p of size bytes. */
+static void launch_1d(ppn_launch *l, int kernel, const void *p, size_t size, int n)
 {
-    *p = (ppn_kp_fill){.out = out, .value = value, .n = n};
     memset(l, 0, sizeof *l);
-    l->kernel = PPN_K_FILL;
+    l->kernel = kernel;
     l->grid[0] = (unsigned)((n + 255) / 256);
     l->grid[1] = l->grid[2] = 1;
     l->block[0] = 256;
     l->block[1] = l->block[2] = 1;
     l->params = p;
-    l->params_size = sizeof *p;
+    l->params_size = size;
+}
+
+static void fill_launch(ppn_launch *l, ppn_kp_fill *p, ppn_dptr out, uint32_t value, int n)
+{
+    *p = (ppn_kp_fill){.out = out, .value = value, .n = n};
+    launch_1d(l, PPN_K_FILL, p, sizeof *p, n);
 }
 
 /* PPN_K_FILL writes exactly n words; run it on every device (each loads the fatbin itself). Two launches
@@ -397,14 +403,7 @@ static void t_launch_fill(void **state)
 static void add_launch(ppn_launch *l, ppn_kp_add *p, ppn_dptr out, ppn_dptr a, ppn_dptr b, int n)
 {
     *p = (ppn_kp_add){.out = out, .a = a, .b = b, .n = n};
-    memset(l, 0, sizeof *l);
-    l->kernel = PPN_K_ADD;
-    l->grid[0] = (unsigned)((n + 255) / 256);
-    l->grid[1] = l->grid[2] = 1;
-    l->block[0] = 256;
-    l->block[1] = l->block[2] = 1;
-    l->params = p;
-    l->params_size = sizeof *p;
+    launch_1d(l, PPN_K_ADD, p, sizeof *p, n);
 }
 
 /* The driver's stream capture: launches recorded, not run; each replay runs them again in order; other ops
