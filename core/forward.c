@@ -27,9 +27,10 @@ static ppn_status norm_matvec(ppn_model *m, ppn_gstream *s, ppn_stage_scratch *r
     return ppn_op_matvec(g, s, out, w, m->wdt, r->xb, rows, c->dim, bias, 0);
 }
 
-/* x += attn(norm(x)); x += mlp(norm(x)) for layer l, on a stage whose stream is on device dev: 7 launches
- * (norm+qkv, rope+kv store, attention, o+residual, norm+gate|up, SwiGLU, down+residual), 2 more with q/k
- * norms; PPN_FUSE=0 gives the norms their own launches again (9). */
+/* x += attn(norm(x)); x += mlp(norm(x)) for layer l, on a stage whose stream is on device dev: 6 launches
+ * (norm+qkv, rope+kv store+attention, o+residual, norm+gate|up, SwiGLU, down+residual), 2 more with q/k
+ * norms; PPN_FUSE=0 gives the norms and the rotary their own launches again (9: rmsnorm, qkv, rope+kv store,
+ * attention, o, rmsnorm, gate|up, SwiGLU, down). */
 ppn_status ppn_fwd_layer(ppn_seq *q, ppn_gstream *s, int dev, ppn_stage_scratch *r, ppn_dptr io, int l)
 {
     ppn_model *m = q->m;
@@ -46,11 +47,16 @@ ppn_status ppn_fwd_layer(ppn_seq *q, ppn_gstream *s, int dev, ppn_stage_scratch 
         PPN_CHECK(ppn_op_head_rmsnorm(g, s, qv, nh, hd, w->q_norm, wdt, c->norm_eps));
         PPN_CHECK(ppn_op_head_rmsnorm(g, s, kv, nkv, hd, w->k_norm, wdt, c->norm_eps));
     }
-    /* q and k are adjacent heads at one position: one rotary launch covers both, and stores k and v */
-    PPN_CHECK(ppn_op_rope_kv(g, s, qv, nh, nkv, hd, m->inv_freq[dev], c->rope_interleaved, hdr, q->kc[l], q->vc[l],
-                             vv, m->ctx));
-    PPN_CHECK(ppn_op_attn(g, s, r->att, qv, q->kc[l], q->vc[l], nh, nkv, hd, m->ctx, 1.0f / sqrtf((float)hd), hdr,
-                          r->attp, m->attn_split));
+    float scale = 1.0f / sqrtf((float)hd);
+    if (m->map->door.fuse && ppn_op_attn_rope_fits(nh, nkv, hd)) { /* the rotary and the k/v store inside */
+        PPN_CHECK(ppn_op_attn_rope(g, s, r->att, qv, q->kc[l], q->vc[l], nh, nkv, hd, m->ctx, scale, hdr, r->attp,
+                                   m->attn_split, m->inv_freq[dev], c->rope_interleaved));
+    } else { /* q and k are adjacent heads at one position: one rotary launch covers both, and stores k and v */
+        PPN_CHECK(ppn_op_rope_kv(g, s, qv, nh, nkv, hd, m->inv_freq[dev], c->rope_interleaved, hdr, q->kc[l],
+                                 q->vc[l], vv, m->ctx));
+        PPN_CHECK(ppn_op_attn(g, s, r->att, qv, q->kc[l], q->vc[l], nh, nkv, hd, m->ctx, scale, hdr, r->attp,
+                              m->attn_split));
+    }
     PPN_CHECK(ppn_op_matvec(g, s, x, w->wo, wdt, r->att, dim, nh * hd, 0, x));
     PPN_CHECK(norm_matvec(m, s, r, gate, w->wgu, 2 * ffn, x, w->ffn_norm, 0));
     /* SwiGLU keeps its own launch: computed in down's input it cost more than the launch (PERF.md: every block

@@ -258,6 +258,18 @@ static void attn_chunk(const attn_head *a, float *out, int d0, int nd)
 
 /* Exact over [0, pos] whatever p->n_split is: the split only reshapes the CUDA reduction, and the scratch
  * (p->part) is left untouched, its counters staying 0 as the CUDA kernel leaves them. */
+/* dst = head src rotated at pos as ppn_cpu_rope rotates it (the same pairs, angles and expression). */
+static void rope_head(float *dst, const float *src, int hd, int32_t pos, const float *inv, int interleaved)
+{
+    memcpy(dst, src, (size_t)hd * sizeof(float));
+    for (int i = 0; i < hd / 2; i++) {
+        float c, s;
+        rope_angle(pos, inv[i], &c, &s);
+        if (interleaved) rope_pair(&dst[2 * i], &dst[2 * i + 1], c, s);
+        else rope_pair(&dst[i], &dst[i + hd / 2], c, s);
+    }
+}
+
 void ppn_cpu_attn(const void *params)
 {
     const ppn_kp_attn *p = params;
@@ -267,11 +279,23 @@ void ppn_cpu_attn(const void *params)
         fill_nan(PTR(float, p->out), (size_t)p->n_heads * hd);
         return;
     }
+    const float *inv = p->inv_freq ? PTR(const float, p->inv_freq) : NULL;
+    float qr[256]; /* a rotated query head: ppn_op_attn allows head_dim <= 256 */
+    if (inv) { /* the fused rotary: rotated k and v into the caches at pos first */
+        const float *k = PTR(const float, p->q) + (size_t)p->n_heads * hd, *v = k + (size_t)p->n_kv * hd;
+        for (int g = 0; g < p->n_kv; g++) {
+            size_t dst = ((size_t)g * (size_t)p->ctx + (size_t)pos) * hd;
+            rope_head(PTR(float, p->kc) + dst, k + (size_t)g * hd, p->head_dim, pos, inv, p->interleaved);
+            memcpy(PTR(float, p->vc) + dst, v + (size_t)g * hd, hd * sizeof(float));
+        }
+    }
     int group = p->n_heads / p->n_kv;
     for (int h = 0; h < p->n_heads; h++) {
         size_t kv_off = (size_t)(h / group) * (size_t)p->ctx * hd;
-        attn_head a = {PTR(const float, p->q) + (size_t)h * hd, PTR(const float, p->kc) + kv_off,
-                       PTR(const float, p->vc) + kv_off, p->head_dim, pos + 1, p->scale, 0.0};
+        const float *qh = PTR(const float, p->q) + (size_t)h * hd;
+        if (inv) rope_head(qr, qh, p->head_dim, pos, inv, p->interleaved), qh = qr;
+        attn_head a = {qh, PTR(const float, p->kc) + kv_off, PTR(const float, p->vc) + kv_off, p->head_dim,
+                       pos + 1, p->scale, 0.0};
         float *out = PTR(float, p->out) + (size_t)h * hd;
         attn_max(&a);
         for (int d0 = 0; d0 < p->head_dim; d0 += ATTN_CHUNK) {

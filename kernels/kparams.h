@@ -83,10 +83,16 @@ typedef struct { uint64_t kc, vc, k, v, hdr; int32_t n_kv, head_dim, ctx; } ppn_
  * unused), which must be 0 before a launch and are 0 after it. The last CTA of a KV head to arrive merges
  * the records of its query heads in j order, so the bits never depend on which CTA finished last.
  * e == 1 (short contexts) writes out directly and touches no scratch. The CPU reference computes the exact result
- * whatever n_split is and touches no scratch either. */
+ * whatever n_split is and touches no scratch either.
+ *
+ * The fused rotary (inv_freq != 0; one launch less per layer than rope_kv + attn): q then holds the unrotated
+ * [n_heads q heads; n_kv k heads; n_kv v heads] of the q|k|v projection and is only read. q is rotated as
+ * rope_kv rotates it (inv_freq [head_dim / 2], interleaved as in ppn_kp_rope) into private memory, and the
+ * rotated k heads and the v heads are stored into kc and vc at pos before any position is attended, so the
+ * output and the caches are the bits of rope_kv then attn. A position outside the cache stores nothing. */
 typedef struct {
-    uint64_t out, q, kc, vc, hdr, part;
-    int32_t n_heads, n_kv, head_dim, ctx, n_split;
+    uint64_t out, q, kc, vc, hdr, part, inv_freq;
+    int32_t n_heads, n_kv, head_dim, ctx, n_split, interleaved;
     float scale;
 } ppn_kp_attn;
 

@@ -31,6 +31,7 @@
 #define ATTN_MAX_HEAD_DIM 256
 #define ATTN_MAX_SPLIT 64   /* the kernel's merge stages one {max, sum} pair per split in shared memory */
 #define ATTN_SPLIT_CAP 64   /* the most ppn_op_attn_split picks: more splits only lengthen the merge */
+#define ATTN_ROPE_SMEM_MAX 16384u /* the fused rotary's q (G x head_dim floats) beside the 33 KB static of 2 CTAs */
 #define ARGMAX_BLOCK 1024u
 #define ARGMAX_WIDE_BLOCK 512u  /* the split argmax: 128 blocks of 512 threads cover a 64K vocabulary in one */
 #define ARGMAX_WIDE_GRID 128    /* pass per thread and a 128K one in two */
@@ -296,9 +297,8 @@ int ppn_op_attn_split(int n_kv, int sm_count)
     return n < 1 ? 1 : n > ATTN_SPLIT_CAP ? ATTN_SPLIT_CAP : n;
 }
 
-static ppn_status attn_check(int n_heads, int n_kv, int head_dim, int ctx, int n_split)
+static ppn_status attn_check(const char *op, int n_heads, int n_kv, int head_dim, int ctx, int n_split)
 {
-    static const char op[] = "ppn_op_attn";
     if (n_split < 1 || n_split > ATTN_MAX_SPLIT)
         return ppn_err(PPN_EINVAL, "%s: n_split must be in 1..%d (got %d)", op, ATTN_MAX_SPLIT, n_split);
     PPN_CHECK(need_positive(op, "n_heads", n_heads));
@@ -313,34 +313,70 @@ static ppn_status attn_check(int n_heads, int n_kv, int head_dim, int ctx, int n
     return PPN_OK;
 }
 
-/* Also returns PPN_EUNSUPPORTED for head_dim > 256 (the CUDA kernel keeps a head's output in registers).
- * The whole scratch is declared read-write whatever n_split is: its counters carry state between launches,
- * so two streams sharing one scratch must be ordered (the checker sees it). */
+/* The checks, geometry and accesses attn and attn_rope share (p->inv_freq set: the fused rotary). The whole
+ * scratch is declared read-write whatever n_split is: its counters carry state between launches, so two
+ * streams sharing one scratch must be ordered (the checker sees it). The rows written at hdr->pos depend on
+ * device memory, so the fused rotary declares the whole caches read-write. */
+static ppn_status attn_submit(ppn_gpu *g, ppn_gstream *s, const char *op, const ppn_kp_attn *p)
+{
+    PPN_CHECK(attn_check(op, p->n_heads, p->n_kv, p->head_dim, p->ctx, p->n_split));
+    PPN_CHECK(need_ptr(op, "out", p->out));
+    PPN_CHECK(need_ptr(op, "q", p->q));
+    PPN_CHECK(need_ptr(op, "kc", p->kc));
+    PPN_CHECK(need_ptr(op, "vc", p->vc));
+    PPN_CHECK(need_ptr(op, "hdr", p->hdr));
+    PPN_CHECK(need_ptr(op, "part", p->part));
+    size_t qb = f32_bytes((size_t)p->n_heads * (size_t)p->head_dim);
+    size_t kvb = f32_bytes((size_t)p->n_kv * (size_t)p->head_dim);
+    size_t cache = kvb * (size_t)p->ctx;
+    int cmode = p->inv_freq ? PPN_ACC_RW : PPN_ACC_R;
+    ppn_launch l = launch_init(PPN_K_ATTN, p, (unsigned)p->n_kv, ATTN_BLOCK); /* a CTA per KV head's group */
+    l.grid[1] = (unsigned)p->n_split; /* never pos: the launch is the same for every step */
+    acc_add(&l, p->q, p->inv_freq ? qb + 2u * kvb : qb, PPN_ACC_R);
+    acc_add(&l, p->kc, cache, cmode);
+    acc_add(&l, p->vc, cache, cmode);
+    acc_add(&l, p->hdr, sizeof(ppn_step_hdr), PPN_ACC_R);
+    acc_add(&l, p->part, ppn_op_attn_scratch_bytes(p->n_heads, p->n_split, p->head_dim), PPN_ACC_RW);
+    acc_add(&l, p->out, qb, PPN_ACC_W);
+    if (p->inv_freq) {
+        acc_add(&l, p->inv_freq, f32_bytes((size_t)p->head_dim / 2), PPN_ACC_R);
+        l.smem = (unsigned)f32_bytes((size_t)(p->n_heads / p->n_kv) * (size_t)p->head_dim); /* the rotated q */
+    }
+    return submit(g, s, &l);
+}
+
+/* Also returns PPN_EUNSUPPORTED for head_dim > 256 (the CUDA kernel keeps a head's output in registers). */
 ppn_status ppn_op_attn(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr q, ppn_dptr kc, ppn_dptr vc,
                        int n_heads, int n_kv, int head_dim, int ctx, float scale, ppn_dptr hdr, ppn_dptr part,
                        int n_split)
 {
-    static const char op[] = "ppn_op_attn";
-    PPN_CHECK(attn_check(n_heads, n_kv, head_dim, ctx, n_split));
-    PPN_CHECK(need_ptr(op, "out", out));
-    PPN_CHECK(need_ptr(op, "q", q));
-    PPN_CHECK(need_ptr(op, "kc", kc));
-    PPN_CHECK(need_ptr(op, "vc", vc));
-    PPN_CHECK(need_ptr(op, "hdr", hdr));
-    PPN_CHECK(need_ptr(op, "part", part));
     ppn_kp_attn p = {.out = out, .q = q, .kc = kc, .vc = vc, .hdr = hdr, .part = part, .n_heads = n_heads,
                      .n_kv = n_kv, .head_dim = head_dim, .ctx = ctx, .n_split = n_split, .scale = scale};
-    size_t qb = f32_bytes((size_t)n_heads * (size_t)head_dim);
-    size_t cache = f32_bytes((size_t)n_kv * (size_t)ctx * (size_t)head_dim);
-    ppn_launch l = launch_init(PPN_K_ATTN, &p, (unsigned)n_kv, ATTN_BLOCK); /* a CTA per KV head's group */
-    l.grid[1] = (unsigned)n_split; /* never pos: the launch is the same for every step */
-    acc_add(&l, q, qb, PPN_ACC_R);
-    acc_add(&l, kc, cache, PPN_ACC_R);
-    acc_add(&l, vc, cache, PPN_ACC_R);
-    acc_add(&l, hdr, sizeof(ppn_step_hdr), PPN_ACC_R);
-    acc_add(&l, part, ppn_op_attn_scratch_bytes(n_heads, n_split, head_dim), PPN_ACC_RW);
-    acc_add(&l, out, qb, PPN_ACC_W);
-    return submit(g, s, &l);
+    return attn_submit(g, s, "ppn_op_attn", &p);
+}
+
+int ppn_op_attn_rope_fits(int n_heads, int n_kv, int head_dim)
+{
+    if (n_heads <= 0 || n_kv <= 0 || head_dim <= 0 || n_heads % n_kv) return 0;
+    return f32_bytes((size_t)(n_heads / n_kv) * (size_t)head_dim) <= ATTN_ROPE_SMEM_MAX;
+}
+
+ppn_status ppn_op_attn_rope(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr qkv, ppn_dptr kc, ppn_dptr vc,
+                            int n_heads, int n_kv, int head_dim, int ctx, float scale, ppn_dptr hdr, ppn_dptr part,
+                            int n_split, ppn_dptr inv_freq, int interleaved)
+{
+    static const char op[] = "ppn_op_attn_rope";
+    PPN_CHECK(need_ptr(op, "inv_freq", inv_freq));
+    PPN_CHECK(attn_check(op, n_heads, n_kv, head_dim, ctx, n_split));
+    if (head_dim % 2) return ppn_err(PPN_EINVAL, "%s: head_dim must be even (got %d)", op, head_dim);
+    if (!ppn_op_attn_rope_fits(n_heads, n_kv, head_dim))
+        return ppn_err(PPN_EUNSUPPORTED, "%s: the rotated q of %d query heads per KV head x head_dim %d does not "
+                       "fit the kernel's %u bytes of shared memory for it (use rope_kv + attn)", op,
+                       n_heads / n_kv, head_dim, ATTN_ROPE_SMEM_MAX);
+    ppn_kp_attn p = {.out = out, .q = qkv, .kc = kc, .vc = vc, .hdr = hdr, .part = part, .inv_freq = inv_freq,
+                     .n_heads = n_heads, .n_kv = n_kv, .head_dim = head_dim, .ctx = ctx, .n_split = n_split,
+                     .interleaved = interleaved ? 1 : 0, .scale = scale};
+    return attn_submit(g, s, op, &p);
 }
 
 ppn_status ppn_op_swiglu(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr gate, ppn_dptr up, int n)

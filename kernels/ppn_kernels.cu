@@ -503,6 +503,19 @@ extern "C" __global__ void __launch_bounds__(1024) ppn_k_matvec(const ppn_kp_mat
 // ---------------------------------------------------------------------------------------------------------
 // rope: one block per head; thread i rotates pair i. Explicit _rn ops keep each product rounded as HF does.
 
+// Pair i of head xh rotated by the angle pos * inv (pair (i, i + half), or (2i, 2i + 1) interleaved). The rope
+// kernel and the fused rotary in attention both take it, so they give the same bits.
+__device__ __forceinline__ void ppn_rope_pair(const float *xh, int i, int half, int interleaved, int32_t pos,
+                                              float inv, int *a, int *b, float *y0, float *y1)
+{
+    float s, c;
+    sincosf(__fmul_rn((float)pos, inv), &s, &c);
+    *a = interleaved ? 2 * i : i, *b = interleaved ? 2 * i + 1 : i + half;
+    float x0 = xh[*a], x1 = xh[*b];
+    *y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+    *y1 = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+}
+
 // With p.kc, the blocks of the k heads also store the rotated pair and their v head (the fused kv_store).
 extern "C" __global__ void ppn_k_rope(const ppn_kp_rope p)
 {
@@ -514,11 +527,9 @@ extern "C" __global__ void ppn_k_rope(const ppn_kp_rope p)
     bool store = p.kc && kh >= 0 && pos >= 0 && pos < p.ctx;
     size_t dst = store ? ((size_t)kh * (size_t)p.ctx + (size_t)pos) * (size_t)p.head_dim : 0;
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        float s, c;
-        sincosf(__fmul_rn((float)pos, inv[i]), &s, &c);
-        int a = p.interleaved ? 2 * i : i, b = p.interleaved ? 2 * i + 1 : i + half;
-        float x0 = xh[a], x1 = xh[b];
-        float y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)), y1 = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+        int a, b;
+        float y0, y1;
+        ppn_rope_pair(xh, i, half, p.interleaved, pos, inv[i], &a, &b, &y0, &y1);
         xh[a] = y0;
         xh[b] = y1;
         if (store) ((float *)p.kc)[dst + a] = y0, ((float *)p.kc)[dst + b] = y1;
@@ -622,15 +633,14 @@ __device__ __forceinline__ float ppn_attn_weight(float m, float mx) { return m =
 // partial per head (the output when n_split is 1). s_acc: per warp, HP x NJ x 32 accumulators; s_m, s_l: per
 // warp, PPN_ATTN_MAXG maxima and sums.
 template <int NJ, int HP>
-__device__ void ppn_attn_pass(const ppn_kp_attn &p, int kvh, int h0, int ng, int j, int t0, int t1, float *s_acc,
-                              float *s_m, float *s_l)
+__device__ void ppn_attn_pass(const ppn_kp_attn &p, const float *q, int kvh, int h0, int ng, int j, int t0, int t1,
+                              float *s_acc, float *s_m, float *s_l)
 {
     constexpr int P = ppn_attn_tile(NJ, HP), N = P * HP, SH = 5 - ppn_log2(N), LHP = ppn_log2(HP);
     static_assert(HP * NJ <= 32 && HP <= PPN_ATTN_MAXG && NJ <= PPN_ATTN_MAXJ, "attn pass shape");
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, hd = p.head_dim;
     size_t kv_off = (size_t)kvh * (size_t)p.ctx * hd;
     const float *kc = (const float *)p.kc + kv_off, *vc = (const float *)p.vc + kv_off;
-    const float *q = (const float *)p.q + (size_t)h0 * hd;
     float qr[HP][NJ], acc[HP][NJ];
 #pragma unroll
     for (int g = 0; g < HP; g++)
@@ -651,8 +661,8 @@ __device__ void ppn_attn_pass(const ppn_kp_attn &p, int kvh, int h0, int ng, int
             for (int i = 0; i < NJ; i++) {
                 int d = lane + 32 * i;
                 bool in = tb + t < t1 && d < hd;
-                kr[t][i] = in ? __ldg(kt + t * hd + d) : 0.0f;
-                vr[t][i] = in ? __ldg(vt + t * hd + d) : 0.0f;
+                kr[t][i] = in ? __ldcg(kt + t * hd + d) : 0.0f;
+                vr[t][i] = in ? __ldcg(vt + t * hd + d) : 0.0f;
             }
 #pragma unroll
         for (int t = 0; t < P; t++)
@@ -721,24 +731,49 @@ __device__ void ppn_attn_pass(const ppn_kp_attn &p, int kvh, int h0, int ng, int
     __syncthreads(); // the next pass (or the merge) reuses the shared arrays
 }
 
+// qg: the group's G query heads (global memory, or the rotated copy in shared memory).
 template <int NJ, int HP>
-__device__ void ppn_attn_heads(const ppn_kp_attn &p, int kvh, int j, int t0, int t1, float *s_acc, float *s_m,
-                               float *s_l)
+__device__ void ppn_attn_heads(const ppn_kp_attn &p, const float *qg, int kvh, int j, int t0, int t1, float *s_acc,
+                               float *s_m, float *s_l)
 {
     int G = p.n_heads / p.n_kv;
     for (int g0 = 0; g0 < G; g0 += HP)
-        ppn_attn_pass<NJ, HP>(p, kvh, kvh * G + g0, min(HP, G - g0), j, t0, t1, s_acc, s_m, s_l);
+        ppn_attn_pass<NJ, HP>(p, qg + (size_t)g0 * p.head_dim, kvh, kvh * G + g0, min(HP, G - g0), j, t0, t1,
+                              s_acc, s_m, s_l);
 }
 
 template <int NJ>
-__device__ void ppn_attn_by_hp(const ppn_kp_attn &p, int hp, int kvh, int j, int t0, int t1, float *s_acc,
-                               float *s_m, float *s_l)
+__device__ void ppn_attn_by_hp(const ppn_kp_attn &p, const float *qg, int hp, int kvh, int j, int t0, int t1,
+                               float *s_acc, float *s_m, float *s_l)
 {
     constexpr int HPMAX = 32 / NJ < PPN_ATTN_MAXG ? 32 / NJ : PPN_ATTN_MAXG;
-    if (hp == 1) ppn_attn_heads<NJ, 1>(p, kvh, j, t0, t1, s_acc, s_m, s_l);
-    else if (hp == 2) ppn_attn_heads<NJ, 2>(p, kvh, j, t0, t1, s_acc, s_m, s_l);
-    else if (hp == 4 || HPMAX == 4) ppn_attn_heads<NJ, 4>(p, kvh, j, t0, t1, s_acc, s_m, s_l);
-    else ppn_attn_heads<NJ, HPMAX>(p, kvh, j, t0, t1, s_acc, s_m, s_l);
+    if (hp == 1) ppn_attn_heads<NJ, 1>(p, qg, kvh, j, t0, t1, s_acc, s_m, s_l);
+    else if (hp == 2) ppn_attn_heads<NJ, 2>(p, qg, kvh, j, t0, t1, s_acc, s_m, s_l);
+    else if (hp == 4 || HPMAX == 4) ppn_attn_heads<NJ, 4>(p, qg, kvh, j, t0, t1, s_acc, s_m, s_l);
+    else ppn_attn_heads<NJ, HPMAX>(p, qg, kvh, j, t0, t1, s_acc, s_m, s_l);
+}
+
+// The fused rotary (p.inv_freq set; kparams.h): p.q holds the unrotated [q heads; k heads; v heads]. The block
+// rotates its group's G query heads into s_q, and the block whose positions hold pos (one per KV head) rotates
+// its k head and stores it and its v head into the caches at pos. The caller's barrier then makes those rows
+// visible to the block's warps, whose tile loads go through L2 (__ldcg), not the read-only path; no other
+// block reads position pos.
+__device__ void ppn_attn_rope(const ppn_kp_attn &p, int kvh, int G, int32_t pos, bool holds_pos, float *s_q)
+{
+    const float *inv = (const float *)p.inv_freq, *x = (const float *)p.q;
+    const int hd = p.head_dim, half = hd / 2, nrot = (G + (holds_pos ? 1 : 0)) * half;
+    size_t row = ((size_t)kvh * (size_t)p.ctx + (size_t)pos) * (size_t)hd;
+    for (int e = threadIdx.x; e < nrot; e += blockDim.x) {
+        int g = e / half, i = e - g * half, a, b;
+        const float *xh = x + (size_t)(g < G ? kvh * G + g : p.n_heads + kvh) * hd;
+        float y0, y1;
+        ppn_rope_pair(xh, i, half, p.interleaved, pos, inv[i], &a, &b, &y0, &y1);
+        float *dst = g < G ? s_q + (size_t)g * hd : (float *)p.kc + row;
+        dst[a] = y0, dst[b] = y1;
+    }
+    if (!holds_pos) return;
+    const float *vh = x + (size_t)(p.n_heads + p.n_kv + kvh) * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) ((float *)p.vc)[row + d] = vh[d];
 }
 
 // The last block of KV head kvh merges each of its G query heads' n_split partials in split order, a head per
@@ -782,6 +817,7 @@ extern "C" __global__ void __launch_bounds__(32 * PPN_ATTN_WARPS, 2) ppn_k_attn(
     __shared__ float s_acc[PPN_ATTN_WARPS * 32 * 32];
     __shared__ float s_m[PPN_ATTN_WARPS * PPN_ATTN_MAXG], s_l[PPN_ATTN_WARPS * PPN_ATTN_MAXG];
     __shared__ int s_last;
+    extern __shared__ float4 ppn_attn_dyn[]; // with the fused rotary: the group's rotated q, G x head_dim floats
     PPN_PDL_ENTER();
     int kvh = blockIdx.x, j = blockIdx.y, hd = p.head_dim, G = p.n_heads / p.n_kv;
     int32_t pos = ppn_hdr(p.hdr)->pos;
@@ -801,11 +837,17 @@ extern "C" __global__ void __launch_bounds__(32 * PPN_ATTN_WARPS, 2) ppn_k_attn(
     if (j >= ns) return;
     int t0, t1;
     ppn_attn_span(pos, ns, j, &t0, &t1);
+    const float *qg = (const float *)p.q + (size_t)kvh * G * hd;
+    if (p.inv_freq) {
+        ppn_attn_rope(p, kvh, G, pos, t0 <= pos && pos < t1, (float *)ppn_attn_dyn);
+        __syncthreads();
+        qg = (const float *)ppn_attn_dyn;
+    }
     // NJ, HP from the sizes alone (uniform over the grid): registers per lane stay bounded whatever G is
     int nj = hd <= 64 ? 2 : hd <= 128 ? 4 : 8, hp = G == 1 ? 1 : G == 2 ? 2 : G <= 4 ? 4 : PPN_ATTN_MAXG;
-    if (nj == 2) ppn_attn_by_hp<2>(q, hp, kvh, j, t0, t1, s_acc, s_m, s_l);
-    else if (nj == 4) ppn_attn_by_hp<4>(q, hp, kvh, j, t0, t1, s_acc, s_m, s_l);
-    else ppn_attn_by_hp<PPN_ATTN_MAXJ>(q, hp, kvh, j, t0, t1, s_acc, s_m, s_l);
+    if (nj == 2) ppn_attn_by_hp<2>(q, qg, hp, kvh, j, t0, t1, s_acc, s_m, s_l);
+    else if (nj == 4) ppn_attn_by_hp<4>(q, qg, hp, kvh, j, t0, t1, s_acc, s_m, s_l);
+    else ppn_attn_by_hp<PPN_ATTN_MAXJ>(q, qg, hp, kvh, j, t0, t1, s_acc, s_m, s_l);
     if (ns == 1) return;
     // Release: every thread's stores are visible device-wide before thread 0 counts the block in.
     __threadfence();

@@ -1015,6 +1015,79 @@ static void test_op_rope_kv(void **state)
     free(r), free(rv);
 }
 
+/* attn_rope = rope_kv then attn, in one launch: the same output and caches, bit for bit, and the projection
+ * only read; in and outside the cache, both rotary conventions, and its own argument checks. */
+static void test_op_attn_rope(void **state)
+{
+    (void)state;
+    enum { NH = 4, NKV = 2, HD = 16, CTX = 6, QKV = (NH + 2 * NKV) * HD, CSZ = NKV * CTX * HD };
+    float inv[HD / 2], qkv[QKV], qkv0[QKV], qkv2[QKV], kc[CSZ], vc[CSZ], kc2[CSZ], vc2[CSZ], out[NH * HD],
+        out2[NH * HD];
+    unsigned char part[4096];
+    assert_true(ppn_op_attn_scratch_bytes(NH, 2, HD) <= sizeof part);
+    memset(part, 0, sizeof part);
+    for (int i = 0; i < HD / 2; i++) inv[i] = powf(10000.0f, -2.0f * (float)i / (float)HD);
+    float *r = frand(QKV, -2, 2), *rc = frand(CSZ, -1, 1);
+    memcpy(qkv0, r, sizeof qkv0);
+    memcpy(kc, rc, sizeof kc), memcpy(kc2, rc, sizeof kc2), memcpy(vc, rc, sizeof vc), memcpy(vc2, rc, sizeof vc2);
+    ppn_step_hdr hdr = {.pos = 3};
+    float sc = 0.25f;
+    for (int k = 0; k < 4; k++) {
+        int il = k & 1;
+        if (k == 2) hdr.pos = CTX; /* outside the cache: NaN out, nothing stored (as rope_kv) */
+        memcpy(qkv, qkv0, sizeof qkv), memcpy(qkv2, qkv0, sizeof qkv2);
+        assert_int_equal(ppn_op_attn_rope(&fake_gpu, fake_stream, D(out), D(qkv), D(kc), D(vc), NH, NKV, HD, CTX, sc,
+                                          D(&hdr), D(part), 2, D(inv), il),
+                         PPN_OK);
+        assert_int_equal(cap.l.kernel, PPN_K_ATTN);
+        assert_int_equal(cap.l.grid[0], NKV);
+        assert_int_equal(cap.l.grid[1], 2);
+        assert_int_equal(cap.l.smem, NH / NKV * HD * sizeof(float)); /* the group's rotated q */
+        assert_true(declared(qkv, sizeof qkv, PPN_ACC_R) && !declared(qkv, 4, PPN_ACC_W));
+        assert_true(declared(kc, sizeof kc, PPN_ACC_R) && declared(kc, sizeof kc, PPN_ACC_W));
+        assert_true(declared(vc, sizeof vc, PPN_ACC_R) && declared(vc, sizeof vc, PPN_ACC_W));
+        assert_true(declared(inv, sizeof inv, PPN_ACC_R) && declared(&hdr, sizeof hdr, PPN_ACC_R));
+        assert_true(declared(out, sizeof out, PPN_ACC_W));
+        assert_int_equal(ppn_op_rope_kv(&fake_gpu, fake_stream, D(qkv2), NH, NKV, HD, D(inv), il, D(&hdr), D(kc2),
+                                        D(vc2), D(qkv2 + (NH + NKV) * HD), CTX),
+                         PPN_OK);
+        assert_int_equal(ppn_op_attn(&fake_gpu, fake_stream, D(out2), D(qkv2), D(kc2), D(vc2), NH, NKV, HD, CTX, sc,
+                                     D(&hdr), D(part), 2),
+                         PPN_OK);
+        assert_memory_equal(out, out2, sizeof out);
+        assert_memory_equal(kc, kc2, sizeof kc);
+        assert_memory_equal(vc, vc2, sizeof vc);
+        assert_memory_equal(qkv, qkv0, sizeof qkv); /* only read */
+        if (k < 2) assert_memory_not_equal(kc, rc, sizeof kc); /* the store happened */
+        else assert_true(isnan(out[0]) && isnan(out[NH * HD - 1]));
+    }
+    assert_memory_not_equal(kc, rc, sizeof kc);
+    /* its own checks, each refused before any launch */
+    cap.calls = 0;
+    assert_int_equal(ppn_op_attn_rope(&fake_gpu, fake_stream, D(out), D(qkv), D(kc), D(vc), NH, NKV, 15, CTX, sc,
+                                      D(&hdr), D(part), 2, D(inv), 0),
+                     PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "ppn_op_attn_rope"));
+    assert_non_null(strstr(ppn_last_error(), "even"));
+    assert_int_equal(ppn_op_attn_rope(&fake_gpu, fake_stream, D(out), D(qkv), D(kc), D(vc), NH, NKV, HD, CTX, sc,
+                                      D(&hdr), D(part), 2, 0, 0),
+                     PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "inv_freq"));
+    assert_int_equal(ppn_op_attn_rope(&fake_gpu, fake_stream, D(out), D(qkv), D(kc), D(vc), 32, 1, 256, CTX, sc,
+                                      D(&hdr), D(part), 2, D(inv), 0),
+                     PPN_EUNSUPPORTED);
+    assert_non_null(strstr(ppn_last_error(), "ppn_op_attn_rope"));
+    assert_non_null(strstr(ppn_last_error(), "rope_kv"));
+    assert_int_equal(ppn_op_attn_rope(&fake_gpu, fake_stream, D(out), D(qkv), D(kc), D(vc), 6, 4, HD, CTX, sc,
+                                      D(&hdr), D(part), 2, D(inv), 0),
+                     PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "ppn_op_attn_rope"));
+    assert_int_equal(cap.calls, 0);
+    assert_true(ppn_op_attn_rope_fits(32, 8, 128) && ppn_op_attn_rope_fits(14, 2, 64));
+    assert_false(ppn_op_attn_rope_fits(32, 1, 256) || ppn_op_attn_rope_fits(6, 4, 16) || ppn_op_attn_rope_fits(0, 1, 8));
+    free(r), free(rc);
+}
+
 static void test_op_matvec(void **state)
 {
     (void)state;
@@ -1263,6 +1336,7 @@ int main(void)
         cmocka_unit_test(test_op_matvec),
         cmocka_unit_test(test_op_matvec_fused),
         cmocka_unit_test(test_op_rope_kv),
+        cmocka_unit_test(test_op_attn_rope),
         cmocka_unit_test(test_op_attention_path),
         cmocka_unit_test(test_op_attn_split),
         cmocka_unit_test(test_op_small),

@@ -92,7 +92,7 @@ static const ppn_kernel_time *find(const ppn_kernel_time *e, int n, const char *
 /* What one llama decode step issues, per kernel (symbols are "ppn_k_<name>", kernels/ktable.h), with the
  * default door (PPN_FUSE=1): the step header and the embedding row; per layer four projections (q|k|v stacked
  * with the attention norm computed in its input, o, gate|up stacked with the MLP norm in its input, down),
- * one rope over the q and k heads that also stores k and v, attention and the SwiGLU; then the lm head with
+ * attention with the rotary and the k/v store inside, and the SwiGLU; then the lm head with
  * the final norm in its input (docs/PERF.md: the launch plan). */
 typedef struct want {
     const char *name;
@@ -106,7 +106,6 @@ static int wants(const shape *s, want *w)
     w[n++] = (want){"ppn_k_set_hdr", 1};
     w[n++] = (want){"ppn_k_embed", 1};
     w[n++] = (want){"ppn_k_matvec", 4 * L + 1};
-    w[n++] = (want){"ppn_k_rope", L};
     w[n++] = (want){"ppn_k_attn", L};
     w[n++] = (want){"ppn_k_swiglu", L};
     return n;

@@ -263,7 +263,8 @@ static void graphs_match_eager_and_replay(void **s)
     pipelined_rows(q, b, NULL);
     assert_memory_equal(a, b, sizeof(float) * 256 * 12);
     ppn_seq_destroy(q);
-    /* the norms' own launches (PPN_FUSE=0): on the reference the fused input shares their arithmetic, same bits */
+    /* the norms' and the rotary's own launches (PPN_FUSE=0): on the reference the fused forms share their
+     * arithmetic, same bits */
     d = door_n(2, NULL);
     d.fuse = 0;
     assert_int_equal(ppn_model_publish_door(m, &d), PPN_OK);

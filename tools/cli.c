@@ -158,7 +158,7 @@ void cli_print_stage_map(FILE *f, const ppn_model *m)
     }
     fprintf(f, "%s%s%s%s\n", si.door.overlap ? "; overlap" : "", si.door.streams ? "" : "; one stream",
             si.door.shard ? "" : "; unsharded", si.door.graphs ? "; graphs" : "; no graphs");
-    if (!si.door.fuse) fprintf(f, "       (PPN_FUSE=0: the norms in their own launches)\n");
+    if (!si.door.fuse) fprintf(f, "       (PPN_FUSE=0: the norms and the rotary in their own launches)\n");
 }
 
 void cli_json_stage_map(FILE *f, const ppn_model *m)

@@ -998,6 +998,94 @@ static void fused_case(int mode, int rows, int cols, int dt)
     dfree_all();
 }
 
+/* Attention with the rotary fused in against rope_kv then attn on the GPU: the same output and caches, bit
+ * for bit, and the projection left as it was. */
+static void attn_rope_case(int nh, int nkv, int hd, int ctx, int32_t pos, int ns, int il)
+{
+    size_t qkvn = (size_t)(nh + 2 * nkv) * hd, on = (size_t)nh * hd, csz = (size_t)nkv * ctx * hd;
+    size_t pb = ppn_op_attn_scratch_bytes(nh, ns, hd);
+    float *inv = hmem((size_t)hd / 2 * 4), *x = frand(qkvn, -2, 2), *c = frand(csz, -1, 1);
+    float *o1 = hmem(on * 4), *o2 = hmem(on * 4), *k1 = hmem(csz * 4), *k2 = hmem(csz * 4), *v1 = hmem(csz * 4),
+          *v2 = hmem(csz * 4), *x1 = hmem(qkvn * 4);
+    for (int i = 0; i < hd / 2; i++) inv[i] = (float)(1.0 / pow(500000.0, 2.0 * i / hd));
+    ppn_step_hdr hdr = {.pos = pos};
+    float scale = 1.0f / sqrtf((float)hd);
+    ppn_dptr dinv = up(inv, (size_t)hd / 2 * 4), dh = up(&hdr, sizeof hdr), dx1 = up(x, qkvn * 4),
+             dx2 = up(x, qkvn * 4), dk1 = up(c, csz * 4), dk2 = up(c, csz * 4), dv1 = up(c, csz * 4),
+             dv2 = up(c, csz * 4), dout1 = dalloc(on * 4), dout2 = dalloc(on * 4), dp1 = dalloc(pb), dp2 = dalloc(pb);
+    OK(G->ops->memset_d8(G, S, dp1, 0, pb));
+    OK(G->ops->memset_d8(G, S, dp2, 0, pb));
+    OK(ppn_op_attn_rope(G, S, dout1, dx1, dk1, dv1, nh, nkv, hd, ctx, scale, dh, dp1, ns, dinv, il));
+    OK(ppn_op_rope_kv(G, S, dx2, nh, nkv, hd, dinv, il, dh, dk2, dv2, dx2 + (qkvn - (size_t)nkv * hd) * 4, ctx));
+    OK(ppn_op_attn(G, S, dout2, dx2, dk2, dv2, nh, nkv, hd, ctx, scale, dh, dp2, ns));
+    sync_ok();
+    get(o1, dout1, on * 4), get(o2, dout2, on * 4), get(k1, dk1, csz * 4), get(k2, dk2, csz * 4),
+        get(v1, dv1, csz * 4), get(v2, dv2, csz * 4), get(x1, dx1, qkvn * 4);
+    char what[112];
+    snprintf(what, sizeof what, "attn_rope %d/%d heads hd %d pos %d n_split %d%s: out", nh, nkv, hd, pos, ns,
+             il ? " interleaved" : "");
+    exact(what, o1, o2, on * 4);
+    exact("attn_rope: the k cache", k1, k2, csz * 4);
+    exact("attn_rope: the v cache", v1, v2, csz * 4);
+    exact("attn_rope: q|k|v only read", x1, x, qkvn * 4);
+    free(inv), free(x), free(c), free(o1), free(o2), free(k1), free(k2), free(v1), free(v2), free(x1);
+    dfree_all();
+}
+
+/* Device time of the fused launch against the pair it replaces, 50 of each back to back (printed only). */
+static void attn_rope_time(int nh, int nkv, int hd, int ctx, int32_t pos, int ns)
+{
+    enum { REPS = 50 };
+    size_t qkvn = (size_t)(nh + 2 * nkv) * hd, on = (size_t)nh * hd, csz = (size_t)nkv * ctx * hd;
+    size_t pb = ppn_op_attn_scratch_bytes(nh, ns, hd);
+    float *inv = hmem((size_t)hd / 2 * 4), *x = frand(qkvn, -2, 2), *c = frand(csz, -1, 1);
+    for (int i = 0; i < hd / 2; i++) inv[i] = (float)(1.0 / pow(500000.0, 2.0 * i / hd));
+    ppn_step_hdr hdr = {.pos = pos};
+    ppn_dptr dinv = up(inv, (size_t)hd / 2 * 4), dh = up(&hdr, sizeof hdr), dx = up(x, qkvn * 4),
+             dk = up(c, csz * 4), dv = up(c, csz * 4), dout = dalloc(on * 4), dp = dalloc(pb);
+    ppn_gevent *ev[3];
+    float ms[2] = {0, 0};
+    OK(G->ops->memset_d8(G, S, dp, 0, pb));
+    for (int i = 0; i < 3; i++) OK(G->ops->event_create(G, 0, 1, &ev[i]));
+    OK(ppn_op_attn_rope(G, S, dout, dx, dk, dv, nh, nkv, hd, ctx, 0.1f, dh, dp, ns, dinv, 0)); /* warm */
+    OK(G->ops->event_record(G, ev[0], S));
+    for (int r = 0; r < REPS; r++) OK(ppn_op_attn_rope(G, S, dout, dx, dk, dv, nh, nkv, hd, ctx, 0.1f, dh, dp, ns, dinv, 0));
+    OK(G->ops->event_record(G, ev[1], S));
+    for (int r = 0; r < REPS; r++) {
+        OK(ppn_op_rope_kv(G, S, dx, nh, nkv, hd, dinv, 0, dh, dk, dv, dx + (qkvn - (size_t)nkv * hd) * 4, ctx));
+        OK(ppn_op_attn(G, S, dout, dx, dk, dv, nh, nkv, hd, ctx, 0.1f, dh, dp, ns));
+    }
+    OK(G->ops->event_record(G, ev[2], S));
+    sync_ok();
+    OK(G->ops->event_elapsed(G, ev[0], ev[1], &ms[0]));
+    OK(G->ops->event_elapsed(G, ev[1], ev[2], &ms[1]));
+    printf("  attn_rope time heads=%d kv=%d head_dim=%d pos=%-4d n_split=%-2d fused %6.2f us, rope_kv + attn %6.2f us\n",
+           nh, nkv, hd, pos, ns, 1e3 * ms[0] / REPS, 1e3 * ms[1] / REPS);
+    for (int i = 0; i < 3; i++) OK(G->ops->event_destroy(G, ev[i]));
+    free(inv), free(x), free(c);
+    dfree_all();
+}
+
+static void t_attn_rope(void **state)
+{
+    (void)state;
+    ppn_device_info di;
+    OK(G->ops->device_info(G, 0, &di));
+    int chosen = ppn_op_attn_split(8, di.sm_count);
+    static const int32_t poss[] = {0, 37, 700, 4095};
+    for (size_t i = 0; i < NELEM(poss); i++) {
+        attn_rope_case(32, 8, 64, 4096, poss[i], chosen, 0);  /* llama 1B */
+        attn_rope_case(32, 8, 128, 4096, poss[i], chosen, 0); /* llama 8B */
+    }
+    attn_rope_case(6, 6, 48, 256, 200, 16, 1);    /* llama2.c: MHA, interleaved pairs, 4 of 16 splits used */
+    attn_rope_case(14, 2, 64, 1024, 1000, 7, 0);  /* 7 heads a KV head */
+    attn_rope_case(16, 4, 160, 512, 511, 7, 1);   /* head_dim past 128 */
+    attn_rope_case(4, 4, 32, 64, 64, 8, 0);       /* pos outside the cache: NaN, nothing stored */
+    attn_rope_time(32, 8, 64, 4096, 37, chosen);
+    attn_rope_time(32, 8, 128, 4096, 37, chosen);
+    attn_rope_time(32, 8, 128, 4096, 4095, chosen);
+}
+
 static void t_matvec_fused(void **state)
 {
     (void)state;
@@ -1078,6 +1166,7 @@ int main(void)
         cmocka_unit_test_teardown(t_matvec_fused, free_buffers),
         cmocka_unit_test_teardown(t_rope_kv, free_buffers),
         cmocka_unit_test_teardown(t_kv_attn, free_buffers),
+        cmocka_unit_test_teardown(t_attn_rope, free_buffers),
         cmocka_unit_test_teardown(t_embed, free_buffers),
         cmocka_unit_test_teardown(t_swiglu_add_fill, free_buffers),
         cmocka_unit_test_teardown(t_argmax, free_buffers),
