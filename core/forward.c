@@ -48,7 +48,7 @@ ppn_status ppn_fwd_layer(ppn_seq *q, ppn_gstream *s, int dev, ppn_stage_scratch 
         PPN_CHECK(ppn_op_head_rmsnorm(g, s, kv, nkv, hd, w->k_norm, wdt, c->norm_eps));
     }
     float scale = 1.0f / sqrtf((float)hd);
-    if (m->map->door.fuse && ppn_op_attn_rope_fits(nh, nkv, hd)) { /* the rotary and the k/v store inside */
+    if (m->map->door.fuse && ppn_op_attn_rope_fits(hd, c->rope_interleaved)) { /* the rotary and the k/v store inside */
         PPN_CHECK(ppn_op_attn_rope(g, s, r->att, qv, q->kc[l], q->vc[l], nh, nkv, hd, m->ctx, scale, hdr, r->attp,
                                    m->attn_split, m->inv_freq[dev], c->rope_interleaved));
     } else { /* q and k are adjacent heads at one position: one rotary launch covers both, and stores k and v */

@@ -87,9 +87,10 @@ typedef struct { uint64_t kc, vc, k, v, hdr; int32_t n_kv, head_dim, ctx; } ppn_
  *
  * The fused rotary (inv_freq != 0; one launch less per layer than rope_kv + attn): q then holds the unrotated
  * [n_heads q heads; n_kv k heads; n_kv v heads] of the q|k|v projection and is only read. q is rotated as
- * rope_kv rotates it (inv_freq [head_dim / 2], interleaved as in ppn_kp_rope) into private memory, and the
- * rotated k heads and the v heads are stored into kc and vc at pos before any position is attended, so the
- * output and the caches are the bits of rope_kv then attn. A position outside the cache stores nothing. */
+ * rope_kv rotates it (inv_freq [head_dim / 2], interleaved as in ppn_kp_rope) in registers; position pos is
+ * attended with this step's k (rotated) and v taken from the projection, and they are stored into kc and vc
+ * at pos, so the output and the caches are the bits of rope_kv then attn. A position outside the cache stores
+ * nothing. Shapes: ppn_op_attn_rope_fits. */
 typedef struct {
     uint64_t out, q, kc, vc, hdr, part, inv_freq;
     int32_t n_heads, n_kv, head_dim, ctx, n_split, interleaved;

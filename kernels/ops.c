@@ -29,9 +29,9 @@
 #define ROPE_BLOCK 64u      /* one block per head, a thread per rotated pair */
 #define ATTN_BLOCK 256u     /* one block per (KV head, position split), 8 warps; two blocks fit an SM */
 #define ATTN_MAX_HEAD_DIM 256
+#define ATTN_ROPE_MAX_HEAD_DIM 128 /* the fused rotary (PPN_ATTN_ROPE_MAXJ in the kernel) */
 #define ATTN_MAX_SPLIT 64   /* the kernel's merge stages one {max, sum} pair per split in shared memory */
 #define ATTN_SPLIT_CAP 64   /* the most ppn_op_attn_split picks: more splits only lengthen the merge */
-#define ATTN_ROPE_SMEM_MAX 16384u /* the fused rotary's q (G x head_dim floats) beside the 33 KB static of 2 CTAs */
 #define ARGMAX_BLOCK 1024u
 #define ARGMAX_WIDE_BLOCK 512u  /* the split argmax: 128 blocks of 512 threads cover a 64K vocabulary in one */
 #define ARGMAX_WIDE_GRID 128    /* pass per thread and a 128K one in two */
@@ -338,10 +338,7 @@ static ppn_status attn_submit(ppn_gpu *g, ppn_gstream *s, const char *op, const 
     acc_add(&l, p->hdr, sizeof(ppn_step_hdr), PPN_ACC_R);
     acc_add(&l, p->part, ppn_op_attn_scratch_bytes(p->n_heads, p->n_split, p->head_dim), PPN_ACC_RW);
     acc_add(&l, p->out, qb, PPN_ACC_W);
-    if (p->inv_freq) {
-        acc_add(&l, p->inv_freq, f32_bytes((size_t)p->head_dim / 2), PPN_ACC_R);
-        l.smem = (unsigned)f32_bytes((size_t)(p->n_heads / p->n_kv) * (size_t)p->head_dim); /* the rotated q */
-    }
+    if (p->inv_freq) acc_add(&l, p->inv_freq, f32_bytes((size_t)p->head_dim / 2), PPN_ACC_R);
     return submit(g, s, &l);
 }
 
@@ -355,10 +352,13 @@ ppn_status ppn_op_attn(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr q, ppn
     return attn_submit(g, s, "ppn_op_attn", &p);
 }
 
-int ppn_op_attn_rope_fits(int n_heads, int n_kv, int head_dim)
+/* The kernel rotates a row where attention holds it (lane l: dims l + 32 i, i < NJ = 2, 4 for head_dim up
+ * to 64, 128), so each pair must be in one lane or two neighbouring lanes: interleaved pairs (2i, 2i + 1)
+ * always are; halves (i, i + head_dim / 2) only when head_dim = 32 NJ. Wider heads (NJ = 8) would spill. */
+int ppn_op_attn_rope_fits(int head_dim, int interleaved)
 {
-    if (n_heads <= 0 || n_kv <= 0 || head_dim <= 0 || n_heads % n_kv) return 0;
-    return f32_bytes((size_t)(n_heads / n_kv) * (size_t)head_dim) <= ATTN_ROPE_SMEM_MAX;
+    if (head_dim <= 0 || head_dim > ATTN_ROPE_MAX_HEAD_DIM || head_dim % 2) return 0;
+    return interleaved || head_dim == 64 || head_dim == 128;
 }
 
 ppn_status ppn_op_attn_rope(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr qkv, ppn_dptr kc, ppn_dptr vc,
@@ -369,10 +369,10 @@ ppn_status ppn_op_attn_rope(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr q
     PPN_CHECK(need_ptr(op, "inv_freq", inv_freq));
     PPN_CHECK(attn_check(op, n_heads, n_kv, head_dim, ctx, n_split));
     if (head_dim % 2) return ppn_err(PPN_EINVAL, "%s: head_dim must be even (got %d)", op, head_dim);
-    if (!ppn_op_attn_rope_fits(n_heads, n_kv, head_dim))
-        return ppn_err(PPN_EUNSUPPORTED, "%s: the rotated q of %d query heads per KV head x head_dim %d does not "
-                       "fit the kernel's %u bytes of shared memory for it (use rope_kv + attn)", op,
-                       n_heads / n_kv, head_dim, ATTN_ROPE_SMEM_MAX);
+    if (!ppn_op_attn_rope_fits(head_dim, interleaved))
+        return ppn_err(PPN_EUNSUPPORTED, "%s: head_dim %d (%s): the fused rotary takes head_dim 64 or 128 with "
+                       "rotated halves, or an even head_dim up to 128 with interleaved pairs (use rope_kv + attn)",
+                       op, head_dim, interleaved ? "interleaved pairs" : "rotated halves");
     ppn_kp_attn p = {.out = out, .q = qkv, .kc = kc, .vc = vc, .hdr = hdr, .part = part, .inv_freq = inv_freq,
                      .n_heads = n_heads, .n_kv = n_kv, .head_dim = head_dim, .ctx = ctx, .n_split = n_split,
                      .interleaved = interleaved ? 1 : 0, .scale = scale};

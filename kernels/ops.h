@@ -48,14 +48,15 @@ ppn_status ppn_op_attn(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr q, ppn
                        int n_split);
 /* The same attention with the rotary fused in (see ppn_kp_attn): qkv holds the unrotated [q: n_heads heads;
  * k: n_kv; v: n_kv] of the q|k|v projection and is only read; the rotated k and v are stored into kc, vc at
- * hdr->pos, as ppn_op_rope_kv stores them, before attending. The same bits as rope_kv then attn. Also
- * PPN_EINVAL for an odd head_dim and PPN_EUNSUPPORTED when the group's rotated q does not fit the kernel's
- * shared memory (ppn_op_attn_rope_fits). */
+ * hdr->pos, as ppn_op_rope_kv stores them. The same bits as rope_kv then attn. Also PPN_EINVAL for an odd
+ * head_dim or no inv_freq, and PPN_EUNSUPPORTED for a shape ppn_op_attn_rope_fits refuses. */
 ppn_status ppn_op_attn_rope(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr qkv, ppn_dptr kc, ppn_dptr vc,
                             int n_heads, int n_kv, int head_dim, int ctx, float scale, ppn_dptr hdr, ppn_dptr part,
                             int n_split, ppn_dptr inv_freq, int interleaved);
-/* 1 when ppn_op_attn_rope takes this shape (the forward pass fuses only then; else rope_kv + attn). */
-int ppn_op_attn_rope_fits(int n_heads, int n_kv, int head_dim);
+/* 1 when ppn_op_attn_rope takes this head_dim and rotary convention: any even head_dim up to 256 with
+ * interleaved pairs, 64, 128 or 256 with rotated halves (the forward pass fuses only then; else rope_kv +
+ * attn). */
+int ppn_op_attn_rope_fits(int head_dim, int interleaved);
 /* Bytes of ppn_op_attn's scratch (0 for a non-positive argument). */
 size_t ppn_op_attn_scratch_bytes(int n_heads, int n_split, int head_dim);
 /* The n_split to use on a device of sm_count SMs for n_kv KV heads: ceil(2 sm_count / n_kv) in 1..64 (1 when

@@ -25,6 +25,7 @@
 #define PPN_ATTN_MAXJ 8
 #define PPN_ATTN_MAXG 8
 #define PPN_ATTN_MAX_SPLIT 64
+#define PPN_ATTN_ROPE_MAXJ 4 // the fused rotary up to head_dim 128: with 8 dims a lane it would spill
 #define PPN_ATTN_MIN_SPAN 64 // positions a split gets at least (two tile rounds of 8 warps x 4 positions)
 
 // ---------------------------------------------------------------------------------------------------------
@@ -629,18 +630,58 @@ __device__ __forceinline__ float ppn_warp_max(float v)
 // its {0, 0..} adds nothing (and -inf - -inf never makes a NaN).
 __device__ __forceinline__ float ppn_attn_weight(float m, float mx) { return m == -INFINITY ? 0.0f : expf(m - mx); }
 
+// The fused rotary (p.inv_freq set, kparams.h) on a row held as attention holds it: lane l has dims l + 32 i.
+// ppn_op_attn_rope admits only shapes whose pairs are in reach: interleaved, the partner of dim d is d ^ 1, on
+// lane l ^ 1 (32 i is even); otherwise head_dim = 32 NJ, so dims d and d + head_dim / 2 are elements i and
+// i + NJ / 2 of one lane. Compiled for NJ <= PPN_ATTN_ROPE_MAXJ only (head_dim <= 128). The angle and the expression are ppn_rope_pair's, so the bits are the rope kernel's.
+template <int NJ>
+__device__ __forceinline__ void ppn_attn_angles(const ppn_kp_attn &p, int32_t pos, int lane, float (&c)[NJ],
+                                                float (&s)[NJ])
+{
+    const float *inv = (const float *)p.inv_freq;
+    const int hd = p.head_dim, half = hd / 2;
+#pragma unroll
+    for (int i = 0; i < NJ; i++) {
+        int d = lane + 32 * i, pi = p.interleaved ? d >> 1 : d < half ? d : d - half;
+        c[i] = 1.0f, s[i] = 0.0f;
+        if (d < hd) sincosf(__fmul_rn((float)pos, inv[pi]), &s[i], &c[i]);
+    }
+}
+
+template <int NJ>
+__device__ __forceinline__ void ppn_attn_rotate(float (&x)[NJ], const float (&c)[NJ], const float (&s)[NJ],
+                                                int interleaved, int lane)
+{
+    float y[NJ];
+#pragma unroll
+    for (int i = 0; i < NJ; i++) {
+        float o = interleaved ? __shfl_xor_sync(PPN_FULL_MASK, x[i], 1) : x[i ^ (NJ / 2)];
+        bool second = interleaved ? (lane & 1) : i >= NJ / 2; // b of the pair (a, b): b' = b c + a s
+        float xc = __fmul_rn(x[i], c[i]), os = __fmul_rn(o, s[i]);
+        y[i] = second ? __fadd_rn(xc, os) : __fsub_rn(xc, os);
+    }
+#pragma unroll
+    for (int i = 0; i < NJ; i++) x[i] = y[i];
+}
+
 // One pass: query heads h0 .. h0 + ng - 1 (ng <= HP) over the block's positions [t0, t1), into the block's
 // partial per head (the output when n_split is 1). s_acc: per warp, HP x NJ x 32 accumulators; s_m, s_l: per
-// warp, PPN_ATTN_MAXG maxima and sums.
+// warp, PPN_ATTN_MAXG maxima and sums. With the fused rotary, q is rotated in registers as it is loaded, and
+// the row of position pos is read from the projection (k, v of this step) instead of the cache, k rotated in
+// registers; the warp that holds it stores both into the caches (first pass only). Nothing reads the cache's
+// row pos in this launch, so its loads keep the read-only path.
 template <int NJ, int HP>
 __device__ void ppn_attn_pass(const ppn_kp_attn &p, const float *q, int kvh, int h0, int ng, int j, int t0, int t1,
-                              float *s_acc, float *s_m, float *s_l)
+                              int32_t pos, bool first, float *s_acc, float *s_m, float *s_l)
 {
     constexpr int P = ppn_attn_tile(NJ, HP), N = P * HP, SH = 5 - ppn_log2(N), LHP = ppn_log2(HP);
     static_assert(HP * NJ <= 32 && HP <= PPN_ATTN_MAXG && NJ <= PPN_ATTN_MAXJ, "attn pass shape");
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, hd = p.head_dim;
     size_t kv_off = (size_t)kvh * (size_t)p.ctx * hd;
     const float *kc = (const float *)p.kc + kv_off, *vc = (const float *)p.vc + kv_off;
+    const bool rope = NJ <= PPN_ATTN_ROPE_MAXJ && p.inv_freq != 0; // ops.c admits no wider head
+    const int sub = rope ? pos : -1; // the position whose k, v rows come from the projection
+    const float *kself = (const float *)p.q + (size_t)(p.n_heads + kvh) * hd, *vself = kself + (size_t)p.n_kv * hd;
     float qr[HP][NJ], acc[HP][NJ];
 #pragma unroll
     for (int g = 0; g < HP; g++)
@@ -650,6 +691,12 @@ __device__ void ppn_attn_pass(const ppn_kp_attn &p, const float *q, int kvh, int
             qr[g][i] = g < ng && d < hd ? q[g * hd + d] : 0.0f;
             acc[g][i] = 0.0f;
         }
+    if constexpr (NJ <= PPN_ATTN_ROPE_MAXJ) if (rope) {
+        float cs[NJ], sn[NJ];
+        ppn_attn_angles<NJ>(p, pos, lane, cs, sn);
+#pragma unroll
+        for (int g = 0; g < HP; g++) ppn_attn_rotate<NJ>(qr[g], cs, sn, p.interleaved, lane);
+    }
     int me = lane >> SH;           // this lane's score after the sum: tile position me / HP, head me % HP
     float m = -INFINITY, l = 0.0f; // running max and sum of head me % HP, the same bits on each lane holding it
     for (int tb = t0 + warp * P; tb < t1; tb += PPN_ATTN_WARPS * P) {
@@ -661,9 +708,22 @@ __device__ void ppn_attn_pass(const ppn_kp_attn &p, const float *q, int kvh, int
             for (int i = 0; i < NJ; i++) {
                 int d = lane + 32 * i;
                 bool in = tb + t < t1 && d < hd;
-                kr[t][i] = in ? __ldcg(kt + t * hd + d) : 0.0f;
-                vr[t][i] = in ? __ldcg(vt + t * hd + d) : 0.0f;
+                kr[t][i] = in ? __ldg((tb + t == sub ? kself : kt + t * hd) + d) : 0.0f;
+                vr[t][i] = in ? __ldg((tb + t == sub ? vself : vt + t * hd) + d) : 0.0f;
             }
+        if constexpr (NJ <= PPN_ATTN_ROPE_MAXJ) if (sub >= tb && sub < tb + P) { // warp-uniform: pos is here
+            float cs[NJ], sn[NJ];
+            ppn_attn_angles<NJ>(p, pos, lane, cs, sn);
+            float *kd = (float *)p.kc + kv_off + (size_t)sub * hd, *vd = (float *)p.vc + kv_off + (size_t)sub * hd;
+#pragma unroll
+            for (int t = 0; t < P; t++) {
+                if (tb + t != sub) continue;
+                ppn_attn_rotate<NJ>(kr[t], cs, sn, p.interleaved, lane);
+#pragma unroll
+                for (int i = 0; i < NJ; i++)
+                    if (first && lane + 32 * i < hd) kd[lane + 32 * i] = kr[t][i], vd[lane + 32 * i] = vr[t][i];
+            }
+        }
 #pragma unroll
         for (int t = 0; t < P; t++)
 #pragma unroll
@@ -731,15 +791,16 @@ __device__ void ppn_attn_pass(const ppn_kp_attn &p, const float *q, int kvh, int
     __syncthreads(); // the next pass (or the merge) reuses the shared arrays
 }
 
-// qg: the group's G query heads (global memory, or the rotated copy in shared memory).
+// qg: the group's G query heads.
 template <int NJ, int HP>
 __device__ void ppn_attn_heads(const ppn_kp_attn &p, const float *qg, int kvh, int j, int t0, int t1, float *s_acc,
                                float *s_m, float *s_l)
 {
     int G = p.n_heads / p.n_kv;
+    int32_t pos = ppn_hdr(p.hdr)->pos;
     for (int g0 = 0; g0 < G; g0 += HP)
-        ppn_attn_pass<NJ, HP>(p, qg + (size_t)g0 * p.head_dim, kvh, kvh * G + g0, min(HP, G - g0), j, t0, t1,
-                              s_acc, s_m, s_l);
+        ppn_attn_pass<NJ, HP>(p, qg + (size_t)g0 * p.head_dim, kvh, kvh * G + g0, min(HP, G - g0), j, t0, t1, pos,
+                              g0 == 0, s_acc, s_m, s_l);
 }
 
 template <int NJ>
@@ -751,29 +812,6 @@ __device__ void ppn_attn_by_hp(const ppn_kp_attn &p, const float *qg, int hp, in
     else if (hp == 2) ppn_attn_heads<NJ, 2>(p, qg, kvh, j, t0, t1, s_acc, s_m, s_l);
     else if (hp == 4 || HPMAX == 4) ppn_attn_heads<NJ, 4>(p, qg, kvh, j, t0, t1, s_acc, s_m, s_l);
     else ppn_attn_heads<NJ, HPMAX>(p, qg, kvh, j, t0, t1, s_acc, s_m, s_l);
-}
-
-// The fused rotary (p.inv_freq set; kparams.h): p.q holds the unrotated [q heads; k heads; v heads]. The block
-// rotates its group's G query heads into s_q, and the block whose positions hold pos (one per KV head) rotates
-// its k head and stores it and its v head into the caches at pos. The caller's barrier then makes those rows
-// visible to the block's warps, whose tile loads go through L2 (__ldcg), not the read-only path; no other
-// block reads position pos.
-__device__ void ppn_attn_rope(const ppn_kp_attn &p, int kvh, int G, int32_t pos, bool holds_pos, float *s_q)
-{
-    const float *inv = (const float *)p.inv_freq, *x = (const float *)p.q;
-    const int hd = p.head_dim, half = hd / 2, nrot = (G + (holds_pos ? 1 : 0)) * half;
-    size_t row = ((size_t)kvh * (size_t)p.ctx + (size_t)pos) * (size_t)hd;
-    for (int e = threadIdx.x; e < nrot; e += blockDim.x) {
-        int g = e / half, i = e - g * half, a, b;
-        const float *xh = x + (size_t)(g < G ? kvh * G + g : p.n_heads + kvh) * hd;
-        float y0, y1;
-        ppn_rope_pair(xh, i, half, p.interleaved, pos, inv[i], &a, &b, &y0, &y1);
-        float *dst = g < G ? s_q + (size_t)g * hd : (float *)p.kc + row;
-        dst[a] = y0, dst[b] = y1;
-    }
-    if (!holds_pos) return;
-    const float *vh = x + (size_t)(p.n_heads + p.n_kv + kvh) * hd;
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) ((float *)p.vc)[row + d] = vh[d];
 }
 
 // The last block of KV head kvh merges each of its G query heads' n_split partials in split order, a head per
@@ -817,7 +855,6 @@ extern "C" __global__ void __launch_bounds__(32 * PPN_ATTN_WARPS, 2) ppn_k_attn(
     __shared__ float s_acc[PPN_ATTN_WARPS * 32 * 32];
     __shared__ float s_m[PPN_ATTN_WARPS * PPN_ATTN_MAXG], s_l[PPN_ATTN_WARPS * PPN_ATTN_MAXG];
     __shared__ int s_last;
-    extern __shared__ float4 ppn_attn_dyn[]; // with the fused rotary: the group's rotated q, G x head_dim floats
     PPN_PDL_ENTER();
     int kvh = blockIdx.x, j = blockIdx.y, hd = p.head_dim, G = p.n_heads / p.n_kv;
     int32_t pos = ppn_hdr(p.hdr)->pos;
@@ -838,11 +875,6 @@ extern "C" __global__ void __launch_bounds__(32 * PPN_ATTN_WARPS, 2) ppn_k_attn(
     int t0, t1;
     ppn_attn_span(pos, ns, j, &t0, &t1);
     const float *qg = (const float *)p.q + (size_t)kvh * G * hd;
-    if (p.inv_freq) {
-        ppn_attn_rope(p, kvh, G, pos, t0 <= pos && pos < t1, (float *)ppn_attn_dyn);
-        __syncthreads();
-        qg = (const float *)ppn_attn_dyn;
-    }
     // NJ, HP from the sizes alone (uniform over the grid): registers per lane stay bounded whatever G is
     int nj = hd <= 64 ? 2 : hd <= 128 ? 4 : 8, hp = G == 1 ? 1 : G == 2 ? 2 : G <= 4 ? 4 : PPN_ATTN_MAXG;
     if (nj == 2) ppn_attn_by_hp<2>(q, qg, hp, kvh, j, t0, t1, s_acc, s_m, s_l);

@@ -1020,7 +1020,7 @@ static void test_op_rope_kv(void **state)
 static void test_op_attn_rope(void **state)
 {
     (void)state;
-    enum { NH = 4, NKV = 2, HD = 16, CTX = 6, QKV = (NH + 2 * NKV) * HD, CSZ = NKV * CTX * HD };
+    enum { NH = 4, NKV = 2, HD = 64, CTX = 6, QKV = (NH + 2 * NKV) * HD, CSZ = NKV * CTX * HD };
     float inv[HD / 2], qkv[QKV], qkv0[QKV], qkv2[QKV], kc[CSZ], vc[CSZ], kc2[CSZ], vc2[CSZ], out[NH * HD],
         out2[NH * HD];
     unsigned char part[4096];
@@ -1042,7 +1042,6 @@ static void test_op_attn_rope(void **state)
         assert_int_equal(cap.l.kernel, PPN_K_ATTN);
         assert_int_equal(cap.l.grid[0], NKV);
         assert_int_equal(cap.l.grid[1], 2);
-        assert_int_equal(cap.l.smem, NH / NKV * HD * sizeof(float)); /* the group's rotated q */
         assert_true(declared(qkv, sizeof qkv, PPN_ACC_R) && !declared(qkv, 4, PPN_ACC_W));
         assert_true(declared(kc, sizeof kc, PPN_ACC_R) && declared(kc, sizeof kc, PPN_ACC_W));
         assert_true(declared(vc, sizeof vc, PPN_ACC_R) && declared(vc, sizeof vc, PPN_ACC_W));
@@ -1073,18 +1072,21 @@ static void test_op_attn_rope(void **state)
                                       D(&hdr), D(part), 2, 0, 0),
                      PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "inv_freq"));
-    assert_int_equal(ppn_op_attn_rope(&fake_gpu, fake_stream, D(out), D(qkv), D(kc), D(vc), 32, 1, 256, CTX, sc,
+    assert_int_equal(ppn_op_attn_rope(&fake_gpu, fake_stream, D(out), D(qkv), D(kc), D(vc), NH, NKV, 96, CTX, sc,
                                       D(&hdr), D(part), 2, D(inv), 0),
-                     PPN_EUNSUPPORTED);
+                     PPN_EUNSUPPORTED); /* halves 48 apart: not in one lane */
     assert_non_null(strstr(ppn_last_error(), "ppn_op_attn_rope"));
+    assert_non_null(strstr(ppn_last_error(), "96"));
     assert_non_null(strstr(ppn_last_error(), "rope_kv"));
     assert_int_equal(ppn_op_attn_rope(&fake_gpu, fake_stream, D(out), D(qkv), D(kc), D(vc), 6, 4, HD, CTX, sc,
                                       D(&hdr), D(part), 2, D(inv), 0),
                      PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "ppn_op_attn_rope"));
     assert_int_equal(cap.calls, 0);
-    assert_true(ppn_op_attn_rope_fits(32, 8, 128) && ppn_op_attn_rope_fits(14, 2, 64));
-    assert_false(ppn_op_attn_rope_fits(32, 1, 256) || ppn_op_attn_rope_fits(6, 4, 16) || ppn_op_attn_rope_fits(0, 1, 8));
+    assert_true(ppn_op_attn_rope_fits(64, 0) && ppn_op_attn_rope_fits(128, 0));
+    assert_true(ppn_op_attn_rope_fits(16, 1) && ppn_op_attn_rope_fits(48, 1) && ppn_op_attn_rope_fits(128, 1));
+    assert_false(ppn_op_attn_rope_fits(16, 0) || ppn_op_attn_rope_fits(96, 0) || ppn_op_attn_rope_fits(256, 0));
+    assert_false(ppn_op_attn_rope_fits(15, 1) || ppn_op_attn_rope_fits(0, 1) || ppn_op_attn_rope_fits(160, 1));
     free(r), free(rc);
 }
 

@@ -1078,9 +1078,13 @@ static void t_attn_rope(void **state)
         attn_rope_case(32, 8, 128, 4096, poss[i], chosen, 0); /* llama 8B */
     }
     attn_rope_case(6, 6, 48, 256, 200, 16, 1);    /* llama2.c: MHA, interleaved pairs, 4 of 16 splits used */
-    attn_rope_case(14, 2, 64, 1024, 1000, 7, 0);  /* 7 heads a KV head */
-    attn_rope_case(16, 4, 160, 512, 511, 7, 1);   /* head_dim past 128 */
-    attn_rope_case(4, 4, 32, 64, 64, 8, 0);       /* pos outside the cache: NaN, nothing stored */
+    attn_rope_case(32, 8, 128, 4096, 77, chosen, 1);  /* interleaved, lanes pair up */
+    attn_rope_case(14, 2, 64, 1024, 1000, 7, 0);  /* 7 heads a KV head: one pass of 8, a slot padded */
+    attn_rope_case(32, 2, 128, 2048, 2000, 16, 0); /* 16 heads a KV head: two passes, pos stored once */
+    attn_rope_case(8, 1, 128, 1024, 777, 32, 0);  /* MQA */
+    attn_rope_case(12, 4, 96, 300, 299, 3, 1);    /* head_dim not a multiple of 32, interleaved */
+    attn_rope_case(4, 4, 64, 64, 64, 8, 0);       /* pos outside the cache: NaN, nothing stored */
+    attn_rope_case(4, 4, 64, 64, 63, 1, 0);       /* the last position, one split */
     attn_rope_time(32, 8, 64, 4096, 37, chosen);
     attn_rope_time(32, 8, 128, 4096, 37, chosen);
     attn_rope_time(32, 8, 128, 4096, 4095, chosen);
