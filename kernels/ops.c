@@ -353,12 +353,14 @@ ppn_status ppn_op_attn(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr q, ppn
 }
 
 /* The kernel rotates a row where attention holds it (lane l: dims l + 32 i, i < NJ = 2, 4 for head_dim up
- * to 64, 128), so each pair must be in one lane or two neighbouring lanes: interleaved pairs (2i, 2i + 1)
- * always are; halves (i, i + head_dim / 2) only when head_dim = 32 NJ. Wider heads (NJ = 8) would spill. */
+ * to 64, 128), so each pair must be in one lane or on two lanes l, l ^ m: interleaved pairs (2i, 2i + 1) always
+ * are (m = 1); halves (i, i + head_dim / 2) when head_dim = 32 NJ (one lane) or head_dim <= 32 is a power of
+ * two (m = head_dim / 2). Wider heads (NJ = 8) would spill. */
 int ppn_op_attn_rope_fits(int head_dim, int interleaved)
 {
     if (head_dim <= 0 || head_dim > ATTN_ROPE_MAX_HEAD_DIM || head_dim % 2) return 0;
-    return interleaved || head_dim == 64 || head_dim == 128;
+    int pow2 = (head_dim & (head_dim - 1)) == 0;
+    return interleaved || head_dim == 64 || head_dim == 128 || (head_dim <= 32 && pow2);
 }
 
 ppn_status ppn_op_attn_rope(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr qkv, ppn_dptr kc, ppn_dptr vc,
@@ -370,8 +372,9 @@ ppn_status ppn_op_attn_rope(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr q
     PPN_CHECK(attn_check(op, n_heads, n_kv, head_dim, ctx, n_split));
     if (head_dim % 2) return ppn_err(PPN_EINVAL, "%s: head_dim must be even (got %d)", op, head_dim);
     if (!ppn_op_attn_rope_fits(head_dim, interleaved))
-        return ppn_err(PPN_EUNSUPPORTED, "%s: head_dim %d (%s): the fused rotary takes head_dim 64 or 128 with "
-                       "rotated halves, or an even head_dim up to 128 with interleaved pairs (use rope_kv + attn)",
+        return ppn_err(PPN_EUNSUPPORTED, "%s: head_dim %d (%s): the fused rotary takes head_dim 2, 4, .., 32, 64 or "
+                       "128 with rotated halves, or an even head_dim up to 128 with interleaved pairs (use rope_kv "
+                       "+ attn)",
                        op, head_dim, interleaved ? "interleaved pairs" : "rotated halves");
     ppn_kp_attn p = {.out = out, .q = qkv, .kc = kc, .vc = vc, .hdr = hdr, .part = part, .inv_freq = inv_freq,
                      .n_heads = n_heads, .n_kv = n_kv, .head_dim = head_dim, .ctx = ctx, .n_split = n_split,

@@ -53,9 +53,9 @@ ppn_status ppn_op_attn(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr q, ppn
 ppn_status ppn_op_attn_rope(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr qkv, ppn_dptr kc, ppn_dptr vc,
                             int n_heads, int n_kv, int head_dim, int ctx, float scale, ppn_dptr hdr, ppn_dptr part,
                             int n_split, ppn_dptr inv_freq, int interleaved);
-/* 1 when ppn_op_attn_rope takes this head_dim and rotary convention: any even head_dim up to 256 with
- * interleaved pairs, 64, 128 or 256 with rotated halves (the forward pass fuses only then; else rope_kv +
- * attn). */
+/* 1 when ppn_op_attn_rope takes this head_dim and rotary convention: any even head_dim up to 128 with
+ * interleaved pairs; 2, 4, .., 32, 64 or 128 with rotated halves (the forward pass fuses only then; else
+ * rope_kv + attn). */
 int ppn_op_attn_rope_fits(int head_dim, int interleaved);
 /* Bytes of ppn_op_attn's scratch (0 for a non-positive argument). */
 size_t ppn_op_attn_scratch_bytes(int n_heads, int n_split, int head_dim);

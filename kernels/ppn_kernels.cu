@@ -631,9 +631,11 @@ __device__ __forceinline__ float ppn_warp_max(float v)
 __device__ __forceinline__ float ppn_attn_weight(float m, float mx) { return m == -INFINITY ? 0.0f : expf(m - mx); }
 
 // The fused rotary (p.inv_freq set, kparams.h) on a row held as attention holds it: lane l has dims l + 32 i.
-// ppn_op_attn_rope admits only shapes whose pairs are in reach: interleaved, the partner of dim d is d ^ 1, on
-// lane l ^ 1 (32 i is even); otherwise head_dim = 32 NJ, so dims d and d + head_dim / 2 are elements i and
-// i + NJ / 2 of one lane. Compiled for NJ <= PPN_ATTN_ROPE_MAXJ only (head_dim <= 128). The angle and the expression are ppn_rope_pair's, so the bits are the rope kernel's.
+// ppn_op_attn_rope admits only shapes whose pairs are in reach: a pair is either on lanes l and l ^ m (m = 1
+// for interleaved pairs (2i, 2i + 1); m = head_dim / 2 for halves when head_dim <= 32 is a power of two), or
+// elements i and i ^ NJ / 2 of one lane (halves with head_dim = 32 NJ; m = 0). The angle and the expression
+// are ppn_rope_pair's, so the bits are the rope kernel's. Compiled for NJ <= PPN_ATTN_ROPE_MAXJ only
+// (head_dim <= 128).
 template <int NJ>
 __device__ __forceinline__ void ppn_attn_angles(const ppn_kp_attn &p, int32_t pos, int lane, float (&c)[NJ],
                                                 float (&s)[NJ])
@@ -648,15 +650,20 @@ __device__ __forceinline__ void ppn_attn_angles(const ppn_kp_attn &p, int32_t po
     }
 }
 
+__device__ __forceinline__ int ppn_attn_pair_lanes(const ppn_kp_attn &p)
+{
+    return p.interleaved ? 1 : p.head_dim / 2 < 32 ? p.head_dim / 2 : 0;
+}
+
 template <int NJ>
-__device__ __forceinline__ void ppn_attn_rotate(float (&x)[NJ], const float (&c)[NJ], const float (&s)[NJ],
-                                                int interleaved, int lane)
+__device__ __forceinline__ void ppn_attn_rotate(float (&x)[NJ], const float (&c)[NJ], const float (&s)[NJ], int m,
+                                                int lane)
 {
     float y[NJ];
 #pragma unroll
     for (int i = 0; i < NJ; i++) {
-        float o = interleaved ? __shfl_xor_sync(PPN_FULL_MASK, x[i], 1) : x[i ^ (NJ / 2)];
-        bool second = interleaved ? (lane & 1) : i >= NJ / 2; // b of the pair (a, b): b' = b c + a s
+        float o = m ? __shfl_xor_sync(PPN_FULL_MASK, x[i], m) : x[i ^ (NJ / 2)];
+        bool second = m ? (lane & m) != 0 : i >= NJ / 2; // b of the pair (a, b): b' = b c + a s
         float xc = __fmul_rn(x[i], c[i]), os = __fmul_rn(o, s[i]);
         y[i] = second ? __fadd_rn(xc, os) : __fsub_rn(xc, os);
     }
@@ -695,7 +702,7 @@ __device__ void ppn_attn_pass(const ppn_kp_attn &p, const float *q, int kvh, int
         float cs[NJ], sn[NJ];
         ppn_attn_angles<NJ>(p, pos, lane, cs, sn);
 #pragma unroll
-        for (int g = 0; g < HP; g++) ppn_attn_rotate<NJ>(qr[g], cs, sn, p.interleaved, lane);
+        for (int g = 0; g < HP; g++) ppn_attn_rotate<NJ>(qr[g], cs, sn, ppn_attn_pair_lanes(p), lane);
     }
     int me = lane >> SH;           // this lane's score after the sum: tile position me / HP, head me % HP
     float m = -INFINITY, l = 0.0f; // running max and sum of head me % HP, the same bits on each lane holding it
@@ -718,7 +725,7 @@ __device__ void ppn_attn_pass(const ppn_kp_attn &p, const float *q, int kvh, int
 #pragma unroll
             for (int t = 0; t < P; t++) {
                 if (tb + t != sub) continue;
-                ppn_attn_rotate<NJ>(kr[t], cs, sn, p.interleaved, lane);
+                ppn_attn_rotate<NJ>(kr[t], cs, sn, ppn_attn_pair_lanes(p), lane);
 #pragma unroll
                 for (int i = 0; i < NJ; i++)
                     if (first && lane + 32 * i < hd) kd[lane + 32 * i] = kr[t][i], vd[lane + 32 * i] = vr[t][i];

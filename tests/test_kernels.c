@@ -1020,7 +1020,7 @@ static void test_op_rope_kv(void **state)
 static void test_op_attn_rope(void **state)
 {
     (void)state;
-    enum { NH = 4, NKV = 2, HD = 64, CTX = 6, QKV = (NH + 2 * NKV) * HD, CSZ = NKV * CTX * HD };
+    enum { NH = 4, NKV = 2, HD = 16, CTX = 6, QKV = (NH + 2 * NKV) * HD, CSZ = NKV * CTX * HD };
     float inv[HD / 2], qkv[QKV], qkv0[QKV], qkv2[QKV], kc[CSZ], vc[CSZ], kc2[CSZ], vc2[CSZ], out[NH * HD],
         out2[NH * HD];
     unsigned char part[4096];
@@ -1083,10 +1083,12 @@ static void test_op_attn_rope(void **state)
                      PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "ppn_op_attn_rope"));
     assert_int_equal(cap.calls, 0);
-    assert_true(ppn_op_attn_rope_fits(64, 0) && ppn_op_attn_rope_fits(128, 0));
+    assert_true(ppn_op_attn_rope_fits(64, 0) && ppn_op_attn_rope_fits(128, 0) && ppn_op_attn_rope_fits(8, 0));
+    assert_true(ppn_op_attn_rope_fits(16, 0) && ppn_op_attn_rope_fits(32, 0) && ppn_op_attn_rope_fits(2, 0));
     assert_true(ppn_op_attn_rope_fits(16, 1) && ppn_op_attn_rope_fits(48, 1) && ppn_op_attn_rope_fits(128, 1));
-    assert_false(ppn_op_attn_rope_fits(16, 0) || ppn_op_attn_rope_fits(96, 0) || ppn_op_attn_rope_fits(256, 0));
-    assert_false(ppn_op_attn_rope_fits(15, 1) || ppn_op_attn_rope_fits(0, 1) || ppn_op_attn_rope_fits(160, 1));
+    assert_false(ppn_op_attn_rope_fits(24, 0) || ppn_op_attn_rope_fits(96, 0) || ppn_op_attn_rope_fits(256, 0));
+    assert_false(ppn_op_attn_rope_fits(48, 0) || ppn_op_attn_rope_fits(15, 1) || ppn_op_attn_rope_fits(0, 1));
+    assert_false(ppn_op_attn_rope_fits(160, 1) || ppn_op_attn_rope_fits(256, 1));
     free(r), free(rc);
 }
 

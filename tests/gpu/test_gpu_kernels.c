@@ -1083,6 +1083,9 @@ static void t_attn_rope(void **state)
     attn_rope_case(32, 2, 128, 2048, 2000, 16, 0); /* 16 heads a KV head: two passes, pos stored once */
     attn_rope_case(8, 1, 128, 1024, 777, 32, 0);  /* MQA */
     attn_rope_case(12, 4, 96, 300, 299, 3, 1);    /* head_dim not a multiple of 32, interleaved */
+    attn_rope_case(8, 2, 8, 64, 40, 1, 0);        /* halves on lanes l, l ^ 4 (the llama-tiny fixture) */
+    attn_rope_case(4, 2, 16, 64, 63, 1, 0);       /* l, l ^ 8 (qwen2-tiny) */
+    attn_rope_case(4, 2, 32, 512, 300, 16, 0);    /* l, l ^ 16 (qwen3-tiny, mkmodel tiny) */
     attn_rope_case(4, 4, 64, 64, 64, 8, 0);       /* pos outside the cache: NaN, nothing stored */
     attn_rope_case(4, 4, 64, 64, 63, 1, 0);       /* the last position, one split */
     attn_rope_time(32, 8, 64, 4096, 37, chosen);
