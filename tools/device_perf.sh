@@ -11,6 +11,9 @@
 #   greedy2  ppn bench --device-greedy: llama-8b N = 1, 2, 4, 8; decode after a 4,096-token prompt (1b, 8b)
 #   sched    ppn sched-bench llama-1b, 4 stages (graph and no-graph arms), with its plot
 #   kprof    the kernel account (PPN_KPROF=1 PPN_GRAPHS=0 ppn bench llama-1b and llama-8b, N=1)
+#   alt      A/B of experiment builds: for each build/ppn-NAME (the same source with one constant changed, made
+#            on the build machine), then build/ppn again, bench llama-1b and llama-8b N=1, host-fed and
+#            --device-greedy; interleaved so drift shows
 # Results go to $OUT (summary.txt plus one file per run). Expects build/ (Release, static deps,
 # build/lib/libcmocka.so.0) and .devcarry/fixtures (a copy of ../shared/fixtures), made on the build machine.
 set -uo pipefail
@@ -109,6 +112,22 @@ for phase in "${phases[@]}"; do
             PPN_KPROF=1 PPN_GRAPHS=0 timeout 240 build/ppn bench --model "$(model $sh)" --backend cuda -n 64 \
                 --prompt 16 --reps 2 > "$OUT/kprof_$sh.txt" 2>&1 || fail=1
             cat "$OUT/kprof_$sh.txt" >> "$S"
+        done
+        ;;
+    alt)
+        for rnd in 1 2; do
+            for bin in build/ppn-* build/ppn; do
+                [ -x "$bin" ] || continue
+                n=$(basename "$bin")
+                for sh in llama-1b llama-8b; do
+                    log "alt round $rnd: $n bench $sh N=1 (host-fed, then --device-greedy)"
+                    timeout 200 "$bin" bench --model "$(model $sh)" --backend cuda -n 128 --prompt 16 --reps 3 --json \
+                        > "$OUT/alt_${n}_${sh}_$rnd.json" 2>>"$S" || fail=1
+                    timeout 200 "$bin" bench --model "$(model $sh)" --backend cuda -n 128 --prompt 16 --reps 3 --json \
+                        --device-greedy > "$OUT/alt_${n}_${sh}_dg_$rnd.json" 2>>"$S" || fail=1
+                    summarize "$OUT/alt_${n}_${sh}_$rnd.json" "$OUT/alt_${n}_${sh}_dg_$rnd.json"
+                done
+            done
         done
         ;;
     *) log "unknown phase $phase"; fail=1 ;;
