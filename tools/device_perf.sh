@@ -12,8 +12,9 @@
 #   sched    ppn sched-bench llama-1b, 4 stages (graph and no-graph arms), with its plot
 #   kprof    the kernel account (PPN_KPROF=1 PPN_GRAPHS=0 ppn bench llama-1b and llama-8b, N=1)
 #   alt      A/B of experiment builds: for each build/ppn-NAME (the same source with one constant changed, made
-#            on the build machine), then build/ppn again, bench llama-1b and llama-8b N=1, host-fed and
-#            --device-greedy; interleaved so drift shows
+#            on the build machine: tools/alt_builds.sh), then build/ppn again, bench llama-1b and llama-8b
+#            N=1, host-fed (host) and --device-greedy (dg), or the modes in ALT_MODES; two interleaved rounds
+#            so drift shows
 # Results go to $OUT (summary.txt plus one file per run). Expects build/ (Release, static deps,
 # build/lib/libcmocka.so.0) and .devcarry/fixtures (a copy of ../shared/fixtures), made on the build machine.
 set -uo pipefail
@@ -120,12 +121,13 @@ for phase in "${phases[@]}"; do
                 [ -x "$bin" ] || continue
                 n=$(basename "$bin")
                 for sh in llama-1b llama-8b; do
-                    log "alt round $rnd: $n bench $sh N=1 (host-fed, then --device-greedy)"
-                    timeout 200 "$bin" bench --model "$(model $sh)" --backend cuda -n 128 --prompt 16 --reps 3 --json \
-                        > "$OUT/alt_${n}_${sh}_$rnd.json" 2>>"$S" || fail=1
-                    timeout 200 "$bin" bench --model "$(model $sh)" --backend cuda -n 128 --prompt 16 --reps 3 --json \
-                        --device-greedy > "$OUT/alt_${n}_${sh}_dg_$rnd.json" 2>>"$S" || fail=1
-                    summarize "$OUT/alt_${n}_${sh}_$rnd.json" "$OUT/alt_${n}_${sh}_dg_$rnd.json"
+                    for mode in ${ALT_MODES:-host dg}; do
+                        f="$OUT/alt_${n}_${sh}_${mode}_$rnd.json"
+                        log "alt round $rnd: $n bench $sh N=1 ($mode)"
+                        timeout 200 "$bin" bench --model "$(model $sh)" --backend cuda -n 128 --prompt 16 --reps 3 \
+                            --json $([ "$mode" = dg ] && echo --device-greedy) > "$f" 2>>"$S" || fail=1
+                        summarize "$f"
+                    done
                 done
             done
         done
