@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # alt_builds.sh - experiment builds for the device's `alt` phase (tools/device_perf.sh): each is build/ppn made
-# from the working tree with one change applied by a sed expression, copied to build/ppn-NAME; the tree is
+# from the working tree with one change applied by a sed expression, copied to build/alt/ppn-NAME; the tree is
 # restored after each. Used to place time inside a graph-replayed decode step without a profiler (METHOD.md:
 # time variants that do one kernel twice and take the difference).
 #
 #   tools/alt_builds.sh account     one build per decode-step op, issuing it twice:
 #                                   ppn-x2qkv ppn-x2attn ppn-x2o ppn-x2gu ppn-x2swiglu ppn-x2down ppn-x2head
 #   tools/alt_builds.sh NAME FILE SED_EXPR   one build of your own
-#   tools/alt_builds.sh clean       remove build/ppn-*
+#   tools/alt_builds.sh clean       remove build/alt/
 #
 # Twice-issued ops whose output feeds their input (o and down add into x, SwiGLU works in place) change the
 # numbers, not the launch geometry or the bytes moved, so their timing stands; their outputs are meaningless.
@@ -31,8 +31,9 @@ one() { # name file sed-expr
         echo "alt_builds: $name: build failed" >&2; return 1
     fi
     cp "$keep" "$file"; rm -f "$keep"
-    cp build-alt/ppn "build/ppn-$name"
-    echo "alt_builds: build/ppn-$name ($file: $expr)"
+    mkdir -p build/alt
+    cp build-alt/ppn "build/alt/ppn-$name"
+    echo "alt_builds: build/alt/ppn-$name ($file: $expr)"
 }
 
 case ${1:-} in
@@ -47,7 +48,7 @@ account)
     one x2down $F 's|^\(    return ppn_op_matvec(g, s, x, w->w_down, wdt, gate, dim, ffn, 0, x);\)$|    PPN_CHECK(ppn_op_matvec(g, s, x, w->w_down, wdt, gate, dim, ffn, 0, x));\n\1|'
     one x2head $F 's|^\(    return norm_matvec(m, s, r, logits, m->lm_head, m->cfg.vocab, io_x(io), m->final_norm, 0);\)$|    PPN_CHECK(norm_matvec(m, s, r, logits, m->lm_head, m->cfg.vocab, io_x(io), m->final_norm, 0));\n\1|'
     ;;
-clean) rm -f build/ppn-* ;;
+clean) rm -rf build/alt ;;
 "") sed -n '2,16p' "$0"; exit 2 ;;
 *) [ $# -eq 3 ] || { echo "usage: $0 NAME FILE SED_EXPR" >&2; exit 2; }; one "$1" "$2" "$3" ;;
 esac

@@ -11,7 +11,7 @@
 #   greedy2  ppn bench --device-greedy: llama-8b N = 1, 2, 4, 8; decode after a 4,096-token prompt (1b, 8b)
 #   sched    ppn sched-bench llama-1b, 4 stages (graph and no-graph arms), with its plot
 #   kprof    the kernel account (PPN_KPROF=1 PPN_GRAPHS=0 ppn bench llama-1b and llama-8b, N=1)
-#   alt      A/B of experiment builds: for each build/ppn-NAME (the same source with one constant changed, made
+#   alt      A/B of experiment builds: for each build/alt/ppn-NAME (the same source with one constant changed, made
 #            on the build machine: tools/alt_builds.sh), then build/ppn again, bench llama-1b and llama-8b
 #            N=1, host-fed (host) and --device-greedy (dg), or the modes in ALT_MODES; two interleaved rounds
 #            so drift shows
@@ -117,7 +117,7 @@ for phase in "${phases[@]}"; do
         ;;
     alt)
         for rnd in 1 2; do
-            for bin in build/ppn-* build/ppn; do
+            for bin in build/alt/ppn-* build/ppn; do
                 [ -x "$bin" ] || continue
                 n=$(basename "$bin")
                 for sh in llama-1b llama-8b; do
