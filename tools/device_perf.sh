@@ -13,7 +13,7 @@
 #   kprof    the kernel account (PPN_KPROF=1 PPN_GRAPHS=0 ppn bench llama-1b and llama-8b, N=1)
 #   alt      A/B of experiment builds: for each build/alt/ppn-NAME (the same source with one constant changed, made
 #            on the build machine: tools/alt_builds.sh), then build/ppn again, bench llama-1b and llama-8b
-#            N=1, host-fed (host) and --device-greedy (dg), or the modes in ALT_MODES; two interleaved rounds
+#            N=1, host-fed (host) and --device-greedy (dg), or the modes in ALT_MODES; ALT_ROUNDS (2) interleaved rounds
 #            so drift shows
 # Results go to $OUT (summary.txt plus one file per run). Expects build/ (Release, static deps,
 # build/lib/libcmocka.so.0) and .devcarry/fixtures (a copy of ../shared/fixtures), made on the build machine.
@@ -116,7 +116,7 @@ for phase in "${phases[@]}"; do
         done
         ;;
     alt)
-        for rnd in 1 2; do
+        for rnd in $(seq 1 "${ALT_ROUNDS:-2}"); do
             for bin in build/alt/ppn-* build/ppn; do
                 [ -x "$bin" ] || continue
                 n=$(basename "$bin")
