@@ -142,12 +142,20 @@ static ppn_launch matvec_geometry(const ppn_kp_matvec *p, size_t es)
     size_t chunks = ((size_t)p->cols * es + 15u) / 16u, per_group = 32u * MATVEC_INFLIGHT;
     unsigned split = 1;
     while (split < MATVEC_MAX_SPLIT && chunks > per_group * split) split *= 2u;
-    unsigned blocks = blocks_for(p->rows, MATVEC_BLOCK / (32u * split)), smem = 0, per_sm = MATVEC_MAX_PER_SM;
+    unsigned block = MATVEC_BLOCK, smem = 0, per_sm = MATVEC_MAX_PER_SM;
     if ((size_t)p->cols * sizeof(float) <= MATVEC_STAGE_MAX) smem = (unsigned)((size_t)p->cols * sizeof(float));
     /* a large staged x leaves room for fewer resident blocks: the wave is what fits */
     if (smem && MATVEC_SM_SMEM / (smem + MATVEC_BLOCK_SMEM) < per_sm) per_sm = MATVEC_SM_SMEM / (smem + MATVEC_BLOCK_SMEM);
+    /* Fewer, wider blocks when that keeps more threads (weight loads in flight) on an SM: one staged x then
+     * serves 512 threads. llama-8b's down projection (x of 57 KB) gets 2 x 512 threads an SM instead of
+     * 3 x 256, and the 8B step went from 4.673 to 4.507 ms (H200, docs/PERF.md). The bits do not change: a
+     * row's reduction depends on its G alone. */
+    unsigned per_sm2 = smem ? MATVEC_SM_SMEM / (smem + MATVEC_BLOCK_SMEM) : 0;
+    if (per_sm2 > MATVEC_MAX_PER_SM / 2u) per_sm2 = MATVEC_MAX_PER_SM / 2u;
+    if (per_sm2 * 2u > per_sm) block = 2u * MATVEC_BLOCK, per_sm = per_sm2;
+    unsigned blocks = blocks_for(p->rows, block / (32u * split));
     if (blocks > MATVEC_SMS * per_sm) blocks = MATVEC_SMS * per_sm;
-    ppn_launch l = launch_init(PPN_K_MATVEC, p, blocks, MATVEC_BLOCK);
+    ppn_launch l = launch_init(PPN_K_MATVEC, p, blocks, block);
     l.smem = smem;
     return l;
 }

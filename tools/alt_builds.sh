@@ -11,6 +11,8 @@
 #
 # Twice-issued ops whose output feeds their input (o and down add into x, SwiGLU works in place) change the
 # numbers, not the launch geometry or the bytes moved, so their timing stands; their outputs are meaningless.
+# Switches tried this way and not kept are recorded as patches beside their runs (docs/runs/*/levers.patch:
+# apply it, then build with the switch's #define flipped).
 # Needs build-alt/ configured like build/ (cmake -S . -B build-alt -DCMAKE_BUILD_TYPE=Release
 # -DPPN_STATIC_DEPS=1); made here if missing.
 set -euo pipefail
