@@ -50,12 +50,12 @@ ppn_status ppn_fwd_layer(ppn_seq *q, ppn_gstream *s, int dev, ppn_stage_scratch 
     float scale = 1.0f / sqrtf((float)hd);
     if (m->map->door.fuse && ppn_op_attn_rope_fits(hd, c->rope_interleaved)) { /* the rotary and the k/v store inside */
         PPN_CHECK(ppn_op_attn_rope(g, s, r->att, qv, q->kc[l], q->vc[l], nh, nkv, hd, m->ctx, scale, hdr, r->attp,
-                                   m->attn_split, m->inv_freq[dev], c->rope_interleaved));
+                                   m->attn_split, m->inv_freq[dev], c->rope_interleaved, m->kvdt));
     } else { /* q and k are adjacent heads at one position: one rotary launch covers both, and stores k and v */
         PPN_CHECK(ppn_op_rope_kv(g, s, qv, nh, nkv, hd, m->inv_freq[dev], c->rope_interleaved, hdr, q->kc[l],
-                                 q->vc[l], vv, m->ctx));
+                                 q->vc[l], vv, m->ctx, m->kvdt));
         PPN_CHECK(ppn_op_attn(g, s, r->att, qv, q->kc[l], q->vc[l], nh, nkv, hd, m->ctx, scale, hdr, r->attp,
-                              m->attn_split));
+                              m->attn_split, m->kvdt));
     }
     PPN_CHECK(ppn_op_matvec(g, s, x, w->wo, wdt, r->att, dim, nh * hd, 0, x));
     PPN_CHECK(norm_matvec(m, s, r, gate, w->wgu, 2 * ffn, x, w->ffn_norm, 0));

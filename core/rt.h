@@ -88,6 +88,7 @@ struct ppn_model {
     ppn_rt *rt;
     ppn_model_config cfg;
     int wdt;                   /* weight storage dtype */
+    int kvdt;                  /* KV cache element dtype: wdt, as transformers keeps the cache */
     int ctx;
     int primary;
     size_t weight_bytes;

@@ -331,7 +331,7 @@ static ppn_status choose_ctx(ppn_model *m, int want)
     const ppn_model_config *c = &m->cfg;
     if (want > c->max_pos)
         return ppn_err(PPN_EINVAL, "ctx %d exceeds the model's max_position_embeddings %d", want, c->max_pos);
-    size_t per_layer = 2 * (size_t)c->n_kv_heads * (size_t)c->head_dim * sizeof(float);
+    size_t per_layer = 2 * (size_t)c->n_kv_heads * (size_t)c->head_dim * ppn_dtype_size(m->kvdt);
     size_t reserve = (size_t)64 << 20;
     int ctx = want > 0 ? want : c->max_pos;
     for (int s = 0; s < m->map->n_stages; s++) {
@@ -389,6 +389,7 @@ static ppn_status model_alloc(ppn_rt *rt, const ppn_ckpt *c, const ppn_load_opts
     m->primary = o->device;
     m->wdt = o->dtype != PPN_DTYPE_DEFAULT ? o->dtype
                                            : (strcmp(rt->g->ops->name, "cuda") == 0 ? PPN_DT_BF16 : PPN_DT_F32);
+    m->kvdt = m->wdt;
     m->layers = ppn_hcalloc((size_t)c->cfg.n_layers, sizeof *m->layers);
     m->layer_dev = ppn_hcalloc((size_t)c->cfg.n_layers, sizeof *m->layer_dev);
     m->stages = ppn_hcalloc(PPN_MAX_STAGES, sizeof *m->stages);
@@ -479,6 +480,7 @@ void ppn_model_get_info(const ppn_model *m, ppn_model_info *o)
     o->max_pos = c->max_pos;
     o->ctx = m->ctx;
     o->dtype = m->wdt;
+    o->kv_dtype = m->kvdt;
     o->bos_id = c->bos_id;
     o->eos_id = c->eos_id;
     o->weight_bytes = m->weight_bytes;

@@ -143,6 +143,7 @@ typedef struct ppn_model_info {
     int n_layers, dim, n_heads, n_kv_heads, head_dim, ffn_dim, vocab, max_pos;
     int ctx;             /* KV positions of each sequence */
     int dtype;           /* weight storage dtype */
+    int kv_dtype;        /* KV cache element dtype: the weights' (f32 values rounded to it on the store) */
     int bos_id, eos_id;  /* -1 if absent */
     size_t weight_bytes; /* on the device(s) */
 } ppn_model_info;

@@ -33,6 +33,26 @@ static float w_at(uint64_t w, int wdt, size_t i)
     }
 }
 
+/* The KV caches hold the weights' dtype (kparams.h): element i of cache c, widened; v stored, rounded. */
+static size_t kv_size(int kvdt) { return kvdt == PPN_DT_F32 ? 4 : 2; }
+
+static void kv_put(uint64_t c, int kvdt, size_t i, float v)
+{
+    switch (kvdt) {
+    case PPN_DT_BF16: PTR(uint16_t, c)[i] = ppn_f32_to_bf16(v); break;
+    case PPN_DT_F16: PTR(uint16_t, c)[i] = ppn_f32_to_f16(v); break;
+    default: PTR(float, c)[i] = v;
+    }
+}
+
+/* n floats of src into cache c from element i */
+static void kv_put_row(uint64_t c, int kvdt, size_t i, const float *src, size_t n)
+{
+    if (kvdt == PPN_DT_F32) memcpy(PTR(float, c) + i, src, n * sizeof(float));
+    else
+        for (size_t k = 0; k < n; k++) kv_put(c, kvdt, i + k, src[k]);
+}
+
 static void fill_nan(float *out, size_t n)
 {
     for (size_t i = 0; i < n; i++) out[i] = NAN;
@@ -195,11 +215,11 @@ void ppn_cpu_rope(const void *params)
         }
     }
     if (!p->kc || pos < 0 || pos >= p->ctx) return; /* the fused kv_store: rotated k heads and v */
-    size_t hd = (size_t)p->head_dim, row = hd * sizeof(float);
+    size_t hd = (size_t)p->head_dim;
     for (int h = 0; h < p->n_kv; h++) {
         size_t dst = ((size_t)h * (size_t)p->ctx + (size_t)pos) * hd;
-        memcpy(PTR(float, p->kc) + dst, x + (size_t)(p->n_heads - p->n_kv + h) * hd, row);
-        memcpy(PTR(float, p->vc) + dst, PTR(const float, p->v) + (size_t)h * hd, row);
+        kv_put_row(p->kc, p->kvdt, dst, x + (size_t)(p->n_heads - p->n_kv + h) * hd, hd);
+        kv_put_row(p->vc, p->kvdt, dst, PTR(const float, p->v) + (size_t)h * hd, hd);
     }
 }
 
@@ -208,11 +228,11 @@ void ppn_cpu_kv_store(const void *params)
     const ppn_kp_kv_store *p = params;
     int32_t pos = hdr_of(p->hdr)->pos;
     if (pos < 0 || pos >= p->ctx) return;
-    size_t hd = (size_t)p->head_dim, row = hd * sizeof(float);
+    size_t hd = (size_t)p->head_dim;
     for (int h = 0; h < p->n_kv; h++) {
         size_t dst = ((size_t)h * (size_t)p->ctx + (size_t)pos) * hd;
-        memcpy(PTR(float, p->kc) + dst, PTR(const float, p->k) + (size_t)h * hd, row);
-        memcpy(PTR(float, p->vc) + dst, PTR(const float, p->v) + (size_t)h * hd, row);
+        kv_put_row(p->kc, p->kvdt, dst, PTR(const float, p->k) + (size_t)h * hd, hd);
+        kv_put_row(p->vc, p->kvdt, dst, PTR(const float, p->v) + (size_t)h * hd, hd);
     }
 }
 
@@ -220,16 +240,17 @@ void ppn_cpu_kv_store(const void *params)
 #define ATTN_CHUNK 128
 
 typedef struct attn_head {
-    const float *q, *k, *v; /* q[hd]; k, v: the kv head's cache rows [ctx, hd] */
-    int hd, npos;           /* head_dim; positions 0..npos-1 attended */
-    double scale, max;      /* softmax scale; max score (set by attn_max) */
+    const float *q;     /* q[hd] */
+    uint64_t k, v;      /* the kv head's cache rows [ctx, hd], of dtype kvdt */
+    int kvdt, hd, npos; /* cache dtype; head_dim; positions 0..npos-1 attended */
+    double scale, max;  /* softmax scale; max score (set by attn_max) */
 } attn_head;
 
 static double attn_score(const attn_head *a, int t)
 {
-    const float *kt = a->k + (size_t)t * (size_t)a->hd;
+    size_t kt = (size_t)t * (size_t)a->hd;
     double d = 0.0;
-    for (int i = 0; i < a->hd; i++) d += (double)a->q[i] * (double)kt[i];
+    for (int i = 0; i < a->hd; i++) d += (double)a->q[i] * (double)w_at(a->k, a->kvdt, kt + (size_t)i);
     return d * a->scale;
 }
 
@@ -249,9 +270,9 @@ static void attn_chunk(const attn_head *a, float *out, int d0, int nd)
     double acc[ATTN_CHUNK] = {0}, sum = 0.0;
     for (int t = 0; t < a->npos; t++) {
         double pt = exp(attn_score(a, t) - a->max);
-        const float *vt = a->v + (size_t)t * (size_t)a->hd + d0;
+        size_t vt = (size_t)t * (size_t)a->hd + (size_t)d0;
         sum += pt;
-        for (int i = 0; i < nd; i++) acc[i] += pt * (double)vt[i];
+        for (int i = 0; i < nd; i++) acc[i] += pt * (double)w_at(a->v, a->kvdt, vt + (size_t)i);
     }
     for (int i = 0; i < nd; i++) out[d0 + i] = (float)(acc[i] / sum);
 }
@@ -280,22 +301,23 @@ void ppn_cpu_attn(const void *params)
         return;
     }
     const float *inv = p->inv_freq ? PTR(const float, p->inv_freq) : NULL;
-    float qr[256]; /* a rotated query head: ppn_op_attn allows head_dim <= 256 */
+    float qr[256]; /* a rotated query or key head: ppn_op_attn allows head_dim <= 256 */
     if (inv) { /* the fused rotary: rotated k and v into the caches at pos first */
         const float *k = PTR(const float, p->q) + (size_t)p->n_heads * hd, *v = k + (size_t)p->n_kv * hd;
         for (int g = 0; g < p->n_kv; g++) {
             size_t dst = ((size_t)g * (size_t)p->ctx + (size_t)pos) * hd;
-            rope_head(PTR(float, p->kc) + dst, k + (size_t)g * hd, p->head_dim, pos, inv, p->interleaved);
-            memcpy(PTR(float, p->vc) + dst, v + (size_t)g * hd, hd * sizeof(float));
+            rope_head(qr, k + (size_t)g * hd, p->head_dim, pos, inv, p->interleaved);
+            kv_put_row(p->kc, p->kvdt, dst, qr, hd);
+            kv_put_row(p->vc, p->kvdt, dst, v + (size_t)g * hd, hd);
         }
     }
     int group = p->n_heads / p->n_kv;
+    size_t es = kv_size(p->kvdt);
     for (int h = 0; h < p->n_heads; h++) {
-        size_t kv_off = (size_t)(h / group) * (size_t)p->ctx * hd;
+        size_t kv_off = (size_t)(h / group) * (size_t)p->ctx * hd * es;
         const float *qh = PTR(const float, p->q) + (size_t)h * hd;
         if (inv) rope_head(qr, qh, p->head_dim, pos, inv, p->interleaved), qh = qr;
-        attn_head a = {qh, PTR(const float, p->kc) + kv_off, PTR(const float, p->vc) + kv_off, p->head_dim,
-                       pos + 1, p->scale, 0.0};
+        attn_head a = {qh, p->kc + kv_off, p->vc + kv_off, p->kvdt, p->head_dim, pos + 1, p->scale, 0.0};
         float *out = PTR(float, p->out) + (size_t)h * hd;
         attn_max(&a);
         for (int d0 = 0; d0 < p->head_dim; d0 += ATTN_CHUNK) {
@@ -304,6 +326,8 @@ void ppn_cpu_attn(const void *params)
         }
     }
 }
+
+void ppn_cpu_attn16(const void *params) { ppn_cpu_attn(params); }
 
 /* silu(g) * u with silu(g) = g / (1 + exp(-g)), all in f32 like HF's act_fn(gate) * up. */
 void ppn_cpu_swiglu(const void *params)

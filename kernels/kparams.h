@@ -57,17 +57,20 @@ typedef struct { uint64_t out, w, x, bias, res; int32_t rows, cols, m, wdt; } pp
  * interleaved = 1: llama2.c convention, rotate adjacent pairs (2i, 2i+1).
  * With kc != 0 it also does kv_store's work (one launch less per layer): heads n_heads - n_kv .. n_heads - 1
  * of x are the k heads; once rotated they are stored into kc, and v [n_kv, head_dim] into vc, at hdr->pos
- * (caches [n_kv, ctx, head_dim] f32; a position outside the cache stores nothing, as kv_store). */
+ * (caches [n_kv, ctx, head_dim] of dtype kvdt; a position outside the cache stores nothing, as kv_store). */
 typedef struct {
     uint64_t x, inv_freq, hdr, kc, vc, v;
-    int32_t n_heads, head_dim, interleaved, n_kv, ctx;
+    int32_t n_heads, head_dim, interleaved, n_kv, ctx, kvdt;
 } ppn_kp_rope;
 
 /* Per-head RMSNorm in place on x[n_heads, head_dim] with weight w[head_dim] (Qwen3 q/k norm). */
 typedef struct { uint64_t x, w; int32_t n_heads, head_dim, wdt; float eps; } ppn_kp_head_rmsnorm;
 
-/* Store k, v [n_kv, head_dim] into the caches [n_kv, ctx, head_dim] (f32) at hdr->pos. */
-typedef struct { uint64_t kc, vc, k, v, hdr; int32_t n_kv, head_dim, ctx; } ppn_kp_kv_store;
+/* Store k, v [n_kv, head_dim] (f32) into the caches [n_kv, ctx, head_dim] at hdr->pos.
+ * KV caches (here, in rope's store and in attention) hold elements of dtype kvdt (PPN_DT_*; 0 = f32): the
+ * model's weight dtype, as transformers keeps them. f32 values are rounded to nearest even on the store, and
+ * widened exactly on the load. */
+typedef struct { uint64_t kc, vc, k, v, hdr; int32_t n_kv, head_dim, ctx, kvdt; } ppn_kp_kv_store;
 
 /* Decode attention for one query position hdr->pos over cache positions [0, pos] with GQA:
  * out[h] = softmax(q[h] . K[h/(n_heads/n_kv), 0..pos] * scale) . V[...]. out, q: [n_heads, head_dim].
@@ -88,14 +91,17 @@ typedef struct { uint64_t kc, vc, k, v, hdr; int32_t n_kv, head_dim, ctx; } ppn_
  * The fused rotary (inv_freq != 0; one launch less per layer than rope_kv + attn): q then holds the unrotated
  * [n_heads q heads; n_kv k heads; n_kv v heads] of the q|k|v projection and is only read. q is rotated as
  * rope_kv rotates it (inv_freq [head_dim / 2], interleaved as in ppn_kp_rope) in registers; position pos is
- * attended with this step's k (rotated) and v taken from the projection, and they are stored into kc and vc
- * at pos, so the output and the caches are the bits of rope_kv then attn. A position outside the cache stores
- * nothing. Shapes: ppn_op_attn_rope_fits. */
+ * attended with this step's k (rotated) and v taken from the projection, rounded to kvdt as the caches hold
+ * them, and they are stored into kc and vc at pos, so the output and the caches are the bits of rope_kv then
+ * attn. A position outside the cache stores nothing. Shapes: ppn_op_attn_rope_fits. kc, vc: dtype kvdt
+ * (ppn_kp_kv_store). */
 typedef struct {
     uint64_t out, q, kc, vc, hdr, part, inv_freq;
-    int32_t n_heads, n_kv, head_dim, ctx, n_split, interleaved;
+    int32_t n_heads, n_kv, head_dim, ctx, n_split, interleaved, kvdt;
     float scale;
 } ppn_kp_attn;
+/* The same op for 2-byte caches (kvdt BF16 or F16): its own kernel, so each keeps its registers unspilled. */
+typedef ppn_kp_attn ppn_kp_attn16;
 
 /* out[n] = silu(gate[n]) * up[n] */
 typedef struct { uint64_t out, gate, up; int32_t n; } ppn_kp_swiglu;

@@ -17,6 +17,7 @@ const ppn_kernel_desc ppn_kernels[PPN_K_COUNT] = {
     PPN_KDESC(PPN_K_HEAD_RMSNORM, head_rmsnorm),
     PPN_KDESC(PPN_K_KV_STORE, kv_store),
     PPN_KDESC(PPN_K_ATTN, attn),
+    PPN_KDESC(PPN_K_ATTN16, attn16),
     PPN_KDESC(PPN_K_SWIGLU, swiglu),
     PPN_KDESC(PPN_K_ADD, add),
     PPN_KDESC(PPN_K_ARGMAX, argmax),

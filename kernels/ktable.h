@@ -14,6 +14,7 @@ typedef enum ppn_kernel_id {
     PPN_K_HEAD_RMSNORM,
     PPN_K_KV_STORE,
     PPN_K_ATTN,
+    PPN_K_ATTN16,
     PPN_K_SWIGLU,
     PPN_K_ADD,
     PPN_K_ARGMAX,

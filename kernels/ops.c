@@ -73,6 +73,13 @@ static ppn_status need_wdt(const char *op, int wdt)
     return PPN_OK;
 }
 
+static ppn_status need_kvdt(const char *op, int kvdt)
+{
+    if (ppn_dtype_size(kvdt) == 0)
+        return ppn_err(PPN_EINVAL, "%s: unknown KV cache dtype %d (expected PPN_DT_F32/BF16/F16)", op, kvdt);
+    return PPN_OK;
+}
+
 static ppn_status submit(ppn_gpu *g, ppn_gstream *s, const ppn_launch *l)
 {
     PPN_ASSERT(g && g->ops && s);
@@ -216,10 +223,10 @@ static ppn_status rope_submit(ppn_gpu *g, ppn_gstream *s, const char *op, const 
     acc_add(&l, p->inv_freq, f32_bytes((size_t)p->head_dim / 2), PPN_ACC_R);
     acc_add(&l, p->hdr, sizeof(ppn_step_hdr), PPN_ACC_R);
     if (p->kc) {
-        size_t row = f32_bytes((size_t)p->n_kv * (size_t)p->head_dim);
-        acc_add(&l, p->v, row, PPN_ACC_R);
-        acc_add(&l, p->kc, row * (size_t)p->ctx, PPN_ACC_W);
-        acc_add(&l, p->vc, row * (size_t)p->ctx, PPN_ACC_W);
+        size_t kvn = (size_t)p->n_kv * (size_t)p->head_dim, cache = kvn * (size_t)p->ctx * ppn_dtype_size(p->kvdt);
+        acc_add(&l, p->v, f32_bytes(kvn), PPN_ACC_R);
+        acc_add(&l, p->kc, cache, PPN_ACC_W);
+        acc_add(&l, p->vc, cache, PPN_ACC_W);
     }
     return submit(g, s, &l);
 }
@@ -234,9 +241,10 @@ ppn_status ppn_op_rope(ppn_gpu *g, ppn_gstream *s, ppn_dptr x, int n_heads, int 
 
 ppn_status ppn_op_rope_kv(ppn_gpu *g, ppn_gstream *s, ppn_dptr qk, int n_q, int n_kv, int head_dim,
                           ppn_dptr inv_freq, int interleaved, ppn_dptr hdr, ppn_dptr kc, ppn_dptr vc, ppn_dptr v,
-                          int ctx)
+                          int ctx, int kvdt)
 {
     static const char op[] = "ppn_op_rope_kv";
+    PPN_CHECK(need_kvdt(op, kvdt));
     PPN_CHECK(need_positive(op, "n_q", n_q));
     PPN_CHECK(need_positive(op, "n_kv", n_kv));
     PPN_CHECK(need_positive(op, "ctx", ctx));
@@ -244,7 +252,8 @@ ppn_status ppn_op_rope_kv(ppn_gpu *g, ppn_gstream *s, ppn_dptr qk, int n_q, int 
     PPN_CHECK(need_ptr(op, "vc", vc));
     PPN_CHECK(need_ptr(op, "v", v));
     ppn_kp_rope p = {.x = qk, .inv_freq = inv_freq, .hdr = hdr, .kc = kc, .vc = vc, .v = v, .n_heads = n_q + n_kv,
-                     .head_dim = head_dim, .interleaved = interleaved ? 1 : 0, .n_kv = n_kv, .ctx = ctx};
+                     .head_dim = head_dim, .interleaved = interleaved ? 1 : 0, .n_kv = n_kv, .ctx = ctx,
+                     .kvdt = kvdt};
     return rope_submit(g, s, op, "qk", &p);
 }
 
@@ -266,9 +275,10 @@ ppn_status ppn_op_head_rmsnorm(ppn_gpu *g, ppn_gstream *s, ppn_dptr x, int n_hea
 
 /* The row written depends on hdr->pos, which lives in device memory, so the whole caches are declared. */
 ppn_status ppn_op_kv_store(ppn_gpu *g, ppn_gstream *s, ppn_dptr kc, ppn_dptr vc, ppn_dptr k, ppn_dptr v,
-                           int n_kv, int head_dim, int ctx, ppn_dptr hdr)
+                           int n_kv, int head_dim, int ctx, ppn_dptr hdr, int kvdt)
 {
     static const char op[] = "ppn_op_kv_store";
+    PPN_CHECK(need_kvdt(op, kvdt));
     PPN_CHECK(need_positive(op, "n_kv", n_kv));
     PPN_CHECK(need_positive(op, "head_dim", head_dim));
     PPN_CHECK(need_positive(op, "ctx", ctx));
@@ -278,14 +288,14 @@ ppn_status ppn_op_kv_store(ppn_gpu *g, ppn_gstream *s, ppn_dptr kc, ppn_dptr vc,
     PPN_CHECK(need_ptr(op, "v", v));
     PPN_CHECK(need_ptr(op, "hdr", hdr));
     ppn_kp_kv_store p = {.kc = kc, .vc = vc, .k = k, .v = v, .hdr = hdr, .n_kv = n_kv, .head_dim = head_dim,
-                         .ctx = ctx};
-    size_t row = f32_bytes((size_t)n_kv * (size_t)head_dim);
+                         .ctx = ctx, .kvdt = kvdt};
+    size_t kvn = (size_t)n_kv * (size_t)head_dim, cache = kvn * (size_t)ctx * ppn_dtype_size(kvdt);
     ppn_launch l = launch_init(PPN_K_KV_STORE, &p, (unsigned)n_kv, HEADNORM_BLOCK);
-    acc_add(&l, k, row, PPN_ACC_R);
-    acc_add(&l, v, row, PPN_ACC_R);
+    acc_add(&l, k, f32_bytes(kvn), PPN_ACC_R);
+    acc_add(&l, v, f32_bytes(kvn), PPN_ACC_R);
     acc_add(&l, hdr, sizeof(ppn_step_hdr), PPN_ACC_R);
-    acc_add(&l, kc, row * (size_t)ctx, PPN_ACC_W);
-    acc_add(&l, vc, row * (size_t)ctx, PPN_ACC_W);
+    acc_add(&l, kc, cache, PPN_ACC_W);
+    acc_add(&l, vc, cache, PPN_ACC_W);
     return submit(g, s, &l);
 }
 
@@ -328,6 +338,7 @@ static ppn_status attn_check(const char *op, int n_heads, int n_kv, int head_dim
 static ppn_status attn_submit(ppn_gpu *g, ppn_gstream *s, const char *op, const ppn_kp_attn *p)
 {
     PPN_CHECK(attn_check(op, p->n_heads, p->n_kv, p->head_dim, p->ctx, p->n_split));
+    PPN_CHECK(need_kvdt(op, p->kvdt));
     PPN_CHECK(need_ptr(op, "out", p->out));
     PPN_CHECK(need_ptr(op, "q", p->q));
     PPN_CHECK(need_ptr(op, "kc", p->kc));
@@ -336,9 +347,10 @@ static ppn_status attn_submit(ppn_gpu *g, ppn_gstream *s, const char *op, const 
     PPN_CHECK(need_ptr(op, "part", p->part));
     size_t qb = f32_bytes((size_t)p->n_heads * (size_t)p->head_dim);
     size_t kvb = f32_bytes((size_t)p->n_kv * (size_t)p->head_dim);
-    size_t cache = kvb * (size_t)p->ctx;
+    size_t cache = (size_t)p->n_kv * (size_t)p->head_dim * (size_t)p->ctx * ppn_dtype_size(p->kvdt);
     int cmode = p->inv_freq ? PPN_ACC_RW : PPN_ACC_R;
-    ppn_launch l = launch_init(PPN_K_ATTN, p, (unsigned)p->n_kv, ATTN_BLOCK); /* a CTA per KV head's group */
+    int k = p->kvdt == PPN_DT_F32 ? PPN_K_ATTN : PPN_K_ATTN16; /* the cache's element width picks the kernel */
+    ppn_launch l = launch_init(k, p, (unsigned)p->n_kv, ATTN_BLOCK); /* a CTA per KV head's group */
     l.grid[1] = (unsigned)p->n_split; /* never pos: the launch is the same for every step */
     acc_add(&l, p->q, p->inv_freq ? qb + 2u * kvb : qb, PPN_ACC_R);
     acc_add(&l, p->kc, cache, cmode);
@@ -353,10 +365,11 @@ static ppn_status attn_submit(ppn_gpu *g, ppn_gstream *s, const char *op, const 
 /* Also returns PPN_EUNSUPPORTED for head_dim > 256 (the CUDA kernel keeps a head's output in registers). */
 ppn_status ppn_op_attn(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr q, ppn_dptr kc, ppn_dptr vc,
                        int n_heads, int n_kv, int head_dim, int ctx, float scale, ppn_dptr hdr, ppn_dptr part,
-                       int n_split)
+                       int n_split, int kvdt)
 {
     ppn_kp_attn p = {.out = out, .q = q, .kc = kc, .vc = vc, .hdr = hdr, .part = part, .n_heads = n_heads,
-                     .n_kv = n_kv, .head_dim = head_dim, .ctx = ctx, .n_split = n_split, .scale = scale};
+                     .n_kv = n_kv, .head_dim = head_dim, .ctx = ctx, .n_split = n_split, .kvdt = kvdt,
+                     .scale = scale};
     return attn_submit(g, s, "ppn_op_attn", &p);
 }
 
@@ -373,7 +386,7 @@ int ppn_op_attn_rope_fits(int head_dim, int interleaved)
 
 ppn_status ppn_op_attn_rope(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr qkv, ppn_dptr kc, ppn_dptr vc,
                             int n_heads, int n_kv, int head_dim, int ctx, float scale, ppn_dptr hdr, ppn_dptr part,
-                            int n_split, ppn_dptr inv_freq, int interleaved)
+                            int n_split, ppn_dptr inv_freq, int interleaved, int kvdt)
 {
     static const char op[] = "ppn_op_attn_rope";
     PPN_CHECK(need_ptr(op, "inv_freq", inv_freq));
@@ -386,7 +399,7 @@ ppn_status ppn_op_attn_rope(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr q
                        op, head_dim, interleaved ? "interleaved pairs" : "rotated halves");
     ppn_kp_attn p = {.out = out, .q = qkv, .kc = kc, .vc = vc, .hdr = hdr, .part = part, .inv_freq = inv_freq,
                      .n_heads = n_heads, .n_kv = n_kv, .head_dim = head_dim, .ctx = ctx, .n_split = n_split,
-                     .interleaved = interleaved ? 1 : 0, .scale = scale};
+                     .interleaved = interleaved ? 1 : 0, .kvdt = kvdt, .scale = scale};
     return attn_submit(g, s, op, &p);
 }
 

@@ -32,27 +32,28 @@ ppn_status ppn_op_matmat(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, i
 ppn_status ppn_op_rope(ppn_gpu *g, ppn_gstream *s, ppn_dptr x, int n_heads, int head_dim, ppn_dptr inv_freq,
                        int interleaved, ppn_dptr hdr);
 /* rope over qk = [q: n_q heads][k: n_kv heads], then k and v [n_kv, head_dim] stored into the caches at hdr->pos
- * (kv_store's work in the same launch). */
+ * (kv_store's work in the same launch). kvdt (here, in kv_store and attention): the caches' element dtype,
+ * PPN_DT_F32/BF16/F16 (ppn_kp_kv_store). */
 ppn_status ppn_op_rope_kv(ppn_gpu *g, ppn_gstream *s, ppn_dptr qk, int n_q, int n_kv, int head_dim,
                           ppn_dptr inv_freq, int interleaved, ppn_dptr hdr, ppn_dptr kc, ppn_dptr vc, ppn_dptr v,
-                          int ctx);
+                          int ctx, int kvdt);
 ppn_status ppn_op_head_rmsnorm(ppn_gpu *g, ppn_gstream *s, ppn_dptr x, int n_heads, int head_dim, ppn_dptr w,
                                int wdt, float eps);
 ppn_status ppn_op_kv_store(ppn_gpu *g, ppn_gstream *s, ppn_dptr kc, ppn_dptr vc, ppn_dptr k, ppn_dptr v,
-                           int n_kv, int head_dim, int ctx, ppn_dptr hdr);
+                           int n_kv, int head_dim, int ctx, ppn_dptr hdr, int kvdt);
 /* Decode attention split over positions into n_split CTAs per KV head (1..64; see ppn_kp_attn). part: scratch of
  * ppn_op_attn_scratch_bytes(n_heads, n_split, head_dim) bytes whose counters are zero (zero it once at
  * allocation; every launch leaves them zero), used by one stream at a time. */
 ppn_status ppn_op_attn(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr q, ppn_dptr kc, ppn_dptr vc,
                        int n_heads, int n_kv, int head_dim, int ctx, float scale, ppn_dptr hdr, ppn_dptr part,
-                       int n_split);
+                       int n_split, int kvdt);
 /* The same attention with the rotary fused in (see ppn_kp_attn): qkv holds the unrotated [q: n_heads heads;
  * k: n_kv; v: n_kv] of the q|k|v projection and is only read; the rotated k and v are stored into kc, vc at
  * hdr->pos, as ppn_op_rope_kv stores them. The same bits as rope_kv then attn. Also PPN_EINVAL for an odd
  * head_dim or no inv_freq, and PPN_EUNSUPPORTED for a shape ppn_op_attn_rope_fits refuses. */
 ppn_status ppn_op_attn_rope(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr qkv, ppn_dptr kc, ppn_dptr vc,
                             int n_heads, int n_kv, int head_dim, int ctx, float scale, ppn_dptr hdr, ppn_dptr part,
-                            int n_split, ppn_dptr inv_freq, int interleaved);
+                            int n_split, ppn_dptr inv_freq, int interleaved, int kvdt);
 /* 1 when ppn_op_attn_rope takes this head_dim and rotary convention: any even head_dim up to 128 with
  * interleaved pairs; 2, 4, .., 32, 64 or 128 with rotated halves (the forward pass fuses only then; else
  * rope_kv + attn). */

@@ -46,6 +46,32 @@ __device__ __forceinline__ float ppn_wload(uint64_t w, int wdt, size_t i)
     return ((const float *)w)[i];
 }
 
+// KV cache elements (kparams.h, ppn_kp_kv_store): dtype kd, f32 rounded to nearest even on the store.
+__device__ __forceinline__ float ppn_kv_round(int kd, float v)
+{
+    if (kd == PPN_DT_BF16) return __bfloat162float(__float2bfloat16_rn(v));
+    if (kd == PPN_DT_F16) return __half2float(__float2half_rn(v));
+    return v;
+}
+
+__device__ __forceinline__ void ppn_kv_put(uint64_t c, int kd, size_t i, float v)
+{
+    if (kd == PPN_DT_BF16) ((__nv_bfloat16 *)c)[i] = __float2bfloat16_rn(v);
+    else if (kd == PPN_DT_F16) ((__half *)c)[i] = __float2half_rn(v);
+    else ((float *)c)[i] = v;
+}
+
+// Element i of a cache of KB-byte elements (2: bf16, or f16 when f16), through the read-only path.
+template <int KB> __device__ __forceinline__ float ppn_kv_ld(const void *c, size_t i, bool f16)
+{
+    if constexpr (KB == 4) {
+        return __ldg((const float *)c + i);
+    } else {
+        unsigned short u = __ldg((const unsigned short *)c + i);
+        return f16 ? ppn_f16_bits(u) : __uint_as_float((unsigned)u << 16);
+    }
+}
+
 __device__ __forceinline__ float ppn_warp_sum(float v)
 {
 #pragma unroll
@@ -533,11 +559,11 @@ extern "C" __global__ void ppn_k_rope(const ppn_kp_rope p)
         ppn_rope_pair(xh, i, half, p.interleaved, pos, inv[i], &a, &b, &y0, &y1);
         xh[a] = y0;
         xh[b] = y1;
-        if (store) ((float *)p.kc)[dst + a] = y0, ((float *)p.kc)[dst + b] = y1;
+        if (store) ppn_kv_put(p.kc, p.kvdt, dst + a, y0), ppn_kv_put(p.kc, p.kvdt, dst + b, y1);
     }
     if (!store) return;
     const float *vh = (const float *)p.v + (size_t)kh * (size_t)p.head_dim;
-    for (int i = threadIdx.x; i < p.head_dim; i += blockDim.x) ((float *)p.vc)[dst + i] = vh[i];
+    for (int i = threadIdx.x; i < p.head_dim; i += blockDim.x) ppn_kv_put(p.vc, p.kvdt, dst + i, vh[i]);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -551,8 +577,8 @@ extern "C" __global__ void ppn_k_kv_store(const ppn_kp_kv_store p)
     size_t hd = (size_t)p.head_dim, h = blockIdx.x;
     size_t dst = (h * (size_t)p.ctx + (size_t)pos) * hd, src = h * hd;
     for (int i = threadIdx.x; i < p.head_dim; i += blockDim.x) {
-        ((float *)p.kc)[dst + i] = ((const float *)p.k)[src + i];
-        ((float *)p.vc)[dst + i] = ((const float *)p.v)[src + i];
+        ppn_kv_put(p.kc, p.kvdt, dst + i, ((const float *)p.k)[src + i]);
+        ppn_kv_put(p.vc, p.kvdt, dst + i, ((const float *)p.v)[src + i]);
     }
 }
 
@@ -674,21 +700,21 @@ __device__ __forceinline__ void ppn_attn_rotate(float (&x)[NJ], const float (&c)
 // One pass: query heads h0 .. h0 + ng - 1 (ng <= HP) over the block's positions [t0, t1), into the block's
 // partial per head (the output when n_split is 1). s_acc: per warp, HP x NJ x 32 accumulators; s_m, s_l: per
 // warp, PPN_ATTN_MAXG maxima and sums. With the fused rotary, q is rotated in registers as it is loaded, and
-// the row of position pos is read from the projection (k, v of this step) instead of the cache, k rotated in
-// registers; the warp that holds it stores both into the caches (first pass only). Nothing reads the cache's
-// row pos in this launch, so its loads keep the read-only path.
-template <int NJ, int HP>
+// the row of position pos is read from this step's k and v (rotated and rounded as the cache holds them) in
+// shared memory (s_kv, ppn_attn_rope_row). Nothing reads the cache's row pos in this launch, so its loads
+// keep the read-only path.
+template <int NJ, int HP, int KB>
 __device__ void ppn_attn_pass(const ppn_kp_attn &p, const float *q, int kvh, int h0, int ng, int j, int t0, int t1,
-                              int32_t pos, bool first, float *s_acc, float *s_m, float *s_l)
+                              int32_t pos, const float *s_kv, float *s_acc, float *s_m, float *s_l)
 {
     constexpr int P = ppn_attn_tile(NJ, HP), N = P * HP, SH = 5 - ppn_log2(N), LHP = ppn_log2(HP);
     static_assert(HP * NJ <= 32 && HP <= PPN_ATTN_MAXG && NJ <= PPN_ATTN_MAXJ, "attn pass shape");
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, hd = p.head_dim;
-    size_t kv_off = (size_t)kvh * (size_t)p.ctx * hd;
-    const float *kc = (const float *)p.kc + kv_off, *vc = (const float *)p.vc + kv_off;
+    size_t kv_off = (size_t)kvh * (size_t)p.ctx * hd; // elements
+    const char *kc = (const char *)p.kc + kv_off * KB, *vc = (const char *)p.vc + kv_off * KB;
+    const bool f16 = p.kvdt == PPN_DT_F16;
     const bool rope = NJ <= PPN_ATTN_ROPE_MAXJ && p.inv_freq != 0; // ops.c admits no wider head
-    const int sub = rope ? pos : -1; // the position whose k, v rows come from the projection
-    const float *kself = (const float *)p.q + (size_t)(p.n_heads + kvh) * hd, *vself = kself + (size_t)p.n_kv * hd;
+    const int sub = rope ? pos : -1; // the position whose k, v rows come from s_kv
     float qr[HP][NJ], acc[HP][NJ];
 #pragma unroll
     for (int g = 0; g < HP; g++)
@@ -707,30 +733,25 @@ __device__ void ppn_attn_pass(const ppn_kp_attn &p, const float *q, int kvh, int
     int me = lane >> SH;           // this lane's score after the sum: tile position me / HP, head me % HP
     float m = -INFINITY, l = 0.0f; // running max and sum of head me % HP, the same bits on each lane holding it
     for (int tb = t0 + warp * P; tb < t1; tb += PPN_ATTN_WARPS * P) {
-        const float *kt = kc + (size_t)tb * hd, *vt = vc + (size_t)tb * hd;
+        size_t r0 = (size_t)tb * hd; // the tile's first element
         float kr[P][NJ], vr[P][NJ], s[N];
 #pragma unroll
         for (int t = 0; t < P; t++)
 #pragma unroll
             for (int i = 0; i < NJ; i++) {
                 int d = lane + 32 * i;
-                bool in = tb + t < t1 && d < hd;
-                kr[t][i] = in ? __ldg((tb + t == sub ? kself : kt + t * hd) + d) : 0.0f;
-                vr[t][i] = in ? __ldg((tb + t == sub ? vself : vt + t * hd) + d) : 0.0f;
+                bool in = tb + t < t1 && d < hd && tb + t != sub;
+                kr[t][i] = in ? ppn_kv_ld<KB>(kc, r0 + (size_t)t * hd + d, f16) : 0.0f;
+                vr[t][i] = in ? ppn_kv_ld<KB>(vc, r0 + (size_t)t * hd + d, f16) : 0.0f;
             }
-        if constexpr (NJ <= PPN_ATTN_ROPE_MAXJ) if (sub >= tb && sub < tb + P) { // warp-uniform: pos is here
-            float cs[NJ], sn[NJ];
-            ppn_attn_angles<NJ>(p, pos, lane, cs, sn);
-            float *kd = (float *)p.kc + kv_off + (size_t)sub * hd, *vd = (float *)p.vc + kv_off + (size_t)sub * hd;
+        if (sub >= tb && sub < tb + P) // warp-uniform: this step's row, from shared memory (ppn_attn_rope_row)
 #pragma unroll
-            for (int t = 0; t < P; t++) {
-                if (tb + t != sub) continue;
-                ppn_attn_rotate<NJ>(kr[t], cs, sn, ppn_attn_pair_lanes(p), lane);
+            for (int t = 0; t < P; t++)
 #pragma unroll
-                for (int i = 0; i < NJ; i++)
-                    if (first && lane + 32 * i < hd) kd[lane + 32 * i] = kr[t][i], vd[lane + 32 * i] = vr[t][i];
-            }
-        }
+                for (int i = 0; i < NJ; i++) {
+                    int d = lane + 32 * i;
+                    if (tb + t == sub && d < hd) kr[t][i] = s_kv[d], vr[t][i] = s_kv[hd + d];
+                }
 #pragma unroll
         for (int t = 0; t < P; t++)
 #pragma unroll
@@ -799,26 +820,49 @@ __device__ void ppn_attn_pass(const ppn_kp_attn &p, const float *q, int kvh, int
 }
 
 // qg: the group's G query heads.
-template <int NJ, int HP>
-__device__ void ppn_attn_heads(const ppn_kp_attn &p, const float *qg, int kvh, int j, int t0, int t1, float *s_acc,
-                               float *s_m, float *s_l)
+template <int NJ, int HP, int KB>
+__device__ void ppn_attn_heads(const ppn_kp_attn &p, const float *qg, int kvh, int j, int t0, int t1,
+                               const float *s_kv, float *s_acc, float *s_m, float *s_l)
 {
     int G = p.n_heads / p.n_kv;
     int32_t pos = ppn_hdr(p.hdr)->pos;
     for (int g0 = 0; g0 < G; g0 += HP)
-        ppn_attn_pass<NJ, HP>(p, qg + (size_t)g0 * p.head_dim, kvh, kvh * G + g0, min(HP, G - g0), j, t0, t1, pos,
-                              g0 == 0, s_acc, s_m, s_l);
+        ppn_attn_pass<NJ, HP, KB>(p, qg + (size_t)g0 * p.head_dim, kvh, kvh * G + g0, min(HP, G - g0), j, t0, t1,
+                                  pos, s_kv, s_acc, s_m, s_l);
 }
 
-template <int NJ>
+template <int NJ, int KB>
 __device__ void ppn_attn_by_hp(const ppn_kp_attn &p, const float *qg, int hp, int kvh, int j, int t0, int t1,
-                               float *s_acc, float *s_m, float *s_l)
+                               const float *s_kv, float *s_acc, float *s_m, float *s_l)
 {
     constexpr int HPMAX = 32 / NJ < PPN_ATTN_MAXG ? 32 / NJ : PPN_ATTN_MAXG;
-    if (hp == 1) ppn_attn_heads<NJ, 1>(p, qg, kvh, j, t0, t1, s_acc, s_m, s_l);
-    else if (hp == 2) ppn_attn_heads<NJ, 2>(p, qg, kvh, j, t0, t1, s_acc, s_m, s_l);
-    else if (hp == 4 || HPMAX == 4) ppn_attn_heads<NJ, 4>(p, qg, kvh, j, t0, t1, s_acc, s_m, s_l);
-    else ppn_attn_heads<NJ, HPMAX>(p, qg, kvh, j, t0, t1, s_acc, s_m, s_l);
+    if (hp == 1) ppn_attn_heads<NJ, 1, KB>(p, qg, kvh, j, t0, t1, s_kv, s_acc, s_m, s_l);
+    else if (hp == 2) ppn_attn_heads<NJ, 2, KB>(p, qg, kvh, j, t0, t1, s_kv, s_acc, s_m, s_l);
+    else if (hp == 4 || HPMAX == 4) ppn_attn_heads<NJ, 4, KB>(p, qg, kvh, j, t0, t1, s_kv, s_acc, s_m, s_l);
+    else ppn_attn_heads<NJ, HPMAX, KB>(p, qg, kvh, j, t0, t1, s_kv, s_acc, s_m, s_l);
+}
+
+// The fused rotary's row for position pos, in the block whose positions hold it: this step's k head rotated
+// (ppn_rope_pair, the rope kernel's bits) and v, both rounded to the cache's dtype, into s_kv (k, then v) for
+// the block's warps, and stored into the caches at pos as rope_kv stores them. The caller's barrier publishes
+// s_kv.
+__device__ void ppn_attn_rope_row(const ppn_kp_attn &p, int kvh, int32_t pos, float *s_kv)
+{
+    const int hd = p.head_dim, half = hd / 2;
+    const float *kh = (const float *)p.q + (size_t)(p.n_heads + kvh) * hd, *vh = kh + (size_t)p.n_kv * hd;
+    const float *inv = (const float *)p.inv_freq;
+    size_t row = ((size_t)kvh * (size_t)p.ctx + (size_t)pos) * (size_t)hd;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        int a, b;
+        float y0, y1;
+        ppn_rope_pair(kh, i, half, p.interleaved, pos, inv[i], &a, &b, &y0, &y1);
+        s_kv[a] = ppn_kv_round(p.kvdt, y0), s_kv[b] = ppn_kv_round(p.kvdt, y1);
+        ppn_kv_put(p.kc, p.kvdt, row + a, y0), ppn_kv_put(p.kc, p.kvdt, row + b, y1);
+    }
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        s_kv[hd + d] = ppn_kv_round(p.kvdt, vh[d]);
+        ppn_kv_put(p.vc, p.kvdt, row + d, vh[d]);
+    }
 }
 
 // The last block of KV head kvh merges each of its G query heads' n_split partials in split order, a head per
@@ -856,11 +900,14 @@ __device__ void ppn_attn_merge(const ppn_kp_attn &p, int h0, int G, float *s_w, 
     }
 }
 
-extern "C" __global__ void __launch_bounds__(32 * PPN_ATTN_WARPS, 2) ppn_k_attn(const ppn_kp_attn p)
+// The body of ppn_k_attn (f32 caches, KB = 4) and ppn_k_attn16 (2-byte caches, KB = 2): one kernel per
+// element width, since one kernel holding both spilled hundreds of bytes.
+template <int KB> __device__ __forceinline__ void ppn_attn_kernel(const ppn_kp_attn &p)
 {
     // per warp HP NJ 32 <= 1024 accumulators of a pass; the merge then reuses the array for its weights
     __shared__ float s_acc[PPN_ATTN_WARPS * 32 * 32];
     __shared__ float s_m[PPN_ATTN_WARPS * PPN_ATTN_MAXG], s_l[PPN_ATTN_WARPS * PPN_ATTN_MAXG];
+    __shared__ float s_kv[2 * 32 * PPN_ATTN_ROPE_MAXJ]; // the fused rotary's k and v rows at pos
     __shared__ int s_last;
     PPN_PDL_ENTER();
     int kvh = blockIdx.x, j = blockIdx.y, hd = p.head_dim, G = p.n_heads / p.n_kv;
@@ -882,11 +929,15 @@ extern "C" __global__ void __launch_bounds__(32 * PPN_ATTN_WARPS, 2) ppn_k_attn(
     int t0, t1;
     ppn_attn_span(pos, ns, j, &t0, &t1);
     const float *qg = (const float *)p.q + (size_t)kvh * G * hd;
+    if (p.inv_freq) { // uniform over the grid
+        if (t0 <= pos && pos < t1) ppn_attn_rope_row(p, kvh, pos, s_kv);
+        __syncthreads();
+    }
     // NJ, HP from the sizes alone (uniform over the grid): registers per lane stay bounded whatever G is
     int nj = hd <= 64 ? 2 : hd <= 128 ? 4 : 8, hp = G == 1 ? 1 : G == 2 ? 2 : G <= 4 ? 4 : PPN_ATTN_MAXG;
-    if (nj == 2) ppn_attn_by_hp<2>(q, qg, hp, kvh, j, t0, t1, s_acc, s_m, s_l);
-    else if (nj == 4) ppn_attn_by_hp<4>(q, qg, hp, kvh, j, t0, t1, s_acc, s_m, s_l);
-    else ppn_attn_by_hp<PPN_ATTN_MAXJ>(q, qg, hp, kvh, j, t0, t1, s_acc, s_m, s_l);
+    if (nj == 2) ppn_attn_by_hp<2, KB>(q, qg, hp, kvh, j, t0, t1, s_kv, s_acc, s_m, s_l);
+    else if (nj == 4) ppn_attn_by_hp<4, KB>(q, qg, hp, kvh, j, t0, t1, s_kv, s_acc, s_m, s_l);
+    else ppn_attn_by_hp<PPN_ATTN_MAXJ, KB>(q, qg, hp, kvh, j, t0, t1, s_kv, s_acc, s_m, s_l);
     if (ns == 1) return;
     // Release: every thread's stores are visible device-wide before thread 0 counts the block in.
     __threadfence();
@@ -899,6 +950,16 @@ extern "C" __global__ void __launch_bounds__(32 * PPN_ATTN_WARPS, 2) ppn_k_attn(
     if (!s_last) return;
     ppn_attn_merge(q, kvh * G, G, s_acc, s_acc + PPN_ATTN_WARPS * PPN_ATTN_MAX_SPLIT);
     if (threadIdx.x == 0) *cnt = 0; // every block of kvh has counted; the next launch starts from 0
+}
+
+extern "C" __global__ void __launch_bounds__(32 * PPN_ATTN_WARPS, 2) ppn_k_attn(const ppn_kp_attn p)
+{
+    ppn_attn_kernel<4>(p);
+}
+
+extern "C" __global__ void __launch_bounds__(32 * PPN_ATTN_WARPS, 2) ppn_k_attn16(const ppn_kp_attn16 p)
+{
+    ppn_attn_kernel<2>(p);
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -113,14 +113,15 @@ static void test_table(void **state)
         [PPN_K_EMBED] = sizeof(ppn_kp_embed),     [PPN_K_RMSNORM] = sizeof(ppn_kp_rmsnorm),
         [PPN_K_MATVEC] = sizeof(ppn_kp_matvec),   [PPN_K_ROPE] = sizeof(ppn_kp_rope),
         [PPN_K_HEAD_RMSNORM] = sizeof(ppn_kp_head_rmsnorm), [PPN_K_KV_STORE] = sizeof(ppn_kp_kv_store),
-        [PPN_K_ATTN] = sizeof(ppn_kp_attn),       [PPN_K_SWIGLU] = sizeof(ppn_kp_swiglu),
+        [PPN_K_ATTN] = sizeof(ppn_kp_attn),       [PPN_K_ATTN16] = sizeof(ppn_kp_attn16),
+        [PPN_K_SWIGLU] = sizeof(ppn_kp_swiglu),
         [PPN_K_ADD] = sizeof(ppn_kp_add),         [PPN_K_ARGMAX] = sizeof(ppn_kp_argmax),
         [PPN_K_FILL] = sizeof(ppn_kp_fill),       [PPN_K_SET_HDR] = sizeof(ppn_kp_set_hdr),
         [PPN_K_MATMAT] = sizeof(ppn_kp_matmat),
     };
     static const char *const names[PPN_K_COUNT] = {
         "ppn_k_embed", "ppn_k_rmsnorm", "ppn_k_matvec", "ppn_k_rope", "ppn_k_head_rmsnorm", "ppn_k_kv_store",
-        "ppn_k_attn", "ppn_k_swiglu", "ppn_k_add", "ppn_k_argmax", "ppn_k_fill", "ppn_k_set_hdr",
+        "ppn_k_attn", "ppn_k_attn16", "ppn_k_swiglu", "ppn_k_add", "ppn_k_argmax", "ppn_k_fill", "ppn_k_set_hdr",
         "ppn_k_matmat",
     };
     for (int i = 0; i < PPN_K_COUNT; i++) {
@@ -999,18 +1000,18 @@ static void test_op_rope_kv(void **state)
     ppn_step_hdr hdr = {.pos = 3};
     for (int il = 0; il < 2; il++) {
         assert_int_equal(ppn_op_rope_kv(&fake_gpu, fake_stream, D(qk), nq, nkv, hd, D(inv), il, D(&hdr), D(kc),
-                                        D(vc), D(v), ctx), PPN_OK);
+                                        D(vc), D(v), ctx, PPN_DT_F32), PPN_OK);
         assert_true(declared(kc, sizeof kc, PPN_ACC_W) && declared(v, sizeof v, PPN_ACC_R));
         assert_int_equal(ppn_op_rope(&fake_gpu, fake_stream, D(qk2), nh, hd, D(inv), il, D(&hdr)), PPN_OK);
         assert_int_equal(ppn_op_kv_store(&fake_gpu, fake_stream, D(kc2), D(vc2), D(qk2 + nq * hd), D(v), nkv, hd, ctx,
-                                         D(&hdr)), PPN_OK);
+                                         D(&hdr), PPN_DT_F32), PPN_OK);
         assert_memory_equal(qk, qk2, sizeof qk);
         assert_memory_equal(kc, kc2, sizeof kc);
         assert_memory_equal(vc, vc2, sizeof vc);
         hdr.pos = ctx; /* outside the cache: rotated, nothing stored (as kv_store) */
     }
     assert_int_equal(ppn_op_rope_kv(&fake_gpu, fake_stream, D(qk), nq, nkv, 15, D(inv), 0, D(&hdr), D(kc), D(vc),
-                                    D(v), ctx), PPN_EINVAL);
+                                    D(v), ctx, PPN_DT_F32), PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "ppn_op_rope_kv"));
     free(r), free(rv);
 }
@@ -1037,7 +1038,7 @@ static void test_op_attn_rope(void **state)
         if (k == 2) hdr.pos = CTX; /* outside the cache: NaN out, nothing stored (as rope_kv) */
         memcpy(qkv, qkv0, sizeof qkv), memcpy(qkv2, qkv0, sizeof qkv2);
         assert_int_equal(ppn_op_attn_rope(&fake_gpu, fake_stream, D(out), D(qkv), D(kc), D(vc), NH, NKV, HD, CTX, sc,
-                                          D(&hdr), D(part), 2, D(inv), il),
+                                          D(&hdr), D(part), 2, D(inv), il, PPN_DT_F32),
                          PPN_OK);
         assert_int_equal(cap.l.kernel, PPN_K_ATTN);
         assert_int_equal(cap.l.grid[0], NKV);
@@ -1048,10 +1049,10 @@ static void test_op_attn_rope(void **state)
         assert_true(declared(inv, sizeof inv, PPN_ACC_R) && declared(&hdr, sizeof hdr, PPN_ACC_R));
         assert_true(declared(out, sizeof out, PPN_ACC_W));
         assert_int_equal(ppn_op_rope_kv(&fake_gpu, fake_stream, D(qkv2), NH, NKV, HD, D(inv), il, D(&hdr), D(kc2),
-                                        D(vc2), D(qkv2 + (NH + NKV) * HD), CTX),
+                                        D(vc2), D(qkv2 + (NH + NKV) * HD), CTX, PPN_DT_F32),
                          PPN_OK);
         assert_int_equal(ppn_op_attn(&fake_gpu, fake_stream, D(out2), D(qkv2), D(kc2), D(vc2), NH, NKV, HD, CTX, sc,
-                                     D(&hdr), D(part), 2),
+                                     D(&hdr), D(part), 2, PPN_DT_F32),
                          PPN_OK);
         assert_memory_equal(out, out2, sizeof out);
         assert_memory_equal(kc, kc2, sizeof kc);
@@ -1064,22 +1065,22 @@ static void test_op_attn_rope(void **state)
     /* its own checks, each refused before any launch */
     cap.calls = 0;
     assert_int_equal(ppn_op_attn_rope(&fake_gpu, fake_stream, D(out), D(qkv), D(kc), D(vc), NH, NKV, 15, CTX, sc,
-                                      D(&hdr), D(part), 2, D(inv), 0),
+                                      D(&hdr), D(part), 2, D(inv), 0, PPN_DT_F32),
                      PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "ppn_op_attn_rope"));
     assert_non_null(strstr(ppn_last_error(), "even"));
     assert_int_equal(ppn_op_attn_rope(&fake_gpu, fake_stream, D(out), D(qkv), D(kc), D(vc), NH, NKV, HD, CTX, sc,
-                                      D(&hdr), D(part), 2, 0, 0),
+                                      D(&hdr), D(part), 2, 0, 0, PPN_DT_F32),
                      PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "inv_freq"));
     assert_int_equal(ppn_op_attn_rope(&fake_gpu, fake_stream, D(out), D(qkv), D(kc), D(vc), NH, NKV, 96, CTX, sc,
-                                      D(&hdr), D(part), 2, D(inv), 0),
+                                      D(&hdr), D(part), 2, D(inv), 0, PPN_DT_F32),
                      PPN_EUNSUPPORTED); /* halves 48 apart: not in one lane */
     assert_non_null(strstr(ppn_last_error(), "ppn_op_attn_rope"));
     assert_non_null(strstr(ppn_last_error(), "96"));
     assert_non_null(strstr(ppn_last_error(), "rope_kv"));
     assert_int_equal(ppn_op_attn_rope(&fake_gpu, fake_stream, D(out), D(qkv), D(kc), D(vc), 6, 4, HD, CTX, sc,
-                                      D(&hdr), D(part), 2, D(inv), 0),
+                                      D(&hdr), D(part), 2, D(inv), 0, PPN_DT_F32),
                      PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "ppn_op_attn_rope"));
     assert_int_equal(cap.calls, 0);
@@ -1089,6 +1090,90 @@ static void test_op_attn_rope(void **state)
     assert_false(ppn_op_attn_rope_fits(24, 0) || ppn_op_attn_rope_fits(96, 0) || ppn_op_attn_rope_fits(256, 0));
     assert_false(ppn_op_attn_rope_fits(48, 0) || ppn_op_attn_rope_fits(15, 1) || ppn_op_attn_rope_fits(0, 1));
     assert_false(ppn_op_attn_rope_fits(160, 1) || ppn_op_attn_rope_fits(256, 1));
+    free(r), free(rc);
+}
+
+/* KV caches in the weights' dtype: rope_kv and kv_store round each f32 to bf16 / f16 (ppn_f32_to_*); attention
+ * over a 2-byte cache (its own kernel, ppn_k_attn16) equals attention over an f32 cache holding the widened
+ * values; the fused rotary gives rope_kv + attn's bits in each dtype; an unknown dtype is refused. */
+static void test_op_kv_dtypes(void **state)
+{
+    (void)state;
+    enum { NH = 4, NKV = 2, HD = 16, CTX = 6, QKV = (NH + 2 * NKV) * HD, CSZ = NKV * CTX * HD };
+    float inv[HD / 2], qkv[QKV], qkv2[QKV], kf[CSZ], vf[CSZ], out[NH * HD], out2[NH * HD];
+    uint16_t kh[CSZ], vh[CSZ], kh2[CSZ], vh2[CSZ];
+    unsigned char part[4096];
+    memset(part, 0, sizeof part);
+    for (int i = 0; i < HD / 2; i++) inv[i] = powf(10000.0f, -2.0f * (float)i / (float)HD);
+    float *r = frand(QKV, -2, 2), *rc = frand(CSZ, -1, 1);
+    static const int dts[] = {PPN_DT_BF16, PPN_DT_F16};
+    for (size_t k = 0; k < ARRAY_LEN(dts); k++) {
+        int dt = dts[k];
+        uint16_t (*to16)(float) = dt == PPN_DT_BF16 ? ppn_f32_to_bf16 : ppn_f32_to_f16;
+        float (*to32)(uint16_t) = dt == PPN_DT_BF16 ? ppn_bf16_to_f32 : ppn_f16_to_f32;
+        for (int i = 0; i < CSZ; i++) kh[i] = vh[i] = kh2[i] = vh2[i] = to16(rc[i]), kf[i] = vf[i] = rc[i];
+        ppn_step_hdr hdr = {.pos = 4};
+        /* rope_kv into an f32 cache and a 2-byte one: the 2-byte row is the f32 row rounded */
+        memcpy(qkv, r, sizeof qkv), memcpy(qkv2, r, sizeof qkv2);
+        assert_int_equal(ppn_op_rope_kv(&fake_gpu, fake_stream, D(qkv), NH, NKV, HD, D(inv), 0, D(&hdr), D(kf), D(vf),
+                                        D(qkv + (NH + NKV) * HD), CTX, PPN_DT_F32),
+                         PPN_OK);
+        assert_int_equal(ppn_op_rope_kv(&fake_gpu, fake_stream, D(qkv2), NH, NKV, HD, D(inv), 0, D(&hdr), D(kh),
+                                        D(vh), D(qkv2 + (NH + NKV) * HD), CTX, dt),
+                         PPN_OK);
+        assert_true(declared(kh, sizeof kh, PPN_ACC_W) && !declared(kh, sizeof kh + 2, PPN_ACC_W));
+        for (int i = 0; i < CSZ; i++) {
+            assert_int_equal(kh[i], to16(kf[i]));
+            assert_int_equal(vh[i], to16(vf[i]));
+        }
+        /* kv_store rounds the same way */
+        assert_int_equal(ppn_op_kv_store(&fake_gpu, fake_stream, D(kh2), D(vh2), D(qkv2 + NH * HD),
+                                         D(qkv2 + (NH + NKV) * HD), NKV, HD, CTX, D(&hdr), dt),
+                         PPN_OK);
+        assert_memory_equal(kh, kh2, sizeof kh);
+        assert_memory_equal(vh, vh2, sizeof vh);
+        /* attention over the 2-byte cache = over an f32 cache of its widened values */
+        for (int i = 0; i < CSZ; i++) kf[i] = to32(kh[i]), vf[i] = to32(vh[i]);
+        assert_int_equal(ppn_op_attn(&fake_gpu, fake_stream, D(out), D(qkv2), D(kh), D(vh), NH, NKV, HD, CTX, 0.25f,
+                                     D(&hdr), D(part), 2, dt),
+                         PPN_OK);
+        assert_int_equal(cap.l.kernel, PPN_K_ATTN16);
+        assert_true(declared(kh, sizeof kh, PPN_ACC_R) && !declared(kh, sizeof kh + 2, PPN_ACC_R));
+        assert_int_equal(ppn_op_attn(&fake_gpu, fake_stream, D(out2), D(qkv2), D(kf), D(vf), NH, NKV, HD, CTX, 0.25f,
+                                     D(&hdr), D(part), 2, PPN_DT_F32),
+                         PPN_OK);
+        assert_int_equal(cap.l.kernel, PPN_K_ATTN);
+        assert_memory_equal(out, out2, sizeof out);
+        /* the fused rotary in this dtype: rope_kv + attn's output and caches */
+        for (int i = 0; i < CSZ; i++) kh[i] = vh[i] = kh2[i] = vh2[i] = to16(rc[i]);
+        memcpy(qkv, r, sizeof qkv), memcpy(qkv2, r, sizeof qkv2);
+        assert_int_equal(ppn_op_attn_rope(&fake_gpu, fake_stream, D(out), D(qkv), D(kh), D(vh), NH, NKV, HD, CTX,
+                                          0.25f, D(&hdr), D(part), 2, D(inv), 0, dt),
+                         PPN_OK);
+        assert_int_equal(cap.l.kernel, PPN_K_ATTN16);
+        assert_int_equal(ppn_op_rope_kv(&fake_gpu, fake_stream, D(qkv2), NH, NKV, HD, D(inv), 0, D(&hdr), D(kh2),
+                                        D(vh2), D(qkv2 + (NH + NKV) * HD), CTX, dt),
+                         PPN_OK);
+        assert_int_equal(ppn_op_attn(&fake_gpu, fake_stream, D(out2), D(qkv2), D(kh2), D(vh2), NH, NKV, HD, CTX, 0.25f,
+                                     D(&hdr), D(part), 2, dt),
+                         PPN_OK);
+        assert_memory_equal(out, out2, sizeof out);
+        assert_memory_equal(kh, kh2, sizeof kh);
+        assert_memory_equal(vh, vh2, sizeof vh);
+    }
+    cap.calls = 0;
+    ppn_step_hdr hdr = {.pos = 1};
+    assert_int_equal(ppn_op_attn(&fake_gpu, fake_stream, D(out), D(qkv), D(kh), D(vh), NH, NKV, HD, CTX, 0.25f,
+                                 D(&hdr), D(part), 2, 7),
+                     PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "KV cache dtype 7"));
+    assert_int_equal(ppn_op_kv_store(&fake_gpu, fake_stream, D(kh), D(vh), D(qkv), D(qkv), NKV, HD, CTX, D(&hdr), -1),
+                     PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "ppn_op_kv_store"));
+    assert_int_equal(ppn_op_rope_kv(&fake_gpu, fake_stream, D(qkv), NH, NKV, HD, D(inv), 0, D(&hdr), D(kh), D(vh),
+                                    D(qkv), CTX, 3),
+                     PPN_EINVAL);
+    assert_int_equal(cap.calls, 0);
     free(r), free(rc);
 }
 
@@ -1162,7 +1247,7 @@ static void test_op_attention_path(void **state)
     for (int i = 0; i < hd / 2; i++) inv[i] = powf(10000.0f, -2.0f * i / hd);
     ppn_step_hdr hdr = {.pos = 3};
 
-    assert_int_equal(ppn_op_kv_store(&fake_gpu, fake_stream, D(kc), D(vc), D(k), D(v), nkv, hd, ctx, D(&hdr)),
+    assert_int_equal(ppn_op_kv_store(&fake_gpu, fake_stream, D(kc), D(vc), D(k), D(v), nkv, hd, ctx, D(&hdr), PPN_DT_F32),
                      PPN_OK);
     assert_int_equal(cap.l.kernel, PPN_K_KV_STORE);
     assert_true(declared(kc, csz * 4, PPN_ACC_W)); /* whole caches: the row comes from device memory */
@@ -1179,7 +1264,7 @@ static void test_op_attention_path(void **state)
     assert_true(declared(&hdr, sizeof hdr, PPN_ACC_R));
 
     assert_int_equal(ppn_op_attn(&fake_gpu, fake_stream, D(out), D(q), D(kc), D(vc), nh, nkv, hd, ctx, 0.25f,
-                                 D(&hdr), D(part), 3),
+                                 D(&hdr), D(part), 3, PPN_DT_F32),
                      PPN_OK);
     assert_int_equal(cap.l.kernel, PPN_K_ATTN);
     assert_int_equal(cap.l.grid[0], (unsigned)nkv); /* a CTA per KV head serves its query heads */
@@ -1202,32 +1287,32 @@ static void test_op_attention_path(void **state)
     assert_non_null(strstr(ppn_last_error(), "7"));
     assert_int_equal(ppn_op_rope(&fake_gpu, fake_stream, D(q), 0, hd, D(inv), 0, D(&hdr)), PPN_EINVAL);
     assert_int_equal(ppn_op_attn(&fake_gpu, fake_stream, D(out), D(q), D(kc), D(vc), 6, 4, hd, ctx, 1, D(&hdr),
-                                 D(part), 3),
+                                 D(part), 3, PPN_DT_F32),
                      PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "ppn_op_attn"));
     assert_int_equal(ppn_op_attn(&fake_gpu, fake_stream, D(out), D(q), D(kc), D(vc), nh, nkv, 512, ctx, 1,
-                                 D(&hdr), D(part), 3),
+                                 D(&hdr), D(part), 3, PPN_DT_F32),
                      PPN_EUNSUPPORTED);
     assert_non_null(strstr(ppn_last_error(), "512"));
     assert_int_equal(ppn_op_attn(&fake_gpu, fake_stream, D(out), D(q), D(kc), D(vc), nh, nkv, hd, 0, 1, D(&hdr),
-                                 D(part), 3),
+                                 D(part), 3, PPN_DT_F32),
                      PPN_EINVAL);
     static const int bad_splits[] = {0, -1, 65};
     for (size_t i = 0; i < ARRAY_LEN(bad_splits); i++) {
         char num[16];
         snprintf(num, sizeof num, "%d", bad_splits[i]);
         assert_int_equal(ppn_op_attn(&fake_gpu, fake_stream, D(out), D(q), D(kc), D(vc), nh, nkv, hd, ctx, 1,
-                                     D(&hdr), D(part), bad_splits[i]),
+                                     D(&hdr), D(part), bad_splits[i], PPN_DT_F32),
                          PPN_EINVAL);
         assert_non_null(strstr(ppn_last_error(), "ppn_op_attn"));
         assert_non_null(strstr(ppn_last_error(), "n_split"));
         assert_non_null(strstr(ppn_last_error(), num));
     }
     assert_int_equal(ppn_op_attn(&fake_gpu, fake_stream, D(out), D(q), D(kc), D(vc), nh, nkv, hd, ctx, 1,
-                                 D(&hdr), 0, 1),
+                                 D(&hdr), 0, 1, PPN_DT_F32),
                      PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "part"));
-    assert_int_equal(ppn_op_kv_store(&fake_gpu, fake_stream, D(kc), D(vc), D(k), D(v), nkv, hd, ctx, 0),
+    assert_int_equal(ppn_op_kv_store(&fake_gpu, fake_stream, D(kc), D(vc), D(k), D(v), nkv, hd, ctx, 0, PPN_DT_F32),
                      PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "hdr"));
     assert_int_equal(cap.calls, 0);
@@ -1341,6 +1426,7 @@ int main(void)
         cmocka_unit_test(test_op_matvec_fused),
         cmocka_unit_test(test_op_rope_kv),
         cmocka_unit_test(test_op_attn_rope),
+        cmocka_unit_test(test_op_kv_dtypes),
         cmocka_unit_test(test_op_attention_path),
         cmocka_unit_test(test_op_attn_split),
         cmocka_unit_test(test_op_small),

@@ -640,26 +640,27 @@ static void t_rope(void **state)
 /* ---------------------------------------------------------------------------------------------------------
  * kv_store, attention */
 
-static void kv_store_case(int nkv, int hd, int ctx, int32_t pos)
+static void kv_store_case(int nkv, int hd, int ctx, int32_t pos, int kd)
 {
-    size_t csz = (size_t)nkv * ctx * hd, kvn = (size_t)nkv * hd;
-    float *kc = frand(csz, -1, 1), *vc = frand(csz, -1, 1), *k = frand(kvn, -1, 1), *v = frand(kvn, -1, 1);
-    float *gk = hmem(csz * 4), *gv = hmem(csz * 4);
+    size_t csz = (size_t)nkv * ctx * hd, kvn = (size_t)nkv * hd, cb = csz * ppn_dtype_size(kd);
+    void *kc = wrand(kd, csz), *vc = wrand(kd, csz);
+    float *k = frand(kvn, -1, 1), *v = frand(kvn, -1, 1);
+    float *gk = hmem(cb), *gv = hmem(cb);
     ppn_step_hdr hdr = {.pos = pos};
-    ppn_dptr dkc = up(kc, csz * 4), dvc = up(vc, csz * 4), dk = up(k, kvn * 4), dv = up(v, kvn * 4),
+    ppn_dptr dkc = up(kc, cb), dvc = up(vc, cb), dk = up(k, kvn * 4), dv = up(v, kvn * 4),
              dh = up(&hdr, sizeof hdr);
-    OK(ppn_op_kv_store(G, S, dkc, dvc, dk, dv, nkv, hd, ctx, dh));
+    OK(ppn_op_kv_store(G, S, dkc, dvc, dk, dv, nkv, hd, ctx, dh, kd));
     sync_ok();
-    get(gk, dkc, csz * 4);
-    get(gv, dvc, csz * 4);
+    get(gk, dkc, cb);
+    get(gv, dvc, cb);
     ppn_kp_kv_store p = {.kc = D(kc), .vc = D(vc), .k = D(k), .v = D(v), .hdr = D(&hdr), .n_kv = nkv,
-                         .head_dim = hd, .ctx = ctx};
+                         .head_dim = hd, .ctx = ctx, .kvdt = kd};
     ppn_kernels[PPN_K_KV_STORE].cpu(&p);
     char what[96];
-    snprintf(what, sizeof what, "kv_store kv=%d head_dim=%d ctx=%d pos=%d (k cache)", nkv, hd, ctx, pos);
-    exact(what, gk, kc, csz * 4);
-    snprintf(what, sizeof what, "kv_store kv=%d head_dim=%d ctx=%d pos=%d (v cache)", nkv, hd, ctx, pos);
-    exact(what, gv, vc, csz * 4);
+    snprintf(what, sizeof what, "kv_store %s kv=%d head_dim=%d ctx=%d pos=%d (k cache)", dtn(kd), nkv, hd, ctx, pos);
+    exact(what, gk, kc, cb);
+    snprintf(what, sizeof what, "kv_store %s kv=%d head_dim=%d ctx=%d pos=%d (v cache)", dtn(kd), nkv, hd, ctx, pos);
+    exact(what, gv, vc, cb);
     free(kc), free(vc), free(k), free(v), free(gk), free(gv);
     dfree_all();
 }
@@ -668,24 +669,26 @@ static void kv_store_case(int nkv, int hd, int ctx, int32_t pos)
  * the counters in stream order) must give the same bits; then the counters must read 0 (the first n_kv count
  * the CTAs of each KV head, the rest are never touched) and the result match the CPU reference, which
  * computes the exact attention whatever n_split is. */
-static void attn_case(int nh, int nkv, int hd, int ctx, int32_t pos, int ns)
+static void attn_case(int nh, int nkv, int hd, int ctx, int32_t pos, int ns, int kd)
 {
     size_t csz = (size_t)nkv * ctx * hd, qn = (size_t)nh * hd, pb = ppn_op_attn_scratch_bytes(nh, ns, hd);
     size_t cnt_at = pb - (size_t)nh * sizeof(uint32_t);
-    float *q = frand(qn, -1, 1), *kc = frand(csz, -1, 1), *vc = frand(csz, -1, 1);
+    size_t cb = csz * ppn_dtype_size(kd);
+    float *q = frand(qn, -1, 1);
+    void *kc = wrand(kd, csz), *vc = wrand(kd, csz);
     float *ref = hmem(qn * 4), *g1 = hmem(qn * 4), *g2 = hmem(qn * 4);
     uint32_t *cnt = hmem((size_t)nh * sizeof *cnt);
     for (size_t i = 0; i < qn; i++) q[i] *= 4.0f; /* a softmax that is neither flat nor one-hot */
     ppn_step_hdr hdr = {.pos = pos};
     float scale = 1.0f / sqrtf((float)hd);
-    ppn_dptr dq = up(q, qn * 4), dkc = up(kc, csz * 4), dvc = up(vc, csz * 4), dh = up(&hdr, sizeof hdr),
+    ppn_dptr dq = up(q, qn * 4), dkc = up(kc, cb), dvc = up(vc, cb), dh = up(&hdr, sizeof hdr),
              dout1 = dalloc(qn * 4), dout2 = dalloc(qn * 4), dpart = dalloc(pb);
     OK(G->ops->memset_d8(G, S, dpart, 0, pb)); /* once, as seq.c does at allocation */
     char what[96];
-    snprintf(what, sizeof what, "attn heads=%d kv=%d head_dim=%d ctx=%d pos=%d n_split=%d", nh, nkv, hd, ctx, pos,
-             ns);
-    OK(ppn_op_attn(G, S, dout1, dq, dkc, dvc, nh, nkv, hd, ctx, scale, dh, dpart, ns));
-    OK(ppn_op_attn(G, S, dout2, dq, dkc, dvc, nh, nkv, hd, ctx, scale, dh, dpart, ns));
+    snprintf(what, sizeof what, "attn %s heads=%d kv=%d head_dim=%d ctx=%d pos=%d n_split=%d", dtn(kd), nh, nkv, hd, ctx,
+             pos, ns);
+    OK(ppn_op_attn(G, S, dout1, dq, dkc, dvc, nh, nkv, hd, ctx, scale, dh, dpart, ns, kd));
+    OK(ppn_op_attn(G, S, dout2, dq, dkc, dvc, nh, nkv, hd, ctx, scale, dh, dpart, ns, kd));
     sync_ok();
     get(g1, dout1, qn * 4);
     get(g2, dout2, qn * 4);
@@ -695,7 +698,7 @@ static void attn_case(int nh, int nkv, int hd, int ctx, int32_t pos, int ns)
         if (cnt[h]) fail_msg("%s: arrival counter %d (of %d KV heads) is %u after the launches, not 0", what, h, nkv,
                              cnt[h]);
     ppn_kp_attn p = {.out = D(ref), .q = D(q), .kc = D(kc), .vc = D(vc), .hdr = D(&hdr), .n_heads = nh,
-                     .n_kv = nkv, .head_dim = hd, .ctx = ctx, .n_split = ns, .scale = scale};
+                     .n_kv = nkv, .head_dim = hd, .ctx = ctx, .n_split = ns, .kvdt = kd, .scale = scale};
     ppn_kernels[PPN_K_ATTN].cpu(&p);
     compare(what, g1, ref, qn, NULL, 0.0, 1e-5);
     free(q), free(kc), free(vc), free(ref), free(g1), free(g2), free(cnt);
@@ -703,27 +706,29 @@ static void attn_case(int nh, int nkv, int hd, int ctx, int32_t pos, int ns)
 }
 
 /* Device time of one attention launch at the longest position, per n_split (printed, not checked). */
-static void attn_time(int nh, int nkv, int hd, int ctx, int ns)
+static void attn_time(int nh, int nkv, int hd, int ctx, int ns, int kd)
 {
     enum { REPS = 50 };
     size_t csz = (size_t)nkv * ctx * hd, qn = (size_t)nh * hd, pb = ppn_op_attn_scratch_bytes(nh, ns, hd);
-    float *q = frand(qn, -1, 1), *kc = frand(csz, -1, 1);
+    size_t cb = csz * ppn_dtype_size(kd);
+    float *q = frand(qn, -1, 1);
+    void *kc = wrand(kd, csz);
     ppn_step_hdr hdr = {.pos = ctx - 1};
-    ppn_dptr dq = up(q, qn * 4), dkc = up(kc, csz * 4), dvc = up(kc, csz * 4), dh = up(&hdr, sizeof hdr),
+    ppn_dptr dq = up(q, qn * 4), dkc = up(kc, cb), dvc = up(kc, cb), dh = up(&hdr, sizeof hdr),
              dout = dalloc(qn * 4), dpart = dalloc(pb);
     ppn_gevent *ev[2];
     float ms = 0;
     OK(G->ops->memset_d8(G, S, dpart, 0, pb));
     for (int i = 0; i < 2; i++) OK(G->ops->event_create(G, 0, 1, &ev[i]));
-    OK(ppn_op_attn(G, S, dout, dq, dkc, dvc, nh, nkv, hd, ctx, 0.1f, dh, dpart, ns)); /* warm */
+    OK(ppn_op_attn(G, S, dout, dq, dkc, dvc, nh, nkv, hd, ctx, 0.1f, dh, dpart, ns, kd)); /* warm */
     OK(G->ops->event_record(G, ev[0], S));
-    for (int r = 0; r < REPS; r++) OK(ppn_op_attn(G, S, dout, dq, dkc, dvc, nh, nkv, hd, ctx, 0.1f, dh, dpart, ns));
+    for (int r = 0; r < REPS; r++) OK(ppn_op_attn(G, S, dout, dq, dkc, dvc, nh, nkv, hd, ctx, 0.1f, dh, dpart, ns, kd));
     OK(G->ops->event_record(G, ev[1], S));
     sync_ok();
     OK(G->ops->event_elapsed(G, ev[0], ev[1], &ms));
-    double us = 1e3 * ms / REPS; /* k and v read once: 2 csz floats */
-    printf("  attn time heads=%d kv=%d head_dim=%d pos=%d n_split=%-2d       %8.2f us/launch  %6.0f GB/s\n", nh,
-           nkv, hd, ctx - 1, ns, us, 8.0 * (double)csz / (us * 1e3));
+    double us = 1e3 * ms / REPS; /* k and v read once: 2 cb bytes */
+    printf("  attn time %s heads=%d kv=%d head_dim=%d pos=%d n_split=%-2d  %8.2f us/launch  %6.0f GB/s\n", dtn(kd),
+           nh, nkv, hd, ctx - 1, ns, us, 2.0 * (double)cb / (us * 1e3));
     for (int i = 0; i < 2; i++) OK(G->ops->event_destroy(G, ev[i]));
     free(q), free(kc);
     dfree_all();
@@ -732,9 +737,11 @@ static void attn_time(int nh, int nkv, int hd, int ctx, int ns)
 static void t_kv_attn(void **state)
 {
     (void)state;
-    kv_store_case(8, 128, 4096, 0);
-    kv_store_case(8, 128, 4096, 4095);
-    kv_store_case(2, 64, 100, 100); /* outside the cache: nothing written */
+    kv_store_case(8, 128, 4096, 0, PPN_DT_F32);
+    kv_store_case(8, 128, 4096, 4095, PPN_DT_F32);
+    kv_store_case(2, 64, 100, 100, PPN_DT_F32); /* outside the cache: nothing written */
+    kv_store_case(8, 128, 4096, 4095, PPN_DT_BF16); /* caches in the weights' dtype: rounded as the CPU rounds */
+    kv_store_case(8, 64, 512, 7, PPN_DT_F16);
     ppn_device_info di;
     OK(G->ops->device_info(G, 0, &di));
     int chosen = ppn_op_attn_split(8, di.sm_count); /* what an 8-KV-head model runs with on this device */
@@ -743,28 +750,37 @@ static void t_kv_attn(void **state)
     static const int splits[] = {1, 16};
     for (size_t k = 0; k < NELEM(splits); k++)
         for (size_t i = 0; i < NELEM(poss); i++) { /* pos 0, 1: all but the first splits empty */
-            attn_case(32, 8, 64, 4096, poss[i], splits[k]);
-            attn_case(32, 8, 128, 4096, poss[i], splits[k]);
+            attn_case(32, 8, 64, 4096, poss[i], splits[k], PPN_DT_F32);
+            attn_case(32, 8, 128, 4096, poss[i], splits[k], PPN_DT_F32);
         }
-    attn_case(32, 8, 128, 4096, 4095, chosen);
-    attn_case(32, 32, 128, 4096, 4095, 64);  /* MHA, the most splits */
-    attn_case(8, 1, 256, 1024, 777, 1);      /* MQA, the widest head */
-    attn_case(8, 1, 256, 1024, 777, 32);
-    attn_case(12, 4, 96, 300, 13, 16);       /* head_dim not a multiple of 32; pos < n_split */
-    attn_case(12, 4, 96, 300, 299, 3);
-    attn_case(4, 4, 32, 64, 64, 1);          /* pos outside the cache: NaN on both, counters untouched */
-    attn_case(4, 4, 32, 64, 64, 8);
-    attn_case(28, 4, 128, 4096, 4095, chosen4); /* 7 heads a KV head: one pass of 8, a slot padded */
-    attn_case(32, 2, 128, 2048, 2000, 16);      /* 16 heads a KV head: two passes */
-    attn_case(16, 4, 160, 512, 511, 7);         /* head_dim past 128: 4 heads a pass, 2-position tiles */
-    attn_time(32, 8, 128, 4096, 1);
-    attn_time(32, 8, 128, 4096, chosen);
-    attn_time(32, 8, 128, 4096, 16);
-    attn_time(32, 8, 128, 4096, 48);
-    attn_time(32, 8, 128, 4096, 64);
-    attn_time(32, 8, 64, 4096, chosen); /* llama 1B */
-    attn_time(32, 8, 64, 4096, 64);
-    attn_time(28, 4, 128, 4096, chosen4);
+    attn_case(32, 8, 128, 4096, 4095, chosen, PPN_DT_F32);
+    attn_case(32, 32, 128, 4096, 4095, 64, PPN_DT_F32);  /* MHA, the most splits */
+    attn_case(8, 1, 256, 1024, 777, 1, PPN_DT_F32);      /* MQA, the widest head */
+    attn_case(8, 1, 256, 1024, 777, 32, PPN_DT_F32);
+    attn_case(12, 4, 96, 300, 13, 16, PPN_DT_F32);       /* head_dim not a multiple of 32; pos < n_split */
+    attn_case(12, 4, 96, 300, 299, 3, PPN_DT_F32);
+    attn_case(4, 4, 32, 64, 64, 1, PPN_DT_F32);          /* pos outside the cache: NaN on both, counters untouched */
+    attn_case(4, 4, 32, 64, 64, 8, PPN_DT_F32);
+    attn_case(28, 4, 128, 4096, 4095, chosen4, PPN_DT_F32); /* 7 heads a KV head: one pass of 8, a slot padded */
+    attn_case(32, 2, 128, 2048, 2000, 16, PPN_DT_F32);      /* 16 heads a KV head: two passes */
+    attn_case(16, 4, 160, 512, 511, 7, PPN_DT_F32);         /* head_dim past 128: 4 heads a pass, 2-position tiles */
+    /* 2-byte caches (ppn_k_attn16) */
+    attn_case(32, 8, 128, 4096, 4095, chosen, PPN_DT_BF16);
+    attn_case(32, 8, 64, 4096, 100, chosen, PPN_DT_BF16);
+    attn_case(32, 8, 64, 4096, 3000, chosen, PPN_DT_F16);
+    attn_case(12, 4, 96, 300, 299, 3, PPN_DT_BF16);
+    attn_case(16, 4, 160, 512, 511, 7, PPN_DT_BF16);
+    attn_case(4, 4, 32, 64, 64, 8, PPN_DT_BF16);
+    attn_time(32, 8, 128, 4096, chosen, PPN_DT_BF16);
+    attn_time(32, 8, 64, 4096, chosen, PPN_DT_BF16);
+    attn_time(32, 8, 128, 4096, 1, PPN_DT_F32);
+    attn_time(32, 8, 128, 4096, chosen, PPN_DT_F32);
+    attn_time(32, 8, 128, 4096, 16, PPN_DT_F32);
+    attn_time(32, 8, 128, 4096, 48, PPN_DT_F32);
+    attn_time(32, 8, 128, 4096, 64, PPN_DT_F32);
+    attn_time(32, 8, 64, 4096, chosen, PPN_DT_F32); /* llama 1B */
+    attn_time(32, 8, 64, 4096, 64, PPN_DT_F32);
+    attn_time(28, 4, 128, 4096, chosen4, PPN_DT_F32);
 }
 
 /* ---------------------------------------------------------------------------------------------------------
@@ -1000,67 +1016,67 @@ static void fused_case(int mode, int rows, int cols, int dt)
 
 /* Attention with the rotary fused in against rope_kv then attn on the GPU: the same output and caches, bit
  * for bit, and the projection left as it was. */
-static void attn_rope_case(int nh, int nkv, int hd, int ctx, int32_t pos, int ns, int il)
+static void attn_rope_case(int nh, int nkv, int hd, int ctx, int32_t pos, int ns, int il, int kd)
 {
     size_t qkvn = (size_t)(nh + 2 * nkv) * hd, on = (size_t)nh * hd, csz = (size_t)nkv * ctx * hd;
-    size_t pb = ppn_op_attn_scratch_bytes(nh, ns, hd);
-    float *inv = hmem((size_t)hd / 2 * 4), *x = frand(qkvn, -2, 2), *c = frand(csz, -1, 1);
-    float *o1 = hmem(on * 4), *o2 = hmem(on * 4), *k1 = hmem(csz * 4), *k2 = hmem(csz * 4), *v1 = hmem(csz * 4),
-          *v2 = hmem(csz * 4), *x1 = hmem(qkvn * 4);
+    size_t pb = ppn_op_attn_scratch_bytes(nh, ns, hd), cb = csz * ppn_dtype_size(kd);
+    float *inv = hmem((size_t)hd / 2 * 4), *x = frand(qkvn, -2, 2);
+    void *c = wrand(kd, csz), *k1 = hmem(cb), *k2 = hmem(cb), *v1 = hmem(cb), *v2 = hmem(cb);
+    float *o1 = hmem(on * 4), *o2 = hmem(on * 4), *x1 = hmem(qkvn * 4);
     for (int i = 0; i < hd / 2; i++) inv[i] = (float)(1.0 / pow(500000.0, 2.0 * i / hd));
     ppn_step_hdr hdr = {.pos = pos};
     float scale = 1.0f / sqrtf((float)hd);
     ppn_dptr dinv = up(inv, (size_t)hd / 2 * 4), dh = up(&hdr, sizeof hdr), dx1 = up(x, qkvn * 4),
-             dx2 = up(x, qkvn * 4), dk1 = up(c, csz * 4), dk2 = up(c, csz * 4), dv1 = up(c, csz * 4),
-             dv2 = up(c, csz * 4), dout1 = dalloc(on * 4), dout2 = dalloc(on * 4), dp1 = dalloc(pb), dp2 = dalloc(pb);
+             dx2 = up(x, qkvn * 4), dk1 = up(c, cb), dk2 = up(c, cb), dv1 = up(c, cb), dv2 = up(c, cb), dout1 = dalloc(on * 4), dout2 = dalloc(on * 4), dp1 = dalloc(pb), dp2 = dalloc(pb);
     OK(G->ops->memset_d8(G, S, dp1, 0, pb));
     OK(G->ops->memset_d8(G, S, dp2, 0, pb));
-    OK(ppn_op_attn_rope(G, S, dout1, dx1, dk1, dv1, nh, nkv, hd, ctx, scale, dh, dp1, ns, dinv, il));
-    OK(ppn_op_rope_kv(G, S, dx2, nh, nkv, hd, dinv, il, dh, dk2, dv2, dx2 + (qkvn - (size_t)nkv * hd) * 4, ctx));
-    OK(ppn_op_attn(G, S, dout2, dx2, dk2, dv2, nh, nkv, hd, ctx, scale, dh, dp2, ns));
+    OK(ppn_op_attn_rope(G, S, dout1, dx1, dk1, dv1, nh, nkv, hd, ctx, scale, dh, dp1, ns, dinv, il, kd));
+    OK(ppn_op_rope_kv(G, S, dx2, nh, nkv, hd, dinv, il, dh, dk2, dv2, dx2 + (qkvn - (size_t)nkv * hd) * 4, ctx, kd));
+    OK(ppn_op_attn(G, S, dout2, dx2, dk2, dv2, nh, nkv, hd, ctx, scale, dh, dp2, ns, kd));
     sync_ok();
-    get(o1, dout1, on * 4), get(o2, dout2, on * 4), get(k1, dk1, csz * 4), get(k2, dk2, csz * 4),
-        get(v1, dv1, csz * 4), get(v2, dv2, csz * 4), get(x1, dx1, qkvn * 4);
+    get(o1, dout1, on * 4), get(o2, dout2, on * 4), get(k1, dk1, cb), get(k2, dk2, cb),
+        get(v1, dv1, cb), get(v2, dv2, cb), get(x1, dx1, qkvn * 4);
     char what[112];
-    snprintf(what, sizeof what, "attn_rope %d/%d heads hd %d pos %d n_split %d%s: out", nh, nkv, hd, pos, ns,
-             il ? " interleaved" : "");
+    snprintf(what, sizeof what, "attn_rope %s %d/%d heads hd %d pos %d n_split %d%s: out", dtn(kd), nh, nkv, hd, pos,
+             ns, il ? " interleaved" : "");
     exact(what, o1, o2, on * 4);
-    exact("attn_rope: the k cache", k1, k2, csz * 4);
-    exact("attn_rope: the v cache", v1, v2, csz * 4);
+    exact("attn_rope: the k cache", k1, k2, cb);
+    exact("attn_rope: the v cache", v1, v2, cb);
     exact("attn_rope: q|k|v only read", x1, x, qkvn * 4);
     free(inv), free(x), free(c), free(o1), free(o2), free(k1), free(k2), free(v1), free(v2), free(x1);
     dfree_all();
 }
 
 /* Device time of the fused launch against the pair it replaces, 50 of each back to back (printed only). */
-static void attn_rope_time(int nh, int nkv, int hd, int ctx, int32_t pos, int ns)
+static void attn_rope_time(int nh, int nkv, int hd, int ctx, int32_t pos, int ns, int kd)
 {
     enum { REPS = 50 };
     size_t qkvn = (size_t)(nh + 2 * nkv) * hd, on = (size_t)nh * hd, csz = (size_t)nkv * ctx * hd;
-    size_t pb = ppn_op_attn_scratch_bytes(nh, ns, hd);
-    float *inv = hmem((size_t)hd / 2 * 4), *x = frand(qkvn, -2, 2), *c = frand(csz, -1, 1);
+    size_t pb = ppn_op_attn_scratch_bytes(nh, ns, hd), cb = csz * ppn_dtype_size(kd);
+    float *inv = hmem((size_t)hd / 2 * 4), *x = frand(qkvn, -2, 2);
+    void *c = wrand(kd, csz);
     for (int i = 0; i < hd / 2; i++) inv[i] = (float)(1.0 / pow(500000.0, 2.0 * i / hd));
     ppn_step_hdr hdr = {.pos = pos};
     ppn_dptr dinv = up(inv, (size_t)hd / 2 * 4), dh = up(&hdr, sizeof hdr), dx = up(x, qkvn * 4),
-             dk = up(c, csz * 4), dv = up(c, csz * 4), dout = dalloc(on * 4), dp = dalloc(pb);
+             dk = up(c, cb), dv = up(c, cb), dout = dalloc(on * 4), dp = dalloc(pb);
     ppn_gevent *ev[3];
     float ms[2] = {0, 0};
     OK(G->ops->memset_d8(G, S, dp, 0, pb));
     for (int i = 0; i < 3; i++) OK(G->ops->event_create(G, 0, 1, &ev[i]));
-    OK(ppn_op_attn_rope(G, S, dout, dx, dk, dv, nh, nkv, hd, ctx, 0.1f, dh, dp, ns, dinv, 0)); /* warm */
+    OK(ppn_op_attn_rope(G, S, dout, dx, dk, dv, nh, nkv, hd, ctx, 0.1f, dh, dp, ns, dinv, 0, kd)); /* warm */
     OK(G->ops->event_record(G, ev[0], S));
-    for (int r = 0; r < REPS; r++) OK(ppn_op_attn_rope(G, S, dout, dx, dk, dv, nh, nkv, hd, ctx, 0.1f, dh, dp, ns, dinv, 0));
+    for (int r = 0; r < REPS; r++) OK(ppn_op_attn_rope(G, S, dout, dx, dk, dv, nh, nkv, hd, ctx, 0.1f, dh, dp, ns, dinv, 0, kd));
     OK(G->ops->event_record(G, ev[1], S));
     for (int r = 0; r < REPS; r++) {
-        OK(ppn_op_rope_kv(G, S, dx, nh, nkv, hd, dinv, 0, dh, dk, dv, dx + (qkvn - (size_t)nkv * hd) * 4, ctx));
-        OK(ppn_op_attn(G, S, dout, dx, dk, dv, nh, nkv, hd, ctx, 0.1f, dh, dp, ns));
+        OK(ppn_op_rope_kv(G, S, dx, nh, nkv, hd, dinv, 0, dh, dk, dv, dx + (qkvn - (size_t)nkv * hd) * 4, ctx, kd));
+        OK(ppn_op_attn(G, S, dout, dx, dk, dv, nh, nkv, hd, ctx, 0.1f, dh, dp, ns, kd));
     }
     OK(G->ops->event_record(G, ev[2], S));
     sync_ok();
     OK(G->ops->event_elapsed(G, ev[0], ev[1], &ms[0]));
     OK(G->ops->event_elapsed(G, ev[1], ev[2], &ms[1]));
-    printf("  attn_rope time heads=%d kv=%d head_dim=%d pos=%-4d n_split=%-2d fused %6.2f us, rope_kv + attn %6.2f us\n",
-           nh, nkv, hd, pos, ns, 1e3 * ms[0] / REPS, 1e3 * ms[1] / REPS);
+    printf("  attn_rope time %s heads=%d kv=%d head_dim=%d pos=%-4d n_split=%-2d fused %6.2f us, rope_kv + attn %6.2f us\n",
+           dtn(kd), nh, nkv, hd, pos, ns, 1e3 * ms[0] / REPS, 1e3 * ms[1] / REPS);
     for (int i = 0; i < 3; i++) OK(G->ops->event_destroy(G, ev[i]));
     free(inv), free(x), free(c);
     dfree_all();
@@ -1074,23 +1090,30 @@ static void t_attn_rope(void **state)
     int chosen = ppn_op_attn_split(8, di.sm_count);
     static const int32_t poss[] = {0, 37, 700, 4095};
     for (size_t i = 0; i < NELEM(poss); i++) {
-        attn_rope_case(32, 8, 64, 4096, poss[i], chosen, 0);  /* llama 1B */
-        attn_rope_case(32, 8, 128, 4096, poss[i], chosen, 0); /* llama 8B */
+        attn_rope_case(32, 8, 64, 4096, poss[i], chosen, 0, PPN_DT_F32);  /* llama 1B */
+        attn_rope_case(32, 8, 128, 4096, poss[i], chosen, 0, PPN_DT_F32); /* llama 8B */
     }
-    attn_rope_case(6, 6, 48, 256, 200, 16, 1);    /* llama2.c: MHA, interleaved pairs, 4 of 16 splits used */
-    attn_rope_case(32, 8, 128, 4096, 77, chosen, 1);  /* interleaved, lanes pair up */
-    attn_rope_case(14, 2, 64, 1024, 1000, 7, 0);  /* 7 heads a KV head: one pass of 8, a slot padded */
-    attn_rope_case(32, 2, 128, 2048, 2000, 16, 0); /* 16 heads a KV head: two passes, pos stored once */
-    attn_rope_case(8, 1, 128, 1024, 777, 32, 0);  /* MQA */
-    attn_rope_case(12, 4, 96, 300, 299, 3, 1);    /* head_dim not a multiple of 32, interleaved */
-    attn_rope_case(8, 2, 8, 64, 40, 1, 0);        /* halves on lanes l, l ^ 4 (the llama-tiny fixture) */
-    attn_rope_case(4, 2, 16, 64, 63, 1, 0);       /* l, l ^ 8 (qwen2-tiny) */
-    attn_rope_case(4, 2, 32, 512, 300, 16, 0);    /* l, l ^ 16 (qwen3-tiny, mkmodel tiny) */
-    attn_rope_case(4, 4, 64, 64, 64, 8, 0);       /* pos outside the cache: NaN, nothing stored */
-    attn_rope_case(4, 4, 64, 64, 63, 1, 0);       /* the last position, one split */
-    attn_rope_time(32, 8, 64, 4096, 37, chosen);
-    attn_rope_time(32, 8, 128, 4096, 37, chosen);
-    attn_rope_time(32, 8, 128, 4096, 4095, chosen);
+    attn_rope_case(6, 6, 48, 256, 200, 16, 1, PPN_DT_F32);    /* llama2.c: MHA, interleaved pairs, 4 of 16 splits used */
+    attn_rope_case(32, 8, 128, 4096, 77, chosen, 1, PPN_DT_F32);  /* interleaved, lanes pair up */
+    attn_rope_case(14, 2, 64, 1024, 1000, 7, 0, PPN_DT_F32);  /* 7 heads a KV head: one pass of 8, a slot padded */
+    attn_rope_case(32, 2, 128, 2048, 2000, 16, 0, PPN_DT_F32); /* 16 heads a KV head: two passes, pos stored once */
+    attn_rope_case(8, 1, 128, 1024, 777, 32, 0, PPN_DT_F32);  /* MQA */
+    attn_rope_case(12, 4, 96, 300, 299, 3, 1, PPN_DT_F32);    /* head_dim not a multiple of 32, interleaved */
+    attn_rope_case(8, 2, 8, 64, 40, 1, 0, PPN_DT_F32);        /* halves on lanes l, l ^ 4 (the llama-tiny fixture) */
+    attn_rope_case(4, 2, 16, 64, 63, 1, 0, PPN_DT_F32);       /* l, l ^ 8 (qwen2-tiny) */
+    attn_rope_case(4, 2, 32, 512, 300, 16, 0, PPN_DT_F32);    /* l, l ^ 16 (qwen3-tiny, mkmodel tiny) */
+    attn_rope_case(4, 4, 64, 64, 64, 8, 0, PPN_DT_F32);       /* pos outside the cache: NaN, nothing stored */
+    attn_rope_case(4, 4, 64, 64, 63, 1, 0, PPN_DT_F32);       /* the last position, one split */
+    attn_rope_case(32, 8, 64, 4096, 100, chosen, 0, PPN_DT_BF16);   /* caches in the weights' dtype */
+    attn_rope_case(32, 8, 128, 4096, 4095, chosen, 0, PPN_DT_BF16);
+    attn_rope_case(32, 8, 128, 4096, 700, chosen, 1, PPN_DT_F16);
+    attn_rope_case(4, 2, 16, 64, 63, 1, 0, PPN_DT_BF16);
+    attn_rope_time(32, 8, 64, 4096, 37, chosen, PPN_DT_BF16);
+    attn_rope_time(32, 8, 128, 4096, 37, chosen, PPN_DT_BF16);
+    attn_rope_time(32, 8, 128, 4096, 4095, chosen, PPN_DT_BF16);
+    attn_rope_time(32, 8, 64, 4096, 37, chosen, PPN_DT_F32);
+    attn_rope_time(32, 8, 128, 4096, 37, chosen, PPN_DT_F32);
+    attn_rope_time(32, 8, 128, 4096, 4095, chosen, PPN_DT_F32);
 }
 
 static void t_matvec_fused(void **state)
@@ -1119,9 +1142,9 @@ static void t_rope_kv(void **state)
     ppn_dptr dx1 = up(x, n * 4), dx2 = up(x, n * 4), dk1 = dalloc(csz * 4), dk2 = dalloc(csz * 4),
              dv1 = dalloc(csz * 4), dv2 = dalloc(csz * 4);
     for (int i = 0; i < 4; i++) OK(G->ops->memset_d8(G, S, (ppn_dptr[]){dk1, dk2, dv1, dv2}[i], 0, csz * 4));
-    OK(ppn_op_rope_kv(G, S, dx1, nq, nkv, hd, dinv, 0, dh, dk1, dv1, dv, ctx));
+    OK(ppn_op_rope_kv(G, S, dx1, nq, nkv, hd, dinv, 0, dh, dk1, dv1, dv, ctx, PPN_DT_F32));
     OK(ppn_op_rope(G, S, dx2, nh, hd, dinv, 0, dh));
-    OK(ppn_op_kv_store(G, S, dk2, dv2, dx2 + (size_t)nq * hd * 4, dv, nkv, hd, ctx, dh));
+    OK(ppn_op_kv_store(G, S, dk2, dv2, dx2 + (size_t)nq * hd * 4, dv, nkv, hd, ctx, dh, PPN_DT_F32));
     sync_ok();
     get(a, dx1, n * 4), get(b, dx2, n * 4), get(ka, dk1, csz * 4), get(kb, dk2, csz * 4), get(va, dv1, csz * 4),
         get(vb, dv2, csz * 4);
