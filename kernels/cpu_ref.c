@@ -327,7 +327,8 @@ void ppn_cpu_attn(const void *params)
     }
 }
 
-void ppn_cpu_attn16(const void *params) { ppn_cpu_attn(params); }
+void ppn_cpu_attn_bf16(const void *params) { ppn_cpu_attn(params); }
+void ppn_cpu_attn_f16(const void *params) { ppn_cpu_attn(params); }
 
 /* silu(g) * u with silu(g) = g / (1 + exp(-g)), all in f32 like HF's act_fn(gate) * up. */
 void ppn_cpu_swiglu(const void *params)

@@ -100,8 +100,9 @@ typedef struct {
     int32_t n_heads, n_kv, head_dim, ctx, n_split, interleaved, kvdt;
     float scale;
 } ppn_kp_attn;
-/* The same op for 2-byte caches (kvdt BF16 or F16): its own kernel, so each keeps its registers unspilled. */
-typedef ppn_kp_attn ppn_kp_attn16;
+/* The same op for bf16 and f16 caches: a kernel per cache dtype, so each keeps its registers unspilled. */
+typedef ppn_kp_attn ppn_kp_attn_bf16;
+typedef ppn_kp_attn ppn_kp_attn_f16;
 
 /* out[n] = silu(gate[n]) * up[n] */
 typedef struct { uint64_t out, gate, up; int32_t n; } ppn_kp_swiglu;

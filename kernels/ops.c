@@ -349,7 +349,7 @@ static ppn_status attn_submit(ppn_gpu *g, ppn_gstream *s, const char *op, const 
     size_t kvb = f32_bytes((size_t)p->n_kv * (size_t)p->head_dim);
     size_t cache = (size_t)p->n_kv * (size_t)p->head_dim * (size_t)p->ctx * ppn_dtype_size(p->kvdt);
     int cmode = p->inv_freq ? PPN_ACC_RW : PPN_ACC_R;
-    int k = p->kvdt == PPN_DT_F32 ? PPN_K_ATTN : PPN_K_ATTN16; /* the cache's element width picks the kernel */
+    int k = p->kvdt == PPN_DT_BF16 ? PPN_K_ATTN_BF16 : p->kvdt == PPN_DT_F16 ? PPN_K_ATTN_F16 : PPN_K_ATTN;
     ppn_launch l = launch_init(k, p, (unsigned)p->n_kv, ATTN_BLOCK); /* a CTA per KV head's group */
     l.grid[1] = (unsigned)p->n_split; /* never pos: the launch is the same for every step */
     acc_add(&l, p->q, p->inv_freq ? qb + 2u * kvb : qb, PPN_ACC_R);

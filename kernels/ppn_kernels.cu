@@ -61,15 +61,21 @@ __device__ __forceinline__ void ppn_kv_put(uint64_t c, int kd, size_t i, float v
     else ((float *)c)[i] = v;
 }
 
-// Element i of a cache of KB-byte elements (2: bf16, or f16 when f16), through the read-only path.
-template <int KB> __device__ __forceinline__ float ppn_kv_ld(const void *c, size_t i, bool f16)
+// The raw bits of element i of a cache of dtype KD, through the read-only path, predicated (0 when off: +0 in
+// every dtype); ppn_kv_widen makes the f32 value. A tile's loads all issue before the first is widened (one
+// kernel converting each value as it loaded it ran the 2-byte caches at a quarter of the f32 bandwidth on the
+// H200, 2026-11-29 15:18), and each dtype is its own kernel (a run-time bf16/f16 choice spilled).
+template <int KD> __device__ __forceinline__ unsigned ppn_kv_raw(const void *c, size_t i, bool on)
 {
-    if constexpr (KB == 4) {
-        return __ldg((const float *)c + i);
-    } else {
-        unsigned short u = __ldg((const unsigned short *)c + i);
-        return f16 ? ppn_f16_bits(u) : __uint_as_float((unsigned)u << 16);
-    }
+    if constexpr (KD == PPN_DT_F32) return on ? __float_as_uint(__ldg((const float *)c + i)) : 0u;
+    else return on ? (unsigned)__ldg((const unsigned short *)c + i) : 0u;
+}
+
+template <int KD> __device__ __forceinline__ float ppn_kv_widen(unsigned u)
+{
+    if constexpr (KD == PPN_DT_F32) return __uint_as_float(u);
+    else if constexpr (KD == PPN_DT_BF16) return __uint_as_float(u << 16);
+    else return ppn_f16_bits((unsigned short)u);
 }
 
 __device__ __forceinline__ float ppn_warp_sum(float v)
@@ -703,7 +709,7 @@ __device__ __forceinline__ void ppn_attn_rotate(float (&x)[NJ], const float (&c)
 // the row of position pos is read from this step's k and v (rotated and rounded as the cache holds them) in
 // shared memory (s_kv, ppn_attn_rope_row). Nothing reads the cache's row pos in this launch, so its loads
 // keep the read-only path.
-template <int NJ, int HP, int KB>
+template <int NJ, int HP, int KD>
 __device__ void ppn_attn_pass(const ppn_kp_attn &p, const float *q, int kvh, int h0, int ng, int j, int t0, int t1,
                               int32_t pos, const float *s_kv, float *s_acc, float *s_m, float *s_l)
 {
@@ -711,8 +717,8 @@ __device__ void ppn_attn_pass(const ppn_kp_attn &p, const float *q, int kvh, int
     static_assert(HP * NJ <= 32 && HP <= PPN_ATTN_MAXG && NJ <= PPN_ATTN_MAXJ, "attn pass shape");
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, hd = p.head_dim;
     size_t kv_off = (size_t)kvh * (size_t)p.ctx * hd; // elements
+    constexpr size_t KB = KD == PPN_DT_F32 ? 4 : 2;
     const char *kc = (const char *)p.kc + kv_off * KB, *vc = (const char *)p.vc + kv_off * KB;
-    const bool f16 = p.kvdt == PPN_DT_F16;
     const bool rope = NJ <= PPN_ATTN_ROPE_MAXJ && p.inv_freq != 0; // ops.c admits no wider head
     const int sub = rope ? pos : -1; // the position whose k, v rows come from s_kv
     float qr[HP][NJ], acc[HP][NJ];
@@ -734,15 +740,22 @@ __device__ void ppn_attn_pass(const ppn_kp_attn &p, const float *q, int kvh, int
     float m = -INFINITY, l = 0.0f; // running max and sum of head me % HP, the same bits on each lane holding it
     for (int tb = t0 + warp * P; tb < t1; tb += PPN_ATTN_WARPS * P) {
         size_t r0 = (size_t)tb * hd; // the tile's first element
-        float kr[P][NJ], vr[P][NJ], s[N];
+        float kr[P][NJ], vr[P][NJ], s[N]; // the raw bits first, widened in place once all are in flight
 #pragma unroll
         for (int t = 0; t < P; t++)
 #pragma unroll
             for (int i = 0; i < NJ; i++) {
                 int d = lane + 32 * i;
                 bool in = tb + t < t1 && d < hd && tb + t != sub;
-                kr[t][i] = in ? ppn_kv_ld<KB>(kc, r0 + (size_t)t * hd + d, f16) : 0.0f;
-                vr[t][i] = in ? ppn_kv_ld<KB>(vc, r0 + (size_t)t * hd + d, f16) : 0.0f;
+                kr[t][i] = __uint_as_float(ppn_kv_raw<KD>(kc, r0 + (size_t)t * hd + d, in));
+                vr[t][i] = __uint_as_float(ppn_kv_raw<KD>(vc, r0 + (size_t)t * hd + d, in));
+            }
+#pragma unroll
+        for (int t = 0; t < P; t++)
+#pragma unroll
+            for (int i = 0; i < NJ; i++) {
+                kr[t][i] = ppn_kv_widen<KD>(__float_as_uint(kr[t][i]));
+                vr[t][i] = ppn_kv_widen<KD>(__float_as_uint(vr[t][i]));
             }
         if (sub >= tb && sub < tb + P) // warp-uniform: this step's row, from shared memory (ppn_attn_rope_row)
 #pragma unroll
@@ -820,26 +833,26 @@ __device__ void ppn_attn_pass(const ppn_kp_attn &p, const float *q, int kvh, int
 }
 
 // qg: the group's G query heads.
-template <int NJ, int HP, int KB>
+template <int NJ, int HP, int KD>
 __device__ void ppn_attn_heads(const ppn_kp_attn &p, const float *qg, int kvh, int j, int t0, int t1,
                                const float *s_kv, float *s_acc, float *s_m, float *s_l)
 {
     int G = p.n_heads / p.n_kv;
     int32_t pos = ppn_hdr(p.hdr)->pos;
     for (int g0 = 0; g0 < G; g0 += HP)
-        ppn_attn_pass<NJ, HP, KB>(p, qg + (size_t)g0 * p.head_dim, kvh, kvh * G + g0, min(HP, G - g0), j, t0, t1,
+        ppn_attn_pass<NJ, HP, KD>(p, qg + (size_t)g0 * p.head_dim, kvh, kvh * G + g0, min(HP, G - g0), j, t0, t1,
                                   pos, s_kv, s_acc, s_m, s_l);
 }
 
-template <int NJ, int KB>
+template <int NJ, int KD>
 __device__ void ppn_attn_by_hp(const ppn_kp_attn &p, const float *qg, int hp, int kvh, int j, int t0, int t1,
                                const float *s_kv, float *s_acc, float *s_m, float *s_l)
 {
     constexpr int HPMAX = 32 / NJ < PPN_ATTN_MAXG ? 32 / NJ : PPN_ATTN_MAXG;
-    if (hp == 1) ppn_attn_heads<NJ, 1, KB>(p, qg, kvh, j, t0, t1, s_kv, s_acc, s_m, s_l);
-    else if (hp == 2) ppn_attn_heads<NJ, 2, KB>(p, qg, kvh, j, t0, t1, s_kv, s_acc, s_m, s_l);
-    else if (hp == 4 || HPMAX == 4) ppn_attn_heads<NJ, 4, KB>(p, qg, kvh, j, t0, t1, s_kv, s_acc, s_m, s_l);
-    else ppn_attn_heads<NJ, HPMAX, KB>(p, qg, kvh, j, t0, t1, s_kv, s_acc, s_m, s_l);
+    if (hp == 1) ppn_attn_heads<NJ, 1, KD>(p, qg, kvh, j, t0, t1, s_kv, s_acc, s_m, s_l);
+    else if (hp == 2) ppn_attn_heads<NJ, 2, KD>(p, qg, kvh, j, t0, t1, s_kv, s_acc, s_m, s_l);
+    else if (hp == 4 || HPMAX == 4) ppn_attn_heads<NJ, 4, KD>(p, qg, kvh, j, t0, t1, s_kv, s_acc, s_m, s_l);
+    else ppn_attn_heads<NJ, HPMAX, KD>(p, qg, kvh, j, t0, t1, s_kv, s_acc, s_m, s_l);
 }
 
 // The fused rotary's row for position pos, in the block whose positions hold it: this step's k head rotated
@@ -900,9 +913,9 @@ __device__ void ppn_attn_merge(const ppn_kp_attn &p, int h0, int G, float *s_w, 
     }
 }
 
-// The body of ppn_k_attn (f32 caches, KB = 4) and ppn_k_attn16 (2-byte caches, KB = 2): one kernel per
-// element width, since one kernel holding both spilled hundreds of bytes.
-template <int KB> __device__ __forceinline__ void ppn_attn_kernel(const ppn_kp_attn &p)
+// The body of ppn_k_attn (f32 caches), ppn_k_attn_bf16 and ppn_k_attn_f16: one kernel per cache dtype,
+// since one kernel holding two spilled hundreds of bytes.
+template <int KD> __device__ __forceinline__ void ppn_attn_kernel(const ppn_kp_attn &p)
 {
     // per warp HP NJ 32 <= 1024 accumulators of a pass; the merge then reuses the array for its weights
     __shared__ float s_acc[PPN_ATTN_WARPS * 32 * 32];
@@ -935,9 +948,9 @@ template <int KB> __device__ __forceinline__ void ppn_attn_kernel(const ppn_kp_a
     }
     // NJ, HP from the sizes alone (uniform over the grid): registers per lane stay bounded whatever G is
     int nj = hd <= 64 ? 2 : hd <= 128 ? 4 : 8, hp = G == 1 ? 1 : G == 2 ? 2 : G <= 4 ? 4 : PPN_ATTN_MAXG;
-    if (nj == 2) ppn_attn_by_hp<2, KB>(q, qg, hp, kvh, j, t0, t1, s_kv, s_acc, s_m, s_l);
-    else if (nj == 4) ppn_attn_by_hp<4, KB>(q, qg, hp, kvh, j, t0, t1, s_kv, s_acc, s_m, s_l);
-    else ppn_attn_by_hp<PPN_ATTN_MAXJ, KB>(q, qg, hp, kvh, j, t0, t1, s_kv, s_acc, s_m, s_l);
+    if (nj == 2) ppn_attn_by_hp<2, KD>(q, qg, hp, kvh, j, t0, t1, s_kv, s_acc, s_m, s_l);
+    else if (nj == 4) ppn_attn_by_hp<4, KD>(q, qg, hp, kvh, j, t0, t1, s_kv, s_acc, s_m, s_l);
+    else ppn_attn_by_hp<PPN_ATTN_MAXJ, KD>(q, qg, hp, kvh, j, t0, t1, s_kv, s_acc, s_m, s_l);
     if (ns == 1) return;
     // Release: every thread's stores are visible device-wide before thread 0 counts the block in.
     __threadfence();
@@ -954,12 +967,17 @@ template <int KB> __device__ __forceinline__ void ppn_attn_kernel(const ppn_kp_a
 
 extern "C" __global__ void __launch_bounds__(32 * PPN_ATTN_WARPS, 2) ppn_k_attn(const ppn_kp_attn p)
 {
-    ppn_attn_kernel<4>(p);
+    ppn_attn_kernel<PPN_DT_F32>(p);
 }
 
-extern "C" __global__ void __launch_bounds__(32 * PPN_ATTN_WARPS, 2) ppn_k_attn16(const ppn_kp_attn16 p)
+extern "C" __global__ void __launch_bounds__(32 * PPN_ATTN_WARPS, 2) ppn_k_attn_bf16(const ppn_kp_attn_bf16 p)
 {
-    ppn_attn_kernel<2>(p);
+    ppn_attn_kernel<PPN_DT_BF16>(p);
+}
+
+extern "C" __global__ void __launch_bounds__(32 * PPN_ATTN_WARPS, 2) ppn_k_attn_f16(const ppn_kp_attn_f16 p)
+{
+    ppn_attn_kernel<PPN_DT_F16>(p);
 }
 
 // ---------------------------------------------------------------------------------------------------------

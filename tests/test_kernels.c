@@ -113,7 +113,8 @@ static void test_table(void **state)
         [PPN_K_EMBED] = sizeof(ppn_kp_embed),     [PPN_K_RMSNORM] = sizeof(ppn_kp_rmsnorm),
         [PPN_K_MATVEC] = sizeof(ppn_kp_matvec),   [PPN_K_ROPE] = sizeof(ppn_kp_rope),
         [PPN_K_HEAD_RMSNORM] = sizeof(ppn_kp_head_rmsnorm), [PPN_K_KV_STORE] = sizeof(ppn_kp_kv_store),
-        [PPN_K_ATTN] = sizeof(ppn_kp_attn),       [PPN_K_ATTN16] = sizeof(ppn_kp_attn16),
+        [PPN_K_ATTN] = sizeof(ppn_kp_attn),       [PPN_K_ATTN_BF16] = sizeof(ppn_kp_attn_bf16),
+        [PPN_K_ATTN_F16] = sizeof(ppn_kp_attn_f16),
         [PPN_K_SWIGLU] = sizeof(ppn_kp_swiglu),
         [PPN_K_ADD] = sizeof(ppn_kp_add),         [PPN_K_ARGMAX] = sizeof(ppn_kp_argmax),
         [PPN_K_FILL] = sizeof(ppn_kp_fill),       [PPN_K_SET_HDR] = sizeof(ppn_kp_set_hdr),
@@ -121,7 +122,7 @@ static void test_table(void **state)
     };
     static const char *const names[PPN_K_COUNT] = {
         "ppn_k_embed", "ppn_k_rmsnorm", "ppn_k_matvec", "ppn_k_rope", "ppn_k_head_rmsnorm", "ppn_k_kv_store",
-        "ppn_k_attn", "ppn_k_attn16", "ppn_k_swiglu", "ppn_k_add", "ppn_k_argmax", "ppn_k_fill", "ppn_k_set_hdr",
+        "ppn_k_attn", "ppn_k_attn_bf16", "ppn_k_attn_f16", "ppn_k_swiglu", "ppn_k_add", "ppn_k_argmax", "ppn_k_fill", "ppn_k_set_hdr",
         "ppn_k_matmat",
     };
     for (int i = 0; i < PPN_K_COUNT; i++) {
@@ -1094,7 +1095,7 @@ static void test_op_attn_rope(void **state)
 }
 
 /* KV caches in the weights' dtype: rope_kv and kv_store round each f32 to bf16 / f16 (ppn_f32_to_*); attention
- * over a 2-byte cache (its own kernel, ppn_k_attn16) equals attention over an f32 cache holding the widened
+ * over a 2-byte cache (a kernel per dtype, ppn_k_attn_bf16 / _f16) equals attention over an f32 cache holding the widened
  * values; the fused rotary gives rope_kv + attn's bits in each dtype; an unknown dtype is refused. */
 static void test_op_kv_dtypes(void **state)
 {
@@ -1137,7 +1138,7 @@ static void test_op_kv_dtypes(void **state)
         assert_int_equal(ppn_op_attn(&fake_gpu, fake_stream, D(out), D(qkv2), D(kh), D(vh), NH, NKV, HD, CTX, 0.25f,
                                      D(&hdr), D(part), 2, dt),
                          PPN_OK);
-        assert_int_equal(cap.l.kernel, PPN_K_ATTN16);
+        assert_int_equal(cap.l.kernel, dt == PPN_DT_BF16 ? PPN_K_ATTN_BF16 : PPN_K_ATTN_F16);
         assert_true(declared(kh, sizeof kh, PPN_ACC_R) && !declared(kh, sizeof kh + 2, PPN_ACC_R));
         assert_int_equal(ppn_op_attn(&fake_gpu, fake_stream, D(out2), D(qkv2), D(kf), D(vf), NH, NKV, HD, CTX, 0.25f,
                                      D(&hdr), D(part), 2, PPN_DT_F32),
@@ -1150,7 +1151,7 @@ static void test_op_kv_dtypes(void **state)
         assert_int_equal(ppn_op_attn_rope(&fake_gpu, fake_stream, D(out), D(qkv), D(kh), D(vh), NH, NKV, HD, CTX,
                                           0.25f, D(&hdr), D(part), 2, D(inv), 0, dt),
                          PPN_OK);
-        assert_int_equal(cap.l.kernel, PPN_K_ATTN16);
+        assert_int_equal(cap.l.kernel, dt == PPN_DT_BF16 ? PPN_K_ATTN_BF16 : PPN_K_ATTN_F16);
         assert_int_equal(ppn_op_rope_kv(&fake_gpu, fake_stream, D(qkv2), NH, NKV, HD, D(inv), 0, D(&hdr), D(kh2),
                                         D(vh2), D(qkv2 + (NH + NKV) * HD), CTX, dt),
                          PPN_OK);

@@ -13,7 +13,8 @@
 #   kprof    the kernel account (PPN_KPROF=1 PPN_GRAPHS=0 ppn bench llama-1b and llama-8b, N=1)
 #   alt      A/B of experiment builds: for each build/alt/ppn-NAME (the same source with one constant changed, made
 #            on the build machine: tools/alt_builds.sh), then build/ppn again, bench llama-1b and llama-8b
-#            N=1, host-fed (host) and --device-greedy (dg), or the modes in ALT_MODES; ALT_ROUNDS (2) interleaved rounds
+#            N=1, host-fed (host) and --device-greedy (dg), or the modes in ALT_MODES, after the prompt lengths in
+#            ALT_PROMPTS (16; over 1024: one timed rep); ALT_ROUNDS (2) interleaved rounds
 #            so drift shows
 # Results go to $OUT (summary.txt plus one file per run). Expects build/ (Release, static deps,
 # build/lib/libcmocka.so.0) and .devcarry/fixtures (a copy of ../shared/fixtures), made on the build machine.
@@ -121,12 +122,15 @@ for phase in "${phases[@]}"; do
                 [ -x "$bin" ] || continue
                 n=$(basename "$bin")
                 for sh in llama-1b llama-8b; do
-                    for mode in ${ALT_MODES:-host dg}; do
-                        f="$OUT/alt_${n}_${sh}_${mode}_$rnd.json"
-                        log "alt round $rnd: $n bench $sh N=1 ($mode)"
-                        timeout 200 "$bin" bench --model "$(model $sh)" --backend cuda -n 128 --prompt 16 --reps 3 \
-                            --json $([ "$mode" = dg ] && echo --device-greedy) > "$f" 2>>"$S" || fail=1
-                        summarize "$f"
+                    for pr in ${ALT_PROMPTS:-16}; do
+                        for mode in ${ALT_MODES:-host dg}; do
+                            f="$OUT/alt_${n}_${sh}_p${pr}_${mode}_$rnd.json"
+                            log "alt round $rnd: $n bench $sh N=1 prompt $pr ($mode)"
+                            timeout 200 "$bin" bench --model "$(model $sh)" --backend cuda -n 128 --prompt "$pr" \
+                                --reps $([ "$pr" -gt 1024 ] && echo 1 || echo 3) --json \
+                                $([ "$mode" = dg ] && echo --device-greedy) > "$f" 2>>"$S" || fail=1
+                            summarize "$f"
+                        done
                     done
                 done
             done
