@@ -43,7 +43,7 @@ account)
     F=core/forward.c
     # each op's statement is issued once more just before itself (a multi-line call is written out whole)
     one x2qkv $F 's|^\(    PPN_CHECK(norm_matvec(m, s, r, qv, w->wqkv, (nh + 2 \* nkv) \* hd, x, w->attn_norm, w->bqkv));\)$|\1\n\1|'
-    one x2attn $F 's|^\(        PPN_CHECK(ppn_op_attn_rope(g, s, r->att, qv, q->kc\[l\], q->vc\[l\], nh, nkv, hd, m->ctx, scale, hdr, r->attp,\)$|        PPN_CHECK(ppn_op_attn_rope(g, s, r->att, qv, q->kc[l], q->vc[l], nh, nkv, hd, m->ctx, scale, hdr, r->attp, m->attn_split, m->inv_freq[dev], c->rope_interleaved));\n\1|'
+    one x2attn $F 's|^\(        PPN_CHECK(ppn_op_attn_rope(g, s, r->att, qv, q->kc\[l\], q->vc\[l\], nh, nkv, hd, m->ctx, scale, hdr, r->attp,\)$|        PPN_CHECK(ppn_op_attn_rope(g, s, r->att, qv, q->kc[l], q->vc[l], nh, nkv, hd, m->ctx, scale, hdr, r->attp, m->attn_split, m->inv_freq[dev], c->rope_interleaved, m->kvdt));\n\1|'
     one x2o $F 's|^\(    PPN_CHECK(ppn_op_matvec(g, s, x, w->wo, wdt, r->att, dim, nh \* hd, 0, x));\)$|\1\n\1|'
     one x2gu $F 's|^\(    PPN_CHECK(norm_matvec(m, s, r, gate, w->wgu, 2 \* ffn, x, w->ffn_norm, 0));\)$|\1\n\1|'
     one x2swiglu $F 's|^\(    PPN_CHECK(ppn_op_swiglu(g, s, gate, gate, up, ffn));\)$|\1\n\1|'
