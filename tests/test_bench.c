@@ -87,6 +87,9 @@ static void sweep_json(void **s)
     assert_string_equal(json_string_value(json_object_get(r, "backend")), "sim");
     assert_non_null(json_string_value(json_object_get(r, "model")));
     assert_non_null(json_string_value(json_object_get(r, "dtype")));
+    /* the KV caches keep the weights' dtype (f32 on sim by default; a bf16 load below) */
+    assert_non_null(json_string_value(json_object_get(r, "kv_dtype")));
+    assert_string_equal(json_string_value(json_object_get(r, "kv_dtype")), json_string_value(json_object_get(r, "dtype")));
     double wb = num(r, "weight_bytes"), floor_ms = num(r, "floor_ms");
     assert_true(wb > 0);
     near(floor_ms, wb / 4.28e12 * 1e3, 1e-6, "floor_ms vs weight_bytes / 4.28e12 B/s");
@@ -104,18 +107,21 @@ static void sweep_json(void **s)
 
 
 /* --device-greedy: the decode steps are one ppn_decode_greedy call; the JSON says so and every figure is as
- * consistent as the per-step mode's (check_config), over 2 stages too. */
+ * consistent as the per-step mode's (check_config), over 2 stages too. With bf16 weights, so bf16 KV caches. */
 static void device_greedy_json(void **s)
 {
     (void)s;
     char *out = NULL, *err = NULL;
-    int rc = bench("--shape tiny --backend sim -n 8 --prompt 4 --reps 2 --stages-sweep 1,2 --device-greedy --json",
+    int rc = bench("--shape tiny --backend sim --dtype bf16 -n 8 --prompt 4 --reps 2 --stages-sweep 1,2 "
+                   "--device-greedy --json",
                    &out, &err);
     if (rc != 0 || !out) fail_msg("bench exited %d:\n%s\n%s", rc, out ? out : "", err ? err : "");
     json_error_t je;
     json_t *r = json_loads(out, 0, &je);
     if (!r) fail_msg("bench output is not JSON (%s, line %d):\n%s", je.text, je.line, out);
     assert_true(json_is_true(json_object_get(r, "device_greedy")));
+    assert_string_equal(json_string_value(json_object_get(r, "dtype")), "bf16");
+    assert_string_equal(json_string_value(json_object_get(r, "kv_dtype")), "bf16");
     double wb = num(r, "weight_bytes"), floor_ms = num(r, "floor_ms");
     json_t *cfgs = json_object_get(r, "configs");
     check_config(json_array_get(cfgs, 0), 1, wb, floor_ms, (int)num(r, "n_layers"));

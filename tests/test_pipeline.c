@@ -22,11 +22,11 @@ static char *fixture_dir(const char *name)
     return buf;
 }
 
-/* `ppn gate` on a model: exit 0 and the PASS line. */
-static void gate_passes(const char *model, const char *env)
+/* `ppn gate` on a model (extra: more flags): exit 0 and the PASS line. */
+static void gate_passes_with(const char *model, const char *env, const char *extra)
 {
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, "%s %s gate --model '%s' --steps 12 --prompt 4 --runs 6", env, bin(), model);
+    snprintf(cmd, sizeof cmd, "%s %s gate --model '%s' --steps 12 --prompt 4 --runs 6 %s", env, bin(), model, extra);
     char *out = NULL, *err = NULL;
     int rc = tu_run(cmd, &out, &err);
     if (rc != 0 || !out || !strstr(out, "ppn gate: PASS"))
@@ -36,7 +36,17 @@ static void gate_passes(const char *model, const char *env)
     free(err);
 }
 
+static void gate_passes(const char *model, const char *env) { gate_passes_with(model, env, ""); }
+
 static void gate_llama_tiny(void **s) { gate_passes(fixture_dir("hf/llama-tiny"), ""); }
+/* bf16 weights, so bf16 KV caches (rounded on the store, inside the fused rotary): still bit-identical split
+ * vs unsplit, with the checker's 2-byte cache accesses; halves (qwen3, head_dim 32) and interleaved pairs
+ * (stories, head_dim 48). */
+static void gate_bf16_kv(void **s)
+{
+    gate_passes_with(fixture_dir("hf/qwen3-tiny"), "", "--dtype bf16");
+    gate_passes_with(fixture_dir("llama2c/stories260K.bin"), "", "--dtype bf16");
+}
 static void gate_qwen2_tiny(void **s) { gate_passes(fixture_dir("hf/qwen2-tiny"), ""); }
 static void gate_qwen3_tiny(void **s) { gate_passes(fixture_dir("hf/qwen3-tiny"), ""); }
 static void gate_stories(void **s) { gate_passes(fixture_dir("llama2c/stories260K.bin"), ""); }
@@ -460,6 +470,7 @@ int main(void)
         cmocka_unit_test(gate_qwen2_tiny),
         cmocka_unit_test(gate_qwen3_tiny),
         cmocka_unit_test(gate_stories),
+        cmocka_unit_test(gate_bf16_kv),
         cmocka_unit_test(gate_host_staged),
         cmocka_unit_test(door_values_refused_by_name),
         cmocka_unit_test(guard_refuses_unsplit_batch),
