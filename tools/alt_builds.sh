@@ -5,7 +5,9 @@
 # time variants that do one kernel twice and take the difference).
 #
 #   tools/alt_builds.sh account     one build per decode-step op, issuing it twice:
-#                                   ppn-x2qkv ppn-x2attn ppn-x2o ppn-x2gu ppn-x2swiglu ppn-x2down ppn-x2head
+#                                   ppn-x2qkv ppn-x2attn ppn-x2o ppn-x2gu ppn-x2swiglu ppn-x2down ppn-x2head,
+#                                   and the step's own: ppn-x2embed ppn-x2argmax ppn-x2hdr (the header from the
+#                                   device token: the --device-greedy path)
 #   tools/alt_builds.sh NAME FILE SED_EXPR   one build of your own
 #   tools/alt_builds.sh clean       remove build/alt/
 #
@@ -48,6 +50,10 @@ account)
     one x2gu $F 's|^\(    PPN_CHECK(norm_matvec(m, s, r, gate, w->wgu, 2 \* ffn, x, w->ffn_norm, 0));\)$|\1\n\1|'
     one x2swiglu $F 's|^\(    PPN_CHECK(ppn_op_swiglu(g, s, gate, gate, up, ffn));\)$|\1\n\1|'
     one x2down $F 's|^\(    return ppn_op_matvec(g, s, x, w->w_down, wdt, gate, dim, ffn, 0, x);\)$|    PPN_CHECK(ppn_op_matvec(g, s, x, w->w_down, wdt, gate, dim, ffn, 0, x));\n\1|'
+    P=core/pipeline.c # the step's own kernels (the account's "rest"): embedding, device argmax, header
+    one x2embed $P 's|^\(    if (s == 0) PPN_CHECK(ppn_fwd_embed(m, q, r, io));\)$|\1\n\1|'
+    one x2argmax $P 's|^\(    if (o.tok) PPN_CHECK(ppn_op_argmax_wide(m->rt->g, q, o.tok, o.logits, m->cfg.vocab, seq->amx));\)$|\1\n\1|'
+    one x2hdr $P 's|^    return ppn_op_set_hdr_dev(g, q, io, c->pos, tok, seq->id, (int)c->step);$|    PPN_CHECK(ppn_op_set_hdr_dev(g, q, io, c->pos, tok, seq->id, (int)c->step));\n&|'
     one x2head $F 's|^\(    return norm_matvec(m, s, r, logits, m->lm_head, m->cfg.vocab, io_x(io), m->final_norm, 0);\)$|    PPN_CHECK(norm_matvec(m, s, r, logits, m->lm_head, m->cfg.vocab, io_x(io), m->final_norm, 0));\n\1|'
     ;;
 clean) rm -rf build/alt ;;
