@@ -757,7 +757,9 @@ __device__ void ppn_attn_pass(const ppn_kp_attn &p, const float *q, int kvh, int
                 kr[t][i] = ppn_kv_widen<KD>(__float_as_uint(kr[t][i]));
                 vr[t][i] = ppn_kv_widen<KD>(__float_as_uint(vr[t][i]));
             }
-        if (sub >= tb && sub < tb + P) // warp-uniform: this step's row, from shared memory (ppn_attn_rope_row)
+        // warp-uniform: this step's row, from shared memory (ppn_attn_rope_row). Only inside the block's span:
+        // a block's last tile can reach past t1 to pos (a one-position last split), and its s_kv is unwritten.
+        if (sub >= tb && sub < tb + P && sub < t1)
 #pragma unroll
             for (int t = 0; t < P; t++)
 #pragma unroll

@@ -1104,6 +1104,10 @@ static void t_attn_rope(void **state)
     attn_rope_case(4, 2, 32, 512, 300, 16, 0, PPN_DT_F32);    /* l, l ^ 16 (qwen3-tiny, mkmodel tiny) */
     attn_rope_case(4, 4, 64, 64, 64, 8, 0, PPN_DT_F32);       /* pos outside the cache: NaN, nothing stored */
     attn_rope_case(4, 4, 64, 64, 63, 1, 0, PPN_DT_F32);       /* the last position, one split */
+    /* 64 splits at pos 4,032: the last split holds pos alone, and the one before it has a tile reaching past
+     * its span to pos (that block must not take the row from its unwritten shared memory) */
+    attn_rope_case(32, 32, 128, 4096, 4032, 64, 0, PPN_DT_F32);
+    attn_rope_case(32, 32, 64, 4096, 4032, 64, 1, PPN_DT_BF16);
     attn_rope_case(32, 8, 64, 4096, 100, chosen, 0, PPN_DT_BF16);   /* caches in the weights' dtype */
     attn_rope_case(32, 8, 128, 4096, 4095, chosen, 0, PPN_DT_BF16);
     attn_rope_case(32, 8, 128, 4096, 700, chosen, 1, PPN_DT_F16);
