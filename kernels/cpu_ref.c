@@ -33,9 +33,7 @@ static float w_at(uint64_t w, int wdt, size_t i)
     }
 }
 
-/* The KV caches hold the weights' dtype (kparams.h): element i of cache c, widened; v stored, rounded. */
-static size_t kv_size(int kvdt) { return kvdt == PPN_DT_F32 ? 4 : 2; }
-
+/* The KV caches hold the weights' dtype (kparams.h): read with w_at; v stored, rounded. */
 static void kv_put(uint64_t c, int kvdt, size_t i, float v)
 {
     switch (kvdt) {
@@ -198,22 +196,26 @@ static void rope_pair(float *a, float *b, float c, float s)
     *b = x1 * c + x0 * s;
 }
 
+/* Head xh [hd] rotated in place at pos: pairs (i, i + hd/2), or (2i, 2i + 1) interleaved. rope and the
+ * fused rotary in attention both take it, so they give the same bits. */
+static void rope_head(float *xh, int hd, int32_t pos, const float *inv, int interleaved)
+{
+    for (int i = 0; i < hd / 2; i++) {
+        float c, s;
+        rope_angle(pos, inv[i], &c, &s);
+        if (interleaved) rope_pair(&xh[2 * i], &xh[2 * i + 1], c, s);
+        else rope_pair(&xh[i], &xh[i + hd / 2], c, s);
+    }
+}
+
 void ppn_cpu_rope(const void *params)
 {
     const ppn_kp_rope *p = params;
     float *x = PTR(float, p->x);
     const float *inv = PTR(const float, p->inv_freq);
     int32_t pos = hdr_of(p->hdr)->pos;
-    int half = p->head_dim / 2;
-    for (int i = 0; i < half; i++) {
-        float c, s;
-        rope_angle(pos, inv[i], &c, &s);
-        for (int h = 0; h < p->n_heads; h++) {
-            float *xh = x + (size_t)h * (size_t)p->head_dim;
-            if (p->interleaved) rope_pair(&xh[2 * i], &xh[2 * i + 1], c, s);
-            else rope_pair(&xh[i], &xh[i + half], c, s);
-        }
-    }
+    for (int h = 0; h < p->n_heads; h++)
+        rope_head(x + (size_t)h * (size_t)p->head_dim, p->head_dim, pos, inv, p->interleaved);
     if (!p->kc || pos < 0 || pos >= p->ctx) return; /* the fused kv_store: rotated k heads and v */
     size_t hd = (size_t)p->head_dim;
     for (int h = 0; h < p->n_kv; h++) {
@@ -279,18 +281,6 @@ static void attn_chunk(const attn_head *a, float *out, int d0, int nd)
 
 /* Exact over [0, pos] whatever p->n_split is: the split only reshapes the CUDA reduction, and the scratch
  * (p->part) is left untouched, its counters staying 0 as the CUDA kernel leaves them. */
-/* dst = head src rotated at pos as ppn_cpu_rope rotates it (the same pairs, angles and expression). */
-static void rope_head(float *dst, const float *src, int hd, int32_t pos, const float *inv, int interleaved)
-{
-    memcpy(dst, src, (size_t)hd * sizeof(float));
-    for (int i = 0; i < hd / 2; i++) {
-        float c, s;
-        rope_angle(pos, inv[i], &c, &s);
-        if (interleaved) rope_pair(&dst[2 * i], &dst[2 * i + 1], c, s);
-        else rope_pair(&dst[i], &dst[i + hd / 2], c, s);
-    }
-}
-
 void ppn_cpu_attn(const void *params)
 {
     const ppn_kp_attn *p = params;
@@ -306,17 +296,22 @@ void ppn_cpu_attn(const void *params)
         const float *k = PTR(const float, p->q) + (size_t)p->n_heads * hd, *v = k + (size_t)p->n_kv * hd;
         for (int g = 0; g < p->n_kv; g++) {
             size_t dst = ((size_t)g * (size_t)p->ctx + (size_t)pos) * hd;
-            rope_head(qr, k + (size_t)g * hd, p->head_dim, pos, inv, p->interleaved);
+            memcpy(qr, k + (size_t)g * hd, hd * sizeof(float));
+            rope_head(qr, p->head_dim, pos, inv, p->interleaved);
             kv_put_row(p->kc, p->kvdt, dst, qr, hd);
             kv_put_row(p->vc, p->kvdt, dst, v + (size_t)g * hd, hd);
         }
     }
     int group = p->n_heads / p->n_kv;
-    size_t es = kv_size(p->kvdt);
+    size_t es = ppn_dtype_size(p->kvdt);
     for (int h = 0; h < p->n_heads; h++) {
         size_t kv_off = (size_t)(h / group) * (size_t)p->ctx * hd * es;
         const float *qh = PTR(const float, p->q) + (size_t)h * hd;
-        if (inv) rope_head(qr, qh, p->head_dim, pos, inv, p->interleaved), qh = qr;
+        if (inv) {
+            memcpy(qr, qh, hd * sizeof(float));
+            rope_head(qr, p->head_dim, pos, inv, p->interleaved);
+            qh = qr;
+        }
         attn_head a = {qh, p->kc + kv_off, p->vc + kv_off, p->kvdt, p->head_dim, pos + 1, p->scale, 0.0};
         float *out = PTR(float, p->out) + (size_t)h * hd;
         attn_max(&a);
