@@ -331,7 +331,7 @@ static ppn_status choose_ctx(ppn_model *m, int want)
     const ppn_model_config *c = &m->cfg;
     if (want > c->max_pos)
         return ppn_err(PPN_EINVAL, "ctx %d exceeds the model's max_position_embeddings %d", want, c->max_pos);
-    size_t per_layer = 2 * (size_t)c->n_kv_heads * (size_t)c->head_dim * ppn_dtype_size(m->kvdt);
+    size_t per_layer = 2 * ppn_op_kv_cache_bytes(c->n_kv_heads, c->head_dim, 1, m->kvdt); /* k and v, a position */
     size_t reserve = (size_t)64 << 20;
     int ctx = want > 0 ? want : c->max_pos;
     for (int s = 0; s < m->map->n_stages; s++) {

@@ -173,7 +173,7 @@ ppn_status ppn_seq_create(ppn_model *m, ppn_seq **out)
         st = ppn_err(PPN_ENOMEM, "sequence: host out of memory");
         goto fail;
     }
-    size_t kv = (size_t)m->ctx * (size_t)c->n_kv_heads * (size_t)c->head_dim * ppn_dtype_size(m->kvdt);
+    size_t kv = ppn_op_kv_cache_bytes(c->n_kv_heads, c->head_dim, m->ctx, m->kvdt);
     for (int l = 0; l < c->n_layers; l++) { /* the owning stage's pool, on its device */
         q->kv_dev[l] = map->dev[ppn_layer_stage(map, l)];
         PPN_CHECK_GOTO(stage_alloc(m, q->kv_dev[l], kv, "k cache", &q->kc[l]), st, fail);

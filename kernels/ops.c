@@ -223,7 +223,7 @@ static ppn_status rope_submit(ppn_gpu *g, ppn_gstream *s, const char *op, const 
     acc_add(&l, p->inv_freq, f32_bytes((size_t)p->head_dim / 2), PPN_ACC_R);
     acc_add(&l, p->hdr, sizeof(ppn_step_hdr), PPN_ACC_R);
     if (p->kc) {
-        size_t kvn = (size_t)p->n_kv * (size_t)p->head_dim, cache = kvn * (size_t)p->ctx * ppn_dtype_size(p->kvdt);
+        size_t kvn = (size_t)p->n_kv * (size_t)p->head_dim, cache = ppn_op_kv_cache_bytes(p->n_kv, p->head_dim, p->ctx, p->kvdt);
         acc_add(&l, p->v, f32_bytes(kvn), PPN_ACC_R);
         acc_add(&l, p->kc, cache, PPN_ACC_W);
         acc_add(&l, p->vc, cache, PPN_ACC_W);
@@ -289,7 +289,7 @@ ppn_status ppn_op_kv_store(ppn_gpu *g, ppn_gstream *s, ppn_dptr kc, ppn_dptr vc,
     PPN_CHECK(need_ptr(op, "hdr", hdr));
     ppn_kp_kv_store p = {.kc = kc, .vc = vc, .k = k, .v = v, .hdr = hdr, .n_kv = n_kv, .head_dim = head_dim,
                          .ctx = ctx, .kvdt = kvdt};
-    size_t kvn = (size_t)n_kv * (size_t)head_dim, cache = kvn * (size_t)ctx * ppn_dtype_size(kvdt);
+    size_t kvn = (size_t)n_kv * (size_t)head_dim, cache = ppn_op_kv_cache_bytes(n_kv, head_dim, ctx, kvdt);
     ppn_launch l = launch_init(PPN_K_KV_STORE, &p, (unsigned)n_kv, HEADNORM_BLOCK);
     acc_add(&l, k, f32_bytes(kvn), PPN_ACC_R);
     acc_add(&l, v, f32_bytes(kvn), PPN_ACC_R);
@@ -297,6 +297,12 @@ ppn_status ppn_op_kv_store(ppn_gpu *g, ppn_gstream *s, ppn_dptr kc, ppn_dptr vc,
     acc_add(&l, kc, cache, PPN_ACC_W);
     acc_add(&l, vc, cache, PPN_ACC_W);
     return submit(g, s, &l);
+}
+
+size_t ppn_op_kv_cache_bytes(int n_kv, int head_dim, int ctx, int kvdt)
+{
+    if (n_kv <= 0 || head_dim <= 0 || ctx <= 0) return 0;
+    return (size_t)n_kv * (size_t)head_dim * (size_t)ctx * ppn_dtype_size(kvdt);
 }
 
 size_t ppn_op_attn_scratch_bytes(int n_heads, int n_split, int head_dim)
@@ -347,7 +353,7 @@ static ppn_status attn_submit(ppn_gpu *g, ppn_gstream *s, const char *op, const 
     PPN_CHECK(need_ptr(op, "part", p->part));
     size_t qb = f32_bytes((size_t)p->n_heads * (size_t)p->head_dim);
     size_t kvb = f32_bytes((size_t)p->n_kv * (size_t)p->head_dim);
-    size_t cache = (size_t)p->n_kv * (size_t)p->head_dim * (size_t)p->ctx * ppn_dtype_size(p->kvdt);
+    size_t cache = ppn_op_kv_cache_bytes(p->n_kv, p->head_dim, p->ctx, p->kvdt);
     int cmode = p->inv_freq ? PPN_ACC_RW : PPN_ACC_R;
     int k = p->kvdt == PPN_DT_BF16 ? PPN_K_ATTN_BF16 : p->kvdt == PPN_DT_F16 ? PPN_K_ATTN_F16 : PPN_K_ATTN;
     ppn_launch l = launch_init(k, p, (unsigned)p->n_kv, ATTN_BLOCK); /* a CTA per KV head's group */

@@ -58,6 +58,9 @@ ppn_status ppn_op_attn_rope(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr q
  * interleaved pairs; 2, 4, .., 32, 64 or 128 with rotated halves (the forward pass fuses only then; else
  * rope_kv + attn). */
 int ppn_op_attn_rope_fits(int head_dim, int interleaved);
+/* Bytes of one layer's k (or v) cache [n_kv, ctx, head_dim] of dtype kvdt (0 for a non-positive size or an
+ * unknown dtype): what the sequence allocates and what the ops above declare. */
+size_t ppn_op_kv_cache_bytes(int n_kv, int head_dim, int ctx, int kvdt);
 /* Bytes of ppn_op_attn's scratch (0 for a non-positive argument). */
 size_t ppn_op_attn_scratch_bytes(int n_heads, int n_split, int head_dim);
 /* The n_split to use on a device of sm_count SMs for n_kv KV heads: ceil(2 sm_count / n_kv) in 1..64 (1 when
