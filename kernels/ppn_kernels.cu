@@ -61,23 +61,6 @@ __device__ __forceinline__ void ppn_kv_put(uint64_t c, int kd, size_t i, float v
     else ((float *)c)[i] = v;
 }
 
-// The raw bits of element i of a cache of dtype KD, through the read-only path, predicated (0 when off: +0 in
-// every dtype); ppn_kv_widen makes the f32 value. A tile's loads all issue before the first is widened (one
-// kernel converting each value as it loaded it ran the 2-byte caches at a quarter of the f32 bandwidth on the
-// H200, 2026-11-29 15:18), and each dtype is its own kernel (a run-time bf16/f16 choice spilled).
-template <int KD> __device__ __forceinline__ unsigned ppn_kv_raw(const void *c, size_t i, bool on)
-{
-    if constexpr (KD == PPN_DT_F32) return on ? __float_as_uint(__ldg((const float *)c + i)) : 0u;
-    else return on ? (unsigned)__ldg((const unsigned short *)c + i) : 0u;
-}
-
-template <int KD> __device__ __forceinline__ float ppn_kv_widen(unsigned u)
-{
-    if constexpr (KD == PPN_DT_F32) return __uint_as_float(u);
-    else if constexpr (KD == PPN_DT_BF16) return __uint_as_float(u << 16);
-    else return ppn_f16_bits((unsigned short)u);
-}
-
 __device__ __forceinline__ float ppn_warp_sum(float v)
 {
 #pragma unroll
@@ -536,17 +519,30 @@ extern "C" __global__ void __launch_bounds__(1024) ppn_k_matvec(const ppn_kp_mat
 // ---------------------------------------------------------------------------------------------------------
 // rope: one block per head; thread i rotates pair i. Explicit _rn ops keep each product rounded as HF does.
 
-// Pair i of head xh rotated by the angle pos * inv (pair (i, i + half), or (2i, 2i + 1) interleaved). The rope
-// kernel and the fused rotary in attention both take it, so they give the same bits.
+// The rotary's angle pos * inv, and one element of a rotated pair (a, b): a' = a c - b s (second = false,
+// self = a), b' = b c + a s (second = true, self = b), each product rounded as HF rounds it. The rope kernel
+// and the fused rotary in attention both take these, so they give the same bits.
+__device__ __forceinline__ void ppn_rope_angle(int32_t pos, float inv, float *s, float *c)
+{
+    sincosf(__fmul_rn((float)pos, inv), s, c);
+}
+
+__device__ __forceinline__ float ppn_rope_rot(float self, float other, float c, float s, bool second)
+{
+    float xc = __fmul_rn(self, c), os = __fmul_rn(other, s);
+    return second ? __fadd_rn(xc, os) : __fsub_rn(xc, os);
+}
+
+// Pair i of head xh rotated (pair (i, i + half), or (2i, 2i + 1) interleaved).
 __device__ __forceinline__ void ppn_rope_pair(const float *xh, int i, int half, int interleaved, int32_t pos,
                                               float inv, int *a, int *b, float *y0, float *y1)
 {
     float s, c;
-    sincosf(__fmul_rn((float)pos, inv), &s, &c);
+    ppn_rope_angle(pos, inv, &s, &c);
     *a = interleaved ? 2 * i : i, *b = interleaved ? 2 * i + 1 : i + half;
     float x0 = xh[*a], x1 = xh[*b];
-    *y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-    *y1 = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+    *y0 = ppn_rope_rot(x0, x1, c, s, false);
+    *y1 = ppn_rope_rot(x1, x0, c, s, true);
 }
 
 // With p.kc, the blocks of the k heads also store the rotated pair and their v head (the fused kv_store).
@@ -662,11 +658,28 @@ __device__ __forceinline__ float ppn_warp_max(float v)
 // its {0, 0..} adds nothing (and -inf - -inf never makes a NaN).
 __device__ __forceinline__ float ppn_attn_weight(float m, float mx) { return m == -INFINITY ? 0.0f : expf(m - mx); }
 
+// The raw bits of element i of a cache of dtype KD, through the read-only path, predicated (0 when off: +0 in
+// every dtype); ppn_kv_widen makes the f32 value. A tile's loads all issue before the first is widened (one
+// kernel converting each value as it loaded it ran the 2-byte caches at a quarter of the f32 bandwidth on the
+// H200, 2026-11-29 15:18), and each dtype is its own kernel (a run-time bf16/f16 choice spilled).
+template <int KD> __device__ __forceinline__ unsigned ppn_kv_raw(const void *c, size_t i, bool on)
+{
+    if constexpr (KD == PPN_DT_F32) return on ? __float_as_uint(__ldg((const float *)c + i)) : 0u;
+    else return on ? (unsigned)__ldg((const unsigned short *)c + i) : 0u;
+}
+
+template <int KD> __device__ __forceinline__ float ppn_kv_widen(unsigned u)
+{
+    if constexpr (KD == PPN_DT_F32) return __uint_as_float(u);
+    else if constexpr (KD == PPN_DT_BF16) return ppn_bf16_lo(u);
+    else return ppn_f16_lo(u);
+}
+
 // The fused rotary (p.inv_freq set, kparams.h) on a row held as attention holds it: lane l has dims l + 32 i.
 // ppn_op_attn_rope admits only shapes whose pairs are in reach: a pair is either on lanes l and l ^ m (m = 1
 // for interleaved pairs (2i, 2i + 1); m = head_dim / 2 for halves when head_dim <= 32 is a power of two), or
 // elements i and i ^ NJ / 2 of one lane (halves with head_dim = 32 NJ; m = 0). The angle and the expression
-// are ppn_rope_pair's, so the bits are the rope kernel's. Compiled for NJ <= PPN_ATTN_ROPE_MAXJ only
+// are ppn_rope_angle's and ppn_rope_rot's, so the bits are the rope kernel's. Compiled for NJ <= PPN_ATTN_ROPE_MAXJ only
 // (head_dim <= 128).
 template <int NJ>
 __device__ __forceinline__ void ppn_attn_angles(const ppn_kp_attn &p, int32_t pos, int lane, float (&c)[NJ],
@@ -678,7 +691,7 @@ __device__ __forceinline__ void ppn_attn_angles(const ppn_kp_attn &p, int32_t po
     for (int i = 0; i < NJ; i++) {
         int d = lane + 32 * i, pi = p.interleaved ? d >> 1 : d < half ? d : d - half;
         c[i] = 1.0f, s[i] = 0.0f;
-        if (d < hd) sincosf(__fmul_rn((float)pos, inv[pi]), &s[i], &c[i]);
+        if (d < hd) ppn_rope_angle(pos, inv[pi], &s[i], &c[i]);
     }
 }
 
@@ -695,9 +708,8 @@ __device__ __forceinline__ void ppn_attn_rotate(float (&x)[NJ], const float (&c)
 #pragma unroll
     for (int i = 0; i < NJ; i++) {
         float o = m ? __shfl_xor_sync(PPN_FULL_MASK, x[i], m) : x[i ^ (NJ / 2)];
-        bool second = m ? (lane & m) != 0 : i >= NJ / 2; // b of the pair (a, b): b' = b c + a s
-        float xc = __fmul_rn(x[i], c[i]), os = __fmul_rn(o, s[i]);
-        y[i] = second ? __fadd_rn(xc, os) : __fsub_rn(xc, os);
+        bool second = m ? (lane & m) != 0 : i >= NJ / 2; // this element is b of its pair (a, b)
+        y[i] = ppn_rope_rot(x[i], o, c[i], s[i], second);
     }
 #pragma unroll
     for (int i = 0; i < NJ; i++) x[i] = y[i];
