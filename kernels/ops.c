@@ -344,6 +344,14 @@ static ppn_status attn_check(const char *op, int n_heads, int n_kv, int head_dim
 static ppn_status attn_submit(ppn_gpu *g, ppn_gstream *s, const char *op, const ppn_kp_attn *p)
 {
     PPN_CHECK(attn_check(op, p->n_heads, p->n_kv, p->head_dim, p->ctx, p->n_split));
+    if (p->inv_freq) { /* the fused rotary's shapes */
+        if (p->head_dim % 2) return ppn_err(PPN_EINVAL, "%s: head_dim must be even (got %d)", op, p->head_dim);
+        if (!ppn_op_attn_rope_fits(p->head_dim, p->interleaved))
+            return ppn_err(PPN_EUNSUPPORTED, "%s: head_dim %d (%s): the fused rotary takes head_dim 2, 4, .., 32, 64 "
+                           "or 128 with rotated halves, or an even head_dim up to 128 with interleaved pairs (use "
+                           "rope_kv + attn)",
+                           op, p->head_dim, p->interleaved ? "interleaved pairs" : "rotated halves");
+    }
     PPN_CHECK(need_kvdt(op, p->kvdt));
     PPN_CHECK(need_ptr(op, "out", p->out));
     PPN_CHECK(need_ptr(op, "q", p->q));
@@ -395,14 +403,7 @@ ppn_status ppn_op_attn_rope(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr q
                             int n_split, ppn_dptr inv_freq, int interleaved, int kvdt)
 {
     static const char op[] = "ppn_op_attn_rope";
-    PPN_CHECK(need_ptr(op, "inv_freq", inv_freq));
-    PPN_CHECK(attn_check(op, n_heads, n_kv, head_dim, ctx, n_split));
-    if (head_dim % 2) return ppn_err(PPN_EINVAL, "%s: head_dim must be even (got %d)", op, head_dim);
-    if (!ppn_op_attn_rope_fits(head_dim, interleaved))
-        return ppn_err(PPN_EUNSUPPORTED, "%s: head_dim %d (%s): the fused rotary takes head_dim 2, 4, .., 32, 64 or "
-                       "128 with rotated halves, or an even head_dim up to 128 with interleaved pairs (use rope_kv "
-                       "+ attn)",
-                       op, head_dim, interleaved ? "interleaved pairs" : "rotated halves");
+    PPN_CHECK(need_ptr(op, "inv_freq", inv_freq)); /* attn_submit checks the rest */
     ppn_kp_attn p = {.out = out, .q = qkv, .kc = kc, .vc = vc, .hdr = hdr, .part = part, .inv_freq = inv_freq,
                      .n_heads = n_heads, .n_kv = n_kv, .head_dim = head_dim, .ctx = ctx, .n_split = n_split,
                      .interleaved = interleaved ? 1 : 0, .kvdt = kvdt, .scale = scale};
