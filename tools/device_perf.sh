@@ -11,6 +11,8 @@
 #   greedy2  ppn bench --device-greedy: llama-8b N = 1, 2, 4, 8; decode after a 4,096-token prompt (1b, 8b)
 #   sched    ppn sched-bench llama-1b, 4 stages (graph and no-graph arms), with its plot
 #   kprof    the kernel account (PPN_KPROF=1 PPN_GRAPHS=0 ppn bench llama-1b and llama-8b, N=1)
+#   ncu      each kernel of the graph-replayed decode step timed alone by Nsight Compute (llama-1b and llama-8b,
+#            N=1, --device-greedy, 8 steps), tabled by tools/ncu_step.py beside the bench's own median step
 #   alt      A/B of experiment builds: for each build/alt/ppn-NAME (the same source with one constant changed, made
 #            on the build machine: tools/alt_builds.sh), then build/ppn again, bench llama-1b and llama-8b
 #            N=1, host-fed (host) and --device-greedy (dg), or the modes in ALT_MODES, after the prompt lengths in
@@ -114,6 +116,24 @@ for phase in "${phases[@]}"; do
             PPN_KPROF=1 PPN_GRAPHS=0 timeout 240 build/ppn bench --model "$(model $sh)" --backend cuda -n 64 \
                 --prompt 16 --reps 2 > "$OUT/kprof_$sh.txt" 2>&1 || fail=1
             cat "$OUT/kprof_$sh.txt" >> "$S"
+        done
+        ;;
+    ncu)
+        NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -n 1)
+        [ -n "$NCU" ] || { log "ncu: not found"; fail=1; continue; }
+        for sh in llama-1b llama-8b; do
+            m=$(model $sh)
+            timeout 120 build/ppn bench --model "$m" --backend cuda -n 128 --prompt 16 --reps 3 --device-greedy \
+                --json > "$OUT/ncu_bench_$sh.json" 2>>"$S" || fail=1
+            summarize "$OUT/ncu_bench_$sh.json"
+            log "ncu: $sh, N=1, --device-greedy, 8 steps, each kernel alone (--cache-control none --clock-control none)"
+            timeout 400 "$NCU" --clock-control none --cache-control none --csv --page raw --print-units base \
+                --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size \
+                build/ppn bench --model "$m" --backend cuda -n 8 --prompt 16 --reps 1 --warmup 0 --device-greedy \
+                > "$OUT/ncu_$sh.csv" 2>>"$S" || fail=1
+            ms=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["configs"][0]["median_ms"])' \
+                "$OUT/ncu_bench_$sh.json" 2>/dev/null)
+            python3 tools/ncu_step.py "$OUT/ncu_$sh.csv" $ms | tee -a "$S" || fail=1
         done
         ;;
     alt)
