@@ -722,8 +722,8 @@ __device__ __forceinline__ void ppn_attn_rotate(float (&x)[NJ], const float (&c)
 // shared memory (s_kv, ppn_attn_rope_row). Nothing reads the cache's row pos in this launch, so its loads
 // keep the read-only path.
 template <int NJ, int HP, int KD>
-__device__ void ppn_attn_pass(const ppn_kp_attn &p, const float *q, int kvh, int h0, int ng, int j, int t0, int t1,
-                              int32_t pos, const float *s_kv, float *s_acc, float *s_m, float *s_l)
+__device__ void ppn_attn_pass(const ppn_kp_attn &p, const float *q, int kvh, int h0, int ng, int ns, int j, int t0,
+                              int t1, int32_t pos, const float *s_kv, float *s_acc, float *s_m, float *s_l)
 {
     constexpr int P = ppn_attn_tile(NJ, HP), N = P * HP, SH = 5 - ppn_log2(N), LHP = ppn_log2(HP);
     static_assert(HP * NJ <= 32 && HP <= PPN_ATTN_MAXG && NJ <= PPN_ATTN_MAXJ, "attn pass shape");
@@ -824,7 +824,6 @@ __device__ void ppn_attn_pass(const ppn_kp_attn &p, const float *q, int kvh, int
         s_m[warp * PPN_ATTN_MAXG + me] = m, s_l[warp * PPN_ATTN_MAXG + me] = l;
     __syncthreads();
     // the block's partial per head: an empty split gives {-inf, 0, 0..}, as every warp's is
-    int ns = p.n_split;
     for (int x = threadIdx.x; x < ng * hd; x += blockDim.x) {
         int g = x / hd, d = x - g * hd;
         float mx = -INFINITY, den = 0.0f, num = 0.0f;
@@ -848,25 +847,25 @@ __device__ void ppn_attn_pass(const ppn_kp_attn &p, const float *q, int kvh, int
 
 // qg: the group's G query heads.
 template <int NJ, int HP, int KD>
-__device__ void ppn_attn_heads(const ppn_kp_attn &p, const float *qg, int kvh, int j, int t0, int t1,
+__device__ void ppn_attn_heads(const ppn_kp_attn &p, const float *qg, int kvh, int ns, int j, int t0, int t1,
                                const float *s_kv, float *s_acc, float *s_m, float *s_l)
 {
     int G = p.n_heads / p.n_kv;
     int32_t pos = ppn_hdr(p.hdr)->pos;
     for (int g0 = 0; g0 < G; g0 += HP)
-        ppn_attn_pass<NJ, HP, KD>(p, qg + (size_t)g0 * p.head_dim, kvh, kvh * G + g0, min(HP, G - g0), j, t0, t1,
-                                  pos, s_kv, s_acc, s_m, s_l);
+        ppn_attn_pass<NJ, HP, KD>(p, qg + (size_t)g0 * p.head_dim, kvh, kvh * G + g0, min(HP, G - g0), ns, j, t0,
+                                  t1, pos, s_kv, s_acc, s_m, s_l);
 }
 
 template <int NJ, int KD>
-__device__ void ppn_attn_by_hp(const ppn_kp_attn &p, const float *qg, int hp, int kvh, int j, int t0, int t1,
+__device__ void ppn_attn_by_hp(const ppn_kp_attn &p, const float *qg, int hp, int kvh, int ns, int j, int t0, int t1,
                                const float *s_kv, float *s_acc, float *s_m, float *s_l)
 {
     constexpr int HPMAX = 32 / NJ < PPN_ATTN_MAXG ? 32 / NJ : PPN_ATTN_MAXG;
-    if (hp == 1) ppn_attn_heads<NJ, 1, KD>(p, qg, kvh, j, t0, t1, s_kv, s_acc, s_m, s_l);
-    else if (hp == 2) ppn_attn_heads<NJ, 2, KD>(p, qg, kvh, j, t0, t1, s_kv, s_acc, s_m, s_l);
-    else if (hp == 4 || HPMAX == 4) ppn_attn_heads<NJ, 4, KD>(p, qg, kvh, j, t0, t1, s_kv, s_acc, s_m, s_l);
-    else ppn_attn_heads<NJ, HPMAX, KD>(p, qg, kvh, j, t0, t1, s_kv, s_acc, s_m, s_l);
+    if (hp == 1) ppn_attn_heads<NJ, 1, KD>(p, qg, kvh, ns, j, t0, t1, s_kv, s_acc, s_m, s_l);
+    else if (hp == 2) ppn_attn_heads<NJ, 2, KD>(p, qg, kvh, ns, j, t0, t1, s_kv, s_acc, s_m, s_l);
+    else if (hp == 4 || HPMAX == 4) ppn_attn_heads<NJ, 4, KD>(p, qg, kvh, ns, j, t0, t1, s_kv, s_acc, s_m, s_l);
+    else ppn_attn_heads<NJ, HPMAX, KD>(p, qg, kvh, ns, j, t0, t1, s_kv, s_acc, s_m, s_l);
 }
 
 // The fused rotary's row for position pos, in the block whose positions hold it: this step's k head rotated
@@ -896,9 +895,9 @@ __device__ void ppn_attn_rope_row(const ppn_kp_attn &p, int kvh, int32_t pos, fl
 // warp at a time: the warp reduces the head's maxima and sums (split j on lane j % 32, a fixed shuffle tree),
 // then the block forms num / den per output dim, summing in j order. Reads go through L2 (__ldcg): other
 // blocks wrote them. s_w: PPN_ATTN_WARPS x PPN_ATTN_MAX_SPLIT floats; s_den: PPN_ATTN_WARPS.
-__device__ void ppn_attn_merge(const ppn_kp_attn &p, int h0, int G, float *s_w, float *s_den)
+__device__ void ppn_attn_merge(const ppn_kp_attn &p, int ns, int h0, int G, float *s_w, float *s_den)
 {
-    int ns = p.n_split, hd = p.head_dim, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int hd = p.head_dim, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int rec = hd + 2; // <= 258 (int keeps ptxas from spilling the 64-bit index on sm_90a)
     const float *part = (const float *)p.part;
     for (int c0 = 0; c0 < G; c0 += PPN_ATTN_WARPS) {
@@ -949,9 +948,7 @@ template <int KD> __device__ __forceinline__ void ppn_attn_kernel(const ppn_kp_a
     // least PPN_ATTN_MIN_SPAN positions (a function of pos alone, so the bits stay fixed per position): a
     // short context runs in one block per KV head, without partials, counter or merge. The rest leave.
     unsigned *cnt = (unsigned *)((float *)p.part + (size_t)p.n_heads * p.n_split * ((size_t)hd + 2)) + kvh;
-    ppn_kp_attn q = p;
-    q.n_split = min(p.n_split, pos / PPN_ATTN_MIN_SPAN + 1);
-    int ns = q.n_split;
+    const int ns = min(p.n_split, pos / PPN_ATTN_MIN_SPAN + 1); // passed down, not set in a copy of p
     if (j >= ns) return;
     int t0, t1;
     ppn_attn_span(pos, ns, j, &t0, &t1);
@@ -962,9 +959,9 @@ template <int KD> __device__ __forceinline__ void ppn_attn_kernel(const ppn_kp_a
     }
     // NJ, HP from the sizes alone (uniform over the grid): registers per lane stay bounded whatever G is
     int nj = hd <= 64 ? 2 : hd <= 128 ? 4 : 8, hp = G == 1 ? 1 : G == 2 ? 2 : G <= 4 ? 4 : PPN_ATTN_MAXG;
-    if (nj == 2) ppn_attn_by_hp<2, KD>(q, qg, hp, kvh, j, t0, t1, s_kv, s_acc, s_m, s_l);
-    else if (nj == 4) ppn_attn_by_hp<4, KD>(q, qg, hp, kvh, j, t0, t1, s_kv, s_acc, s_m, s_l);
-    else ppn_attn_by_hp<PPN_ATTN_MAXJ, KD>(q, qg, hp, kvh, j, t0, t1, s_kv, s_acc, s_m, s_l);
+    if (nj == 2) ppn_attn_by_hp<2, KD>(p, qg, hp, kvh, ns, j, t0, t1, s_kv, s_acc, s_m, s_l);
+    else if (nj == 4) ppn_attn_by_hp<4, KD>(p, qg, hp, kvh, ns, j, t0, t1, s_kv, s_acc, s_m, s_l);
+    else ppn_attn_by_hp<PPN_ATTN_MAXJ, KD>(p, qg, hp, kvh, ns, j, t0, t1, s_kv, s_acc, s_m, s_l);
     if (ns == 1) return;
     // Release: every thread's stores are visible device-wide before thread 0 counts the block in.
     __threadfence();
@@ -975,7 +972,7 @@ template <int KD> __device__ __forceinline__ void ppn_attn_kernel(const ppn_kp_a
     }
     __syncthreads();
     if (!s_last) return;
-    ppn_attn_merge(q, kvh * G, G, s_acc, s_acc + PPN_ATTN_WARPS * PPN_ATTN_MAX_SPLIT);
+    ppn_attn_merge(p, ns, kvh * G, G, s_acc, s_acc + PPN_ATTN_WARPS * PPN_ATTN_MAX_SPLIT);
     if (threadIdx.x == 0) *cnt = 0; // every block of kvh has counted; the next launch starts from 0
 }
 
