@@ -22,6 +22,7 @@
 #define MATVEC_SMS 132u        /* the H200's SMs: the resident wave is sized for it */
 #define MATVEC_MAX_PER_SM 4u   /* 256 threads x 64 registers: 4 blocks fill an SM's register file */
 #define MATVEC_SM_SMEM 232448u /* shared memory an H200 SM gives its blocks (227 KB) */
+#define MATVEC_WIDE_X 16384u  /* staged x bytes from which 512-thread blocks are taken at equal threads an SM */
 #define MATVEC_BLOCK_SMEM 1280u /* per block beside the staged x: static s_part (256 B) + 1 KB the driver keeps */
 /* x is staged in shared memory up to the opt-in every kernel gets (PPN_DYN_SMEM_MAX), less the kernel's
  * static s_part (2 x 32 floats). A fused input (norm, SwiGLU) must be staged, so that is its cols limit. */
@@ -153,13 +154,16 @@ static ppn_launch matvec_geometry(const ppn_kp_matvec *p, size_t es)
     if ((size_t)p->cols * sizeof(float) <= MATVEC_STAGE_MAX) smem = (unsigned)((size_t)p->cols * sizeof(float));
     /* a large staged x leaves room for fewer resident blocks: the wave is what fits */
     if (smem && MATVEC_SM_SMEM / (smem + MATVEC_BLOCK_SMEM) < per_sm) per_sm = MATVEC_SM_SMEM / (smem + MATVEC_BLOCK_SMEM);
-    /* Fewer, wider blocks when that keeps more threads (weight loads in flight) on an SM: one staged x then
-     * serves 512 threads. llama-8b's down projection (x of 57 KB) gets 2 x 512 threads an SM instead of
-     * 3 x 256, and the 8B step went from 4.673 to 4.507 ms (H200, docs/PERF.md). The bits do not change: a
-     * row's reduction depends on its G alone. */
+    /* Fewer, wider blocks when that keeps more threads (weight loads in flight) on an SM, or as many while a
+     * staged x of MATVEC_WIDE_X bytes or more is copied half as often: one staged x then serves 512 threads.
+     * llama-8b's down projection (x of 57 KB) gets 2 x 512 threads an SM instead of 3 x 256 (8B step 4.673 ->
+     * 4.507 ms); from 16 KB of x, llama-1b's down and llama-8b's q|k|v, o and gate|up get 2 x 512 instead of
+     * 4 x 256 (device greedy 1B 0.997 -> 0.972..0.979 ms, 8B 4.514 -> 4.447 ms; H200, docs/PERF.md). The bits
+     * do not change: a row's reduction depends on its G alone. */
     unsigned per_sm2 = smem ? MATVEC_SM_SMEM / (smem + MATVEC_BLOCK_SMEM) : 0;
     if (per_sm2 > MATVEC_MAX_PER_SM / 2u) per_sm2 = MATVEC_MAX_PER_SM / 2u;
-    if (per_sm2 * 2u > per_sm) block = 2u * MATVEC_BLOCK, per_sm = per_sm2;
+    if (per_sm2 * 2u > per_sm || (smem >= MATVEC_WIDE_X && per_sm2 * 2u == per_sm))
+        block = 2u * MATVEC_BLOCK, per_sm = per_sm2;
     unsigned blocks = blocks_for(p->rows, block / (32u * split));
     if (blocks > MATVEC_SMS * per_sm) blocks = MATVEC_SMS * per_sm;
     ppn_launch l = launch_init(PPN_K_MATVEC, p, blocks, block);
