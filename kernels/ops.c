@@ -157,8 +157,8 @@ static ppn_launch matvec_geometry(const ppn_kp_matvec *p, size_t es)
     /* Fewer, wider blocks when that keeps more threads (weight loads in flight) on an SM, or as many while a
      * staged x of MATVEC_WIDE_X bytes or more is copied half as often: one staged x then serves 512 threads.
      * llama-8b's down projection (x of 57 KB) gets 2 x 512 threads an SM instead of 3 x 256 (8B step 4.673 ->
-     * 4.507 ms); from 16 KB of x, llama-1b's down and llama-8b's q|k|v, o and gate|up get 2 x 512 instead of
-     * 4 x 256 (device greedy 1B 0.997 -> 0.972..0.979 ms, 8B 4.514 -> 4.447 ms; H200, docs/PERF.md). The bits
+     * 4.507 ms); from 16 KB of x, llama-1b's down and llama-8b's q|k|v, o, gate|up and lm head get 2 x 512
+     * instead of 4 x 256 (device greedy 1B 0.997 -> 0.972..0.979 ms, 8B 4.514 -> 4.447 ms; H200, docs/PERF.md). The bits
      * do not change: a row's reduction depends on its G alone. */
     unsigned per_sm2 = smem ? MATVEC_SM_SMEM / (smem + MATVEC_BLOCK_SMEM) : 0;
     if (per_sm2 > MATVEC_MAX_PER_SM / 2u) per_sm2 = MATVEC_MAX_PER_SM / 2u;

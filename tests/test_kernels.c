@@ -855,6 +855,7 @@ static struct {
     ppn_launch l;
     unsigned char params[256];
     int calls;
+    int dry; /* capture only: the pointers are not real buffers (geometry checks of model-sized shapes) */
 } cap;
 
 static ppn_status fake_launch(ppn_gpu *g, ppn_gstream *s, const ppn_launch *l)
@@ -865,7 +866,7 @@ static ppn_status fake_launch(ppn_gpu *g, ppn_gstream *s, const ppn_launch *l)
     memcpy(cap.params, l->params, l->params_size);
     cap.l.params = cap.params;
     cap.calls++;
-    ppn_kernels[l->kernel].cpu(cap.params);
+    if (!cap.dry) ppn_kernels[l->kernel].cpu(cap.params);
     return PPN_OK;
 }
 
@@ -1178,6 +1179,41 @@ static void test_op_kv_dtypes(void **state)
     free(r), free(rc);
 }
 
+/* The matvec geometry the H200 runs chose (ops.c matvec_geometry; docs/PERF.md): 256-thread blocks, four an SM,
+ * while x is staged under 16 KB; 512-thread blocks from 16 KB of staged x (x copied half as often) and where a
+ * large x leaves room for fewer blocks; never more blocks than one resident wave of 132 SMs; x over the
+ * shared-memory opt-in read unstaged. Captured only (model-sized shapes, no buffers behind the pointers). */
+static void test_op_matvec_geometry(void **state)
+{
+    (void)state;
+    static const struct { int rows, cols; unsigned block, max_grid, smem; } g[] = {
+        {3072, 2048, 256, 528, 8192},     /* llama-1b q|k|v: x of 8 KB */
+        {16384, 2048, 256, 528, 8192},    /* llama-1b gate|up */
+        {2048, 8192, 512, 264, 32768},    /* llama-1b down: x of 32 KB */
+        {6144, 4096, 512, 264, 16384},    /* llama-8b q|k|v: x of 16 KB */
+        {4096, 14336, 512, 264, 57344},   /* llama-8b down: 2 x 512 threads fit beside 57 KB, not 4 x 256 */
+        {128256, 4096, 512, 264, 16384},  /* llama-8b lm head */
+        {64, 30000, 256, 528, 0},         /* x of 120 KB: over the opt-in, read unstaged */
+    };
+    cap.dry = 1;
+    for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) {
+        ppn_dptr w = 0x100000, x = 0x10000000, out = 0x20000000;
+        assert_int_equal(ppn_op_matvec(&fake_gpu, fake_stream, out, w, PPN_DT_BF16, x, g[i].rows, g[i].cols, 0, 0),
+                         PPN_OK);
+        if (cap.l.block[0] != g[i].block || cap.l.grid[0] > g[i].max_grid || cap.l.smem != g[i].smem)
+            fail_msg("%d x %d: block %u grid %u smem %u, expected block %u grid <= %u smem %u", g[i].rows, g[i].cols,
+                     cap.l.block[0], cap.l.grid[0], cap.l.smem, g[i].block, g[i].max_grid, g[i].smem);
+        expect_geometry(1);
+    }
+}
+
+static int dry_off(void **state) /* also after a failed check, so later tests run the reference again */
+{
+    (void)state;
+    cap.dry = 0;
+    return 0;
+}
+
 static void test_op_matvec(void **state)
 {
     (void)state;
@@ -1424,6 +1460,7 @@ int main(void)
         cmocka_unit_test(test_matmat),
         cmocka_unit_test(test_op_matmat_chunks),
         cmocka_unit_test(test_op_matvec),
+        cmocka_unit_test_teardown(test_op_matvec_geometry, dry_off),
         cmocka_unit_test(test_op_matvec_fused),
         cmocka_unit_test(test_op_rope_kv),
         cmocka_unit_test(test_op_attn_rope),
