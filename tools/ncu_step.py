@@ -6,7 +6,7 @@ for a run of `ppn bench ... --device-greedy --warmup 0 --reps 1` (tools/device_p
 that are not the report (the program's own output, ==PROF== lines) are skipped.
 
 The decode region is everything after the last ppn_k_matmat (the prompt's kernels); a step starts at each
-ppn_k_embed. Matvecs are named by their place in a layer: q|k|v, then attention, o, gate|up, SwiGLU, down;
+ppn_k_embed, or at the ppn_k_set_hdr just before it (the device-greedy loop writes the header first). Matvecs are named by their place in a layer: q|k|v, then attention, o, gate|up, SwiGLU, down;
 a step's last matvec is the lm head. ncu serializes kernels and times each from its start to its end, so the
 sum is the step without launch gaps and without the overlap programmatic dependent launch buys: set beside
 the bench's median step it shows how much of the step is kernels and how much is between them.
@@ -48,13 +48,18 @@ def main():
         return 1
     last_mm = max([i for i, k in enumerate(ks) if k[0] == "matmat"], default=-1)
     dec = ks[last_mm + 1:]
-    steps, cur = [], None
+    steps, prev = [], None
     for k in dec:
         if k[0] == "embed":
-            cur = []
-            steps.append(cur)
-        if cur is not None:
-            cur.append(k)
+            head = []
+            if prev is not None and prev[0] == "set_hdr":  # it opens this step, not the one before
+                if steps and steps[-1][-1] is prev:
+                    steps[-1].pop()
+                head = [prev]
+            steps.append(head)
+        if steps:
+            steps[-1].append(k)
+        prev = k
     # a step cut off by --launch-count lacks its head: keep the whole ones (those with an argmax)
     steps = [s for s in steps if any(k[0] == "argmax" for k in s)]
     if not steps:
@@ -74,8 +79,6 @@ def main():
                 else:
                     op = "matvec " + nxt
                     nxt = {"qkv": "o", "o": "gate|up", "gate|up": "down", "down": "qkv"}[nxt]
-            elif n.startswith("attn"):
-                nxt = "o"
             if op not in per:
                 per[op] = []
                 order.append(op)
