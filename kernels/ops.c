@@ -22,7 +22,7 @@
 #define MATVEC_SMS 132u        /* the H200's SMs: the resident wave is sized for it */
 #define MATVEC_MAX_PER_SM 4u   /* 256 threads x 64 registers: 4 blocks fill an SM's register file */
 #define MATVEC_SM_SMEM 232448u /* shared memory an H200 SM gives its blocks (227 KB) */
-#define MATVEC_WIDE_X 16384u  /* staged x bytes from which 512-thread blocks are taken at equal threads an SM */
+#define MATVEC_WIDE_X 16384u   /* staged x bytes from which 512-thread blocks are taken at equal threads an SM */
 #define MATVEC_BLOCK_SMEM 1280u /* per block beside the staged x: static s_part (256 B) + 1 KB the driver keeps */
 /* x is staged in shared memory up to the opt-in every kernel gets (PPN_DYN_SMEM_MAX), less the kernel's
  * static s_part (2 x 32 floats). A fused input (norm, SwiGLU) must be staged, so that is its cols limit. */
@@ -153,15 +153,15 @@ static ppn_launch matvec_geometry(const ppn_kp_matvec *p, size_t es)
     unsigned block = MATVEC_BLOCK, smem = 0, per_sm = MATVEC_MAX_PER_SM;
     if ((size_t)p->cols * sizeof(float) <= MATVEC_STAGE_MAX) smem = (unsigned)((size_t)p->cols * sizeof(float));
     /* a large staged x leaves room for fewer resident blocks: the wave is what fits */
-    if (smem && MATVEC_SM_SMEM / (smem + MATVEC_BLOCK_SMEM) < per_sm) per_sm = MATVEC_SM_SMEM / (smem + MATVEC_BLOCK_SMEM);
+    unsigned fit = smem ? MATVEC_SM_SMEM / (smem + MATVEC_BLOCK_SMEM) : 0; /* blocks an SM's shared memory holds */
+    if (smem && fit < per_sm) per_sm = fit;
     /* Fewer, wider blocks when that keeps more threads (weight loads in flight) on an SM, or as many while a
      * staged x of MATVEC_WIDE_X bytes or more is copied half as often: one staged x then serves 512 threads.
      * llama-8b's down projection (x of 57 KB) gets 2 x 512 threads an SM instead of 3 x 256 (8B step 4.673 ->
      * 4.507 ms); from 16 KB of x, llama-1b's down and llama-8b's q|k|v, o, gate|up and lm head get 2 x 512
-     * instead of 4 x 256 (device greedy 1B 0.997 -> 0.972..0.979 ms, 8B 4.514 -> 4.447 ms; H200, docs/PERF.md). The bits
-     * do not change: a row's reduction depends on its G alone. */
-    unsigned per_sm2 = smem ? MATVEC_SM_SMEM / (smem + MATVEC_BLOCK_SMEM) : 0;
-    if (per_sm2 > MATVEC_MAX_PER_SM / 2u) per_sm2 = MATVEC_MAX_PER_SM / 2u;
+     * instead of 4 x 256 (device greedy 1B 0.997 -> 0.972..0.979 ms, 8B 4.514 -> 4.447 ms; H200,
+     * docs/PERF.md). The bits do not change: a row's reduction depends on its G alone. */
+    unsigned per_sm2 = fit < MATVEC_MAX_PER_SM / 2u ? fit : MATVEC_MAX_PER_SM / 2u;
     if (per_sm2 * 2u > per_sm || (smem >= MATVEC_WIDE_X && per_sm2 * 2u == per_sm))
         block = 2u * MATVEC_BLOCK, per_sm = per_sm2;
     unsigned blocks = blocks_for(p->rows, block / (32u * split));
@@ -227,7 +227,8 @@ static ppn_status rope_submit(ppn_gpu *g, ppn_gstream *s, const char *op, const 
     acc_add(&l, p->inv_freq, f32_bytes((size_t)p->head_dim / 2), PPN_ACC_R);
     acc_add(&l, p->hdr, sizeof(ppn_step_hdr), PPN_ACC_R);
     if (p->kc) {
-        size_t kvn = (size_t)p->n_kv * (size_t)p->head_dim, cache = ppn_op_kv_cache_bytes(p->n_kv, p->head_dim, p->ctx, p->kvdt);
+        size_t kvn = (size_t)p->n_kv * (size_t)p->head_dim;
+        size_t cache = ppn_op_kv_cache_bytes(p->n_kv, p->head_dim, p->ctx, p->kvdt);
         acc_add(&l, p->v, f32_bytes(kvn), PPN_ACC_R);
         acc_add(&l, p->kc, cache, PPN_ACC_W);
         acc_add(&l, p->vc, cache, PPN_ACC_W);

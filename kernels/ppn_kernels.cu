@@ -948,7 +948,7 @@ template <int KD> __device__ __forceinline__ void ppn_attn_kernel(const ppn_kp_a
     // least PPN_ATTN_MIN_SPAN positions (a function of pos alone, so the bits stay fixed per position): a
     // short context runs in one block per KV head, without partials, counter or merge. The rest leave.
     unsigned *cnt = (unsigned *)((float *)p.part + (size_t)p.n_heads * p.n_split * ((size_t)hd + 2)) + kvh;
-    const int ns = min(p.n_split, pos / PPN_ATTN_MIN_SPAN + 1); // passed down, not set in a copy of p
+    const int ns = min(p.n_split, pos / PPN_ATTN_MIN_SPAN + 1); // this step's splits: the passes and merge take it
     if (j >= ns) return;
     int t0, t1;
     ppn_attn_span(pos, ns, j, &t0, &t1);
