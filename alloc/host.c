@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <jemalloc/jemalloc.h>
-#include "host.h"
-#include "../core/err.h"
+#include "alloc/host.h"
+#include "core/base/err.h"
 
 /* Ordinary host memory ---------------------------------------------------------------------------------- */
 

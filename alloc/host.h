@@ -8,7 +8,7 @@
 #define PPN_HOST_H
 
 #include <stddef.h>
-#include "../core/gpu.h"
+#include "core/device/gpu.h"
 
 void *ppn_halloc(size_t n);                /* NULL on failure (n == 0 gives a unique pointer) */
 void *ppn_hcalloc(size_t count, size_t n); /* zeroed; NULL on failure or overflow */

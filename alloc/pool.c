@@ -9,8 +9,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include "pool.h"
-#include "../core/err.h"
+#include "alloc/pool.h"
+#include "core/base/err.h"
 
 #define MIN_SHIFT 8                    /* 256 B: the smallest class, and every block's alignment */
 #define DEFAULT_SLAB (32u << 20)       /* 32 MiB */

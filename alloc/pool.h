@@ -23,7 +23,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "../core/gpu.h"
+#include "core/device/gpu.h"
 
 typedef struct ppn_pool ppn_pool;
 

@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include "core/err.h"
+#include "core/base/err.h"
 
 /* Longest value quoted in a message: the rule after it must survive the 1 KiB message buffer. */
 #define DOOR_QUOTE_MAX 200

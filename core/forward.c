@@ -2,9 +2,9 @@
  * io is [ppn_step_hdr (PPN_IO_HDR_BYTES)][x: dim floats]; every kernel reads the position and token from the
  * header in device memory, so they are ordered by the same stream/event chain as the hidden state. */
 #include <math.h>
-#include "rt.h"
-#include "err.h"
-#include "../kernels/ops.h"
+#include "core/rt.h"
+#include "core/base/err.h"
+#include "kernels/ops.h"
 
 static ppn_dptr io_x(ppn_dptr io) { return io + PPN_IO_HDR_BYTES; }
 

@@ -20,9 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <urcu/urcu-qsbr.h>
-#include "rt.h"
-#include "err.h"
-#include "../kernels/ops.h"
+#include "core/rt.h"
+#include "core/base/err.h"
+#include "kernels/ops.h"
 
 /* Failure ------------------------------------------------------------------------------------------------ */
 

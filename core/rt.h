@@ -17,13 +17,13 @@
 
 #include <stdatomic.h>
 #include "ppn.h"
-#include "gpu.h"
-#include "ckpt.h"
-#include "../alloc/pool.h"
-#include "../alloc/host.h"
-#include "../sched/issue.h"
-#include "../sched/topo.h"
-#include "../transport/boundary.h"
+#include "core/device/gpu.h"
+#include "core/model/ckpt.h"
+#include "alloc/pool.h"
+#include "alloc/host.h"
+#include "sched/issue.h"
+#include "sched/topo.h"
+#include "transport/boundary.h"
 
 #define PPN_MAX_DEVICES 64
 #define PPN_MAX_INFLIGHT 4   /* deferred steps in flight per sequence: the logits ring */

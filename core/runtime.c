@@ -3,10 +3,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "rt.h"
-#include "err.h"
-#include "../kernels/ktable.h"
-#include "../kernels/ops.h"
+#include "core/rt.h"
+#include "core/base/err.h"
+#include "kernels/ktable.h"
+#include "kernels/ops.h"
 
 #define STAGING_BYTES (16u << 20)
 

@@ -2,8 +2,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include "ppn.h"
-#include "err.h"
-#include "../alloc/host.h"
+#include "core/base/err.h"
+#include "alloc/host.h"
 
 static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 

@@ -2,9 +2,9 @@
  * logits ring (device buffers, done/readback events, pinned host rows) on the last stage's device. */
 #include <stddef.h>
 #include <string.h>
-#include "rt.h"
-#include "err.h"
-#include "../kernels/ops.h"
+#include "core/rt.h"
+#include "core/base/err.h"
+#include "kernels/ops.h"
 
 static ppn_status stage_alloc(ppn_model *m, int dev, size_t n, const char *tag, ppn_dptr *out)
 {

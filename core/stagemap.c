@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <urcu/urcu-qsbr.h>
-#include "rt.h"
-#include "err.h"
+#include "core/rt.h"
+#include "core/base/err.h"
 
 int ppn_layer_stage(const ppn_stage_map *map, int l)
 {

@@ -15,9 +15,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include "ktable.h"
+#include "kernels/ktable.h"
 
-#include "cpu_ref.h"
+#include "kernels/cpu_ref.h"
 
 #define PTR(type, p) ((type *)(uintptr_t)(p))
 

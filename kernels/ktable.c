@@ -1,9 +1,9 @@
 /* ktable.c - the kernel table (CUDA symbol name, params size, CPU reference) and the host-side
  * bf16 / f16 <-> f32 conversions shared by the loaders and the CPU reference kernels. */
 #include <string.h>
-#include "ktable.h"
+#include "kernels/ktable.h"
 
-#include "cpu_ref.h"
+#include "kernels/cpu_ref.h"
 
 /* The name is the extern "C" symbol in kernels/ppn_kernels.cu; the cuda backend resolves it with
  * cuModuleGetFunction, so the two must stay spelled alike. */

@@ -4,7 +4,7 @@
 #define PPN_KTABLE_H
 
 #include <stddef.h>
-#include "kparams.h"
+#include "kernels/kparams.h"
 
 typedef enum ppn_kernel_id {
     PPN_K_EMBED,

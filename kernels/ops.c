@@ -10,8 +10,8 @@
  * is what makes their bits repeat from run to run. Contract with ppn_kernels.cu: blocks are whole warps,
  * at most 1024 threads; attention at most 16 warps, head_dim <= 256 and n_split <= 64.
  */
-#include "ops.h"
-#include "core/err.h"
+#include "kernels/ops.h"
+#include "core/base/err.h"
 
 #define ELEM_BLOCK 256u     /* elementwise kernels: one element per thread */
 #define NORM_BLOCK 512u     /* rmsnorm: one block sums the whole vector */

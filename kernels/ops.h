@@ -4,8 +4,8 @@
 #ifndef PPN_OPS_H
 #define PPN_OPS_H
 
-#include "../core/gpu.h"
-#include "ktable.h"
+#include "core/device/gpu.h"
+#include "kernels/ktable.h"
 
 ppn_status ppn_op_embed(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr table, int wdt, int vocab, int dim,
                         ppn_dptr hdr);

@@ -18,7 +18,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
-#include "kparams.h"
+#include "kernels/kparams.h"
 
 #define PPN_FULL_MASK 0xffffffffu
 #define PPN_ATTN_WARPS 8

@@ -5,8 +5,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <urcu/urcu-qsbr.h>
-#include "issue.h"
-#include "../core/err.h"
+#include "sched/issue.h"
+#include "core/base/err.h"
 
 static void futex_wait(_Atomic uint32_t *w, uint32_t seen)
 {

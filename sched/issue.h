@@ -15,7 +15,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <urcu/wfcqueue.h>
-#include "topo.h"
+#include "sched/topo.h"
 
 typedef struct ppn_cmd {
     struct cds_wfcq_node node;

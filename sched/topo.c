@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <hwloc.h>
-#include "topo.h"
-#include "../core/err.h"
+#include "sched/topo.h"
+#include "core/base/err.h"
 
 struct ppn_topo {
     hwloc_topology_t h;

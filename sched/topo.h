@@ -9,7 +9,7 @@
 #ifndef PPN_TOPO_H
 #define PPN_TOPO_H
 
-#include "../core/gpu.h"
+#include "core/device/gpu.h"
 
 typedef struct ppn_topo ppn_topo;
 

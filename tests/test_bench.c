@@ -7,14 +7,14 @@
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
-#include "util/tcheck.h"
+#include "tests/util/tcheck.h"
 #include <dirent.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "util/tutil.h"
+#include "tests/util/tutil.h"
 
 /* Entries of dir other than . and .. (-1 if it cannot be read). */
 static int dir_entries(const char *dir)

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "ppn.h"
-#include "util/tutil.h"
+#include "tests/util/tutil.h"
 
 /* The fixtures README's fp32 tolerance: max|logit - ref| <= 1e-3 * max(1, max|ref row|). */
 #define TOL_F32 1e-3

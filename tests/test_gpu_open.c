@@ -12,8 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "core/gpu.h"
-#include "util/tcheck.h"
+#include "core/device/gpu.h"
+#include "tests/util/tcheck.h"
 
 #ifndef PPN_HAVE_FATBIN
 #define PPN_HAVE_FATBIN 0

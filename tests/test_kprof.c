@@ -8,14 +8,14 @@
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
-#include "util/tcheck.h"
+#include "tests/util/tcheck.h"
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "ppn.h"
-#include "util/tutil.h"
+#include "tests/util/tutil.h"
 
 #define STEPS 3
 

@@ -21,7 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/ckpt.h"
+#include "core/model/ckpt.h"
 
 /* ---- files and temp dirs ------------------------------------------------------------------------------ */
 

@@ -22,13 +22,13 @@
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
-#include "util/tcheck.h"
+#include "tests/util/tcheck.h"
 #include <jansson.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "util/tutil.h"
+#include "tests/util/tutil.h"
 
 #define SIM_ENV "PPN_SIM_LATENCY=1 PPN_SIM_DEVICES=2"
 static const size_t sizes[] = {4096, 16384, 65536, 262144};

@@ -6,14 +6,14 @@
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
-#include "util/tcheck.h"
+#include "tests/util/tcheck.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "ppn.h"
-#include "core/gpu.h"
+#include "core/device/gpu.h"
 #include "transport/boundary.h"
-#include "util/tutil.h"
+#include "tests/util/tutil.h"
 
 static char *fixture_dir(const char *name)
 {

@@ -7,7 +7,7 @@
 #include <cmocka.h>
 #include <stdlib.h>
 #include <string.h>
-#include "core/gpu.h"
+#include "core/device/gpu.h"
 #include "alloc/pool.h"
 #include "kernels/ops.h"
 

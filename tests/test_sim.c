@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "core/gpu.h"
+#include "core/device/gpu.h"
 #include "kernels/ktable.h"
 
 #define OPS(g) ((g)->ops)

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include "cli.h"
+#include "tools/cli.h"
 
 int cli_fail(const char *fmt, ...)
 {

@@ -26,8 +26,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include "cli.h"
-#include "core/ckpt.h"
+#include "tools/cli.h"
+#include "core/model/ckpt.h"
 
 /* The H200 device-to-device copy bandwidth measured on the lent machine (docs: DESIGN.md), in GB/s. */
 #define BENCH_DEFAULT_BW_GBS 4280.0

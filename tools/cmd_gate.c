@@ -15,8 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "cli.h"
-#include "core/err.h"
+#include "tools/cli.h"
+#include "core/base/err.h"
 
 typedef struct gate_args {
     const char *model, *backend;

@@ -1,8 +1,8 @@
 /* cmd_mkmodel.c - `ppn mkmodel`: write a random-weight checkpoint in HF layout. */
 #include <stdio.h>
 #include <string.h>
-#include "cli.h"
-#include "core/ckpt.h"
+#include "tools/cli.h"
+#include "core/model/ckpt.h"
 
 int cmd_mkmodel(int argc, char **argv)
 {

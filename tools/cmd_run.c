@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "cli.h"
+#include "tools/cli.h"
 
 typedef struct run_args {
     const char *model, *backend, *logits_out;

@@ -30,11 +30,11 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include "cli.h"
-#include "plot_svg.h"
+#include "tools/cli.h"
+#include "tools/plot_svg.h"
 #include "core/rt.h"
-#include "core/err.h"
-#include "core/ckpt.h"
+#include "core/base/err.h"
+#include "core/model/ckpt.h"
 
 enum { G_ONE, G_SPREAD };
 

@@ -1,8 +1,8 @@
 /* cmd_topo.c - `ppn topo`: the backend, each device with its cpuset and NUMA node, the peer-grant matrix. */
 #include <stdio.h>
 #include <string.h>
-#include "cli.h"
-#include "core/gpu.h"
+#include "tools/cli.h"
+#include "core/device/gpu.h"
 #include "sched/topo.h"
 
 static int topo_print(ppn_gpu *g, ppn_topo *t, int json)

@@ -27,10 +27,10 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include "cli.h"
-#include "plot_svg.h"
+#include "tools/cli.h"
+#include "tools/plot_svg.h"
 #include "core/rt.h"
-#include "core/err.h"
+#include "core/base/err.h"
 #include "kernels/ops.h"
 
 #define TB_MAX_SIZES 64

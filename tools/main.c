@@ -1,7 +1,7 @@
 /* main.c - the ppn command line: one binary, subcommands. */
 #include <stdio.h>
 #include <string.h>
-#include "cli.h"
+#include "tools/cli.h"
 
 static void usage(FILE *f)
 {

@@ -3,8 +3,8 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include "plot_svg.h"
-#include "core/err.h"
+#include "tools/plot_svg.h"
+#include "core/base/err.h"
 
 /* Canvas: the plot area leaves room for tick labels on the left and bottom and a legend on the right. */
 enum { W = 900, H = 540, PL = 90, PR = 230, PT = 56, PB = 72 };

@@ -1,8 +1,8 @@
 /* boundary.c - double-buffered stage boundaries and their transports (see boundary.h). */
 #include <string.h>
-#include "boundary.h"
-#include "../core/err.h"
-#include "../sched/issue.h"
+#include "transport/boundary.h"
+#include "core/base/err.h"
+#include "sched/issue.h"
 
 static _Atomic int skip_waits; /* test-only */
 

@@ -25,9 +25,9 @@
 
 #include <stdatomic.h>
 #include <stdint.h>
-#include "../core/gpu.h"
-#include "../alloc/pool.h"
-#include "../alloc/host.h"
+#include "core/device/gpu.h"
+#include "alloc/pool.h"
+#include "alloc/host.h"
 
 enum { PPN_XPORT_INPLACE = 0, PPN_XPORT_DTOD, PPN_XPORT_PEER, PPN_XPORT_HOST, PPN_XPORT_COUNT };
 const char *ppn_xport_name(int x);

@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/gpu.h"
+#include "core/device/gpu.h"
 #include "kernels/ktable.h"
 #include "kernels/ops.h"
 

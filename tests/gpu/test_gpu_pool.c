@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "core/gpu.h"
+#include "core/device/gpu.h"
 #include "alloc/pool.h"
 #include "kernels/ops.h"
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <jansson.h>
-#include "tutil.h"
+#include "tests/util/tutil.h"
 
 const char *tu_fixture(const char *rel)
 {

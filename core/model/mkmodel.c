@@ -22,8 +22,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "ckpt_internal.h"
-#include "err.h"
+#include "core/model/ckpt_internal.h"
+#include "core/base/err.h"
 #include "kernels/ktable.h"
 
 #define MK_DEFAULT_SHARD ((size_t)4 << 30)

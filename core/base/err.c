@@ -1,7 +1,7 @@
 /* err.c - thread-local error messages behind ppn_last_error(). */
 #include <stdarg.h>
 #include <string.h>
-#include "err.h"
+#include "core/base/err.h"
 
 static _Thread_local char last_msg[1024];
 

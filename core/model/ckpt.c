@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include "ckpt_internal.h"
-#include "err.h"
-#include "safetensors.h"
+#include "core/model/ckpt_internal.h"
+#include "core/base/err.h"
+#include "core/model/safetensors.h"
 
 #define PPN_MAX_CONFIG (16u << 20)
 

@@ -1,7 +1,7 @@
 /* cuda_drv.c - load libcuda.so.1 with dlopen and fill the entry-point table through cuGetProcAddress. */
 #include <dlfcn.h>
 #include <string.h>
-#include "cuda_drv.h"
+#include "core/device/cuda_drv.h"
 
 /* Flavour of the stream-taking entry points: legacy default stream. ppn never uses the NULL stream, so this
  * only pins the choice instead of letting the driver pick from the environment. */

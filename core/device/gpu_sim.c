@@ -29,10 +29,10 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
-#include "err.h"
-#include "gpu.h"
-#include "sim_internal.h"
-#include "../kernels/ktable.h"
+#include "core/base/err.h"
+#include "core/device/gpu.h"
+#include "core/device/sim_internal.h"
+#include "kernels/ktable.h"
 
 typedef unsigned long long ull;
 

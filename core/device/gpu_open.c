@@ -1,8 +1,8 @@
 /* gpu_open.c - backend selection: an explicit name, else PPN_BACKEND, else auto (cuda when usable, else sim). */
 #include <stdlib.h>
 #include <string.h>
-#include "err.h"
-#include "gpu.h"
+#include "core/base/err.h"
+#include "core/device/gpu.h"
 
 #ifndef PPN_HAVE_FATBIN
 #define PPN_HAVE_FATBIN 0

@@ -13,7 +13,7 @@
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
-#include "err.h"
+#include "core/base/err.h"
 
 /* X(base symbol, ABI version). The field of ppn_cuda_drv is named after the symbol, so call sites read like
  * plain driver code: d->cuMemAlloc(&p, n). (cuda.h maps some names to _v2 spellings by macro; fields and

@@ -58,8 +58,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "err.h"
-#include "sim_internal.h"
+#include "core/base/err.h"
+#include "core/device/sim_internal.h"
 
 typedef unsigned long long ull;
 

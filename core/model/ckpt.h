@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "ppn.h"
-#include "../kernels/kparams.h"
+#include "kernels/kparams.h"
 
 enum { PPN_ARCH_LLAMA = 1, PPN_ARCH_MISTRAL, PPN_ARCH_QWEN2, PPN_ARCH_QWEN3, PPN_ARCH_LLAMA2C };
 enum { PPN_ROPE_DEFAULT = 0, PPN_ROPE_LLAMA3 = 1 };

@@ -29,8 +29,8 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include "cuda_drv.h"
-#include "gpu.h"
+#include "core/device/cuda_drv.h"
+#include "core/device/gpu.h"
 #include "kernels/ktable.h"
 
 #ifndef PPN_HAVE_FATBIN

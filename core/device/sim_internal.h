@@ -14,7 +14,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
-#include "gpu.h"
+#include "core/device/gpu.h"
 
 #define SIM_MAX_DEVICES 64
 #define SIM_MAX_FAILS 16

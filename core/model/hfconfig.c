@@ -10,8 +10,8 @@
 #include <limits.h>
 #include <math.h>
 #include <string.h>
-#include "ckpt.h"
-#include "err.h"
+#include "core/model/ckpt.h"
+#include "core/base/err.h"
 
 typedef struct arch_desc {
     const char *name;

@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "ckpt.h"
+#include "core/model/ckpt.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "ppn's checkpoint loaders read little-endian files in place and assume a little-endian host"

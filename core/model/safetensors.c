@@ -12,9 +12,9 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "ckpt_internal.h"
-#include "err.h"
-#include "safetensors.h"
+#include "core/model/ckpt_internal.h"
+#include "core/base/err.h"
+#include "core/model/safetensors.h"
 
 #define PPN_ST_MAX_INDEX (100u << 20)
 

@@ -10,8 +10,8 @@
  */
 #include <limits.h>
 #include <string.h>
-#include "ckpt_internal.h"
-#include "err.h"
+#include "core/model/ckpt_internal.h"
+#include "core/base/err.h"
 
 #define L2C_HEADER_BYTES 28
 
