@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/base/dtype.h"
 #include "core/rt.h"
 #include "core/base/err.h"
 #include "kernels/ktable.h"
@@ -18,7 +19,7 @@ ppn_status ppn_rt_create(const char *backend, ppn_rt **out)
     ppn_rt *rt = ppn_hcalloc(1, sizeof *rt);
     if (!rt) return ppn_err(PPN_ENOMEM, "runtime: host out of memory");
     ppn_status st;
-    PPN_CHECK_GOTO(ppn_gpu_open(backend, &rt->g), st, fail);
+    PPN_CHECK_GOTO(ppn_gpu_open(backend, ppn_kernel_set(), &rt->g), st, fail);
     ppn_trace("backend %s open", rt->g->ops->name);
     rt->n_dev = rt->g->ops->device_count(rt->g);
     if (rt->n_dev > PPN_MAX_DEVICES) rt->n_dev = PPN_MAX_DEVICES;
@@ -93,8 +94,8 @@ typedef struct uploader {
 static float load_f32(const void *src, int dt, size_t i)
 {
     switch (dt) {
-    case PPN_DT_BF16: return ppn_bf16_to_f32(((const uint16_t *)src)[i]);
-    case PPN_DT_F16: return ppn_f16_to_f32(((const uint16_t *)src)[i]);
+    case PPN_DTYPE_BF16: return ppn_bf16_to_f32(((const uint16_t *)src)[i]);
+    case PPN_DTYPE_F16: return ppn_f16_to_f32(((const uint16_t *)src)[i]);
     default: return ((const float *)src)[i];
     }
 }
@@ -107,8 +108,8 @@ static void convert(void *dst, int ddt, const void *src, int sdt, size_t n)
     }
     for (size_t i = 0; i < n; i++) {
         float f = load_f32(src, sdt, i);
-        if (ddt == PPN_DT_F32) ((float *)dst)[i] = f;
-        else if (ddt == PPN_DT_BF16) ((uint16_t *)dst)[i] = ppn_f32_to_bf16(f);
+        if (ddt == PPN_DTYPE_F32) ((float *)dst)[i] = f;
+        else if (ddt == PPN_DTYPE_BF16) ((uint16_t *)dst)[i] = ppn_f32_to_bf16(f);
         else ((uint16_t *)dst)[i] = ppn_f32_to_f16(f);
     }
 }
@@ -265,10 +266,10 @@ static ppn_status upload_rope_all(uploader *u)
     float *f = ppn_halloc(bytes);
     if (!f) return ppn_err(PPN_ENOMEM, "model: host out of memory");
     rope_inv_freq(c, f);
-    ppn_tensor t = {.data = f, .nbytes = bytes, .dtype = PPN_DT_F32};
+    ppn_tensor t = {.data = f, .nbytes = bytes, .dtype = PPN_DTYPE_F32};
     ppn_status s = PPN_OK;
     for (int d = 0; d < m->rt->n_dev && s == PPN_OK; d++)
-        s = upload_as(u, d, &t, PPN_DT_F32, "rope inv_freq", &m->inv_freq[d]);
+        s = upload_as(u, d, &t, PPN_DTYPE_F32, "rope inv_freq", &m->inv_freq[d]);
     for (int d = 0; d < m->rt->n_dev && s == PPN_OK; d++) s = m->rt->g->ops->stream_sync(m->rt->g, m->dev_stream[d]);
     ppn_hfree(f); /* after the syncs: the copies read it */
     return s;
@@ -388,7 +389,7 @@ static ppn_status model_alloc(ppn_rt *rt, const ppn_ckpt *c, const ppn_load_opts
     m->cfg = c->cfg;
     m->primary = o->device;
     m->wdt = o->dtype != PPN_DTYPE_DEFAULT ? o->dtype
-                                           : (strcmp(rt->g->ops->name, "cuda") == 0 ? PPN_DT_BF16 : PPN_DT_F32);
+                                           : (strcmp(rt->g->ops->name, "cuda") == 0 ? PPN_DTYPE_BF16 : PPN_DTYPE_F32);
     m->kvdt = m->wdt;
     m->layers = ppn_hcalloc((size_t)c->cfg.n_layers, sizeof *m->layers);
     m->layer_dev = ppn_hcalloc((size_t)c->cfg.n_layers, sizeof *m->layer_dev);

@@ -116,7 +116,10 @@ int ppn_rt_device_count(const ppn_rt *rt);
 /* 1 if kernels on device dev can be granted access to peer's memory (0 if not, or on a bad ordinal). */
 int ppn_rt_peer_possible(const ppn_rt *rt, int dev, int peer);
 
-enum { PPN_DTYPE_DEFAULT = -1, PPN_DTYPE_F32 = 0, PPN_DTYPE_BF16 = 1, PPN_DTYPE_F16 = 2 };
+/* Element types of weights and KV caches. DEFAULT: bf16 on cuda, f32 on sim (ppn_load_opts.dtype). */
+typedef enum ppn_dtype { PPN_DTYPE_DEFAULT = -1, PPN_DTYPE_F32 = 0, PPN_DTYPE_BF16 = 1, PPN_DTYPE_F16 = 2 } ppn_dtype;
+/* "f32", "bf16", "f16", "default"; "?" for a value outside the enum. Static storage. */
+const char *ppn_dtype_name(ppn_dtype dt);
 
 typedef struct ppn_load_opts {
     int dtype;      /* PPN_DTYPE_*: weight storage; default bf16 on cuda, f32 on sim */

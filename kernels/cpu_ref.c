@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/base/dtype.h"
 #include "kernels/ktable.h"
 
 #include "kernels/cpu_ref.h"
@@ -27,8 +28,8 @@ static float bf16_at(const uint16_t *w, size_t i) { return ppn_bf16_to_f32(w[i])
 static float w_at(uint64_t w, int wdt, size_t i)
 {
     switch (wdt) {
-    case PPN_DT_BF16: return bf16_at(PTR(const uint16_t, w), i);
-    case PPN_DT_F16: return ppn_f16_to_f32(PTR(const uint16_t, w)[i]);
+    case PPN_DTYPE_BF16: return bf16_at(PTR(const uint16_t, w), i);
+    case PPN_DTYPE_F16: return ppn_f16_to_f32(PTR(const uint16_t, w)[i]);
     default: return PTR(const float, w)[i];
     }
 }
@@ -37,8 +38,8 @@ static float w_at(uint64_t w, int wdt, size_t i)
 static void kv_put(uint64_t c, int kvdt, size_t i, float v)
 {
     switch (kvdt) {
-    case PPN_DT_BF16: PTR(uint16_t, c)[i] = ppn_f32_to_bf16(v); break;
-    case PPN_DT_F16: PTR(uint16_t, c)[i] = ppn_f32_to_f16(v); break;
+    case PPN_DTYPE_BF16: PTR(uint16_t, c)[i] = ppn_f32_to_bf16(v); break;
+    case PPN_DTYPE_F16: PTR(uint16_t, c)[i] = ppn_f32_to_f16(v); break;
     default: PTR(float, c)[i] = v;
     }
 }
@@ -46,7 +47,7 @@ static void kv_put(uint64_t c, int kvdt, size_t i, float v)
 /* n floats of src into cache c from element i */
 static void kv_put_row(uint64_t c, int kvdt, size_t i, const float *src, size_t n)
 {
-    if (kvdt == PPN_DT_F32) memcpy(PTR(float, c) + i, src, n * sizeof(float));
+    if (kvdt == PPN_DTYPE_F32) memcpy(PTR(float, c) + i, src, n * sizeof(float));
     else
         for (size_t k = 0; k < n; k++) kv_put(c, kvdt, i + k, src[k]);
 }
@@ -134,8 +135,8 @@ static double row_dot(const ppn_kp_matvec *p, const float *x, int r)
 {
     size_t off = (size_t)r * (size_t)p->cols;
     switch (p->wdt) {
-    case PPN_DT_BF16: return dot_bf16(PTR(const uint16_t, p->w) + off, x, p->cols);
-    case PPN_DT_F16: return dot_f16(PTR(const uint16_t, p->w) + off, x, p->cols);
+    case PPN_DTYPE_BF16: return dot_bf16(PTR(const uint16_t, p->w) + off, x, p->cols);
+    case PPN_DTYPE_F16: return dot_f16(PTR(const uint16_t, p->w) + off, x, p->cols);
     default: return dot_f32(PTR(const float, p->w) + off, x, p->cols);
     }
 }

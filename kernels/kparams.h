@@ -1,15 +1,15 @@
 /* kparams.h - the parameter struct of every kernel, shared by the CPU reference (C) and CUDA (.cu).
  *
  * Each kernel takes one of these by value. Device pointers are uint64_t (ppn_dptr). Activations are f32;
- * weights are stored in wdt (PPN_DT_*). Every kernel is deterministic: a fixed reduction order, so the same
+ * weights are stored in wdt (PPN_DTYPE_*). Every kernel is deterministic: a fixed reduction order, so the same
  * inputs give the same bits on every run (the pipeline gates compare bits).
  */
 #ifndef PPN_KPARAMS_H
 #define PPN_KPARAMS_H
 
 #include <stdint.h>
+#include "ppn.h" /* ppn_dtype: weights and KV elements */
 
-enum { PPN_DT_F32 = 0, PPN_DT_BF16 = 1, PPN_DT_F16 = 2 };
 
 /* The step header: lives in device memory, written once per step by stage 0 and carried across boundaries.
  * Kernels read pos/token from it, so a step's position is ordered by the same event chain as its data. */
@@ -67,7 +67,7 @@ typedef struct {
 typedef struct { uint64_t x, w; int32_t n_heads, head_dim, wdt; float eps; } ppn_kp_head_rmsnorm;
 
 /* Store k, v [n_kv, head_dim] (f32) into the caches [n_kv, ctx, head_dim] at hdr->pos.
- * KV caches (here, in rope's store and in attention) hold elements of dtype kvdt (PPN_DT_*; 0 = f32): the
+ * KV caches (here, in rope's store and in attention) hold elements of dtype kvdt (PPN_DTYPE_*; 0 = f32): the
  * model's weight dtype, as transformers keeps them. f32 values are rounded to nearest even on the store, and
  * widened exactly on the load. */
 typedef struct { uint64_t kc, vc, k, v, hdr; int32_t n_kv, head_dim, ctx, kvdt; } ppn_kp_kv_store;

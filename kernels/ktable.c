@@ -1,6 +1,6 @@
-/* ktable.c - the kernel table (CUDA symbol name, params size, CPU reference) and the host-side
- * bf16 / f16 <-> f32 conversions shared by the loaders and the CPU reference kernels. */
-#include <string.h>
+/* ktable.c - the kernel table (CUDA symbol name, params size, CPU reference) and the embedded image the
+ * cuda backend loads them from, handed to the device layer as one ppn_gpu_kernels. */
+#include <pthread.h>
 #include "kernels/ktable.h"
 
 #include "kernels/cpu_ref.h"
@@ -9,7 +9,7 @@
  * cuModuleGetFunction, so the two must stay spelled alike. */
 #define PPN_KDESC(id, nm) [id] = {"ppn_k_" #nm, sizeof(ppn_kp_##nm), ppn_cpu_##nm}
 
-const ppn_kernel_desc ppn_kernels[PPN_K_COUNT] = {
+const ppn_gpu_kernel ppn_kernels[PPN_K_COUNT] = {
     PPN_KDESC(PPN_K_EMBED, embed),
     PPN_KDESC(PPN_K_RMSNORM, rmsnorm),
     PPN_KDESC(PPN_K_MATVEC, matvec),
@@ -27,75 +27,24 @@ const ppn_kernel_desc ppn_kernels[PPN_K_COUNT] = {
     PPN_KDESC(PPN_K_MATMAT, matmat),
 };
 
-static uint32_t f32_bits(float f)
+#if PPN_HAVE_FATBIN
+extern const unsigned char ppn_fatbin_data[], ppn_fatbin_end[]; /* the build's embedded fatbin (CMakeLists) */
+#endif
+
+static ppn_gpu_kernels kernel_set;
+static pthread_once_t kernel_set_once = PTHREAD_ONCE_INIT;
+
+static void kernel_set_init(void)
 {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
+    kernel_set = (ppn_gpu_kernels){.k = ppn_kernels, .n = PPN_K_COUNT, .dyn_smem_max = PPN_DYN_SMEM_MAX};
+#if PPN_HAVE_FATBIN
+    kernel_set.image = ppn_fatbin_data;
+    kernel_set.image_size = (size_t)(ppn_fatbin_end - ppn_fatbin_data);
+#endif
 }
 
-static float bits_f32(uint32_t u)
+const ppn_gpu_kernels *ppn_kernel_set(void)
 {
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-float ppn_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
-
-/* Round to nearest even on the 16 dropped bits; a NaN stays a NaN (quieted) instead of rounding to inf. */
-uint16_t ppn_f32_to_bf16(float f)
-{
-    uint32_t u = f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-float ppn_f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0) { /* zero or subnormal: m * 2^-24, exact in f32 */
-        float v = (float)m * 0x1p-24f;
-        return bits_f32(f32_bits(v) | sign);
-    }
-    if (e == 31) return bits_f32(sign | 0x7f800000u | (m << 13));
-    return bits_f32(sign | ((e + 112u) << 23) | (m << 13));
-}
-
-/* Shift m right by sh (1..24) rounding to nearest even. */
-static uint32_t shift_rne(uint32_t m, unsigned sh)
-{
-    uint32_t q = m >> sh, rem = m & ((1u << sh) - 1u), half = 1u << (sh - 1);
-    if (rem > half || (rem == half && (q & 1u))) q++;
-    return q;
-}
-
-/* Round to nearest even, with f16 subnormals, overflow to inf, and NaN kept a (quiet) NaN. */
-uint16_t ppn_f32_to_f16(float f)
-{
-    uint32_t u = f32_bits(f);
-    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-    uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
-    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 (and inf) rounds to inf */
-    if (a >= 0x38800000u) {                                    /* normal f16: rebias, round 13 bits */
-        return (uint16_t)(sign | shift_rne(a - (112u << 23), 13));
-    }
-    if (a <= 0x33000000u) return sign;                         /* <= 2^-25 rounds to (signed) zero */
-    /* Subnormal: value = (mant | 1<<23) * 2^(e-150); in units of 2^-24 that is a right shift by 126-e. A
-     * carry out of the mantissa yields 0x400, the smallest normal, which is the right encoding. */
-    uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
-    return (uint16_t)(sign | shift_rne(m, 126u - e));
-}
-
-size_t ppn_dtype_size(int dt)
-{
-    switch (dt) {
-    case PPN_DT_F32: return 4;
-    case PPN_DT_BF16: return 2;
-    case PPN_DT_F16: return 2;
-    default: return 0;
-    }
+    pthread_once(&kernel_set_once, kernel_set_init);
+    return &kernel_set;
 }

@@ -1,9 +1,10 @@
 /* ktable.h - the kernel table: one id per kernel, its name (the CUDA symbol, extern "C"), the size of its
- * parameter struct, and the CPU reference the sim backend runs. */
+ * parameter struct, and the CPU reference the sim backend runs; the device layer receives it at open. */
 #ifndef PPN_KTABLE_H
 #define PPN_KTABLE_H
 
 #include <stddef.h>
+#include "core/device/gpu.h"
 #include "kernels/kparams.h"
 
 typedef enum ppn_kernel_id {
@@ -25,19 +26,10 @@ typedef enum ppn_kernel_id {
     PPN_K_COUNT
 } ppn_kernel_id;
 
-typedef struct ppn_kernel_desc {
-    const char *name;                  /* CUDA symbol: "ppn_k_<name>" */
-    size_t params_size;
-    void (*cpu)(const void *params);   /* CPU reference: computes the whole op */
-} ppn_kernel_desc;
+/* Each entry: the CUDA symbol "ppn_k_<name>", its params struct's size, its CPU reference (cpu_ref.h). */
+extern const ppn_gpu_kernel ppn_kernels[PPN_K_COUNT];
 
-extern const ppn_kernel_desc ppn_kernels[PPN_K_COUNT];
-
-/* bf16 / f16 <-> f32 on the host (round to nearest even), shared by loaders and the CPU reference. */
-float ppn_bf16_to_f32(uint16_t h);
-uint16_t ppn_f32_to_bf16(float f);
-float ppn_f16_to_f32(uint16_t h);
-uint16_t ppn_f32_to_f16(float f);
-size_t ppn_dtype_size(int dt);
+/* The table with the embedded image (no image in a build without nvcc), for ppn_gpu_open. */
+const ppn_gpu_kernels *ppn_kernel_set(void);
 
 #endif

@@ -10,6 +10,7 @@
  * is what makes their bits repeat from run to run. Contract with ppn_kernels.cu: blocks are whole warps,
  * at most 1024 threads; attention at most 16 warps, head_dim <= 256 and n_split <= 64.
  */
+#include "core/base/dtype.h"
 #include "kernels/ops.h"
 #include "core/base/err.h"
 
@@ -70,14 +71,14 @@ static ppn_status need_ptr(const char *op, const char *what, ppn_dptr p)
 static ppn_status need_wdt(const char *op, int wdt)
 {
     if (ppn_dtype_size(wdt) == 0)
-        return ppn_err(PPN_EINVAL, "%s: unknown weight dtype %d (expected PPN_DT_F32/BF16/F16)", op, wdt);
+        return ppn_err(PPN_EINVAL, "%s: unknown weight dtype %d (expected PPN_DTYPE_F32/BF16/F16)", op, wdt);
     return PPN_OK;
 }
 
 static ppn_status need_kvdt(const char *op, int kvdt)
 {
     if (ppn_dtype_size(kvdt) == 0)
-        return ppn_err(PPN_EINVAL, "%s: unknown KV cache dtype %d (expected PPN_DT_F32/BF16/F16)", op, kvdt);
+        return ppn_err(PPN_EINVAL, "%s: unknown KV cache dtype %d (expected PPN_DTYPE_F32/BF16/F16)", op, kvdt);
     return PPN_OK;
 }
 
@@ -368,7 +369,7 @@ static ppn_status attn_submit(ppn_gpu *g, ppn_gstream *s, const char *op, const 
     size_t kvb = f32_bytes((size_t)p->n_kv * (size_t)p->head_dim);
     size_t cache = ppn_op_kv_cache_bytes(p->n_kv, p->head_dim, p->ctx, p->kvdt);
     int cmode = p->inv_freq ? PPN_ACC_RW : PPN_ACC_R;
-    int k = p->kvdt == PPN_DT_BF16 ? PPN_K_ATTN_BF16 : p->kvdt == PPN_DT_F16 ? PPN_K_ATTN_F16 : PPN_K_ATTN;
+    int k = p->kvdt == PPN_DTYPE_BF16 ? PPN_K_ATTN_BF16 : p->kvdt == PPN_DTYPE_F16 ? PPN_K_ATTN_F16 : PPN_K_ATTN;
     ppn_launch l = launch_init(k, p, (unsigned)p->n_kv, ATTN_BLOCK); /* a CTA per KV head's group */
     l.grid[1] = (unsigned)p->n_split; /* never pos: the launch is the same for every step */
     acc_add(&l, p->q, p->inv_freq ? qb + 2u * kvb : qb, PPN_ACC_R);

@@ -1,6 +1,6 @@
 /* ops.h - typed launch wrappers: build the params struct, the declared accesses (for the sim checker) and the
  * cuda geometry of each kernel, then call g->ops->launch. The forward pass calls only these.
- * Sizes are element counts; wdt is the weight dtype (PPN_DT_*). Each returns the launch's status. */
+ * Sizes are element counts; wdt is the weight dtype (PPN_DTYPE_*). Each returns the launch's status. */
 #ifndef PPN_OPS_H
 #define PPN_OPS_H
 
@@ -33,7 +33,7 @@ ppn_status ppn_op_rope(ppn_gpu *g, ppn_gstream *s, ppn_dptr x, int n_heads, int 
                        int interleaved, ppn_dptr hdr);
 /* rope over qk = [q: n_q heads][k: n_kv heads], then k and v [n_kv, head_dim] stored into the caches at hdr->pos
  * (kv_store's work in the same launch). kvdt (here, in kv_store and attention): the caches' element dtype,
- * PPN_DT_F32/BF16/F16 (ppn_kp_kv_store). */
+ * PPN_DTYPE_F32/BF16/F16 (ppn_kp_kv_store). */
 ppn_status ppn_op_rope_kv(ppn_gpu *g, ppn_gstream *s, ppn_dptr qk, int n_q, int n_kv, int head_dim,
                           ppn_dptr inv_freq, int interleaved, ppn_dptr hdr, ppn_dptr kc, ppn_dptr vc, ppn_dptr v,
                           int ctx, int kvdt);

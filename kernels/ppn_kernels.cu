@@ -41,23 +41,23 @@ __device__ __forceinline__ float ppn_f16_bits(unsigned short u) { return __half2
 // Weight element i of dtype wdt, widened to f32.
 __device__ __forceinline__ float ppn_wload(uint64_t w, int wdt, size_t i)
 {
-    if (wdt == PPN_DT_BF16) return ppn_bf16_bits(((const unsigned short *)w)[i]);
-    if (wdt == PPN_DT_F16) return ppn_f16_bits(((const unsigned short *)w)[i]);
+    if (wdt == PPN_DTYPE_BF16) return ppn_bf16_bits(((const unsigned short *)w)[i]);
+    if (wdt == PPN_DTYPE_F16) return ppn_f16_bits(((const unsigned short *)w)[i]);
     return ((const float *)w)[i];
 }
 
 // KV cache elements (kparams.h, ppn_kp_kv_store): dtype kd, f32 rounded to nearest even on the store.
 __device__ __forceinline__ float ppn_kv_round(int kd, float v)
 {
-    if (kd == PPN_DT_BF16) return __bfloat162float(__float2bfloat16_rn(v));
-    if (kd == PPN_DT_F16) return __half2float(__float2half_rn(v));
+    if (kd == PPN_DTYPE_BF16) return __bfloat162float(__float2bfloat16_rn(v));
+    if (kd == PPN_DTYPE_F16) return __half2float(__float2half_rn(v));
     return v;
 }
 
 __device__ __forceinline__ void ppn_kv_put(uint64_t c, int kd, size_t i, float v)
 {
-    if (kd == PPN_DT_BF16) ((__nv_bfloat16 *)c)[i] = __float2bfloat16_rn(v);
-    else if (kd == PPN_DT_F16) ((__half *)c)[i] = __float2half_rn(v);
+    if (kd == PPN_DTYPE_BF16) ((__nv_bfloat16 *)c)[i] = __float2bfloat16_rn(v);
+    else if (kd == PPN_DTYPE_F16) ((__half *)c)[i] = __float2half_rn(v);
     else ((float *)c)[i] = v;
 }
 
@@ -226,7 +226,7 @@ __device__ __forceinline__ float ppn_fma4(float4 w, float4 x, float acc)
 
 template <int DT> struct ppn_mv;
 
-template <> struct ppn_mv<PPN_DT_F32> {
+template <> struct ppn_mv<PPN_DTYPE_F32> {
     static constexpr int V = 4;
     static __device__ __forceinline__ float at(const char *row, int c) { return ((const float *)row)[c]; }
     // acc += the chunk's 4 products in index order; x points at the chunk's first element.
@@ -246,15 +246,15 @@ template <int DT> struct ppn_mv16 {
     static __device__ __forceinline__ float at(const char *row, int c)
     {
         unsigned short u = ((const unsigned short *)row)[c];
-        return DT == PPN_DT_BF16 ? ppn_bf16_bits(u) : ppn_f16_bits(u);
+        return DT == PPN_DTYPE_BF16 ? ppn_bf16_bits(u) : ppn_f16_bits(u);
     }
     static __device__ __forceinline__ float lo(unsigned u)
     {
-        return DT == PPN_DT_BF16 ? ppn_bf16_lo(u) : ppn_f16_lo(u);
+        return DT == PPN_DTYPE_BF16 ? ppn_bf16_lo(u) : ppn_f16_lo(u);
     }
     static __device__ __forceinline__ float hi(unsigned u)
     {
-        return DT == PPN_DT_BF16 ? ppn_bf16_hi(u) : ppn_f16_hi(u);
+        return DT == PPN_DTYPE_BF16 ? ppn_bf16_hi(u) : ppn_f16_hi(u);
     }
     template <bool XS> static __device__ __forceinline__ float fma_chunk(uint4 w, const float *x, int sw, float acc)
     {
@@ -264,8 +264,8 @@ template <int DT> struct ppn_mv16 {
         return ppn_fma4(make_float4(lo(w.z), hi(w.z), lo(w.w), hi(w.w)), x1, acc);
     }
 };
-template <> struct ppn_mv<PPN_DT_BF16> : ppn_mv16<PPN_DT_BF16> {};
-template <> struct ppn_mv<PPN_DT_F16> : ppn_mv16<PPN_DT_F16> {};
+template <> struct ppn_mv<PPN_DTYPE_BF16> : ppn_mv16<PPN_DTYPE_BF16> {};
+template <> struct ppn_mv<PPN_DTYPE_F16> : ppn_mv16<PPN_DTYPE_F16> {};
 
 // Issue the loads of this thread's chunks j0, j0 + nt, ... (PPN_MV_U of them, those below nfull).
 __device__ __forceinline__ void ppn_mv_issue(uint4 (&wv)[PPN_MV_U], const uint4 *row, int j0, int nt, int nfull)
@@ -347,9 +347,9 @@ __device__ __forceinline__ float ppn_silu_mul(float g, float u) { return (g / (1
 // Weights 4j .. 4j+3 of nw (16-byte aligned for f32, 8-byte for the 2-byte dtypes).
 __device__ __forceinline__ float4 ppn_nw4(uint64_t nw, int wdt, int j)
 {
-    if (wdt == PPN_DT_F32) return __ldg((const float4 *)nw + j);
+    if (wdt == PPN_DTYPE_F32) return __ldg((const float4 *)nw + j);
     uint2 u = __ldg((const uint2 *)nw + j);
-    if (wdt == PPN_DT_BF16) return make_float4(ppn_bf16_lo(u.x), ppn_bf16_hi(u.x), ppn_bf16_lo(u.y), ppn_bf16_hi(u.y));
+    if (wdt == PPN_DTYPE_BF16) return make_float4(ppn_bf16_lo(u.x), ppn_bf16_hi(u.x), ppn_bf16_lo(u.y), ppn_bf16_hi(u.y));
     return make_float4(ppn_f16_lo(u.x), ppn_f16_hi(u.x), ppn_f16_lo(u.y), ppn_f16_hi(u.y));
 }
 
@@ -388,12 +388,12 @@ __device__ __noinline__ void ppn_mv_stage_in(const ppn_kp_matvec p, float *xs, f
         return;
     }
     // PPN_MV_X_RMSNORM
-    const bool wv4 = v4 && ((uintptr_t)p.nw & (p.wdt == PPN_DT_F32 ? 15u : 7u)) == 0;
+    const bool wv4 = v4 && ((uintptr_t)p.nw & (p.wdt == PPN_DTYPE_F32 ? 15u : 7u)) == 0;
     float ss = 0.0f;
     if (wv4) {
         const float4 *x4 = (const float4 *)x;
         const char *nwb = (const char *)p.nw;
-        const int wb = p.wdt == PPN_DT_F32 ? 16 : 8; // weight bytes per group of 4
+        const int wb = p.wdt == PPN_DTYPE_F32 ? 16 : 8; // weight bytes per group of 4
         for (int i = tid; i < n4; i += PPN_STAGE_U * nth) {
             float4 v[PPN_STAGE_U];
 #pragma unroll
@@ -439,7 +439,7 @@ __device__ __noinline__ void ppn_mv_rows(const ppn_kp_matvec p, float *xs, float
 {
     typedef ppn_mv<DT> T;
     constexpr int V = T::V, g = G, nt = 32 * G;
-    constexpr size_t es = DT == PPN_DT_F32 ? 4 : 2;
+    constexpr size_t es = DT == PPN_DTYPE_F32 ? 4 : 2;
     const int nfull = p.cols / V;
     if (blockDim.x % nt) __trap(); // ops.c broke the contract: no result rather than other bits
     const int t = threadIdx.x % nt, grp = threadIdx.x / nt, rpb = blockDim.x / nt;
@@ -496,7 +496,7 @@ __device__ __noinline__ void ppn_mv_rows(const ppn_kp_matvec p, float *xs, float
 
 template <int DT> __device__ __forceinline__ void ppn_mv_by_split(const ppn_kp_matvec &p, float *xs, float (*part)[32])
 {
-    switch (ppn_mv_split(p.cols, DT == PPN_DT_F32 ? 4 : 2)) {
+    switch (ppn_mv_split(p.cols, DT == PPN_DTYPE_F32 ? 4 : 2)) {
     case 1: ppn_mv_rows<DT, 1>(p, xs, part); break;
     case 2: ppn_mv_rows<DT, 2>(p, xs, part); break;
     case 4: ppn_mv_rows<DT, 4>(p, xs, part); break;
@@ -511,9 +511,9 @@ extern "C" __global__ void __launch_bounds__(1024) ppn_k_matvec(const ppn_kp_mat
     __shared__ float s_part[2][32];
     float *xs = (float *)ppn_mv_xs;
     ppn_pdl_trigger(); // the wait is in ppn_mv_rows, after the first weight loads
-    if (p.wdt == PPN_DT_BF16) ppn_mv_by_split<PPN_DT_BF16>(p, xs, s_part);
-    else if (p.wdt == PPN_DT_F16) ppn_mv_by_split<PPN_DT_F16>(p, xs, s_part);
-    else ppn_mv_by_split<PPN_DT_F32>(p, xs, s_part);
+    if (p.wdt == PPN_DTYPE_BF16) ppn_mv_by_split<PPN_DTYPE_BF16>(p, xs, s_part);
+    else if (p.wdt == PPN_DTYPE_F16) ppn_mv_by_split<PPN_DTYPE_F16>(p, xs, s_part);
+    else ppn_mv_by_split<PPN_DTYPE_F32>(p, xs, s_part);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -664,14 +664,14 @@ __device__ __forceinline__ float ppn_attn_weight(float m, float mx) { return m =
 // H200, 2026-11-29 15:18), and each dtype is its own kernel (a run-time bf16/f16 choice spilled).
 template <int KD> __device__ __forceinline__ unsigned ppn_kv_raw(const void *c, size_t i, bool on)
 {
-    if constexpr (KD == PPN_DT_F32) return on ? __float_as_uint(__ldg((const float *)c + i)) : 0u;
+    if constexpr (KD == PPN_DTYPE_F32) return on ? __float_as_uint(__ldg((const float *)c + i)) : 0u;
     else return on ? (unsigned)__ldg((const unsigned short *)c + i) : 0u;
 }
 
 template <int KD> __device__ __forceinline__ float ppn_kv_widen(unsigned u)
 {
-    if constexpr (KD == PPN_DT_F32) return __uint_as_float(u);
-    else if constexpr (KD == PPN_DT_BF16) return ppn_bf16_lo(u);
+    if constexpr (KD == PPN_DTYPE_F32) return __uint_as_float(u);
+    else if constexpr (KD == PPN_DTYPE_BF16) return ppn_bf16_lo(u);
     else return ppn_f16_lo(u);
 }
 
@@ -729,7 +729,7 @@ __device__ void ppn_attn_pass(const ppn_kp_attn &p, const float *q, int kvh, int
     static_assert(HP * NJ <= 32 && HP <= PPN_ATTN_MAXG && NJ <= PPN_ATTN_MAXJ, "attn pass shape");
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, hd = p.head_dim;
     size_t kv_off = (size_t)kvh * (size_t)p.ctx * hd; // elements
-    constexpr size_t KB = KD == PPN_DT_F32 ? 4 : 2;
+    constexpr size_t KB = KD == PPN_DTYPE_F32 ? 4 : 2;
     const char *kc = (const char *)p.kc + kv_off * KB, *vc = (const char *)p.vc + kv_off * KB;
     const bool rope = NJ <= PPN_ATTN_ROPE_MAXJ && p.inv_freq != 0; // ops.c admits no wider head
     const int sub = rope ? pos : -1; // the position whose k, v rows come from s_kv
@@ -978,17 +978,17 @@ template <int KD> __device__ __forceinline__ void ppn_attn_kernel(const ppn_kp_a
 
 extern "C" __global__ void __launch_bounds__(32 * PPN_ATTN_WARPS, 2) ppn_k_attn(const ppn_kp_attn p)
 {
-    ppn_attn_kernel<PPN_DT_F32>(p);
+    ppn_attn_kernel<PPN_DTYPE_F32>(p);
 }
 
 extern "C" __global__ void __launch_bounds__(32 * PPN_ATTN_WARPS, 2) ppn_k_attn_bf16(const ppn_kp_attn_bf16 p)
 {
-    ppn_attn_kernel<PPN_DT_BF16>(p);
+    ppn_attn_kernel<PPN_DTYPE_BF16>(p);
 }
 
 extern "C" __global__ void __launch_bounds__(32 * PPN_ATTN_WARPS, 2) ppn_k_attn_f16(const ppn_kp_attn_f16 p)
 {
-    ppn_attn_kernel<PPN_DT_F16>(p);
+    ppn_attn_kernel<PPN_DTYPE_F16>(p);
 }
 
 // ---------------------------------------------------------------------------------------------------------

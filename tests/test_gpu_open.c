@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/device/gpu.h"
+#include "kernels/ktable.h"
 #include "tests/util/tcheck.h"
 
 #ifndef PPN_HAVE_FATBIN
@@ -45,7 +46,7 @@ static void t_bogus_name(void **state)
 {
     (void)state;
     ppn_gpu *g = NULL;
-    EXPECT_ST(PPN_EINVAL, ppn_gpu_open("bogus", &g));
+    EXPECT_ST(PPN_EINVAL, ppn_gpu_open("bogus", ppn_kernel_set(), &g));
     MSG_HAS("bogus");
     MSG_HAS("auto, cuda, sim");
     assert_null(strstr(ppn_last_error(), "PPN_BACKEND"));
@@ -57,10 +58,10 @@ static void t_bogus_env(void **state)
     (void)state;
     ppn_gpu *g = NULL;
     setenv("PPN_BACKEND", "bogus", 1);
-    EXPECT_ST(PPN_EINVAL, ppn_gpu_open(NULL, &g));
+    EXPECT_ST(PPN_EINVAL, ppn_gpu_open(NULL, ppn_kernel_set(), &g));
     MSG_HAS("PPN_BACKEND=bogus");
     MSG_HAS("auto, cuda, sim");
-    EXPECT_ST(PPN_EINVAL, ppn_gpu_open("", &g));
+    EXPECT_ST(PPN_EINVAL, ppn_gpu_open("", ppn_kernel_set(), &g));
     MSG_HAS("PPN_BACKEND=bogus");
     assert_null(g);
 }
@@ -71,12 +72,12 @@ static void t_precedence(void **state)
     (void)state;
     ppn_gpu *g = NULL;
     setenv("PPN_BACKEND", "bogus", 1);
-    EXPECT_ST(PPN_OK, ppn_gpu_open("sim", &g));
+    EXPECT_ST(PPN_OK, ppn_gpu_open("sim", ppn_kernel_set(), &g));
     assert_string_equal(g->ops->name, "sim");
     ppn_gpu_close(g);
     g = NULL;
     setenv("PPN_BACKEND", "sim", 1);
-    EXPECT_ST(PPN_OK, ppn_gpu_open(NULL, &g));
+    EXPECT_ST(PPN_OK, ppn_gpu_open(NULL, ppn_kernel_set(), &g));
     assert_string_equal(g->ops->name, "sim");
     assert_true(g->ops->device_count(g) >= 1);
     ppn_gpu_close(g);
@@ -86,7 +87,7 @@ static void t_cuda_create(void **state)
 {
     (void)state;
     ppn_gpu *g = NULL;
-    ppn_status st = ppn_gpu_cuda_create(&g);
+    ppn_status st = ppn_gpu_cuda_create(ppn_kernel_set(), &g);
     if (!have_driver) {
         char want[700];
         snprintf(want, sizeof want, "cuda: cannot dlopen libcuda.so.1: %s", dl_reason);
@@ -111,17 +112,17 @@ static void t_cuda_forced(void **state)
     (void)state;
     ppn_gpu *g = NULL;
     if (!have_driver) {
-        EXPECT_ST(PPN_ENODEV, ppn_gpu_open("cuda", &g));
+        EXPECT_ST(PPN_ENODEV, ppn_gpu_open("cuda", ppn_kernel_set(), &g));
         MSG_HAS("cannot dlopen libcuda.so.1");
         assert_null(g);
         setenv("PPN_BACKEND", "cuda", 1);
-        EXPECT_ST(PPN_ENODEV, ppn_gpu_open(NULL, &g));
+        EXPECT_ST(PPN_ENODEV, ppn_gpu_open(NULL, ppn_kernel_set(), &g));
         MSG_HAS("PPN_BACKEND=cuda");
         MSG_HAS("cannot dlopen libcuda.so.1");
         assert_null(g);
         return;
     }
-    ppn_status st = ppn_gpu_open("cuda", &g);
+    ppn_status st = ppn_gpu_open("cuda", ppn_kernel_set(), &g);
     if (st == PPN_OK) {
         assert_true(PPN_HAVE_FATBIN);
         assert_string_equal(g->ops->name, "cuda");
@@ -138,21 +139,21 @@ static void t_auto(void **state)
     (void)state;
     const char *want = "sim";
     ppn_gpu *g = NULL;
-    if (have_driver && PPN_HAVE_FATBIN && ppn_gpu_cuda_create(&g) == PPN_OK) {
+    if (have_driver && PPN_HAVE_FATBIN && ppn_gpu_cuda_create(ppn_kernel_set(), &g) == PPN_OK) {
         want = "cuda";
         ppn_gpu_close(g);
         g = NULL;
     }
-    EXPECT_ST(PPN_OK, ppn_gpu_open("auto", &g));
+    EXPECT_ST(PPN_OK, ppn_gpu_open("auto", ppn_kernel_set(), &g));
     assert_string_equal(g->ops->name, want);
     ppn_gpu_close(g);
     g = NULL;
-    EXPECT_ST(PPN_OK, ppn_gpu_open(NULL, &g));
+    EXPECT_ST(PPN_OK, ppn_gpu_open(NULL, ppn_kernel_set(), &g));
     assert_string_equal(g->ops->name, want);
     ppn_gpu_close(g);
     g = NULL;
     setenv("PPN_BACKEND", "", 1);
-    EXPECT_ST(PPN_OK, ppn_gpu_open("", &g));
+    EXPECT_ST(PPN_OK, ppn_gpu_open("", ppn_kernel_set(), &g));
     assert_string_equal(g->ops->name, want);
     ppn_gpu_close(g);
 }

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/base/dtype.h"
 #include "kernels/ktable.h"
 #include "kernels/ops.h"
 
@@ -73,13 +74,13 @@ static double t_bf16(uint16_t h) { return bits_to_f((uint32_t)h << 16); }
 /* A weight array of dtype dt with values in about [-1, 1], and its values as doubles. */
 static void *wrand(int dt, size_t n, double *vals)
 {
-    void *p = malloc(n * (dt == PPN_DT_F32 ? 4 : 2));
+    void *p = malloc(n * (dt == PPN_DTYPE_F32 ? 4 : 2));
     assert_non_null(p);
     for (size_t i = 0; i < n; i++) {
-        if (dt == PPN_DT_F32) {
+        if (dt == PPN_DTYPE_F32) {
             ((float *)p)[i] = rndf(-1, 1);
             vals[i] = ((float *)p)[i];
-        } else if (dt == PPN_DT_BF16) {
+        } else if (dt == PPN_DTYPE_BF16) {
             uint16_t h = (uint16_t)(f_to_bits(rndf(-1, 1)) >> 16);
             ((uint16_t *)p)[i] = h;
             vals[i] = t_bf16(h);
@@ -92,7 +93,7 @@ static void *wrand(int dt, size_t n, double *vals)
     return p;
 }
 
-static const char *dt_name(int dt) { return dt == PPN_DT_F32 ? "f32" : dt == PPN_DT_BF16 ? "bf16" : "f16"; }
+static const char *dt_name(int dt) { return dt == PPN_DTYPE_F32 ? "f32" : dt == PPN_DTYPE_BF16 ? "bf16" : "f16"; }
 
 static void run(int id, const void *params) { ppn_kernels[id].cpu(params); }
 
@@ -126,7 +127,7 @@ static void test_table(void **state)
         "ppn_k_matmat",
     };
     for (int i = 0; i < PPN_K_COUNT; i++) {
-        const ppn_kernel_desc *k = &ppn_kernels[i];
+        const ppn_gpu_kernel *k = &ppn_kernels[i];
         assert_non_null(k->name);
         assert_int_equal(strncmp(k->name, "ppn_k_", 6), 0);
         assert_string_equal(k->name, names[i]);
@@ -135,9 +136,9 @@ static void test_table(void **state)
         assert_non_null(k->cpu);
         for (int j = 0; j < i; j++) assert_string_not_equal(k->name, ppn_kernels[j].name);
     }
-    assert_int_equal(ppn_dtype_size(PPN_DT_F32), 4);
-    assert_int_equal(ppn_dtype_size(PPN_DT_BF16), 2);
-    assert_int_equal(ppn_dtype_size(PPN_DT_F16), 2);
+    assert_int_equal(ppn_dtype_size(PPN_DTYPE_F32), 4);
+    assert_int_equal(ppn_dtype_size(PPN_DTYPE_BF16), 2);
+    assert_int_equal(ppn_dtype_size(PPN_DTYPE_F16), 2);
     assert_int_equal(ppn_dtype_size(7), 0);
     assert_int_equal(ppn_dtype_size(-1), 0);
 }
@@ -375,7 +376,7 @@ static void test_rmsnorm(void **state)
     }
     /* eps matters: an all-zero vector gives zeros (not NaN) and a tiny vector is damped by eps */
     float z[4] = {0, 0, 0, 0}, wz[4] = {1, 1, 1, 1}, oz[4];
-    ppn_kp_rmsnorm p = {.out = D(oz), .in = D(z), .w = D(wz), .n = 4, .wdt = PPN_DT_F32, .eps = 1e-6f};
+    ppn_kp_rmsnorm p = {.out = D(oz), .in = D(z), .w = D(wz), .n = 4, .wdt = PPN_DTYPE_F32, .eps = 1e-6f};
     run(PPN_K_RMSNORM, &p);
     for (int i = 0; i < 4; i++) assert_true(oz[i] == 0.0f);
     float t[2] = {1e-3f, -1e-3f};
@@ -825,7 +826,7 @@ static void test_matmat(void **state)
 {
     (void)state;
     enum { R = 37, C = 70, M = 5 };
-    for (int dt = PPN_DT_F32; dt <= PPN_DT_F16; dt++) {
+    for (int dt = PPN_DTYPE_F32; dt <= PPN_DTYPE_F16; dt++) {
         double wv[R * C], bv[R];
         void *w = wrand(dt, (size_t)R * C, wv), *b = wrand(dt, R, bv);
         float *x = frand((size_t)M * C, -1, 1), *res = frand((size_t)M * R, -2, 2);
@@ -907,10 +908,10 @@ static void test_op_matmat_chunks(void **state)
     (void)state;
     enum { R = 9, C = 16, M = PPN_MATMAT_MAX_M + 3 };
     double wv[R * C];
-    void *w = wrand(PPN_DT_BF16, (size_t)R * C, wv);
+    void *w = wrand(PPN_DTYPE_BF16, (size_t)R * C, wv);
     float *x = frand((size_t)M * C, -1, 1), out[M * R];
     cap.calls = 0;
-    assert_int_equal(ppn_op_matmat(&fake_gpu, fake_stream, D(out), D(w), PPN_DT_BF16, D(x), M, R, C, 0, 0), PPN_OK);
+    assert_int_equal(ppn_op_matmat(&fake_gpu, fake_stream, D(out), D(w), PPN_DTYPE_BF16, D(x), M, R, C, 0, 0), PPN_OK);
     assert_int_equal(cap.calls, 2);
     assert_int_equal(cap.l.kernel, PPN_K_MATMAT);
     const ppn_kp_matmat *p = (const ppn_kp_matmat *)cap.params; /* the last launch: tokens 8..10 */
@@ -923,7 +924,7 @@ static void test_op_matmat_chunks(void **state)
         for (int c = 0; c < C; c++) s += wv[2 * C + c] * x[t * C + c];
         check_close(out[t * R + 2], s, 1e-5, "op matmat", t);
     }
-    assert_int_equal(ppn_op_matmat(&fake_gpu, fake_stream, D(out), D(w), PPN_DT_BF16, D(x), 0, R, C, 0, 0),
+    assert_int_equal(ppn_op_matmat(&fake_gpu, fake_stream, D(out), D(w), PPN_DTYPE_BF16, D(x), 0, R, C, 0, 0),
                      PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "ppn_op_matmat"));
     free(w), free(x);
@@ -939,25 +940,25 @@ static void test_op_matvec_fused(void **state)
     (void)state;
     const int rows = 24, cols = 40;
     double wv[24 * 40], nv[40];
-    void *w = wrand(PPN_DT_BF16, (size_t)rows * cols, wv), *nw = wrand(PPN_DT_BF16, cols, nv);
+    void *w = wrand(PPN_DTYPE_BF16, (size_t)rows * cols, wv), *nw = wrand(PPN_DTYPE_BF16, cols, nv);
     float *x = frand(2 * (size_t)cols, -2, 2), *res = frand(rows, -1, 1), xn[80], a[24], b[24];
     ppn_mv_input in = {.mode = PPN_MV_X_RMSNORM, .x = D(x), .nw = D(nw), .eps = 1e-5f};
     cap.calls = 0;
-    assert_int_equal(ppn_op_matvec_in(&fake_gpu, fake_stream, D(a), D(w), PPN_DT_BF16, in, rows, cols, 0, 0), PPN_OK);
+    assert_int_equal(ppn_op_matvec_in(&fake_gpu, fake_stream, D(a), D(w), PPN_DTYPE_BF16, in, rows, cols, 0, 0), PPN_OK);
     assert_true(declared(nw, (size_t)cols * 2, PPN_ACC_R) && declared(x, (size_t)cols * 4, PPN_ACC_R));
     assert_true(cap.l.smem >= (unsigned)cols * 4); /* a fused input is staged */
-    assert_int_equal(ppn_op_rmsnorm(&fake_gpu, fake_stream, D(xn), D(x), D(nw), PPN_DT_BF16, cols, 1e-5f), PPN_OK);
-    assert_int_equal(ppn_op_matvec(&fake_gpu, fake_stream, D(b), D(w), PPN_DT_BF16, D(xn), rows, cols, 0, 0), PPN_OK);
+    assert_int_equal(ppn_op_rmsnorm(&fake_gpu, fake_stream, D(xn), D(x), D(nw), PPN_DTYPE_BF16, cols, 1e-5f), PPN_OK);
+    assert_int_equal(ppn_op_matvec(&fake_gpu, fake_stream, D(b), D(w), PPN_DTYPE_BF16, D(xn), rows, cols, 0, 0), PPN_OK);
     assert_memory_equal(a, b, sizeof a);
 
     in = (ppn_mv_input){.mode = PPN_MV_X_SWIGLU, .x = D(x)};
     memcpy(a, res, sizeof a);
-    assert_int_equal(ppn_op_matvec_in(&fake_gpu, fake_stream, D(a), D(w), PPN_DT_BF16, in, rows, cols, 0, D(a)),
+    assert_int_equal(ppn_op_matvec_in(&fake_gpu, fake_stream, D(a), D(w), PPN_DTYPE_BF16, in, rows, cols, 0, D(a)),
                      PPN_OK);
     assert_true(declared(x, (size_t)cols * 8, PPN_ACC_R)); /* gate and up */
     assert_int_equal(ppn_op_swiglu(&fake_gpu, fake_stream, D(xn), D(x), D(x + cols), cols), PPN_OK);
     memcpy(b, res, sizeof b);
-    assert_int_equal(ppn_op_matvec(&fake_gpu, fake_stream, D(b), D(w), PPN_DT_BF16, D(xn), rows, cols, 0, D(b)),
+    assert_int_equal(ppn_op_matvec(&fake_gpu, fake_stream, D(b), D(w), PPN_DTYPE_BF16, D(xn), rows, cols, 0, D(b)),
                      PPN_OK);
     assert_memory_equal(a, b, sizeof a);
     double s = res[5]; /* and against the definition, in double */
@@ -966,22 +967,22 @@ static void test_op_matvec_fused(void **state)
 
     cap.calls = 0;
     in.mode = 7;
-    assert_int_equal(ppn_op_matvec_in(&fake_gpu, fake_stream, D(a), D(w), PPN_DT_BF16, in, rows, cols, 0, 0),
+    assert_int_equal(ppn_op_matvec_in(&fake_gpu, fake_stream, D(a), D(w), PPN_DTYPE_BF16, in, rows, cols, 0, 0),
                      PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "mode 7"));
     in = (ppn_mv_input){.mode = PPN_MV_X_RMSNORM, .x = D(x)};
-    assert_int_equal(ppn_op_matvec_in(&fake_gpu, fake_stream, D(a), D(w), PPN_DT_BF16, in, rows, cols, 0, 0),
+    assert_int_equal(ppn_op_matvec_in(&fake_gpu, fake_stream, D(a), D(w), PPN_DTYPE_BF16, in, rows, cols, 0, 0),
                      PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "norm weight"));
     in.nw = D(nw);
     int wide = (int)(PPN_DYN_SMEM_MAX / 4);
     assert_false(ppn_op_matvec_fusable(wide));
     assert_true(ppn_op_matvec_fusable(wide - 64));
-    assert_int_equal(ppn_op_matvec_in(&fake_gpu, fake_stream, D(a), D(w), PPN_DT_BF16, in, rows, wide, 0, 0),
+    assert_int_equal(ppn_op_matvec_in(&fake_gpu, fake_stream, D(a), D(w), PPN_DTYPE_BF16, in, rows, wide, 0, 0),
                      PPN_EUNSUPPORTED);
     assert_non_null(strstr(ppn_last_error(), "shared memory"));
     in = (ppn_mv_input){.mode = PPN_MV_X_SWIGLU, .x = D(x)}; /* out inside up: the overlap check spans both */
-    assert_int_equal(ppn_op_matvec_in(&fake_gpu, fake_stream, D(x + cols + 4), D(w), PPN_DT_BF16, in, 8, cols, 0, 0),
+    assert_int_equal(ppn_op_matvec_in(&fake_gpu, fake_stream, D(x + cols + 4), D(w), PPN_DTYPE_BF16, in, 8, cols, 0, 0),
                      PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "overlaps"));
     assert_int_equal(cap.calls, 0);
@@ -1002,18 +1003,18 @@ static void test_op_rope_kv(void **state)
     ppn_step_hdr hdr = {.pos = 3};
     for (int il = 0; il < 2; il++) {
         assert_int_equal(ppn_op_rope_kv(&fake_gpu, fake_stream, D(qk), nq, nkv, hd, D(inv), il, D(&hdr), D(kc),
-                                        D(vc), D(v), ctx, PPN_DT_F32), PPN_OK);
+                                        D(vc), D(v), ctx, PPN_DTYPE_F32), PPN_OK);
         assert_true(declared(kc, sizeof kc, PPN_ACC_W) && declared(v, sizeof v, PPN_ACC_R));
         assert_int_equal(ppn_op_rope(&fake_gpu, fake_stream, D(qk2), nh, hd, D(inv), il, D(&hdr)), PPN_OK);
         assert_int_equal(ppn_op_kv_store(&fake_gpu, fake_stream, D(kc2), D(vc2), D(qk2 + nq * hd), D(v), nkv, hd, ctx,
-                                         D(&hdr), PPN_DT_F32), PPN_OK);
+                                         D(&hdr), PPN_DTYPE_F32), PPN_OK);
         assert_memory_equal(qk, qk2, sizeof qk);
         assert_memory_equal(kc, kc2, sizeof kc);
         assert_memory_equal(vc, vc2, sizeof vc);
         hdr.pos = ctx; /* outside the cache: rotated, nothing stored (as kv_store) */
     }
     assert_int_equal(ppn_op_rope_kv(&fake_gpu, fake_stream, D(qk), nq, nkv, 15, D(inv), 0, D(&hdr), D(kc), D(vc),
-                                    D(v), ctx, PPN_DT_F32), PPN_EINVAL);
+                                    D(v), ctx, PPN_DTYPE_F32), PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "ppn_op_rope_kv"));
     free(r), free(rv);
 }
@@ -1040,7 +1041,7 @@ static void test_op_attn_rope(void **state)
         if (k == 2) hdr.pos = CTX; /* outside the cache: NaN out, nothing stored (as rope_kv) */
         memcpy(qkv, qkv0, sizeof qkv), memcpy(qkv2, qkv0, sizeof qkv2);
         assert_int_equal(ppn_op_attn_rope(&fake_gpu, fake_stream, D(out), D(qkv), D(kc), D(vc), NH, NKV, HD, CTX, sc,
-                                          D(&hdr), D(part), 2, D(inv), il, PPN_DT_F32),
+                                          D(&hdr), D(part), 2, D(inv), il, PPN_DTYPE_F32),
                          PPN_OK);
         assert_int_equal(cap.l.kernel, PPN_K_ATTN);
         assert_int_equal(cap.l.grid[0], NKV);
@@ -1051,10 +1052,10 @@ static void test_op_attn_rope(void **state)
         assert_true(declared(inv, sizeof inv, PPN_ACC_R) && declared(&hdr, sizeof hdr, PPN_ACC_R));
         assert_true(declared(out, sizeof out, PPN_ACC_W));
         assert_int_equal(ppn_op_rope_kv(&fake_gpu, fake_stream, D(qkv2), NH, NKV, HD, D(inv), il, D(&hdr), D(kc2),
-                                        D(vc2), D(qkv2 + (NH + NKV) * HD), CTX, PPN_DT_F32),
+                                        D(vc2), D(qkv2 + (NH + NKV) * HD), CTX, PPN_DTYPE_F32),
                          PPN_OK);
         assert_int_equal(ppn_op_attn(&fake_gpu, fake_stream, D(out2), D(qkv2), D(kc2), D(vc2), NH, NKV, HD, CTX, sc,
-                                     D(&hdr), D(part), 2, PPN_DT_F32),
+                                     D(&hdr), D(part), 2, PPN_DTYPE_F32),
                          PPN_OK);
         assert_memory_equal(out, out2, sizeof out);
         assert_memory_equal(kc, kc2, sizeof kc);
@@ -1067,22 +1068,22 @@ static void test_op_attn_rope(void **state)
     /* its own checks, each refused before any launch */
     cap.calls = 0;
     assert_int_equal(ppn_op_attn_rope(&fake_gpu, fake_stream, D(out), D(qkv), D(kc), D(vc), NH, NKV, 15, CTX, sc,
-                                      D(&hdr), D(part), 2, D(inv), 0, PPN_DT_F32),
+                                      D(&hdr), D(part), 2, D(inv), 0, PPN_DTYPE_F32),
                      PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "ppn_op_attn_rope"));
     assert_non_null(strstr(ppn_last_error(), "even"));
     assert_int_equal(ppn_op_attn_rope(&fake_gpu, fake_stream, D(out), D(qkv), D(kc), D(vc), NH, NKV, HD, CTX, sc,
-                                      D(&hdr), D(part), 2, 0, 0, PPN_DT_F32),
+                                      D(&hdr), D(part), 2, 0, 0, PPN_DTYPE_F32),
                      PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "inv_freq"));
     assert_int_equal(ppn_op_attn_rope(&fake_gpu, fake_stream, D(out), D(qkv), D(kc), D(vc), NH, NKV, 96, CTX, sc,
-                                      D(&hdr), D(part), 2, D(inv), 0, PPN_DT_F32),
+                                      D(&hdr), D(part), 2, D(inv), 0, PPN_DTYPE_F32),
                      PPN_EUNSUPPORTED); /* halves 48 apart: not in one lane */
     assert_non_null(strstr(ppn_last_error(), "ppn_op_attn_rope"));
     assert_non_null(strstr(ppn_last_error(), "96"));
     assert_non_null(strstr(ppn_last_error(), "rope_kv"));
     assert_int_equal(ppn_op_attn_rope(&fake_gpu, fake_stream, D(out), D(qkv), D(kc), D(vc), 6, 4, HD, CTX, sc,
-                                      D(&hdr), D(part), 2, D(inv), 0, PPN_DT_F32),
+                                      D(&hdr), D(part), 2, D(inv), 0, PPN_DTYPE_F32),
                      PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "ppn_op_attn_rope"));
     assert_int_equal(cap.calls, 0);
@@ -1108,17 +1109,17 @@ static void test_op_kv_dtypes(void **state)
     memset(part, 0, sizeof part);
     for (int i = 0; i < HD / 2; i++) inv[i] = powf(10000.0f, -2.0f * (float)i / (float)HD);
     float *r = frand(QKV, -2, 2), *rc = frand(CSZ, -1, 1);
-    static const int dts[] = {PPN_DT_BF16, PPN_DT_F16};
+    static const int dts[] = {PPN_DTYPE_BF16, PPN_DTYPE_F16};
     for (size_t k = 0; k < ARRAY_LEN(dts); k++) {
         int dt = dts[k];
-        uint16_t (*to16)(float) = dt == PPN_DT_BF16 ? ppn_f32_to_bf16 : ppn_f32_to_f16;
-        float (*to32)(uint16_t) = dt == PPN_DT_BF16 ? ppn_bf16_to_f32 : ppn_f16_to_f32;
+        uint16_t (*to16)(float) = dt == PPN_DTYPE_BF16 ? ppn_f32_to_bf16 : ppn_f32_to_f16;
+        float (*to32)(uint16_t) = dt == PPN_DTYPE_BF16 ? ppn_bf16_to_f32 : ppn_f16_to_f32;
         for (int i = 0; i < CSZ; i++) kh[i] = vh[i] = kh2[i] = vh2[i] = to16(rc[i]), kf[i] = vf[i] = rc[i];
         ppn_step_hdr hdr = {.pos = 4};
         /* rope_kv into an f32 cache and a 2-byte one: the 2-byte row is the f32 row rounded */
         memcpy(qkv, r, sizeof qkv), memcpy(qkv2, r, sizeof qkv2);
         assert_int_equal(ppn_op_rope_kv(&fake_gpu, fake_stream, D(qkv), NH, NKV, HD, D(inv), 0, D(&hdr), D(kf), D(vf),
-                                        D(qkv + (NH + NKV) * HD), CTX, PPN_DT_F32),
+                                        D(qkv + (NH + NKV) * HD), CTX, PPN_DTYPE_F32),
                          PPN_OK);
         assert_int_equal(ppn_op_rope_kv(&fake_gpu, fake_stream, D(qkv2), NH, NKV, HD, D(inv), 0, D(&hdr), D(kh),
                                         D(vh), D(qkv2 + (NH + NKV) * HD), CTX, dt),
@@ -1139,10 +1140,10 @@ static void test_op_kv_dtypes(void **state)
         assert_int_equal(ppn_op_attn(&fake_gpu, fake_stream, D(out), D(qkv2), D(kh), D(vh), NH, NKV, HD, CTX, 0.25f,
                                      D(&hdr), D(part), 2, dt),
                          PPN_OK);
-        assert_int_equal(cap.l.kernel, dt == PPN_DT_BF16 ? PPN_K_ATTN_BF16 : PPN_K_ATTN_F16);
+        assert_int_equal(cap.l.kernel, dt == PPN_DTYPE_BF16 ? PPN_K_ATTN_BF16 : PPN_K_ATTN_F16);
         assert_true(declared(kh, sizeof kh, PPN_ACC_R) && !declared(kh, sizeof kh + 2, PPN_ACC_R));
         assert_int_equal(ppn_op_attn(&fake_gpu, fake_stream, D(out2), D(qkv2), D(kf), D(vf), NH, NKV, HD, CTX, 0.25f,
-                                     D(&hdr), D(part), 2, PPN_DT_F32),
+                                     D(&hdr), D(part), 2, PPN_DTYPE_F32),
                          PPN_OK);
         assert_int_equal(cap.l.kernel, PPN_K_ATTN);
         assert_memory_equal(out, out2, sizeof out);
@@ -1152,7 +1153,7 @@ static void test_op_kv_dtypes(void **state)
         assert_int_equal(ppn_op_attn_rope(&fake_gpu, fake_stream, D(out), D(qkv), D(kh), D(vh), NH, NKV, HD, CTX,
                                           0.25f, D(&hdr), D(part), 2, D(inv), 0, dt),
                          PPN_OK);
-        assert_int_equal(cap.l.kernel, dt == PPN_DT_BF16 ? PPN_K_ATTN_BF16 : PPN_K_ATTN_F16);
+        assert_int_equal(cap.l.kernel, dt == PPN_DTYPE_BF16 ? PPN_K_ATTN_BF16 : PPN_K_ATTN_F16);
         assert_int_equal(ppn_op_rope_kv(&fake_gpu, fake_stream, D(qkv2), NH, NKV, HD, D(inv), 0, D(&hdr), D(kh2),
                                         D(vh2), D(qkv2 + (NH + NKV) * HD), CTX, dt),
                          PPN_OK);
@@ -1198,7 +1199,7 @@ static void test_op_matvec_geometry(void **state)
     cap.dry = 1;
     for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) {
         ppn_dptr w = 0x100000, x = 0x10000000, out = 0x20000000;
-        assert_int_equal(ppn_op_matvec(&fake_gpu, fake_stream, out, w, PPN_DT_BF16, x, g[i].rows, g[i].cols, 0, 0),
+        assert_int_equal(ppn_op_matvec(&fake_gpu, fake_stream, out, w, PPN_DTYPE_BF16, x, g[i].rows, g[i].cols, 0, 0),
                          PPN_OK);
         if (cap.l.block[0] != g[i].block || cap.l.grid[0] > g[i].max_grid || cap.l.smem != g[i].smem)
             fail_msg("%d x %d: block %u grid %u smem %u, expected block %u grid <= %u smem %u", g[i].rows, g[i].cols,
@@ -1219,10 +1220,10 @@ static void test_op_matvec(void **state)
     (void)state;
     const int rows = 20, cols = 33;
     double wv[20 * 33], bv[20];
-    void *w = wrand(PPN_DT_BF16, (size_t)rows * cols, wv), *b = wrand(PPN_DT_BF16, rows, bv);
+    void *w = wrand(PPN_DTYPE_BF16, (size_t)rows * cols, wv), *b = wrand(PPN_DTYPE_BF16, rows, bv);
     float *x = frand(cols, -1, 1), *res = frand(rows, -1, 1);
     cap.calls = 0;
-    assert_int_equal(ppn_op_matvec(&fake_gpu, fake_stream, D(res), D(w), PPN_DT_BF16, D(x), rows, cols, 0,
+    assert_int_equal(ppn_op_matvec(&fake_gpu, fake_stream, D(res), D(w), PPN_DTYPE_BF16, D(x), rows, cols, 0,
                                    D(res)),
                      PPN_OK);
     assert_int_equal(cap.calls, 1);
@@ -1230,7 +1231,7 @@ static void test_op_matvec(void **state)
     assert_int_equal(cap.l.params_size, sizeof(ppn_kp_matvec));
     const ppn_kp_matvec *p = (const ppn_kp_matvec *)cap.params;
     assert_true(p->out == D(res) && p->w == D(w) && p->x == D(x) && p->bias == 0 && p->res == D(res));
-    assert_true(p->rows == rows && p->cols == cols && p->wdt == PPN_DT_BF16);
+    assert_true(p->rows == rows && p->cols == cols && p->wdt == PPN_DTYPE_BF16);
     assert_int_equal(cap.l.nacc, 4); /* no access for the absent bias */
     expect_acc(0, w, (size_t)rows * cols * 2, PPN_ACC_R);
     expect_acc(1, x, (size_t)cols * 4, PPN_ACC_R);
@@ -1239,7 +1240,7 @@ static void test_op_matvec(void **state)
     /* one warp per row: enough warps for every row */
     assert_true((unsigned long long)cap.l.grid[0] * (cap.l.block[0] / 32) >= (unsigned)rows);
     expect_geometry(32);
-    assert_int_equal(ppn_op_matvec(&fake_gpu, fake_stream, D(res), D(w), PPN_DT_BF16, D(x), rows, cols, D(b), 0),
+    assert_int_equal(ppn_op_matvec(&fake_gpu, fake_stream, D(res), D(w), PPN_DTYPE_BF16, D(x), rows, cols, D(b), 0),
                      PPN_OK);
     assert_int_equal(cap.l.nacc, 4);
     assert_true(declared(b, (size_t)rows * 2, PPN_ACC_R));
@@ -1251,16 +1252,16 @@ static void test_op_matvec(void **state)
 
     /* argument checks: name the op and the value; nothing launched */
     cap.calls = 0;
-    assert_int_equal(ppn_op_matvec(&fake_gpu, fake_stream, D(res), D(w), PPN_DT_BF16, D(x), 0, cols, 0, 0),
+    assert_int_equal(ppn_op_matvec(&fake_gpu, fake_stream, D(res), D(w), PPN_DTYPE_BF16, D(x), 0, cols, 0, 0),
                      PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "ppn_op_matvec"));
     assert_non_null(strstr(ppn_last_error(), "rows"));
-    assert_int_equal(ppn_op_matvec(&fake_gpu, fake_stream, D(res), D(w), PPN_DT_BF16, D(x), rows, -3, 0, 0),
+    assert_int_equal(ppn_op_matvec(&fake_gpu, fake_stream, D(res), D(w), PPN_DTYPE_BF16, D(x), rows, -3, 0, 0),
                      PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "-3"));
     assert_int_equal(ppn_op_matvec(&fake_gpu, fake_stream, D(res), D(w), 9, D(x), rows, cols, 0, 0), PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "9"));
-    assert_int_equal(ppn_op_matvec(&fake_gpu, fake_stream, D(x), D(w), PPN_DT_BF16, D(x), rows, cols, 0, 0),
+    assert_int_equal(ppn_op_matvec(&fake_gpu, fake_stream, D(x), D(w), PPN_DTYPE_BF16, D(x), rows, cols, 0, 0),
                      PPN_EINVAL); /* out overlapping x */
     assert_non_null(strstr(ppn_last_error(), "overlaps"));
     assert_int_equal(cap.calls, 0);
@@ -1284,7 +1285,7 @@ static void test_op_attention_path(void **state)
     for (int i = 0; i < hd / 2; i++) inv[i] = powf(10000.0f, -2.0f * i / hd);
     ppn_step_hdr hdr = {.pos = 3};
 
-    assert_int_equal(ppn_op_kv_store(&fake_gpu, fake_stream, D(kc), D(vc), D(k), D(v), nkv, hd, ctx, D(&hdr), PPN_DT_F32),
+    assert_int_equal(ppn_op_kv_store(&fake_gpu, fake_stream, D(kc), D(vc), D(k), D(v), nkv, hd, ctx, D(&hdr), PPN_DTYPE_F32),
                      PPN_OK);
     assert_int_equal(cap.l.kernel, PPN_K_KV_STORE);
     assert_true(declared(kc, csz * 4, PPN_ACC_W)); /* whole caches: the row comes from device memory */
@@ -1301,7 +1302,7 @@ static void test_op_attention_path(void **state)
     assert_true(declared(&hdr, sizeof hdr, PPN_ACC_R));
 
     assert_int_equal(ppn_op_attn(&fake_gpu, fake_stream, D(out), D(q), D(kc), D(vc), nh, nkv, hd, ctx, 0.25f,
-                                 D(&hdr), D(part), 3, PPN_DT_F32),
+                                 D(&hdr), D(part), 3, PPN_DTYPE_F32),
                      PPN_OK);
     assert_int_equal(cap.l.kernel, PPN_K_ATTN);
     assert_int_equal(cap.l.grid[0], (unsigned)nkv); /* a CTA per KV head serves its query heads */
@@ -1324,32 +1325,32 @@ static void test_op_attention_path(void **state)
     assert_non_null(strstr(ppn_last_error(), "7"));
     assert_int_equal(ppn_op_rope(&fake_gpu, fake_stream, D(q), 0, hd, D(inv), 0, D(&hdr)), PPN_EINVAL);
     assert_int_equal(ppn_op_attn(&fake_gpu, fake_stream, D(out), D(q), D(kc), D(vc), 6, 4, hd, ctx, 1, D(&hdr),
-                                 D(part), 3, PPN_DT_F32),
+                                 D(part), 3, PPN_DTYPE_F32),
                      PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "ppn_op_attn"));
     assert_int_equal(ppn_op_attn(&fake_gpu, fake_stream, D(out), D(q), D(kc), D(vc), nh, nkv, 512, ctx, 1,
-                                 D(&hdr), D(part), 3, PPN_DT_F32),
+                                 D(&hdr), D(part), 3, PPN_DTYPE_F32),
                      PPN_EUNSUPPORTED);
     assert_non_null(strstr(ppn_last_error(), "512"));
     assert_int_equal(ppn_op_attn(&fake_gpu, fake_stream, D(out), D(q), D(kc), D(vc), nh, nkv, hd, 0, 1, D(&hdr),
-                                 D(part), 3, PPN_DT_F32),
+                                 D(part), 3, PPN_DTYPE_F32),
                      PPN_EINVAL);
     static const int bad_splits[] = {0, -1, 65};
     for (size_t i = 0; i < ARRAY_LEN(bad_splits); i++) {
         char num[16];
         snprintf(num, sizeof num, "%d", bad_splits[i]);
         assert_int_equal(ppn_op_attn(&fake_gpu, fake_stream, D(out), D(q), D(kc), D(vc), nh, nkv, hd, ctx, 1,
-                                     D(&hdr), D(part), bad_splits[i], PPN_DT_F32),
+                                     D(&hdr), D(part), bad_splits[i], PPN_DTYPE_F32),
                          PPN_EINVAL);
         assert_non_null(strstr(ppn_last_error(), "ppn_op_attn"));
         assert_non_null(strstr(ppn_last_error(), "n_split"));
         assert_non_null(strstr(ppn_last_error(), num));
     }
     assert_int_equal(ppn_op_attn(&fake_gpu, fake_stream, D(out), D(q), D(kc), D(vc), nh, nkv, hd, ctx, 1,
-                                 D(&hdr), 0, 1, PPN_DT_F32),
+                                 D(&hdr), 0, 1, PPN_DTYPE_F32),
                      PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "part"));
-    assert_int_equal(ppn_op_kv_store(&fake_gpu, fake_stream, D(kc), D(vc), D(k), D(v), nkv, hd, ctx, 0, PPN_DT_F32),
+    assert_int_equal(ppn_op_kv_store(&fake_gpu, fake_stream, D(kc), D(vc), D(k), D(v), nkv, hd, ctx, 0, PPN_DTYPE_F32),
                      PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "hdr"));
     assert_int_equal(cap.calls, 0);
@@ -1386,17 +1387,17 @@ static void test_op_small(void **state)
     for (int i = 0; i < 4 * n; i++) tab[i] = ppn_f32_to_f16((float)(i % 7));
     ppn_step_hdr hdr = {.token = 2};
 
-    assert_int_equal(ppn_op_embed(&fake_gpu, fake_stream, D(out), D(tab), PPN_DT_F16, 4, n, D(&hdr)), PPN_OK);
+    assert_int_equal(ppn_op_embed(&fake_gpu, fake_stream, D(out), D(tab), PPN_DTYPE_F16, 4, n, D(&hdr)), PPN_OK);
     expect_geometry((unsigned)n);
     assert_true(declared(tab, sizeof tab, PPN_ACC_R) && declared(&hdr, sizeof hdr, PPN_ACC_R));
     assert_true(declared(out, (size_t)n * 4, PPN_ACC_W));
     assert_true(out[5] == (float)((2 * n + 5) % 7));
 
-    assert_int_equal(ppn_op_rmsnorm(&fake_gpu, fake_stream, D(out), D(a), D(w), PPN_DT_F32, n, 1e-5f), PPN_OK);
+    assert_int_equal(ppn_op_rmsnorm(&fake_gpu, fake_stream, D(out), D(a), D(w), PPN_DTYPE_F32, n, 1e-5f), PPN_OK);
     assert_true(declared(a, (size_t)n * 4, PPN_ACC_R) && declared(w, (size_t)n * 4, PPN_ACC_R));
     assert_true(declared(out, (size_t)n * 4, PPN_ACC_W));
 
-    assert_int_equal(ppn_op_head_rmsnorm(&fake_gpu, fake_stream, D(out), 10, 60, D(w), PPN_DT_F32, 1e-6f), PPN_OK);
+    assert_int_equal(ppn_op_head_rmsnorm(&fake_gpu, fake_stream, D(out), 10, 60, D(w), PPN_DTYPE_F32, 1e-6f), PPN_OK);
     assert_int_equal(cap.l.grid[0], 10);
     assert_true(declared(out, (size_t)n * 4, PPN_ACC_RW) && declared(w, 60 * 4, PPN_ACC_R));
 
@@ -1426,9 +1427,9 @@ static void test_op_small(void **state)
     assert_non_null(strstr(ppn_last_error(), "-1"));
     assert_int_equal(ppn_op_swiglu(&fake_gpu, fake_stream, D(out), D(a), 0, n), PPN_EINVAL);
     assert_int_equal(ppn_op_argmax(&fake_gpu, fake_stream, D(&idx), D(a), 0), PPN_EINVAL);
-    assert_int_equal(ppn_op_embed(&fake_gpu, fake_stream, D(out), D(tab), PPN_DT_F16, 0, n, D(&hdr)), PPN_EINVAL);
+    assert_int_equal(ppn_op_embed(&fake_gpu, fake_stream, D(out), D(tab), PPN_DTYPE_F16, 0, n, D(&hdr)), PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "vocab"));
-    assert_int_equal(ppn_op_head_rmsnorm(&fake_gpu, fake_stream, D(out), 10, 0, D(w), PPN_DT_F32, 1e-6f),
+    assert_int_equal(ppn_op_head_rmsnorm(&fake_gpu, fake_stream, D(out), 10, 0, D(w), PPN_DTYPE_F32, 1e-6f),
                      PPN_EINVAL);
     assert_int_equal(ppn_op_rmsnorm(&fake_gpu, fake_stream, D(out), D(a), D(w), 3, n, 1e-5f), PPN_EINVAL);
     assert_int_equal(cap.calls, 0);

@@ -263,7 +263,7 @@ static void expect_matches_file(const ppn_tensor *t, st_img *im, const char *nam
 {
     json_t *e = st_entry(im, name), *sh = json_object_get(e, "shape");
     assert_string_equal(json_string_value(json_object_get(e, "dtype")), "F32");
-    assert_int_equal(t->dtype, PPN_DT_F32);
+    assert_int_equal(t->dtype, PPN_DTYPE_F32);
     assert_int_equal(t->ndim, (int)json_array_size(sh));
     for (int i = 0; i < t->ndim; i++) assert_int_equal(t->shape[i], json_integer_value(json_array_get(sh, (size_t)i)));
     int64_t b = st_off(im, name, 0), en = st_off(im, name, 1);
@@ -641,13 +641,13 @@ static float f16_f32(uint16_t h)
 static float elem(const ppn_tensor *t, size_t i)
 {
     uint16_t h;
-    if (t->dtype == PPN_DT_F32) {
+    if (t->dtype == PPN_DTYPE_F32) {
         float f;
         memcpy(&f, (const uint8_t *)t->data + 4 * i, 4);
         return f;
     }
     memcpy(&h, (const uint8_t *)t->data + 2 * i, 2);
-    return t->dtype == PPN_DT_BF16 ? bf16_f32(h) : f16_f32(h);
+    return t->dtype == PPN_DTYPE_BF16 ? bf16_f32(h) : f16_f32(h);
 }
 
 static size_t numel(const ppn_tensor *t)
@@ -717,7 +717,7 @@ static void check_generated(const ppn_ckpt *c, const mk_expect *e, int dtype)
 /* The same seed in another dtype is the same model, rounded (bf16: truncated, f16: rounded). */
 static void expect_close(const ppn_tensor *ref, const ppn_tensor *t, const char *what)
 {
-    double rel = t->dtype == PPN_DT_BF16 ? 1.0 / 128 : 1.0 / 1024;
+    double rel = t->dtype == PPN_DTYPE_BF16 ? 1.0 / 128 : 1.0 / 1024;
     for (size_t i = 0; i < numel(ref); i++) {
         float a = elem(ref, i), b = elem(t, i);
         if (fabsf(a - b) > rel * fabsf(a) + 3e-8f) fail_msg("%s[%zu]: f32 %g vs %g", what, i, a, b);
@@ -726,7 +726,7 @@ static void expect_close(const ppn_tensor *ref, const ppn_tensor *t, const char 
 
 static void mk_roundtrip(void **state, const mk_expect *e)
 {
-    const int dts[3] = {PPN_DT_F32, PPN_DT_BF16, PPN_DT_F16};
+    const int dts[3] = {PPN_DTYPE_F32, PPN_DTYPE_BF16, PPN_DTYPE_F16};
     ppn_ckpt *c[3];
     char dir[1200];
     for (int d = 0; d < 3; d++) {
@@ -753,9 +753,9 @@ static void test_mkmodel_seed_and_args(void **state)
     sub_dir(a, sizeof a, state, "a");
     sub_dir(b, sizeof b, state, "b/nested");   /* created with its parent */
     sub_dir(c, sizeof c, state, "c");
-    assert_int_equal(ppn_mkmodel("tiny", PPN_DT_BF16, a, 9), PPN_OK);
-    assert_int_equal(ppn_mkmodel("tiny", PPN_DT_BF16, b, 9), PPN_OK);
-    assert_int_equal(ppn_mkmodel("tiny", PPN_DT_BF16, c, 10), PPN_OK);
+    assert_int_equal(ppn_mkmodel("tiny", PPN_DTYPE_BF16, a, 9), PPN_OK);
+    assert_int_equal(ppn_mkmodel("tiny", PPN_DTYPE_BF16, b, 9), PPN_OK);
+    assert_int_equal(ppn_mkmodel("tiny", PPN_DTYPE_BF16, c, 10), PPN_OK);
     path_join(p, sizeof p, a, "model.safetensors");
     path_join(q, sizeof q, b, "model.safetensors");
     uint8_t *fa = read_all(p, &na), *fb = read_all(q, &nb);
@@ -768,7 +768,7 @@ static void test_mkmodel_seed_and_args(void **state)
     free(fa);
     free(fb);
     free(fc);
-    assert_int_equal(ppn_mkmodel("huge", PPN_DT_F32, a, 1), PPN_EINVAL);
+    assert_int_equal(ppn_mkmodel("huge", PPN_DTYPE_F32, a, 1), PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "huge"));
     assert_non_null(strstr(ppn_last_error(), "qwen2-7b"));
     assert_int_equal(ppn_mkmodel("tiny", 7, a, 1), PPN_EINVAL);
@@ -803,8 +803,8 @@ static void test_sharded(void **state)
     struct stat sb;
     sub_dir(sh, sizeof sh, state, "sharded");
     sub_dir(one, sizeof one, state, "single");
-    assert_int_equal(ppn_mkmodel_ex("tiny", PPN_DT_F32, sh, 77, 1 << 20), PPN_OK);
-    assert_int_equal(ppn_mkmodel("tiny", PPN_DT_F32, one, 77), PPN_OK);
+    assert_int_equal(ppn_mkmodel_ex("tiny", PPN_DTYPE_F32, sh, 77, 1 << 20), PPN_OK);
+    assert_int_equal(ppn_mkmodel("tiny", PPN_DTYPE_F32, one, 77), PPN_OK);
     path_join(p, sizeof p, sh, "model.safetensors.index.json");
     assert_int_equal(stat(p, &sb), 0);
     path_join(p, sizeof p, sh, "model.safetensors");
@@ -823,7 +823,7 @@ static void test_sharded(void **state)
     ppn_ckpt_close(a);
     ppn_ckpt_close(b);
     /* rewriting unsharded over a sharded dir must not leave the old index in charge */
-    assert_int_equal(ppn_mkmodel("tiny", PPN_DT_F32, sh, 78), PPN_OK);
+    assert_int_equal(ppn_mkmodel("tiny", PPN_DTYPE_F32, sh, 78), PPN_OK);
     path_join(p, sizeof p, sh, "model.safetensors.index.json");
     assert_int_not_equal(stat(p, &sb), 0);
 }
@@ -845,7 +845,7 @@ static void test_sharded_malformed(void **state)
 {
     char sh[1200];
     sub_dir(sh, sizeof sh, state, "sh");
-    assert_int_equal(ppn_mkmodel_ex("tiny", PPN_DT_F32, sh, 5, 1 << 20), PPN_OK);
+    assert_int_equal(ppn_mkmodel_ex("tiny", PPN_DTYPE_F32, sh, 5, 1 << 20), PPN_OK);
     index_route(sh, "model.norm.weight", "model-00009-of-00009.safetensors");
     expect_open_fails(sh, PPN_EIO, "model-00009-of-00009.safetensors", "model.norm.weight");
     index_route(sh, "model.norm.weight", "model-00001-of-00004.safetensors");   /* not in shard 1 */
@@ -869,7 +869,7 @@ typedef struct bad_ckpt {
 static void bad_init(void **state, bad_ckpt *b, const char *shape)
 {
     sub_dir(b->dir, sizeof b->dir, state, "bad");
-    assert_int_equal(ppn_mkmodel(shape, PPN_DT_F32, b->dir, 3), PPN_OK);
+    assert_int_equal(ppn_mkmodel(shape, PPN_DTYPE_F32, b->dir, 3), PPN_OK);
     path_join(b->st, sizeof b->st, b->dir, "model.safetensors");
     path_join(b->cfg, sizeof b->cfg, b->dir, "config.json");
     b->im = st_load(b->st);

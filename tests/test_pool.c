@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/device/gpu.h"
+#include "kernels/ktable.h"
 #include "alloc/pool.h"
 #include "kernels/ops.h"
 
@@ -21,7 +22,7 @@ static int setup_mem(void **state, const char *mem)
 {
     fx *f = calloc(1, sizeof *f);
     if (mem) setenv("PPN_SIM_MEM", mem, 1);
-    ppn_status st = ppn_gpu_sim_create(&f->g);
+    ppn_status st = ppn_gpu_sim_create(ppn_kernel_set(), &f->g);
     unsetenv("PPN_SIM_MEM");
     assert_int_equal(st, PPN_OK);
     assert_int_equal(ppn_pool_create(f->g, 0, 1 << 20, &f->p), PPN_OK);

@@ -27,7 +27,7 @@ static ppn_gpu *open_sim_env(const char *var, const char *val)
 {
     ppn_gpu *g = NULL;
     if (var) setenv(var, val, 1);
-    ppn_status st = ppn_gpu_sim_create(&g);
+    ppn_status st = ppn_gpu_sim_create(ppn_kernel_set(), &g);
     if (var) unsetenv(var);
     assert_int_equal(st, PPN_OK);
     assert_non_null(g);
@@ -824,7 +824,7 @@ static void invalid_environment_is_refused(void **state)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ppn_gpu *g = (ppn_gpu *)0x1;
         setenv(bad[i][0], bad[i][1], 1);
-        ppn_status st = ppn_gpu_sim_create(&g);
+        ppn_status st = ppn_gpu_sim_create(ppn_kernel_set(), &g);
         unsetenv(bad[i][0]);
         if (st != PPN_EINVAL) fail_msg("%s=%s accepted (status %d)", bad[i][0], bad[i][1], st);
         assert_null(g);

@@ -95,11 +95,6 @@ int cli_dtype(const char *flag, const char *v, int *out)
     return 0;
 }
 
-const char *cli_dtype_name(int dt)
-{
-    return dt == PPN_DTYPE_BF16 ? "bf16" : dt == PPN_DTYPE_F16 ? "f16" : "f32";
-}
-
 const char *cli_value(int argc, char **argv, int *i)
 {
     if (*i + 1 >= argc) {

@@ -19,7 +19,6 @@ int cli_u64(const char *flag, const char *v, uint64_t *out);
 int cli_ids(const char *flag, const char *v, int **ids, int *n);
 /* "f32" | "bf16" | "f16" -> PPN_DTYPE_* */
 int cli_dtype(const char *flag, const char *v, int *out);
-const char *cli_dtype_name(int dt);
 
 /* argv helper: the value of flag at argv[*i] (advancing *i), or a usage error. */
 const char *cli_value(int argc, char **argv, int *i);

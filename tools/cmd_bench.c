@@ -210,8 +210,8 @@ static int tmp_checkpoint(const bench_args *a)
     sigemptyset(&sa.sa_mask);
     for (int k = 0; k < 3; k++) sigaction(k_signals[k], &sa, &g_old_sa[k]);
     g_tmp_live = 1;
-    int dt = a->dtype == PPN_DTYPE_DEFAULT ? PPN_DT_BF16 : a->dtype == PPN_DTYPE_F32 ? PPN_DT_F32
-           : a->dtype == PPN_DTYPE_F16 ? PPN_DT_F16 : PPN_DT_BF16;
+    int dt = a->dtype == PPN_DTYPE_DEFAULT ? PPN_DTYPE_BF16 : a->dtype == PPN_DTYPE_F32 ? PPN_DTYPE_F32
+           : a->dtype == PPN_DTYPE_F16 ? PPN_DTYPE_F16 : PPN_DTYPE_BF16;
     ppn_status st = ppn_mkmodel(a->shape, dt, g_tmpdir, 1);
     if (st != PPN_OK) return cli_fail_status(st, "bench: --shape");
     return 0;
@@ -460,7 +460,7 @@ static void report_json(const bench_args *a, const ppn_model_info *mi, const cha
     printf(",\"arch\":");
     json_str(stdout, mi->arch);
     printf(",\"backend\":\"%s\",\"dtype\":\"%s\",\"kv_dtype\":\"%s\",\"n_layers\":%d,\"weight_bytes\":%zu,", backend,
-           cli_dtype_name(mi->dtype), cli_dtype_name(mi->kv_dtype), mi->n_layers, mi->weight_bytes);
+           ppn_dtype_name(mi->dtype), ppn_dtype_name(mi->kv_dtype), mi->n_layers, mi->weight_bytes);
     json_num(stdout, "bw_gbs", a->bw_gbs);
     json_num(stdout, "floor_ms", floor_ms);
     printf("\"n\":%d,\"prompt\":%d,\"ctx\":%d,\"reps\":%d,\"warmup\":%d,\"device_greedy\":%s,"
@@ -487,8 +487,8 @@ static void table_header(const bench_args *a, const ppn_model_info *mi, const ch
     char name[600];
     double floor_ms = 1e3 * (double)mi->weight_bytes / (a->bw_gbs * 1e9);
     printf("ppn bench: model %s (%s, %d layers), backend %s, dtype %s (KV cache %s), weights %.4f GB\n",
-           model_name(a, name, sizeof name), mi->arch, mi->n_layers, backend, cli_dtype_name(mi->dtype),
-           cli_dtype_name(mi->kv_dtype), (double)mi->weight_bytes / 1e9);
+           model_name(a, name, sizeof name), mi->arch, mi->n_layers, backend, ppn_dtype_name(mi->dtype),
+           ppn_dtype_name(mi->kv_dtype), (double)mi->weight_bytes / 1e9);
     printf("floor %.4g ms/token = weight bytes / %g GB/s (measured H200 device-to-device copy bandwidth; --bw-gbs)\n",
            floor_ms, a->bw_gbs);
     printf("%d reps x (%d prompt + %d decode steps), %d warm-up rep%s, ctx %d; per-stage time: not measured\n",

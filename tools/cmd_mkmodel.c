@@ -28,6 +28,6 @@ int cmd_mkmodel(int argc, char **argv)
     if (!shape || !out) return cli_fail("mkmodel: --shape and --out are required"), 2;
     ppn_status st = ppn_mkmodel(shape, dtype, out, seed);
     if (st != PPN_OK) return cli_fail_status(st, "mkmodel");
-    fprintf(stderr, "ppn: wrote %s (%s, %s)\n", out, shape, cli_dtype_name(dtype));
+    fprintf(stderr, "ppn: wrote %s (%s, %s)\n", out, shape, ppn_dtype_name(dtype));
     return 0;
 }

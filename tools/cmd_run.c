@@ -144,7 +144,7 @@ static void report(const run_args *a, const ppn_model *m, const ppn_model_info *
     double tps = o->n_gen > 1 && o->decode_s > 0 ? (o->n_gen - 1) / o->decode_s : 0;
     if (a->json) {
         printf("{\"backend\":\"%s\",\"model\":\"%s\",\"arch\":\"%s\",\"dtype\":\"%s\",\"prompt_ids\":[", backend,
-               a->model, mi->arch, cli_dtype_name(mi->dtype));
+               a->model, mi->arch, ppn_dtype_name(mi->dtype));
         print_ids(stdout, a->ids, a->n_ids);
         printf("],\"ids\":[");
         print_ids(stdout, o->gen, o->n_gen);
@@ -157,7 +157,7 @@ static void report(const run_args *a, const ppn_model *m, const ppn_model_info *
         putchar('\n');
         if (!a->quiet)
             fprintf(stderr, "ppn: %s %s (%s, %d layers), %d prompt + %d generated, decode %.1f tok/s\n", backend,
-                    mi->arch, cli_dtype_name(mi->dtype), mi->n_layers, a->n_ids, o->n_gen, tps);
+                    mi->arch, ppn_dtype_name(mi->dtype), mi->n_layers, a->n_ids, o->n_gen, tps);
     }
 }
 

@@ -342,7 +342,7 @@ static ppn_status model_source(sb_run *run)
         return ppn_err(PPN_EIO, "sched-bench: cannot create a temporary directory under /tmp");
     }
     snprintf(run->model_path, sizeof run->model_path, "%s", run->tmpdir);
-    return ppn_mkmodel(run->a->shape, PPN_DT_BF16, run->tmpdir, 1);
+    return ppn_mkmodel(run->a->shape, PPN_DTYPE_BF16, run->tmpdir, 1);
 }
 
 /* Reports -------------------------------------------------------------------------------------------------- */

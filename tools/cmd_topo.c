@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "tools/cli.h"
+#include "kernels/ktable.h"
 #include "core/device/gpu.h"
 #include "sched/topo.h"
 
@@ -66,7 +67,7 @@ int cmd_topo(int argc, char **argv)
     }
     ppn_gpu *g = NULL;
     ppn_topo *t = NULL;
-    ppn_status st = ppn_gpu_open(backend, &g);
+    ppn_status st = ppn_gpu_open(backend, ppn_kernel_set(), &g);
     if (st != PPN_OK) return cli_fail_status(st, "backend");
     int rc;
     if ((st = ppn_topo_load(&t, strcmp(g->ops->name, "sim") != 0)) != PPN_OK) rc = cli_fail_status(st, "topo");

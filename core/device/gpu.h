@@ -43,10 +43,29 @@ typedef struct ppn_access {
 
 #define PPN_LAUNCH_MAX_ACC 8
 
+/* A kernel as the device layer knows it. The layer above (kernels/ktable.c) owns the table and hands it to
+ * the backend at open, so this floor never includes the kernels: cuda looks name up in image, sim runs cpu. */
+typedef struct ppn_gpu_kernel {
+    const char *name;                /* the CUDA symbol (extern "C") */
+    size_t params_size;              /* the one by-value parameter struct */
+    void (*cpu)(const void *params); /* the CPU reference the sim backend runs */
+} ppn_gpu_kernel;
+
+#define PPN_GPU_MAX_KERNELS 32
+
+/* The kernels a backend may launch: launch ids index k. */
+typedef struct ppn_gpu_kernels {
+    const ppn_gpu_kernel *k;
+    int n;                /* <= PPN_GPU_MAX_KERNELS */
+    const void *image;    /* the fatbin (cuda); NULL: built without nvcc (cuda refuses to open for models) */
+    size_t image_size;
+    unsigned dyn_smem_max; /* dynamic shared memory every kernel is opted in to (cuda) */
+} ppn_gpu_kernels;
+
 /* One kernel launch. Every kernel takes exactly one parameter: a struct passed by value
  * (kernels/kparams.h); params points at it. The sim backend copies it at enqueue time. */
 typedef struct ppn_launch {
-    int kernel;                 /* enum ppn_kernel_id (kernels/ktable.h) */
+    int kernel;                 /* index into the backend's ppn_gpu_kernels */
     unsigned grid[3], block[3]; /* cuda geometry; ignored by sim */
     unsigned smem;              /* dynamic shared memory bytes (cuda) */
     const void *params;
@@ -67,7 +86,7 @@ typedef void (*ppn_host_fn)(void *arg);
 /* One kernel's account under PPN_KPROF=1 (kprof_read). PPN_KPROF is read once at backend creation: unset,
  * empty or 0 = off, 1 = on, anything else = PPN_EINVAL naming the variable. */
 struct ppn_kprof_entry {
-    const char *name; /* the kernel's ppn_kernels[] name (static storage) */
+    const char *name; /* the kernel's name in kern (static storage) */
     uint64_t calls;   /* launches harvested */
     double ms;        /* cuda: device time between a pair of timing events around each launch;
                        * sim: CPU wall time of the reference kernel (not a device time) */
@@ -125,7 +144,7 @@ struct ppn_gpu_ops {
 
     /* Kernel profile (PPN_KPROF=1; a diagnostics path). kprof_read harvests the launches that have completed
      * and writes one entry per kernel with calls > 0, in kernel-id order, at most max of them; it returns the
-     * number written (0 when profiling is off). max >= PPN_K_COUNT gets every kernel. kprof_reset zeroes the
+     * number written (0 when profiling is off). max >= kern.n gets every kernel. kprof_reset zeroes the
      * account; for an exact account call it while no launch is in flight (sim counts a launch when it
      * executes). Both may be called from any thread. */
     int (*kprof_read)(ppn_gpu *g, struct ppn_kprof_entry *out, int max);
@@ -156,14 +175,21 @@ struct ppn_gpu {
     uint64_t n_host_staged;   /* peer copies staged through the host for lack of a grant */
     uint64_t n_graph_launches; /* graph_launch calls */
     int kprof;                /* PPN_KPROF=1 (immutable after create): graphs are refused */
+    ppn_gpu_kernels kern;     /* the launchable kernels (n = 0: device ops only); immutable after create */
 };
 
 /* Backend constructors. name: "auto", "cuda" or "sim". auto = cuda when a driver, a device and kernels are
  * present, else sim. Returns PPN_ENODEV (cuda: no driver/device), PPN_ENOKERNELS, PPN_EINVAL (bad name or
  * bad PPN_SIM_* value), PPN_ENOMEM. */
-ppn_status ppn_gpu_open(const char *name, ppn_gpu **out);
-ppn_status ppn_gpu_sim_create(ppn_gpu **out);  /* reads PPN_SIM_DEVICES, PPN_SIM_MEM, PPN_SIM_PEER, PPN_SIM_FAIL */
-ppn_status ppn_gpu_cuda_create(ppn_gpu **out); /* dlopen("libcuda.so.1") */
+ppn_status ppn_gpu_open(const char *name, const ppn_gpu_kernels *kern, ppn_gpu **out);
+/* kern may be NULL in both constructors: a backend for device ops only (pool and stream tests); its launches
+ * are refused with PPN_EINVAL. kern->k must outlive the backend (a static table). */
+ppn_status ppn_gpu_sim_create(const ppn_gpu_kernels *kern, ppn_gpu **out);  /* reads PPN_SIM_* */
+ppn_status ppn_gpu_cuda_create(const ppn_gpu_kernels *kern, ppn_gpu **out); /* dlopen("libcuda.so.1") */
+/* Copy kern into g (NULL: none), refusing a table larger than PPN_GPU_MAX_KERNELS. */
+ppn_status ppn_gpu_set_kernels(ppn_gpu *g, const ppn_gpu_kernels *kern);
+/* PPN_OK when id names one of g's kernels and params match its struct, else PPN_EINVAL naming the backend. */
+ppn_status ppn_gpu_check_launch(const ppn_gpu *g, const ppn_launch *l);
 
 /* sim only: checker reports so far, per kind (counted even when not printed or not sticky). */
 struct ppn_sim_counts {

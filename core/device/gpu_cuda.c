@@ -5,7 +5,7 @@
  * the right one current on the calling thread first; a per-thread cache skips redundant cuCtxSetCurrent.
  *
  * Kernels: the fatbin embedded by the build (ppn_fatbin_data) is loaded into a device's context on the first
- * launch there; each kernel's CUfunction is looked up by its ppn_kernels[] name on its first launch and
+ * launch there; each kernel's CUfunction is looked up by its kernel-table name on its first launch and
  * cached per device.
  *
  * Threading contract (gpu.h): every op may be called from any thread; calls on one stream are serialized by
@@ -31,22 +31,13 @@
 #include <string.h>
 #include "core/device/cuda_drv.h"
 #include "core/device/gpu.h"
-#include "kernels/ktable.h"
-
-#ifndef PPN_HAVE_FATBIN
-#define PPN_HAVE_FATBIN 0
-#endif
-
-#if PPN_HAVE_FATBIN
-extern const unsigned char ppn_fatbin_data[], ppn_fatbin_end[];
-#endif
 
 typedef struct cu_dev {
     CUdevice dev;                            /* written at create, read-only after */
     pthread_mutex_t mu;                      /* serializes the lazy creation of ctx, mod and fn[] */
     _Atomic(CUcontext) ctx;                  /* retained primary context; NULL until first use */
     _Atomic(CUmodule) mod;                   /* the embedded fatbin in ctx; NULL until first launch */
-    _Atomic(CUfunction) fn[PPN_K_COUNT];     /* per kernel id; NULL until its first launch */
+    _Atomic(CUfunction) fn[PPN_GPU_MAX_KERNELS];     /* per kernel id; NULL until its first launch */
     int pdl;                                 /* launches carry the programmatic-serialization attribute */
 } cu_dev;
 
@@ -72,8 +63,8 @@ typedef struct cu_kring {
 /* Per-kernel sums harvested from rings, added to the totals when their epoch is still the current one. */
 typedef struct cu_kp_sum {
     uint64_t epoch;
-    uint64_t calls[PPN_K_COUNT];
-    double ms[PPN_K_COUNT], bytes[PPN_K_COUNT];
+    uint64_t calls[PPN_GPU_MAX_KERNELS];
+    double ms[PPN_GPU_MAX_KERNELS], bytes[PPN_GPU_MAX_KERNELS];
 } cu_kp_sum;
 
 typedef struct cu_gpu {
@@ -307,7 +298,7 @@ static void cu_kp_sum_init(cu_gpu *b, cu_kp_sum *sum)
 static void cu_kp_add_locked(cu_gpu *b, const cu_kp_sum *sum)
 {
     if (sum->epoch != atomic_load_explicit(&b->kp_epoch, memory_order_relaxed)) return;
-    for (int k = 0; k < PPN_K_COUNT; k++) {
+    for (int k = 0; k < PPN_GPU_MAX_KERNELS; k++) {
         b->kp_total.calls[k] += sum->calls[k];
         b->kp_total.ms[k] += sum->ms[k];
         b->kp_total.bytes[k] += sum->bytes[k];
@@ -317,7 +308,7 @@ static void cu_kp_add_locked(cu_gpu *b, const cu_kp_sum *sum)
 static void cu_kp_add(cu_gpu *b, const cu_kp_sum *sum)
 {
     uint64_t any = 0;
-    for (int k = 0; k < PPN_K_COUNT; k++) any |= sum->calls[k];
+    for (int k = 0; k < PPN_GPU_MAX_KERNELS; k++) any |= sum->calls[k];
     if (!any) return;
     pthread_mutex_lock(&b->kp_mu);
     cu_kp_add_locked(b, sum);
@@ -434,9 +425,9 @@ static int cu_kprof_read(ppn_gpu *g, struct ppn_kprof_entry *out, int max)
         pthread_mutex_unlock(&r->mu);
         cu_kp_add_locked(b, &sum);
     }
-    for (int k = 0; k < PPN_K_COUNT && n < max; k++)
+    for (int k = 0; k < g->kern.n && n < max; k++)
         if (b->kp_total.calls[k])
-            out[n++] = (struct ppn_kprof_entry){ppn_kernels[k].name, b->kp_total.calls[k], b->kp_total.ms[k],
+            out[n++] = (struct ppn_kprof_entry){g->kern.k[k].name, b->kp_total.calls[k], b->kp_total.ms[k],
                                                 b->kp_total.bytes[k]};
     pthread_mutex_unlock(&b->kp_mu);
     return n;
@@ -686,23 +677,24 @@ static ppn_status cu_peer_enable(ppn_gpu *g, int dev, int peer)
 /* ---------------------------------------------------------------------------------------------------------
  * Kernels */
 
-#if PPN_HAVE_FATBIN
 static ppn_status cu_module_locked(cu_gpu *b, int dev, CUmodule *out)
 {
     cu_dev *d = &b->devs[dev];
     CUmodule m = atomic_load_explicit(&d->mod, memory_order_relaxed);
     if (!m) {
-        ppn_status st = PPN_CU(&b->drv, cuModuleLoadData, &m, ppn_fatbin_data);
+        if (!b->base.kern.image)
+            return ppn_err(PPN_ENOKERNELS, "cuda: this build has no kernels (built without nvcc)");
+        ppn_status st = PPN_CU(&b->drv, cuModuleLoadData, &m, b->base.kern.image);
         if (st != PPN_OK)
             return ppn_err_ctx(st, "loading the embedded kernels (%zu-byte fatbin) on device %d",
-                               (size_t)(ppn_fatbin_end - ppn_fatbin_data), dev);
+                               b->base.kern.image_size, dev);
         atomic_store_explicit(&d->mod, m, memory_order_release); /* pairs with the acquire in cu_kernel() */
     }
     *out = m;
     return PPN_OK;
 }
 
-/* Every kernel may take up to PPN_DYN_SMEM_MAX bytes of dynamic shared memory (48 KB without the opt-in); a
+/* Every kernel may take up to kern.dyn_smem_max bytes of dynamic shared memory (48 KB without the opt-in); a
  * device that offers less gets what it offers, and a launch asking more fails in the driver, named. */
 static ppn_status cu_smem_optin(cu_gpu *b, int dev, CUfunction f, const char *name)
 {
@@ -711,7 +703,8 @@ static ppn_status cu_smem_optin(cu_gpu *b, int dev, CUfunction f, const char *na
                       &optin));
     ppn_status gs = PPN_CU(&b->drv, cuFuncGetAttribute, &stat, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f);
     if (gs != PPN_OK) return ppn_err_ctx(gs, "reading kernel %s's static shared memory (device %d)", name, dev);
-    int want = optin - stat < (int)PPN_DYN_SMEM_MAX ? optin - stat : (int)PPN_DYN_SMEM_MAX;
+    int cap = (int)b->base.kern.dyn_smem_max;
+    int want = optin - stat < cap ? optin - stat : cap;
     if (want <= 48 * 1024) return PPN_OK;
     ppn_status st = PPN_CU(&b->drv, cuFuncSetAttribute, f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, want);
     if (st != PPN_OK) return ppn_err_ctx(st, "opting kernel %s in to %d bytes of shared memory (device %d)", name,
@@ -726,7 +719,7 @@ static ppn_status cu_function_locked(cu_gpu *b, int dev, int id, CUfunction *out
     if (!f) {
         CUmodule m = NULL;
         PPN_CHECK(cu_module_locked(b, dev, &m));
-        const char *name = ppn_kernels[id].name;
+        const char *name = b->base.kern.k[id].name;
         ppn_status st = PPN_CU(&b->drv, cuModuleGetFunction, &f, m, name);
         if (st != PPN_OK)
             return ppn_err_ctx(st, "looking up kernel %s in the embedded fatbin (device %d)", name, dev);
@@ -752,17 +745,6 @@ static ppn_status cu_kernel(cu_gpu *b, int dev, int id, CUfunction *out)
     return st;
 }
 
-static ppn_status cu_check_launch(const ppn_launch *l)
-{
-    if (l->kernel < 0 || l->kernel >= PPN_K_COUNT)
-        return ppn_err(PPN_EINVAL, "cuda: launch: kernel id %d out of range [0, %d)", l->kernel, PPN_K_COUNT);
-    const ppn_kernel_desc *k = &ppn_kernels[l->kernel];
-    if (!l->params || l->params_size != k->params_size)
-        return ppn_err(PPN_EINVAL, "cuda: launch %s: params of %zu bytes at %p, the kernel takes %zu", k->name,
-                       l->params_size, l->params, k->params_size);
-    return PPN_OK;
-}
-
 /* Every kernel takes one struct by value: kernelParams holds one pointer to it; the driver copies the
  * bytes at this call, so the caller's struct may die as soon as we return. s's context is current.
  * Programmatic dependent launch (sm_90+, PPN_PDL): the kernel may start while the previous kernel on s
@@ -780,7 +762,7 @@ static ppn_status cu_launch_on(cu_gpu *b, ppn_gstream *s, CUfunction f, const pp
                                                  l->block[0], l->block[1], l->block[2], l->smem, s->s, args, NULL);
     if (st != PPN_OK)
         return ppn_err_ctx(st, "launching %s on device %d (grid %u,%u,%u block %u,%u,%u smem %u)",
-                           ppn_kernels[l->kernel].name, s->dev, l->grid[0], l->grid[1], l->grid[2], l->block[0],
+                           b->base.kern.k[l->kernel].name, s->dev, l->grid[0], l->grid[1], l->grid[2], l->block[0],
                            l->block[1], l->block[2], l->smem);
     return PPN_OK;
 }
@@ -831,7 +813,7 @@ static ppn_status cu_launch_timed(cu_gpu *b, ppn_gstream *s, CUfunction f, const
 out:
     pthread_mutex_unlock(&r->mu);
     cu_kp_add(b, &sum); /* what was harvested is real even if this launch failed */
-    if (st != PPN_OK) return ppn_err_ctx(st, "PPN_KPROF: timed launch of %s", ppn_kernels[l->kernel].name);
+    if (st != PPN_OK) return ppn_err_ctx(st, "PPN_KPROF: timed launch of %s", b->base.kern.k[l->kernel].name);
     return PPN_OK;
 }
 
@@ -839,18 +821,11 @@ static ppn_status cu_launch(ppn_gpu *g, ppn_gstream *s, const ppn_launch *l)
 {
     cu_gpu *b = cu_of(g);
     CUfunction f = NULL;
-    PPN_CHECK(cu_check_launch(l));
+    PPN_CHECK(ppn_gpu_check_launch(g, l));
     PPN_CHECK(cu_set_current(b, s->ctx));
     PPN_CHECK(cu_kernel(b, s->dev, l->kernel, &f));
     return s->kp ? cu_launch_timed(b, s, f, l) : cu_launch_on(b, s, f, l);
 }
-#else
-static ppn_status cu_launch(ppn_gpu *g, ppn_gstream *s, const ppn_launch *l)
-{
-    (void)g, (void)s, (void)l;
-    return ppn_err(PPN_ENOKERNELS, "cuda: this build has no kernels (built without nvcc)");
-}
-#endif
 
 static ppn_status cu_host_fn(ppn_gpu *g, ppn_gstream *s, ppn_host_fn fn, void *arg)
 {
@@ -871,22 +846,15 @@ static ppn_status cu_mem_annotate(ppn_gpu *g, ppn_gstream *s, int dev, ppn_dptr 
 /* ---------------------------------------------------------------------------------------------------------
  * Graphs */
 
-#if PPN_HAVE_FATBIN
 /* Every kernel of dev resolved before a capture: module loads are not stream work, and a first-use lookup
  * must not happen while the stream records. dev's context is current. */
 static ppn_status cu_kernels_all(cu_gpu *b, int dev)
 {
     CUfunction f;
-    for (int k = 0; k < PPN_K_COUNT; k++) PPN_CHECK(cu_kernel(b, dev, k, &f));
+    if (!b->base.kern.image) return ppn_err(PPN_ENOKERNELS, "cuda: this build has no kernels (built without nvcc)");
+    for (int k = 0; k < b->base.kern.n; k++) PPN_CHECK(cu_kernel(b, dev, k, &f));
     return PPN_OK;
 }
-#else
-static ppn_status cu_kernels_all(cu_gpu *b, int dev)
-{
-    (void)b, (void)dev;
-    return ppn_err(PPN_ENOKERNELS, "cuda: this build has no kernels (built without nvcc)");
-}
-#endif
 
 /* Thread-local capture mode: other threads issue to their own streams meanwhile (one issue thread per
  * stage), and only this thread's unsafe calls are refused by the driver. */
@@ -1071,12 +1039,13 @@ static ppn_status cu_init_devices(cu_gpu *b, int n)
     return PPN_OK;
 }
 
-ppn_status ppn_gpu_cuda_create(ppn_gpu **out)
+ppn_status ppn_gpu_cuda_create(const ppn_gpu_kernels *kern, ppn_gpu **out)
 {
     ppn_status st = PPN_OK;
     cu_gpu *b = calloc(1, sizeof *b);
     if (!b) return ppn_err(PPN_ENOMEM, "cuda: out of host memory for the backend");
     b->base.ops = &cu_ops;
+    PPN_CHECK_GOTO(ppn_gpu_set_kernels(&b->base, kern), st, out);
     pthread_mutex_init(&b->kp_mu, NULL);
     PPN_CHECK_GOTO(ppn_cuda_drv_open(&b->drv), st, out);
     int n = 0;

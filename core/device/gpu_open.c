@@ -4,20 +4,16 @@
 #include "core/base/err.h"
 #include "core/device/gpu.h"
 
-#ifndef PPN_HAVE_FATBIN
-#define PPN_HAVE_FATBIN 0
-#endif
-
 #define PPN_BACKENDS "auto, cuda, sim"
 
 /* Forced cuda: unusable means an error, never a quiet switch to sim. A build without kernels cannot run a
  * model, so it is refused here rather than at the first launch deep inside a forward pass. (Tools that only
  * need device ops, such as the pool tests, call ppn_gpu_cuda_create directly.) */
-static ppn_status gpu_open_cuda(ppn_gpu **out)
+static ppn_status gpu_open_cuda(const ppn_gpu_kernels *kern, ppn_gpu **out)
 {
     ppn_gpu *g = NULL;
-    PPN_CHECK(ppn_gpu_cuda_create(&g));
-    if (!PPN_HAVE_FATBIN) {
+    PPN_CHECK(ppn_gpu_cuda_create(kern, &g));
+    if (!kern || !kern->image) {
         ppn_gpu_close(g);
         return ppn_err(PPN_ENOKERNELS, "backend cuda: this build has no kernels (built without nvcc; rebuild "
                                        "with nvcc on PATH and PPN_CUDA_KERNELS=ON, or use the sim backend)");
@@ -31,11 +27,11 @@ static ppn_status gpu_open_cuda(ppn_gpu **out)
  * kernels falls back with a note on stderr, since running on the simulator there surprises. Any other
  * failure of a driver that did load (PPN_EDRIVER, PPN_ENOMEM) is returned: hiding a broken GPU setup
  * behind the simulator would be worse. */
-static ppn_status gpu_open_auto(ppn_gpu **out)
+static ppn_status gpu_open_auto(const ppn_gpu_kernels *kern, ppn_gpu **out)
 {
     ppn_gpu *g = NULL;
-    ppn_status st = ppn_gpu_cuda_create(&g);
-    if (st == PPN_OK && PPN_HAVE_FATBIN) {
+    ppn_status st = ppn_gpu_cuda_create(kern, &g);
+    if (st == PPN_OK && kern && kern->image) {
         *out = g;
         return PPN_OK;
     }
@@ -47,12 +43,12 @@ static ppn_status gpu_open_auto(ppn_gpu **out)
         return ppn_err_ctx(st, "backend auto: the cuda driver loaded but failed (PPN_BACKEND=sim forces the "
                                "simulator)");
     }
-    return ppn_gpu_sim_create(out);
+    return ppn_gpu_sim_create(kern, out);
 }
 
 /* Returns PPN_OK, PPN_EINVAL (unknown name, naming PPN_BACKEND when it came from there), and whatever the
  * chosen backend's constructor returns: PPN_ENODEV, PPN_ENOKERNELS, PPN_EDRIVER, PPN_ENOMEM, PPN_EINVAL. */
-ppn_status ppn_gpu_open(const char *name, ppn_gpu **out)
+ppn_status ppn_gpu_open(const char *name, const ppn_gpu_kernels *kern, ppn_gpu **out)
 {
     const char *from_env = NULL;
     if (!name || !*name) {
@@ -61,11 +57,11 @@ ppn_status ppn_gpu_open(const char *name, ppn_gpu **out)
     }
     ppn_status st;
     if (strcmp(name, "auto") == 0)
-        st = gpu_open_auto(out);
+        st = gpu_open_auto(kern, out);
     else if (strcmp(name, "cuda") == 0)
-        st = gpu_open_cuda(out);
+        st = gpu_open_cuda(kern, out);
     else if (strcmp(name, "sim") == 0)
-        st = ppn_gpu_sim_create(out);
+        st = ppn_gpu_sim_create(kern, out);
     else if (from_env)
         return ppn_err(PPN_EINVAL, "PPN_BACKEND=%s: unknown backend (allowed: %s)", name, PPN_BACKENDS);
     else
@@ -73,4 +69,30 @@ ppn_status ppn_gpu_open(const char *name, ppn_gpu **out)
     /* Say where the choice came from, so a stray variable in the environment is easy to spot. */
     if (st != PPN_OK && from_env) return ppn_err_ctx(st, "PPN_BACKEND=%s", name);
     return st;
+}
+
+ppn_status ppn_gpu_set_kernels(ppn_gpu *g, const ppn_gpu_kernels *kern)
+{
+    g->kern = (ppn_gpu_kernels){0};
+    if (!kern) return PPN_OK;
+    if (kern->n < 0 || kern->n > PPN_GPU_MAX_KERNELS || (kern->n && !kern->k))
+        return ppn_err(PPN_EINVAL, "%s: a kernel table of %d entries (at most %d)", g->ops->name, kern->n,
+                       PPN_GPU_MAX_KERNELS);
+    g->kern = *kern;
+    return PPN_OK;
+}
+
+ppn_status ppn_gpu_check_launch(const ppn_gpu *g, const ppn_launch *l)
+{
+    if (l->kernel < 0 || l->kernel >= g->kern.n)
+        return ppn_err(PPN_EINVAL, "%s: launch: kernel id %d is not in the kernel table (%d kernels)", g->ops->name,
+                       l->kernel, g->kern.n);
+    const ppn_gpu_kernel *k = &g->kern.k[l->kernel];
+    if (!l->params || l->params_size != k->params_size)
+        return ppn_err(PPN_EINVAL, "%s: launch of %s: params %p of %zu B (the kernel takes %zu B)", g->ops->name,
+                       k->name, l->params, l->params_size, k->params_size);
+    if (l->nacc < 0 || l->nacc > PPN_LAUNCH_MAX_ACC)
+        return ppn_err(PPN_EINVAL, "%s: launch of %s: %d accesses (at most %d)", g->ops->name, k->name, l->nacc,
+                       PPN_LAUNCH_MAX_ACC);
+    return PPN_OK;
 }

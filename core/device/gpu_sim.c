@@ -32,7 +32,6 @@
 #include "core/base/err.h"
 #include "core/device/gpu.h"
 #include "core/device/sim_internal.h"
-#include "kernels/ktable.h"
 
 typedef unsigned long long ull;
 
@@ -59,9 +58,9 @@ static ppn_status check_stream(ppn_gstream *s, const char *call);
 typedef struct sim_kprof {
     int on;                        /* immutable after create */
     pthread_mutex_t mu;            /* the totals below */
-    uint64_t calls[PPN_K_COUNT];
-    uint64_t ns[PPN_K_COUNT];      /* CPU wall time of the reference kernels */
-    double bytes[PPN_K_COUNT];
+    uint64_t calls[PPN_GPU_MAX_KERNELS];
+    uint64_t ns[PPN_GPU_MAX_KERNELS];      /* CPU wall time of the reference kernels */
+    double bytes[PPN_GPU_MAX_KERNELS];
 } sim_kprof;
 
 typedef struct sim_gpu_kp {
@@ -433,7 +432,7 @@ static void exec_body(sim_op *op)
         memmove((void *)(uintptr_t)op->u.cp.dst, (const void *)(uintptr_t)op->u.cp.src, op->u.cp.n);
         break;
     case SIM_OP_MEMSET: memset((void *)(uintptr_t)op->u.ms.dst, op->u.ms.v, op->u.ms.n); break;
-    case SIM_OP_LAUNCH: ppn_kernels[op->u.k.kernel].cpu(op->u.k.params); break;
+    case SIM_OP_LAUNCH: op->u.k.cpu(op->u.k.params); break;
     case SIM_OP_HOSTFN: op->u.hf.fn(op->u.hf.arg); break;
     default: break;
     }
@@ -993,18 +992,11 @@ static ppn_status sim_memset_d8(ppn_gpu *gg, ppn_gstream *s, ppn_dptr dst, unsig
     return submit(g, s, op, -1, NULL);
 }
 
-static ppn_status check_launch(const ppn_launch *l)
+static ppn_status check_launch(const ppn_gpu *g, const ppn_launch *l)
 {
-    if (l->kernel < 0 || l->kernel >= PPN_K_COUNT)
-        return ppn_err(PPN_EINVAL, "sim: launch: kernel id %d is not in the kernel table", l->kernel);
-    const ppn_kernel_desc *k = &ppn_kernels[l->kernel];
+    PPN_CHECK(ppn_gpu_check_launch(g, l));
+    const ppn_gpu_kernel *k = &g->kern.k[l->kernel];
     if (!k->cpu) return ppn_err(PPN_EUNSUPPORTED, "sim: launch of %s: it has no CPU reference", k->name);
-    if (!l->params || l->params_size != k->params_size)
-        return ppn_err(PPN_EINVAL, "sim: launch of %s: params %p of %zu B (the kernel takes %zu B)", k->name,
-                       l->params, l->params_size, k->params_size);
-    if (l->nacc < 0 || l->nacc > PPN_LAUNCH_MAX_ACC)
-        return ppn_err(PPN_EINVAL, "sim: launch of %s: nacc %d not in 0..%d", k->name, l->nacc,
-                       PPN_LAUNCH_MAX_ACC);
     for (int i = 0; i < l->nacc; i++)
         if (l->acc[i].mode < PPN_ACC_R || l->acc[i].mode > PPN_ACC_RW)
             return ppn_err(PPN_EINVAL, "sim: launch of %s: access %d has mode %d", k->name, i, l->acc[i].mode);
@@ -1035,9 +1027,9 @@ static void graph_free(struct sim_graph *gr)
     free(gr);
 }
 
-static ppn_status graph_record(struct sim_graph *gr, const ppn_launch *l)
+static ppn_status graph_record(const ppn_gpu *g, struct sim_graph *gr, const ppn_launch *l)
 {
-    const char *name = ppn_kernels[l->kernel].name;
+    const char *name = g->kern.k[l->kernel].name;
     if (gr->n == gr->cap) {
         int cap = gr->cap ? 2 * gr->cap : 64;
         sim_glaunch *k = realloc(gr->k, (size_t)cap * sizeof *k);
@@ -1062,15 +1054,15 @@ static ppn_status sim_launch(ppn_gpu *gg, ppn_gstream *s, const ppn_launch *l)
     sim_gpu *g = sim_of(gg);
     if (!s) return ppn_err(PPN_EINVAL, "sim: launch: stream is NULL");
     if (!l) return ppn_err(PPN_EINVAL, "sim: launch: NULL launch");
-    PPN_CHECK(check_launch(l));
-    if (s->cap) return graph_record(s->cap, l);
+    PPN_CHECK(check_launch(&g->base, l));
+    if (s->cap) return graph_record(&g->base, s->cap, l);
     return launch_submit(g, s, l, 4000ull * (uint64_t)g->latency);
 }
 
 /* Enqueue one checked launch; model_ns is its modelled duration. */
 static ppn_status launch_submit(sim_gpu *g, ppn_gstream *s, const ppn_launch *l, uint64_t model_ns)
 {
-    const ppn_kernel_desc *k = &ppn_kernels[l->kernel];
+    const ppn_gpu_kernel *k = &g->base.kern.k[l->kernel];
     sim_op *op = op_new(s, SIM_OP_LAUNCH, "kernel", k->name);
     void *params = malloc(l->params_size ? l->params_size : 1);
     if (!op || !params) {
@@ -1080,6 +1072,7 @@ static ppn_status launch_submit(sim_gpu *g, ppn_gstream *s, const ppn_launch *l,
     }
     memcpy(params, l->params, l->params_size);
     op->u.k.kernel = l->kernel;
+    op->u.k.cpu = k->cpu;
     op->u.k.params = params;
     op->model_ns = model_ns;
     for (int i = 0; i < l->nacc; i++)
@@ -1239,7 +1232,7 @@ static void sim_destroy(ppn_gpu *gg)
 }
 
 /* Returns PPN_OK, PPN_EINVAL (a PPN_SIM_* value, named), PPN_ENOMEM. */
-ppn_status ppn_gpu_sim_create(ppn_gpu **out)
+ppn_status ppn_gpu_sim_create(const ppn_gpu_kernels *kern, ppn_gpu **out)
 {
     if (!out) return ppn_err(PPN_EINVAL, "sim: create: out is NULL");
     *out = NULL;
@@ -1254,6 +1247,7 @@ ppn_status ppn_gpu_sim_create(ppn_gpu **out)
     PPN_CHECK_GOTO(parse_latency(g), st, fail);
     PPN_CHECK_GOTO(parse_kprof(g), st, fail);
     g->base.ops = &sim_ops;
+    PPN_CHECK_GOTO(ppn_gpu_set_kernels(&g->base, kern), st, fail);
     g->base.kprof = gk->kp.on;
     pthread_mutex_init(&g->ck, NULL);
     pthread_cond_init(&g->busy_cv, NULL);
@@ -1303,9 +1297,9 @@ static int sim_kprof_read(ppn_gpu *gg, struct ppn_kprof_entry *out, int max)
     int n = 0;
     if (!kp->on || !out) return 0;
     pthread_mutex_lock(&kp->mu);
-    for (int k = 0; k < PPN_K_COUNT && n < max; k++)
+    for (int k = 0; k < gg->kern.n && n < max; k++)
         if (kp->calls[k])
-            out[n++] = (struct ppn_kprof_entry){ppn_kernels[k].name, kp->calls[k], (double)kp->ns[k] / 1e6,
+            out[n++] = (struct ppn_kprof_entry){gg->kern.k[k].name, kp->calls[k], (double)kp->ns[k] / 1e6,
                                                 kp->bytes[k]};
     pthread_mutex_unlock(&kp->mu);
     return n;

@@ -130,7 +130,7 @@ typedef struct sim_op {
     union {
         struct { ppn_dptr dst, src; void *hdst; const void *hsrc; size_t n; } cp;
         struct { ppn_dptr dst; unsigned char v; size_t n; } ms;
-        struct { int kernel; void *params; } k;
+        struct { int kernel; void (*cpu)(const void *); void *params; } k;
         struct { ppn_host_fn fn; void *arg; } hf;
         struct { sim_rec *rec; } ev; /* RECORD: the record it fills; WAIT: the record it waits for */
     } u;

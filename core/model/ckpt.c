@@ -81,7 +81,7 @@ static void fmt_shape(char *buf, size_t cap, int ndim, const int64_t *dims)
  * alignment (legal in safetensors, never done by real writers) gets an aligned private copy. */
 static ppn_status view_aligned(ppn_ckpt *c, const char *file, const char *name, ppn_tensor *t)
 {
-    size_t el = t->dtype == PPN_DT_F32 ? 4 : 2;
+    size_t el = t->dtype == PPN_DTYPE_F32 ? 4 : 2;
     if (((uintptr_t)t->data % el) == 0) return PPN_OK;
     ppn_ckpt_priv *p = c->priv;
     void **grown = realloc(p->owned, (p->n_owned + 1) * sizeof *grown);

@@ -10,7 +10,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "ppn.h"
-#include "kernels/kparams.h"
 
 enum { PPN_ARCH_LLAMA = 1, PPN_ARCH_MISTRAL, PPN_ARCH_QWEN2, PPN_ARCH_QWEN3, PPN_ARCH_LLAMA2C };
 enum { PPN_ROPE_DEFAULT = 0, PPN_ROPE_LLAMA3 = 1 };
@@ -35,7 +34,7 @@ typedef struct ppn_model_config {
 typedef struct ppn_tensor {
     const void *data;         /* NULL = absent (optional tensors: biases, q/k norms) */
     size_t nbytes;
-    int dtype;                /* PPN_DT_* of the source */
+    int dtype;                /* PPN_DTYPE_* of the source */
     int ndim;
     int64_t shape[4];
 } ppn_tensor;
@@ -68,7 +67,7 @@ void ppn_ckpt_close(ppn_ckpt *c);
 ppn_status ppn_config_parse(const char *json_text, size_t len, const char *where, ppn_model_config *cfg);
 
 /* Write a random-weight checkpoint in HF layout (config.json + model.safetensors) to dir.
- * shape: "tiny", "llama-1b", "llama-8b", "qwen2-7b", "qwen3-tiny". dtype: PPN_DT_*. */
+ * shape: "tiny", "llama-1b", "llama-8b", "qwen2-7b", "qwen3-tiny". dtype: PPN_DTYPE_*. */
 ppn_status ppn_mkmodel(const char *shape, int dtype, const char *dir, uint64_t seed);
 
 /* ppn_mkmodel with a shard size: when the weights exceed shard_bytes (0 = 4 GiB) they are written as

@@ -89,7 +89,7 @@ static void fill_config(const l2c_hdr *h, ppn_model_config *cfg)
 static void view(ppn_tensor *t, const float *data, int64_t d0, int64_t d1)
 {
     t->data = data;
-    t->dtype = PPN_DT_F32;
+    t->dtype = PPN_DTYPE_F32;
     t->ndim = d1 ? 2 : 1;
     t->shape[0] = d0;
     t->shape[1] = d1;

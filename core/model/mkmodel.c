@@ -24,7 +24,7 @@
 #include <unistd.h>
 #include "core/model/ckpt_internal.h"
 #include "core/base/err.h"
-#include "kernels/ktable.h"
+#include "core/base/dtype.h"
 
 #define MK_DEFAULT_SHARD ((size_t)4 << 30)
 #define MK_BUF_BYTES ((size_t)16 << 20)
@@ -239,8 +239,8 @@ static void fill_f16(const mk_job *j)
 static void *fill_job(void *arg)
 {
     const mk_job *j = arg;
-    if (j->dtype == PPN_DT_F32) fill_f32(j);
-    else if (j->dtype == PPN_DT_BF16) fill_bf16(j);
+    if (j->dtype == PPN_DTYPE_F32) fill_f32(j);
+    else if (j->dtype == PPN_DTYPE_BF16) fill_bf16(j);
     else fill_f16(j);
     return NULL;
 }
@@ -324,7 +324,7 @@ static ppn_status put_tensor(mk_writer *w, const mk_tensor *t)
 
 static const char *st_dtype_name(int dt)
 {
-    return dt == PPN_DT_F32 ? "F32" : dt == PPN_DT_BF16 ? "BF16" : "F16";
+    return dt == PPN_DTYPE_F32 ? "F32" : dt == PPN_DTYPE_BF16 ? "BF16" : "F16";
 }
 
 /* Header JSON for one shard, space-padded so the data section starts 8-aligned (as HF writers do). */
@@ -456,7 +456,7 @@ static json_t *config_json(const mk_shape *s, int dtype, uint64_t seed)
     json_t *eos = s->n_eos == 0 ? json_null() : s->n_eos == 1 ? json_integer(s->eos[0]) : json_array();
     for (int i = 0; s->n_eos > 1 && i < s->n_eos; i++) json_array_append_new(eos, json_integer(s->eos[i]));
     json_object_set_new(r, "eos_token_id", eos);
-    json_object_set_new(r, "torch_dtype", json_string(dtype == PPN_DT_F32 ? "float32" : dtype == PPN_DT_BF16 ?
+    json_object_set_new(r, "torch_dtype", json_string(dtype == PPN_DTYPE_F32 ? "float32" : dtype == PPN_DTYPE_BF16 ?
                                                       "bfloat16" : "float16"));
     json_object_set_new(r, "transformers_version", json_string("4.46.0"));
     json_object_set_new(r, "ppn_mkmodel", json_pack("{s:s, s:I}", "shape", s->name, "seed", (json_int_t)seed));
@@ -524,11 +524,11 @@ ppn_status ppn_mkmodel_ex(const char *shape, int dtype, const char *dir, uint64_
     if (!s)
         return ppn_err(PPN_EINVAL, "mkmodel: unknown shape '%s' (known: tiny, qwen3-tiny, llama-1b, llama-8b, "
                        "qwen2-7b)", shape ? shape : "(null)");
-    if (dtype != PPN_DT_F32 && dtype != PPN_DT_BF16 && dtype != PPN_DT_F16)
-        return ppn_err(PPN_EINVAL, "mkmodel: dtype %d is not PPN_DT_F32, PPN_DT_BF16 or PPN_DT_F16", dtype);
+    if (dtype != PPN_DTYPE_F32 && dtype != PPN_DTYPE_BF16 && dtype != PPN_DTYPE_F16)
+        return ppn_err(PPN_EINVAL, "mkmodel: dtype %d is not PPN_DTYPE_F32, PPN_DTYPE_BF16 or PPN_DTYPE_F16", dtype);
     if (!dir) return ppn_err(PPN_EINVAL, "mkmodel: no output directory");
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    mk_writer w = {.dtype = dtype, .elsize = dtype == PPN_DT_F32 ? 4 : 2, .seed = seed, .fd = -1,
+    mk_writer w = {.dtype = dtype, .elsize = dtype == PPN_DTYPE_F32 ? 4 : 2, .seed = seed, .fd = -1,
                    .n_threads = cpus < 1 ? 1 : cpus > MK_MAX_THREADS ? MK_MAX_THREADS : (size_t)cpus};
     PPN_CHECK(make_dirs(dir));
     shape_config(s, &cfg);

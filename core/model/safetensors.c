@@ -86,13 +86,13 @@ out:
 typedef struct st_dtype {
     const char *name;
     size_t size;      /* bytes per element; 0 = sub-byte packing that ppn cannot even size-check */
-    int ppn;          /* PPN_DT_* or -1 */
+    int ppn;          /* PPN_DTYPE_* or -1 */
 } st_dtype;
 
 /* The dtypes of the safetensors format. Unknown strings are malformed; known ones ppn does not load are
  * refused later, only if an expected tensor uses one (extra tensors may be of any valid dtype). */
 static const st_dtype k_dtypes[] = {
-    {"F32", 4, PPN_DT_F32}, {"BF16", 2, PPN_DT_BF16}, {"F16", 2, PPN_DT_F16},
+    {"F32", 4, PPN_DTYPE_F32}, {"BF16", 2, PPN_DTYPE_BF16}, {"F16", 2, PPN_DTYPE_F16},
     {"F64", 8, -1},         {"I64", 8, -1},           {"I32", 4, -1},       {"I16", 2, -1},
     {"I8", 1, -1},          {"U64", 8, -1},           {"U32", 4, -1},       {"U16", 2, -1},
     {"U8", 1, -1},          {"BOOL", 1, -1},          {"F8_E4M3", 1, -1},   {"F8_E5M2", 1, -1},

@@ -19,7 +19,7 @@
 typedef struct ppn_st_tensor {
     char *name;
     char dtype[16];           /* as written: "F32", "BF16", "F64", ... */
-    int ppn_dtype;            /* PPN_DT_* or -1: a valid dtype ppn does not load */
+    int ppn_dtype;            /* PPN_DTYPE_* or -1: a valid dtype ppn does not load */
     int ndim;
     int64_t shape[PPN_ST_MAX_DIM];
     const uint8_t *data;      /* inside the mapping */

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/base/dtype.h"
 #include "core/device/gpu.h"
 #include "kernels/ktable.h"
 #include "kernels/ops.h"
@@ -71,21 +72,21 @@ static float *frand(size_t n, float lo, float hi)
 /* Weights of dtype dt with values in about [-1, 1]. */
 static void *wrand(int dt, size_t n)
 {
-    if (dt == PPN_DT_F32) return frand(n, -1, 1);
+    if (dt == PPN_DTYPE_F32) return frand(n, -1, 1);
     uint16_t *p = hmem(n * 2);
     for (size_t i = 0; i < n; i++)
-        p[i] = dt == PPN_DT_BF16 ? ppn_f32_to_bf16(rndf(-1, 1)) : ppn_f32_to_f16(rndf(-1, 1));
+        p[i] = dt == PPN_DTYPE_BF16 ? ppn_f32_to_bf16(rndf(-1, 1)) : ppn_f32_to_f16(rndf(-1, 1));
     return p;
 }
 
 static float wval(const void *w, int dt, size_t i)
 {
-    if (dt == PPN_DT_BF16) return ppn_bf16_to_f32(((const uint16_t *)w)[i]);
-    if (dt == PPN_DT_F16) return ppn_f16_to_f32(((const uint16_t *)w)[i]);
+    if (dt == PPN_DTYPE_BF16) return ppn_bf16_to_f32(((const uint16_t *)w)[i]);
+    if (dt == PPN_DTYPE_F16) return ppn_f16_to_f32(((const uint16_t *)w)[i]);
     return ((const float *)w)[i];
 }
 
-static const char *dtn(int dt) { return dt == PPN_DT_F32 ? "f32" : dt == PPN_DT_BF16 ? "bf16" : "f16"; }
+static const char *dtn(int dt) { return dt == PPN_DTYPE_F32 ? "f32" : dt == PPN_DTYPE_BF16 ? "bf16" : "f16"; }
 
 #define MAX_DBUF 32
 static ppn_dptr dbufs[MAX_DBUF];
@@ -470,7 +471,7 @@ static void mv_sweep_shape(const mv_shape *sh, int dt, ppn_dptr out, ppn_dptr po
 static void t_matvec_bw(void **state)
 {
     (void)state;
-    const int dt = PPN_DT_BF16;
+    const int dt = PPN_DTYPE_BF16;
     const char *sw = getenv("PPN_MV_SWEEP");
     int sweep = !(sw && !strcmp(sw, "0"));
     ppn_device_info di;
@@ -737,11 +738,11 @@ static void attn_time(int nh, int nkv, int hd, int ctx, int ns, int kd)
 static void t_kv_attn(void **state)
 {
     (void)state;
-    kv_store_case(8, 128, 4096, 0, PPN_DT_F32);
-    kv_store_case(8, 128, 4096, 4095, PPN_DT_F32);
-    kv_store_case(2, 64, 100, 100, PPN_DT_F32); /* outside the cache: nothing written */
-    kv_store_case(8, 128, 4096, 4095, PPN_DT_BF16); /* caches in the weights' dtype: rounded as the CPU rounds */
-    kv_store_case(8, 64, 512, 7, PPN_DT_F16);
+    kv_store_case(8, 128, 4096, 0, PPN_DTYPE_F32);
+    kv_store_case(8, 128, 4096, 4095, PPN_DTYPE_F32);
+    kv_store_case(2, 64, 100, 100, PPN_DTYPE_F32); /* outside the cache: nothing written */
+    kv_store_case(8, 128, 4096, 4095, PPN_DTYPE_BF16); /* caches in the weights' dtype: rounded as the CPU rounds */
+    kv_store_case(8, 64, 512, 7, PPN_DTYPE_F16);
     ppn_device_info di;
     OK(G->ops->device_info(G, 0, &di));
     int chosen = ppn_op_attn_split(8, di.sm_count); /* what an 8-KV-head model runs with on this device */
@@ -750,37 +751,37 @@ static void t_kv_attn(void **state)
     static const int splits[] = {1, 16};
     for (size_t k = 0; k < NELEM(splits); k++)
         for (size_t i = 0; i < NELEM(poss); i++) { /* pos 0, 1: all but the first splits empty */
-            attn_case(32, 8, 64, 4096, poss[i], splits[k], PPN_DT_F32);
-            attn_case(32, 8, 128, 4096, poss[i], splits[k], PPN_DT_F32);
+            attn_case(32, 8, 64, 4096, poss[i], splits[k], PPN_DTYPE_F32);
+            attn_case(32, 8, 128, 4096, poss[i], splits[k], PPN_DTYPE_F32);
         }
-    attn_case(32, 8, 128, 4096, 4095, chosen, PPN_DT_F32);
-    attn_case(32, 32, 128, 4096, 4095, 64, PPN_DT_F32);  /* MHA, the most splits */
-    attn_case(8, 1, 256, 1024, 777, 1, PPN_DT_F32);      /* MQA, the widest head */
-    attn_case(8, 1, 256, 1024, 777, 32, PPN_DT_F32);
-    attn_case(12, 4, 96, 300, 13, 16, PPN_DT_F32);       /* head_dim not a multiple of 32; pos < n_split */
-    attn_case(12, 4, 96, 300, 299, 3, PPN_DT_F32);
-    attn_case(4, 4, 32, 64, 64, 1, PPN_DT_F32);          /* pos outside the cache: NaN on both, counters untouched */
-    attn_case(4, 4, 32, 64, 64, 8, PPN_DT_F32);
-    attn_case(28, 4, 128, 4096, 4095, chosen4, PPN_DT_F32); /* 7 heads a KV head: one pass of 8, a slot padded */
-    attn_case(32, 2, 128, 2048, 2000, 16, PPN_DT_F32);      /* 16 heads a KV head: two passes */
-    attn_case(16, 4, 160, 512, 511, 7, PPN_DT_F32);         /* head_dim past 128: 4 heads a pass, 2-position tiles */
+    attn_case(32, 8, 128, 4096, 4095, chosen, PPN_DTYPE_F32);
+    attn_case(32, 32, 128, 4096, 4095, 64, PPN_DTYPE_F32);  /* MHA, the most splits */
+    attn_case(8, 1, 256, 1024, 777, 1, PPN_DTYPE_F32);      /* MQA, the widest head */
+    attn_case(8, 1, 256, 1024, 777, 32, PPN_DTYPE_F32);
+    attn_case(12, 4, 96, 300, 13, 16, PPN_DTYPE_F32);       /* head_dim not a multiple of 32; pos < n_split */
+    attn_case(12, 4, 96, 300, 299, 3, PPN_DTYPE_F32);
+    attn_case(4, 4, 32, 64, 64, 1, PPN_DTYPE_F32);          /* pos outside the cache: NaN on both, counters untouched */
+    attn_case(4, 4, 32, 64, 64, 8, PPN_DTYPE_F32);
+    attn_case(28, 4, 128, 4096, 4095, chosen4, PPN_DTYPE_F32); /* 7 heads a KV head: one pass of 8, a slot padded */
+    attn_case(32, 2, 128, 2048, 2000, 16, PPN_DTYPE_F32);      /* 16 heads a KV head: two passes */
+    attn_case(16, 4, 160, 512, 511, 7, PPN_DTYPE_F32);         /* head_dim past 128: 4 heads a pass, 2-position tiles */
     /* 2-byte caches (ppn_k_attn_bf16, ppn_k_attn_f16) */
-    attn_case(32, 8, 128, 4096, 4095, chosen, PPN_DT_BF16);
-    attn_case(32, 8, 64, 4096, 100, chosen, PPN_DT_BF16);
-    attn_case(32, 8, 64, 4096, 3000, chosen, PPN_DT_F16);
-    attn_case(12, 4, 96, 300, 299, 3, PPN_DT_BF16);
-    attn_case(16, 4, 160, 512, 511, 7, PPN_DT_BF16);
-    attn_case(4, 4, 32, 64, 64, 8, PPN_DT_BF16);
-    attn_time(32, 8, 128, 4096, chosen, PPN_DT_BF16);
-    attn_time(32, 8, 64, 4096, chosen, PPN_DT_BF16);
-    attn_time(32, 8, 128, 4096, 1, PPN_DT_F32);
-    attn_time(32, 8, 128, 4096, chosen, PPN_DT_F32);
-    attn_time(32, 8, 128, 4096, 16, PPN_DT_F32);
-    attn_time(32, 8, 128, 4096, 48, PPN_DT_F32);
-    attn_time(32, 8, 128, 4096, 64, PPN_DT_F32);
-    attn_time(32, 8, 64, 4096, chosen, PPN_DT_F32); /* llama 1B */
-    attn_time(32, 8, 64, 4096, 64, PPN_DT_F32);
-    attn_time(28, 4, 128, 4096, chosen4, PPN_DT_F32);
+    attn_case(32, 8, 128, 4096, 4095, chosen, PPN_DTYPE_BF16);
+    attn_case(32, 8, 64, 4096, 100, chosen, PPN_DTYPE_BF16);
+    attn_case(32, 8, 64, 4096, 3000, chosen, PPN_DTYPE_F16);
+    attn_case(12, 4, 96, 300, 299, 3, PPN_DTYPE_BF16);
+    attn_case(16, 4, 160, 512, 511, 7, PPN_DTYPE_BF16);
+    attn_case(4, 4, 32, 64, 64, 8, PPN_DTYPE_BF16);
+    attn_time(32, 8, 128, 4096, chosen, PPN_DTYPE_BF16);
+    attn_time(32, 8, 64, 4096, chosen, PPN_DTYPE_BF16);
+    attn_time(32, 8, 128, 4096, 1, PPN_DTYPE_F32);
+    attn_time(32, 8, 128, 4096, chosen, PPN_DTYPE_F32);
+    attn_time(32, 8, 128, 4096, 16, PPN_DTYPE_F32);
+    attn_time(32, 8, 128, 4096, 48, PPN_DTYPE_F32);
+    attn_time(32, 8, 128, 4096, 64, PPN_DTYPE_F32);
+    attn_time(32, 8, 64, 4096, chosen, PPN_DTYPE_F32); /* llama 1B */
+    attn_time(32, 8, 64, 4096, 64, PPN_DTYPE_F32);
+    attn_time(28, 4, 128, 4096, chosen4, PPN_DTYPE_F32);
 }
 
 /* ---------------------------------------------------------------------------------------------------------
@@ -1090,45 +1091,45 @@ static void t_attn_rope(void **state)
     int chosen = ppn_op_attn_split(8, di.sm_count);
     static const int32_t poss[] = {0, 37, 700, 4095};
     for (size_t i = 0; i < NELEM(poss); i++) {
-        attn_rope_case(32, 8, 64, 4096, poss[i], chosen, 0, PPN_DT_F32);  /* llama 1B */
-        attn_rope_case(32, 8, 128, 4096, poss[i], chosen, 0, PPN_DT_F32); /* llama 8B */
+        attn_rope_case(32, 8, 64, 4096, poss[i], chosen, 0, PPN_DTYPE_F32);  /* llama 1B */
+        attn_rope_case(32, 8, 128, 4096, poss[i], chosen, 0, PPN_DTYPE_F32); /* llama 8B */
     }
-    attn_rope_case(6, 6, 48, 256, 200, 16, 1, PPN_DT_F32);    /* llama2.c: MHA, interleaved pairs, 4 of 16 splits used */
-    attn_rope_case(32, 8, 128, 4096, 77, chosen, 1, PPN_DT_F32);  /* interleaved, lanes pair up */
-    attn_rope_case(14, 2, 64, 1024, 1000, 7, 0, PPN_DT_F32);  /* 7 heads a KV head: one pass of 8, a slot padded */
-    attn_rope_case(32, 2, 128, 2048, 2000, 16, 0, PPN_DT_F32); /* 16 heads a KV head: two passes, pos stored once */
-    attn_rope_case(8, 1, 128, 1024, 777, 32, 0, PPN_DT_F32);  /* MQA */
-    attn_rope_case(12, 4, 96, 300, 299, 3, 1, PPN_DT_F32);    /* head_dim not a multiple of 32, interleaved */
-    attn_rope_case(8, 2, 8, 64, 40, 1, 0, PPN_DT_F32);        /* halves on lanes l, l ^ 4 (the llama-tiny fixture) */
-    attn_rope_case(4, 2, 16, 64, 63, 1, 0, PPN_DT_F32);       /* l, l ^ 8 (qwen2-tiny) */
-    attn_rope_case(4, 2, 32, 512, 300, 16, 0, PPN_DT_F32);    /* l, l ^ 16 (qwen3-tiny, mkmodel tiny) */
-    attn_rope_case(4, 4, 64, 64, 64, 8, 0, PPN_DT_F32);       /* pos outside the cache: NaN, nothing stored */
-    attn_rope_case(4, 4, 64, 64, 63, 1, 0, PPN_DT_F32);       /* the last position, one split */
+    attn_rope_case(6, 6, 48, 256, 200, 16, 1, PPN_DTYPE_F32);    /* llama2.c: MHA, interleaved pairs, 4 of 16 splits used */
+    attn_rope_case(32, 8, 128, 4096, 77, chosen, 1, PPN_DTYPE_F32);  /* interleaved, lanes pair up */
+    attn_rope_case(14, 2, 64, 1024, 1000, 7, 0, PPN_DTYPE_F32);  /* 7 heads a KV head: one pass of 8, a slot padded */
+    attn_rope_case(32, 2, 128, 2048, 2000, 16, 0, PPN_DTYPE_F32); /* 16 heads a KV head: two passes, pos stored once */
+    attn_rope_case(8, 1, 128, 1024, 777, 32, 0, PPN_DTYPE_F32);  /* MQA */
+    attn_rope_case(12, 4, 96, 300, 299, 3, 1, PPN_DTYPE_F32);    /* head_dim not a multiple of 32, interleaved */
+    attn_rope_case(8, 2, 8, 64, 40, 1, 0, PPN_DTYPE_F32);        /* halves on lanes l, l ^ 4 (the llama-tiny fixture) */
+    attn_rope_case(4, 2, 16, 64, 63, 1, 0, PPN_DTYPE_F32);       /* l, l ^ 8 (qwen2-tiny) */
+    attn_rope_case(4, 2, 32, 512, 300, 16, 0, PPN_DTYPE_F32);    /* l, l ^ 16 (qwen3-tiny, mkmodel tiny) */
+    attn_rope_case(4, 4, 64, 64, 64, 8, 0, PPN_DTYPE_F32);       /* pos outside the cache: NaN, nothing stored */
+    attn_rope_case(4, 4, 64, 64, 63, 1, 0, PPN_DTYPE_F32);       /* the last position, one split */
     /* 64 splits at pos 4,032: the last split holds pos alone, and the one before it has a tile reaching past
      * its span to pos (that block must not take the row from its unwritten shared memory) */
-    attn_rope_case(32, 32, 128, 4096, 4032, 64, 0, PPN_DT_F32);
-    attn_rope_case(32, 32, 64, 4096, 4032, 64, 1, PPN_DT_BF16);
-    attn_rope_case(32, 8, 64, 4096, 100, chosen, 0, PPN_DT_BF16);   /* caches in the weights' dtype */
-    attn_rope_case(32, 8, 128, 4096, 4095, chosen, 0, PPN_DT_BF16);
-    attn_rope_case(32, 8, 128, 4096, 700, chosen, 1, PPN_DT_F16);
-    attn_rope_case(4, 2, 16, 64, 63, 1, 0, PPN_DT_BF16);
-    attn_rope_time(32, 8, 64, 4096, 37, chosen, PPN_DT_BF16);
-    attn_rope_time(32, 8, 128, 4096, 37, chosen, PPN_DT_BF16);
-    attn_rope_time(32, 8, 128, 4096, 4095, chosen, PPN_DT_BF16);
-    attn_rope_time(32, 8, 64, 4096, 37, chosen, PPN_DT_F32);
-    attn_rope_time(32, 8, 128, 4096, 37, chosen, PPN_DT_F32);
-    attn_rope_time(32, 8, 128, 4096, 4095, chosen, PPN_DT_F32);
+    attn_rope_case(32, 32, 128, 4096, 4032, 64, 0, PPN_DTYPE_F32);
+    attn_rope_case(32, 32, 64, 4096, 4032, 64, 1, PPN_DTYPE_BF16);
+    attn_rope_case(32, 8, 64, 4096, 100, chosen, 0, PPN_DTYPE_BF16);   /* caches in the weights' dtype */
+    attn_rope_case(32, 8, 128, 4096, 4095, chosen, 0, PPN_DTYPE_BF16);
+    attn_rope_case(32, 8, 128, 4096, 700, chosen, 1, PPN_DTYPE_F16);
+    attn_rope_case(4, 2, 16, 64, 63, 1, 0, PPN_DTYPE_BF16);
+    attn_rope_time(32, 8, 64, 4096, 37, chosen, PPN_DTYPE_BF16);
+    attn_rope_time(32, 8, 128, 4096, 37, chosen, PPN_DTYPE_BF16);
+    attn_rope_time(32, 8, 128, 4096, 4095, chosen, PPN_DTYPE_BF16);
+    attn_rope_time(32, 8, 64, 4096, 37, chosen, PPN_DTYPE_F32);
+    attn_rope_time(32, 8, 128, 4096, 37, chosen, PPN_DTYPE_F32);
+    attn_rope_time(32, 8, 128, 4096, 4095, chosen, PPN_DTYPE_F32);
 }
 
 static void t_matvec_fused(void **state)
 {
     (void)state;
-    fused_case(PPN_MV_X_RMSNORM, 3072, 2048, PPN_DT_BF16);
-    fused_case(PPN_MV_X_RMSNORM, 4096, 4096, PPN_DT_BF16);
-    fused_case(PPN_MV_X_RMSNORM, 1000, 1000, PPN_DT_F32);
-    fused_case(PPN_MV_X_SWIGLU, 2048, 8192, PPN_DT_BF16);
-    fused_case(PPN_MV_X_SWIGLU, 4096, 14336, PPN_DT_BF16);
-    fused_case(PPN_MV_X_SWIGLU, 512, 18944, PPN_DT_F16);
+    fused_case(PPN_MV_X_RMSNORM, 3072, 2048, PPN_DTYPE_BF16);
+    fused_case(PPN_MV_X_RMSNORM, 4096, 4096, PPN_DTYPE_BF16);
+    fused_case(PPN_MV_X_RMSNORM, 1000, 1000, PPN_DTYPE_F32);
+    fused_case(PPN_MV_X_SWIGLU, 2048, 8192, PPN_DTYPE_BF16);
+    fused_case(PPN_MV_X_SWIGLU, 4096, 14336, PPN_DTYPE_BF16);
+    fused_case(PPN_MV_X_SWIGLU, 512, 18944, PPN_DTYPE_F16);
 }
 
 /* rope with the fused kv store: the same bits as rope then kv_store on the GPU. */
@@ -1146,9 +1147,9 @@ static void t_rope_kv(void **state)
     ppn_dptr dx1 = up(x, n * 4), dx2 = up(x, n * 4), dk1 = dalloc(csz * 4), dk2 = dalloc(csz * 4),
              dv1 = dalloc(csz * 4), dv2 = dalloc(csz * 4);
     for (int i = 0; i < 4; i++) OK(G->ops->memset_d8(G, S, (ppn_dptr[]){dk1, dk2, dv1, dv2}[i], 0, csz * 4));
-    OK(ppn_op_rope_kv(G, S, dx1, nq, nkv, hd, dinv, 0, dh, dk1, dv1, dv, ctx, PPN_DT_F32));
+    OK(ppn_op_rope_kv(G, S, dx1, nq, nkv, hd, dinv, 0, dh, dk1, dv1, dv, ctx, PPN_DTYPE_F32));
     OK(ppn_op_rope(G, S, dx2, nh, hd, dinv, 0, dh));
-    OK(ppn_op_kv_store(G, S, dk2, dv2, dx2 + (size_t)nq * hd * 4, dv, nkv, hd, ctx, dh, PPN_DT_F32));
+    OK(ppn_op_kv_store(G, S, dk2, dv2, dx2 + (size_t)nq * hd * 4, dv, nkv, hd, ctx, dh, PPN_DTYPE_F32));
     sync_ok();
     get(a, dx1, n * 4), get(b, dx2, n * 4), get(ka, dk1, csz * 4), get(kb, dk2, csz * 4), get(va, dv1, csz * 4),
         get(vb, dv2, csz * 4);
@@ -1176,7 +1177,7 @@ static void t_table_covered(void **state)
 
 int main(void)
 {
-    ppn_status st = ppn_gpu_open("cuda", &G);
+    ppn_status st = ppn_gpu_open("cuda", ppn_kernel_set(), &G);
     if (st != PPN_OK) {
         fprintf(stderr, "test_gpu_kernels: FAIL: no cuda backend: %s: %s\n", ppn_status_name(st), ppn_last_error());
         return 1;

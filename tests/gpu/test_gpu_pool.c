@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/device/gpu.h"
+#include "kernels/ktable.h"
 #include "alloc/pool.h"
 #include "kernels/ops.h"
 
@@ -19,7 +20,7 @@ static ppn_gstream *sa, *sb;
 
 static int setup(void **state)
 {
-    if (ppn_gpu_open("cuda", &g) != PPN_OK) {
+    if (ppn_gpu_open("cuda", ppn_kernel_set(), &g) != PPN_OK) {
         fprintf(stderr, "no cuda backend: %s\n", ppn_last_error());
         return -1;
     }

@@ -59,12 +59,12 @@ static void t_open_cuda(void **state)
     (void)state;
     ppn_gpu *g = NULL;
     if (PPN_HAVE_FATBIN) {
-        OK(ppn_gpu_open("cuda", &g));
+        OK(ppn_gpu_open("cuda", ppn_kernel_set(), &g));
         assert_string_equal(g->ops->name, "cuda");
         assert_true(g->ops->device_count(g) >= 1);
         ppn_gpu_close(g);
     } else {
-        EXPECT_ST(PPN_ENOKERNELS, ppn_gpu_open("cuda", &g));
+        EXPECT_ST(PPN_ENOKERNELS, ppn_gpu_open("cuda", ppn_kernel_set(), &g));
         MSG_HAS("no kernels");
     }
 }
@@ -504,7 +504,7 @@ static void t_second_instance(void **state)
 {
     (void)state;
     ppn_gpu *g2 = NULL;
-    OK(ppn_gpu_cuda_create(&g2));
+    OK(ppn_gpu_cuda_create(ppn_kernel_set(), &g2));
     ppn_gstream *s2 = NULL;
     ppn_dptr d2 = 0;
     OK(g2->ops->stream_create(g2, 0, &s2));
@@ -530,7 +530,7 @@ static void t_second_instance(void **state)
 
 int main(void)
 {
-    ppn_status st = ppn_gpu_cuda_create(&G);
+    ppn_status st = ppn_gpu_cuda_create(ppn_kernel_set(), &G);
     if (st != PPN_OK) {
         fprintf(stderr, "FAIL: the GPU tests need a CUDA driver and device: %s: %s\n", ppn_status_name(st),
                 ppn_last_error());
