@@ -26,19 +26,20 @@
 #include "transport/boundary.h"
 
 #define PPN_MAX_DEVICES 64
-#define PPN_MAX_INFLIGHT 4   /* deferred steps in flight per sequence: the logits ring */
 #define PPN_CMD_RING 64      /* preallocated commands per stage */
 
 struct ppn_rt {
     ppn_gpu *g;
+    int n_models;                        /* loaded and not yet freed: ppn_rt_destroy refuses while > 0 */
     int n_dev;
     ppn_pool *pool[PPN_MAX_DEVICES];     /* created on first use of a device */
     ppn_pinned_arena *pinned;
     ppn_topo *topo;                      /* loaded on first use */
 };
 
-/* The pool of device dev, created on first use. Returns PPN_OK, PPN_EINVAL, PPN_ENOMEM. */
+/* runtime.c: the pool of device dev, created on first use. Returns PPN_OK, PPN_EINVAL, PPN_ENOMEM. */
 ppn_status ppn_rt_pool(ppn_rt *rt, int dev, ppn_pool **out);
+/* The topology, loaded on first use (with I/O objects on cuda, to find each GPU's PCI device). */
 ppn_status ppn_rt_topo(ppn_rt *rt, ppn_topo **out);
 
 /* The stage map: immutable once published (rcu_assign_pointer); replaced whole, never edited. */
@@ -131,7 +132,7 @@ typedef struct ppn_stage_scratch {
     ppn_dptr tokin;            /* stage 0 only: the previous step's greedy token, copied in from the last stage */             /* attention's split partials and arrival counters (zeroed at allocation) */
 } ppn_stage_scratch;
 
-/* One captured stage body of one sequence (pipeline.c): valid for one map generation, io and logits buffer. */
+/* One captured stage body of one sequence (step.c): valid for one map generation, io and logits buffer. */
 #define PPN_STAGE_GRAPHS 16 /* what a stage can meet: 2 boundary slots x 4 logits entries x argmax or not */
 typedef struct ppn_stage_graph {
     ppn_ggraph *exec;          /* NULL: an empty entry */
@@ -160,40 +161,82 @@ struct ppn_seq {
     int32_t *tok_h;            /* pinned [PPN_MAX_INFLIGHT]: the ids read back */
     _Atomic uint32_t done_gen[PPN_MAX_INFLIGHT]; /* step+1 whose done event the last stage recorded */
     uint32_t ring_step[PPN_MAX_INFLIGHT];        /* caller: step+1 issued on the ring entry (0: free) */
-    uint64_t issued, waited;   /* caller: deferred steps issued / waited (FIFO) */
+    uint64_t issued, waited;   /* caller: deferred steps issued / retired (waited or dropped) */
     /* each stage's captured bodies: touched only by that stage's issuing thread, dropped between drained steps */
     ppn_stage_graph graphs[PPN_MAX_STAGES][PPN_STAGE_GRAPHS];
     unsigned graph_next[PPN_MAX_STAGES]; /* the entry the next capture replaces (round robin) */
 };
+
+/* The internal functions, by file, bottom up: a file calls only the files above it in this list (and the
+ * floors below core/: alloc, sched, transport, kernels, core/model, core/device, core/base). */
+
+/* model.c: what every part of a loaded model shares */
+ppn_status ppn_model_dev_stream(ppn_model *m, int dev, ppn_gstream **out); /* created on first use */
+/* Keep the first failure (status and the thread's message) on the model: sticky, every later step returns it. */
+void ppn_model_fail(ppn_model *m, ppn_status st);
+/* PPN_OK, or the model's sticky failure (re-set as this thread's message). */
+ppn_status ppn_model_failed(ppn_model *m);
+/* Every command handed to a stage thread has finished (the devices may still be running them). */
+ppn_status ppn_model_drain(ppn_model *m);
+
+/* seq.c */
+/* Scratch on every stage's device and the logits ring on the last one's, as map places them. */
+ppn_status ppn_seq_fit_map(ppn_seq *q, const ppn_stage_map *map);
+/* Destroy q's captured graphs (its scratch is about to move or die); call between drained steps. */
+void ppn_seq_drop_graphs(ppn_seq *q);
+
+/* stagemap.c */
+int ppn_layer_stage(const ppn_stage_map *map, int l);
+/* Two or more stage streams on one device (reported in ppn_stage_info.same_device_streams). */
+int ppn_multi_stream_same_device(const ppn_stage_map *map);
+/* Build a map from the door (every door value checked; nothing allocated but the map). */
+ppn_status ppn_map_build(ppn_model *m, const ppn_door *d, ppn_stage_map **out);
+/* Install map: quiesce the old one, streams, boundaries, sequences refitted, publish, then the stage issue
+ * threads, each running stage_fn on its commands. On success the model owns map. */
+ppn_status ppn_map_install(ppn_model *m, ppn_stage_map *map, ppn_issue_fn stage_fn);
+void ppn_map_teardown(ppn_model *m);
 
 /* forward.c: the pieces of a step, enqueued on stream s. io = [hdr][x]. */
 ppn_status ppn_fwd_embed(ppn_model *m, ppn_gstream *s, ppn_stage_scratch *r, ppn_dptr io);
 ppn_status ppn_fwd_layer(ppn_seq *q, ppn_gstream *s, int dev, ppn_stage_scratch *r, ppn_dptr io, int l);
 ppn_status ppn_fwd_head(ppn_model *m, ppn_gstream *s, ppn_stage_scratch *r, ppn_dptr io, ppn_dptr logits);
 
-/* stagemap.c */
-ppn_status ppn_map_build(ppn_model *m, const ppn_door *d, ppn_stage_map **out);
-ppn_status ppn_map_install(ppn_model *m, ppn_stage_map *map); /* streams, boundaries, threads, publish */
-void ppn_map_teardown(ppn_model *m);
-int ppn_layer_stage(const ppn_stage_map *map, int l);
-
-/* pipeline.c */
+/* step.c: one step through the stages */
+/* A deferred step inside ppn: its logits ring entry and global step number (ppn_step_id is its public name). */
+typedef struct ppn_pend {
+    int ring;
+    uint32_t step;
+} ppn_pend;
+/* ring in the bits above 33, step + 1 below: never 0 */
+static inline ppn_step_id ppn_pend_id(ppn_pend p) { return ((uint64_t)p.ring << 33) | ((uint64_t)p.step + 1); }
+static inline ppn_pend ppn_pend_of(ppn_step_id id)
+{
+    return (ppn_pend){.ring = (int)(id >> 33), .step = (uint32_t)((id & ((1ull << 33) - 1)) - 1)};
+}
+/* Greedy decode: the step is fed the argmax of step tok_step on ring entry tok_ring (-1: the first greedy step,
+ * fed its token) and computes its own argmax on the device. */
+typedef struct ppn_greedy_link {
+    int tok_ring;
+    uint32_t tok_step;
+} ppn_greedy_link;
+/* The stage issue thread's command handler (ppn_map_install starts the threads with it). */
 void ppn_stage_thread_fn(void *ctx, ppn_cmd *c);
-/* Destroy q's captured graphs (its scratch is about to move or die); call between drained steps. */
-void ppn_seq_drop_graphs(ppn_seq *q);
-ppn_status ppn_model_drain(ppn_model *m);
-ppn_status ppn_model_failed(ppn_model *m);
-/* Two or more stage streams on one device (reported in ppn_stage_info.same_device_streams). */
-int ppn_multi_stream_same_device(const ppn_stage_map *map);
-/* refuse_unsplit_if_remote: PPN_EREFUSED naming path and alt when path would walk the whole trunk on one
- * stream while weights live on other devices (MEMRA_PP_ALLOW_UNSPLIT_BATCH=1 overrides). */
+/* The checks every step passes before anything is issued: the model's failure, token, room, in-flight room. */
+ppn_status ppn_step_checks(ppn_seq *q, int token);
+/* Issue q's next step on a free ring entry (gl: NULL for a host-fed step); *out is set whatever the status. */
+ppn_status ppn_step_issue_deferred(ppn_seq *q, int token, const ppn_greedy_link *gl, ppn_pend *out);
+
+/* pending.c */
+/* Drop every step of q in flight (no readback); returns the model's failure, if any. */
+ppn_status ppn_seq_drop_inflight(ppn_seq *q);
+
+/* batch.c */
+/* PPN_EREFUSED naming path and alt when path would walk the whole trunk on one stream while weights live on
+ * other devices (MEMRA_PP_ALLOW_UNSPLIT_BATCH=1 overrides). */
 ppn_status ppn_refuse_unsplit_if_remote(const ppn_model *m, const char *path, const char *alt);
 
-/* seq.c */
-ppn_status ppn_seq_fit_map(ppn_seq *q, const ppn_stage_map *map);
-void ppn_seq_free_scratch(ppn_seq *q);
-
-/* The device-local stream of dev (created on first use). */
-ppn_status ppn_model_dev_stream(ppn_model *m, int dev, ppn_gstream **out);
+/* upload.c */
+/* Every weight of c to the device m->layer_dev / embed_dev / head_dev give it, then the load barrier. */
+ppn_status ppn_upload_weights(ppn_model *m, const ppn_ckpt *c, const ppn_load_opts *o);
 
 #endif

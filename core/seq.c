@@ -199,6 +199,7 @@ void ppn_seq_destroy(ppn_seq *q)
     if (!q) return;
     ppn_model *m = q->m;
     ppn_gpu *g = m->rt->g;
+    (void)ppn_seq_drop_inflight(q); /* a failure stays on the model; destroying still works */
     ppn_model_drain(m);
     for (int s = 0; s < PPN_MAX_STAGES; s++)
         if (m->stages[s].stream) g->ops->stream_sync(g, m->stages[s].stream);
@@ -211,6 +212,24 @@ void ppn_seq_destroy(ppn_seq *q)
     seq_release(q);
 }
 
-void ppn_seq_reset(ppn_seq *s) { s->pos = 0; }
+ppn_status ppn_seq_reset(ppn_seq *s)
+{
+    ppn_status st = ppn_seq_drop_inflight(s);
+    s->pos = 0;
+    return st;
+}
 
 int ppn_seq_pos(const ppn_seq *s) { return s->pos; }
+
+void ppn_seq_drop_graphs(ppn_seq *q)
+{
+    ppn_gpu *g = q->m->rt->g;
+    for (int s = 0; s < PPN_MAX_STAGES; s++)
+        for (int i = 0; i < PPN_STAGE_GRAPHS; i++) {
+            ppn_stage_graph *e = &q->graphs[s][i];
+            /* the driver frees an executable still in flight when it completes; sim copied its params */
+            if (e->exec && g->ops->graph_destroy(g, e->exec) != PPN_OK)
+                fprintf(stderr, "ppn: destroying a captured graph: %s\n", ppn_last_error());
+            e->exec = NULL;
+        }
+}

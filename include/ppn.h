@@ -1,7 +1,23 @@
 /* ppn.h - the one public header of ppn, a pipeline-parallel LLM inference runtime.
  *
- * Every function returns a ppn_status. On failure, ppn_last_error() holds a message (thread-local) that
- * names the culprit: the file, tensor, variable, driver call or op that caused it.
+ * Objects and their order. A runtime (ppn_rt: one backend, its devices and pools) owns the models loaded on it
+ * (ppn_model: weights, stage map, stage threads); a model owns its sequences (ppn_seq: KV caches, scratch, the
+ * logits ring). Create parent before child; free child before parent: ppn_rt_destroy refuses while a model is
+ * loaded and ppn_model_free refuses while a sequence lives (PPN_ESTATE, nothing freed). Every handle is opaque
+ * and valid from its successful create until its destroy; every destroy accepts NULL.
+ *
+ * Errors. Functions that can fail return a ppn_status; the others say what they return. On failure,
+ * ppn_last_error() holds a message naming the culprit (the file, tensor, variable, driver call or op). The
+ * message is per thread and stays valid until the next ppn call on that thread fails; a success does not
+ * clear it. Bad input (a malformed checkpoint, an invalid environment value, a missing or full device) is a
+ * status, never a crash; after a failed call the object is either still usable or refuses every later call
+ * with the same status, as each function says.
+ *
+ * Threading. A runtime, its models and their sequences are used from one thread at a time (the caller's);
+ * ppn's stage issue threads are internal. Different sequences of one model must not be stepped concurrently.
+ *
+ * The environment. ppn reads the variables `ppn env` lists (the door below, backend and diagnostics); an invalid
+ * value is refused by the call that reads it, with PPN_EINVAL naming the variable, the value and the rule.
  */
 #ifndef PPN_H
 #define PPN_H
@@ -33,7 +49,7 @@ typedef enum ppn_status {
     PPN_ESTATE,        /* call made in the wrong state (e.g. sequence full) */
 } ppn_status;
 
-/* The message of the last failing call on this thread ("" if none). */
+/* The message of the last failing call on this thread ("" if none); valid until the next failure on this thread. */
 const char *ppn_last_error(void);
 /* A constant name for a status, e.g. "PPN_ENOMEM". */
 const char *ppn_status_name(ppn_status st);
@@ -41,7 +57,7 @@ const char *ppn_status_name(ppn_status st);
 
 
 /* ---------------------------------------------------------------------------------------------------------
- * The door: how a model is cut into pipeline stages (names kept from the seed module).
+ * The door: how a model is cut into pipeline stages.
  *
  *   MEMRA_PP_STAGES=N          unset, 0 or 1: the door is shut and nothing behaves differently anywhere
  *   MEMRA_PP_SPLITS=c1,..,cN-1 explicit cuts, strictly increasing, each in (0, n_layers)
@@ -93,10 +109,7 @@ ppn_status ppn_door_resolve(const ppn_door *d, int n_layers, int n_devices, int 
                             int *stage_dev, int *n_out);
 
 /* ---------------------------------------------------------------------------------------------------------
- * Runtime, model, sequence.
- *
- * Threading contract: a ppn_rt, its models and sequences may be used from one thread at a time (the caller's);
- * ppn's own issue threads are internal. Different sequences of one model must not be stepped concurrently.
+ * Runtime, model, sequence (ownership and threading: see the top of this file).
  * --------------------------------------------------------------------------------------------------------- */
 
 typedef struct ppn_rt ppn_rt;
@@ -108,10 +121,12 @@ typedef struct ppn_seq ppn_seq;
  * @return PPN_OK, PPN_EINVAL (unknown backend name or bad PPN_SIM_* value), PPN_ENODEV (cuda asked for, no
  *         driver or device), PPN_ENOKERNELS (cuda asked for, built without kernels), PPN_EDRIVER, PPN_ENOMEM. */
 ppn_status ppn_rt_create(const char *backend, ppn_rt **out);
-void ppn_rt_destroy(ppn_rt *rt);
+/* Destroy a runtime whose models were all freed (NULL: nothing to do).
+ * @return PPN_OK, PPN_ESTATE (models still loaded on it: the message says how many; nothing is freed). */
+ppn_status ppn_rt_destroy(ppn_rt *rt);
 /* "cuda" or "sim". */
 const char *ppn_rt_backend(const ppn_rt *rt);
-/* Devices the runtime can place stages on. */
+/* Devices the runtime can place stages on (at least 1). */
 int ppn_rt_device_count(const ppn_rt *rt);
 /* 1 if kernels on device dev can be granted access to peer's memory (0 if not, or on a bad ordinal). */
 int ppn_rt_peer_possible(const ppn_rt *rt, int dev, int peer);
@@ -139,7 +154,10 @@ ppn_load_opts ppn_load_opts_default(void);
  *         PPN_EINVAL (bad option: dtype, ctx, device), PPN_ENOMEM (device or host full: message names which
  *         and how much; nothing stays allocated), PPN_EDRIVER, PPN_ENOKERNELS. */
 ppn_status ppn_model_load(ppn_rt *rt, const char *path, const ppn_load_opts *opts, ppn_model **out);
-void ppn_model_free(ppn_model *m);
+/* Free a model whose sequences were all destroyed (NULL: nothing to do): stage threads stopped, streams drained,
+ * weights returned to the pools. A model that failed (a sticky stage failure) is freed the same way.
+ * @return PPN_OK, PPN_ESTATE (sequences still live on it: the message says how many; nothing is freed). */
+ppn_status ppn_model_free(ppn_model *m);
 
 typedef struct ppn_model_info {
     char arch[64];
@@ -150,15 +168,21 @@ typedef struct ppn_model_info {
     int bos_id, eos_id;  /* -1 if absent */
     size_t weight_bytes; /* on the device(s) */
 } ppn_model_info;
+/* The loaded model's shape and storage, as placed. Never fails. */
 void ppn_model_get_info(const ppn_model *m, ppn_model_info *out);
 
 /* A sequence with its own KV cache of info.ctx positions.
- * @return PPN_OK, PPN_ENOMEM (device full: message says how much was asked), PPN_EDRIVER. */
+ * @return PPN_OK, PPN_ENOMEM (device full: message says how much was asked; nothing stays allocated),
+ *         PPN_EDRIVER, the model's sticky failure. */
 ppn_status ppn_seq_create(ppn_model *m, ppn_seq **out);
+/* Destroy a sequence (NULL: nothing to do). Its steps still in flight are drained first and their results
+ * dropped; its ppn_step_id values die with it. Never fails. */
 void ppn_seq_destroy(ppn_seq *s);
-/* Start over at position 0 (the cache is overwritten as positions are fed again). */
-void ppn_seq_reset(ppn_seq *s);
-/* Positions fed so far. */
+/* Start over at position 0 (the cache is overwritten as positions are fed again). Deferred steps still in flight
+ * are drained first and their results dropped, so their in-flight room is free again.
+ * @return PPN_OK, or the failure one of those steps met (the sequence is reset all the same). */
+ppn_status ppn_seq_reset(ppn_seq *s);
+/* Positions fed so far (steps issued, waited or not). */
 int ppn_seq_pos(const ppn_seq *s);
 
 /* Feed one token at the next position and compute the next-token logits.
@@ -176,23 +200,25 @@ ppn_status ppn_decode_step(ppn_seq *s, int token, float *logits);
  *         not run its layers on), PPN_ENOMEM, PPN_EDRIVER. */
 ppn_status ppn_model_publish_door(ppn_model *m, const ppn_door *d);
 
-/* A step whose logits are still on the last stage's device (the seed's PendingLogits). */
-typedef struct ppn_pending {
-    ppn_seq *seq;
-    uint32_t step;
-    int ring;
-} ppn_pending;
+/* Deferred steps a sequence may have in flight at once. */
+#define PPN_MAX_INFLIGHT 4
 
-/* Issue one step without waiting for its logits; later steps may be issued while it drains (up to 4 per
- * sequence in flight). The token of each step must be known (prompt, replay, or a device-side choice).
- * Two stage streams on one device are allowed (the seed refused it; docs/PIPELINE.md says what made it safe).
- * @return PPN_OK, PPN_EINVAL (token), PPN_ESTATE (sequence full, or 4 steps in flight), a failure of an
- *         earlier step (sticky), PPN_EDRIVER. */
-ppn_status ppn_decode_step_deferred(ppn_seq *s, int token, ppn_pending *out);
-/* Drain a pending step through the dedicated readback stream; logits may be NULL.
- * @return PPN_OK, PPN_EINVAL (already waited), a stage's failure (sticky for the model: the message names the
- *         stage, the step and the cause), the sim checker's statuses. */
-ppn_status ppn_pending_wait(ppn_pending *p, float *logits);
+/* A deferred step of one sequence, whose logits are still on the last stage's device. 0 is never a step. */
+typedef uint64_t ppn_step_id;
+
+/* Issue one step without waiting for its logits; later steps may be issued while it drains (up to
+ * PPN_MAX_INFLIGHT per sequence). The token of each step must be known (prompt, replay, or a device-side
+ * choice). Each step must be waited with ppn_pending_wait (any order), or dropped by ppn_seq_reset or
+ * ppn_seq_destroy, before its in-flight room is free again.
+ * @return PPN_OK (*out names the step), PPN_EINVAL (token or NULL out), PPN_ESTATE (sequence full, or
+ *         PPN_MAX_INFLIGHT steps in flight: *out = 0, nothing issued), the model's sticky failure, PPN_EDRIVER.
+ *         A failure after the step was issued still sets *out: wait it to free its room. */
+ppn_status ppn_decode_step_deferred(ppn_seq *s, int token, ppn_step_id *out);
+/* Drain a deferred step of s through the dedicated readback stream; logits (vocab floats) may be NULL.
+ * @return PPN_OK, PPN_EINVAL (not a step of s in flight: already waited, dropped, or never issued), a stage's
+ *         failure (sticky for the model: the message names the stage, the step and the cause), the sim
+ *         checker's statuses. */
+ppn_status ppn_pending_wait(ppn_seq *s, ppn_step_id step, float *logits);
 
 /* Greedy decode without a host round trip per token: feed token, then n - 1 more steps, each fed the argmax of
  * the previous step's logits by the device itself (lowest index on ties; NaN never chosen); ids[i] = the argmax
@@ -202,10 +228,12 @@ ppn_status ppn_pending_wait(ppn_pending *p, float *logits);
  *         positions left: nothing is issued then), a stage's failure (sticky), PPN_EDRIVER. */
 ppn_status ppn_decode_greedy(ppn_seq *s, int token, int n, int *ids);
 
-/* Decode one token for each of n sequences with a whole-trunk walk per sequence on stage 0's stream (this path
- * has no stage split yet). logits: n * vocab floats.
- * @return PPN_OK, PPN_EINVAL, PPN_ESTATE, PPN_EREFUSED (refuse_unsplit_if_remote: the door places weights on
- *         several devices; MEMRA_PP_ALLOW_UNSPLIT_BATCH=1 overrides for measurement), PPN_EDRIVER. */
+/* Decode one token for each of n sequences of one model with a whole-trunk walk per sequence on stage 0's stream
+ * (this path has no stage split yet). logits: n * vocab floats.
+ * @return PPN_OK, PPN_EINVAL (NULL, n <= 0, a token, sequences of different models), PPN_ESTATE (a sequence
+ *         full or with deferred steps in flight), PPN_EREFUSED (the door places weights on several devices, so
+ *         the walk would read them over the link every step; MEMRA_PP_ALLOW_UNSPLIT_BATCH=1 overrides, for
+ *         measurement), the model's sticky failure, PPN_EDRIVER. */
 ppn_status ppn_decode_batch(ppn_seq **seqs, const int *tokens, int n, float *logits);
 
 /* Liveness counters and memory statistics. */
@@ -223,6 +251,7 @@ typedef struct ppn_stats {
     uint64_t graph_captures;                   /* stage bodies captured into graphs (PPN_GRAPHS=1) */
     uint64_t graph_launches;                   /* graph replays (backend counter) */
 } ppn_stats;
+/* A snapshot of the counters (relaxed reads: exact between steps). Never fails. */
 void ppn_model_get_stats(const ppn_model *m, ppn_stats *out);
 
 /* The published stage map. */
@@ -233,9 +262,10 @@ typedef struct ppn_stage_info {
     int xport[PPN_MAX_STAGES];  /* boundary b: see ppn_transport_name */
     int pu[PPN_MAX_STAGES];     /* core of each stage's issue thread (-1: the caller's thread issues) */
     int shared_cores, threads;
-    int same_device_streams;    /* 2+ stage streams on one device (the seed's pp_multi_stream_same_device) */
+    int same_device_streams;    /* 2+ stage streams on one device (allowed: docs/PIPELINE.md says why it is safe) */
     ppn_door door;
 } ppn_stage_info;
+/* A copy of the published stage map. Never fails. */
 void ppn_model_get_stage_map(const ppn_model *m, ppn_stage_info *out);
 /* "inplace", "dtod", "peer" or "host". */
 const char *ppn_transport_name(int xport);
@@ -260,13 +290,14 @@ int ppn_rt_kernel_profile(ppn_rt *rt, ppn_kernel_time *out, int max);
 void ppn_rt_kernel_profile_reset(ppn_rt *rt);
 
 /* Sampling on the host from a logits row. temperature 0 = greedy (lowest index on ties). top_k 0 = off;
- * top_p 1 = off. rng: caller-owned state, seeded by ppn_rng_seed; the same seed gives the same ids. */
+ * top_p 1 = off. rng: caller-owned state, seeded by ppn_sampler_init; the same seed gives the same ids. */
 typedef struct ppn_sampler {
     float temperature;
     int top_k;
     float top_p;
     uint64_t rng[2];
 } ppn_sampler;
+/* Fill sp; the values are checked by ppn_sample. Never fails. */
 void ppn_sampler_init(ppn_sampler *sp, float temperature, int top_k, float top_p, uint64_t seed);
 /* @return PPN_OK, PPN_EINVAL (vocab <= 0, temperature < 0, top_p outside (0, 1]), PPN_ENOMEM. */
 ppn_status ppn_sample(ppn_sampler *sp, const float *logits, int vocab, int *out_id);

@@ -182,9 +182,9 @@ static void checker_sees_missing_boundary_wait(void **s)
     assert_int_equal(ppn_seq_create(m, &q), PPN_OK);
     ppn_status st = PPN_OK;
     for (int t = 0; t < 4 && st == PPN_OK; t++) {
-        ppn_pending p;
+        ppn_step_id p;
         st = ppn_decode_step_deferred(q, 3 + t, &p);
-        if (st == PPN_OK) st = ppn_pending_wait(&p, NULL);
+        if (st == PPN_OK) st = ppn_pending_wait(q, p, NULL);
     }
     ppn_boundary_test_skip_waits(0);
     assert_int_equal(st, PPN_ERACE);
@@ -196,15 +196,15 @@ static void checker_sees_missing_boundary_wait(void **s)
 
 /* eager_rows' 12 ids through q with 4 deferred steps in flight; first (may be NULL) gets step 0's pending, already
  * waited. */
-static void pipelined_rows(ppn_seq *q, float *rows, ppn_pending *first)
+static void pipelined_rows(ppn_seq *q, float *rows, ppn_step_id *first)
 {
-    ppn_pending p[12];
+    ppn_step_id p[12];
     int waited = 0;
     for (int t = 0; t < 12; t++) {
-        if (t >= 4) assert_int_equal(ppn_pending_wait(&p[waited], rows + (size_t)waited * 256), PPN_OK), waited++;
+        if (t >= 4) assert_int_equal(ppn_pending_wait(q, p[waited], rows + (size_t)waited * 256), PPN_OK), waited++;
         assert_int_equal(ppn_decode_step_deferred(q, 1 + t * 3, &p[t]), PPN_OK);
     }
-    for (; waited < 12; waited++) assert_int_equal(ppn_pending_wait(&p[waited], rows + (size_t)waited * 256), PPN_OK);
+    for (; waited < 12; waited++) assert_int_equal(ppn_pending_wait(q, p[waited], rows + (size_t)waited * 256), PPN_OK);
     if (first) *first = p[0]; /* as it stands after its wait */
 }
 
@@ -222,10 +222,10 @@ static void same_device_pipelined_arm_matches_eager(void **s)
     assert_int_equal(eager_rows(m, 12, eager), PPN_OK);
     ppn_seq *q = NULL;
     assert_int_equal(ppn_seq_create(m, &q), PPN_OK);
-    ppn_pending again;
+    ppn_step_id again;
     pipelined_rows(q, piped, &again);
     assert_memory_equal(eager, piped, sizeof(float) * 256 * 12);
-    assert_int_equal(ppn_pending_wait(&again, NULL), PPN_EINVAL); /* a pending step is waited once */
+    assert_int_equal(ppn_pending_wait(q, again, NULL), PPN_EINVAL); /* a pending step is waited once */
     ppn_seq_destroy(q);
     ppn_model_free(m);
     free(eager);
@@ -362,10 +362,10 @@ static void device_greedy_matches_host_loop(void **s)
     assert_int_equal(ppn_decode_greedy(q, 999, 2, ids), PPN_EINVAL);
     assert_int_equal(ppn_decode_greedy(q, 1, 65, ids), PPN_ESTATE); /* ctx 64 */
     assert_non_null(strstr(ppn_last_error(), "ctx"));
-    ppn_pending p;
+    ppn_step_id p;
     assert_int_equal(ppn_decode_step_deferred(q, 1, &p), PPN_OK);
     assert_int_equal(ppn_decode_greedy(q, 1, 2, ids), PPN_ESTATE); /* a deferred step in flight */
-    assert_int_equal(ppn_pending_wait(&p, NULL), PPN_OK);
+    assert_int_equal(ppn_pending_wait(q, p, NULL), PPN_OK);
     assert_int_equal(ppn_seq_pos(q), 1); /* the refusals issued nothing */
     assert_int_equal(ppn_decode_greedy(q, 1, 4, ids), PPN_OK);
     ppn_seq_destroy(q);

@@ -50,7 +50,7 @@ static ppn_status trace(ppn_model *m, const int *ids, int n, int deferred, float
     ppn_seq *q = NULL;
     PPN_CHECK(ppn_seq_create(m, &q));
     ppn_status st = PPN_OK;
-    ppn_pending pend[4];
+    ppn_step_id pend[PPN_MAX_INFLIGHT];
     int issued = 0, waited = 0;
     while (st == PPN_OK && waited < n) {
         if (!deferred) {
@@ -58,10 +58,15 @@ static ppn_status trace(ppn_model *m, const int *ids, int n, int deferred, float
             waited++;
             continue;
         }
-        if (issued < n && issued - waited < 4) st = ppn_decode_step_deferred(q, ids[issued], &pend[issued % 4]), issued++;
-        else st = ppn_pending_wait(&pend[waited % 4], rows + (size_t)waited * (size_t)vocab), waited++;
+        if (issued < n && issued - waited < PPN_MAX_INFLIGHT) {
+            st = ppn_decode_step_deferred(q, ids[issued], &pend[issued % PPN_MAX_INFLIGHT]);
+            issued += pend[issued % PPN_MAX_INFLIGHT] != 0; /* a refused step was never issued */
+        } else {
+            st = ppn_pending_wait(q, pend[waited % PPN_MAX_INFLIGHT], rows + (size_t)waited * (size_t)vocab);
+            waited++;
+        }
     }
-    while (deferred && waited < issued) ppn_pending_wait(&pend[waited % 4], NULL), waited++; /* drain after a failure */
+    /* after a failure, ppn_seq_destroy drops what is still in flight */
     ppn_seq_destroy(q);
     return st;
 }

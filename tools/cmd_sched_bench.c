@@ -172,19 +172,20 @@ typedef struct sb_loop {
  * failure, with its message, after draining what is in flight. */
 static ppn_status decode_steps(ppn_seq *q, const ppn_model_info *mi, int n, int k, sb_loop *lp)
 {
-    ppn_pending p[PPN_MAX_INFLIGHT];
+    ppn_step_id p[PPN_MAX_INFLIGHT];
     int issued = 0, waited = 0;
     ppn_status st = PPN_OK;
     while (waited < n && st == PPN_OK) {
-        if (issued == waited && ppn_seq_pos(q) >= mi->ctx) ppn_seq_reset(q);
+        if (issued == waited && ppn_seq_pos(q) >= mi->ctx) st = ppn_seq_reset(q);
+        if (st != PPN_OK) break;
         double t0 = now_us();
         if (issued < n && issued - waited < k && ppn_seq_pos(q) < mi->ctx) {
-            ppn_pending *pp = &p[issued % PPN_MAX_INFLIGHT];
+            ppn_step_id *pp = &p[issued % PPN_MAX_INFLIGHT];
             st = ppn_decode_step_deferred(q, (issued * 7 + 1) % mi->vocab, pp);
             if (lp->issue) lp->issue[issued] = now_us() - t0;
-            issued += pp->seq != NULL; /* a refused or rejected step was never issued */
+            issued += *pp != 0; /* a refused step was never issued */
         } else {
-            st = ppn_pending_wait(&p[waited % PPN_MAX_INFLIGHT], lp->logits);
+            st = ppn_pending_wait(q, p[waited % PPN_MAX_INFLIGHT], lp->logits);
             if (lp->wait) lp->wait[waited] = now_us() - t0;
             waited++;
         }
@@ -192,7 +193,7 @@ static ppn_status decode_steps(ppn_seq *q, const ppn_model_info *mi, int n, int 
     if (st == PPN_OK) return PPN_OK;
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", ppn_last_error());
-    for (; waited < issued; waited++) ppn_pending_wait(&p[waited % PPN_MAX_INFLIGHT], NULL); /* drain */
+    (void)ppn_seq_reset(q); /* drop what is still in flight */
     return ppn_err(st, "%s", msg);
 }
 

@@ -1,0 +1,49 @@
+/* model.c - what every part of a loaded model shares: a stream per device (loads, frees, the unsplit walk), the
+ * sticky failure a stage thread leaves for the caller, and the drain of every command handed to the threads. */
+#include <stdio.h>
+#include <string.h>
+#include "core/rt.h"
+#include "core/base/err.h"
+
+ppn_status ppn_model_dev_stream(ppn_model *m, int dev, ppn_gstream **out)
+{
+    if (!m->dev_stream[dev]) PPN_CHECK(m->rt->g->ops->stream_create(m->rt->g, dev, &m->dev_stream[dev]));
+    *out = m->dev_stream[dev];
+    return PPN_OK;
+}
+
+void ppn_model_fail(ppn_model *m, ppn_status st)
+{
+    int expected = PPN_OK;
+    /* the message is written before the status is published (release); readers acquire the status */
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&mu);
+    if (atomic_load_explicit(&m->err, memory_order_relaxed) == PPN_OK) {
+        snprintf(m->err_msg, sizeof m->err_msg, "%s", ppn_last_error());
+        atomic_compare_exchange_strong_explicit(&m->err, &expected, (int)st, memory_order_release,
+                                                memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&mu);
+}
+
+ppn_status ppn_model_failed(ppn_model *m)
+{
+    int st = atomic_load_explicit(&m->err, memory_order_acquire);
+    if (st == PPN_OK) return PPN_OK;
+    return ppn_err((ppn_status)st, "model unusable after an earlier failure: %s", m->err_msg);
+}
+
+/* Every command handed to a stage thread has finished. */
+ppn_status ppn_model_drain(ppn_model *m)
+{
+    const ppn_stage_map *map = m->map;
+    if (!map) return PPN_OK;
+    for (int s = 0; s < PPN_MAX_STAGES; s++) {
+        ppn_stage_rt *sr = &m->stages[s];
+        if (!sr->thr_started) continue;
+        for (int k = 0; k < PPN_CMD_RING; k++)
+            if (sr->cmds[k].used)
+                ppn_gen_wait(&sr->cmds[k].cmd.done, sr->cmds[k].cmd.seqno + 1, map->door.spin);
+    }
+    return PPN_OK;
+}

@@ -1,0 +1,110 @@
+/* pending.c - the caller's side of deferred steps: a step drained through the dedicated readback stream (or
+ * dropped), greedy decode with the argmax on the device, and the eager step (issue, then drain at once). */
+#include <string.h>
+#include "core/rt.h"
+#include "core/base/err.h"
+
+/* p names a step of q still in flight: its ring entry holds that step. */
+static int pend_live(const ppn_seq *q, ppn_pend p)
+{
+    return p.ring >= 0 && p.ring < PPN_MAX_INFLIGHT && q->ring_step[p.ring] == p.step + 1;
+}
+
+/* The entry is free again: the caller's count of waited steps moves on. */
+static void pend_retire(ppn_seq *q, ppn_pend p)
+{
+    q->ring_step[p.ring] = 0;
+    q->waited++;
+}
+
+/* Wait for a step of q and read back its logits (logits != NULL) or its device argmax (id != NULL). */
+static ppn_status pend_wait(ppn_seq *q, ppn_pend p, float *logits, int *id)
+{
+    ppn_model *m = q->m;
+    ppn_gpu *g = m->rt->g;
+    ppn_gen_wait(&q->done_gen[p.ring], p.step + 1, m->map->door.spin); /* the done event is recorded */
+    ppn_status st = ppn_model_failed(m);
+    if (st == PPN_OK) st = g->ops->stream_wait_event(g, m->rb_stream, q->done_ev[p.ring]);
+    size_t bytes = sizeof(float) * (size_t)m->cfg.vocab;
+    if (st == PPN_OK && logits) st = g->ops->copy_dtoh(g, m->rb_stream, q->logits_h[p.ring], q->logits[p.ring], bytes);
+    if (st == PPN_OK && id)
+        st = g->ops->copy_dtoh(g, m->rb_stream, &q->tok_h[p.ring], q->tok[p.ring], sizeof(int32_t));
+    if (st == PPN_OK) st = g->ops->event_record(g, q->rb_ev[p.ring], m->rb_stream);
+    if (st == PPN_OK) st = g->ops->stream_sync(g, m->rb_stream);
+    pend_retire(q, p);
+    if (st != PPN_OK) {
+        ppn_model_fail(m, st);
+        return st;
+    }
+    if (logits) memcpy(logits, q->logits_h[p.ring], bytes);
+    if (id) *id = q->tok_h[p.ring];
+    return PPN_OK;
+}
+
+ppn_status ppn_pending_wait(ppn_seq *q, ppn_step_id step, float *logits)
+{
+    if (!q) return ppn_err(PPN_EINVAL, "ppn_pending_wait: seq is NULL");
+    ppn_pend p = ppn_pend_of(step);
+    if (!pend_live(q, p))
+        return ppn_err(PPN_EINVAL, "ppn_pending_wait: step id %llu is not in flight on sequence %d (already waited, "
+                                   "dropped by a reset, or never issued)", (unsigned long long)step, q->id);
+    return pend_wait(q, p, logits, NULL);
+}
+
+/* Drop every step of q in flight: the host waits until each one's done event is recorded (a failed stage still
+ * posts it), no readback is issued, and the ring entry is free. The device finishes them in stream order
+ * before anything later on the same streams. Returns the model's failure, if any. */
+ppn_status ppn_seq_drop_inflight(ppn_seq *q)
+{
+    ppn_model *m = q->m;
+    for (int ring = 0; ring < PPN_MAX_INFLIGHT; ring++) {
+        if (!q->ring_step[ring]) continue;
+        ppn_pend p = {.ring = ring, .step = q->ring_step[ring] - 1};
+        ppn_gen_wait(&q->done_gen[ring], p.step + 1, m->map->door.spin);
+        pend_retire(q, p);
+    }
+    return ppn_model_failed(m);
+}
+
+/* Greedy decode on the device: step i > 0 is fed the argmax of step i-1 by the set_hdr kernel itself, so the
+ * host issues up to PPN_MAX_INFLIGHT steps ahead and reads back 4 bytes per step; the device never waits on it.
+ * Checks come first, for all n steps: nothing is issued when they fail. */
+ppn_status ppn_decode_greedy(ppn_seq *q, int token, int n, int *ids)
+{
+    if (!q || !ids || n <= 0)
+        return ppn_err(PPN_EINVAL, "ppn_decode_greedy: %s", !q ? "seq is NULL" : !ids ? "ids is NULL" : "n must be positive");
+    ppn_model *m = q->m;
+    PPN_CHECK(ppn_step_checks(q, token));
+    if (q->issued != q->waited)
+        return ppn_err(PPN_ESTATE, "ppn_decode_greedy: sequence %d has deferred steps in flight: wait them first", q->id);
+    if (n > m->ctx - q->pos)
+        return ppn_err(PPN_ESTATE, "ppn_decode_greedy: %d steps from position %d exceed the sequence's %d positions "
+                       "(ctx)", n, q->pos, m->ctx);
+    ppn_pend pend[PPN_MAX_INFLIGHT];
+    ppn_greedy_link gl = {-1, 0};
+    int issued = 0, waited = 0;
+    ppn_status st = PPN_OK;
+    while (waited < issued || (st == PPN_OK && issued < n)) {
+        if (st == PPN_OK && issued < n && issued - waited < PPN_MAX_INFLIGHT) {
+            ppn_pend *p = &pend[issued % PPN_MAX_INFLIGHT];
+            st = ppn_step_issue_deferred(q, token, &gl, p);
+            gl = (ppn_greedy_link){p->ring, p->step};
+            issued++;
+        } else {
+            ppn_status w = pend_wait(q, pend[waited % PPN_MAX_INFLIGHT], NULL, &ids[waited]);
+            if (st == PPN_OK) st = w;
+            waited++;
+        }
+    }
+    return st;
+}
+
+/* The eager arm: the deferred step, drained at once. */
+ppn_status ppn_decode_step(ppn_seq *q, int token, float *logits)
+{
+    ppn_step_id id = 0;
+    ppn_status st = ppn_decode_step_deferred(q, token, &id);
+    if (!id) return st; /* refused before anything was issued */
+    ppn_status w = ppn_pending_wait(q, id, logits);
+    return st != PPN_OK ? st : w;
+}
