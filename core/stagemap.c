@@ -7,7 +7,6 @@
  * read the map with rcu_dereference and check it is the one their command was issued under. A published map
  * is never written again.
  */
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,48 +80,6 @@ static ppn_status pin_mode(int *out)
     return PPN_OK;
 }
 
-/* hwloc list syntax ("0-3,8") into set; returns 0, or -1 if malformed. */
-static int cpulist_parse(const char *v, cpu_set_t *set)
-{
-    CPU_ZERO(set);
-    while (*v) {
-        char *end;
-        long a = strtol(v, &end, 10), b = a;
-        if (end == v || a < 0) return -1;
-        if (*end == '-') {
-            v = end + 1;
-            b = strtol(v, &end, 10);
-            if (end == v || b < a) return -1;
-        }
-        for (long c = a; c <= b && c < CPU_SETSIZE; c++) CPU_SET((int)c, set);
-        if (*end && *end != ',') return -1;
-        v = *end ? end + 1 : end;
-    }
-    return 0;
-}
-
-static ppn_status pick_far(ppn_topo *t, ppn_gpu *g, ppn_stage_map *map)
-{
-    cpu_set_t allowed, used, near;
-    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
-        return ppn_err(PPN_EINVAL, "PPN_PIN=far: sched_getaffinity failed");
-    CPU_ZERO(&used);
-    for (int s = 0; s < map->n_stages; s++) {
-        ppn_dev_place pl;
-        PPN_CHECK(ppn_topo_place_device(t, g, map->dev[s], &pl));
-        if (cpulist_parse(pl.cpuset, &near) != 0)
-            return ppn_err(PPN_EINVAL, "PPN_PIN=far: device %d's cpuset '%s' is not a cpu list", map->dev[s],
-                           pl.cpuset);
-        for (int c = 0; c < CPU_SETSIZE; c++)
-            if (CPU_ISSET(c, &allowed) && !CPU_ISSET(c, &near) && !CPU_ISSET(c, &used)) {
-                map->pu[s] = c;
-                break;
-            }
-        CPU_SET(map->pu[s], &used);
-    }
-    return PPN_OK;
-}
-
 static ppn_status pick_cores(ppn_model *m, ppn_stage_map *map)
 {
     int mode;
@@ -133,7 +90,7 @@ static ppn_status pick_cores(ppn_model *m, ppn_stage_map *map)
     ppn_topo *t;
     PPN_CHECK(ppn_rt_topo(m->rt, &t));
     PPN_CHECK(ppn_topo_pick_cores(t, m->rt->g, map->dev, map->n_stages, map->pu, &map->shared_cores));
-    return mode == PIN_FAR ? pick_far(t, m->rt->g, map) : PPN_OK;
+    return mode == PIN_FAR ? ppn_topo_pick_far(t, m->rt->g, map->dev, map->n_stages, map->pu) : PPN_OK;
 }
 
 ppn_status ppn_map_build(ppn_model *m, const ppn_door *d, ppn_stage_map **out)

@@ -32,8 +32,7 @@ void ppn_model_get_stats(const ppn_model *m, ppn_stats *o)
     for (int s = 0; s < PPN_MAX_STAGES; s++)
         o->walker_runs[s] = atomic_load_explicit(&m->stages[s].walker_runs, memory_order_relaxed);
     for (int b = 0; b < m->n_bnd; b++) {
-        o->boundary_sends[b] = m->bnd[b].sends;
-        o->boundary_overlap_steps[b] = m->bnd[b].overlap_steps;
+        ppn_boundary_counts(&m->bnd[b], &o->boundary_sends[b], &o->boundary_overlap_steps[b]);
     }
     o->overlap_observed = atomic_load_explicit(&m->overlap_observed, memory_order_relaxed);
     o->steps = m->next_step;

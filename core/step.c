@@ -163,7 +163,7 @@ static ppn_status stage_issue(ppn_model *m, const ppn_stage_map *map, int s, con
         PPN_CHECK(step_header(m, map, q, c, io, n == 1));
     } else {
         PPN_CHECK(ppn_boundary_recv(&m->bnd[s - 1], g, q, c->slot, c->step, r->io, &io, spin));
-        p->released = m->bnd[s - 1].xport != PPN_XPORT_INPLACE;
+        p->released = !ppn_boundary_in_place(&m->bnd[s - 1]);
     }
     PPN_CHECK(stage_walk(m, map, s, q, seq, io, out_of(map, s, c)));
     if (s + 1 < n) {
@@ -185,10 +185,9 @@ static ppn_status stage_issue(ppn_model *m, const ppn_stage_map *map, int s, con
 static void stage_settle(ppn_model *m, const ppn_stage_map *map, int s, const ppn_step_cmd *c, step_posts *p)
 {
     if (s + 1 < map->n_stages && !p->sent) {
-        m->bnd[s].slot[c->slot].last_step = c->step + 1;
-        ppn_gen_post(&m->bnd[s].slot[c->slot].tx_gen, c->step + 1);
+        ppn_boundary_abandon_send(&m->bnd[s], c->slot, c->step);
     }
-    if (s > 0 && !p->released) ppn_gen_post(&m->bnd[s - 1].slot[c->slot].rx_gen, c->step + 1);
+    if (s > 0 && !p->released) ppn_boundary_abandon_recv(&m->bnd[s - 1], c->slot, c->step);
     if (s == map->n_stages - 1 && !p->done) ppn_gen_post(&c->seq->done_gen[c->ring], c->step + 1);
 }
 
@@ -222,10 +221,10 @@ static ppn_status one_stream_issue(ppn_model *m, const ppn_stage_map *map, const
     for (int s = 0; s < n; s++) {
         ppn_dptr io = seq->scr[s].io;
         if (s == 0) PPN_CHECK(step_header(m, map, q, c, io, 1));
-        else PPN_CHECK(g->ops->copy_dtod(g, q, io, m->bnd[s - 1].slot[0].buf, m->bnd[s - 1].bytes));
+        else PPN_CHECK(ppn_boundary_get_plain(&m->bnd[s - 1], g, q, io));
         /* every stage is on stage 0's device here */
         PPN_CHECK(stage_walk(m, map, s, q, seq, io, out_of(map, s, c)));
-        if (s + 1 < n) PPN_CHECK(g->ops->copy_dtod(g, q, m->bnd[s].slot[0].buf, io, m->bnd[s].bytes));
+        if (s + 1 < n) PPN_CHECK(ppn_boundary_put_plain(&m->bnd[s], g, q, io));
     }
     return stage_finish(m, q, seq, c, p);
 }

@@ -133,6 +133,37 @@ ppn_status ppn_topo_pick_cores(ppn_topo *t, ppn_gpu *g, const int *stage_dev, in
     return PPN_OK;
 }
 
+/* The first PU of allowed outside cs and not in used; -1 if none. */
+static int first_pu_outside(hwloc_const_bitmap_t allowed, hwloc_const_cpuset_t cs, hwloc_const_bitmap_t used)
+{
+    for (int pu = hwloc_bitmap_first(allowed); pu >= 0; pu = hwloc_bitmap_next(allowed, pu))
+        if (!hwloc_bitmap_isset(cs, (unsigned)pu) && !hwloc_bitmap_isset(used, (unsigned)pu)) return pu;
+    return -1;
+}
+
+ppn_status ppn_topo_pick_far(ppn_topo *t, ppn_gpu *g, const int *stage_dev, int n_stages, int *pu_out)
+{
+    hwloc_bitmap_t allowed = hwloc_bitmap_alloc(), used = hwloc_bitmap_alloc();
+    ppn_status st = PPN_OK;
+    if (!allowed || !used) st = ppn_err(PPN_ENOMEM, "topo: host out of memory");
+    else if (hwloc_get_cpubind(t->h, allowed, HWLOC_CPUBIND_THREAD) != 0)
+        st = ppn_err(PPN_EINVAL, "PPN_PIN=far: reading this thread's CPU binding failed (errno %d)", errno);
+    for (int s = 0; s < n_stages && st == PPN_OK; s++) {
+        int numa, located;
+        hwloc_const_cpuset_t cs = device_cpuset(t, g, stage_dev[s], &numa, &located);
+        if (!cs) {
+            st = ppn_err(PPN_EINVAL, "topo: stage %d: device %d does not exist", s, stage_dev[s]);
+            break;
+        }
+        int pu = first_pu_outside(allowed, cs, used);
+        if (pu >= 0) pu_out[s] = pu;
+        hwloc_bitmap_set(used, (unsigned)pu_out[s]);
+    }
+    hwloc_bitmap_free(allowed);
+    hwloc_bitmap_free(used);
+    return st;
+}
+
 ppn_status ppn_topo_bind_self(ppn_topo *t, int pu)
 {
     hwloc_bitmap_t set = hwloc_bitmap_alloc();

@@ -35,6 +35,11 @@ ppn_status ppn_topo_place_device(ppn_topo *t, ppn_gpu *g, int dev, ppn_dev_place
 ppn_status ppn_topo_pick_cores(ppn_topo *t, ppn_gpu *g, const int *stage_dev, int n_stages, int *pu_out,
                                int *shared);
 
+/* PPN_PIN=far (a measurement arm): move each stage's pick (pu_out, from ppn_topo_pick_cores) to the first PU of
+ * the calling thread's binding outside its device's cpuset and not taken by an earlier stage; a stage keeps
+ * its near pick where there is none (one NUMA node). Returns PPN_OK, PPN_EINVAL, PPN_ENOMEM. */
+ppn_status ppn_topo_pick_far(ppn_topo *t, ppn_gpu *g, const int *stage_dev, int n_stages, int *pu_out);
+
 /* Pin the calling thread to PU os_index; pu < 0 unpins it (the whole machine's cpuset).
  * Returns PPN_OK or PPN_EINVAL. */
 ppn_status ppn_topo_bind_self(ppn_topo *t, int pu);

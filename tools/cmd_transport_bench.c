@@ -196,7 +196,7 @@ static ppn_status handoff(tb_case *c, int k)
     ppn_dptr got;
     PPN_CHECK(ppn_boundary_send(&c->b, g, c->prod, k, step, c->io, 0));
     PPN_CHECK(ppn_boundary_recv(&c->b, g, c->cons, k, step, c->local, &got, 0));
-    if (c->b.xport != PPN_XPORT_INPLACE) return PPN_OK; /* the copy transports released inside recv */
+    if (!ppn_boundary_in_place(&c->b)) return PPN_OK; /* the copy transports released inside recv */
     if (c->kind == TB_KERNEL) PPN_CHECK(ppn_op_add(g, c->cons, c->local, got, c->zeros, (int)(c->b.bytes / 4)));
     return ppn_boundary_release(&c->b, g, c->cons, k, step);
 }

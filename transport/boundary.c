@@ -4,13 +4,18 @@
 #include "core/base/err.h"
 #include "sched/issue.h"
 
+#if PPN_TEST_HOOKS
 static _Atomic int skip_waits; /* test-only */
 
 void ppn_boundary_test_skip_waits(int skip) { atomic_store(&skip_waits, skip); }
+#endif
 
 static ppn_status wait_event(ppn_gpu *g, ppn_gstream *s, ppn_gevent *e)
 {
-    return atomic_load_explicit(&skip_waits, memory_order_relaxed) ? PPN_OK : g->ops->stream_wait_event(g, s, e);
+#if PPN_TEST_HOOKS
+    if (atomic_load_explicit(&skip_waits, memory_order_relaxed)) return PPN_OK;
+#endif
+    return g->ops->stream_wait_event(g, s, e);
 }
 
 const char *ppn_xport_name(int x)
@@ -104,4 +109,34 @@ ppn_status ppn_boundary_recv(ppn_boundary *b, ppn_gpu *g, ppn_gstream *s, int k,
     }
     *io = local;
     return ppn_boundary_release(b, g, s, k, step);
+}
+
+int ppn_boundary_in_place(const ppn_boundary *b) { return b->xport == PPN_XPORT_INPLACE; }
+
+void ppn_boundary_abandon_send(ppn_boundary *b, int k, uint32_t step)
+{
+    ppn_slot *sl = &b->slot[k];
+    sl->last_step = step + 1;
+    ppn_gen_post(&sl->tx_gen, step + 1); /* release: pairs with the acquire in the consumer's recv */
+}
+
+void ppn_boundary_abandon_recv(ppn_boundary *b, int k, uint32_t step)
+{
+    ppn_gen_post(&b->slot[k].rx_gen, step + 1); /* release: pairs with the acquire in the producer's send */
+}
+
+ppn_status ppn_boundary_put_plain(ppn_boundary *b, ppn_gpu *g, ppn_gstream *s, ppn_dptr io)
+{
+    return g->ops->copy_dtod(g, s, b->slot[0].buf, io, b->bytes);
+}
+
+ppn_status ppn_boundary_get_plain(ppn_boundary *b, ppn_gpu *g, ppn_gstream *s, ppn_dptr io)
+{
+    return g->ops->copy_dtod(g, s, io, b->slot[0].buf, b->bytes);
+}
+
+void ppn_boundary_counts(const ppn_boundary *b, uint64_t *sends, uint64_t *overlap_steps)
+{
+    *sends = b->sends;
+    *overlap_steps = b->overlap_steps;
 }

@@ -71,8 +71,23 @@ ppn_status ppn_boundary_recv(ppn_boundary *b, ppn_gpu *g, ppn_gstream *s, int k,
 /* Consumer: release slot k after step (INPLACE only; the copy transports release inside recv). */
 ppn_status ppn_boundary_release(ppn_boundary *b, ppn_gpu *g, ppn_gstream *s, int k, uint32_t step);
 
-/* Test-only: skip the stream waits on ev_tx / ev_rx (the host-side waits stay), to prove the sim checker
- * reports the race those waits prevent. */
+#if PPN_TEST_HOOKS
+/* Test-only (the test build of the library, ppncore_test): skip the stream waits on ev_tx / ev_rx (the
+ * host-side waits stay), to prove the sim checker reports the race those waits prevent. */
 void ppn_boundary_test_skip_waits(int skip);
+#endif
+
+/* 1 when the consumer computes on the slot itself (release it with ppn_boundary_release after its last read). */
+int ppn_boundary_in_place(const ppn_boundary *b);
+/* After a failed stage: post the generations the step owes without the stream work, so no stage waits forever
+ * (the model's sticky failure stops every later step). send: the producer's side; recv: the consumer's. */
+void ppn_boundary_abandon_send(ppn_boundary *b, int k, uint32_t step);
+void ppn_boundary_abandon_recv(ppn_boundary *b, int k, uint32_t step);
+/* MEMRA_PP_STREAMS=0: every stage on one stream, so the stream orders everything: plain copies of io into and
+ * out of slot 0, no events, no generations. */
+ppn_status ppn_boundary_put_plain(ppn_boundary *b, ppn_gpu *g, ppn_gstream *s, ppn_dptr io);
+ppn_status ppn_boundary_get_plain(ppn_boundary *b, ppn_gpu *g, ppn_gstream *s, ppn_dptr io);
+/* The counters (producer thread's; exact between steps). */
+void ppn_boundary_counts(const ppn_boundary *b, uint64_t *sends, uint64_t *overlap_steps);
 
 #endif
