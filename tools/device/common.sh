@@ -1,0 +1,54 @@
+# shellcheck shell=bash
+# common.sh - the part the GPU-machine scripts share (validate, perf, pipeline, multigpu, microbench); sourced
+# by each, never run. Run the scripts from the repository root (the device machine's command runs there).
+#
+# Sets: OUT (results folder, default ./out, made here), S ($OUT/summary.txt), FIX (fixtures: $FIXTURES or
+# .devcarry/fixtures), PPN (the binary: $PPN or build/ppn; exported to tools/device/hf_compare.py as
+# PPN_BIN), LD_LIBRARY_PATH with build/lib first (build/lib/libcmocka.so.0, copied in for tests/gpu), fail=0.
+# Functions:
+#   log MSG...            "== MSG" to stdout and the summary ("== HH:MM:SS MSG" when LOG_TIME=1)
+#   begin [-a] [-h] Q     the summary's head: the UTC date (-a: appended to an existing summary, else a new
+#                         one), then nvidia-smi --query-gpu=Q (-h: with the CSV header line)
+#   summarize JSON...     one line per configuration of each `ppn bench --json` file
+#   finish                log the verdict ("overall: PASS|FAIL") and exit with $fail
+set -uo pipefail
+OUT=${OUT:-out}; mkdir -p "$OUT"
+S="$OUT/summary.txt"
+# shellcheck disable=SC2034 # read by the scripts that source this
+FIX=${FIXTURES:-.devcarry/fixtures}
+PPN=${PPN:-build/ppn}
+export PPN_BIN=$PPN LD_LIBRARY_PATH=build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fail=0
+
+log() {
+    if [ "${LOG_TIME:-0}" = 1 ]; then echo "== $(date -u +%T) $*"; else echo "== $*"; fi | tee -a "$S"
+}
+
+begin() {
+    local append=0 fmt=csv,noheader
+    while [ $# -gt 1 ]; do
+        case $1 in -a) append=1 ;; -h) fmt=csv ;; *) break ;; esac
+        shift
+    done
+    if [ $append = 1 ]; then date -u +%FT%TZ >> "$S"; else date -u +%FT%TZ > "$S"; fi
+    nvidia-smi --query-gpu="$1" --format="$fmt" | tee -a "$S"
+}
+
+summarize() {
+    python3 - "$@" <<'PY' | tee -a "$S"
+import json, os, sys
+for p in sys.argv[1:]:
+    f = os.path.basename(p)
+    try: d = json.load(open(p))
+    except Exception as e: print(f, "unreadable:", e); continue
+    for c in d["configs"]:
+        print("%s N=%d median %.3f ms p99 %.3f ms %.1f tok/s floor %.3f ms ratio %.3f allocs %d peak %.2f GB" % (
+            f, c["stages"], c["median_ms"], c["p99_ms"], c["tok_s"], d["floor_ms"],
+            c["floor_ratio"], c["driver_allocs_timed"], c["pool_peak"] / 1e9))
+PY
+}
+
+finish() {
+    log "overall: $([ "$fail" = 0 ] && echo PASS || echo FAIL)"
+    exit "$fail"
+}
