@@ -47,3 +47,11 @@ ppn_status ppn_model_drain(ppn_model *m)
     }
     return PPN_OK;
 }
+
+int ppn_layer_stage(const ppn_stage_map *map, int l)
+{
+    for (int s = 0; s < map->n_stages; s++)
+        if (l >= map->fence[s] && l < map->fence[s + 1]) return s;
+    PPN_ASSERT(!"layer outside the fence");
+    return -1;
+}

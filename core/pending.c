@@ -10,13 +10,6 @@ static int pend_live(const ppn_seq *q, ppn_pend p)
     return p.ring >= 0 && p.ring < PPN_MAX_INFLIGHT && q->ring_step[p.ring] == p.step + 1;
 }
 
-/* The entry is free again: the caller's count of waited steps moves on. */
-static void pend_retire(ppn_seq *q, ppn_pend p)
-{
-    q->ring_step[p.ring] = 0;
-    q->waited++;
-}
-
 /* Wait for a step of q and read back its logits (logits != NULL) or its device argmax (id != NULL). */
 static ppn_status pend_wait(ppn_seq *q, ppn_pend p, float *logits, int *id)
 {
@@ -31,7 +24,7 @@ static ppn_status pend_wait(ppn_seq *q, ppn_pend p, float *logits, int *id)
         st = g->ops->copy_dtoh(g, m->rb_stream, &q->tok_h[p.ring], q->tok[p.ring], sizeof(int32_t));
     if (st == PPN_OK) st = g->ops->event_record(g, q->rb_ev[p.ring], m->rb_stream);
     if (st == PPN_OK) st = g->ops->stream_sync(g, m->rb_stream);
-    pend_retire(q, p);
+    ppn_seq_retire(q, p.ring);
     if (st != PPN_OK) {
         ppn_model_fail(m, st);
         return st;
@@ -49,21 +42,6 @@ ppn_status ppn_pending_wait(ppn_seq *q, ppn_step_id step, float *logits)
         return ppn_err(PPN_EINVAL, "ppn_pending_wait: step id %llu is not in flight on sequence %d (already waited, "
                                    "dropped by a reset, or never issued)", (unsigned long long)step, q->id);
     return pend_wait(q, p, logits, NULL);
-}
-
-/* Drop every step of q in flight: the host waits until each one's done event is recorded (a failed stage still
- * posts it), no readback is issued, and the ring entry is free. The device finishes them in stream order
- * before anything later on the same streams. Returns the model's failure, if any. */
-ppn_status ppn_seq_drop_inflight(ppn_seq *q)
-{
-    ppn_model *m = q->m;
-    for (int ring = 0; ring < PPN_MAX_INFLIGHT; ring++) {
-        if (!q->ring_step[ring]) continue;
-        ppn_pend p = {.ring = ring, .step = q->ring_step[ring] - 1};
-        ppn_gen_wait(&q->done_gen[ring], p.step + 1, m->map->door.spin);
-        pend_retire(q, p);
-    }
-    return ppn_model_failed(m);
 }
 
 /* Greedy decode on the device: step i > 0 is fed the argmax of step i-1 by the set_hdr kernel itself, so the

@@ -171,6 +171,8 @@ struct ppn_seq {
  * floors below core/: alloc, sched, transport, kernels, core/model, core/device, core/base). */
 
 /* model.c: what every part of a loaded model shares */
+/* The stage of map that runs layer l. */
+int ppn_layer_stage(const ppn_stage_map *map, int l);
 ppn_status ppn_model_dev_stream(ppn_model *m, int dev, ppn_gstream **out); /* created on first use */
 /* Keep the first failure (status and the thread's message) on the model: sticky, every later step returns it. */
 void ppn_model_fail(ppn_model *m, ppn_status st);
@@ -184,9 +186,12 @@ ppn_status ppn_model_drain(ppn_model *m);
 ppn_status ppn_seq_fit_map(ppn_seq *q, const ppn_stage_map *map);
 /* Destroy q's captured graphs (its scratch is about to move or die); call between drained steps. */
 void ppn_seq_drop_graphs(ppn_seq *q);
+/* Ring entry ring of q is free again (its step was waited or dropped). */
+void ppn_seq_retire(ppn_seq *q, int ring);
+/* Drop every step of q in flight (no readback); returns the model's failure, if any. */
+ppn_status ppn_seq_drop_inflight(ppn_seq *q);
 
 /* stagemap.c */
-int ppn_layer_stage(const ppn_stage_map *map, int l);
 /* Two or more stage streams on one device (reported in ppn_stage_info.same_device_streams). */
 int ppn_multi_stream_same_device(const ppn_stage_map *map);
 /* Build a map from the door (every door value checked; nothing allocated but the map). */
@@ -225,10 +230,6 @@ void ppn_stage_thread_fn(void *ctx, ppn_cmd *c);
 ppn_status ppn_step_checks(ppn_seq *q, int token);
 /* Issue q's next step on a free ring entry (gl: NULL for a host-fed step); *out is set whatever the status. */
 ppn_status ppn_step_issue_deferred(ppn_seq *q, int token, const ppn_greedy_link *gl, ppn_pend *out);
-
-/* pending.c */
-/* Drop every step of q in flight (no readback); returns the model's failure, if any. */
-ppn_status ppn_seq_drop_inflight(ppn_seq *q);
 
 /* batch.c */
 /* PPN_EREFUSED naming path and alt when path would walk the whole trunk on one stream while weights live on

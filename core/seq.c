@@ -194,6 +194,26 @@ fail:
     return st;
 }
 
+void ppn_seq_retire(ppn_seq *q, int ring)
+{
+    q->ring_step[ring] = 0;
+    q->waited++;
+}
+
+/* Drop every step of q in flight: the host waits until each one's done event is recorded (a failed stage still
+ * posts it), no readback is issued, and the ring entry is free. The device finishes them in stream order
+ * before anything later on the same streams. Returns the model's failure, if any. */
+ppn_status ppn_seq_drop_inflight(ppn_seq *q)
+{
+    ppn_model *m = q->m;
+    for (int ring = 0; ring < PPN_MAX_INFLIGHT; ring++) {
+        if (!q->ring_step[ring]) continue;
+        ppn_gen_wait(&q->done_gen[ring], q->ring_step[ring], m->map->door.spin);
+        ppn_seq_retire(q, ring);
+    }
+    return ppn_model_failed(m);
+}
+
 void ppn_seq_destroy(ppn_seq *q)
 {
     if (!q) return;

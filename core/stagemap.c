@@ -14,14 +14,6 @@
 #include "core/rt.h"
 #include "core/base/err.h"
 
-int ppn_layer_stage(const ppn_stage_map *map, int l)
-{
-    for (int s = 0; s < map->n_stages; s++)
-        if (l >= map->fence[s] && l < map->fence[s + 1]) return s;
-    PPN_ASSERT(!"layer outside the fence");
-    return -1;
-}
-
 /* PPN_XPORT_SAME=inplace (default) | dtod: the same-device transport (dtod is the rollback, and a benchmark arm). */
 static ppn_status same_device_xport(int *out)
 {

@@ -47,6 +47,7 @@ typedef struct ppn_hf_slot {
     int when;          /* PPN_HF_ALWAYS / _IF_QKV_BIAS / _IF_QK_NORM */
 } ppn_hf_slot;
 
+/* layout.c */
 extern const ppn_hf_slot ppn_hf_layer_slots[];
 extern const size_t ppn_hf_n_layer_slots;
 
@@ -55,6 +56,7 @@ int ppn_hf_shape_dims(const ppn_model_config *cfg, ppn_hf_shape shape, int64_t d
 /* Whether a slot exists under cfg (biases only with qkv_bias, q/k norms only with qk_norm). */
 int ppn_hf_slot_present(const ppn_model_config *cfg, const ppn_hf_slot *slot);
 
+/* safetensors.c: file access shared by the loaders */
 /* Map a whole file read-only (PROT_READ, MAP_PRIVATE). An empty file gives base NULL, len 0.
  * Returns PPN_OK, PPN_EIO (naming the file and the failing call). */
 ppn_status ppn_map_readonly(const char *path, const uint8_t **base, size_t *len);
@@ -64,9 +66,10 @@ void ppn_unmap(const uint8_t *base, size_t len);
  * files over max_len are refused. Returns PPN_OK, PPN_EIO, PPN_EFORMAT (too large), PPN_ENOMEM. */
 ppn_status ppn_read_text(const char *path, size_t max_len, char **text, size_t *len);
 
-/* Allocate c->layers for c->cfg.n_layers. Returns PPN_OK, PPN_ENOMEM. */
+/* layout.c: allocate c->layers for c->cfg.n_layers. Returns PPN_OK, PPN_ENOMEM. */
 ppn_status ppn_ckpt_alloc_layers(ppn_ckpt *c);
 
+/* llama2c.c */
 /* Open a llama2.c legacy .bin into c (c->path set, c->priv allocated). Returns PPN_OK, PPN_EIO,
  * PPN_EFORMAT, PPN_EUNSUPPORTED, PPN_ENOMEM; on failure the caller closes c. */
 ppn_status ppn_llama2c_open(ppn_ckpt *c);
