@@ -7,7 +7,8 @@
 /* p names a step of q still in flight: its ring entry holds that step. */
 static int pend_live(const ppn_seq *q, ppn_pend p)
 {
-    return p.ring >= 0 && p.ring < PPN_MAX_INFLIGHT && q->ring_step[p.ring] == p.step + 1;
+    /* a free entry holds 0, which the id 0 (never a step) would otherwise match */
+    return p.ring >= 0 && p.ring < PPN_MAX_INFLIGHT && q->ring_step[p.ring] && q->ring_step[p.ring] == p.step + 1;
 }
 
 /* Wait for a step of q and read back its logits (logits != NULL) or its device argmax (id != NULL). */

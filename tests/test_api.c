@@ -1,0 +1,157 @@
+/* test_api.c - the public contract as ppn.h states it, on the sim backend: teardown order refused with
+ * PPN_ESTATE (and nothing freed), deferred steps named by ppn_step_id and waited on their own sequence in any
+ * order, dropped steps freeing their in-flight room through ppn_seq_reset, and NULL handles at destroy. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <stdlib.h>
+#include <string.h>
+#include "ppn.h"
+#include "tests/util/tutil.h"
+
+typedef struct api_fix {
+    ppn_rt *rt;
+    ppn_model *m;
+    int vocab;
+} api_fix;
+
+static int setup(void **state)
+{
+    api_fix *f = calloc(1, sizeof *f);
+    if (!f || ppn_rt_create("sim", &f->rt) != PPN_OK) return -1;
+    ppn_load_opts o = ppn_load_opts_default();
+    o.ctx = 64;
+    if (ppn_model_load(f->rt, tu_fixture("hf/llama-tiny"), &o, &f->m) != PPN_OK) return -1;
+    ppn_model_info mi;
+    ppn_model_get_info(f->m, &mi);
+    f->vocab = mi.vocab;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    api_fix *f = *state;
+    int bad = ppn_model_free(f->m) != PPN_OK || ppn_rt_destroy(f->rt) != PPN_OK;
+    free(f);
+    return bad ? -1 : 0;
+}
+
+/* Children before parents: each destroy refuses while its children live, names the count, frees nothing. */
+static void test_api_teardown_order_refused(void **state)
+{
+    api_fix *f = *state;
+    ppn_seq *q = NULL;
+    assert_int_equal(ppn_seq_create(f->m, &q), PPN_OK);
+    assert_int_equal(ppn_rt_destroy(f->rt), PPN_ESTATE);
+    assert_non_null(strstr(ppn_last_error(), "1 model(s) still loaded"));
+    assert_int_equal(ppn_model_free(f->m), PPN_ESTATE);
+    assert_non_null(strstr(ppn_last_error(), "1 sequence(s) still live"));
+    float *row = malloc(sizeof(float) * (size_t)f->vocab);
+    assert_int_equal(ppn_decode_step(q, 1, row), PPN_OK); /* the refusals left everything usable */
+    free(row);
+    ppn_seq_destroy(q);
+    ppn_seq_destroy(NULL);
+    assert_int_equal(ppn_model_free(NULL), PPN_OK);
+    assert_int_equal(ppn_rt_destroy(NULL), PPN_OK);
+}
+
+/* Deferred steps waited out of order: the logits match the eager run's, row for row. The step issued after the
+ * newest was waited takes that step's ring entry, not the entry after the last one issued (still in flight). */
+static void test_api_steps_waited_in_any_order(void **state)
+{
+    api_fix *f = *state;
+    size_t v = (size_t)f->vocab;
+    enum { N = PPN_MAX_INFLIGHT + 1 };
+    float *eager = malloc(sizeof(float) * v * N), *got = malloc(sizeof(float) * v * N);
+    ppn_seq *q = NULL;
+    assert_int_equal(ppn_seq_create(f->m, &q), PPN_OK);
+    for (int t = 0; t < N; t++) assert_int_equal(ppn_decode_step(q, 1 + 5 * t, eager + (size_t)t * v), PPN_OK);
+    assert_int_equal(ppn_seq_reset(q), PPN_OK);
+    ppn_step_id id[N];
+    for (int t = 0; t < PPN_MAX_INFLIGHT; t++) assert_int_equal(ppn_decode_step_deferred(q, 1 + 5 * t, &id[t]), PPN_OK);
+    ppn_step_id extra = 123;
+    assert_int_equal(ppn_decode_step_deferred(q, 1, &extra), PPN_ESTATE); /* the in-flight room is full */
+    assert_true(extra == 0);
+    int last = PPN_MAX_INFLIGHT - 1;
+    assert_int_equal(ppn_pending_wait(q, id[last], got + (size_t)last * v), PPN_OK);
+    assert_int_equal(ppn_decode_step_deferred(q, 1 + 5 * last + 5, &id[N - 1]), PPN_OK);
+    static const int order[N] = {1, N - 1, 0, 2};
+    for (int i = 0; i < N - 1; i++) {
+        int t = order[i];
+        assert_int_equal(ppn_pending_wait(q, id[t], got + (size_t)t * v), PPN_OK);
+    }
+    assert_memory_equal(eager, got, sizeof(float) * v * N);
+    assert_int_equal(ppn_pending_wait(q, id[0], NULL), PPN_EINVAL); /* waited once */
+    assert_int_equal(ppn_pending_wait(q, 0, NULL), PPN_EINVAL);     /* never a step */
+    ppn_seq_destroy(q);
+    free(eager);
+    free(got);
+}
+
+/* Steps never waited: a reset drops them and frees the room; their ids are refused afterwards; the sequence
+ * then decodes as a fresh one. A step id of one sequence is refused by another. */
+static void test_api_dropped_steps_free_their_room(void **state)
+{
+    api_fix *f = *state;
+    ppn_seq *q = NULL, *r = NULL;
+    assert_int_equal(ppn_seq_create(f->m, &q), PPN_OK);
+    assert_int_equal(ppn_seq_create(f->m, &r), PPN_OK);
+    ppn_step_id id[PPN_MAX_INFLIGHT];
+    for (int round = 0; round < 3; round++) { /* without the drop, round 1 would find no room */
+        for (int t = 0; t < PPN_MAX_INFLIGHT; t++)
+            assert_int_equal(ppn_decode_step_deferred(q, 2 + t, &id[t]), PPN_OK);
+        assert_int_equal(ppn_pending_wait(r, id[0], NULL), PPN_EINVAL); /* not r's */
+        assert_int_equal(ppn_seq_reset(q), PPN_OK);
+        assert_int_equal(ppn_seq_pos(q), 0);
+        assert_int_equal(ppn_pending_wait(q, id[1], NULL), PPN_EINVAL);
+        assert_non_null(strstr(ppn_last_error(), "dropped"));
+    }
+    size_t v = (size_t)f->vocab;
+    float *a = malloc(sizeof(float) * v), *b = malloc(sizeof(float) * v);
+    assert_int_equal(ppn_decode_step(q, 7, a), PPN_OK);
+    assert_int_equal(ppn_decode_step(r, 7, b), PPN_OK);
+    assert_memory_equal(a, b, sizeof(float) * v); /* q starts over as r does: position 0, token 7 */
+    ppn_seq_destroy(q);
+    ppn_seq_destroy(r);
+    free(a);
+    free(b);
+}
+
+/* Destroying a sequence with steps in flight drops them; the model frees cleanly afterwards (teardown). */
+static void test_api_destroy_with_steps_in_flight(void **state)
+{
+    api_fix *f = *state;
+    ppn_seq *q = NULL;
+    assert_int_equal(ppn_seq_create(f->m, &q), PPN_OK);
+    ppn_step_id id;
+    for (int t = 0; t < 3; t++) assert_int_equal(ppn_decode_step_deferred(q, 3, &id), PPN_OK);
+    ppn_seq_destroy(q);
+    ppn_stats st;
+    ppn_model_get_stats(f->m, &st);
+    assert_true(st.steps >= 3);
+}
+
+static void test_api_dtype_names(void **state)
+{
+    (void)state;
+    assert_string_equal(ppn_dtype_name(PPN_DTYPE_F32), "f32");
+    assert_string_equal(ppn_dtype_name(PPN_DTYPE_BF16), "bf16");
+    assert_string_equal(ppn_dtype_name(PPN_DTYPE_F16), "f16");
+    assert_string_equal(ppn_dtype_name(PPN_DTYPE_DEFAULT), "default");
+    assert_string_equal(ppn_dtype_name((ppn_dtype)7), "?");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_api_teardown_order_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_api_steps_waited_in_any_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_api_dropped_steps_free_their_room, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_api_destroy_with_steps_in_flight, setup, teardown),
+        cmocka_unit_test(test_api_dtype_names),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
