@@ -15,18 +15,17 @@
  *    MEMRA_PRIME_PIPE, MEMRA_PP_ALLOW_UNSPLIT_BATCH) are read only with the door open; PPN_SPIN, PPN_GRAPHS and
  *    PPN_FUSE are ppn's own and are always read (they matter with one stage too). Unset or empty: the default;
  *    otherwise exactly "0" or "1".
- *  - CLI flags (--stages --splits --split --devices --shard --streams --overlap --spin --graphs --fuse) follow the same syntax,
- *    must not be empty, and override the environment: the CLI calls ppn_door_from_env, then ppn_door_set_flag
- *    per flag. Flags may come in any order, so --split cannot be checked against --stages when it is set:
- *    resolve catches it through the cut count. The struct does not record where a value came from, so resolve
- *    names both spellings ("MEMRA_PP_SPLITS/--splits=3,2: ...").
+ *  - The syntax of each variable (and its default) is its entry in the environment table, core/base/env.c;
+ *    this file adds the rules between variables. The CLI flags (--stages --splits --split --devices --shard
+ *    --streams --overlap --spin --graphs --fuse) are the command line's (tools/cli_door.c): they follow the
+ *    same table rules and override the environment. Flags may come in any order, so --split cannot be checked
+ *    against --stages when it is set: resolve catches it through the cut count. The struct does not record
+ *    where a value came from, so resolve names both spellings ("MEMRA_PP_SPLITS/--splits=3,2: ...").
  *  - Every failure returns PPN_EINVAL with a message naming the variable or flag, its value and the rule, and
  *    leaves the caller's door and outputs untouched. Nothing here allocates.
  */
-#include <limits.h>
-#include <stddef.h>
-#include <stdlib.h>
 #include <string.h>
+#include "core/base/env.h"
 #include "core/base/err.h"
 
 /* Longest value quoted in a message: the rule after it must survive the 1 KiB message buffer. */
@@ -49,98 +48,25 @@ ppn_door ppn_door_default(void)
 /* "..." when a quoted value had to be cut short, else "". */
 static const char *ell(const char *v) { return strlen(v) > DOOR_QUOTE_MAX ? "..." : ""; }
 
-/* The whole decimal number spelled by [s, end): digits only, at least one, at most INT_MAX. */
-static int parse_whole(const char *s, const char *end, int *out)
-{
-    long long v = 0;
-    if (s == end) return 0;
-    for (const char *p = s; p < end; p++) {
-        if (*p < '0' || *p > '9') return 0;
-        v = v * 10 + (*p - '0');
-        if (v > INT_MAX) return 0;
-    }
-    *out = (int)v;
-    return 1;
-}
-
-static ppn_status parse_stages(const char *name, const char *v, int *out)
-{
-    int n;
-    if (!parse_whole(v, v + strlen(v), &n))
-        return ppn_err(PPN_EINVAL, "%s='%.*s%s': must be a whole number of stages (0 or 1 = off)", name,
-                       DOOR_QUOTE_MAX, v, ell(v));
-    if (n > PPN_MAX_STAGES)
-        return ppn_err(PPN_EINVAL, "%s='%s': at most %d stages (PPN_MAX_STAGES)", name, v, PPN_MAX_STAGES);
-    *out = n;
-    return PPN_OK;
-}
-
-static ppn_status parse_bit(const char *name, const char *v, int *out)
-{
-    if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
-        return ppn_err(PPN_EINVAL, "%s='%.*s%s': must be 0 or 1", name, DOOR_QUOTE_MAX, v, ell(v));
-    *out = v[0] - '0';
-    return PPN_OK;
-}
-
-static ppn_status parse_cut(const char *name, const char *v, int *out)
-{
-    if (!parse_whole(v, v + strlen(v), out))
-        return ppn_err(PPN_EINVAL, "%s='%.*s%s': must be a whole number (the first layer of stage 1)", name,
-                       DOOR_QUOTE_MAX, v, ell(v));
-    return PPN_OK;
-}
-
-/* A comma-separated list of at most cap whole numbers into out[0..*n). what says what the numbers are. */
-static ppn_status parse_list(const char *name, const char *v, const char *what, int cap, int *out, int *n)
-{
-    int k = 0;
-    for (const char *p = v;; k++) {
-        const char *end = strchr(p, ',');
-        if (!end) end = p + strlen(p);
-        if (k == cap)
-            return ppn_err(PPN_EINVAL, "%s='%.*s%s': at most %d %s", name, DOOR_QUOTE_MAX, v, ell(v), cap, what);
-        if (!parse_whole(p, end, &out[k]))
-            return ppn_err(PPN_EINVAL, "%s='%.*s%s': element %d must be a whole number (comma-separated %s)",
-                           name, DOOR_QUOTE_MAX, v, ell(v), k + 1, what);
-        if (*end == '\0') break;
-        p = end + 1;
-    }
-    *n = k + 1;
-    return PPN_OK;
-}
-
 /* ---- the environment ---------------------------------------------------------------------------------- */
-
-/* The variable's value, or NULL when unset or empty (both mean "the default"). */
-static const char *env_get(const char *name)
-{
-    const char *v = getenv(name);
-    return v && *v ? v : NULL;
-}
-
-static ppn_status env_bit(const char *name, int *out)
-{
-    const char *v = env_get(name);
-    return v ? parse_bit(name, v, out) : PPN_OK;
-}
 
 /* The cuts of an open door of t->n_stages stages: MEMRA_PP_SPLITS, or MEMRA_PP_SPLIT when N == 2. */
 static ppn_status env_cuts(ppn_door *t)
 {
-    const char *many = env_get("MEMRA_PP_SPLITS"), *one = env_get("MEMRA_PP_SPLIT");
+    const char *many, *one;
+    PPN_CHECK(ppn_env_str("MEMRA_PP_SPLITS", &many));
+    PPN_CHECK(ppn_env_str("MEMRA_PP_SPLIT", &one));
     if (many && one)
         return ppn_err(PPN_EINVAL, "MEMRA_PP_SPLIT='%.*s%s' and MEMRA_PP_SPLITS='%.*s%s' are both set: use one "
                        "(MEMRA_PP_SPLIT is the 2-stage spelling of MEMRA_PP_SPLITS)", DOOR_QUOTE_MAX, one,
                        ell(one), DOOR_QUOTE_MAX, many, ell(many));
-    if (many)
-        return parse_list("MEMRA_PP_SPLITS", many, "cuts", PPN_MAX_STAGES - 1, t->cuts, &t->n_cuts);
+    if (many) return ppn_env_ints("MEMRA_PP_SPLITS", t->cuts, (int)PPN_ARRAY_LEN(t->cuts), &t->n_cuts);
     if (!one) return PPN_OK;
     if (t->n_stages != 2)
         return ppn_err(PPN_EINVAL, "MEMRA_PP_SPLIT='%.*s%s': MEMRA_PP_SPLIT is the 2-stage spelling; with "
                        "MEMRA_PP_STAGES=%d use MEMRA_PP_SPLITS", DOOR_QUOTE_MAX, one, ell(one), t->n_stages);
     t->n_cuts = 1;
-    return parse_cut("MEMRA_PP_SPLIT", one, &t->cuts[0]);
+    return ppn_env_int("MEMRA_PP_SPLIT", &t->cuts[0]);
 }
 
 /* The 0/1 seams read only while the door is open. */
@@ -152,7 +78,7 @@ static ppn_status env_seams(ppn_door *t)
         {"MEMRA_SPEC_PP", &t->spec_pp},      {"MEMRA_PRIME_PP", &t->prime_pp},
         {"MEMRA_PRIME_PIPE", &t->prime_pipe}, {"MEMRA_PP_ALLOW_UNSPLIT_BATCH", &t->allow_unsplit_batch},
     };
-    for (size_t i = 0; i < PPN_ARRAY_LEN(seams); i++) PPN_CHECK(env_bit(seams[i].name, seams[i].field));
+    for (size_t i = 0; i < PPN_ARRAY_LEN(seams); i++) PPN_CHECK(ppn_env_flag(seams[i].name, seams[i].field));
     return PPN_OK;
 }
 
@@ -162,62 +88,15 @@ ppn_status ppn_door_from_env(ppn_door *d)
 {
     if (!d) return ppn_err(PPN_EINVAL, "ppn_door_from_env: d is NULL");
     ppn_door t = ppn_door_default();
-    const char *stages = env_get("MEMRA_PP_STAGES");
-    if (stages) PPN_CHECK(parse_stages("MEMRA_PP_STAGES", stages, &t.n_stages));
-    PPN_CHECK(env_bit("PPN_SPIN", &t.spin));
-    PPN_CHECK(env_bit("PPN_GRAPHS", &t.graphs));
-    PPN_CHECK(env_bit("PPN_FUSE", &t.fuse));
+    PPN_CHECK(ppn_env_int("MEMRA_PP_STAGES", &t.n_stages));
+    PPN_CHECK(ppn_env_flag("PPN_SPIN", &t.spin));
+    PPN_CHECK(ppn_env_flag("PPN_GRAPHS", &t.graphs));
+    PPN_CHECK(ppn_env_flag("PPN_FUSE", &t.fuse));
     if (t.n_stages >= 2) {
         PPN_CHECK(env_cuts(&t));
-        const char *devs = env_get("MEMRA_PP_DEVICES");
-        if (devs) PPN_CHECK(parse_list("MEMRA_PP_DEVICES", devs, "devices", PPN_MAX_STAGES, t.devices,
-                                       &t.n_devices));
+        PPN_CHECK(ppn_env_ints("MEMRA_PP_DEVICES", t.devices, (int)PPN_ARRAY_LEN(t.devices), &t.n_devices));
         PPN_CHECK(env_seams(&t));
     }
-    *d = t;
-    return PPN_OK;
-}
-
-/* ---- CLI flags ---------------------------------------------------------------------------------------- */
-
-/* The 0/1 flags, as offsets into the door. */
-static const struct { const char *flag; size_t off; } door_bits[] = {
-    {"--shard", offsetof(ppn_door, shard)},
-    {"--streams", offsetof(ppn_door, streams)},
-    {"--overlap", offsetof(ppn_door, overlap)},
-    {"--spin", offsetof(ppn_door, spin)},
-    {"--graphs", offsetof(ppn_door, graphs)},
-    {"--fuse", offsetof(ppn_door, fuse)},
-};
-
-/* Apply one flag to t; any flag not handled here is unknown. */
-static ppn_status flag_apply(ppn_door *t, const char *flag, const char *v)
-{
-    if (strcmp(flag, "--stages") == 0) return parse_stages(flag, v, &t->n_stages);
-    if (strcmp(flag, "--splits") == 0)
-        return parse_list(flag, v, "cuts", PPN_MAX_STAGES - 1, t->cuts, &t->n_cuts);
-    if (strcmp(flag, "--split") == 0) {
-        t->n_cuts = 1;
-        return parse_cut(flag, v, &t->cuts[0]);
-    }
-    if (strcmp(flag, "--devices") == 0)
-        return parse_list(flag, v, "devices", PPN_MAX_STAGES, t->devices, &t->n_devices);
-    for (size_t i = 0; i < PPN_ARRAY_LEN(door_bits); i++)
-        if (strcmp(flag, door_bits[i].flag) == 0)
-            return parse_bit(flag, v, (int *)((char *)t + door_bits[i].off));
-    return ppn_err(PPN_EINVAL, "unknown door flag '%.*s%s' (known: --stages --splits --split --devices --shard "
-                   "--streams --overlap --spin --graphs --fuse)", DOOR_QUOTE_MAX, flag, ell(flag));
-}
-
-/* @return PPN_OK, PPN_EINVAL (NULL argument, unknown flag, empty value, or a value breaking the flag's rule).
- * *d changes only on success. */
-ppn_status ppn_door_set_flag(ppn_door *d, const char *flag, const char *value)
-{
-    if (!d || !flag) return ppn_err(PPN_EINVAL, "ppn_door_set_flag: %s is NULL", d ? "flag" : "d");
-    if (!value || !*value)
-        return ppn_err(PPN_EINVAL, "%.*s%s='': a door flag needs a value", DOOR_QUOTE_MAX, flag, ell(flag));
-    ppn_door t = *d;
-    PPN_CHECK(flag_apply(&t, flag, value));
     *d = t;
     return PPN_OK;
 }

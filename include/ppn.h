@@ -98,9 +98,6 @@ ppn_door ppn_door_default(void);
 /* Read the door from the environment (syntax only: numbers, lists, 0/1 flags).
  * @return PPN_OK, PPN_EINVAL (message names the variable, its value and the rule). */
 ppn_status ppn_door_from_env(ppn_door *d);
-/* Apply one CLI flag ("--stages", "--splits", "--split", "--devices", "--shard", "--streams", "--overlap",
- * "--spin", "--graphs", "--fuse") with its value. @return PPN_OK, PPN_EINVAL (names the flag, the value and the rule). */
-ppn_status ppn_door_set_flag(ppn_door *d, const char *flag, const char *value);
 /* Resolve the door against a model and machine: the fence [0, c1, .., cN-1, n_layers] (n_out + 1 entries)
  * and the device of each stage. A shut door resolves to one stage on the primary device.
  * @return PPN_OK, PPN_EINVAL (N above n_layers, cuts not increasing or out of range, wrong count of cuts or

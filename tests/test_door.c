@@ -1,7 +1,7 @@
 /* test_door.c - the door (include/ppn.h): defaults, the shut door ignoring everything else, every refusal of
  * every variable and flag (status and message), even-split fences worked out by hand, explicit cuts, the N=2
- * spelling, devices, the 0/1 seams, and CLI flags overriding the environment. Every test starts and ends with
- * every door variable unset. */
+ * spelling, devices, the 0/1 seams, and CLI flags overriding the environment. The flags are the command line's
+ * (tools/cli_door.c, compiled into this test). Every test starts and ends with every door variable unset. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "ppn.h"
+#include "tools/cli.h"
 
 static const char *const door_vars[] = {
     "MEMRA_PP_STAGES", "MEMRA_PP_SPLITS", "MEMRA_PP_SPLIT", "MEMRA_PP_DEVICES", "MEMRA_PP_SHARD",
@@ -99,7 +100,7 @@ static void env_refused(const char *val, const char *name1, const char *name2)
 static void flag_refused(const char *flag, const char *val)
 {
     ppn_door d = sentinel_door();
-    assert_int_equal(ppn_door_set_flag(&d, flag, val), PPN_EINVAL);
+    assert_int_equal(cli_door_set_flag(&d, flag, val), PPN_EINVAL);
     msg_has(flag);
     msg_has(val);
     assert_door_untouched(&d);
@@ -142,7 +143,7 @@ static ppn_door env_door(void)
 
 static void set_flag_ok(ppn_door *d, const char *flag, const char *v)
 {
-    ppn_status st = ppn_door_set_flag(d, flag, v);
+    ppn_status st = cli_door_set_flag(d, flag, v);
     if (st != PPN_OK) fail_msg("set_flag %s %s: %s: %s", flag, v, ppn_status_name(st), ppn_last_error());
 }
 
@@ -328,23 +329,23 @@ static void test_bad_flag_names_and_empty(void **state)
                            "--spin"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
         ppn_door d = sentinel_door();
-        assert_int_equal(ppn_door_set_flag(&d, flags[i], ""), PPN_EINVAL);
+        assert_int_equal(cli_door_set_flag(&d, flags[i], ""), PPN_EINVAL);
         msg_has(flags[i]);
         assert_door_untouched(&d);
-        assert_int_equal(ppn_door_set_flag(&d, flags[i], NULL), PPN_EINVAL);
+        assert_int_equal(cli_door_set_flag(&d, flags[i], NULL), PPN_EINVAL);
         assert_door_untouched(&d);
     }
     const char *unknown[] = {"--stage", "--bogus", "stages", "", "--STAGES", "--batch-pp"};
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
         ppn_door d = sentinel_door();
-        assert_int_equal(ppn_door_set_flag(&d, unknown[i], "1"), PPN_EINVAL);
+        assert_int_equal(cli_door_set_flag(&d, unknown[i], "1"), PPN_EINVAL);
         msg_has("unknown");
         msg_has(unknown[i]);
         assert_door_untouched(&d);
     }
     ppn_door d = ppn_door_default();
-    assert_int_equal(ppn_door_set_flag(&d, NULL, "1"), PPN_EINVAL);
-    assert_int_equal(ppn_door_set_flag(NULL, "--stages", "2"), PPN_EINVAL);
+    assert_int_equal(cli_door_set_flag(&d, NULL, "1"), PPN_EINVAL);
+    assert_int_equal(cli_door_set_flag(NULL, "--stages", "2"), PPN_EINVAL);
     assert_int_equal(ppn_door_from_env(NULL), PPN_EINVAL);
 }
 
@@ -638,7 +639,7 @@ static void test_flags_override_env(void **state)
     /* A refused flag leaves the environment's door as it was. */
     ppn_door before = env_door();
     d = before;
-    assert_int_equal(ppn_door_set_flag(&d, "--stages", "x"), PPN_EINVAL);
+    assert_int_equal(cli_door_set_flag(&d, "--stages", "x"), PPN_EINVAL);
     assert_memory_equal(&d, &before, sizeof d);
 }
 

@@ -121,21 +121,6 @@ void cli_progress(void *arg, size_t done, size_t total)
     }
 }
 
-int cli_door_flag(ppn_door *d, int argc, char **argv, int *i)
-{
-    static const char *const flags[] = {"--stages", "--splits", "--split", "--devices", "--shard", "--streams",
-                                        "--overlap", "--spin", "--graphs", "--fuse"};
-    for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++) {
-        if (strcmp(argv[*i], flags[k]) != 0) continue;
-        const char *v = cli_value(argc, argv, i);
-        if (!v) return -1;
-        ppn_status st = ppn_door_set_flag(d, flags[k], v);
-        if (st != PPN_OK) return cli_fail("%s", ppn_last_error()), -1;
-        return 1;
-    }
-    return 0;
-}
-
 void cli_print_stage_map(FILE *f, const ppn_model *m)
 {
     ppn_stage_info si;

@@ -23,8 +23,14 @@ int cli_dtype(const char *flag, const char *v, int *out);
 /* argv helper: the value of flag at argv[*i] (advancing *i), or a usage error. */
 const char *cli_value(int argc, char **argv, int *i);
 
-/* Door flags (--stages --splits --split --devices --shard --streams --overlap --spin): if argv[*i] is one,
- * apply it (and its value) to d and return 1; 0 if it is not a door flag; -1 (after printing) if invalid. */
+/* Door flags (cli_door.c): --stages --splits --split --devices --shard --streams --overlap --spin --graphs
+ * --fuse, each parsed by the rule of the variable it spells (MEMRA_PP_STAGES ...). Apply one flag and its value
+ * to d, over what ppn_door_from_env read. @return PPN_OK, PPN_EINVAL (NULL argument, unknown flag, empty value,
+ * or a value breaking the rule: the message names the flag, the value and the rule); *d changes only on
+ * success. */
+ppn_status cli_door_set_flag(ppn_door *d, const char *flag, const char *value);
+/* If argv[*i] is a door flag, apply it (and its value) to d and return 1; 0 if it is not a door flag; -1 (after
+ * printing) if invalid. */
 int cli_door_flag(ppn_door *d, int argc, char **argv, int *i);
 /* One line describing the published stage map, e.g. "3 stages: layers 0-1 @dev0 | 2-3 @dev1 ...". */
 void cli_print_stage_map(FILE *f, const ppn_model *m);
@@ -47,5 +53,6 @@ int cmd_gate(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_transport_bench(int argc, char **argv);
 int cmd_sched_bench(int argc, char **argv);
+int cmd_env(int argc, char **argv);
 
 #endif

@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "tools/cli.h"
+#include "core/base/env.h"
 #include "core/model/ckpt.h"
 
 /* The H200 device-to-device copy bandwidth measured on the lent machine (docs: DESIGN.md), in GB/s. */
@@ -200,8 +201,9 @@ static void tmp_remove(void)
 /* Write the random checkpoint of a->shape into a fresh directory under $TMPDIR (default /tmp). */
 static int tmp_checkpoint(const bench_args *a)
 {
-    const char *base = getenv("TMPDIR");
-    if (!base || !*base) base = "/tmp";
+    const char *base;
+    ppn_env_str("TMPDIR", &base);
+    if (!base) base = "/tmp"; /* unset or empty: the default the table prints */
     if (snprintf(g_tmpdir, sizeof g_tmpdir, "%s/ppn-bench-XXXXXX", base) >= (int)sizeof g_tmpdir)
         return cli_fail("bench: TMPDIR '%s' is too long", base);
     if (!mkdtemp(g_tmpdir))
@@ -614,8 +616,10 @@ int cmd_bench(int argc, char **argv)
         rc = cli_fail_status(st, "bench: backend");
         goto out;
     }
-    const char *kp = getenv("PPN_KPROF"); /* its syntax was enforced by ppn_rt_create */
-    a.kprof = kp && !strcmp(kp, "1");
+    if ((st = ppn_env_flag("PPN_KPROF", &a.kprof)) != PPN_OK) { /* ppn_rt_create has refused a bad one */
+        rc = cli_fail_status(st, "bench");
+        goto out;
+    }
     if (a.shape && (rc = tmp_checkpoint(&a))) goto out;
     if ((rc = load(rt, &a, &m))) goto out;
     tmp_remove(); /* the weights are on the device(s) now */

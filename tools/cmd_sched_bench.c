@@ -134,7 +134,7 @@ static int sb_parse(int argc, char **argv, sb_args *a)
         else if (!strcmp(f, "--ctx")) rc = cli_int(f, v, 1, 1 << 30, &x), a->ctx = (int)x;
         else if (!strcmp(f, "--devices")) {
             ppn_door d = ppn_door_default(); /* the door's own parser: same syntax and messages */
-            if (ppn_door_set_flag(&d, "--devices", v) != PPN_OK) return cli_fail("%s", ppn_last_error()), 2;
+            if (cli_door_set_flag(&d, "--devices", v) != PPN_OK) return cli_fail("%s", ppn_last_error()), 2;
             a->n_devs = d.n_devices;
             memcpy(a->devs, d.devices, sizeof a->devs);
         } else return cli_fail("sched-bench: unknown option '%s'", f), 2;

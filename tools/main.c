@@ -14,6 +14,7 @@ static void usage(FILE *f)
           "  topo      devices, their cpusets and NUMA nodes, peer grants: ppn topo [--backend ...]\n"
           "  transport-bench  stage hand-off latency/bandwidth per transport and size: ppn transport-bench --sizes 4K..64M\n"
           "  sched-bench      decode steps/s per issue-thread configuration: ppn sched-bench --shape tiny --stages 2\n"
+          "  env       every environment variable ppn reads, and the values set here checked: ppn env [--json]\n"
           "run 'ppn <command> --help' for its options\n",
           f);
 }
@@ -32,6 +33,8 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "transport-bench")) return cmd_transport_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "sched-bench")) return cmd_sched_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "env")) return cmd_env(argc - 1, argv + 1);
+    if (!strcmp(cmd, "help") && argc > 2 && !strcmp(argv[2], "env")) return cmd_env(argc - 2, argv + 2);
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         usage(stdout);
         return 0;

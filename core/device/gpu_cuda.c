@@ -29,6 +29,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/base/env.h"
 #include "core/device/cuda_drv.h"
 #include "core/device/gpu.h"
 
@@ -262,10 +263,7 @@ static ppn_status cu_host_free(ppn_gpu *g, void *p, size_t bytes)
  * newer (older ones launch plainly); 0 = never; anything else is refused by name. */
 static ppn_status cu_pdl_env(cu_gpu *b)
 {
-    const char *v = getenv("PPN_PDL");
-    if (v && *v && strcmp(v, "0") && strcmp(v, "1"))
-        return ppn_err(PPN_EINVAL, "PPN_PDL='%s' is invalid: it must be 0 or 1", v);
-    b->pdl = !(v && !strcmp(v, "0"));
+    PPN_CHECK(ppn_env_flag("PPN_PDL", &b->pdl));
     for (int i = 0; i < b->ndev && b->pdl; i++) {
         int cc = 0;
         PPN_CHECK(cu_attr(b, i, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, "compute capability", &cc));
@@ -277,16 +275,7 @@ static ppn_status cu_pdl_env(cu_gpu *b)
 /* ---------------------------------------------------------------------------------------------------------
  * Kernel profile (PPN_KPROF=1) */
 
-static ppn_status cu_kp_env(cu_gpu *b)
-{
-    const char *v = getenv("PPN_KPROF");
-    if (!v || !*v || !strcmp(v, "0")) return PPN_OK;
-    if (!strcmp(v, "1")) {
-        b->kprof = 1;
-        return PPN_OK;
-    }
-    return ppn_err(PPN_EINVAL, "PPN_KPROF='%s' is invalid: it must be 0 or 1", v);
-}
+static ppn_status cu_kp_env(cu_gpu *b) { return ppn_env_flag("PPN_KPROF", &b->kprof); }
 
 static void cu_kp_sum_init(cu_gpu *b, cu_kp_sum *sum)
 {
@@ -1009,10 +998,15 @@ static ppn_status cu_count_devices(cu_gpu *b, int *out)
 {
     int n = 0;
     PPN_CHECK(PPN_CU(&b->drv, cuDeviceGetCount, &n));
-    if (n <= 0)
+    if (n <= 0) {
+        /* Quoted only (the driver reads it). Unset and empty read alike here, and an empty list hides every
+         * device, so the message says both. */
+        const char *visible;
+        PPN_CHECK(ppn_env_str("CUDA_VISIBLE_DEVICES", &visible));
         return ppn_err(PPN_ENODEV, "cuda: the driver (CUDA %d.%d) sees no device (CUDA_VISIBLE_DEVICES=%s)",
                        b->drv.driver_version / 1000, b->drv.driver_version % 1000 / 10,
-                       getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES") : "<unset>");
+                       visible ? visible : "<unset or empty>");
+    }
     b->devs = calloc((size_t)n, sizeof *b->devs);
     b->can = calloc((size_t)n * (size_t)n, 1);
     if (!b->devs || !b->can) return ppn_err(PPN_ENOMEM, "cuda: out of host memory for %d devices", n);

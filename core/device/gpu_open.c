@@ -1,6 +1,6 @@
 /* gpu_open.c - backend selection: an explicit name, else PPN_BACKEND, else auto (cuda when usable, else sim). */
-#include <stdlib.h>
 #include <string.h>
+#include "core/base/env.h"
 #include "core/base/err.h"
 #include "core/device/gpu.h"
 
@@ -46,14 +46,20 @@ static ppn_status gpu_open_auto(const ppn_gpu_kernels *kern, ppn_gpu **out)
     return ppn_gpu_sim_create(kern, out);
 }
 
-/* Returns PPN_OK, PPN_EINVAL (unknown name, naming PPN_BACKEND when it came from there), and whatever the
- * chosen backend's constructor returns: PPN_ENODEV, PPN_ENOKERNELS, PPN_EDRIVER, PPN_ENOMEM, PPN_EINVAL. */
+/* Returns PPN_OK, PPN_EINVAL (unknown name, naming PPN_BACKEND when it came from there; a bad PPN_TRACE), and
+ * whatever the chosen backend's constructor returns: PPN_ENODEV, PPN_ENOKERNELS, PPN_EDRIVER, PPN_ENOMEM,
+ * PPN_EINVAL. */
 ppn_status ppn_gpu_open(const char *name, const ppn_gpu_kernels *kern, ppn_gpu **out)
 {
+    /* ppn_trace reads PPN_TRACE and cannot fail; every runtime opens its device here first, so a bad value is
+     * refused here instead of being ignored. */
+    int trace;
+    PPN_CHECK(ppn_env_flag("PPN_TRACE", &trace));
     const char *from_env = NULL;
     if (!name || !*name) {
-        from_env = getenv("PPN_BACKEND");
-        name = from_env && *from_env ? from_env : "auto";
+        /* The raw text: the variable names the same backends as the argument; one check below serves both. */
+        PPN_CHECK(ppn_env_str("PPN_BACKEND", &from_env));
+        name = from_env ? from_env : "auto";
     }
     ppn_status st;
     if (strcmp(name, "auto") == 0)

@@ -2,7 +2,8 @@
  * stream, events as refcounted vector-clock records, CPU reference kernels, fault injection and an optional
  * latency model. The happens-before checker it feeds is in sim_check.c (its header comment has the rules).
  *
- * Environment (read once by ppn_gpu_sim_create; empty = unset):
+ * Environment, read once by ppn_gpu_sim_create (empty = unset). The table in core/base/env.c parses each one
+ * but the lists PPN_SIM_PEER and PPN_SIM_FAIL, checked here; an invalid PPN_PDL is refused here too:
  *   PPN_SIM_DEVICES  number of devices, 1..64 (default 4)
  *   PPN_SIM_MEM      capacity per device in bytes, suffix K, M, G or T (binary) allowed (default 8G). Host
  *                    memory is taken per mem_alloc, not up front.
@@ -29,6 +30,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include "core/base/env.h"
 #include "core/base/err.h"
 #include "core/device/gpu.h"
 #include "core/device/sim_internal.h"
@@ -72,11 +74,8 @@ static sim_kprof *kp_of(sim_gpu *g) { return &((sim_gpu_kp *)g)->kp; }
 
 /* ---- environment ------------------------------------------------------------------------------------ */
 
-static const char *env_get(const char *name)
-{
-    const char *v = getenv(name);
-    return v && *v ? v : NULL;
-}
+/* The table in core/base/env.c holds the ranges; this one must match the device arrays here. */
+_Static_assert(SIM_MAX_DEVICES == 64, "PPN_SIM_DEVICES' range in core/base/env.c is 1..64");
 
 static int parse_u64(const char *s, const char **end, uint64_t *out)
 {
@@ -87,42 +86,6 @@ static int parse_u64(const char *s, const char **end, uint64_t *out)
     *end = s;
     *out = v;
     return 0;
-}
-
-static ppn_status parse_devices(sim_gpu *g)
-{
-    const char *v = env_get("PPN_SIM_DEVICES"), *end;
-    uint64_t n;
-    g->ndev = 4;
-    if (!v) return PPN_OK;
-    if (parse_u64(v, &end, &n) || *end || n < 1 || n > SIM_MAX_DEVICES)
-        return ppn_err(PPN_EINVAL, "PPN_SIM_DEVICES='%s' is invalid: it must be an integer from 1 to %d", v,
-                       SIM_MAX_DEVICES);
-    g->ndev = (int)n;
-    return PPN_OK;
-}
-
-static ppn_status parse_mem(sim_gpu *g)
-{
-    const char *v = env_get("PPN_SIM_MEM"), *end;
-    uint64_t n, mul = 1;
-    g->cap = (size_t)8 << 30;
-    if (!v) return PPN_OK;
-    if (parse_u64(v, &end, &n)) goto bad;
-    switch (*end) {
-    case '\0': break;
-    case 'K': case 'k': mul = 1ull << 10; end++; break;
-    case 'M': case 'm': mul = 1ull << 20; end++; break;
-    case 'G': case 'g': mul = 1ull << 30; end++; break;
-    case 'T': case 't': mul = 1ull << 40; end++; break;
-    default: goto bad;
-    }
-    if (*end || n == 0 || __builtin_mul_overflow(n, mul, &n) || n > SIZE_MAX / 2) goto bad;
-    g->cap = (size_t)n;
-    return PPN_OK;
-bad:
-    return ppn_err(PPN_EINVAL, "PPN_SIM_MEM='%s' is invalid: it must be a positive number of bytes with an "
-                   "optional K, M, G or T suffix (e.g. 8G)", v);
 }
 
 /* One "a-b" pair of PPN_SIM_PEER; returns 0 and advances *s, or -1. */
@@ -138,9 +101,11 @@ static int parse_pair(sim_gpu *g, const char **s, int *a, int *b)
     return 0;
 }
 
+/* PPN_SIM_PEER is a TEXT of the table: its pairs depend on PPN_SIM_DEVICES, so it is checked here. */
 static ppn_status parse_peer(sim_gpu *g)
 {
-    const char *v = env_get("PPN_SIM_PEER");
+    const char *v;
+    PPN_CHECK(ppn_env_str("PPN_SIM_PEER", &v));
     snprintf(g->peer_env, sizeof g->peer_env, "%s", v ? v : "all");
     if (!v || !strcmp(v, "all")) {
         for (int d = 0; d < g->ndev; d++)
@@ -163,10 +128,12 @@ static ppn_status parse_peer(sim_gpu *g)
     }
 }
 
+/* PPN_SIM_FAIL is a TEXT of the table: its kinds are the sim's, so it is checked here. */
 static ppn_status parse_fail(sim_gpu *g)
 {
     static const char *const kinds[SIM_FAIL_KINDS] = {"alloc", "copy", "launch", "record"};
-    const char *v = env_get("PPN_SIM_FAIL");
+    const char *v;
+    PPN_CHECK(ppn_env_str("PPN_SIM_FAIL", &v));
     if (!v) return PPN_OK;
     for (const char *s = v;;) {
         int kind = -1;
@@ -192,29 +159,21 @@ static ppn_status parse_fail(sim_gpu *g)
     }
 }
 
-/* A whole number 0..1000: 0 off, K the model's times multiplied by K (tests that compare arms whose modelled
- * difference would drown in a small VM's scheduling noise at K = 1 scale it up). */
-static ppn_status parse_latency(sim_gpu *g)
+/* Every variable the sim reads, each refused by name. PPN_SIM_LATENCY is 0..1000: 0 off, K the model's times
+ * multiplied by K (tests that compare arms whose modelled difference would drown in a small VM's scheduling
+ * noise at K = 1 scale it up). */
+static ppn_status parse_env(sim_gpu *g, sim_kprof *kp)
 {
-    const char *v = env_get("PPN_SIM_LATENCY"), *end = NULL;
-    uint64_t k = 0;
-    if (!v) return PPN_OK;
-    if (parse_u64(v, &end, &k) != 0 || *end || k > 1000)
-        return ppn_err(PPN_EINVAL, "PPN_SIM_LATENCY='%s' is invalid: it must be a whole number 0..1000 (0 = off, "
-                       "1 = the modelled times, K = K times them)", v);
-    g->latency = (int)k;
-    return PPN_OK;
-}
-
-static ppn_status parse_kprof(sim_gpu *g)
-{
-    const char *v = env_get("PPN_KPROF");
-    if (!v || !strcmp(v, "0")) return PPN_OK;
-    if (!strcmp(v, "1")) {
-        kp_of(g)->on = 1;
-        return PPN_OK;
-    }
-    return ppn_err(PPN_EINVAL, "PPN_KPROF='%s' is invalid: it must be 0 or 1", v);
+    int pdl;
+    PPN_CHECK(ppn_env_int("PPN_SIM_DEVICES", &g->ndev));
+    PPN_CHECK(ppn_env_size("PPN_SIM_MEM", &g->cap));
+    PPN_CHECK(parse_peer(g));
+    PPN_CHECK(parse_fail(g));
+    PPN_CHECK(ppn_env_int("PPN_SIM_LATENCY", &g->latency));
+    PPN_CHECK(ppn_env_flag("PPN_KPROF", &kp->on));
+    /* The sim has no programmatic dependent launch, but a value no backend accepts is refused on every
+     * backend: a typo is caught on the simulator, before it reaches a GPU run. */
+    return ppn_env_flag("PPN_PDL", &pdl);
 }
 
 /* ---- small helpers ---------------------------------------------------------------------------------- */
@@ -1240,12 +1199,7 @@ ppn_status ppn_gpu_sim_create(const ppn_gpu_kernels *kern, ppn_gpu **out)
     if (!gk) return ppn_err(PPN_ENOMEM, "sim: create: out of host memory");
     sim_gpu *g = &gk->g;
     ppn_status st;
-    PPN_CHECK_GOTO(parse_devices(g), st, fail);
-    PPN_CHECK_GOTO(parse_mem(g), st, fail);
-    PPN_CHECK_GOTO(parse_peer(g), st, fail);
-    PPN_CHECK_GOTO(parse_fail(g), st, fail);
-    PPN_CHECK_GOTO(parse_latency(g), st, fail);
-    PPN_CHECK_GOTO(parse_kprof(g), st, fail);
+    PPN_CHECK_GOTO(parse_env(g, &gk->kp), st, fail);
     g->base.ops = &sim_ops;
     PPN_CHECK_GOTO(ppn_gpu_set_kernels(&g->base, kern), st, fail);
     g->base.kprof = gk->kp.on;
