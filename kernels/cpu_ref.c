@@ -9,7 +9,7 @@
  *
  * Header values out of range (a token outside the vocabulary, a position outside the cache) never make a
  * kernel touch memory outside its buffers: embed and attn write NaN to their output so the fault is loud,
- * kv_store writes nothing. The CUDA kernels do the same.
+ * the KV stores (rope's, attention's) write nothing. The CUDA kernels do the same.
  */
 #include <math.h>
 #include <stdint.h>
@@ -141,18 +141,12 @@ static double row_dot(const ppn_kp_matvec *p, const float *x, int r)
     }
 }
 
-/* The matvec's input (kparams.h PPN_MV_X_*), with the rmsnorm and swiglu references' own arithmetic, so a fused
+/* The matvec's fused input (kparams.h PPN_MV_X_RMSNORM) with the rmsnorm reference's own arithmetic, so a fused
  * launch gives the bits of the two unfused ones here. NULL when out of host memory. */
 static float *matvec_input(const ppn_kp_matvec *p)
 {
-    const float *x = PTR(const float, p->x);
     float *in = malloc(sizeof(float) * (size_t)p->cols);
-    if (!in) return NULL;
-    if (p->xmode == PPN_MV_X_RMSNORM) {
-        rmsnorm_span(in, x, p->nw, p->wdt, 0, p->cols, p->eps);
-    } else {
-        for (int c = 0; c < p->cols; c++) in[c] = (x[c] / (1.0f + expf(-x[c]))) * x[p->cols + c];
-    }
+    if (in) rmsnorm_span(in, PTR(const float, p->x), p->nw, p->wdt, 0, p->cols, p->eps);
     return in;
 }
 
@@ -217,24 +211,11 @@ void ppn_cpu_rope(const void *params)
     int32_t pos = hdr_of(p->hdr)->pos;
     for (int h = 0; h < p->n_heads; h++)
         rope_head(x + (size_t)h * (size_t)p->head_dim, p->head_dim, pos, inv, p->interleaved);
-    if (!p->kc || pos < 0 || pos >= p->ctx) return; /* the fused kv_store: rotated k heads and v */
+    if (!p->kc || pos < 0 || pos >= p->ctx) return; /* the KV store: rotated k heads and v */
     size_t hd = (size_t)p->head_dim;
     for (int h = 0; h < p->n_kv; h++) {
         size_t dst = ((size_t)h * (size_t)p->ctx + (size_t)pos) * hd;
         kv_put_row(p->kc, p->kvdt, dst, x + (size_t)(p->n_heads - p->n_kv + h) * hd, hd);
-        kv_put_row(p->vc, p->kvdt, dst, PTR(const float, p->v) + (size_t)h * hd, hd);
-    }
-}
-
-void ppn_cpu_kv_store(const void *params)
-{
-    const ppn_kp_kv_store *p = params;
-    int32_t pos = hdr_of(p->hdr)->pos;
-    if (pos < 0 || pos >= p->ctx) return;
-    size_t hd = (size_t)p->head_dim;
-    for (int h = 0; h < p->n_kv; h++) {
-        size_t dst = ((size_t)h * (size_t)p->ctx + (size_t)pos) * hd;
-        kv_put_row(p->kc, p->kvdt, dst, PTR(const float, p->k) + (size_t)h * hd, hd);
         kv_put_row(p->vc, p->kvdt, dst, PTR(const float, p->v) + (size_t)h * hd, hd);
     }
 }

@@ -8,7 +8,6 @@ void ppn_cpu_rmsnorm(const void *params);
 void ppn_cpu_matvec(const void *params);
 void ppn_cpu_rope(const void *params);
 void ppn_cpu_head_rmsnorm(const void *params);
-void ppn_cpu_kv_store(const void *params);
 void ppn_cpu_attn(const void *params);
 void ppn_cpu_attn_bf16(const void *params); /* = ppn_cpu_attn (it reads kvdt) */
 void ppn_cpu_attn_f16(const void *params);  /* = ppn_cpu_attn */

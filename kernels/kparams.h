@@ -32,15 +32,14 @@ typedef struct { uint64_t out, in, w; int32_t n, wdt; float eps; } ppn_kp_rmsnor
 
 /* out[r] = (res ? res[r] : 0) + (bias ? bias[r] : 0) + sum_c W[r, c] * xin[c]
  * W: [rows, cols] row-major in wdt; bias in wdt (0 = none); res f32 (0 = none; may alias out).
- * xin is x as xmode says, computed once per block into shared memory and never stored (the fusions that save
- * a launch and a round trip of the activation per norm and per SwiGLU):
+ * xin is x as xmode says; a fused input is computed once per block into shared memory and never stored (the
+ * fusion that saves a launch and a round trip of the activation per norm):
  *   PPN_MV_X_PLAIN    xin[c] = x[c]
  *   PPN_MV_X_RMSNORM  xin[c] = (x[c] * r) * nw[c], r = 1 / sqrt(mean(x[0..cols)^2) + eps): the rmsnorm kernel's
  *                     formula; nw (norm weight) in wdt
- *   PPN_MV_X_SWIGLU   xin[c] = silu(x[c]) * x[cols + c]: x holds [gate; up], the swiglu kernel's formula. The
- *                     forward pass does not use it: on the H200 it cost more than the swiglu launch it saves
- *                     (every block re-reads all of gate and up; docs/PERF.md); kept tested for that record */
-enum { PPN_MV_X_PLAIN = 0, PPN_MV_X_RMSNORM = 1, PPN_MV_X_SWIGLU = 2 };
+ * (SwiGLU fused the same way cost more on the H200 than the swiglu launch it saved: every block re-reads all of
+ * gate and up; docs/PERF.md. That mode is gone; 2 is not reused.) */
+enum { PPN_MV_X_PLAIN = 0, PPN_MV_X_RMSNORM = 1 };
 typedef struct { uint64_t out, w, x, bias, res, nw; int32_t rows, cols, wdt, xmode; float eps; } ppn_kp_matvec;
 
 /* Small matrix-matrix product for m tokens at once (prefill, batches): for t < m,
@@ -55,9 +54,9 @@ typedef struct { uint64_t out, w, x, bias, res; int32_t rows, cols, m, wdt; } pp
  * inv_freq: f32 [head_dim/2], precomputed on the host (default, llama3 scaling...).
  * interleaved = 0: HF convention, rotate halves (i, i + head_dim/2);
  * interleaved = 1: llama2.c convention, rotate adjacent pairs (2i, 2i+1).
- * With kc != 0 it also does kv_store's work (one launch less per layer): heads n_heads - n_kv .. n_heads - 1
- * of x are the k heads; once rotated they are stored into kc, and v [n_kv, head_dim] into vc, at hdr->pos
- * (caches [n_kv, ctx, head_dim] of dtype kvdt; a position outside the cache stores nothing, as kv_store). */
+ * With kc != 0 (as ppn_op_rope_kv always launches it) it also stores into the KV caches: heads
+ * n_heads - n_kv .. n_heads - 1 of x are the k heads; once rotated they are stored into kc, and v
+ * [n_kv, head_dim] into vc, at hdr->pos (KV caches below; a position outside the cache stores nothing). */
 typedef struct {
     uint64_t x, inv_freq, hdr, kc, vc, v;
     int32_t n_heads, head_dim, interleaved, n_kv, ctx, kvdt;
@@ -66,11 +65,9 @@ typedef struct {
 /* Per-head RMSNorm in place on x[n_heads, head_dim] with weight w[head_dim] (Qwen3 q/k norm). */
 typedef struct { uint64_t x, w; int32_t n_heads, head_dim, wdt; float eps; } ppn_kp_head_rmsnorm;
 
-/* Store k, v [n_kv, head_dim] (f32) into the caches [n_kv, ctx, head_dim] at hdr->pos.
- * KV caches (here, in rope's store and in attention) hold elements of dtype kvdt (PPN_DTYPE_*; 0 = f32): the
- * model's weight dtype, as transformers keeps them. f32 values are rounded to nearest even on the store, and
- * widened exactly on the load. */
-typedef struct { uint64_t kc, vc, k, v, hdr; int32_t n_kv, head_dim, ctx, kvdt; } ppn_kp_kv_store;
+/* KV caches [n_kv, ctx, head_dim] (rope's store, attention) hold elements of dtype kvdt (PPN_DTYPE_*;
+ * 0 = f32): the model's weight dtype, as transformers keeps them. f32 values are rounded to nearest even on the
+ * store, and widened exactly on the load. */
 
 /* Decode attention for one query position hdr->pos over cache positions [0, pos] with GQA:
  * out[h] = softmax(q[h] . K[h/(n_heads/n_kv), 0..pos] * scale) . V[...]. out, q: [n_heads, head_dim].
@@ -94,7 +91,7 @@ typedef struct { uint64_t kc, vc, k, v, hdr; int32_t n_kv, head_dim, ctx, kvdt; 
  * attended with this step's k (rotated) and v taken from the projection, rounded to kvdt as the caches hold
  * them, and they are stored into kc and vc at pos, so the output and the caches are the bits of rope_kv then
  * attn. A position outside the cache stores nothing. Shapes: ppn_op_attn_rope_fits. kc, vc: dtype kvdt
- * (ppn_kp_kv_store). */
+ * (KV caches above). */
 typedef struct {
     uint64_t out, q, kc, vc, hdr, part, inv_freq;
     int32_t n_heads, n_kv, head_dim, ctx, n_split, interleaved, kvdt;
@@ -111,9 +108,10 @@ typedef struct { uint64_t out, gate, up; int32_t n; } ppn_kp_swiglu;
 typedef struct { uint64_t out, a, b; int32_t n; } ppn_kp_add;
 
 /* out[0] (int32) = argmax(x[0..n)), lowest index on ties; NaN never wins (-1 when every value is NaN).
- * part = 0: one block. Else nblk blocks each reduce a strided share into part (nblk records of {f32 value,
- * i32 index}, then a u32 arrival counter that is 0 before a launch and after it) and the last block to arrive
- * reduces the records; (value, index) is a total order, so the winner never depends on the shape. */
+ * part = 0: one block (no op launches that form; ppn_op_argmax_wide always gives part). Else nblk blocks each
+ * reduce a strided share into part (nblk records of {f32 value, i32 index}, then a u32 arrival counter that is
+ * 0 before a launch and after it) and the last block to arrive reduces the records; (value, index) is a total
+ * order, so the winner never depends on the shape. */
 typedef struct { uint64_t out, x, part; int32_t n, nblk; } ppn_kp_argmax;
 
 /* *hdr = v: stage 0 writes the step header from the kernel's parameters, so no host buffer has to outlive
@@ -121,7 +119,8 @@ typedef struct { uint64_t out, x, part; int32_t n, nblk; } ppn_kp_argmax;
  * instead (int32: the previous step's argmax, for greedy decode without a host round trip). */
 typedef struct { uint64_t hdr, tok; ppn_step_hdr v; } ppn_kp_set_hdr;
 
-/* out[n] (u32 words) = value; used by tests and scratch init. */
+/* out[n] (u32 words) = value. No op launches it: the device-layer tests (tests/util tu_fill) take it as their
+ * simplest write, on sim and on cuda (scratch is zeroed with memset_d8). */
 typedef struct { uint64_t out; uint32_t value; int32_t n; } ppn_kp_fill;
 
 #endif

@@ -15,7 +15,6 @@ const ppn_gpu_kernel ppn_kernels[PPN_K_COUNT] = {
     PPN_KDESC(PPN_K_MATVEC, matvec),
     PPN_KDESC(PPN_K_ROPE, rope),
     PPN_KDESC(PPN_K_HEAD_RMSNORM, head_rmsnorm),
-    PPN_KDESC(PPN_K_KV_STORE, kv_store),
     PPN_KDESC(PPN_K_ATTN, attn),
     PPN_KDESC(PPN_K_ATTN_BF16, attn_bf16),
     PPN_KDESC(PPN_K_ATTN_F16, attn_f16),

@@ -13,7 +13,6 @@ typedef enum ppn_kernel_id {
     PPN_K_MATVEC,
     PPN_K_ROPE,
     PPN_K_HEAD_RMSNORM,
-    PPN_K_KV_STORE,
     PPN_K_ATTN,
     PPN_K_ATTN_BF16,
     PPN_K_ATTN_F16,

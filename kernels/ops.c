@@ -16,7 +16,7 @@
 
 #define ELEM_BLOCK 256u     /* elementwise kernels: one element per thread */
 #define NORM_BLOCK 512u     /* rmsnorm: one block sums the whole vector */
-#define HEADNORM_BLOCK 128u /* per-head rmsnorm and kv_store: one block per head */
+#define HEADNORM_BLOCK 128u /* per-head rmsnorm: one block per head */
 #define MATVEC_BLOCK 256u   /* matvec threads per block: a multiple of 32 x the kernel's largest G (8) */
 #define MATVEC_INFLIGHT 8u  /* 16-byte weight chunks a matvec thread has in flight (PPN_MV_U) */
 #define MATVEC_MAX_SPLIT 8u /* at most G warps share a row (PPN_MV_MAX_SPLIT) */
@@ -26,7 +26,7 @@
 #define MATVEC_WIDE_X 16384u   /* staged x bytes from which 512-thread blocks are taken at equal threads an SM */
 #define MATVEC_BLOCK_SMEM 1280u /* per block beside the staged x: static s_part (256 B) + 1 KB the driver keeps */
 /* x is staged in shared memory up to the opt-in every kernel gets (PPN_DYN_SMEM_MAX), less the kernel's
- * static s_part (2 x 32 floats). A fused input (norm, SwiGLU) must be staged, so that is its cols limit. */
+ * static s_part (2 x 32 floats). A fused input (the norm) must be staged, so that is its cols limit. */
 #define MATVEC_STAGE_MAX (PPN_DYN_SMEM_MAX - 256u)
 #define ROPE_BLOCK 64u      /* one block per head, a thread per rotated pair */
 #define ATTN_BLOCK 256u     /* one block per (KV head, position split), 8 warps; two blocks fit an SM */
@@ -34,7 +34,6 @@
 #define ATTN_ROPE_MAX_HEAD_DIM 128 /* the fused rotary (PPN_ATTN_ROPE_MAXJ in the kernel) */
 #define ATTN_MAX_SPLIT 64   /* the kernel's merge stages one {max, sum} pair per split in shared memory */
 #define ATTN_SPLIT_CAP 64   /* the most ppn_op_attn_split picks: more splits only lengthen the merge */
-#define ARGMAX_BLOCK 1024u
 #define ARGMAX_WIDE_BLOCK 512u  /* the split argmax: 128 blocks of 512 threads cover a 64K vocabulary in one */
 #define ARGMAX_WIDE_GRID 128    /* pass per thread and a 128K one in two */
 
@@ -125,12 +124,11 @@ ppn_status ppn_op_rmsnorm(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr in,
     return submit(g, s, &l);
 }
 
-/* x is read by every row while out is written, so they must not overlap (res may alias out). xcols: the
- * floats of x read (2 cols for SwiGLU's [gate; up]). */
-static ppn_status matvec_check(ppn_dptr out, ppn_dptr x, int rows, size_t xcols)
+/* x is read by every row while out is written, so they must not overlap (res may alias out). */
+static ppn_status matvec_check(ppn_dptr out, ppn_dptr x, int rows, int cols)
 {
     static const char op[] = "ppn_op_matvec";
-    size_t ob = f32_bytes((size_t)rows), xb = f32_bytes(xcols);
+    size_t ob = f32_bytes((size_t)rows), xb = f32_bytes((size_t)cols);
     if (out < x + xb && x < out + ob)
         return ppn_err(PPN_EINVAL, "%s: out [0x%llx, +%zu) overlaps x [0x%llx, +%zu)", op,
                        (unsigned long long)out, ob, (unsigned long long)x, xb);
@@ -182,21 +180,20 @@ ppn_status ppn_op_matvec_in(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w
     PPN_CHECK(need_ptr(op, "out", out));
     PPN_CHECK(need_ptr(op, "w", w));
     PPN_CHECK(need_ptr(op, "x", in.x));
-    if (in.mode < PPN_MV_X_PLAIN || in.mode > PPN_MV_X_SWIGLU)
-        return ppn_err(PPN_EINVAL, "%s: input mode %d is not PPN_MV_X_PLAIN/RMSNORM/SWIGLU", op, in.mode);
+    if (in.mode != PPN_MV_X_PLAIN && in.mode != PPN_MV_X_RMSNORM)
+        return ppn_err(PPN_EINVAL, "%s: input mode %d is not PPN_MV_X_PLAIN/RMSNORM", op, in.mode);
     if (in.mode == PPN_MV_X_RMSNORM) PPN_CHECK(need_ptr(op, "norm weight", in.nw));
     if (in.mode != PPN_MV_X_PLAIN && (size_t)cols * sizeof(float) > MATVEC_STAGE_MAX)
         return ppn_err(PPN_EUNSUPPORTED, "%s: a fused input of %d columns does not fit the %u bytes of shared "
                        "memory it is computed in (at most %zu columns)", op, cols, MATVEC_STAGE_MAX,
                        (size_t)MATVEC_STAGE_MAX / sizeof(float));
-    size_t xcols = (size_t)cols * (in.mode == PPN_MV_X_SWIGLU ? 2u : 1u);
-    PPN_CHECK(matvec_check(out, in.x, rows, xcols));
+    PPN_CHECK(matvec_check(out, in.x, rows, cols));
     size_t es = ppn_dtype_size(wdt);
     ppn_kp_matvec p = {.out = out, .w = w, .x = in.x, .bias = bias, .res = res, .nw = in.nw, .rows = rows,
                        .cols = cols, .wdt = wdt, .xmode = in.mode, .eps = in.eps};
     ppn_launch l = matvec_geometry(&p, es);
     acc_add(&l, w, (size_t)rows * (size_t)cols * es, PPN_ACC_R);
-    acc_add(&l, in.x, f32_bytes(xcols), PPN_ACC_R);
+    acc_add(&l, in.x, f32_bytes((size_t)cols), PPN_ACC_R);
     if (in.mode == PPN_MV_X_RMSNORM) acc_add(&l, in.nw, (size_t)cols * es, PPN_ACC_R);
     if (bias) acc_add(&l, bias, (size_t)rows * es, PPN_ACC_R);
     if (res) acc_add(&l, res, f32_bytes((size_t)rows), PPN_ACC_R);
@@ -213,36 +210,26 @@ ppn_status ppn_op_matvec(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, i
     return ppn_op_matvec_in(g, s, out, w, wdt, in, rows, cols, bias, res);
 }
 
-/* The checks, geometry and accesses rope and rope_kv share; p->kc set adds the kv store's (validated by the
- * caller). xname names p->x in messages. */
-static ppn_status rope_submit(ppn_gpu *g, ppn_gstream *s, const char *op, const char *xname, const ppn_kp_rope *p)
+/* The rotary's checks, then its geometry and accesses with the KV store's (whose arguments the caller
+ * validated). The row stored depends on hdr->pos, which lives in device memory, so the whole caches are
+ * declared. */
+static ppn_status rope_submit(ppn_gpu *g, ppn_gstream *s, const char *op, const ppn_kp_rope *p)
 {
-    PPN_CHECK(need_positive(op, "n_heads", p->n_heads));
     PPN_CHECK(need_positive(op, "head_dim", p->head_dim));
     if (p->head_dim % 2) return ppn_err(PPN_EINVAL, "%s: head_dim must be even (got %d)", op, p->head_dim);
-    PPN_CHECK(need_ptr(op, xname, p->x));
+    PPN_CHECK(need_ptr(op, "qk", p->x));
     PPN_CHECK(need_ptr(op, "inv_freq", p->inv_freq));
     PPN_CHECK(need_ptr(op, "hdr", p->hdr));
+    size_t kvn = (size_t)p->n_kv * (size_t)p->head_dim;
+    size_t cache = ppn_op_kv_cache_bytes(p->n_kv, p->head_dim, p->ctx, p->kvdt);
     ppn_launch l = launch_init(PPN_K_ROPE, p, (unsigned)p->n_heads, ROPE_BLOCK);
     acc_add(&l, p->x, f32_bytes((size_t)p->n_heads * (size_t)p->head_dim), PPN_ACC_RW);
     acc_add(&l, p->inv_freq, f32_bytes((size_t)p->head_dim / 2), PPN_ACC_R);
     acc_add(&l, p->hdr, sizeof(ppn_step_hdr), PPN_ACC_R);
-    if (p->kc) {
-        size_t kvn = (size_t)p->n_kv * (size_t)p->head_dim;
-        size_t cache = ppn_op_kv_cache_bytes(p->n_kv, p->head_dim, p->ctx, p->kvdt);
-        acc_add(&l, p->v, f32_bytes(kvn), PPN_ACC_R);
-        acc_add(&l, p->kc, cache, PPN_ACC_W);
-        acc_add(&l, p->vc, cache, PPN_ACC_W);
-    }
+    acc_add(&l, p->v, f32_bytes(kvn), PPN_ACC_R);
+    acc_add(&l, p->kc, cache, PPN_ACC_W);
+    acc_add(&l, p->vc, cache, PPN_ACC_W);
     return submit(g, s, &l);
-}
-
-ppn_status ppn_op_rope(ppn_gpu *g, ppn_gstream *s, ppn_dptr x, int n_heads, int head_dim, ppn_dptr inv_freq,
-                       int interleaved, ppn_dptr hdr)
-{
-    ppn_kp_rope p = {.x = x, .inv_freq = inv_freq, .hdr = hdr, .n_heads = n_heads, .head_dim = head_dim,
-                     .interleaved = interleaved ? 1 : 0};
-    return rope_submit(g, s, "ppn_op_rope", "x", &p);
 }
 
 ppn_status ppn_op_rope_kv(ppn_gpu *g, ppn_gstream *s, ppn_dptr qk, int n_q, int n_kv, int head_dim,
@@ -260,7 +247,7 @@ ppn_status ppn_op_rope_kv(ppn_gpu *g, ppn_gstream *s, ppn_dptr qk, int n_q, int 
     ppn_kp_rope p = {.x = qk, .inv_freq = inv_freq, .hdr = hdr, .kc = kc, .vc = vc, .v = v, .n_heads = n_q + n_kv,
                      .head_dim = head_dim, .interleaved = interleaved ? 1 : 0, .n_kv = n_kv, .ctx = ctx,
                      .kvdt = kvdt};
-    return rope_submit(g, s, op, "qk", &p);
+    return rope_submit(g, s, op, &p);
 }
 
 ppn_status ppn_op_head_rmsnorm(ppn_gpu *g, ppn_gstream *s, ppn_dptr x, int n_heads, int head_dim, ppn_dptr w,
@@ -276,32 +263,6 @@ ppn_status ppn_op_head_rmsnorm(ppn_gpu *g, ppn_gstream *s, ppn_dptr x, int n_hea
     ppn_launch l = launch_init(PPN_K_HEAD_RMSNORM, &p, (unsigned)n_heads, HEADNORM_BLOCK);
     acc_add(&l, x, f32_bytes((size_t)n_heads * (size_t)head_dim), PPN_ACC_RW);
     acc_add(&l, w, (size_t)head_dim * ppn_dtype_size(wdt), PPN_ACC_R);
-    return submit(g, s, &l);
-}
-
-/* The row written depends on hdr->pos, which lives in device memory, so the whole caches are declared. */
-ppn_status ppn_op_kv_store(ppn_gpu *g, ppn_gstream *s, ppn_dptr kc, ppn_dptr vc, ppn_dptr k, ppn_dptr v,
-                           int n_kv, int head_dim, int ctx, ppn_dptr hdr, int kvdt)
-{
-    static const char op[] = "ppn_op_kv_store";
-    PPN_CHECK(need_kvdt(op, kvdt));
-    PPN_CHECK(need_positive(op, "n_kv", n_kv));
-    PPN_CHECK(need_positive(op, "head_dim", head_dim));
-    PPN_CHECK(need_positive(op, "ctx", ctx));
-    PPN_CHECK(need_ptr(op, "kc", kc));
-    PPN_CHECK(need_ptr(op, "vc", vc));
-    PPN_CHECK(need_ptr(op, "k", k));
-    PPN_CHECK(need_ptr(op, "v", v));
-    PPN_CHECK(need_ptr(op, "hdr", hdr));
-    ppn_kp_kv_store p = {.kc = kc, .vc = vc, .k = k, .v = v, .hdr = hdr, .n_kv = n_kv, .head_dim = head_dim,
-                         .ctx = ctx, .kvdt = kvdt};
-    size_t kvn = (size_t)n_kv * (size_t)head_dim, cache = ppn_op_kv_cache_bytes(n_kv, head_dim, ctx, kvdt);
-    ppn_launch l = launch_init(PPN_K_KV_STORE, &p, (unsigned)n_kv, HEADNORM_BLOCK);
-    acc_add(&l, k, f32_bytes(kvn), PPN_ACC_R);
-    acc_add(&l, v, f32_bytes(kvn), PPN_ACC_R);
-    acc_add(&l, hdr, sizeof(ppn_step_hdr), PPN_ACC_R);
-    acc_add(&l, kc, cache, PPN_ACC_W);
-    acc_add(&l, vc, cache, PPN_ACC_W);
     return submit(g, s, &l);
 }
 
@@ -448,43 +409,20 @@ ppn_status ppn_op_add(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr a, ppn_
 
 size_t ppn_op_argmax_scratch_bytes(void) { return (size_t)ARGMAX_WIDE_GRID * 8u + 4u; }
 
-/* out_i32 receives the lowest index of the largest non-NaN value, or -1 when every value is NaN: one block, or
- * (p->part set) ARGMAX_WIDE_GRID blocks merging through the scratch. */
-static ppn_status argmax_submit(ppn_gpu *g, ppn_gstream *s, const char *op, const ppn_kp_argmax *p)
-{
-    PPN_CHECK(need_positive(op, "n", p->n));
-    PPN_CHECK(need_ptr(op, "out", p->out));
-    PPN_CHECK(need_ptr(op, "x", p->x));
-    ppn_launch l = p->part ? launch_init(PPN_K_ARGMAX, p, ARGMAX_WIDE_GRID, ARGMAX_WIDE_BLOCK)
-                           : launch_init(PPN_K_ARGMAX, p, 1, ARGMAX_BLOCK);
-    acc_add(&l, p->x, f32_bytes((size_t)p->n), PPN_ACC_R);
-    if (p->part) acc_add(&l, p->part, ppn_op_argmax_scratch_bytes(), PPN_ACC_RW);
-    acc_add(&l, p->out, sizeof(int32_t), PPN_ACC_W);
-    return submit(g, s, &l);
-}
-
+/* out_i32 receives the lowest index of the largest non-NaN value, or -1 when every value is NaN:
+ * ARGMAX_WIDE_GRID blocks merging through the scratch. */
 ppn_status ppn_op_argmax_wide(ppn_gpu *g, ppn_gstream *s, ppn_dptr out_i32, ppn_dptr x, int n, ppn_dptr part)
 {
     static const char op[] = "ppn_op_argmax_wide";
     PPN_CHECK(need_ptr(op, "part", part));
+    PPN_CHECK(need_positive(op, "n", n));
+    PPN_CHECK(need_ptr(op, "out", out_i32));
+    PPN_CHECK(need_ptr(op, "x", x));
     ppn_kp_argmax p = {.out = out_i32, .x = x, .part = part, .n = n, .nblk = ARGMAX_WIDE_GRID};
-    return argmax_submit(g, s, op, &p);
-}
-
-ppn_status ppn_op_argmax(ppn_gpu *g, ppn_gstream *s, ppn_dptr out_i32, ppn_dptr x, int n)
-{
-    ppn_kp_argmax p = {.out = out_i32, .x = x, .n = n};
-    return argmax_submit(g, s, "ppn_op_argmax", &p);
-}
-
-ppn_status ppn_op_fill(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, uint32_t value, int n_words)
-{
-    static const char op[] = "ppn_op_fill";
-    PPN_CHECK(need_positive(op, "n_words", n_words));
-    PPN_CHECK(need_ptr(op, "out", out));
-    ppn_kp_fill p = {.out = out, .value = value, .n = n_words};
-    ppn_launch l = launch_init(PPN_K_FILL, &p, blocks_for(n_words, ELEM_BLOCK), ELEM_BLOCK);
-    acc_add(&l, out, (size_t)n_words * sizeof(uint32_t), PPN_ACC_W);
+    ppn_launch l = launch_init(PPN_K_ARGMAX, &p, ARGMAX_WIDE_GRID, ARGMAX_WIDE_BLOCK);
+    acc_add(&l, x, f32_bytes((size_t)n), PPN_ACC_R);
+    acc_add(&l, part, ppn_op_argmax_scratch_bytes(), PPN_ACC_RW);
+    acc_add(&l, out_i32, sizeof(int32_t), PPN_ACC_W);
     return submit(g, s, &l);
 }
 
@@ -513,7 +451,8 @@ ppn_status ppn_op_set_hdr_dev(ppn_gpu *g, ppn_gstream *s, ppn_dptr hdr, int pos,
 }
 
 /* One warp per row keeps every token's accumulator in registers; tokens beyond PPN_MATMAT_MAX_M go in further
- * launches of contiguous chunks (each chunk's rows are independent, so the split changes no result). */
+ * launches of contiguous chunks (each chunk's rows are independent, so the split changes no result).
+ * No library code calls it yet: it is kept (and tested, here and on the GPU) as the seed of the prefill work. */
 ppn_status ppn_op_matmat(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x, int m, int rows,
                          int cols, ppn_dptr bias, ppn_dptr res)
 {

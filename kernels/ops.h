@@ -13,9 +13,9 @@ ppn_status ppn_op_rmsnorm(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr in,
                           float eps);
 ppn_status ppn_op_matvec(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x, int rows,
                          int cols, ppn_dptr bias, ppn_dptr res);
-/* The matvec's input as kparams.h's PPN_MV_X_* modes compute it: x itself, rmsnorm(x) with weight nw (wdt) and
- * eps, or SwiGLU of x = [gate; up] (2 cols floats). A fused input is computed in shared memory: cols at most
- * (PPN_DYN_SMEM_MAX - 256) / 4, else PPN_EUNSUPPORTED. */
+/* The matvec's input as kparams.h's PPN_MV_X_* modes compute it: x itself, or rmsnorm(x) with weight nw (wdt)
+ * and eps. A fused input is computed in shared memory: cols at most (PPN_DYN_SMEM_MAX - 256) / 4, else
+ * PPN_EUNSUPPORTED. */
 typedef struct ppn_mv_input {
     int mode;
     ppn_dptr x, nw;
@@ -24,23 +24,20 @@ typedef struct ppn_mv_input {
 ppn_status ppn_op_matvec_in(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_mv_input in,
                             int rows, int cols, ppn_dptr bias, ppn_dptr res);
 /* 1 when a fused input of cols columns fits (the forward pass fuses only then; wider models keep the separate
- * rmsnorm and swiglu launches). */
+ * rmsnorm launch). */
 int ppn_op_matvec_fusable(int cols);
-/* m tokens at once (see ppn_kp_matmat); out, x, res hold m rows each. */
+/* m tokens at once (see ppn_kp_matmat); out, x, res hold m rows each. Not called by the library yet: the seed of
+ * prefill. */
 ppn_status ppn_op_matmat(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x, int m, int rows,
                          int cols, ppn_dptr bias, ppn_dptr res);
-ppn_status ppn_op_rope(ppn_gpu *g, ppn_gstream *s, ppn_dptr x, int n_heads, int head_dim, ppn_dptr inv_freq,
-                       int interleaved, ppn_dptr hdr);
-/* rope over qk = [q: n_q heads][k: n_kv heads], then k and v [n_kv, head_dim] stored into the caches at hdr->pos
- * (kv_store's work in the same launch). kvdt (here, in kv_store and attention): the caches' element dtype,
- * PPN_DTYPE_F32/BF16/F16 (ppn_kp_kv_store). */
+/* rope over qk = [q: n_q heads][k: n_kv heads], then the rotated k and v [n_kv, head_dim] stored into the caches
+ * at hdr->pos, in one launch. kvdt (here and in attention): the caches' element dtype, PPN_DTYPE_F32/BF16/F16
+ * (kparams.h, KV caches). */
 ppn_status ppn_op_rope_kv(ppn_gpu *g, ppn_gstream *s, ppn_dptr qk, int n_q, int n_kv, int head_dim,
                           ppn_dptr inv_freq, int interleaved, ppn_dptr hdr, ppn_dptr kc, ppn_dptr vc, ppn_dptr v,
                           int ctx, int kvdt);
 ppn_status ppn_op_head_rmsnorm(ppn_gpu *g, ppn_gstream *s, ppn_dptr x, int n_heads, int head_dim, ppn_dptr w,
                                int wdt, float eps);
-ppn_status ppn_op_kv_store(ppn_gpu *g, ppn_gstream *s, ppn_dptr kc, ppn_dptr vc, ppn_dptr k, ppn_dptr v,
-                           int n_kv, int head_dim, int ctx, ppn_dptr hdr, int kvdt);
 /* Decode attention split over positions into n_split CTAs per KV head (1..64; see ppn_kp_attn). part: scratch of
  * ppn_op_attn_scratch_bytes(n_heads, n_split, head_dim) bytes whose counters are zero (zero it once at
  * allocation; every launch leaves them zero), used by one stream at a time. */
@@ -68,14 +65,13 @@ size_t ppn_op_attn_scratch_bytes(int n_heads, int n_split, int head_dim);
 int ppn_op_attn_split(int n_kv, int sm_count);
 ppn_status ppn_op_swiglu(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr gate, ppn_dptr up, int n);
 ppn_status ppn_op_add(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr a, ppn_dptr b, int n);
-ppn_status ppn_op_argmax(ppn_gpu *g, ppn_gstream *s, ppn_dptr out_i32, ppn_dptr x, int n);
-/* The same argmax over many blocks (see ppn_kp_argmax): part is scratch of ppn_op_argmax_scratch_bytes() whose
- * counter (its last 4 bytes) is zero (zero it once; every launch leaves it zero), used by one stream at a time. */
+/* out_i32 = argmax(x[0..n)) over many blocks (see ppn_kp_argmax): part is scratch of ppn_op_argmax_scratch_bytes()
+ * whose counter (its last 4 bytes) is zero (zero it once; every launch leaves it zero), used by one stream at a
+ * time. */
 ppn_status ppn_op_argmax_wide(ppn_gpu *g, ppn_gstream *s, ppn_dptr out_i32, ppn_dptr x, int n, ppn_dptr part);
 size_t ppn_op_argmax_scratch_bytes(void);
 /* set_hdr with the token read on the device from tok (int32). */
 ppn_status ppn_op_set_hdr_dev(ppn_gpu *g, ppn_gstream *s, ppn_dptr hdr, int pos, ppn_dptr tok, int seq, int step);
 ppn_status ppn_op_set_hdr(ppn_gpu *g, ppn_gstream *s, ppn_dptr hdr, int pos, int token, int seq, int step);
-ppn_status ppn_op_fill(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, uint32_t value, int n_words);
 
 #endif

@@ -10,7 +10,7 @@
 #include "core/device/gpu.h"
 #include "kernels/ktable.h"
 #include "alloc/pool.h"
-#include "kernels/ops.h"
+#include "tests/util/tdev.h"
 
 typedef struct fx {
     ppn_gpu *g;
@@ -70,12 +70,12 @@ static void same_stream_reuse_inserts_no_wait(void **state)
     fx *f = *state;
     ppn_dptr p1, p2;
     assert_int_equal(ppn_pool_alloc(f->p, 1000, f->a, "t", &p1), PPN_OK);
-    assert_int_equal(ppn_op_fill(f->g, f->a, p1, 7, 250), PPN_OK);
+    assert_int_equal(tu_fill(f->g, f->a, p1, 7, 250), PPN_OK);
     assert_int_equal(ppn_pool_free(f->p, p1, f->a), PPN_OK);
     assert_int_equal(ppn_pool_alloc(f->p, 1000, f->a, "t", &p2), PPN_OK);
     assert_true(p1 == p2); /* reused ... */
     assert_int_equal(stats(f).cross_waits, 0); /* ... with stream order alone */
-    assert_int_equal(ppn_op_fill(f->g, f->a, p2, 9, 250), PPN_OK);
+    assert_int_equal(tu_fill(f->g, f->a, p2, 9, 250), PPN_OK);
     char msg[1024];
     assert_int_equal(drain(f, msg, sizeof msg), PPN_OK);
     assert_int_equal(ppn_pool_free(f->p, p2, f->a), PPN_OK);
@@ -86,10 +86,10 @@ static ppn_status cross_stream_sequence(fx *f, ppn_dptr *p1_out, ppn_dptr *p2_ou
 {
     ppn_dptr p1, p2;
     assert_int_equal(ppn_pool_alloc(f->p, 4096, f->a, "act", &p1), PPN_OK);
-    assert_int_equal(ppn_op_fill(f->g, f->a, p1, 1, 1024), PPN_OK);
+    assert_int_equal(tu_fill(f->g, f->a, p1, 1, 1024), PPN_OK);
     assert_int_equal(ppn_pool_free(f->p, p1, f->a), PPN_OK);
     assert_int_equal(ppn_pool_alloc(f->p, 4096, f->b, "act", &p2), PPN_OK);
-    assert_int_equal(ppn_op_fill(f->g, f->b, p2, 2, 1024), PPN_OK);
+    assert_int_equal(tu_fill(f->g, f->b, p2, 2, 1024), PPN_OK);
     *p1_out = p1;
     *p2_out = p2;
     return PPN_OK;

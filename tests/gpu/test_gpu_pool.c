@@ -12,7 +12,7 @@
 #include "core/device/gpu.h"
 #include "kernels/ktable.h"
 #include "alloc/pool.h"
-#include "kernels/ops.h"
+#include "tests/util/tdev.h"
 
 static ppn_gpu *g;
 static ppn_pool *p;
@@ -68,12 +68,12 @@ static void cross_stream_reuse_orders_data(void **state)
     ppn_dptr a, b;
     uint64_t w0 = stats().cross_waits;
     assert_int_equal(ppn_pool_alloc(p, words * 4, sa, "x", &a), PPN_OK);
-    for (int i = 0; i < 20; i++) assert_int_equal(ppn_op_fill(g, sa, a, 1, (int)words), PPN_OK);
+    for (int i = 0; i < 20; i++) assert_int_equal(tu_fill(g, sa, a, 1, (int)words), PPN_OK);
     assert_int_equal(ppn_pool_free(p, a, sa), PPN_OK);
     assert_int_equal(ppn_pool_alloc(p, words * 4, sb, "x", &b), PPN_OK);
     assert_true(a == b);
     assert_int_equal(stats().cross_waits, w0 + 1);
-    assert_int_equal(ppn_op_fill(g, sb, b, 2, (int)words), PPN_OK);
+    assert_int_equal(tu_fill(g, sb, b, 2, (int)words), PPN_OK);
     uint32_t *h = malloc(words * 4);
     assert_int_equal(g->ops->copy_dtoh(g, sb, h, b, words * 4), PPN_OK);
     assert_int_equal(g->ops->stream_sync(g, sb), PPN_OK);
