@@ -11,20 +11,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <urcu/urcu-qsbr.h>
+#include "core/base/env.h"
 #include "core/rt.h"
 #include "core/base/err.h"
 
 /* PPN_XPORT_SAME=inplace (default) | dtod: the same-device transport (dtod is the rollback, and a benchmark arm). */
 static ppn_status same_device_xport(int *out)
 {
-    const char *v = getenv("PPN_XPORT_SAME");
-    *out = PPN_XPORT_INPLACE;
-    if (!v || !*v || !strcmp(v, "inplace")) return PPN_OK;
-    if (!strcmp(v, "dtod")) {
-        *out = PPN_XPORT_DTOD;
-        return PPN_OK;
-    }
-    return ppn_err(PPN_EINVAL, "PPN_XPORT_SAME='%s': must be inplace or dtod", v);
+    int dtod = 0; /* the table's words: inplace 0, dtod 1 */
+    PPN_CHECK(ppn_env_enum("PPN_XPORT_SAME", &dtod));
+    *out = dtod ? PPN_XPORT_DTOD : PPN_XPORT_INPLACE;
+    return PPN_OK;
 }
 
 static ppn_status choose_xports(ppn_model *m, ppn_stage_map *map)
@@ -59,18 +56,9 @@ static int distinct_devices(const ppn_stage_map *map)
 /* PPN_PIN=near (default) | far | none: where stage issue threads are pinned. far and none are measurement arms
  * (ppn sched-bench): none leaves the threads unpinned (pu -1); far takes CPUs of the process's affinity mask
  * outside each stage's device cpuset, and keeps the near pick where there is none (one NUMA node). */
-enum { PIN_NEAR, PIN_FAR, PIN_NONE };
+enum { PIN_NEAR, PIN_FAR, PIN_NONE }; /* the table's words for PPN_PIN, in order */
 
-static ppn_status pin_mode(int *out)
-{
-    const char *v = getenv("PPN_PIN");
-    *out = PIN_NEAR;
-    if (!v || !*v || !strcmp(v, "near")) return PPN_OK;
-    if (!strcmp(v, "far")) *out = PIN_FAR;
-    else if (!strcmp(v, "none")) *out = PIN_NONE;
-    else return ppn_err(PPN_EINVAL, "PPN_PIN='%s': must be near, far or none", v);
-    return PPN_OK;
-}
+static ppn_status pin_mode(int *out) { return ppn_env_enum("PPN_PIN", out); }
 
 static ppn_status pick_cores(ppn_model *m, ppn_stage_map *map)
 {

@@ -499,18 +499,6 @@ static void test_ppn_env_json(void **state)
 
 /* ---- no getenv outside env.c --------------------------------------------------------------------------- */
 
-/* Files that still read the environment themselves while another change takes them over. Each must still
- * call getenv: once it does not, the test fails until its line here is removed, so none outlives its reason.
- * core/stagemap.c: PPN_XPORT_SAME and PPN_PIN, to become ppn_env_enum calls (their table entries are ready). */
-static const char *const pending[] = {"core/stagemap.c"};
-
-static int is_pending(const char *rel)
-{
-    for (size_t k = 0; k < sizeof pending / sizeof pending[0]; k++)
-        if (!strcmp(rel, pending[k])) return 1;
-    return 0;
-}
-
 /* Lines of path that call getenv (the name followed by an opening parenthesis), appended to report. */
 static int getenv_calls(const char *path, const char *rel, char *report, size_t cap)
 {
@@ -544,7 +532,7 @@ static int source_file(const char *name)
     return 0;
 }
 
-/* Walk dir (rel from the source root), adding getenv calls outside env.c and the pending files to report;
+/* Walk dir (rel from the source root), adding getenv calls outside env.c to report;
  * *env_c counts env.c's own (there must be one: proof the scan sees calls). */
 static void scan(const char *root, const char *rel, char *report, size_t cap, int *env_c, int *files)
 {
@@ -567,9 +555,7 @@ static void scan(const char *root, const char *rel, char *report, size_t cap, in
             int calls = getenv_calls(full, sub, scratch, sizeof scratch);
             ++*files;
             if (!strcmp(sub, "core/base/env.c")) *env_c += calls;
-            else if (is_pending(sub) && calls == 0)
-                fail_msg("%s no longer calls getenv: remove it from pending[] in tests/test_env.c", sub);
-            else if (!is_pending(sub)) snprintf(report + strlen(report), cap - strlen(report), "%s", scratch);
+            else snprintf(report + strlen(report), cap - strlen(report), "%s", scratch);
         }
     }
     closedir(d);

@@ -1,7 +1,7 @@
 /* err.c - thread-local error messages behind ppn_last_error(). */
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <string.h>
-#include "core/base/env.h"
 #include "core/base/err.h"
 
 static _Thread_local char last_msg[1024];
@@ -36,23 +36,15 @@ ppn_status ppn_err_ctx(ppn_status st, const char *fmt, ...)
 
 void ppn_err_clear(void) { last_msg[0] = '\0'; }
 
-/* PPN_TRACE, read once. A bad value leaves tracing off: ppn_trace cannot fail, so ppn_gpu_open refuses it
- * (every runtime opens its device first), and reading it here must not replace the caller's message. */
-static int trace_on(void)
-{
-    char keep[sizeof last_msg];
-    int on = 0;
-    memcpy(keep, last_msg, sizeof keep);
-    if (ppn_env_flag("PPN_TRACE", &on) != PPN_OK) on = 0;
-    memcpy(last_msg, keep, sizeof keep);
-    return on;
-}
+/* Set by ppn_gpu_open from PPN_TRACE (every runtime opens its device first, and a bad value is refused there):
+ * this floor reads no environment itself, so the environment table can report through it. */
+static _Atomic int trace_enabled;
+
+void ppn_trace_enable(int on) { atomic_store_explicit(&trace_enabled, on != 0, memory_order_relaxed); }
 
 void ppn_trace(const char *fmt, ...)
 {
-    static int on = -1;
-    if (on < 0) on = trace_on();
-    if (!on) return;
+    if (!atomic_load_explicit(&trace_enabled, memory_order_relaxed)) return;
     va_list ap;
     va_start(ap, fmt);
     fputs("ppn trace: ", stderr);

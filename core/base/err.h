@@ -13,6 +13,8 @@ ppn_status ppn_err_ctx(ppn_status st, const char *fmt, ...) __attribute__((forma
 void ppn_err_clear(void);
 /* With PPN_TRACE=1, print "ppn trace: <msg>" on stderr (phases of load and step; for field diagnosis). */
 void ppn_trace(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Turn the trace on or off (ppn_gpu_open, from PPN_TRACE). */
+void ppn_trace_enable(int on);
 
 /* Propagate a failing status unchanged (the callee already set the message). */
 #define PPN_CHECK(call)                                   \

@@ -51,10 +51,10 @@ static ppn_status gpu_open_auto(const ppn_gpu_kernels *kern, ppn_gpu **out)
  * PPN_EINVAL. */
 ppn_status ppn_gpu_open(const char *name, const ppn_gpu_kernels *kern, ppn_gpu **out)
 {
-    /* ppn_trace reads PPN_TRACE and cannot fail; every runtime opens its device here first, so a bad value is
-     * refused here instead of being ignored. */
-    int trace;
+    /* every runtime opens its device here first: PPN_TRACE is read (a bad value refused) and applied here */
+    int trace = 0;
     PPN_CHECK(ppn_env_flag("PPN_TRACE", &trace));
+    ppn_trace_enable(trace);
     const char *from_env = NULL;
     if (!name || !*name) {
         /* The raw text: the variable names the same backends as the argument; one check below serves both. */
@@ -75,30 +75,4 @@ ppn_status ppn_gpu_open(const char *name, const ppn_gpu_kernels *kern, ppn_gpu *
     /* Say where the choice came from, so a stray variable in the environment is easy to spot. */
     if (st != PPN_OK && from_env) return ppn_err_ctx(st, "PPN_BACKEND=%s", name);
     return st;
-}
-
-ppn_status ppn_gpu_set_kernels(ppn_gpu *g, const ppn_gpu_kernels *kern)
-{
-    g->kern = (ppn_gpu_kernels){0};
-    if (!kern) return PPN_OK;
-    if (kern->n < 0 || kern->n > PPN_GPU_MAX_KERNELS || (kern->n && !kern->k))
-        return ppn_err(PPN_EINVAL, "%s: a kernel table of %d entries (at most %d)", g->ops->name, kern->n,
-                       PPN_GPU_MAX_KERNELS);
-    g->kern = *kern;
-    return PPN_OK;
-}
-
-ppn_status ppn_gpu_check_launch(const ppn_gpu *g, const ppn_launch *l)
-{
-    if (l->kernel < 0 || l->kernel >= g->kern.n)
-        return ppn_err(PPN_EINVAL, "%s: launch: kernel id %d is not in the kernel table (%d kernels)", g->ops->name,
-                       l->kernel, g->kern.n);
-    const ppn_gpu_kernel *k = &g->kern.k[l->kernel];
-    if (!l->params || l->params_size != k->params_size)
-        return ppn_err(PPN_EINVAL, "%s: launch of %s: params %p of %zu B (the kernel takes %zu B)", g->ops->name,
-                       k->name, l->params, l->params_size, k->params_size);
-    if (l->nacc < 0 || l->nacc > PPN_LAUNCH_MAX_ACC)
-        return ppn_err(PPN_EINVAL, "%s: launch of %s: %d accesses (at most %d)", g->ops->name, k->name, l->nacc,
-                       PPN_LAUNCH_MAX_ACC);
-    return PPN_OK;
 }
