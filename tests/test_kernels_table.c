@@ -1,0 +1,52 @@
+/* test_kernels_table.c - the kernel table (kernels/ktable.c): one entry per id, named as its CUDA symbol
+ * "ppn_k_<name>" (the cuda backend resolves it by that name), each name once, its params struct's size, and a
+ * CPU reference for the sim backend.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <string.h>
+
+#include "kernels/ktable.h"
+
+static void test_table_kernels(void **state)
+{
+    (void)state;
+    static const size_t sizes[PPN_K_COUNT] = {
+        [PPN_K_EMBED] = sizeof(ppn_kp_embed),     [PPN_K_RMSNORM] = sizeof(ppn_kp_rmsnorm),
+        [PPN_K_MATVEC] = sizeof(ppn_kp_matvec),   [PPN_K_ROPE] = sizeof(ppn_kp_rope),
+        [PPN_K_HEAD_RMSNORM] = sizeof(ppn_kp_head_rmsnorm),
+        [PPN_K_ATTN] = sizeof(ppn_kp_attn),       [PPN_K_ATTN_BF16] = sizeof(ppn_kp_attn_bf16),
+        [PPN_K_ATTN_F16] = sizeof(ppn_kp_attn_f16),
+        [PPN_K_SWIGLU] = sizeof(ppn_kp_swiglu),
+        [PPN_K_ADD] = sizeof(ppn_kp_add),         [PPN_K_ARGMAX] = sizeof(ppn_kp_argmax),
+        [PPN_K_FILL] = sizeof(ppn_kp_fill),       [PPN_K_SET_HDR] = sizeof(ppn_kp_set_hdr),
+        [PPN_K_MATMAT] = sizeof(ppn_kp_matmat),
+    };
+    static const char *const names[PPN_K_COUNT] = {
+        "ppn_k_embed", "ppn_k_rmsnorm", "ppn_k_matvec", "ppn_k_rope", "ppn_k_head_rmsnorm", "ppn_k_attn",
+        "ppn_k_attn_bf16", "ppn_k_attn_f16", "ppn_k_swiglu", "ppn_k_add", "ppn_k_argmax", "ppn_k_fill", "ppn_k_set_hdr",
+        "ppn_k_matmat",
+    };
+    for (int i = 0; i < PPN_K_COUNT; i++) {
+        const ppn_gpu_kernel *k = &ppn_kernels[i];
+        assert_non_null(k->name);
+        assert_int_equal(strncmp(k->name, "ppn_k_", 6), 0);
+        assert_string_equal(k->name, names[i]);
+        assert_true(k->params_size > 0);
+        assert_int_equal(k->params_size, sizes[i]);
+        assert_non_null(k->cpu);
+        for (int j = 0; j < i; j++) assert_string_not_equal(k->name, ppn_kernels[j].name);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_table_kernels),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
