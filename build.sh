@@ -3,6 +3,9 @@
 #
 #   ./build.sh            Release build (build/, CLI at build/ppn); deps installed first if missing
 #   ./build.sh test       build, then every test through ctest (cmocka underneath; sim backend)
+#   ./build.sh install P  Release build, then install under prefix P: bin/ppn, include/ppn.h, lib/libppn.so*,
+#                         lib/libppn.a, lib/pkgconfig/ppn.pc (embed: cc app.c $(pkg-config --cflags --libs ppn)
+#                         with PKG_CONFIG_PATH=P/lib/pkgconfig; examples/embed.c is one)
 #   ./build.sh asan       AddressSanitizer+UBSan build in build-asan/, same tests
 #   ./build.sh tsan       ThreadSanitizer build in build-tsan/, same tests
 #   ./build.sh gputest    run tests/gpu/* from build/gpu (needs a GPU; not in CI)
@@ -10,14 +13,16 @@
 #   ./build.sh clean      remove build directories
 #
 # Environment: PPN_STATIC_DEPS=0 links jemalloc/liburcu/hwloc/jansson dynamically (default: static, so
-# build/ppn runs on machines that lack them); JOBS=N parallel build jobs.
+# build/ppn runs on machines that lack them; libppn.so takes only jemalloc in, since Debian's other archives are
+# not PIC: it needs libhwloc15, libjansson4 and liburcu8 where it runs); JOBS=N parallel build jobs.
 set -euo pipefail
+CALLER_PWD=$PWD
 cd "$(dirname "$0")"
 JOBS=${JOBS:-$(nproc)}
 DEBS="cmake make gcc pkg-config libjemalloc-dev liburcu-dev libhwloc-dev libudev-dev libcmocka-dev libjansson-dev"
 
 have_deps() {
-    command -v cmake >/dev/null && command -v gcc >/dev/null || return 1
+    command -v cmake >/dev/null && command -v gcc >/dev/null && command -v pkg-config >/dev/null || return 1
     for h in hwloc.h urcu/urcu-qsbr.h jemalloc/jemalloc.h jansson.h cmocka.h libudev.h; do
         [ -e "/usr/include/$h" ] || return 1
     done
@@ -50,6 +55,12 @@ run_tests() { # dir
 case "${1:-build}" in
     build) configure_build build -DCMAKE_BUILD_TYPE=Release ;;
     test) configure_build build -DCMAKE_BUILD_TYPE=Release && run_tests build ;;
+    install)
+        [ $# -eq 2 ] || { echo "usage: ./build.sh install PREFIX" >&2; exit 2; }
+        prefix=$2
+        [[ $prefix = /* ]] || prefix=$CALLER_PWD/$prefix
+        configure_build build -DCMAKE_BUILD_TYPE=Release
+        cmake --install build --prefix "$prefix" ;;
     asan) configure_build build-asan -DCMAKE_BUILD_TYPE=Debug -DPPN_SANITIZE=address &&
           ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
           run_tests build-asan ;;
@@ -62,5 +73,5 @@ case "${1:-build}" in
         exit $fail ;;
     deps) deps ;;
     clean) rm -rf build build-asan build-tsan ;;
-    *) echo "usage: ./build.sh [build|test|asan|tsan|gputest|deps|clean]" >&2; exit 2 ;;
+    *) echo "usage: ./build.sh [build|test|install PREFIX|asan|tsan|gputest|deps|clean]" >&2; exit 2 ;;
 esac

@@ -46,7 +46,9 @@ struct ppn_pool {
     block **live;             /* open-addressing map ptr -> live block */
     size_t live_cap, live_n;
     ppn_pool_stats st;
+#if PPN_TEST_HOOKS
     int skip_cross_wait;      /* test-only */
+#endif
 };
 
 /* Live map ------------------------------------------------------------------------------------------------ */
@@ -222,7 +224,9 @@ static block *take_free(block **list, size_t want_size, ppn_gstream *s, int *sam
 /* The one place a block freed on another stream is handed out: always behind an explicit wait. */
 static ppn_status order_reuse(ppn_pool *p, block *b, ppn_gstream *s)
 {
+#if PPN_TEST_HOOKS
     if (p->skip_cross_wait) return PPN_OK;
+#endif
     ppn_status st = p->g->ops->stream_wait_event(p->g, s, b->ev);
     if (st != PPN_OK) return ppn_err_ctx(st, "pool dev %d: cross-stream reuse wait", p->dev);
     p->st.cross_waits++;
@@ -359,9 +363,11 @@ void ppn_pool_stream_retired(ppn_pool *p, ppn_gstream *s)
     pthread_mutex_unlock(&p->mu);
 }
 
+#if PPN_TEST_HOOKS
 void ppn_pool_test_skip_cross_wait(ppn_pool *p, int skip)
 {
     pthread_mutex_lock(&p->mu);
     p->skip_cross_wait = skip;
     pthread_mutex_unlock(&p->mu);
 }
+#endif

@@ -58,7 +58,10 @@ int ppn_pool_device(const ppn_pool *p);
  * stream that happens to reuse its address still waits on their events. Call before destroying s. */
 void ppn_pool_stream_retired(ppn_pool *p, ppn_gstream *s);
 
-/* Test-only: skip the cross-stream wait (proves the sim checker sees the race the wait prevents). */
+#if PPN_TEST_HOOKS
+/* Test-only (the test build of the library, ppncore_test): skip the cross-stream wait (proves the sim
+ * checker sees the race the wait prevents). */
 void ppn_pool_test_skip_cross_wait(ppn_pool *p, int skip);
+#endif
 
 #endif
