@@ -132,11 +132,14 @@ def random_model(args):
     prompt = [1, 307, 4012, 29, 9981, 12, 700, 31999]
     ids, ref = reference_logits(args.outdir, prompt, args.steps)
     out = "/tmp/ppn_random_logits.f32"
-    res = run_ppn(args.outdir, "bf16", prompt, args.steps, out)
+    # f32: the bf16 weights widened exactly and an f32 KV cache, so ppn and the f32 reference differ only by
+    # reduction order. bf16 keeps the KV cache in bf16 as well (as transformers keeps a bf16 model's), so row 0
+    # alone already differs by the rounding of v (2^-9 relative): compare it at the bf16 fixtures' tolerance.
+    res = run_ppn(args.outdir, args.dtype, prompt, args.steps, out)
     got = np.fromfile(out, dtype="<f4").reshape(-1, ref.shape[1])
-    worst, row, checked, mism = compare(got, ref, 1e-3, args.tol)
+    worst, row, checked, mism = compare(got, ref, 1e-3 if args.dtype == "f32" else -1, args.tol)
     ok = worst <= args.tol and mism == 0
-    print(json.dumps({"random": args.kind, "params_mb": round(sum(os.path.getsize(os.path.join(args.outdir, f))
+    print(json.dumps({"random": args.kind, "dtype": args.dtype, "params_mb": round(sum(os.path.getsize(os.path.join(args.outdir, f))
                       for f in os.listdir(args.outdir)) / 1e6), "rows": int(ref.shape[0]),
                       "worst_ratio_of_tol": worst / args.tol, "tol": args.tol, "worst_row": row,
                       "greedy_checked": checked, "greedy_mismatch": mism,
@@ -155,6 +158,7 @@ def main():
     r.add_argument("kind", choices=["llama", "qwen3"])
     r.add_argument("outdir")
     r.add_argument("--steps", type=int, default=64)
+    r.add_argument("--dtype", default="f32")
     r.add_argument("--tol", type=float, default=1e-3)
     l2 = sub.add_parser("llama2c")
     l2.add_argument("bin")
