@@ -74,4 +74,46 @@ size_t ppn_op_argmax_scratch_bytes(void);
 ppn_status ppn_op_set_hdr_dev(ppn_gpu *g, ppn_gstream *s, ppn_dptr hdr, int pos, ppn_dptr tok, int seq, int step);
 ppn_status ppn_op_set_hdr(ppn_gpu *g, ppn_gstream *s, ppn_dptr hdr, int pos, int token, int seq, int step);
 
+/* ---------------------------------------------------------------------------------------------------------
+ * Many rows per launch: prefill chunks (later batched decode and speculative verify). Activations are f32,
+ * row-major [c, n]. A chunk's c rows are positions pos0 .. pos0 + c - 1 of one sequence. Every op is
+ * deterministic (a fixed reduction order for a given shape), declares every buffer it touches for the sim
+ * checker, and returns PPN_EINVAL for c < 1 or a shape it cannot take (named in the message).
+ * --------------------------------------------------------------------------------------------------------- */
+
+/* out[i, :] = table[tok[i], :] for i < c (table [vocab, dim] in wdt, tok int32 [c] in device memory); a token
+ * outside [0, vocab) gives a row of zeros (the host checked them before). */
+ppn_status ppn_op_embed_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr table, int wdt, int vocab, int dim,
+                             ppn_dptr tok, int c);
+/* The rmsnorm kernel's formula on each of c rows of n (out may alias in). */
+ppn_status ppn_op_rmsnorm_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr in, ppn_dptr w, int wdt, int n,
+                               float eps, int c);
+/* out[i, r] = (res ? res[i, r] : 0) + (bias ? bias[r] : 0) + sum_k W[r, k] x[i, k], for i < m, r < rows:
+ * x [m, cols] f32, W [rows, cols] in wdt (row-major, as the checkpoint stores it), bias [rows] in wdt (0: none),
+ * res [m, rows] f32 (0: none; may alias out). bf16 / f16 W: x is rounded to W's dtype (nearest even) and the
+ * products accumulate in f32 on tensor cores; f32 W: f32 throughout (the f32 fixtures' accuracy). */
+ppn_status ppn_op_gemm(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x, int m, int rows,
+                       int cols, ppn_dptr bias, ppn_dptr res);
+/* Per-head rmsnorm in place (the head_rmsnorm formula) of heads h0 .. h0 + n_heads - 1 of each of c rows of x,
+ * a row being stride floats (Qwen3's q and k norms over the rows of the q|k|v projection). */
+ppn_status ppn_op_head_rmsnorm_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr x, int stride, int h0, int n_heads,
+                                    int head_dim, ppn_dptr w, int wdt, float eps, int c);
+/* Row i of qkv [c, (n_q + 2 n_kv) head_dim] (the q|k|v projection: q heads, k heads, v heads): its q and k heads
+ * rotated in place at position pos0 + i (inv_freq and interleaved as ppn_op_rope_kv), then its rotated k and its
+ * v stored into the caches kc, vc [n_kv, ctx, head_dim] (dtype kvdt, rounded to nearest even) at pos0 + i.
+ * pos0 + c <= ctx. */
+ppn_status ppn_op_rope_kv_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr qkv, int n_q, int n_kv, int head_dim,
+                               ppn_dptr inv_freq, int interleaved, ppn_dptr kc, ppn_dptr vc, int ctx, int kvdt,
+                               int pos0, int c);
+/* Causal attention of c query rows over the caches (which already hold the chunk's own k and v): row i, at
+ * position p = pos0 + i, for query head h with KV head g = h / (n_heads / n_kv):
+ *   out[i, h] = softmax_j(q[i, h] . K[g, j] * scale) V[g, j], j = 0 .. p
+ * q is the first n_heads * head_dim floats of each row of qkv (row stride (n_heads + 2 n_kv) head_dim), out
+ * [c, n_heads * head_dim]. kc, vc as in ppn_op_rope_kv_rows. pos0 + c <= ctx. */
+ppn_status ppn_op_attn_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr qkv, ppn_dptr kc, ppn_dptr vc,
+                            int n_heads, int n_kv, int head_dim, int ctx, int kvdt, float scale, int pos0, int c);
+/* out[i, :] = silu(gu[i, 0 .. n)) * gu[i, n .. 2n) for i < c: gu [c, 2n] (the gate|up GEMM's rows), out [c, n]
+ * (out may alias gu: row i's output lands in its gate half only when out == gu, stride 2n; say which). */
+ppn_status ppn_op_swiglu_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr gu, int n, int c);
+
 #endif
