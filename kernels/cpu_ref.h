@@ -17,5 +17,14 @@ void ppn_cpu_argmax(const void *params);
 void ppn_cpu_fill(const void *params);
 void ppn_cpu_set_hdr(const void *params);
 void ppn_cpu_matmat(const void *params);
+/* the many-rows kernels (kernels/rows_cpu.c): the decode references above, row by row */
+void ppn_cpu_embed_rows(const void *params);
+void ppn_cpu_rmsnorm_rows(const void *params);
+void ppn_cpu_head_rmsnorm_rows(const void *params);
+void ppn_cpu_rope_kv_rows(const void *params);
+void ppn_cpu_attn_rows(const void *params);
+void ppn_cpu_attn_rows_bf16(const void *params); /* = ppn_cpu_attn_rows (it reads kvdt) */
+void ppn_cpu_attn_rows_f16(const void *params);  /* = ppn_cpu_attn_rows */
+void ppn_cpu_swiglu_rows(const void *params);
 
 #endif

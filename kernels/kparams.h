@@ -123,4 +123,44 @@ typedef struct { uint64_t hdr, tok; ppn_step_hdr v; } ppn_kp_set_hdr;
  * simplest write, on sim and on cuda (scratch is zeroed with memset_d8). */
 typedef struct { uint64_t out; uint32_t value; int32_t n; } ppn_kp_fill;
 
+/* ---------------------------------------------------------------------------------------------------------
+ * Many rows per launch (prefill chunks; kernels/ops.h): activations f32 row-major [c, n]; row i of a chunk is
+ * position pos0 + i of one sequence. Each row is the decode kernel's formula applied to that row, so the CPU
+ * references are the decode references run row by row (kernels/rows_cpu.c). */
+
+/* out[i, :] = table[tok[i], :] for i < c (tok int32 [c]); a token outside [0, vocab) gives a row of zeros. */
+typedef struct { uint64_t out, table, tok; int32_t dim, vocab, wdt, c; } ppn_kp_embed_rows;
+
+/* The rmsnorm formula on each of c rows of n: in, out [c, n] (out may alias in), w [n] in wdt. */
+typedef struct { uint64_t out, in, w; int32_t n, wdt, c; float eps; } ppn_kp_rmsnorm_rows;
+
+/* head_rmsnorm in place on heads h0 .. h0 + n_heads - 1 of each of c rows of x, a row being stride floats. */
+typedef struct { uint64_t x, w; int32_t stride, h0, n_heads, head_dim, wdt, c; float eps; } ppn_kp_head_rmsnorm_rows;
+
+/* Row i of qkv [c, (n_q + 2 n_kv) head_dim]: its n_q + n_kv q and k heads rotated in place at pos0 + i (rope's
+ * inv_freq, interleaved and bits), then its k heads (rotated) and v heads stored into kc, vc [n_kv, ctx, head_dim]
+ * (dtype kvdt) at pos0 + i: what ppn_k_rope with caches does for one token, per row. pos0 + c <= ctx. */
+typedef struct {
+    uint64_t qkv, inv_freq, kc, vc;
+    int32_t n_q, n_kv, head_dim, interleaved, ctx, kvdt, pos0, c;
+} ppn_kp_rope_kv_rows;
+
+/* Causal attention of c query rows over the caches: row i (position p = pos0 + i), query head h, KV head
+ * g = h / (n_heads / n_kv): out[i, h] = softmax_{j <= p}(q[i, h] . K[g, j] * scale) V[g, j]. q: the first
+ * n_heads head_dim floats of each row of qkv (row stride (n_heads + 2 n_kv) head_dim floats); out
+ * [c, n_heads head_dim]; kc, vc of dtype kvdt (the KV caches above), holding positions 0 .. pos0 + c - 1.
+ * One kernel per cache dtype: bf16 and f16 caches with head_dim 64 or 128 run on tensor cores (q and the
+ * softmax weights rounded to the cache's dtype, f32 accumulation); f32 caches and other head_dims on a SIMT path
+ * in f32. The CPU reference is ppn_cpu_attn run per row. */
+typedef struct {
+    uint64_t out, qkv, kc, vc;
+    int32_t n_heads, n_kv, head_dim, ctx, kvdt, pos0, c;
+    float scale;
+} ppn_kp_attn_rows;
+typedef ppn_kp_attn_rows ppn_kp_attn_rows_bf16;
+typedef ppn_kp_attn_rows ppn_kp_attn_rows_f16;
+
+/* out[i, :] = silu(gu[i, 0 .. n)) * gu[i, n .. 2n) for i < c: gu [c, 2n], out [c, n] (separate). */
+typedef struct { uint64_t out, gu; int32_t n, c; } ppn_kp_swiglu_rows;
+
 #endif

@@ -24,6 +24,14 @@ const ppn_gpu_kernel ppn_kernels[PPN_K_COUNT] = {
     PPN_KDESC(PPN_K_FILL, fill),
     PPN_KDESC(PPN_K_SET_HDR, set_hdr),
     PPN_KDESC(PPN_K_MATMAT, matmat),
+    PPN_KDESC(PPN_K_EMBED_ROWS, embed_rows),
+    PPN_KDESC(PPN_K_RMSNORM_ROWS, rmsnorm_rows),
+    PPN_KDESC(PPN_K_HEAD_RMSNORM_ROWS, head_rmsnorm_rows),
+    PPN_KDESC(PPN_K_ROPE_KV_ROWS, rope_kv_rows),
+    PPN_KDESC(PPN_K_ATTN_ROWS, attn_rows),
+    PPN_KDESC(PPN_K_ATTN_ROWS_BF16, attn_rows_bf16),
+    PPN_KDESC(PPN_K_ATTN_ROWS_F16, attn_rows_f16),
+    PPN_KDESC(PPN_K_SWIGLU_ROWS, swiglu_rows),
 };
 
 #if PPN_HAVE_FATBIN

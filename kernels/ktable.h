@@ -22,6 +22,14 @@ typedef enum ppn_kernel_id {
     PPN_K_FILL,
     PPN_K_SET_HDR,
     PPN_K_MATMAT,
+    PPN_K_EMBED_ROWS,
+    PPN_K_RMSNORM_ROWS,
+    PPN_K_HEAD_RMSNORM_ROWS,
+    PPN_K_ROPE_KV_ROWS,
+    PPN_K_ATTN_ROWS,
+    PPN_K_ATTN_ROWS_BF16,
+    PPN_K_ATTN_ROWS_F16,
+    PPN_K_SWIGLU_ROWS,
     PPN_K_COUNT
 } ppn_kernel_id;
 

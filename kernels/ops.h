@@ -85,7 +85,7 @@ ppn_status ppn_op_set_hdr(ppn_gpu *g, ppn_gstream *s, ppn_dptr hdr, int pos, int
  * outside [0, vocab) gives a row of zeros (the host checked them before). */
 ppn_status ppn_op_embed_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr table, int wdt, int vocab, int dim,
                              ppn_dptr tok, int c);
-/* The rmsnorm kernel's formula on each of c rows of n (out may alias in). */
+/* The rmsnorm kernel's formula on each of c rows of n (out may be in itself; a partial overlap is refused). */
 ppn_status ppn_op_rmsnorm_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr in, ppn_dptr w, int wdt, int n,
                                float eps, int c);
 /* out[i, r] = (res ? res[i, r] : 0) + (bias ? bias[r] : 0) + sum_k W[r, k] x[i, k], for i < m, r < rows:
@@ -101,7 +101,7 @@ ppn_status ppn_op_head_rmsnorm_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr x, int 
 /* Row i of qkv [c, (n_q + 2 n_kv) head_dim] (the q|k|v projection: q heads, k heads, v heads): its q and k heads
  * rotated in place at position pos0 + i (inv_freq and interleaved as ppn_op_rope_kv), then its rotated k and its
  * v stored into the caches kc, vc [n_kv, ctx, head_dim] (dtype kvdt, rounded to nearest even) at pos0 + i.
- * pos0 + c <= ctx. */
+ * 0 <= pos0, pos0 + c <= ctx; head_dim even, at most 256. The bits of ppn_op_rope_kv run per row. */
 ppn_status ppn_op_rope_kv_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr qkv, int n_q, int n_kv, int head_dim,
                                ppn_dptr inv_freq, int interleaved, ppn_dptr kc, ppn_dptr vc, int ctx, int kvdt,
                                int pos0, int c);
@@ -109,7 +109,9 @@ ppn_status ppn_op_rope_kv_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr qkv, int n_q
  * position p = pos0 + i, for query head h with KV head g = h / (n_heads / n_kv):
  *   out[i, h] = softmax_j(q[i, h] . K[g, j] * scale) V[g, j], j = 0 .. p
  * q is the first n_heads * head_dim floats of each row of qkv (row stride (n_heads + 2 n_kv) head_dim), out
- * [c, n_heads * head_dim]. kc, vc as in ppn_op_rope_kv_rows. pos0 + c <= ctx. */
+ * [c, n_heads * head_dim], which must not overlap qkv. kc, vc as in ppn_op_rope_kv_rows. 0 <= pos0, pos0 + c <= ctx;
+ * head_dim even, at most 256. bf16 / f16 caches with head_dim 64 or 128 run on tensor cores (q and the softmax
+ * weights rounded to the cache's dtype, f32 accumulation); f32 caches and other head_dims on a slower f32 path. */
 ppn_status ppn_op_attn_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr qkv, ppn_dptr kc, ppn_dptr vc,
                             int n_heads, int n_kv, int head_dim, int ctx, int kvdt, float scale, int pos0, int c);
 /* out[i, :] = silu(gu[i, 0 .. n)) * gu[i, n .. 2n) for i < c: gu [c, 2n] (the gate|up GEMM's rows), out [c, n],

@@ -1,0 +1,103 @@
+/* rows_cpu.c - the CPU references of the many-rows kernels (kparams.h, "Many rows per launch"): each row is the
+ * decode kernel's reference (cpu_ref.c) run on that row, with a step header made here for the row's position
+ * or token. So a prefill chunk computes every row exactly as token-by-token decode computes it on the sim: the
+ * same formula, the same accumulation order, the same rotary bits, the same KV rounding.
+ *
+ * Reentrant (the sim runs these on its stream workers concurrently): the per-row headers and params live on
+ * the stack. Device pointers are host addresses here.
+ */
+#include <stdint.h>
+#include <string.h>
+#include "kernels/ktable.h"
+
+#include "kernels/cpu_ref.h"
+
+#define PTR(type, p) ((type *)(uintptr_t)(p))
+
+static uint64_t row_at(uint64_t base, int i, size_t floats) { return base + (uint64_t)i * floats * sizeof(float); }
+
+/* A token outside the vocabulary gives zeros here (the decode kernel's NaN marks a header it cannot trust;
+ * the host checked a chunk's tokens before the upload). */
+void ppn_cpu_embed_rows(const void *params)
+{
+    const ppn_kp_embed_rows *p = params;
+    const int32_t *tok = PTR(const int32_t, p->tok);
+    for (int i = 0; i < p->c; i++) {
+        uint64_t out = row_at(p->out, i, (size_t)p->dim);
+        if (tok[i] < 0 || tok[i] >= p->vocab) {
+            memset(PTR(void, out), 0, (size_t)p->dim * sizeof(float));
+            continue;
+        }
+        ppn_step_hdr hdr = {.token = tok[i]};
+        ppn_kp_embed e = {.out = out, .table = p->table, .hdr = (uint64_t)(uintptr_t)&hdr, .dim = p->dim,
+                          .vocab = p->vocab, .wdt = p->wdt};
+        ppn_cpu_embed(&e);
+    }
+}
+
+void ppn_cpu_rmsnorm_rows(const void *params)
+{
+    const ppn_kp_rmsnorm_rows *p = params;
+    for (int i = 0; i < p->c; i++) {
+        ppn_kp_rmsnorm r = {.out = row_at(p->out, i, (size_t)p->n), .in = row_at(p->in, i, (size_t)p->n), .w = p->w,
+                            .n = p->n, .wdt = p->wdt, .eps = p->eps};
+        ppn_cpu_rmsnorm(&r);
+    }
+}
+
+void ppn_cpu_head_rmsnorm_rows(const void *params)
+{
+    const ppn_kp_head_rmsnorm_rows *p = params;
+    for (int i = 0; i < p->c; i++) {
+        uint64_t x = row_at(p->x, i, (size_t)p->stride) + (uint64_t)p->h0 * (uint64_t)p->head_dim * sizeof(float);
+        ppn_kp_head_rmsnorm h = {.x = x, .w = p->w, .n_heads = p->n_heads, .head_dim = p->head_dim, .wdt = p->wdt,
+                                 .eps = p->eps};
+        ppn_cpu_head_rmsnorm(&h);
+    }
+}
+
+/* Row i is the decode rope with caches at position pos0 + i: x = its q and k heads, v = its v heads. */
+void ppn_cpu_rope_kv_rows(const void *params)
+{
+    const ppn_kp_rope_kv_rows *p = params;
+    size_t hd = (size_t)p->head_dim, row = (size_t)(p->n_q + 2 * p->n_kv) * hd;
+    for (int i = 0; i < p->c; i++) {
+        ppn_step_hdr hdr = {.pos = p->pos0 + i};
+        uint64_t x = row_at(p->qkv, i, row);
+        ppn_kp_rope r = {.x = x, .inv_freq = p->inv_freq, .hdr = (uint64_t)(uintptr_t)&hdr, .kc = p->kc,
+                         .vc = p->vc, .v = x + (uint64_t)(p->n_q + p->n_kv) * hd * sizeof(float),
+                         .n_heads = p->n_q + p->n_kv, .head_dim = p->head_dim, .interleaved = p->interleaved,
+                         .n_kv = p->n_kv, .ctx = p->ctx, .kvdt = p->kvdt};
+        ppn_cpu_rope(&r);
+    }
+}
+
+/* Row i is decode attention at position pos0 + i (one split: the CPU reference is exact whatever the split, and
+ * touches no scratch). */
+void ppn_cpu_attn_rows(const void *params)
+{
+    const ppn_kp_attn_rows *p = params;
+    size_t hd = (size_t)p->head_dim, row = (size_t)(p->n_heads + 2 * p->n_kv) * hd;
+    for (int i = 0; i < p->c; i++) {
+        ppn_step_hdr hdr = {.pos = p->pos0 + i};
+        ppn_kp_attn a = {.out = row_at(p->out, i, (size_t)p->n_heads * hd), .q = row_at(p->qkv, i, row),
+                         .kc = p->kc, .vc = p->vc, .hdr = (uint64_t)(uintptr_t)&hdr, .n_heads = p->n_heads,
+                         .n_kv = p->n_kv, .head_dim = p->head_dim, .ctx = p->ctx, .n_split = 1, .kvdt = p->kvdt,
+                         .scale = p->scale};
+        ppn_cpu_attn(&a);
+    }
+}
+
+void ppn_cpu_attn_rows_bf16(const void *params) { ppn_cpu_attn_rows(params); }
+void ppn_cpu_attn_rows_f16(const void *params) { ppn_cpu_attn_rows(params); }
+
+void ppn_cpu_swiglu_rows(const void *params)
+{
+    const ppn_kp_swiglu_rows *p = params;
+    for (int i = 0; i < p->c; i++) {
+        uint64_t gu = row_at(p->gu, i, 2u * (size_t)p->n);
+        ppn_kp_swiglu s = {.out = row_at(p->out, i, (size_t)p->n), .gate = gu,
+                           .up = gu + (uint64_t)p->n * sizeof(float), .n = p->n};
+        ppn_cpu_swiglu(&s);
+    }
+}
