@@ -69,3 +69,109 @@ ppn_status ppn_fwd_head(ppn_model *m, ppn_gstream *s, ppn_stage_scratch *r, ppn_
 {
     return norm_matvec(m, s, r, logits, m->lm_head, m->cfg.vocab, io_x(io), m->final_norm, 0);
 }
+
+/* Many rows (a prefill chunk) ------------------------------------------------------------------------------
+ * x [c, dim] in place, as one decode step's x: the same layer, each op over every row of the chunk; only the
+ * rotary, the KV store and attention are per sequence (a chunk may hold rows of several). */
+
+static ppn_dptr row_at(ppn_dptr base, int row, size_t row_floats)
+{
+    return base + sizeof(float) * row_floats * (size_t)row;
+}
+
+ppn_status ppn_fwd_rows_embed(ppn_model *m, ppn_gstream *s, const ppn_rows_scratch *r, ppn_dptr x, int c)
+{
+    return ppn_op_embed_rows(m->rt->g, s, x, m->embed, m->wdt, m->cfg.vocab, m->cfg.dim, r->tok, c);
+}
+
+/* The rotary with the KV store, then causal attention over the sequence's cache, for each segment. */
+static ppn_status rows_attention(ppn_model *m, ppn_gstream *s, int dev, const ppn_rows_scratch *r,
+                                 const ppn_rowseg *sg, int nseg, int l)
+{
+    const ppn_model_config *c = &m->cfg;
+    int hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
+    size_t stride = (size_t)(nh + 2 * nkv) * (size_t)hd;
+    float scale = 1.0f / sqrtf((float)hd);
+    for (int i = 0; i < nseg; i++) {
+        const ppn_rowseg *g = &sg[i];
+        ppn_dptr qkv = row_at(r->qkv, g->r0, stride), kc = g->seq->kc[l], vc = g->seq->vc[l];
+        PPN_CHECK(ppn_op_rope_kv_rows(m->rt->g, s, qkv, nh, nkv, hd, m->inv_freq[dev], c->rope_interleaved, kc, vc,
+                                      m->ctx, m->kvdt, g->pos0, g->n));
+        PPN_CHECK(ppn_op_attn_rows(m->rt->g, s, row_at(r->att, g->r0, (size_t)nh * (size_t)hd), qkv, kc, vc, nh,
+                                   nkv, hd, m->ctx, m->kvdt, scale, g->pos0, g->n));
+    }
+    return PPN_OK;
+}
+
+ppn_status ppn_fwd_rows_layer(ppn_model *m, ppn_gstream *s, int dev, const ppn_rows_scratch *r, ppn_dptr x,
+                              const ppn_rowseg *sg, int nseg, int rows, int l)
+{
+    const ppn_model_config *c = &m->cfg;
+    const ppn_dev_layer *w = &m->layers[l];
+    ppn_gpu *g = m->rt->g;
+    int wdt = m->wdt, dim = c->dim, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads, ffn = c->ffn_dim;
+    int qkv_cols = (nh + 2 * nkv) * hd;
+    PPN_CHECK(ppn_op_rmsnorm_rows(g, s, r->xb, x, w->attn_norm, wdt, dim, c->norm_eps, rows));
+    PPN_CHECK(ppn_op_gemm(g, s, r->qkv, w->wqkv, wdt, r->xb, rows, qkv_cols, dim, w->bqkv, 0));
+    if (c->qk_norm) {
+        PPN_CHECK(ppn_op_head_rmsnorm_rows(g, s, r->qkv, qkv_cols, 0, nh, hd, w->q_norm, wdt, c->norm_eps, rows));
+        PPN_CHECK(ppn_op_head_rmsnorm_rows(g, s, r->qkv, qkv_cols, nh, nkv, hd, w->k_norm, wdt, c->norm_eps, rows));
+    }
+    PPN_CHECK(rows_attention(m, s, dev, r, sg, nseg, l));
+    PPN_CHECK(ppn_op_gemm(g, s, x, w->wo, wdt, r->att, rows, dim, nh * hd, 0, x));
+    PPN_CHECK(ppn_op_rmsnorm_rows(g, s, r->xb, x, w->ffn_norm, wdt, dim, c->norm_eps, rows));
+    PPN_CHECK(ppn_op_gemm(g, s, r->gu, w->wgu, wdt, r->xb, rows, 2 * ffn, dim, 0, 0));
+    PPN_CHECK(ppn_op_swiglu_rows(g, s, r->act, r->gu, ffn, rows));
+    return ppn_op_gemm(g, s, x, w->w_down, wdt, r->act, rows, dim, ffn, 0, x);
+}
+
+/* Every row's logits into r->lall [rows, vocab] (allocated on first use, on this stage's device). */
+static ppn_status rows_head_all(ppn_model *m, ppn_gstream *s, ppn_rows_scratch *r, ppn_dptr x, int rows)
+{
+    const ppn_model_config *c = &m->cfg;
+    ppn_gpu *g = m->rt->g;
+    if (!r->lall) {
+        size_t n = sizeof(float) * (size_t)r->rows * (size_t)c->vocab;
+        PPN_CHECK(ppn_model_block_alloc(m, r->dev, n, "rows logits (every row)", &r->lall));
+        ppn_gstream *ds;
+        PPN_CHECK(ppn_model_dev_stream(m, r->dev, &ds));
+        PPN_CHECK(g->ops->stream_sync(g, ds)); /* the allocation is ordered on the device stream */
+    }
+    PPN_CHECK(ppn_op_rmsnorm_rows(g, s, r->xb, x, m->final_norm, m->wdt, c->dim, c->norm_eps, rows));
+    return ppn_op_gemm(g, s, r->lall, m->lm_head, m->wdt, r->xb, rows, c->vocab, c->dim, 0, 0);
+}
+
+/* One row's logits into r->lrow: the decode head's kernels on that row (so a prompt's last logits are computed as
+ * a decode step computes them). */
+static ppn_status rows_head_one(ppn_model *m, ppn_gstream *s, const ppn_rows_scratch *r, ppn_dptr xrow)
+{
+    const ppn_model_config *c = &m->cfg;
+    ppn_gpu *g = m->rt->g;
+    if (m->map->door.fuse && ppn_op_matvec_fusable(c->dim)) {
+        ppn_mv_input in = {.mode = PPN_MV_X_RMSNORM, .x = xrow, .nw = m->final_norm, .eps = c->norm_eps};
+        return ppn_op_matvec_in(g, s, r->lrow, m->lm_head, m->wdt, in, c->vocab, c->dim, 0, 0);
+    }
+    PPN_CHECK(ppn_op_rmsnorm(g, s, r->xb, xrow, m->final_norm, m->wdt, c->dim, c->norm_eps));
+    return ppn_op_matvec(g, s, r->lrow, m->lm_head, m->wdt, r->xb, c->vocab, c->dim, 0, 0);
+}
+
+ppn_status ppn_fwd_rows_head(ppn_model *m, ppn_gstream *s, ppn_rows_scratch *r, ppn_dptr x,
+                             const ppn_rowseg *sg, int nseg, int rows)
+{
+    ppn_gpu *g = m->rt->g;
+    size_t v = (size_t)m->cfg.vocab, dim = (size_t)m->cfg.dim;
+    int any_all = 0;
+    for (int i = 0; i < nseg; i++) any_all |= sg[i].out && sg[i].all_rows;
+    if (any_all) PPN_CHECK(rows_head_all(m, s, r, x, rows));
+    for (int i = 0; i < nseg; i++) {
+        const ppn_rowseg *q = &sg[i];
+        if (!q->out) continue;
+        if (q->all_rows) {
+            PPN_CHECK(g->ops->copy_dtoh(g, s, q->out, row_at(r->lall, q->r0, v), sizeof(float) * v * (size_t)q->n));
+            continue;
+        }
+        PPN_CHECK(rows_head_one(m, s, r, row_at(x, q->r0 + q->n - 1, dim)));
+        PPN_CHECK(g->ops->copy_dtoh(g, s, q->out, r->lrow, sizeof(float) * v));
+    }
+    return PPN_OK;
+}

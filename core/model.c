@@ -55,3 +55,22 @@ int ppn_layer_stage(const ppn_stage_map *map, int l)
     PPN_ASSERT(!"layer outside the fence");
     return -1;
 }
+
+ppn_status ppn_model_block_alloc(ppn_model *m, int dev, size_t n, const char *tag, ppn_dptr *out)
+{
+    ppn_pool *pool;
+    ppn_gstream *s;
+    PPN_CHECK(ppn_rt_pool(m->rt, dev, &pool));
+    PPN_CHECK(ppn_model_dev_stream(m, dev, &s));
+    return ppn_pool_alloc(pool, n, s, tag, out);
+}
+
+void ppn_model_block_free(ppn_model *m, int dev, ppn_dptr *p)
+{
+    ppn_pool *pool;
+    ppn_gstream *s;
+    if (!*p) return;
+    if (ppn_rt_pool(m->rt, dev, &pool) == PPN_OK && ppn_model_dev_stream(m, dev, &s) == PPN_OK)
+        ppn_pool_free(pool, *p, s);
+    *p = 0;
+}

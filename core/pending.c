@@ -12,7 +12,7 @@ static int pend_live(const ppn_seq *q, ppn_pend p)
 }
 
 /* Wait for a step of q and read back its logits (logits != NULL) or its device argmax (id != NULL). */
-static ppn_status pend_wait(ppn_seq *q, ppn_pend p, float *logits, int *id)
+ppn_status ppn_pend_wait(ppn_seq *q, ppn_pend p, float *logits, int *id)
 {
     ppn_model *m = q->m;
     ppn_gpu *g = m->rt->g;
@@ -42,7 +42,7 @@ ppn_status ppn_pending_wait(ppn_seq *q, ppn_step_id step, float *logits)
     if (!pend_live(q, p))
         return ppn_err(PPN_EINVAL, "ppn_pending_wait: step id %llu is not in flight on sequence %d (already waited, "
                                    "dropped by a reset, or never issued)", (unsigned long long)step, q->id);
-    return pend_wait(q, p, logits, NULL);
+    return ppn_pend_wait(q, p, logits, NULL);
 }
 
 /* Greedy decode on the device: step i > 0 is fed the argmax of step i-1 by the set_hdr kernel itself, so the
@@ -70,7 +70,7 @@ ppn_status ppn_decode_greedy(ppn_seq *q, int token, int n, int *ids)
             gl = (ppn_greedy_link){p->ring, p->step};
             issued++;
         } else {
-            ppn_status w = pend_wait(q, pend[waited % PPN_MAX_INFLIGHT], NULL, &ids[waited]);
+            ppn_status w = ppn_pend_wait(q, pend[waited % PPN_MAX_INFLIGHT], NULL, &ids[waited]);
             if (st == PPN_OK) st = w;
             waited++;
         }

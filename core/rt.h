@@ -61,6 +61,16 @@ typedef struct ppn_dev_layer {
     ppn_dptr wgu;   /* [w_gate; w_up]: gate and up come from one matvec */
 } ppn_dev_layer;
 
+/* Rows of one sequence inside a many-rows walk (a prefill chunk): rows r0 .. r0 + n - 1 of the chunk are
+ * positions pos0 .. pos0 + n - 1 of seq. out: where the logits of those rows go on the host (NULL: none); with
+ * all_rows every row's, else the last row's only (that row must be the sequence's last prompt row). */
+typedef struct ppn_rowseg {
+    struct ppn_seq *seq;
+    int pos0, r0, n;
+    float *out;
+    int all_rows;
+} ppn_rowseg;
+
 typedef struct ppn_step_cmd {
     ppn_cmd cmd;
     struct ppn_seq *seq;
@@ -70,8 +80,23 @@ typedef struct ppn_step_cmd {
     int tok_ring;                        /* >= 0: the token is the argmax of step tok_step, in tok[tok_ring] */
     uint32_t tok_step;
     int argmax;                          /* the last stage also writes argmax(logits) to tok[ring] */
+    /* a many-rows walk (rows > 0; a decode step has rows 0): segs[0 .. nseg) cover rows [0, rows); the host
+     * memory they and tok_h (the rows' token ids, uploaded by stage 0) point at outlives the walk */
+    int rows, nseg;
+    const ppn_rowseg *segs;
+    const int32_t *tok_h;
     int used;                            /* caller: handed to the thread at least once */
 } ppn_step_cmd;
+
+/* A stage's scratch for many-rows walks, on its device, for up to rows rows; every sequence's chunks share it
+ * (a stage walks one chunk at a time, in its stream's order). io = [hdr][x: rows x dim] (the boundary layout). */
+typedef struct ppn_rows_scratch {
+    int dev, rows;             /* rows: the capacity (0: nothing allocated) */
+    ppn_dptr io, xb, qkv, att, gu, act;
+    ppn_dptr tok;              /* int32 [rows]: the chunk's token ids (stage 0) */
+    ppn_dptr lrow;             /* [vocab]: one row's logits (the last stage's head) */
+    ppn_dptr lall;             /* [rows, vocab]: every row's logits, allocated on first use (all_rows) */
+} ppn_rows_scratch;
 
 /* One stage's execution home. */
 typedef struct ppn_stage_rt {
@@ -83,6 +108,7 @@ typedef struct ppn_stage_rt {
     int thr_started;
     ppn_step_cmd cmds[PPN_CMD_RING];
     _Atomic uint64_t walker_runs;        /* liveness: steps this stage's walker executed */
+    ppn_rows_scratch rs;                 /* many-rows walks on this stage (prefill chunks) */
 } ppn_stage_rt;
 
 struct ppn_model {
@@ -115,6 +141,13 @@ struct ppn_model {
     _Atomic int active_walkers;
     _Atomic uint64_t overlap_observed;   /* liveness: a walker started while another stage's walker ran */
     _Atomic uint64_t graph_captures;     /* stage bodies captured (PPN_GRAPHS=1) */
+    int max_rows;              /* rows a boundary slot holds (1 until a prefill asks for more) */
+    int rows_cap;              /* rows each stage's rows scratch holds (0 until the first prefill) */
+    _Atomic int prime_walkers;           /* prefill walkers issuing right now, on any stage */
+    _Atomic uint64_t prime_split_chunks; /* liveness: prefill chunks that walked the per-stage split */
+    _Atomic uint64_t prime_pipe_overlaps;/* liveness: a stage's prefill walker entered while another's ran */
+    _Atomic uint64_t prime_batches;      /* prefill calls that primed several sequences in one forward */
+    _Atomic uint64_t prime_batch_splits; /* chunks of those that walked the per-stage split */
     _Atomic int err;           /* first failure inside a stage thread (sticky for the model) */
     char err_msg[1024];
     int attn_split;            /* attention's position splits (ppn_op_attn_split of the primary), fixed at
@@ -180,6 +213,10 @@ void ppn_model_fail(ppn_model *m, ppn_status st);
 ppn_status ppn_model_failed(ppn_model *m);
 /* Every command handed to a stage thread has finished (the devices may still be running them). */
 ppn_status ppn_model_drain(ppn_model *m);
+/* A block of n bytes from dev's pool, allocated (or freed) on dev's model stream: for state that stages use only
+ * after a host sync (scratch, caches, slots), never on the step path. */
+ppn_status ppn_model_block_alloc(ppn_model *m, int dev, size_t n, const char *tag, ppn_dptr *out);
+void ppn_model_block_free(ppn_model *m, int dev, ppn_dptr *p); /* *p = 0 after; 0 is nothing to free */
 
 /* seq.c */
 /* Scratch on every stage's device and the logits ring on the last one's, as map places them. */
@@ -200,11 +237,22 @@ ppn_status ppn_map_build(ppn_model *m, const ppn_door *d, ppn_stage_map **out);
  * threads, each running stage_fn on its commands. On success the model owns map. */
 ppn_status ppn_map_install(ppn_model *m, ppn_stage_map *map, ppn_issue_fn stage_fn);
 void ppn_map_teardown(ppn_model *m);
+/* Room for many-rows walks of up to rows rows: boundary slots and every stage's rows scratch grown (after a
+ * quiesce) when they hold fewer. @return PPN_OK, PPN_ENOMEM (the device named), PPN_EDRIVER. */
+ppn_status ppn_map_reserve_rows(ppn_model *m, int rows);
 
 /* forward.c: the pieces of a step, enqueued on stream s. io = [hdr][x]. */
 ppn_status ppn_fwd_embed(ppn_model *m, ppn_gstream *s, ppn_stage_scratch *r, ppn_dptr io);
 ppn_status ppn_fwd_layer(ppn_seq *q, ppn_gstream *s, int dev, ppn_stage_scratch *r, ppn_dptr io, int l);
 ppn_status ppn_fwd_head(ppn_model *m, ppn_gstream *s, ppn_stage_scratch *r, ppn_dptr io, ppn_dptr logits);
+/* Many rows: x [rows, dim] (the rows io's x). embed reads r->tok; layer l walks every row, the rotary, KV store and
+ * attention per segment; head writes each segment's logits (its last row's, or every row's) to its out on the
+ * host, ordered on s (the caller syncs before reading them). */
+ppn_status ppn_fwd_rows_embed(ppn_model *m, ppn_gstream *s, const ppn_rows_scratch *r, ppn_dptr x, int rows);
+ppn_status ppn_fwd_rows_layer(ppn_model *m, ppn_gstream *s, int dev, const ppn_rows_scratch *r, ppn_dptr x,
+                              const ppn_rowseg *sg, int nseg, int rows, int l);
+ppn_status ppn_fwd_rows_head(ppn_model *m, ppn_gstream *s, ppn_rows_scratch *r, ppn_dptr x, const ppn_rowseg *sg,
+                             int nseg, int rows);
 
 /* step.c: one step through the stages */
 /* A deferred step inside ppn: its logits ring entry and global step number (ppn_step_id is its public name). */
@@ -230,6 +278,19 @@ void ppn_stage_thread_fn(void *ctx, ppn_cmd *c);
 ppn_status ppn_step_checks(ppn_seq *q, int token);
 /* Issue q's next step on a free ring entry (gl: NULL for a host-fed step); *out is set whatever the status. */
 ppn_status ppn_step_issue_deferred(ppn_seq *q, int token, const ppn_greedy_link *gl, ppn_pend *out);
+/* Issue a many-rows walk (tmpl: seq, rows, nseg, segs, tok_h) on a free ring entry of tmpl->seq, whose done event
+ * marks the walk's end; the caller found the entry free. *out is set whatever the status. The positions are the
+ * caller's to advance. */
+ppn_status ppn_step_issue_rows(const ppn_step_cmd *tmpl, ppn_pend *out);
+/* Layers [f0, f1) of c's rows over x on stream q of device dev with scratch r (embedding first, head last when
+ * asked): a stage's part of a chunk, or the whole unsplit walk. */
+ppn_status ppn_rows_body(ppn_model *m, ppn_gstream *q, int dev, ppn_rows_scratch *r, ppn_dptr x,
+                         const ppn_step_cmd *c, int f0, int f1, int embed, int head);
+
+/* pending.c */
+/* Wait for step p of q (issued and not yet waited) and read back its logits (logits != NULL) or its device argmax
+ * (id != NULL); the ring entry is free after. */
+ppn_status ppn_pend_wait(ppn_seq *q, ppn_pend p, float *logits, int *id);
 
 /* batch.c */
 /* PPN_EREFUSED naming path and alt when path would walk the whole trunk on one stream while weights live on

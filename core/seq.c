@@ -6,25 +6,6 @@
 #include "core/base/err.h"
 #include "kernels/ops.h"
 
-static ppn_status stage_alloc(ppn_model *m, int dev, size_t n, const char *tag, ppn_dptr *out)
-{
-    ppn_pool *pool;
-    ppn_gstream *s;
-    PPN_CHECK(ppn_rt_pool(m->rt, dev, &pool));
-    PPN_CHECK(ppn_model_dev_stream(m, dev, &s));
-    return ppn_pool_alloc(pool, n, s, tag, out);
-}
-
-static void stage_free(ppn_model *m, int dev, ppn_dptr *p)
-{
-    ppn_pool *pool;
-    ppn_gstream *s;
-    if (!*p) return;
-    if (ppn_rt_pool(m->rt, dev, &pool) == PPN_OK && ppn_model_dev_stream(m, dev, &s) == PPN_OK)
-        ppn_pool_free(pool, *p, s);
-    *p = 0;
-}
-
 static const size_t scratch_off[] = {
     offsetof(ppn_stage_scratch, io),  offsetof(ppn_stage_scratch, xb), offsetof(ppn_stage_scratch, att),
     offsetof(ppn_stage_scratch, qkv), offsetof(ppn_stage_scratch, gu), offsetof(ppn_stage_scratch, ulogits),
@@ -35,7 +16,7 @@ static const size_t scratch_off[] = {
 static void scratch_free(ppn_model *m, ppn_stage_scratch *r)
 {
     for (size_t i = 0; i < sizeof scratch_off / sizeof scratch_off[0] && r->dev >= 0; i++)
-        stage_free(m, r->dev, (ppn_dptr *)((char *)r + scratch_off[i]));
+        ppn_model_block_free(m, r->dev, (ppn_dptr *)((char *)r + scratch_off[i]));
     r->dev = -1;
 }
 
@@ -48,7 +29,7 @@ static ppn_status attn_scratch_alloc(ppn_model *m, ppn_stage_scratch *r, int dev
     ppn_gpu *g = m->rt->g;
     ppn_gstream *s;
     size_t n = ppn_op_attn_scratch_bytes(c->n_heads, m->attn_split, c->head_dim);
-    PPN_CHECK(stage_alloc(m, dev, n, "attn partials", &r->attp));
+    PPN_CHECK(ppn_model_block_alloc(m, dev, n, "attn partials", &r->attp));
     PPN_CHECK(ppn_model_dev_stream(m, dev, &s));
     PPN_CHECK(g->ops->memset_d8(g, s, r->attp, 0, n));
     return g->ops->stream_sync(g, s);
@@ -60,13 +41,13 @@ static ppn_status scratch_alloc(ppn_model *m, ppn_stage_scratch *r, int dev, int
     size_t f = sizeof(float), qd = f * (size_t)c->n_heads * (size_t)c->head_dim;
     size_t kvd = f * (size_t)c->n_kv_heads * (size_t)c->head_dim;
     r->dev = dev;
-    PPN_CHECK(stage_alloc(m, dev, PPN_IO_HDR_BYTES + f * (size_t)c->dim, "io (hdr + x)", &r->io));
-    PPN_CHECK(stage_alloc(m, dev, f * (size_t)c->dim, "xb", &r->xb));
-    PPN_CHECK(stage_alloc(m, dev, qd + 2 * kvd, "qkv", &r->qkv));
-    PPN_CHECK(stage_alloc(m, dev, qd, "att", &r->att));
-    PPN_CHECK(stage_alloc(m, dev, 2 * f * (size_t)c->ffn_dim, "gate|up", &r->gu));
-    if (first) PPN_CHECK(stage_alloc(m, dev, f * (size_t)c->vocab, "unsplit logits", &r->ulogits));
-    if (first) PPN_CHECK(stage_alloc(m, dev, sizeof(int32_t), "greedy token in", &r->tokin));
+    PPN_CHECK(ppn_model_block_alloc(m, dev, PPN_IO_HDR_BYTES + f * (size_t)c->dim, "io (hdr + x)", &r->io));
+    PPN_CHECK(ppn_model_block_alloc(m, dev, f * (size_t)c->dim, "xb", &r->xb));
+    PPN_CHECK(ppn_model_block_alloc(m, dev, qd + 2 * kvd, "qkv", &r->qkv));
+    PPN_CHECK(ppn_model_block_alloc(m, dev, qd, "att", &r->att));
+    PPN_CHECK(ppn_model_block_alloc(m, dev, 2 * f * (size_t)c->ffn_dim, "gate|up", &r->gu));
+    if (first) PPN_CHECK(ppn_model_block_alloc(m, dev, f * (size_t)c->vocab, "unsplit logits", &r->ulogits));
+    if (first) PPN_CHECK(ppn_model_block_alloc(m, dev, sizeof(int32_t), "greedy token in", &r->tokin));
     return attn_scratch_alloc(m, r, dev);
 }
 
@@ -75,13 +56,13 @@ static void ring_free(ppn_seq *q)
     ppn_model *m = q->m;
     ppn_gpu *g = m->rt->g;
     for (int i = 0; i < PPN_MAX_INFLIGHT; i++) {
-        if (q->ring_dev >= 0) stage_free(m, q->ring_dev, &q->logits[i]);
+        if (q->ring_dev >= 0) ppn_model_block_free(m, q->ring_dev, &q->logits[i]);
         if (q->done_ev[i]) g->ops->event_destroy(g, q->done_ev[i]);
         if (q->rb_ev[i]) g->ops->event_destroy(g, q->rb_ev[i]);
         q->done_ev[i] = q->rb_ev[i] = NULL;
     }
-    for (int i = 0; i < PPN_MAX_INFLIGHT && q->ring_dev >= 0; i++) stage_free(m, q->ring_dev, &q->tok[i]);
-    if (q->ring_dev >= 0) stage_free(m, q->ring_dev, &q->amx);
+    for (int i = 0; i < PPN_MAX_INFLIGHT && q->ring_dev >= 0; i++) ppn_model_block_free(m, q->ring_dev, &q->tok[i]);
+    if (q->ring_dev >= 0) ppn_model_block_free(m, q->ring_dev, &q->amx);
     q->ring_dev = -1;
 }
 
@@ -93,8 +74,8 @@ static ppn_status tok_alloc(ppn_seq *q, int dev)
     ppn_gpu *g = m->rt->g;
     ppn_gstream *s;
     size_t n = ppn_op_argmax_scratch_bytes();
-    for (int i = 0; i < PPN_MAX_INFLIGHT; i++) PPN_CHECK(stage_alloc(m, dev, sizeof(int32_t), "greedy token", &q->tok[i]));
-    PPN_CHECK(stage_alloc(m, dev, n, "argmax scratch", &q->amx));
+    for (int i = 0; i < PPN_MAX_INFLIGHT; i++) PPN_CHECK(ppn_model_block_alloc(m, dev, sizeof(int32_t), "greedy token", &q->tok[i]));
+    PPN_CHECK(ppn_model_block_alloc(m, dev, n, "argmax scratch", &q->amx));
     PPN_CHECK(ppn_model_dev_stream(m, dev, &s));
     PPN_CHECK(g->ops->memset_d8(g, s, q->amx, 0, n));
     if (!q->tok_h) PPN_CHECK(ppn_pinned_alloc(m->rt->pinned, sizeof(int32_t) * PPN_MAX_INFLIGHT, (void **)&q->tok_h));
@@ -107,7 +88,7 @@ static ppn_status ring_alloc(ppn_seq *q, int dev)
     ppn_gpu *g = m->rt->g;
     q->ring_dev = dev;
     for (int i = 0; i < PPN_MAX_INFLIGHT; i++) {
-        PPN_CHECK(stage_alloc(m, dev, sizeof(float) * (size_t)m->cfg.vocab, "logits", &q->logits[i]));
+        PPN_CHECK(ppn_model_block_alloc(m, dev, sizeof(float) * (size_t)m->cfg.vocab, "logits", &q->logits[i]));
         PPN_CHECK(g->ops->event_create(g, dev, 0, &q->done_ev[i]));
         PPN_CHECK(g->ops->event_create(g, dev, 0, &q->rb_ev[i]));
         if (!q->logits_h[i])
@@ -141,8 +122,8 @@ static void seq_release(ppn_seq *q)
     ppn_model *m = q->m;
     ppn_seq_drop_graphs(q);
     for (int l = 0; l < m->cfg.n_layers && q->kc; l++) {
-        stage_free(m, q->kv_dev[l], &q->kc[l]);
-        stage_free(m, q->kv_dev[l], &q->vc[l]);
+        ppn_model_block_free(m, q->kv_dev[l], &q->kc[l]);
+        ppn_model_block_free(m, q->kv_dev[l], &q->vc[l]);
     }
     for (int s = 0; s < PPN_MAX_STAGES; s++) scratch_free(m, &q->scr[s]);
     ring_free(q);
@@ -176,8 +157,8 @@ ppn_status ppn_seq_create(ppn_model *m, ppn_seq **out)
     size_t kv = ppn_op_kv_cache_bytes(c->n_kv_heads, c->head_dim, m->ctx, m->kvdt);
     for (int l = 0; l < c->n_layers; l++) { /* the owning stage's pool, on its device */
         q->kv_dev[l] = map->dev[ppn_layer_stage(map, l)];
-        PPN_CHECK_GOTO(stage_alloc(m, q->kv_dev[l], kv, "k cache", &q->kc[l]), st, fail);
-        PPN_CHECK_GOTO(stage_alloc(m, q->kv_dev[l], kv, "v cache", &q->vc[l]), st, fail);
+        PPN_CHECK_GOTO(ppn_model_block_alloc(m, q->kv_dev[l], kv, "k cache", &q->kc[l]), st, fail);
+        PPN_CHECK_GOTO(ppn_model_block_alloc(m, q->kv_dev[l], kv, "v cache", &q->vc[l]), st, fail);
     }
     PPN_CHECK_GOTO(ppn_seq_fit_map(q, map), st, fail);
     PPN_CHECK_GOTO(ppn_model_drain(m), st, fail);

@@ -7,6 +7,7 @@
  * read the map with rcu_dereference and check it is the one their command was issued under. A published map
  * is never written again.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -202,8 +203,55 @@ static ppn_status boundaries_init(ppn_model *m, const ppn_stage_map *map)
         PPN_CHECK(ppn_rt_pool(m->rt, map->dev[b], &pool));
         PPN_CHECK(ppn_model_dev_stream(m, map->dev[b], &ds));
         PPN_CHECK(ppn_boundary_init(&m->bnd[b], m->rt->g, pool, ds, map->dev[b + 1], map->xport[b], m->cfg.dim,
-                                    m->rt->pinned));
+                                    m->max_rows, m->rt->pinned));
         m->n_bnd = b + 1;
+    }
+    return PPN_OK;
+}
+
+/* Many-rows scratch --------------------------------------------------------------------------------------- */
+
+static const size_t rows_off[] = {
+    offsetof(ppn_rows_scratch, io),  offsetof(ppn_rows_scratch, xb),  offsetof(ppn_rows_scratch, qkv),
+    offsetof(ppn_rows_scratch, att), offsetof(ppn_rows_scratch, gu),  offsetof(ppn_rows_scratch, act),
+    offsetof(ppn_rows_scratch, tok), offsetof(ppn_rows_scratch, lrow), offsetof(ppn_rows_scratch, lall),
+};
+
+static void rows_scratch_free(ppn_model *m, ppn_rows_scratch *r)
+{
+    for (size_t i = 0; i < PPN_ARRAY_LEN(rows_off) && r->rows; i++)
+        ppn_model_block_free(m, r->dev, (ppn_dptr *)((char *)r + rows_off[i]));
+    r->rows = 0;
+    r->dev = -1;
+}
+
+/* Scratch for chunks of up to rows rows on dev: the layer's activations, the chunk's tokens, one logits row
+ * (lall, every row's logits, is allocated by the first walk that asks for them). */
+static ppn_status rows_scratch_alloc(ppn_model *m, ppn_rows_scratch *r, int dev, int rows)
+{
+    const ppn_model_config *c = &m->cfg;
+    size_t f = sizeof(float) * (size_t)rows, hd = (size_t)c->head_dim;
+    r->dev = dev;
+    r->rows = rows;
+    PPN_CHECK(ppn_model_block_alloc(m, dev, PPN_IO_HDR_BYTES + f * (size_t)c->dim, "rows io (hdr + x)", &r->io));
+    PPN_CHECK(ppn_model_block_alloc(m, dev, f * (size_t)c->dim, "rows xb", &r->xb));
+    PPN_CHECK(ppn_model_block_alloc(m, dev, f * (size_t)(c->n_heads + 2 * c->n_kv_heads) * hd, "rows qkv", &r->qkv));
+    PPN_CHECK(ppn_model_block_alloc(m, dev, f * (size_t)c->n_heads * hd, "rows att", &r->att));
+    PPN_CHECK(ppn_model_block_alloc(m, dev, 2 * f * (size_t)c->ffn_dim, "rows gate|up", &r->gu));
+    PPN_CHECK(ppn_model_block_alloc(m, dev, f * (size_t)c->ffn_dim, "rows act", &r->act));
+    PPN_CHECK(ppn_model_block_alloc(m, dev, sizeof(int32_t) * (size_t)rows, "rows tokens", &r->tok));
+    return ppn_model_block_alloc(m, dev, sizeof(float) * (size_t)c->vocab, "rows logits row", &r->lrow);
+}
+
+/* Every stage of map holds rows scratch for m->rows_cap rows on its device (none before the first prefill). */
+static ppn_status rows_scratch_fit(ppn_model *m, const ppn_stage_map *map)
+{
+    for (int s = 0; s < PPN_MAX_STAGES; s++) {
+        ppn_rows_scratch *r = &m->stages[s].rs;
+        int want = s < map->n_stages && m->rows_cap > 0 ? map->dev[s] : -1;
+        if (r->rows && r->dev == want && r->rows >= m->rows_cap) continue;
+        rows_scratch_free(m, r);
+        if (want >= 0) PPN_CHECK(rows_scratch_alloc(m, r, want, m->rows_cap));
     }
     return PPN_OK;
 }
@@ -262,6 +310,7 @@ ppn_status ppn_map_install(ppn_model *m, ppn_stage_map *map, ppn_issue_fn stage_
     boundaries_fini(m); /* before any stream goes away */
     PPN_CHECK(stage_streams(m, map));
     PPN_CHECK(boundaries_init(m, map));
+    PPN_CHECK(rows_scratch_fit(m, map));
     for (ppn_seq *q = m->seqs; q; q = q->next) PPN_CHECK(ppn_seq_fit_map(q, map));
     rcu_assign_pointer(m->map, map); /* fully built before it is visible */
     PPN_CHECK(stage_threads(m, map, stage_fn));
@@ -282,6 +331,7 @@ void ppn_map_teardown(ppn_model *m)
         sr->thr_started = 0;
     }
     boundaries_fini(m);
+    for (int s = 0; s < PPN_MAX_STAGES; s++) rows_scratch_free(m, &m->stages[s].rs);
     for (int s = 0; s < PPN_MAX_STAGES; s++) {
         stream_drop(m, &m->stages[s].stream, m->stages[s].dev);
         m->stages[s].dev = -1;
@@ -292,6 +342,24 @@ void ppn_map_teardown(ppn_model *m)
     rcu_assign_pointer(m->map, NULL);
     urcu_qsbr_synchronize_rcu();
     ppn_hfree(old);
+}
+
+ppn_status ppn_map_reserve_rows(ppn_model *m, int rows)
+{
+    const ppn_stage_map *map = m->map;
+    if (rows <= m->max_rows && rows <= m->rows_cap) return PPN_OK;
+    PPN_CHECK(quiesce(m)); /* no step may use the slots or the scratch while they move */
+    if (rows > m->max_rows) {
+        boundaries_fini(m);
+        m->max_rows = rows;
+        PPN_CHECK(boundaries_init(m, map));
+    }
+    if (rows > m->rows_cap) m->rows_cap = rows;
+    PPN_CHECK(rows_scratch_fit(m, map));
+    ppn_gpu *g = m->rt->g;
+    for (int d = 0; d < PPN_MAX_DEVICES; d++) /* allocations are ordered on the device streams: finish them */
+        if (m->dev_stream[d]) PPN_CHECK(g->ops->stream_sync(g, m->dev_stream[d]));
+    return PPN_OK;
 }
 
 /* pp_multi_stream_same_device: the seed refused the pipelined arm here after a race it never root-caused.

@@ -40,6 +40,10 @@ void ppn_model_get_stats(const ppn_model *m, ppn_stats *o)
     o->host_staged = m->rt->g->n_host_staged;
     o->graph_captures = atomic_load_explicit(&m->graph_captures, memory_order_relaxed);
     o->graph_launches = __atomic_load_n(&m->rt->g->n_graph_launches, __ATOMIC_RELAXED);
+    o->prime_split_chunks = atomic_load_explicit(&m->prime_split_chunks, memory_order_relaxed);
+    o->prime_pipe_overlaps = atomic_load_explicit(&m->prime_pipe_overlaps, memory_order_relaxed);
+    o->prime_batches = atomic_load_explicit(&m->prime_batches, memory_order_relaxed);
+    o->prime_batch_splits = atomic_load_explicit(&m->prime_batch_splits, memory_order_relaxed);
     for (int d = 0; d < PPN_MAX_DEVICES; d++) {
         if (!m->rt->pool[d]) continue;
         ppn_pool_stats ps;

@@ -151,23 +151,71 @@ static ppn_status step_header(ppn_model *m, const ppn_stage_map *map, ppn_gstrea
     return ppn_op_set_hdr_dev(g, q, io, c->pos, tok, seq->id, (int)c->step);
 }
 
+/* Many rows ----------------------------------------------------------------------------------------------- */
+
+/* Layers [f0, f1) of a many-rows walk over x (rows of r's capacity), with the embedding first and the head last
+ * when asked: what one stage does with a prefill chunk, and what the unsplit walk does with all the layers. */
+ppn_status ppn_rows_body(ppn_model *m, ppn_gstream *q, int dev, ppn_rows_scratch *r, ppn_dptr x,
+                         const ppn_step_cmd *c, int f0, int f1, int embed, int head)
+{
+    if (embed) PPN_CHECK(ppn_fwd_rows_embed(m, q, r, x, c->rows));
+    for (int l = f0; l < f1; l++) PPN_CHECK(ppn_fwd_rows_layer(m, q, dev, r, x, c->segs, c->nseg, c->rows, l));
+    if (head) PPN_CHECK(ppn_fwd_rows_head(m, q, r, x, c->segs, c->nseg, c->rows));
+    return PPN_OK;
+}
+
+/* A chunk holds rows of more than one sequence (a cross-request prime batch). */
+static int rows_batched(const ppn_step_cmd *c)
+{
+    for (int i = 1; i < c->nseg; i++)
+        if (c->segs[i].seq != c->segs[0].seq) return 1;
+    return 0;
+}
+
+/* Stage s's walk of a chunk; the prime liveness counters: a walker entered while another stage's ran
+ * (PRIME_PIPE_OVERLAPS), and on the last stage of a split, one chunk that walked the per-stage split
+ * (PRIME_SPLIT_CHUNKS; STEP35_PRIME_BATCH_SPLITS when it held several sequences' rows). */
+static ppn_status rows_walk(ppn_model *m, const ppn_stage_map *map, int s, ppn_gstream *q, const ppn_step_cmd *c,
+                            ppn_dptr io)
+{
+    ppn_stage_rt *sr = &m->stages[s];
+    atomic_fetch_add_explicit(&sr->walker_runs, 1, memory_order_relaxed);
+    if (atomic_fetch_add_explicit(&m->prime_walkers, 1, memory_order_relaxed) > 0)
+        atomic_fetch_add_explicit(&m->prime_pipe_overlaps, 1, memory_order_relaxed);
+    int last = s == map->n_stages - 1;
+    ppn_status st = ppn_rows_body(m, q, map->dev[s], &sr->rs, io + PPN_IO_HDR_BYTES, c, map->fence[s],
+                                  map->fence[s + 1], s == 0, last);
+    atomic_fetch_sub_explicit(&m->prime_walkers, 1, memory_order_relaxed);
+    if (st == PPN_OK && last && map->n_stages > 1) {
+        atomic_fetch_add_explicit(&m->prime_split_chunks, 1, memory_order_relaxed);
+        if (rows_batched(c)) atomic_fetch_add_explicit(&m->prime_batch_splits, 1, memory_order_relaxed);
+    }
+    return st;
+}
+
+/* Stage 0 of a chunk: its token ids into the stage's rows scratch (pinned host memory that outlives the walk). */
+static ppn_status rows_tokens(ppn_model *m, ppn_gstream *q, const ppn_step_cmd *c)
+{
+    ppn_gpu *g = m->rt->g;
+    return g->ops->copy_htod(g, q, m->stages[0].rs.tok, c->tok_h, sizeof(int32_t) * (size_t)c->rows);
+}
+
 static ppn_status stage_issue(ppn_model *m, const ppn_stage_map *map, int s, const ppn_step_cmd *c, step_posts *p)
 {
     ppn_gpu *g = m->rt->g;
     ppn_gstream *q = m->stages[s].stream;
     ppn_seq *seq = c->seq;
-    ppn_stage_scratch *r = &seq->scr[s];
-    int n = map->n_stages, spin = map->door.spin;
-    ppn_dptr io = r->io;
+    int n = map->n_stages, spin = map->door.spin, rows = c->rows ? c->rows : 1;
+    ppn_dptr local = c->rows ? m->stages[s].rs.io : seq->scr[s].io, io = local;
     if (s == 0) {
-        PPN_CHECK(step_header(m, map, q, c, io, n == 1));
+        PPN_CHECK(c->rows ? rows_tokens(m, q, c) : step_header(m, map, q, c, io, n == 1));
     } else {
-        PPN_CHECK(ppn_boundary_recv(&m->bnd[s - 1], g, q, c->slot, c->step, r->io, &io, spin));
+        PPN_CHECK(ppn_boundary_recv(&m->bnd[s - 1], g, q, c->slot, c->step, local, &io, rows, spin));
         p->released = !ppn_boundary_in_place(&m->bnd[s - 1]);
     }
-    PPN_CHECK(stage_walk(m, map, s, q, seq, io, out_of(map, s, c)));
+    PPN_CHECK(c->rows ? rows_walk(m, map, s, q, c, io) : stage_walk(m, map, s, q, seq, io, out_of(map, s, c)));
     if (s + 1 < n) {
-        PPN_CHECK(ppn_boundary_send(&m->bnd[s], g, q, c->slot, c->step, io, spin));
+        PPN_CHECK(ppn_boundary_send(&m->bnd[s], g, q, c->slot, c->step, io, rows, spin));
         p->sent = 1;
     }
     if (s == n - 1) PPN_CHECK(stage_finish(m, q, seq, c, p));
@@ -221,10 +269,10 @@ static ppn_status one_stream_issue(ppn_model *m, const ppn_stage_map *map, const
     for (int s = 0; s < n; s++) {
         ppn_dptr io = seq->scr[s].io;
         if (s == 0) PPN_CHECK(step_header(m, map, q, c, io, 1));
-        else PPN_CHECK(ppn_boundary_get_plain(&m->bnd[s - 1], g, q, io));
+        else PPN_CHECK(ppn_boundary_get_plain(&m->bnd[s - 1], g, q, io, 1));
         /* every stage is on stage 0's device here */
         PPN_CHECK(stage_walk(m, map, s, q, seq, io, out_of(map, s, c)));
-        if (s + 1 < n) PPN_CHECK(ppn_boundary_put_plain(&m->bnd[s], g, q, io));
+        if (s + 1 < n) PPN_CHECK(ppn_boundary_put_plain(&m->bnd[s], g, q, io, 1));
     }
     return stage_finish(m, q, seq, c, p);
 }
@@ -259,24 +307,34 @@ static void post_to_threads(ppn_model *m, const ppn_step_cmd *tmpl)
     }
 }
 
-static ppn_status issue_step(ppn_seq *q, int token, int ring, const ppn_greedy_link *gl, uint32_t *step_out)
+/* Issue c (its sequence, ring entry and own fields set) as the next step under the published map: to the stage
+ * threads, or on the caller's thread. A many-rows walk alternates the boundary slots always, so stage 0 may run
+ * a chunk ahead of stage 1 (the prime pipeline); a decode step alternates them with MEMRA_PP_OVERLAP=1. */
+static ppn_status issue_cmd(ppn_model *m, ppn_step_cmd *c)
 {
-    ppn_model *m = q->m;
     const ppn_stage_map *map = m->map;
-    ppn_step_cmd c = {.seq = q, .map = map, .step = m->next_step++, .pos = q->pos, .token = token, .ring = ring,
-                      .tok_ring = gl ? gl->tok_ring : -1, .tok_step = gl ? gl->tok_step : 0, .argmax = gl != NULL};
-    c.slot = map->door.overlap ? (int)(c.step & 1) : 0;
-    *step_out = c.step;
-    q->ring_step[ring] = c.step + 1;
+    c->map = map;
+    c->step = m->next_step++;
+    c->slot = map->door.overlap || c->rows ? (int)(c->step & 1) : 0;
+    c->seq->ring_step[c->ring] = c->step + 1;
     step_posts p = {0};
     ppn_status st = PPN_OK;
-    if (map->n_stages > 1 && map->door.streams) post_to_threads(m, &c);
-    else if (map->n_stages > 1) st = one_stream_issue(m, map, &c, &p);
-    else st = stage_issue(m, map, 0, &c, &p);
+    if (map->n_stages > 1 && map->door.streams) post_to_threads(m, c);
+    else if (map->n_stages > 1) st = one_stream_issue(m, map, c, &p);
+    else st = stage_issue(m, map, 0, c, &p);
     if (st != PPN_OK) {
         ppn_model_fail(m, st);
-        if (!p.done) ppn_gen_post(&q->done_gen[ring], c.step + 1);
+        if (!p.done) ppn_gen_post(&c->seq->done_gen[c->ring], c->step + 1);
     }
+    return st;
+}
+
+static ppn_status issue_step(ppn_seq *q, int token, int ring, const ppn_greedy_link *gl, uint32_t *step_out)
+{
+    ppn_step_cmd c = {.seq = q, .pos = q->pos, .token = token, .ring = ring, .tok_ring = gl ? gl->tok_ring : -1,
+                      .tok_step = gl ? gl->tok_step : 0, .argmax = gl != NULL};
+    ppn_status st = issue_cmd(q->m, &c);
+    *step_out = c.step;
     return st;
 }
 
@@ -300,6 +358,17 @@ ppn_status ppn_step_issue_deferred(ppn_seq *q, int token, const ppn_greedy_link 
     q->issued++;
     q->pos++;
     *out = (ppn_pend){.ring = ring, .step = step};
+    return st;
+}
+
+ppn_status ppn_step_issue_rows(const ppn_step_cmd *tmpl, ppn_pend *out)
+{
+    ppn_seq *q = tmpl->seq;
+    ppn_step_cmd c = *tmpl;
+    c.ring = ring_free_entry(q);
+    ppn_status st = issue_cmd(q->m, &c);
+    q->issued++;
+    *out = (ppn_pend){.ring = c.ring, .step = c.step};
     return st;
 }
 

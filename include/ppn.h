@@ -225,6 +225,42 @@ ppn_status ppn_pending_wait(ppn_seq *s, ppn_step_id step, float *logits);
  *         positions left: nothing is issued then), a stage's failure (sticky), PPN_EDRIVER. */
 ppn_status ppn_decode_greedy(ppn_seq *s, int token, int n, int *ids);
 
+/* ---------------------------------------------------------------------------------------------------------
+ * Prompts, many rows at a time (prefill).
+ * --------------------------------------------------------------------------------------------------------- */
+
+#define PPN_PREFILL_CHUNK 512      /* rows per chunk when the options say 0 */
+#define PPN_PREFILL_MAX_CHUNK 8192
+
+typedef struct ppn_prefill_opts {
+    int chunk;      /* rows per chunk, 1 .. PPN_PREFILL_MAX_CHUNK; 0: PPN_PREFILL_CHUNK */
+    int all_logits; /* 1: every prompt row's logits; 0: each prompt's last row's only */
+} ppn_prefill_opts;
+
+/* chunk 0, last rows only. */
+ppn_prefill_opts ppn_prefill_opts_default(void);
+
+/* Feed n prompt ids to s at its next positions, in chunks of up to o->chunk rows (o NULL: the defaults): each
+ * chunk is one walk through the layers (every weight read once for all its rows), its K/V written on each
+ * owning stage. With the door open the chunks walk the stage split (MEMRA_PRIME_PP=1, the default) with up to
+ * PPN_MAX_INFLIGHT chunks in flight so the stages work at once (MEMRA_PRIME_PIPE=1, the default); MEMRA_PRIME_PP=0
+ * walks every layer on stage 0's stream. Afterwards the sequence continues with ppn_decode_* at position +n.
+ * logits: NULL, vocab floats (the last row's), or n * vocab floats with o->all_logits (row t = the logits after
+ * ids[0..t]).
+ * @return PPN_OK, PPN_EINVAL (NULL seq or ids, n < 1, an id outside the vocabulary, chunk out of range),
+ *         PPN_ESTATE (deferred steps in flight on s, or n positions past its context: named, nothing fed),
+ *         PPN_EUNSUPPORTED (MEMRA_PRIME_PP=0 over devices without peer access), PPN_ENOMEM (growing the chunk
+ *         room failed: the model is refused afterwards), the model's sticky failure, PPN_EDRIVER, the sim
+ *         checker's statuses. A failure after rows were issued is sticky for the model. */
+ppn_status ppn_prefill(ppn_seq *s, const int *ids, int n, const ppn_prefill_opts *o, float *logits);
+/* Several sequences' prompts (count, of one model) primed together: chunks hold rows of different sequences, each
+ * attending only to its own cache, so every weight is read once per chunk for all of them. ids[i] holds n[i]
+ * ids for seqs[i] (distinct sequences). logits: NULL, count * vocab floats (each prompt's last row, in order),
+ * or (n[0] + .. + n[count-1]) * vocab floats with o->all_logits (the prompts' rows in order).
+ * @return as ppn_prefill, naming the prompt (also PPN_EINVAL for a sequence given twice or of another model). */
+ppn_status ppn_prefill_batch(ppn_seq *const *seqs, const int *const *ids, const int *n, int count,
+                             const ppn_prefill_opts *o, float *logits);
+
 /* Decode one token for each of n sequences of one model with a whole-trunk walk per sequence on stage 0's stream
  * (this path has no stage split yet). logits: n * vocab floats.
  * @return PPN_OK, PPN_EINVAL (NULL, n <= 0, a token, sequences of different models), PPN_ESTATE (a sequence
@@ -247,6 +283,10 @@ typedef struct ppn_stats {
     size_t pool_in_use, pool_peak, pool_reserved; /* summed over devices */
     uint64_t graph_captures;                   /* stage bodies captured into graphs (PPN_GRAPHS=1) */
     uint64_t graph_launches;                   /* graph replays (backend counter) */
+    uint64_t prime_split_chunks;               /* prefill chunks that walked the per-stage split */
+    uint64_t prime_pipe_overlaps;              /* a stage's prefill walker entered while another stage's ran */
+    uint64_t prime_batches;                    /* prefill calls that primed several sequences together */
+    uint64_t prime_batch_splits;               /* chunks of those (several sequences' rows) that walked the split */
 } ppn_stats;
 /* A snapshot of the counters (relaxed reads: exact between steps). Never fails. */
 void ppn_model_get_stats(const ppn_model *m, ppn_stats *out);

@@ -8,6 +8,12 @@
  *   pipelined  the same maps driven through the deferred readback (up to 4 steps in flight) with the boundary
  *              slots alternating: bit-identical per step to eager, and the overlap counter advanced
  *   soak       --runs K runs, each with its own seed (prompt) and map, pipelined vs eager
+ *   prime      the prompt primed --chunk rows at a time (ppn_prefill, every row's logits): for every N and
+ *              placement, the split walk (serial and pipelined) and the unsplit walk (MEMRA_PRIME_PP=0) are
+ *              bit-identical to the door-shut prime; red unless PRIME_SPLIT_CHUNKS advanced by the chunks of
+ *              each split run and PRIME_PIPE_OVERLAPS advanced over the pipelined runs; then several prompts
+ *              primed together (ppn_prefill_batch) are bit-identical to each primed alone, and red unless
+ *              STEP35_PRIME_BATCHES and STEP35_PRIME_BATCH_SPLITS advanced
  * A table on stdout; exit status 1 on any mismatch or on a liveness counter that did not advance.
  * Maps that keep every weight on the primary are published in-process against one loaded model (the seed's
  * in-process A/B); placements over several devices load the model again with that door.
@@ -20,7 +26,7 @@
 
 typedef struct gate_args {
     const char *model, *backend;
-    int dtype, steps, prompt, runs, max_stages, split, pipelined, soak;
+    int dtype, steps, prompt, runs, max_stages, chunk, split, pipelined, soak, prime;
 } gate_args;
 
 typedef struct gate {
@@ -34,6 +40,7 @@ typedef struct gate {
 typedef struct config {
     int n, devs[PPN_MAX_STAGES], spread; /* spread 0: all on primary */
     int overlap, streams, shard, graphs;
+    int prime_pp, prime_pipe;   /* the prime arm's seams (MEMRA_PRIME_PP, MEMRA_PRIME_PIPE) */
     const char *placement;
 } config;
 
@@ -79,6 +86,8 @@ static void door_of(const config *c, ppn_door *d)
     d->streams = c->streams;
     d->shard = c->shard;
     d->graphs = c->graphs;
+    d->prime_pp = c->prime_pp;
+    d->prime_pipe = c->prime_pipe;
     if (c->spread) {
         d->n_devices = c->n;
         memcpy(d->devices, c->devs, sizeof(int) * (size_t)c->n);
@@ -112,11 +121,14 @@ static void row_print(const char *arm, const config *c, const char *result, cons
     fflush(stdout);
 }
 
-/* An unsharded map over devices that cannot reach the primary's weights cannot exist (the runtime refuses it). */
+/* An unsharded map over devices that cannot reach the primary's weights cannot exist, nor can the unsplit prime
+ * walk on stage 0's device reach the other stages' memory without peer access (the runtime refuses both). */
 static int config_possible(const gate *G, const config *c)
 {
     for (int s = 0; !c->shard && c->spread && s < c->n; s++)
         if (!ppn_rt_peer_possible(G->rt, c->devs[s], 0)) return 0;
+    for (int s = 1; !c->prime_pp && c->spread && s < c->n; s++)
+        if (!ppn_rt_peer_possible(G->rt, c->devs[0], c->devs[s])) return 0;
     return 1;
 }
 
@@ -183,6 +195,7 @@ static int placements(const gate *G, int n, config *out)
 
 static void seams(config *c, int i)
 {
+    c->prime_pp = c->prime_pipe = 1;
     c->streams = 1;
     c->shard = 1;
     c->overlap = 0;
@@ -256,9 +269,162 @@ static void arm_soak(gate *G, int *ids, float *ref)
     }
 }
 
+/* The prime arm ----------------------------------------------------------------------------------------- */
+
+/* count prompts cut from ids[0..G->rows) primed on fresh sequences of m, every row's logits into rows (in row
+ * order): together (ppn_prefill_batch) or one after another. */
+static ppn_status prime_rows(gate *G, ppn_model *m, const int *ids, int count, int together, float *rows)
+{
+    ppn_seq *q[4] = {0};
+    const int *p[4];
+    int n[4], at = 0;
+    ppn_prefill_opts o = {.chunk = G->a.chunk, .all_logits = 1};
+    ppn_status st = PPN_OK;
+    for (int i = 0; i < count; i++) {
+        n[i] = G->rows / count + (i < G->rows % count);
+        p[i] = ids + at;
+        at += n[i];
+        if (st == PPN_OK) st = ppn_seq_create(m, &q[i]);
+    }
+    if (st == PPN_OK && together) st = ppn_prefill_batch(q, p, n, count, &o, rows);
+    for (int i = 0, r = 0; st == PPN_OK && !together && i < count; r += n[i], i++)
+        st = ppn_prefill(q[i], p[i], n[i], &o, rows + (size_t)r * (size_t)G->mi.vocab);
+    for (int i = 0; i < count; i++) ppn_seq_destroy(q[i]);
+    return st;
+}
+
+static const char *prime_seam(const config *c)
+{
+    return !c->prime_pp ? "unsplit walk" : c->prime_pipe ? "split, pipelined" : "split, serial";
+}
+
+/* c's prime against ref: bits, and the split-chunk counter for a split walk. Returns 1 on pass. */
+static int run_prime(gate *G, const config *c, const int *ids, const float *ref, uint64_t *overlaps)
+{
+    if (!config_possible(G, c)) { /* reported, neither passed nor failed */
+        printf("%-10s %3d  %-28s %-22s %-5s %s\n", "prime", c->n, c->placement, prime_seam(c), "n/a",
+               "no peer access from stage 0's device: the unsplit walk is refused by design");
+        return 1;
+    }
+    int chunks = (G->rows + G->a.chunk - 1) / G->a.chunk, owned = 0, ok = 1;
+    size_t v = (size_t)G->mi.vocab;
+    char detail[512] = "";
+    float *rows = malloc(sizeof(float) * v * (size_t)G->rows);
+    ppn_model *m = NULL;
+    ppn_stats before, after;
+    ppn_status st = rows ? model_for(G, c, &m, &owned) : PPN_ENOMEM;
+    if (st == PPN_OK) {
+        ppn_model_get_stats(m, &before);
+        st = prime_rows(G, m, ids, 1, 0, rows);
+        ppn_model_get_stats(m, &after);
+    }
+    if (st != PPN_OK) {
+        ok = 0;
+        snprintf(detail, sizeof detail, "%s: %s", ppn_status_name(st), ppn_last_error());
+    }
+    for (int t = 0; ok && t < G->rows; t++)
+        if (memcmp(rows + (size_t)t * v, ref + (size_t)t * v, sizeof(float) * v)) {
+            ok = 0;
+            snprintf(detail, sizeof detail, "logits of prompt row %d differ from the door-shut prime", t);
+        }
+    uint64_t split = ok ? after.prime_split_chunks - before.prime_split_chunks : 0;
+    if (ok && c->prime_pp && split < (uint64_t)chunks) {
+        ok = 0;
+        snprintf(detail, sizeof detail, "liveness: PRIME_SPLIT_CHUNKS advanced by %llu for %d chunks",
+                 (unsigned long long)split, chunks);
+    }
+    if (ok && !c->prime_pp && split) {
+        ok = 0;
+        snprintf(detail, sizeof detail, "the unsplit walk counted %llu split chunks", (unsigned long long)split);
+    }
+    if (ok && c->prime_pipe && c->prime_pp) *overlaps += after.prime_pipe_overlaps - before.prime_pipe_overlaps;
+    if (ok) snprintf(detail, sizeof detail, "%d rows in %d chunks bit-identical", G->rows, chunks);
+    printf("%-10s %3d  %-28s %-22s %-5s %s\n", "prime", c->n, c->placement, prime_seam(c), ok ? "PASS" : "FAIL",
+           detail);
+    G->fails += !ok;
+    if (owned) ppn_model_free(m);
+    free(rows);
+    return ok;
+}
+
+/* Three prompts primed together against each primed alone, on c's map; the batch counters must advance. */
+static void run_prime_batch(gate *G, const config *c, const int *ids)
+{
+    size_t bytes = sizeof(float) * (size_t)G->mi.vocab * (size_t)G->rows;
+    float *one = malloc(bytes), *all = malloc(bytes);
+    ppn_model *m = NULL;
+    int owned = 0, ok = 1;
+    char detail[512] = "";
+    ppn_stats before, after;
+    ppn_status st = one && all ? model_for(G, c, &m, &owned) : PPN_ENOMEM;
+    if (st == PPN_OK) st = prime_rows(G, m, ids, 3, 0, one);
+    if (st == PPN_OK) {
+        ppn_model_get_stats(m, &before);
+        st = prime_rows(G, m, ids, 3, 1, all);
+        ppn_model_get_stats(m, &after);
+    }
+    if (st != PPN_OK) ok = 0, snprintf(detail, sizeof detail, "%s: %s", ppn_status_name(st), ppn_last_error());
+    if (ok && memcmp(one, all, bytes)) ok = 0, snprintf(detail, sizeof detail, "batched rows differ from one by one");
+    if (ok && after.prime_batches == before.prime_batches)
+        ok = 0, snprintf(detail, sizeof detail, "liveness: STEP35_PRIME_BATCHES did not advance");
+    if (ok && c->n > 1 && after.prime_batch_splits == before.prime_batch_splits)
+        ok = 0, snprintf(detail, sizeof detail, "liveness: STEP35_PRIME_BATCH_SPLITS did not advance");
+    if (ok)
+        snprintf(detail, sizeof detail, "3 prompts together = one by one; batch chunks split %llu",
+                 (unsigned long long)(after.prime_batch_splits - before.prime_batch_splits));
+    printf("%-10s %3d  %-28s %-22s %-5s %s\n", "prime", c->n, c->placement, "3 prompts batched", ok ? "PASS" : "FAIL",
+           detail);
+    G->fails += !ok;
+    if (owned) ppn_model_free(m);
+    free(one);
+    free(all);
+}
+
+static void arm_prime(gate *G, const int *ids)
+{
+    size_t v = (size_t)G->mi.vocab;
+    float *ref = malloc(sizeof(float) * v * (size_t)G->rows);
+    ppn_status st = ref ? prime_rows(G, G->ref, ids, 1, 0, ref) : PPN_ENOMEM;
+    if (st != PPN_OK) {
+        printf("prime      reference (door shut) failed: %s\n", ppn_last_error());
+        G->fails++;
+        free(ref);
+        return;
+    }
+    uint64_t overlaps = 0;
+    int top = G->mi.n_layers < G->a.max_stages ? G->mi.n_layers : G->a.max_stages;
+    for (int n = 2; n <= top; n++) {
+        config pl[3];
+        int np = placements(G, n, pl);
+        for (int p = 0; p < np; p++)
+            for (int i = 0; i < 3; i++) {
+                config c = pl[p];
+                seams(&c, 0);
+                c.prime_pp = i != 2;
+                c.prime_pipe = i == 1;
+                run_prime(G, &c, ids, ref, &overlaps);
+            }
+    }
+    int chunks = (G->rows + G->a.chunk - 1) / G->a.chunk, ok = overlaps > 0 || chunks < 2;
+    printf("%-10s      prime pipeline overlap observed %llu times: %s\n", "prime", (unsigned long long)overlaps,
+           ok ? (chunks < 2 ? "n/a (one chunk)" : "PASS") : "FAIL (no stage walked a chunk while another did)");
+    G->fails += !ok;
+    config c1 = {.n = 1, .placement = "door shut"}, c2[3];
+    seams(&c1, 0);
+    c1.prime_pp = c1.prime_pipe = 1;
+    run_prime_batch(G, &c1, ids);
+    int np = placements(G, 2, c2);
+    for (int p = 0; p < np; p++) {
+        seams(&c2[p], 0);
+        c2[p].prime_pp = c2[p].prime_pipe = 1;
+        run_prime_batch(G, &c2[p], ids);
+    }
+    free(ref);
+}
+
 static int parse(int argc, char **argv, gate_args *a)
 {
-    *a = (gate_args){.dtype = PPN_DTYPE_DEFAULT, .steps = 24, .prompt = 8, .runs = 10, .max_stages = 8};
+    *a = (gate_args){.dtype = PPN_DTYPE_DEFAULT, .steps = 24, .prompt = 8, .runs = 10, .max_stages = 8, .chunk = 7};
     int any = 0;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v;
@@ -267,10 +433,11 @@ static int parse(int argc, char **argv, gate_args *a)
         if (!strcmp(f, "split")) a->split = any = 1;
         else if (!strcmp(f, "pipelined")) a->pipelined = any = 1;
         else if (!strcmp(f, "soak")) a->soak = any = 1;
-        else if (!strcmp(f, "all")) a->split = a->pipelined = a->soak = any = 1;
+        else if (!strcmp(f, "prime")) a->prime = any = 1;
+        else if (!strcmp(f, "all")) a->split = a->pipelined = a->soak = a->prime = any = 1;
         else if (!strcmp(f, "--help")) {
             puts("usage: ppn gate --model PATH [--backend B] [--dtype D] [--steps T] [--prompt P] [--runs K]\n"
-                 "                [--max-stages N] [split|pipelined|soak|all]");
+                 "                [--max-stages N] [--chunk C] [split|pipelined|soak|prime|all]");
             exit(0);
         } else if (!(v = cli_value(argc, argv, &i))) return 2;
         else if (!strcmp(f, "--model")) a->model = v;
@@ -280,10 +447,11 @@ static int parse(int argc, char **argv, gate_args *a)
         else if (!strcmp(f, "--prompt")) rc = cli_int(f, v, 1, 100000, &x), a->prompt = (int)x;
         else if (!strcmp(f, "--runs")) rc = cli_int(f, v, 1, 1000000, &x), a->runs = (int)x;
         else if (!strcmp(f, "--max-stages")) rc = cli_int(f, v, 2, PPN_MAX_STAGES, &x), a->max_stages = (int)x;
+        else if (!strcmp(f, "--chunk")) rc = cli_int(f, v, 1, PPN_PREFILL_MAX_CHUNK, &x), a->chunk = (int)x;
         else return cli_fail("gate: unknown option '%s'", f), 2;
         if (rc) return rc;
     }
-    if (!any) a->split = a->pipelined = a->soak = 1;
+    if (!any) a->split = a->pipelined = a->soak = a->prime = 1;
     if (!a->model) return cli_fail("gate: --model PATH is required"), 2;
     return 0;
 }
@@ -334,6 +502,7 @@ int cmd_gate(int argc, char **argv)
     if (G.a.split) arm_maps(&G, "split", ids, ref, 0);
     if (G.a.pipelined) arm_maps(&G, "pipelined", ids, ref, 1);
     if (G.a.soak) arm_soak(&G, ids, ref);
+    if (G.a.prime) arm_prime(&G, ids);
     free(ids);
     free(ref);
     printf("ppn gate: %s (%d failure%s)\n", G.fails ? "FAIL" : "PASS", G.fails, G.fails == 1 ? "" : "s");

@@ -8,6 +8,7 @@
 typedef struct run_args {
     const char *model, *backend, *logits_out;
     int dtype, ctx, n_new, json, quiet, top_k, check_unsplit, device_greedy;
+    int chunk;                 /* prompt rows per prefill chunk; 0: fed token by token */
     ppn_door door;
     int *ids, n_ids;
     double temp, top_p;
@@ -18,18 +19,19 @@ static void run_usage(FILE *f)
 {
     fputs("usage: ppn run --model PATH [--backend auto|sim|cuda] [--dtype f32|bf16|f16] --ids 1,300,401\n"
           "               [-n 150] [--temp 0] [--top-k K] [--top-p P] [--seed S] [--ctx C]\n"
-          "               [--logits-out FILE] [--json] [--quiet] [--check-unsplit] [--device-greedy]\n"
+          "               [--logits-out FILE] [--json] [--quiet] [--check-unsplit] [--device-greedy] [--chunk C]\n"
           "               [--stages N] [--splits c1,..] [--devices d0,..] [--overlap 0|1] [--streams 0|1]\n"
           "               [--shard 0|1] [--spin 0|1] [--graphs 0|1] [--fuse 0|1]   (the door; MEMRA_PP_*,\n"
           "               PPN_SPIN, PPN_GRAPHS and PPN_FUSE in the environment say the same)\n"
           "stdout: the generated ids (not the prompt), comma-separated; --json: one object.\n"
-          "--logits-out: float32 [T, vocab], row t = logits after feeding ids[0..t], prompt and generated.\n",
+          "--logits-out: float32 [T, vocab], row t = logits after feeding ids[0..t], prompt and generated.\n"
+          "--chunk C: the prompt is primed C rows at a time (ppn_prefill; default 512); 0 feeds it token by token.\n",
           f);
 }
 
 static int parse(int argc, char **argv, run_args *a)
 {
-    *a = (run_args){.dtype = PPN_DTYPE_DEFAULT, .n_new = 16, .top_p = 1.0};
+    *a = (run_args){.dtype = PPN_DTYPE_DEFAULT, .n_new = 16, .top_p = 1.0, .chunk = PPN_PREFILL_CHUNK};
     if (ppn_door_from_env(&a->door) != PPN_OK) return cli_fail("%s", ppn_last_error()), 2;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v;
@@ -52,6 +54,7 @@ static int parse(int argc, char **argv, run_args *a)
         else if (!strcmp(f, "--ids")) rc = cli_ids(f, v, &a->ids, &a->n_ids);
         else if (!strcmp(f, "-n")) rc = cli_int(f, v, 0, 1 << 30, &x), a->n_new = (int)x;
         else if (!strcmp(f, "--ctx")) rc = cli_int(f, v, 1, 1 << 30, &x), a->ctx = (int)x;
+        else if (!strcmp(f, "--chunk")) rc = cli_int(f, v, 0, PPN_PREFILL_MAX_CHUNK, &x), a->chunk = (int)x;
         else if (!strcmp(f, "--top-k")) rc = cli_int(f, v, 0, 1 << 30, &x), a->top_k = (int)x;
         else if (!strcmp(f, "--temp")) rc = cli_float(f, v, 0, 1e6, &a->temp);
         else if (!strcmp(f, "--top-p")) rc = cli_float(f, v, 1e-9, 1, &a->top_p);
@@ -86,14 +89,35 @@ typedef struct run_out {
     int n_rows;
 } run_out;
 
-/* --device-greedy: the prompt but its last id through ppn_decode_step, then ppn_decode_greedy from it. */
-static int decode_device_greedy(ppn_seq *seq, const run_args *a, run_out *o)
+/* Feed ids[0..n) to seq: primed chunk rows at a time (chunk > 0) or token by token; rows (may be NULL) receives
+ * every row's logits, last (may be NULL) the last row's. */
+static ppn_status feed(ppn_seq *seq, const int *ids, int n, int chunk, int vocab, float *rows, float *last)
+{
+    if (n < 1) return PPN_OK;
+    if (chunk > 0) {
+        ppn_prefill_opts po = {.chunk = chunk, .all_logits = rows != NULL};
+        ppn_status st = ppn_prefill(seq, ids, n, &po, rows ? rows : last);
+        if (st != PPN_OK) return st;
+        if (rows && last) memcpy(last, rows + (size_t)(n - 1) * (size_t)vocab, sizeof(float) * (size_t)vocab);
+        return PPN_OK;
+    }
+    for (int t = 0; t < n; t++) {
+        float *row = rows ? rows + (size_t)t * (size_t)vocab : t == n - 1 ? last : NULL;
+        ppn_status st = ppn_decode_step(seq, ids[t], row);
+        if (st != PPN_OK) return st;
+        if (rows && last && t == n - 1) memcpy(last, row, sizeof(float) * (size_t)vocab);
+    }
+    return PPN_OK;
+}
+
+/* --device-greedy: the prompt but its last id fed (primed with --chunk), then ppn_decode_greedy from it. */
+static int decode_device_greedy(ppn_seq *seq, const run_args *a, const ppn_model_info *mi, run_out *o)
 {
     ppn_status st = PPN_OK;
     if (a->n_ids < 1) return cli_fail("run: --device-greedy needs at least one prompt id (--ids)");
     if (!(o->gen = malloc(sizeof(int) * (size_t)(a->n_new + 1)))) return cli_fail("out of memory");
     double t0 = now_s();
-    for (int t = 0; t + 1 < a->n_ids && st == PPN_OK; t++) st = ppn_decode_step(seq, a->ids[t], NULL);
+    st = feed(seq, a->ids, a->n_ids - 1, a->chunk, mi->vocab, NULL, NULL);
     o->prefill_s = now_s() - t0;
     if (st == PPN_OK && a->n_new > 0) st = ppn_decode_greedy(seq, a->ids[a->n_ids - 1], a->n_new, o->gen);
     o->decode_s = now_s() - t0 - o->prefill_s;
@@ -103,37 +127,57 @@ static int decode_device_greedy(ppn_seq *seq, const run_args *a, run_out *o)
 }
 
 /* Feed the prompt, then generate; every logits row goes to lf (if any). */
+/* Every row of logits r[0..n) to the --logits-out file (lf may be NULL) and to o->rows (with --check-unsplit). */
+static int keep_rows(const run_args *a, FILE *lf, run_out *o, const float *r, int n, int vocab)
+{
+    size_t v = (size_t)vocab;
+    if (o->rows && r != o->rows + (size_t)o->n_rows * v) memcpy(o->rows + (size_t)o->n_rows * v, r, sizeof(float) * v * (size_t)n);
+    if (o->rows) o->n_rows += n;
+    if (lf && fwrite(r, sizeof(float), v * (size_t)n, lf) != v * (size_t)n)
+        return cli_fail("--logits-out %s: write failed", a->logits_out);
+    return 0;
+}
+
+/* Feed the prompt (primed --chunk rows at a time, or token by token), then generate; every logits row goes to lf
+ * (if any). */
 static int decode(ppn_seq *seq, const ppn_model_info *mi, const run_args *a, FILE *lf, run_out *o)
 {
-    if (a->device_greedy) return decode_device_greedy(seq, a, o);
-    float *logits = malloc(sizeof(float) * (size_t)mi->vocab);
+    if (a->device_greedy) return decode_device_greedy(seq, a, mi, o);
+    size_t v = (size_t)mi->vocab;
+    int keep = lf || a->check_unsplit;
+    /* With --logits-out the last generated id is fed too, so every id has its row (the fixtures' rule). */
+    int feeds = a->n_ids + a->n_new - (keep ? 0 : 1);
+    float *logits = malloc(sizeof(float) * v);
     o->gen = malloc(sizeof(int) * (size_t)(a->n_new + 1));
-    if (!logits || !o->gen) return free(logits), cli_fail("out of memory");
+    if (a->check_unsplit) o->rows = malloc(sizeof(float) * v * (size_t)(feeds > a->n_ids ? feeds : a->n_ids));
+    float *prompt_rows = !keep ? NULL : o->rows ? o->rows : malloc(sizeof(float) * v * (size_t)a->n_ids);
+    if (!logits || !o->gen || (a->check_unsplit && !o->rows) || (keep && !prompt_rows)) {
+        if (prompt_rows != o->rows) free(prompt_rows);
+        return free(logits), cli_fail("out of memory");
+    }
     ppn_sampler sp;
     ppn_sampler_init(&sp, (float)a->temp, a->top_k, (float)a->top_p, a->seed);
     int rc = 0, tok = 0;
-    ppn_status st = PPN_OK;
     double t0 = now_s();
-    /* With --logits-out the last generated id is fed too, so every id has its row (the fixtures' rule). */
-    int feeds = a->n_ids + a->n_new - (lf || o->rows ? 0 : 1);
-    if (a->check_unsplit && !(o->rows = malloc(sizeof(float) * (size_t)mi->vocab * (size_t)(feeds > 0 ? feeds : 1))))
-        return free(logits), cli_fail("out of memory");
-    for (int t = 0; t < feeds && rc == 0; t++) {
-        int in = t < a->n_ids ? a->ids[t] : o->gen[t - a->n_ids];
-        if ((st = ppn_decode_step(seq, in, logits)) != PPN_OK) {
-            rc = cli_fail_status(st, "decode");
-            break;
+    ppn_status st = feed(seq, a->ids, a->n_ids, a->chunk, mi->vocab, prompt_rows, logits);
+    o->prefill_s = now_s() - t0;
+    if (st != PPN_OK) rc = cli_fail_status(st, "prompt");
+    if (rc == 0 && keep) rc = keep_rows(a, lf, o, prompt_rows, a->n_ids, mi->vocab);
+    for (int t = a->n_ids - 1; t < feeds && rc == 0; t++) {
+        if (t >= a->n_ids) {
+            if ((st = ppn_decode_step(seq, o->gen[t - a->n_ids], logits)) != PPN_OK) {
+                rc = cli_fail_status(st, "decode");
+                break;
+            }
+            if (keep && (rc = keep_rows(a, lf, o, logits, 1, mi->vocab)) != 0) break;
         }
-        if (t == a->n_ids - 1) o->prefill_s = now_s() - t0;
-        if (o->rows) memcpy(o->rows + (size_t)o->n_rows++ * (size_t)mi->vocab, logits, sizeof(float) * (size_t)mi->vocab);
-        if (lf && fwrite(logits, sizeof(float), (size_t)mi->vocab, lf) != (size_t)mi->vocab)
-            rc = cli_fail("--logits-out %s: write failed", a->logits_out);
-        if (t >= a->n_ids - 1 && o->n_gen < a->n_new) {
+        if (o->n_gen < a->n_new) {
             if ((st = ppn_sample(&sp, logits, mi->vocab, &tok)) != PPN_OK) rc = cli_fail_status(st, "sample");
             o->gen[o->n_gen++] = tok;
         }
     }
     o->decode_s = now_s() - t0 - o->prefill_s;
+    if (prompt_rows != o->rows) free(prompt_rows);
     free(logits);
     return rc;
 }
@@ -181,11 +225,19 @@ static int check_unsplit(ppn_rt *rt, ppn_model **mp, const run_args *a, const pp
     float *x = malloc(sizeof(float) * (size_t)mi->vocab);
     int rc = 0, bad = -1;
     if (!x || (st = ppn_seq_create(use, &q)) != PPN_OK) rc = x ? cli_fail_status(st, "unsplit sequence") : 1;
-    for (int t = 0; t < o->n_rows && rc == 0 && bad < 0; t++) {
-        int in = t < a->n_ids ? a->ids[t] : o->gen[t - a->n_ids];
-        if ((st = ppn_decode_step(q, in, x)) != PPN_OK) rc = cli_fail_status(st, "unsplit decode");
-        else if (memcmp(x, o->rows + (size_t)t * (size_t)mi->vocab, sizeof(float) * (size_t)mi->vocab)) bad = t;
+    size_t v = (size_t)mi->vocab;
+    float *prompt = rc == 0 ? malloc(sizeof(float) * v * (size_t)a->n_ids) : NULL;
+    if (rc == 0 && !prompt) rc = cli_fail("out of memory");
+    /* the prompt fed as the run fed it (primed with the same chunk), then the generated ids one by one */
+    if (rc == 0 && (st = feed(q, a->ids, a->n_ids, a->chunk, mi->vocab, prompt, NULL)) != PPN_OK)
+        rc = cli_fail_status(st, "unsplit prompt");
+    for (int t = 0; t < a->n_ids && rc == 0 && bad < 0; t++)
+        if (memcmp(prompt + (size_t)t * v, o->rows + (size_t)t * v, sizeof(float) * v)) bad = t;
+    for (int t = a->n_ids; t < o->n_rows && rc == 0 && bad < 0; t++) {
+        if ((st = ppn_decode_step(q, o->gen[t - a->n_ids], x)) != PPN_OK) rc = cli_fail_status(st, "unsplit decode");
+        else if (memcmp(x, o->rows + (size_t)t * v, sizeof(float) * v)) bad = t;
     }
+    free(prompt);
     if (rc == 0 && bad >= 0) rc = cli_fail("unsplit check: logits row %d differs from the unsplit run", bad);
     else if (rc == 0 && !a->quiet)
         fprintf(stderr, "ppn: unsplit check: all %d logits rows bit-identical to the unsplit (1-stage) run\n", o->n_rows);

@@ -194,8 +194,8 @@ static ppn_status handoff(tb_case *c, int k)
     ppn_gpu *g = c->g;
     uint32_t step = c->step++;
     ppn_dptr got;
-    PPN_CHECK(ppn_boundary_send(&c->b, g, c->prod, k, step, c->io, 0));
-    PPN_CHECK(ppn_boundary_recv(&c->b, g, c->cons, k, step, c->local, &got, 0));
+    PPN_CHECK(ppn_boundary_send(&c->b, g, c->prod, k, step, c->io, 1, 0));
+    PPN_CHECK(ppn_boundary_recv(&c->b, g, c->cons, k, step, c->local, &got, 1, 0));
     if (!ppn_boundary_in_place(&c->b)) return PPN_OK; /* the copy transports released inside recv */
     if (c->kind == TB_KERNEL) PPN_CHECK(ppn_op_add(g, c->cons, c->local, got, c->zeros, (int)(c->b.bytes / 4)));
     return ppn_boundary_release(&c->b, g, c->cons, k, step);
@@ -205,7 +205,7 @@ static ppn_status case_setup(tb_case *c, ppn_rt *rt, size_t size)
 {
     ppn_gpu *g = c->g;
     PPN_CHECK(ppn_boundary_init(&c->b, g, c->pfrom, c->prod, ppn_pool_device(c->pto), tb_xport[c->kind],
-                                (int)(size / 4), rt->pinned));
+                                (int)(size / 4), 1, rt->pinned));
     c->b_init = 1;
     size_t n = c->b.bytes;
     PPN_CHECK(ppn_pool_alloc(c->pfrom, n, c->prod, "transport-bench io", &c->io));

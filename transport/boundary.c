@@ -34,14 +34,17 @@ static ppn_status slot_init(ppn_boundary *b, ppn_gpu *g, ppn_slot *sl)
 }
 
 ppn_status ppn_boundary_init(ppn_boundary *b, ppn_gpu *g, ppn_pool *from_pool, ppn_gstream *from_stream,
-                             int to_dev, int xport, int dim, ppn_pinned_arena *pinned)
+                             int to_dev, int xport, int dim, int max_rows, ppn_pinned_arena *pinned)
 {
     memset(b, 0, sizeof *b);
     if (xport < 0 || xport >= PPN_XPORT_COUNT) return ppn_err(PPN_EINVAL, "boundary: transport %d", xport);
+    if (max_rows < 1) return ppn_err(PPN_EINVAL, "boundary: %d rows", max_rows);
     b->from_dev = ppn_pool_device(from_pool);
     b->to_dev = to_dev;
     b->xport = xport;
-    b->bytes = PPN_IO_HDR_BYTES + sizeof(float) * (size_t)dim;
+    b->row_bytes = sizeof(float) * (size_t)dim;
+    b->max_rows = max_rows;
+    b->bytes = PPN_IO_HDR_BYTES + b->row_bytes * (size_t)max_rows;
     b->pool = from_pool;
     b->alloc_stream = from_stream;
     b->pinned = pinned;
@@ -67,16 +70,24 @@ void ppn_boundary_fini(ppn_boundary *b, ppn_gpu *g)
     }
 }
 
+/* The bytes a hand-off of rows moves: the header and those rows. */
+static size_t sent_bytes(const ppn_boundary *b, int rows)
+{
+    PPN_ASSERT(rows >= 1 && rows <= b->max_rows);
+    return PPN_IO_HDR_BYTES + b->row_bytes * (size_t)rows;
+}
+
 ppn_status ppn_boundary_send(ppn_boundary *b, ppn_gpu *g, ppn_gstream *s, int k, uint32_t step, ppn_dptr io,
-                             int spin)
+                             int rows, int spin)
 {
     ppn_slot *sl = &b->slot[k];
+    size_t n = sent_bytes(b, rows);
     if (sl->last_step) { /* the slot's previous step must have been released by the consumer */
         ppn_gen_wait(&sl->rx_gen, sl->last_step, spin);
         PPN_CHECK(wait_event(g, s, sl->ev_rx));
     }
-    if (b->xport == PPN_XPORT_HOST) PPN_CHECK(g->ops->copy_dtoh(g, s, sl->host, io, b->bytes));
-    else PPN_CHECK(g->ops->copy_dtod(g, s, sl->buf, io, b->bytes));
+    if (b->xport == PPN_XPORT_HOST) PPN_CHECK(g->ops->copy_dtoh(g, s, sl->host, io, n));
+    else PPN_CHECK(g->ops->copy_dtod(g, s, sl->buf, io, n));
     PPN_CHECK(g->ops->event_record(g, sl->ev_tx, s));
     sl->last_step = step + 1;
     b->sends++;
@@ -94,18 +105,19 @@ ppn_status ppn_boundary_release(ppn_boundary *b, ppn_gpu *g, ppn_gstream *s, int
 }
 
 ppn_status ppn_boundary_recv(ppn_boundary *b, ppn_gpu *g, ppn_gstream *s, int k, uint32_t step, ppn_dptr local,
-                             ppn_dptr *io, int spin)
+                             ppn_dptr *io, int rows, int spin)
 {
     ppn_slot *sl = &b->slot[k];
+    size_t n = sent_bytes(b, rows);
     ppn_gen_wait(&sl->tx_gen, step + 1, spin); /* the producer recorded ev_tx for this step */
     PPN_CHECK(wait_event(g, s, sl->ev_tx));
     switch (b->xport) {
     case PPN_XPORT_INPLACE:
         *io = sl->buf;
         return PPN_OK;
-    case PPN_XPORT_DTOD: PPN_CHECK(g->ops->copy_dtod(g, s, local, sl->buf, b->bytes)); break;
-    case PPN_XPORT_PEER: PPN_CHECK(g->ops->copy_peer(g, s, local, b->to_dev, sl->buf, b->from_dev, b->bytes)); break;
-    default: PPN_CHECK(g->ops->copy_htod(g, s, local, sl->host, b->bytes)); break;
+    case PPN_XPORT_DTOD: PPN_CHECK(g->ops->copy_dtod(g, s, local, sl->buf, n)); break;
+    case PPN_XPORT_PEER: PPN_CHECK(g->ops->copy_peer(g, s, local, b->to_dev, sl->buf, b->from_dev, n)); break;
+    default: PPN_CHECK(g->ops->copy_htod(g, s, local, sl->host, n)); break;
     }
     *io = local;
     return ppn_boundary_release(b, g, s, k, step);
@@ -125,14 +137,14 @@ void ppn_boundary_abandon_recv(ppn_boundary *b, int k, uint32_t step)
     ppn_gen_post(&b->slot[k].rx_gen, step + 1); /* release: pairs with the acquire in the producer's send */
 }
 
-ppn_status ppn_boundary_put_plain(ppn_boundary *b, ppn_gpu *g, ppn_gstream *s, ppn_dptr io)
+ppn_status ppn_boundary_put_plain(ppn_boundary *b, ppn_gpu *g, ppn_gstream *s, ppn_dptr io, int rows)
 {
-    return g->ops->copy_dtod(g, s, b->slot[0].buf, io, b->bytes);
+    return g->ops->copy_dtod(g, s, b->slot[0].buf, io, sent_bytes(b, rows));
 }
 
-ppn_status ppn_boundary_get_plain(ppn_boundary *b, ppn_gpu *g, ppn_gstream *s, ppn_dptr io)
+ppn_status ppn_boundary_get_plain(ppn_boundary *b, ppn_gpu *g, ppn_gstream *s, ppn_dptr io, int rows)
 {
-    return g->ops->copy_dtod(g, s, io, b->slot[0].buf, b->bytes);
+    return g->ops->copy_dtod(g, s, io, b->slot[0].buf, sent_bytes(b, rows));
 }
 
 void ppn_boundary_counts(const ppn_boundary *b, uint64_t *sends, uint64_t *overlap_steps)

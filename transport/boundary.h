@@ -46,7 +46,9 @@ typedef struct ppn_slot {
 
 typedef struct ppn_boundary {
     int from_dev, to_dev, xport;
-    size_t bytes;             /* header room + dim floats */
+    size_t bytes;             /* a slot's capacity: header room + max_rows rows of dim floats */
+    size_t row_bytes;         /* dim floats */
+    int max_rows;
     ppn_slot slot[2];
     ppn_pool *pool;           /* the producer device's pool (owns buf) */
     ppn_gstream *alloc_stream;
@@ -57,17 +59,18 @@ typedef struct ppn_boundary {
 
 /* Create the boundary's slots. Returns PPN_OK, PPN_ENOMEM, PPN_EDRIVER, PPN_EINVAL (bad transport). */
 ppn_status ppn_boundary_init(ppn_boundary *b, ppn_gpu *g, ppn_pool *from_pool, ppn_gstream *from_stream,
-                             int to_dev, int xport, int dim, ppn_pinned_arena *pinned);
+                             int to_dev, int xport, int dim, int max_rows, ppn_pinned_arena *pinned);
 /* Free everything (the streams that used it must be drained). */
 void ppn_boundary_fini(ppn_boundary *b, ppn_gpu *g);
 
-/* Producer: write io ([hdr][x] on from_dev) into slot k for step, on stream s. */
+/* Producer: write io ([hdr][rows x dim floats] on from_dev; 1 <= rows <= max_rows) into slot k for step, on
+ * stream s. Only the rows sent are copied. */
 ppn_status ppn_boundary_send(ppn_boundary *b, ppn_gpu *g, ppn_gstream *s, int k, uint32_t step, ppn_dptr io,
-                             int spin);
-/* Consumer: wait for step on slot k; with a copy transport copy into local (on to_dev) and release the
+                             int rows, int spin);
+/* Consumer: wait for step on slot k; with a copy transport copy its rows into local (on to_dev) and release the
  * slot; with INPLACE return the slot buffer in *io (release later with ppn_boundary_release). */
 ppn_status ppn_boundary_recv(ppn_boundary *b, ppn_gpu *g, ppn_gstream *s, int k, uint32_t step, ppn_dptr local,
-                             ppn_dptr *io, int spin);
+                             ppn_dptr *io, int rows, int spin);
 /* Consumer: release slot k after step (INPLACE only; the copy transports release inside recv). */
 ppn_status ppn_boundary_release(ppn_boundary *b, ppn_gpu *g, ppn_gstream *s, int k, uint32_t step);
 
@@ -85,8 +88,8 @@ void ppn_boundary_abandon_send(ppn_boundary *b, int k, uint32_t step);
 void ppn_boundary_abandon_recv(ppn_boundary *b, int k, uint32_t step);
 /* MEMRA_PP_STREAMS=0: every stage on one stream, so the stream orders everything: plain copies of io into and
  * out of slot 0, no events, no generations. */
-ppn_status ppn_boundary_put_plain(ppn_boundary *b, ppn_gpu *g, ppn_gstream *s, ppn_dptr io);
-ppn_status ppn_boundary_get_plain(ppn_boundary *b, ppn_gpu *g, ppn_gstream *s, ppn_dptr io);
+ppn_status ppn_boundary_put_plain(ppn_boundary *b, ppn_gpu *g, ppn_gstream *s, ppn_dptr io, int rows);
+ppn_status ppn_boundary_get_plain(ppn_boundary *b, ppn_gpu *g, ppn_gstream *s, ppn_dptr io, int rows);
 /* The counters (producer thread's; exact between steps). */
 void ppn_boundary_counts(const ppn_boundary *b, uint64_t *sends, uint64_t *overlap_steps);
 
