@@ -91,7 +91,11 @@ ppn_status ppn_op_rmsnorm_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dpt
 /* out[i, r] = (res ? res[i, r] : 0) + (bias ? bias[r] : 0) + sum_k W[r, k] x[i, k], for i < m, r < rows:
  * x [m, cols] f32, W [rows, cols] in wdt (row-major, as the checkpoint stores it), bias [rows] in wdt (0: none),
  * res [m, rows] f32 (0: none; may alias out). bf16 / f16 W: x is rounded to W's dtype (nearest even) and the
- * products accumulate in f32 on tensor cores; f32 W: f32 throughout (the f32 fixtures' accuracy). */
+ * products accumulate in f32 on tensor cores; f32 W: f32 throughout (the f32 fixtures' accuracy).
+ * Any m, rows, cols >= 1 (kernels/ops_gemm.c): bf16 / f16 with cols % 8 == 0 and w, x 16-byte aligned run on
+ * tensor cores, anything else (f32 W, odd cols such as stories260K's 172) on a SIMT fallback; the choice is a
+ * function of the shape, dtype and that alignment, and a token's row never depends on m on tensor cores.
+ * PPN_EINVAL also when out overlaps x. */
 ppn_status ppn_op_gemm(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x, int m, int rows,
                        int cols, ppn_dptr bias, ppn_dptr res);
 /* Per-head rmsnorm in place (the head_rmsnorm formula) of heads h0 .. h0 + n_heads - 1 of each of c rows of x,

@@ -1,0 +1,343 @@
+// gemm.cu - the prefill GEMM's kernels (ppn_kp_gemm, kparams.h): out[m, rows] = x[m, cols] . W[rows, cols]^T
+// (+ bias)(+ res), x and out f32, W in bf16 / f16 / f32.
+//
+//   ppn_k_gemm        SIMT tiles of 64 x 64 outputs, 256 threads of 4 x 4: any shape, dtype and alignment.
+//   ppn_k_gemm_tc_*   tensor cores (mma.sync m16n8k16, f32 accumulators), bf16 / f16 W, cols % 8 == 0, w and x
+//                     16-byte aligned. W streams into shared memory through a cp.async ring of STAGES k-tiles
+//                     (32 columns each); x is loaded as f32 into registers one tile ahead, rounded to W's dtype
+//                     (cvt.rn) and stored beside it, so no converted copy of x ever reaches global memory.
+//                     Fragments come out through ldmatrix from rows of 64 bytes whose four 16-byte chunks are
+//                     XOR-swizzled by (row / 2) % 4, so every 8-row ldmatrix phase hits 8 distinct bank groups.
+//
+// Determinism: no atomics, no split over K. Each output is one thread's sum in k order: a fmaf chain (SIMT),
+// or one f32 accumulator through k16 steps in k order (tensor cores; the zero-filled tail adds exact zeros),
+// so the three tensor-core tiles give the same bits. CTAs walk the output in groups of GEMM_GROUP tile rows
+// (tokens) so that the CTAs resident together share their x and W tiles in L2.
+//
+// Programmatic dependent launch (see ppn_kernels.cu): every kernel lets its successor launch first thing and
+// waits for its predecessors before it touches x, bias, res or out; the tensor-core kernels issue their first
+// STAGES - 1 weight tiles before the wait (weights are immutable). This file is compiled in one translation
+// unit with the other kernels/*.cu, so its helpers are all prefixed gemm_.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+#include "kernels/kparams.h"
+
+#define GEMM_GROUP 8 // tile rows (of BM tokens) a group of CTAs walks before moving to the next weight tiles
+
+__device__ __forceinline__ void gemm_pdl_trigger(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void gemm_pdl_wait(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Weight (or bias) element i of dtype wdt, widened to f32 (exact).
+__device__ __forceinline__ float gemm_wload(uint64_t w, int wdt, size_t i)
+{
+    if (wdt == PPN_DTYPE_BF16) return __bfloat162float(__ushort_as_bfloat16(((const unsigned short *)w)[i]));
+    if (wdt == PPN_DTYPE_F16) return __half2float(__ushort_as_half(((const unsigned short *)w)[i]));
+    return ((const float *)w)[i];
+}
+
+// x as the products take it: rounded to wdt (nearest even) and widened back; f32 weights: v itself.
+__device__ __forceinline__ float gemm_xround(float v, int wdt)
+{
+    if (wdt == PPN_DTYPE_BF16) return __bfloat162float(__float2bfloat16_rn(v));
+    if (wdt == PPN_DTYPE_F16) return __half2float(__float2half_rn(v));
+    return v;
+}
+
+// The (token, weight) tile of this CTA: blockIdx.x walks GEMM_GROUP tile rows down a tile column, then the next
+// column; the last group may be shorter.
+__device__ __forceinline__ void gemm_tile(int m, int rows, int bm, int bn, int *tm, int *tn)
+{
+    int nm = (m + bm - 1) / bm, nn = (rows + bn - 1) / bn;
+    int pid = (int)blockIdx.x, group = GEMM_GROUP * nn;
+    int first = pid / group * GEMM_GROUP, gm = min(nm - first, GEMM_GROUP), in = pid % group;
+    *tm = first + in % gm;
+    *tn = in / gm;
+}
+
+// out[i, r] = res[i, r] + (v + bias[r]), as the CPU reference adds them (res may alias out).
+__device__ __forceinline__ void gemm_store(const ppn_kp_gemm &p, int i, int r, float v)
+{
+    if (i >= p.m || r >= p.rows) return;
+    size_t o = (size_t)i * (size_t)p.rows + (size_t)r;
+    if (p.bias) v = v + gemm_wload(p.bias, p.wdt, (size_t)r);
+    if (p.res) v = ((const float *)p.res)[o] + v;
+    ((float *)p.out)[o] = v;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// SIMT: a 64 x 64 tile per CTA, k-tiles of 16 staged k-major in shared memory; thread (tx, ty) of 16 x 16 owns
+// tokens ty + 16 i and weight rows tx + 16 j (i, j < 4), one fmaf chain each in k order.
+
+#define GEMM_SIMT_BK 16
+static_assert(PPN_GEMM_SIMT_BM == 64 && PPN_GEMM_SIMT_BN == 64 && PPN_GEMM_SIMT_THREADS == 256,
+              "the SIMT kernel's thread layout is 16 x 16 threads of 4 x 4 outputs");
+
+extern "C" __global__ void __launch_bounds__(PPN_GEMM_SIMT_THREADS) ppn_k_gemm(const ppn_kp_gemm p)
+{
+    __shared__ float xs[GEMM_SIMT_BK][PPN_GEMM_SIMT_BM + 4], ws[GEMM_SIMT_BK][PPN_GEMM_SIMT_BN + 4];
+    gemm_pdl_trigger();
+    int tm, tn;
+    gemm_tile(p.m, p.rows, PPN_GEMM_SIMT_BM, PPN_GEMM_SIMT_BN, &tm, &tn);
+    const int tid = (int)threadIdx.x, tx = tid & 15, ty = tid >> 4;
+    const int i0 = tm * PPN_GEMM_SIMT_BM, r0 = tn * PPN_GEMM_SIMT_BN;
+    const float *x = (const float *)p.x;
+    float acc[4][4] = {};
+    gemm_pdl_wait();
+    for (int k0 = 0; k0 < p.cols; k0 += GEMM_SIMT_BK) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) { // 64 rows x 16 k of each operand: 4 elements a thread, k fastest
+            int idx = tid + e * PPN_GEMM_SIMT_THREADS, r = idx >> 4, k = idx & 15, gk = k0 + k;
+            float xv = 0.0f, wv = 0.0f;
+            if (i0 + r < p.m && gk < p.cols)
+                xv = gemm_xround(x[(size_t)(i0 + r) * (size_t)p.cols + (size_t)gk], p.wdt);
+            if (r0 + r < p.rows && gk < p.cols) wv = gemm_wload(p.w, p.wdt, (size_t)(r0 + r) * (size_t)p.cols + gk);
+            xs[k][r] = xv;
+            ws[k][r] = wv;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < GEMM_SIMT_BK; k++) {
+            float a[4], b[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) a[i] = xs[k][ty + 16 * i], b[i] = ws[k][tx + 16 * i];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) gemm_store(p, i0 + ty + 16 * i, r0 + tx + 16 * j, acc[i][j]);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// tensor cores
+
+__device__ __forceinline__ uint32_t gemm_smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+// Byte offset of 16-byte chunk c (0..3) of row r in a tile of 64-byte rows (32 bf16 / f16 of k).
+__device__ __forceinline__ uint32_t gemm_swz(int r, int c) { return (uint32_t)(r * 64 + ((c ^ ((r >> 1) & 3)) << 4)); }
+
+__device__ __forceinline__ void gemm_cp16(uint32_t dst, const void *src, bool ok)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0)
+                 : "memory");
+}
+
+__device__ __forceinline__ void gemm_cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+template <int N> __device__ __forceinline__ void gemm_cp_wait(void)
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void gemm_ldsm4(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr)
+                 : "memory");
+}
+
+// Two floats rounded to the weight dtype, packed low-first as the mma's 16-bit pairs are.
+template <bool BF16> __device__ __forceinline__ uint32_t gemm_pack(float lo, float hi)
+{
+    if (BF16) {
+        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+        return *(uint32_t *)&v;
+    }
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *(uint32_t *)&v;
+}
+
+template <bool BF16> __device__ __forceinline__ void gemm_mma(float *d, const uint32_t *a, const uint32_t *b)
+{
+    if (BF16)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                     "{%8, %9}, {%0, %1, %2, %3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                     "{%8, %9}, {%0, %1, %2, %3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// One CTA of BM tokens x BN weight rows; WM x WN warps of (BM / WM) x (BN / WN) outputs each. Shared memory:
+// STAGES x [x tile BM x 32 (16-bit), W tile BN x 32], each 64-byte rows swizzled (gemm_swz).
+template <int BM, int BN, int WM, int WN, int STAGES, bool BF16> struct gemm_tc {
+    static constexpr int THREADS = WM * WN * 32, BK = PPN_GEMM_TC_BK;
+    static constexpr int MI = BM / WM / 16, NI = BN / WN / 8; // m16 and n8 tiles a warp holds
+    static constexpr int A_BYTES = BM * BK * 2, STAGE_BYTES = (BM + BN) * BK * 2;
+    static constexpr int XPT = BM * BK / 4 / THREADS; // float4 of x a thread loads per k-tile
+    static constexpr int WPT = BN * BK / 8 / THREADS; // 16-byte chunks of W a thread copies per k-tile
+    static_assert(BK == 32, "64-byte rows of 16-bit elements: four swizzled chunks");
+    static_assert(MI >= 1 && NI >= 2 && NI % 2 == 0 && BM % (16 * WM) == 0 && BN % (16 * WN) == 0, "warp tile");
+    static_assert(XPT >= 1 && WPT >= 1 && XPT * THREADS * 4 == BM * BK && WPT * THREADS * 8 == BN * BK, "loads");
+    static_assert(STAGE_BYTES * STAGES == (int)PPN_GEMM_TC_SMEM(BM, BN, STAGES), "kparams.h's shared memory");
+
+    const ppn_kp_gemm &p;
+    uint32_t s0;  // shared memory base
+    int i0, r0;   // first token and first weight row of the tile
+    float4 xr[XPT];
+
+    __device__ gemm_tc(const ppn_kp_gemm &p_, unsigned char *smem) : p(p_), s0(gemm_smem_addr(smem))
+    {
+        int tm, tn;
+        gemm_tile(p.m, p.rows, BM, BN, &tm, &tn);
+        i0 = tm * BM, r0 = tn * BN;
+    }
+
+    // W k-tile kt into stage st; rows past the matrix and chunks past cols are zero-filled.
+    __device__ __forceinline__ void load_w(int st, int kt)
+    {
+#pragma unroll
+        for (int e = 0; e < WPT; e++) {
+            int idx = (int)threadIdx.x + e * THREADS, r = idx >> 2, c = idx & 3, gk = kt * BK + c * 8;
+            bool ok = r0 + r < p.rows && gk < p.cols;
+            const unsigned short *src = (const unsigned short *)p.w;
+            if (ok) src += (size_t)(r0 + r) * (size_t)p.cols + (size_t)gk;
+            gemm_cp16(s0 + (uint32_t)(st * STAGE_BYTES + A_BYTES) + gemm_swz(r, c), src, ok);
+        }
+    }
+
+    // x k-tile kt into registers (zeros past m and cols; cols % 8 == 0, so a float4 is all in or all out).
+    __device__ __forceinline__ void load_x(int kt)
+    {
+#pragma unroll
+        for (int e = 0; e < XPT; e++) {
+            int idx = (int)threadIdx.x + e * THREADS, r = idx >> 3, gk = kt * BK + (idx & 7) * 4;
+            xr[e] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (i0 + r < p.m && gk < p.cols)
+                xr[e] = *(const float4 *)((const float *)p.x + (size_t)(i0 + r) * (size_t)p.cols + (size_t)gk);
+        }
+    }
+
+    // The registers' x tile, rounded to the weight dtype, into stage st.
+    __device__ __forceinline__ void store_x(int st)
+    {
+#pragma unroll
+        for (int e = 0; e < XPT; e++) {
+            int idx = (int)threadIdx.x + e * THREADS, r = idx >> 3, q = idx & 7;
+            uint32_t lo = gemm_pack<BF16>(xr[e].x, xr[e].y), hi = gemm_pack<BF16>(xr[e].z, xr[e].w);
+            uint32_t a = s0 + (uint32_t)(st * STAGE_BYTES) + gemm_swz(r, q >> 1) + (uint32_t)((q & 1) * 8);
+            asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(a), "r"(lo), "r"(hi) : "memory");
+        }
+    }
+
+    // The two k16 steps of stage st into acc.
+    __device__ __forceinline__ void compute(int st, float (&acc)[MI][NI][4])
+    {
+        const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
+        const int wm = warp / WN, wn = warp % WN;
+        const uint32_t sa = s0 + (uint32_t)(st * STAGE_BYTES), sb = sa + (uint32_t)A_BYTES;
+#pragma unroll
+        for (int kk = 0; kk < 2; kk++) {
+            uint32_t a[MI][4], b[NI][2];
+#pragma unroll
+            for (int mi = 0; mi < MI; mi++) {
+                int row = wm * (BM / WM) + mi * 16 + (lane & 15);
+                gemm_ldsm4(sa + gemm_swz(row, kk * 2 + (lane >> 4)), a[mi][0], a[mi][1], a[mi][2], a[mi][3]);
+            }
+#pragma unroll
+            for (int nj = 0; nj < NI / 2; nj++) {
+                int row = wn * (BN / WN) + nj * 16 + (lane & 7) + ((lane >> 4) << 3);
+                gemm_ldsm4(sb + gemm_swz(row, kk * 2 + ((lane >> 3) & 1)), b[2 * nj][0], b[2 * nj][1],
+                           b[2 * nj + 1][0], b[2 * nj + 1][1]);
+            }
+#pragma unroll
+            for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+                for (int ni = 0; ni < NI; ni++) gemm_mma<BF16>(acc[mi][ni], a[mi], b[ni]);
+        }
+    }
+
+    __device__ __forceinline__ void run(void)
+    {
+        const int kts = (p.cols + BK - 1) / BK;
+        float acc[MI][NI][4];
+#pragma unroll
+        for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+            for (int ni = 0; ni < NI; ni++) acc[mi][ni][0] = acc[mi][ni][1] = acc[mi][ni][2] = acc[mi][ni][3] = 0.0f;
+        // the ring's first STAGES - 1 weight tiles before the wait: weights are immutable
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; s++) {
+            if (s < kts) load_w(s, s);
+            gemm_cp_commit();
+        }
+        gemm_pdl_wait();
+        for (int s = 0; s < STAGES - 1 && s < kts; s++) load_x(s), store_x(s);
+        for (int kt = 0; kt < kts; kt++) {
+            gemm_cp_wait<STAGES - 2>(); // k-tile kt's weights have landed (this thread's copies) ...
+            __syncthreads();            // ... everyone's, and its x; stage (kt - 1) % STAGES is free again
+            int nk = kt + STAGES - 1;
+            if (nk < kts) load_w(nk % STAGES, nk), load_x(nk);
+            gemm_cp_commit(); // one group per iteration, empty or not, so the wait above counts right
+            compute(kt % STAGES, acc);
+            if (nk < kts) store_x(nk % STAGES); // x's loads had the compute to land
+        }
+        gemm_cp_wait<0>();
+        const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
+        const int wm = warp / WN, wn = warp % WN;
+#pragma unroll
+        for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+            for (int ni = 0; ni < NI; ni++) {
+                int i = i0 + wm * (BM / WM) + mi * 16 + (lane >> 2);
+                int r = r0 + wn * (BN / WN) + ni * 8 + (lane & 3) * 2;
+                gemm_store(p, i, r, acc[mi][ni][0]);
+                gemm_store(p, i, r + 1, acc[mi][ni][1]);
+                gemm_store(p, i + 8, r, acc[mi][ni][2]);
+                gemm_store(p, i + 8, r + 1, acc[mi][ni][3]);
+            }
+    }
+};
+
+extern __shared__ __align__(128) unsigned char gemm_dyn_smem[];
+
+template <int BM, int BN, int WM, int WN, int STAGES> __device__ __forceinline__ void gemm_tc_run(const ppn_kp_gemm &p)
+{
+    gemm_pdl_trigger();
+    if (p.wdt == PPN_DTYPE_BF16) {
+        gemm_tc<BM, BN, WM, WN, STAGES, true> k(p, gemm_dyn_smem);
+        k.run();
+    } else {
+        gemm_tc<BM, BN, WM, WN, STAGES, false> k(p, gemm_dyn_smem);
+        k.run();
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(PPN_GEMM_TC_L_THREADS, 1) ppn_k_gemm_tc_l(const ppn_kp_gemm_tc_l p)
+{
+    static_assert(PPN_GEMM_TC_L_THREADS == 2 * 4 * 32, "2 x 4 warps of 64 x 64");
+    gemm_tc_run<PPN_GEMM_TC_L_BM, PPN_GEMM_TC_L_BN, 2, 4, PPN_GEMM_TC_L_STAGES>(p);
+}
+
+extern "C" __global__ void __launch_bounds__(PPN_GEMM_TC_M_THREADS, 2) ppn_k_gemm_tc_m(const ppn_kp_gemm_tc_m p)
+{
+    static_assert(PPN_GEMM_TC_M_THREADS == 2 * 2 * 32, "2 x 2 warps of 32 x 64");
+    gemm_tc_run<PPN_GEMM_TC_M_BM, PPN_GEMM_TC_M_BN, 2, 2, PPN_GEMM_TC_M_STAGES>(p);
+}
+
+extern "C" __global__ void __launch_bounds__(PPN_GEMM_TC_S_THREADS, 8) ppn_k_gemm_tc_s(const ppn_kp_gemm_tc_s p)
+{
+    static_assert(PPN_GEMM_TC_S_THREADS == 1 * 2 * 32, "1 x 2 warps of 16 x 16");
+    gemm_tc_run<PPN_GEMM_TC_S_BM, PPN_GEMM_TC_S_BN, 1, 2, PPN_GEMM_TC_S_STAGES>(p);
+}

@@ -1,0 +1,84 @@
+/* gemm_cpu.c - the CPU reference of the prefill GEMM (ppn_kp_gemm, kparams.h): what the sim backend runs for
+ * every gemm kernel, and what the CUDA kernels are checked against.
+ *
+ * The math the kernels compute, not a more accurate one: for bf16 / f16 weights x is rounded to the weight
+ * dtype first (nearest even) and the products, exact in f32, are summed in f32; f32 weights are f32 throughout.
+ * The sum over k runs in GEMM_LANES f32 partial sums (element k goes to lane k % GEMM_LANES, each lane in k
+ * order), then the lanes pairwise in a fixed tree: a fixed order, so the same inputs give the same bits on every
+ * run, and loops the compiler can vectorize without reassociating anything. Reentrant: no static mutable state.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include "core/base/dtype.h"
+#include "kernels/kparams.h"
+
+#include "kernels/cpu_ref.h"
+
+#define PTR(type, p) ((type *)(uintptr_t)(p))
+#define GEMM_LANES 16
+
+/* Element i of a weight array of dtype wdt, widened to f32 (exact). */
+static float gemm_w_at(uint64_t w, int wdt, size_t i)
+{
+    switch (wdt) {
+    case PPN_DTYPE_BF16: return ppn_bf16_to_f32(PTR(const uint16_t, w)[i]);
+    case PPN_DTYPE_F16: return ppn_f16_to_f32(PTR(const uint16_t, w)[i]);
+    default: return PTR(const float, w)[i];
+    }
+}
+
+/* v as the tensor cores take it: rounded to wdt and widened back (f32 weights: v itself). */
+static float gemm_x_round(float v, int wdt)
+{
+    switch (wdt) {
+    case PPN_DTYPE_BF16: return ppn_bf16_to_f32(ppn_f32_to_bf16(v));
+    case PPN_DTYPE_F16: return ppn_f16_to_f32(ppn_f32_to_f16(v));
+    default: return v;
+    }
+}
+
+static float gemm_dot(const float *w, const float *x, int n)
+{
+    float a[GEMM_LANES] = {0};
+    int c = 0;
+    for (; c + GEMM_LANES <= n; c += GEMM_LANES)
+        for (int k = 0; k < GEMM_LANES; k++) a[k] += w[c + k] * x[c + k];
+    for (; c < n; c++) a[c % GEMM_LANES] += w[c] * x[c];
+    for (int h = GEMM_LANES / 2; h > 0; h /= 2)
+        for (int k = 0; k < h; k++) a[k] += a[k + h];
+    return a[0];
+}
+
+/* Each weight row is widened once and met with every (rounded) x row; out[i, r] = res[i, r] + (dot + bias),
+ * res read before out is written (they may alias). Without host memory for the rounded x the output is NaN
+ * (loud, as the other references' faults). */
+void ppn_cpu_gemm(const void *params)
+{
+    const ppn_kp_gemm *p = params;
+    size_t m = (size_t)p->m, rows = (size_t)p->rows, cols = (size_t)p->cols;
+    float *out = PTR(float, p->out);
+    const float *res = p->res ? PTR(const float, p->res) : NULL, *x = PTR(const float, p->x);
+    float *xr = malloc(m * cols * sizeof *xr), *wr = malloc(cols * sizeof *wr);
+    if (!xr || !wr) {
+        for (size_t i = 0; i < m * rows; i++) out[i] = NAN;
+        free(xr), free(wr);
+        return;
+    }
+    for (size_t i = 0; i < m * cols; i++) xr[i] = gemm_x_round(x[i], p->wdt);
+    for (size_t r = 0; r < rows; r++) {
+        for (size_t k = 0; k < cols; k++) wr[k] = gemm_w_at(p->w, p->wdt, r * cols + k);
+        float b = p->bias ? gemm_w_at(p->bias, p->wdt, r) : 0.0f;
+        for (size_t i = 0; i < m; i++) {
+            float v = gemm_dot(wr, xr + i * cols, p->cols);
+            if (p->bias) v = v + b;
+            if (res) v = res[i * rows + r] + v;
+            out[i * rows + r] = v;
+        }
+    }
+    free(xr), free(wr);
+}
+
+void ppn_cpu_gemm_tc_l(const void *params) { ppn_cpu_gemm(params); }
+void ppn_cpu_gemm_tc_m(const void *params) { ppn_cpu_gemm(params); }
+void ppn_cpu_gemm_tc_s(const void *params) { ppn_cpu_gemm(params); }

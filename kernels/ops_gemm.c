@@ -1,0 +1,95 @@
+/* ops_gemm.c - ppn_op_gemm (ops.h): the prefill GEMM's checks, its kernel (by shape, dtype and alignment), its
+ * geometry (kparams.h's tiles) and its declared accesses.
+ *
+ * The choice is a function of (m, rows, cols, wdt) and the 16-byte alignment of w and x alone, so a given
+ * shape always runs the same kernel and gives the same bits. The three tensor-core kernels sum each output in
+ * the same order (k16 steps in k order into one f32 accumulator), so for bf16 / f16 weights the tile choice
+ * never shows in the bits either: a token's row is the same whatever m its chunk has.
+ */
+#include "core/base/dtype.h"
+#include "core/base/err.h"
+#include "kernels/ops.h"
+#include "kernels/ops_internal.h"
+
+#define GEMM_SMS 132 /* the H200's SMs: large tiles only where they make one wave at least */
+
+#define GEMM_MAX_CTAS 0x7fffffffu /* a 1-D grid's limit */
+
+static size_t gemm_tiles(int m, int rows, int bm, int bn)
+{
+    return (size_t)blocks_for(m, (unsigned)bm) * (size_t)blocks_for(rows, (unsigned)bn);
+}
+
+/* The tensor-core kernels need 16-byte loads of whole 8-element chunks of a weight row (cols % 8, w aligned)
+ * and of 4 floats of x (x aligned); anything else, and f32 weights, take the SIMT kernel. Among the tensor-core
+ * tiles: m <= 16 the small one (a weight-bandwidth bound launch wants many CTAs), the large one where its CTAs
+ * fill the GPU once at least, the middle one between. */
+static int gemm_kernel(const ppn_kp_gemm *p)
+{
+    if (p->wdt == PPN_DTYPE_F32 || p->cols % 8 || (p->w & 15u) || (p->x & 15u)) return PPN_K_GEMM;
+    if (p->m <= PPN_GEMM_TC_S_BM) return PPN_K_GEMM_TC_S;
+    if (gemm_tiles(p->m, p->rows, PPN_GEMM_TC_L_BM, PPN_GEMM_TC_L_BN) >= GEMM_SMS) return PPN_K_GEMM_TC_L;
+    return PPN_K_GEMM_TC_M;
+}
+
+static ppn_launch gemm_geometry(int kernel, const ppn_kp_gemm *p)
+{
+    int bm = PPN_GEMM_SIMT_BM, bn = PPN_GEMM_SIMT_BN;
+    unsigned threads = PPN_GEMM_SIMT_THREADS, smem = 0;
+    switch (kernel) {
+    case PPN_K_GEMM_TC_L:
+        bm = PPN_GEMM_TC_L_BM, bn = PPN_GEMM_TC_L_BN, threads = PPN_GEMM_TC_L_THREADS;
+        smem = PPN_GEMM_TC_SMEM(bm, bn, PPN_GEMM_TC_L_STAGES);
+        break;
+    case PPN_K_GEMM_TC_M:
+        bm = PPN_GEMM_TC_M_BM, bn = PPN_GEMM_TC_M_BN, threads = PPN_GEMM_TC_M_THREADS;
+        smem = PPN_GEMM_TC_SMEM(bm, bn, PPN_GEMM_TC_M_STAGES);
+        break;
+    case PPN_K_GEMM_TC_S:
+        bm = PPN_GEMM_TC_S_BM, bn = PPN_GEMM_TC_S_BN, threads = PPN_GEMM_TC_S_THREADS;
+        smem = PPN_GEMM_TC_SMEM(bm, bn, PPN_GEMM_TC_S_STAGES);
+        break;
+    default: break;
+    }
+    PPN_ASSERT(smem <= PPN_DYN_SMEM_MAX);
+    ppn_launch l = launch_init(kernel, p, (unsigned)gemm_tiles(p->m, p->rows, bm, bn), threads);
+    l.smem = smem;
+    return l;
+}
+
+/* Every CTA reads x while others write out, so they must not overlap (res may alias out: each element is read
+ * by the thread that then writes it). The grid is 1-D: its CTA count must stay below 2^31. */
+static ppn_status gemm_check(const char *op, const ppn_kp_gemm *p)
+{
+    PPN_CHECK(need_positive(op, "m", p->m));
+    PPN_CHECK(need_positive(op, "rows", p->rows));
+    PPN_CHECK(need_positive(op, "cols", p->cols));
+    PPN_CHECK(need_wdt(op, p->wdt));
+    PPN_CHECK(need_ptr(op, "out", p->out));
+    PPN_CHECK(need_ptr(op, "w", p->w));
+    PPN_CHECK(need_ptr(op, "x", p->x));
+    if (gemm_tiles(p->m, p->rows, PPN_GEMM_TC_S_BM, PPN_GEMM_TC_S_BN) > GEMM_MAX_CTAS) /* the most CTAs a tile takes */
+        return ppn_err(PPN_EINVAL, "%s: m %d x rows %d needs more than 2^31 - 1 CTAs", op, p->m, p->rows);
+    size_t ob = f32_bytes((size_t)p->m * (size_t)p->rows), xb = f32_bytes((size_t)p->m * (size_t)p->cols);
+    if (p->out < p->x + xb && p->x < p->out + ob)
+        return ppn_err(PPN_EINVAL, "%s: out [0x%llx, +%zu) overlaps x [0x%llx, +%zu)", op,
+                       (unsigned long long)p->out, ob, (unsigned long long)p->x, xb);
+    return PPN_OK;
+}
+
+ppn_status ppn_op_gemm(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x, int m, int rows,
+                       int cols, ppn_dptr bias, ppn_dptr res)
+{
+    static const char op[] = "ppn_op_gemm";
+    ppn_kp_gemm p = {.out = out, .w = w, .x = x, .bias = bias, .res = res, .m = m, .rows = rows, .cols = cols,
+                     .wdt = wdt};
+    PPN_CHECK(gemm_check(op, &p));
+    size_t es = ppn_dtype_size(wdt), ob = f32_bytes((size_t)m * (size_t)rows);
+    ppn_launch l = gemm_geometry(gemm_kernel(&p), &p);
+    acc_add(&l, w, (size_t)rows * (size_t)cols * es, PPN_ACC_R);
+    acc_add(&l, x, f32_bytes((size_t)m * (size_t)cols), PPN_ACC_R);
+    if (bias) acc_add(&l, bias, (size_t)rows * es, PPN_ACC_R);
+    if (res) acc_add(&l, res, ob, PPN_ACC_R);
+    acc_add(&l, out, ob, PPN_ACC_W);
+    return submit(g, s, &l);
+}

@@ -1,0 +1,315 @@
+/* test_kernels_gemm.c - the prefill GEMM (ppn_kp_gemm, kernels/gemm_cpu.c; ppn_op_gemm, kernels/ops_gemm.c):
+ * the CPU reference against a naive double-precision sum written here, and the op's kernel choice, geometry,
+ * declared accesses and refusals through the fake device (tests/util/tkern.h).
+ *
+ * Tolerance of the reference: x rounded to the weight dtype is part of the spec, so the naive sum rounds it too
+ * (by the formats' definitions, here: round_sig). What remains is f32 summation: 16 lanes of ceil(cols / 16)
+ * terms each, a 4-level tree of the lanes, then + bias and + res (and for f32 weights a rounded product per
+ * term): at most (ceil(cols / 16) + 8) u of the sum of absolute terms, u = 2^-24 (the classical gamma_n bound,
+ * n u < 1 here). The checks use exactly that.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/base/dtype.h"
+#include "kernels/ktable.h"
+#include "kernels/ops.h"
+#include "tests/util/tkern.h"
+#include "tests/util/trand.h"
+
+static const int dts[] = {PPN_DTYPE_F32, PPN_DTYPE_BF16, PPN_DTYPE_F16};
+
+/* v rounded to nearest even at `bits` significant bits, its quantum at least 2^min_exp (f16's subnormals). */
+static double round_sig(double v, int bits, int min_exp)
+{
+    if (v == 0 || !isfinite(v)) return v;
+    int e;
+    frexp(v, &e);
+    int q = e - bits < min_exp ? min_exp : e - bits;
+    return ldexp(nearbyint(ldexp(v, -q)), q);
+}
+
+/* x as the products take it (kparams.h, ppn_kp_gemm): bf16 8 significant bits, f16 11 (subnormals from 2^-24). */
+static double x_as(float v, int dt)
+{
+    if (dt == PPN_DTYPE_BF16) return round_sig(v, 8, -133);
+    if (dt == PPN_DTYPE_F16) return round_sig(v, 11, -24);
+    return v;
+}
+
+typedef struct gemm_case {
+    int dt, m, rows, cols, bias, res, alias; /* alias: res and out are the same buffer */
+} gemm_case;
+
+/* Runs the reference on random inputs and checks every output against the double sum within the bound above;
+ * then again on the same inputs for the same bits. */
+static void gemm_case_run(const gemm_case *c)
+{
+    size_t M = (size_t)c->m, R = (size_t)c->rows, C = (size_t)c->cols;
+    double *wv = malloc(R * C * sizeof *wv), *bv = malloc(R * sizeof *bv);
+    void *w = tu_wrand(c->dt, R * C, wv), *b = tu_wrand(c->dt, R, bv);
+    float *x = tu_frand(M * C, -2, 2), *res = tu_frand(M * R, -4, 4), *out = tu_frand(M * R, -9, 9);
+    float *res0 = malloc(M * R * 4), *first = malloc(M * R * 4);
+    double *want = malloc(M * R * sizeof *want), *tol = malloc(M * R * sizeof *tol);
+    assert_non_null(wv);
+    assert_non_null(bv);
+    assert_non_null(res0);
+    assert_non_null(first);
+    assert_non_null(want);
+    assert_non_null(tol);
+    memcpy(res0, res, M * R * 4);
+    double n_u = (double)((C + 15) / 16 + 8) * 0x1p-24;
+    for (size_t i = 0; i < M; i++)
+        for (size_t r = 0; r < R; r++) {
+            double s = 0, a = 0;
+            for (size_t k = 0; k < C; k++) {
+                double t = wv[r * C + k] * x_as(x[i * C + k], c->dt);
+                s += t, a += fabs(t);
+            }
+            if (c->bias) s += bv[r], a += fabs(bv[r]);
+            if (c->res) s += res[i * R + r], a += fabs(res[i * R + r]);
+            want[i * R + r] = s;
+            tol[i * R + r] = n_u * a;
+        }
+    float *o = c->alias ? res : out;
+    ppn_kp_gemm p = {.out = D(o), .w = D(w), .x = D(x), .bias = c->bias ? D(b) : 0, .res = c->res ? D(res) : 0,
+                     .m = c->m, .rows = c->rows, .cols = c->cols, .wdt = c->dt};
+    tu_kernel_run(PPN_K_GEMM, &p);
+    char what[96];
+    snprintf(what, sizeof what, "gemm %s m=%d %dx%d bias=%d res=%d alias=%d", ppn_dtype_name(c->dt), c->m, c->rows,
+             c->cols, c->bias, c->res, c->alias);
+    for (size_t i = 0; i < M * R; i++) tu_check_close(o[i], want[i], tol[i], what, i);
+    memcpy(first, o, M * R * 4);
+    if (c->alias) memcpy(res, res0, M * R * 4);
+    tu_kernel_run(PPN_K_GEMM_TC_L, &p); /* every gemm kernel has the one reference */
+    assert_memory_equal(first, o, M * R * 4);
+    free(wv), free(bv), free(w), free(b), free(x), free(res), free(out), free(res0), free(first), free(want);
+    free(tol);
+}
+
+static void test_gemm_reference(void **state)
+{
+    (void)state;
+    for (size_t d = 0; d < TU_LEN(dts); d++) {
+        int dt = dts[d];
+        gemm_case cs[] = {
+            {dt, 3, 37, 133, 0, 0, 0},  {dt, 3, 37, 133, 1, 0, 0},  {dt, 3, 37, 133, 0, 1, 0},
+            {dt, 3, 37, 133, 1, 1, 0},  {dt, 3, 37, 133, 1, 1, 1},  {dt, 1, 1, 1, 1, 1, 0},
+            {dt, 5, 64, 172, 0, 1, 1},  {dt, 7, 344, 64, 0, 0, 0},  {dt, 2, 9, 4099, 1, 0, 0},
+            {dt, 17, 96, 64, 0, 1, 1},  {dt, 33, 40, 256, 1, 1, 1},
+        };
+        for (size_t i = 0; i < TU_LEN(cs); i++) gemm_case_run(&cs[i]);
+    }
+}
+
+/* A token's row never depends on the other tokens of the launch: the bits of m = 1 for each. */
+static void test_gemm_reference_rows(void **state)
+{
+    (void)state;
+    enum { M = 6, R = 21, C = 40 };
+    for (size_t d = 0; d < TU_LEN(dts); d++) {
+        void *w = tu_wrand(dts[d], (size_t)R * C, NULL), *b = tu_wrand(dts[d], R, NULL);
+        float *x = tu_frand((size_t)M * C, -1, 1), all[M * R], one[R];
+        ppn_kp_gemm p = {.out = D(all), .w = D(w), .x = D(x), .bias = D(b), .m = M, .rows = R, .cols = C,
+                         .wdt = dts[d]};
+        tu_kernel_run(PPN_K_GEMM, &p);
+        for (int i = 0; i < M; i++) {
+            ppn_kp_gemm q = p;
+            q.out = D(one), q.x = D(x + (size_t)i * C), q.m = 1;
+            tu_kernel_run(PPN_K_GEMM, &q);
+            assert_memory_equal(one, all + (size_t)i * R, sizeof one);
+        }
+        free(w), free(b), free(x);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * the op */
+
+static int dry_off(void **state)
+{
+    (void)state;
+    tu_cap.dry = 0;
+    return 0;
+}
+
+/* Fake device addresses (dry captures): 256-byte aligned, far apart. */
+#define FAKE_OUT ((ppn_dptr)0x100000000000ull)
+#define FAKE_W ((ppn_dptr)0x200000000000ull)
+#define FAKE_X ((ppn_dptr)0x300000000000ull)
+
+static unsigned tiles(int m, int rows, int bm, int bn)
+{
+    return (unsigned)(((m + bm - 1) / bm) * (long)((rows + bn - 1) / bn));
+}
+
+/* The captured launch is kernel k with its tile's grid, threads and shared memory. */
+static void expect_launch(int k, int m, int rows)
+{
+    int bm = PPN_GEMM_SIMT_BM, bn = PPN_GEMM_SIMT_BN;
+    unsigned th = PPN_GEMM_SIMT_THREADS, smem = 0;
+    if (k == PPN_K_GEMM_TC_L)
+        bm = PPN_GEMM_TC_L_BM, bn = PPN_GEMM_TC_L_BN, th = PPN_GEMM_TC_L_THREADS,
+        smem = PPN_GEMM_TC_SMEM(bm, bn, PPN_GEMM_TC_L_STAGES);
+    if (k == PPN_K_GEMM_TC_M)
+        bm = PPN_GEMM_TC_M_BM, bn = PPN_GEMM_TC_M_BN, th = PPN_GEMM_TC_M_THREADS,
+        smem = PPN_GEMM_TC_SMEM(bm, bn, PPN_GEMM_TC_M_STAGES);
+    if (k == PPN_K_GEMM_TC_S)
+        bm = PPN_GEMM_TC_S_BM, bn = PPN_GEMM_TC_S_BN, th = PPN_GEMM_TC_S_THREADS,
+        smem = PPN_GEMM_TC_SMEM(bm, bn, PPN_GEMM_TC_S_STAGES);
+    assert_int_equal(tu_cap.l.kernel, k);
+    assert_int_equal(tu_cap.l.block[0], th);
+    assert_int_equal(tu_cap.l.grid[0], tiles(m, rows, bm, bn));
+    assert_int_equal(tu_cap.l.smem, smem);
+    assert_true(tu_cap.l.smem <= PPN_DYN_SMEM_MAX);
+    tu_expect_geometry(th);
+}
+
+static int op_kernel(int dt, int m, int rows, int cols, ppn_dptr w, ppn_dptr x)
+{
+    tu_cap.calls = 0;
+    assert_int_equal(ppn_op_gemm(&tu_fake, tu_fake_stream, FAKE_OUT, w, dt, x, m, rows, cols, 0, 0), PPN_OK);
+    assert_int_equal(tu_cap.calls, 1);
+    return tu_cap.l.kernel;
+}
+
+/* The kernel by shape, dtype and alignment (kernels/ops_gemm.c), and its geometry. */
+static void test_gemm_op_choice(void **state)
+{
+    (void)state;
+    tu_cap.dry = 1;
+    for (int dt = PPN_DTYPE_BF16; dt <= PPN_DTYPE_F16; dt++) {
+        assert_int_equal(op_kernel(dt, 4096, 2048, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_L);
+        expect_launch(PPN_K_GEMM_TC_L, 4096, 2048);
+        assert_int_equal(op_kernel(dt, 512, 2048, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_M); /* 32 large tiles */
+        expect_launch(PPN_K_GEMM_TC_M, 512, 2048);
+        assert_int_equal(op_kernel(dt, 512, 128256, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_L);
+        assert_int_equal(op_kernel(dt, 16, 4096, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_S);
+        expect_launch(PPN_K_GEMM_TC_S, 16, 4096);
+        assert_int_equal(op_kernel(dt, 1, 4096, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_S);
+        assert_int_equal(op_kernel(dt, 17, 4096, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_M);
+        /* what the tensor cores cannot take: cols % 8, misaligned w or x */
+        assert_int_equal(op_kernel(dt, 64, 64, 172, FAKE_W, FAKE_X), PPN_K_GEMM);
+        expect_launch(PPN_K_GEMM, 64, 64);
+        assert_int_equal(op_kernel(dt, 4096, 2048, 2044, FAKE_W, FAKE_X), PPN_K_GEMM);
+        assert_int_equal(op_kernel(dt, 4096, 2048, 2048, FAKE_W + 8, FAKE_X), PPN_K_GEMM);
+        assert_int_equal(op_kernel(dt, 4096, 2048, 2048, FAKE_W, FAKE_X + 4), PPN_K_GEMM);
+    }
+    assert_int_equal(op_kernel(PPN_DTYPE_F32, 4096, 2048, 2048, FAKE_W, FAKE_X), PPN_K_GEMM);
+    expect_launch(PPN_K_GEMM, 4096, 2048);
+    tu_cap.dry = 0;
+}
+
+/* Every model shape the prefill walks (q|k|v, o, gate|up, down, lm head of llama-1b and llama-8b; the fixtures'
+ * and stories260K's) at chunk sizes 1 .. 4096 is accepted, bf16 / f16 ones on tensor cores (cols % 8 == 0). */
+static void test_gemm_op_model_shapes(void **state)
+{
+    (void)state;
+    static const int shapes[][2] = {
+        {3072, 2048}, {2048, 2048}, {16384, 2048}, {2048, 8192}, {128256, 2048},          /* llama-1b */
+        {6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}, {128256, 4096},         /* llama-8b */
+        {96, 64},     {64, 64},     {352, 64},     {64, 176},     {256, 64},  {128, 64},  /* fixtures */
+        {64, 128},    {320, 64},    {64, 160},     {256, 64},     {64, 128},              /* fixtures */
+        {192, 64},    {344, 64},    {64, 172},     {512, 64},                             /* stories260K */
+    };
+    static const int ms[] = {1, 7, 16, 64, 512, 4096};
+    tu_cap.dry = 1;
+    for (size_t s = 0; s < TU_LEN(shapes); s++)
+        for (size_t i = 0; i < TU_LEN(ms); i++)
+            for (size_t d = 0; d < TU_LEN(dts); d++) {
+                int k = op_kernel(dts[d], ms[i], shapes[s][0], shapes[s][1], FAKE_W, FAKE_X);
+                int tc = dts[d] != PPN_DTYPE_F32 && shapes[s][1] % 8 == 0;
+                assert_int_equal(k != PPN_K_GEMM, tc);
+                assert_true(tu_cap.l.smem <= PPN_DYN_SMEM_MAX);
+                tu_expect_geometry(1);
+            }
+    tu_cap.dry = 0;
+}
+
+/* A real launch through the fake device: the params, exactly the declared accesses, and the reference's result. */
+static void test_gemm_op_accesses(void **state)
+{
+    (void)state;
+    enum { M = 5, R = 24, C = 32 };
+    for (size_t d = 0; d < TU_LEN(dts); d++) {
+        int dt = dts[d];
+        size_t es = ppn_dtype_size(dt);
+        void *w = tu_wrand(dt, (size_t)R * C, NULL), *b = tu_wrand(dt, R, NULL);
+        float *x = tu_frand((size_t)M * C, -1, 1), *res = tu_frand((size_t)M * R, -1, 1), out[M * R], ref[M * R];
+        ppn_kp_gemm p = {.out = D(ref), .w = D(w), .x = D(x), .bias = D(b), .res = D(res), .m = M, .rows = R,
+                         .cols = C, .wdt = dt};
+        tu_kernel_run(PPN_K_GEMM, &p);
+        tu_cap.calls = 0;
+        assert_int_equal(ppn_op_gemm(&tu_fake, tu_fake_stream, D(out), D(w), dt, D(x), M, R, C, D(b), D(res)), PPN_OK);
+        assert_int_equal(tu_cap.calls, 1);
+        const ppn_kp_gemm *q = (const ppn_kp_gemm *)tu_cap.params;
+        assert_true(q->out == D(out) && q->w == D(w) && q->x == D(x) && q->bias == D(b) && q->res == D(res));
+        assert_true(q->m == M && q->rows == R && q->cols == C && q->wdt == dt);
+        assert_int_equal(tu_cap.l.nacc, 5);
+        tu_expect_acc(0, w, (size_t)R * C * es, PPN_ACC_R);
+        tu_expect_acc(1, x, (size_t)M * C * 4, PPN_ACC_R);
+        tu_expect_acc(2, b, (size_t)R * es, PPN_ACC_R);
+        tu_expect_acc(3, res, (size_t)M * R * 4, PPN_ACC_R);
+        tu_expect_acc(4, out, (size_t)M * R * 4, PPN_ACC_W);
+        assert_memory_equal(out, ref, sizeof out);
+        /* no bias, no res: only w, x, out; res aliasing out */
+        assert_int_equal(ppn_op_gemm(&tu_fake, tu_fake_stream, D(out), D(w), dt, D(x), M, R, C, 0, 0), PPN_OK);
+        assert_int_equal(tu_cap.l.nacc, 3);
+        tu_expect_acc(2, out, (size_t)M * R * 4, PPN_ACC_W);
+        assert_int_equal(ppn_op_gemm(&tu_fake, tu_fake_stream, D(res), D(w), dt, D(x), M, R, C, 0, D(res)), PPN_OK);
+        tu_expect_acc(2, res, (size_t)M * R * 4, PPN_ACC_R);
+        tu_expect_acc(3, res, (size_t)M * R * 4, PPN_ACC_W);
+        free(w), free(b), free(x), free(res);
+    }
+}
+
+static void expect_refused(ppn_status st, const char *what)
+{
+    assert_int_equal(st, PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "ppn_op_gemm"));
+    if (!strstr(ppn_last_error(), what)) fail_msg("message '%s' does not name '%s'", ppn_last_error(), what);
+}
+
+static void test_gemm_op_refusals(void **state)
+{
+    (void)state;
+    enum { M = 4, R = 8, C = 16 };
+    float x[M * C], out[M * R];
+    uint16_t w[R * C];
+    ppn_gpu *g = &tu_fake;
+    ppn_gstream *s = tu_fake_stream;
+    int bf = PPN_DTYPE_BF16;
+    tu_cap.calls = 0;
+    expect_refused(ppn_op_gemm(g, s, D(out), D(w), bf, D(x), 0, R, C, 0, 0), "m must be positive");
+    expect_refused(ppn_op_gemm(g, s, D(out), D(w), bf, D(x), M, -1, C, 0, 0), "rows must be positive");
+    expect_refused(ppn_op_gemm(g, s, D(out), D(w), bf, D(x), M, R, 0, 0, 0), "cols must be positive");
+    expect_refused(ppn_op_gemm(g, s, D(out), D(w), 99, D(x), M, R, C, 0, 0), "dtype 99");
+    expect_refused(ppn_op_gemm(g, s, 0, D(w), bf, D(x), M, R, C, 0, 0), "out");
+    expect_refused(ppn_op_gemm(g, s, D(out), 0, bf, D(x), M, R, C, 0, 0), "w is a null");
+    expect_refused(ppn_op_gemm(g, s, D(out), D(w), bf, 0, M, R, C, 0, 0), "x is a null");
+    expect_refused(ppn_op_gemm(g, s, D(x + 8), D(w), bf, D(x), 1, R, C, 0, 0), "overlaps x");
+    expect_refused(ppn_op_gemm(g, s, D(x), D(w), bf, D(x), 1, R, C, 0, 0), "overlaps x");
+    expect_refused(ppn_op_gemm(g, s, FAKE_OUT, FAKE_W, bf, FAKE_X, 2000000000, 2000000000, 8, 0, 0), "CTAs");
+    assert_int_equal(tu_cap.calls, 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gemm_reference),
+        cmocka_unit_test(test_gemm_reference_rows),
+        cmocka_unit_test_teardown(test_gemm_op_choice, dry_off),
+        cmocka_unit_test_teardown(test_gemm_op_model_shapes, dry_off),
+        cmocka_unit_test(test_gemm_op_accesses),
+        cmocka_unit_test(test_gemm_op_refusals),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
