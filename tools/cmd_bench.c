@@ -36,6 +36,8 @@
 typedef struct bench_args {
     const char *model, *shape, *backend;
     int dtype, ctx, n_new, prompt, reps, warmup, json, device_greedy;
+    int chunk;                /* prompt rows per prefill chunk (ppn_prefill); 0: token by token */
+    int *lens, n_lens;        /* --prompt L1,L2,..: each length's prompt timed alone (lens[0] also before decode) */
     double bw_gbs;
     ppn_door door;
     int stages_flag;          /* --stages was given */
@@ -51,8 +53,11 @@ typedef struct bench_kern {
 } bench_kern;
 
 /* The measurements of one configuration. */
+#define BENCH_MAX_LENS 8
+
 typedef struct bench_result {
     int stages;
+    double pp_ms[BENCH_MAX_LENS], pp_tok_s[BENCH_MAX_LENS]; /* per --prompt length: median prompt time, tok/s */
     double median_ms, p99_ms, tok_s, prefill_ms, gbs, floor_ratio;
     size_t pool_peak, pool_reserved;
     uint64_t driver_allocs_timed;
@@ -66,10 +71,12 @@ static void bench_usage(FILE *f)
           "                 [--backend auto|sim|cuda] [--dtype f32|bf16|f16] [--stages N | --stages-sweep 1,2,4,8]\n"
           "                 [--splits c1,..] [--devices d0,..] [--overlap 0|1] [--streams 0|1] [--shard 0|1] [--spin 0|1]\n"
           "                 [--graphs 0|1] [--fuse 0|1]\n"
-          "                 [-n 128] [--prompt 16] [--ctx C] [--reps 3] [--warmup 1] [--bw-gbs 4280] [--json]\n"
-          "                 [--device-greedy]\n"
+          "                 [-n 128] [--prompt 16 | --prompt 512,4096] [--chunk 512] [--ctx C] [--reps 3] [--warmup 1]\n"
+          "                 [--bw-gbs 4280] [--json] [--device-greedy]\n"
           "--shape writes a random checkpoint (seed 1; bf16 unless --dtype) into a temporary directory, removed at exit.\n"
-          "Each rep: a fresh sequence, --prompt fixed ids (timed as prefill), then -n greedy decode steps, each timed.\n"
+          "Each rep: a fresh sequence, the first --prompt length of fixed ids primed --chunk rows at a time (ppn_prefill;\n"
+          "--chunk 0: token by token) and timed, then -n greedy decode steps, each timed. Every --prompt length is also\n"
+          "primed alone (warm-up, then --reps timed): prompt tok/s (llama-bench's ppN) and time to first token.\n"
           "floor = weight bytes / --bw-gbs (default 4280 GB/s: the measured H200 device-to-device copy bandwidth).\n"
           "--stages-sweep publishes each N in-process, all stages on the primary device (no --devices, no --splits).\n",
           f);
@@ -86,6 +93,21 @@ static int parse_value(bench_args *a, const char *f, const char *v)
     if (!strcmp(f, "--backend")) return a->backend = v, 0;
     if (!strcmp(f, "--dtype")) return cli_dtype(f, v, &a->dtype);
     if (!strcmp(f, "--bw-gbs")) return cli_float(f, v, 1e-3, 1e9, &a->bw_gbs);
+    if (!strcmp(f, "--prompt")) {
+        free(a->lens);
+        a->lens = NULL;
+        if ((rc = cli_ids(f, v, &a->lens, &a->n_lens))) return rc;
+        for (int k = 0; k < a->n_lens; k++)
+            if (a->lens[k] < 1 || a->n_lens > BENCH_MAX_LENS)
+                return cli_fail("%s: '%s': lengths >= 1, at most %d of them", f, v, BENCH_MAX_LENS), 2;
+        a->prompt = a->lens[0];
+        return 0;
+    }
+    if (!strcmp(f, "--chunk")) {
+        if ((rc = cli_int(f, v, 0, PPN_PREFILL_MAX_CHUNK, &x))) return rc;
+        a->chunk = (int)x;
+        return 0;
+    }
     if (!strcmp(f, "--stages-sweep")) {
         free(a->sweep);
         a->sweep = NULL;
@@ -95,7 +117,7 @@ static int parse_value(bench_args *a, const char *f, const char *v)
                 return cli_fail("%s: '%s': each N must be in [1, %d]", f, v, PPN_MAX_STAGES), 2;
         return 0;
     }
-    int *dst = !strcmp(f, "-n") ? &a->n_new : !strcmp(f, "--prompt") ? &a->prompt : !strcmp(f, "--ctx") ? &a->ctx
+    int *dst = !strcmp(f, "-n") ? &a->n_new : !strcmp(f, "--ctx") ? &a->ctx
              : !strcmp(f, "--reps") ? &a->reps : !strcmp(f, "--warmup") ? &a->warmup : NULL;
     if (!dst) return cli_fail("bench: unknown option '%s'", f), 2;
     if ((rc = cli_int(f, v, dst == &a->warmup ? 0 : 1, 1 << 30, &x))) return rc;
@@ -122,7 +144,7 @@ static int parse_check(const bench_args *a)
 static int parse(int argc, char **argv, bench_args *a)
 {
     *a = (bench_args){.dtype = PPN_DTYPE_DEFAULT, .n_new = 128, .prompt = 16, .reps = 3, .warmup = 1,
-                      .bw_gbs = BENCH_DEFAULT_BW_GBS};
+                      .bw_gbs = BENCH_DEFAULT_BW_GBS, .chunk = PPN_PREFILL_CHUNK};
     if (ppn_door_from_env(&a->door) != PPN_OK) return cli_fail("%s", ppn_last_error()), 2;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v;
@@ -251,6 +273,23 @@ static void kern_snap(ppn_rt *rt, bench_kern *kn, int sign)
 
 /* Reps ---------------------------------------------------------------------------------------------------- */
 
+/* The fixed prompt's id at t. */
+static int prompt_id(int t, int vocab) { return (int)(((long long)t * 7919 + 13) % vocab); }
+
+/* Prime seq with the first n prompt ids, --chunk rows at a time; last receives the last row's logits. */
+static int prime(ppn_seq *seq, const bench_args *a, int n, int vocab, float *last)
+{
+    int *ids = calloc((size_t)n, sizeof(int));
+    if (!ids) return cli_fail("bench: out of memory for %d prompt ids", n);
+    for (int t = 0; t < n; t++) ids[t] = prompt_id(t, vocab);
+    ppn_prefill_opts o = {.chunk = a->chunk};
+    ppn_status st = PPN_OK;
+    if (a->chunk > 0) st = ppn_prefill(seq, ids, n, &o, last);
+    for (int t = 0; a->chunk == 0 && t < n && st == PPN_OK; t++) st = ppn_decode_step(seq, ids[t], t == n - 1 ? last : NULL);
+    free(ids);
+    return st == PPN_OK ? 0 : cli_fail_status(st, "bench: prefill");
+}
+
 /* One rep: a fresh sequence, the prompt, then n_new greedy steps. pre/dec receive each step's time in ms
  * (NULL for a warm-up rep). kn (NULL: none) receives the kernel account of the decode steps, read from rt.
  * The prompt ids are fixed so that every rep and every configuration does the same work. */
@@ -262,10 +301,17 @@ static int one_rep(ppn_model *m, const bench_args *a, int vocab, float *logits, 
     ppn_sampler_init(&sp, 0.0f, 0, 1.0f, 0);
     ppn_status st = ppn_seq_create(m, &seq);
     if (st != PPN_OK) return cli_fail_status(st, "bench: sequence");
-    int rc = 0, tok = 0, *ids = NULL;
+    int rc = 0, tok = 0, *ids = NULL, start = 0;
     int last = a->device_greedy ? a->prompt : a->prompt + a->n_new; /* host-fed steps */
-    for (int t = 0; t < last && rc == 0; t++) {
-        int in = t < a->prompt ? (int)(((long long)t * 7919 + 13) % vocab) : tok;
+    if (a->chunk > 0) { /* the prompt primed: one time for all of it */
+        double t0 = now_ms();
+        if ((rc = prime(seq, a, a->prompt, vocab, logits)) != 0) last = 0;
+        if (pre) pre[0] = now_ms() - t0;
+        if (rc == 0 && (st = ppn_sample(&sp, logits, vocab, &tok)) != PPN_OK) rc = cli_fail_status(st, "bench: sample");
+        start = a->prompt;
+    }
+    for (int t = start; t < last && rc == 0; t++) {
+        int in = t < a->prompt ? prompt_id(t, vocab) : tok;
         if (kn && t == a->prompt) kern_snap(rt, kn, -1); /* outside the timed window */
         double t0 = now_ms();
         st = ppn_decode_step(seq, in, logits);
@@ -311,12 +357,35 @@ static char *stage_map_json(const ppn_model *m)
     return buf;
 }
 
+/* Prompt length k alone: a warm-up, then --reps timed primes of fresh sequences; r gets the median time and the
+ * prompt tok/s (the time to first token: the last row's logits are on the host when ppn_prefill returns). */
+static int bench_prompt(ppn_model *m, const bench_args *a, int vocab, float *logits, int k, bench_result *r)
+{
+    double t[64];
+    int n = a->reps < 64 ? a->reps : 64, rc = 0;
+    for (int i = -1; i < n && rc == 0; i++) {
+        ppn_seq *seq = NULL;
+        ppn_status st = ppn_seq_create(m, &seq);
+        if (st != PPN_OK) return cli_fail_status(st, "bench: sequence");
+        double t0 = now_ms();
+        rc = prime(seq, a, a->lens[k], vocab, logits);
+        if (i >= 0) t[i] = now_ms() - t0;
+        ppn_seq_destroy(seq);
+    }
+    if (rc) return rc;
+    cli_sort(t, n);
+    r->pp_ms[k] = cli_median(t, n);
+    r->pp_tok_s[k] = r->pp_ms[k] > 0 ? 1e3 * a->lens[k] / r->pp_ms[k] : 0;
+    return 0;
+}
+
 /* Warm-up reps, then timed reps; r gets the statistics of the timed decode steps (and, with PPN_KPROF=1, their
  * kernel account from rt). */
 static int bench_config(ppn_model *m, ppn_rt *rt, const bench_args *a, const ppn_model_info *mi, float *logits,
                         bench_result *r)
 {
-    int n_dec = a->reps * a->n_new, n_pre = a->reps * a->prompt, rc = 0;
+    int per_rep = a->chunk > 0 ? 1 : a->prompt; /* primed: one time per prompt; else one per prompt step */
+    int n_dec = a->reps * a->n_new, n_pre = a->reps * per_rep, rc = 0;
     double *dec = malloc(sizeof(double) * (size_t)n_dec), *pre = malloc(sizeof(double) * (size_t)n_pre);
     ppn_stats before, after;
     if (!dec || !pre) {
@@ -327,7 +396,7 @@ static int bench_config(ppn_model *m, ppn_rt *rt, const bench_args *a, const ppn
     if (a->kprof) ppn_rt_kernel_profile_reset(rt);
     ppn_model_get_stats(m, &before);
     for (int k = 0; k < a->reps && rc == 0; k++)
-        rc = one_rep(m, a, mi->vocab, logits, pre + (size_t)k * (size_t)a->prompt, dec + (size_t)k * (size_t)a->n_new,
+        rc = one_rep(m, a, mi->vocab, logits, pre + (size_t)k * (size_t)per_rep, dec + (size_t)k * (size_t)a->n_new,
                      rt, a->kprof ? &r->kern : NULL);
     if (rc) goto out;
     ppn_model_get_stats(m, &after);
@@ -345,6 +414,7 @@ static int bench_config(ppn_model *m, ppn_rt *rt, const bench_args *a, const ppn
     r->pool_reserved = after.pool_reserved;
     r->driver_allocs_timed = after.driver_allocs - before.driver_allocs;
     if (!(r->stage_map_json = stage_map_json(m))) rc = cli_fail("bench: out of memory for the stage map");
+    for (int k = 0; k < a->n_lens && rc == 0; k++) rc = bench_prompt(m, a, mi->vocab, logits, k, r);
 out:
     free(dec);
     free(pre);
@@ -465,9 +535,9 @@ static void report_json(const bench_args *a, const ppn_model_info *mi, const cha
            ppn_dtype_name(mi->dtype), ppn_dtype_name(mi->kv_dtype), mi->n_layers, mi->weight_bytes);
     json_num(stdout, "bw_gbs", a->bw_gbs);
     json_num(stdout, "floor_ms", floor_ms);
-    printf("\"n\":%d,\"prompt\":%d,\"ctx\":%d,\"reps\":%d,\"warmup\":%d,\"device_greedy\":%s,"
+    printf("\"chunk\":%d,\"n\":%d,\"prompt\":%d,\"ctx\":%d,\"reps\":%d,\"warmup\":%d,\"device_greedy\":%s,"
            "\"per_stage_time\":\"not measured\",\"configs\":[",
-           a->n_new, a->prompt, mi->ctx, a->reps, a->warmup, a->device_greedy ? "true" : "false");
+           a->chunk, a->n_new, a->prompt, mi->ctx, a->reps, a->warmup, a->device_greedy ? "true" : "false");
     for (int k = 0; k < n_res; k++) {
         const bench_result *r = &res[k];
         printf("%s{\"stages\":%d,", k ? "," : "", r->stages);
@@ -478,6 +548,14 @@ static void report_json(const bench_args *a, const ppn_model_info *mi, const cha
         json_num(stdout, "gbs", r->gbs);
         json_num(stdout, "floor_ratio", r->floor_ratio);
         if (a->kprof) json_kernels(r, backend);
+        printf("\"prompts\":[");
+        for (int j = 0; j < a->n_lens; j++) {
+            printf("%s{\"len\":%d,", j ? "," : "", a->lens[j]);
+            json_num(stdout, "ms", r->pp_ms[j]);
+            json_num(stdout, "ttft_ms", r->pp_ms[j]);
+            printf("\"tok_s\":%.9g}", r->pp_tok_s[j]);
+        }
+        printf("],");
         printf("\"pool_peak\":%zu,\"pool_reserved\":%zu,\"driver_allocs_timed\":%llu,\"stage_map\":%s}", r->pool_peak,
                r->pool_reserved, (unsigned long long)r->driver_allocs_timed, r->stage_map_json);
     }
@@ -528,6 +606,9 @@ static void table_row(const ppn_model *m, const bench_args *a, const bench_resul
     printf("%6d %10.4f %10.4f %10.1f %11.4f %9.2f %11.4f %13.2f %13.2f %10llu\n", r->stages, r->median_ms, r->p99_ms,
            r->tok_s, r->prefill_ms, r->gbs, r->floor_ratio, (double)r->pool_peak / 1e6, (double)r->pool_reserved / 1e6,
            (unsigned long long)r->driver_allocs_timed);
+    for (int j = 0; j < a->n_lens; j++)
+        printf("       prompt %d tokens (pp%d): %.3f ms = %.1f tok/s, time to first token %.3f ms%s\n", a->lens[j],
+               a->lens[j], r->pp_ms[j], r->pp_tok_s[j], r->pp_ms[j], a->chunk ? "" : " (token by token: --chunk 0)");
     fputs("       ", stdout);
     cli_print_stage_map(stdout, m);
     if (a->kprof) table_kernels(r);
@@ -551,7 +632,9 @@ static int load(ppn_rt *rt, const bench_args *a, ppn_model **m)
     ppn_door d = door_for(a, 0);
     ppn_load_opts lo = ppn_load_opts_default();
     lo.dtype = a->dtype;
-    lo.ctx = a->ctx ? a->ctx : a->prompt + a->n_new; /* the KV the reps use, no more */
+    int longest = a->prompt;
+    for (int k = 0; k < a->n_lens; k++) longest = a->lens[k] > longest ? a->lens[k] : longest;
+    lo.ctx = a->ctx ? a->ctx : longest + a->n_new; /* the KV the reps use, no more */
     lo.door = &d;
     if (!a->json) lo.progress = cli_progress;
     ppn_status st = ppn_model_load(rt, a->model ? a->model : g_tmpdir, &lo, m);
@@ -648,5 +731,6 @@ out:
     ppn_rt_destroy(rt);
     tmp_remove();
     free(a.sweep);
+    free(a.lens);
     return rc;
 }
