@@ -8,7 +8,6 @@
 #include <setjmp.h>
 #include <cmocka.h>
 #include "tests/util/tcheck.h"
-#include <dirent.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -16,30 +15,12 @@
 #include <string.h>
 #include "tests/util/tutil.h"
 
-/* Entries of dir other than . and .. (-1 if it cannot be read). */
-static int dir_entries(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d) return -1;
-    int n = 0;
-    for (struct dirent *e; (e = readdir(d));)
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
-    closedir(d);
-    return n;
-}
-
-/* Run `ppn bench <args>` with TMPDIR set to a fresh directory; require that directory empty afterwards. */
+/* Run `ppn bench <args>` (tu_run_ppn: TMPDIR a fresh directory); require that directory empty afterwards. */
 static int bench(const char *args, char **out, char **err)
 {
-    char *tmp = tu_tmpdir();
-    assert_non_null(tmp);
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "env -u MEMRA_PP_STAGES -u MEMRA_PP_DEVICES -u MEMRA_PP_SPLITS -u MEMRA_PP_SPLIT TMPDIR='%s' '%s' bench %s",
-             tmp, bin(), args);
-    int rc = tu_run(cmd, out, err);
-    int left = dir_entries(tmp);
-    tu_rmrf(tmp);
-    free(tmp);
+    snprintf(cmd, sizeof cmd, "bench %s", args);
+    int left = -1, rc = tu_run_ppn("", cmd, out, err, &left);
     if (left != 0) fail_msg("bench %s left %d entries in its TMPDIR", args, left);
     return rc;
 }
@@ -75,7 +56,7 @@ static void check_config(json_t *c, int stages, double weight_bytes, double floo
     assert_int_equal(json_integer_value(json_array_get(fence, (size_t)stages)), n_layers);
 }
 
-static void sweep_json(void **s)
+static void test_bench_sweep_json(void **s)
 {
     (void)s;
     char *out = NULL, *err = NULL;
@@ -108,7 +89,7 @@ static void sweep_json(void **s)
 
 /* --device-greedy: the decode steps are one ppn_decode_greedy call; the JSON says so and every figure is as
  * consistent as the per-step mode's (check_config), over 2 stages too. With bf16 weights, so bf16 KV caches. */
-static void device_greedy_json(void **s)
+static void test_bench_device_greedy_json(void **s)
 {
     (void)s;
     char *out = NULL, *err = NULL;
@@ -132,7 +113,7 @@ static void device_greedy_json(void **s)
 }
 
 /* The default output: the header naming the floor's bandwidth, one row and a stage map line per config. */
-static void table(void **s)
+static void test_bench_table(void **s)
 {
     (void)s;
     char *out = NULL, *err = NULL;
@@ -147,7 +128,7 @@ static void table(void **s)
     free(err);
 }
 
-static void refusals(void **s)
+static void test_bench_refusals(void **s)
 {
     (void)s;
     static const struct { const char *args, *needle; int usage; } cases[] = {
@@ -173,10 +154,10 @@ static void refusals(void **s)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(sweep_json),
-        cmocka_unit_test(device_greedy_json),
-        cmocka_unit_test(table),
-        cmocka_unit_test(refusals),
+        cmocka_unit_test(test_bench_sweep_json),
+        cmocka_unit_test(test_bench_device_greedy_json),
+        cmocka_unit_test(test_bench_table),
+        cmocka_unit_test(test_bench_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

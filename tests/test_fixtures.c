@@ -42,9 +42,7 @@ static tu_cmp run_rows(const char *model, int dtype, const int *ids, int n_rows,
     ppn_load_opts o = ppn_load_opts_default();
     o.dtype = dtype;
     o.ctx = 512;
-    ppn_model *m = NULL;
-    ppn_status st = ppn_model_load(rt, model, &o, &m);
-    if (st != PPN_OK) fail_msg("load %s: %s", model, ppn_last_error());
+    ppn_model *m = tu_model_load(rt, model, &o);
     ppn_model_info mi;
     ppn_model_get_info(m, &mi);
     assert_int_equal(mi.vocab, vocab);
@@ -53,7 +51,7 @@ static tu_cmp run_rows(const char *model, int dtype, const int *ids, int n_rows,
     float *x = malloc(sizeof(float) * (size_t)vocab);
     tu_cmp c = {0};
     for (int t = 0; t < n_rows; t++) {
-        st = ppn_decode_step(s, ids[t], x);
+        ppn_status st = ppn_decode_step(s, ids[t], x);
         if (st != PPN_OK) fail_msg("step %d: %s", t, ppn_last_error());
         tu_cmp_row(&c, t, x, ref + (size_t)t * (size_t)vocab, vocab, tol, margin);
     }
@@ -89,15 +87,15 @@ static void check_hf(const char *name, int dtype, double tol)
     free(ref);
 }
 
-static void llama_tiny_f32(void **s) { check_hf("llama-tiny", PPN_DTYPE_F32, TOL_F32); }
-static void qwen2_tiny_f32(void **s) { check_hf("qwen2-tiny", PPN_DTYPE_F32, TOL_F32); }
-static void qwen3_tiny_f32(void **s) { check_hf("qwen3-tiny", PPN_DTYPE_F32, TOL_F32); }
-static void llama_tiny_bf16(void **s) { check_hf("llama-tiny", PPN_DTYPE_BF16, TOL_BF16); }
-static void qwen2_tiny_bf16(void **s) { check_hf("qwen2-tiny", PPN_DTYPE_BF16, TOL_BF16); }
-static void qwen3_tiny_bf16(void **s) { check_hf("qwen3-tiny", PPN_DTYPE_BF16, TOL_BF16); }
+static void test_fixtures_llama_tiny_f32(void **s) { check_hf("llama-tiny", PPN_DTYPE_F32, TOL_F32); }
+static void test_fixtures_qwen2_tiny_f32(void **s) { check_hf("qwen2-tiny", PPN_DTYPE_F32, TOL_F32); }
+static void test_fixtures_qwen3_tiny_f32(void **s) { check_hf("qwen3-tiny", PPN_DTYPE_F32, TOL_F32); }
+static void test_fixtures_llama_tiny_bf16(void **s) { check_hf("llama-tiny", PPN_DTYPE_BF16, TOL_BF16); }
+static void test_fixtures_qwen2_tiny_bf16(void **s) { check_hf("qwen2-tiny", PPN_DTYPE_BF16, TOL_BF16); }
+static void test_fixtures_qwen3_tiny_bf16(void **s) { check_hf("qwen3-tiny", PPN_DTYPE_BF16, TOL_BF16); }
 
 /* stories260K: run.c's greedy ids from BOS, and its logits after feeding ids[0..t]. */
-static void stories260k(void **state)
+static void test_fixtures_stories260k(void **state)
 {
     const char *bin = tu_fixture("llama2c/stories260K.bin");
     char path[4096];
@@ -120,13 +118,11 @@ static void stories260k(void **state)
 }
 
 /* Greedy generation through the public API reproduces run.c's 255 ids exactly from BOS. */
-static void stories260k_greedy_ids(void **state)
+static void test_fixtures_stories260k_greedy_ids(void **state)
 {
     int n = 0, *ids = tu_read_ids_text(tu_fixture("llama2c/stories260K.bos.ids"), &n);
     if (!ids) fail_msg("fixture missing");
-    ppn_model *m = NULL;
-    ppn_load_opts o = ppn_load_opts_default();
-    assert_int_equal(ppn_model_load(rt, tu_fixture("llama2c/stories260K.bin"), &o, &m), PPN_OK);
+    ppn_model *m = tu_model_load(rt, tu_fixture("llama2c/stories260K.bin"), NULL);
     ppn_seq *s = NULL;
     assert_int_equal(ppn_seq_create(m, &s), PPN_OK);
     float x[512];
@@ -149,11 +145,14 @@ static void stories260k_greedy_ids(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(llama_tiny_f32),   cmocka_unit_test(qwen2_tiny_f32),
-        cmocka_unit_test(qwen3_tiny_f32),   cmocka_unit_test(llama_tiny_bf16),
-        cmocka_unit_test(qwen2_tiny_bf16),  cmocka_unit_test(qwen3_tiny_bf16),
-        cmocka_unit_test(stories260k),
-        cmocka_unit_test(stories260k_greedy_ids),
+        cmocka_unit_test(test_fixtures_llama_tiny_f32),
+        cmocka_unit_test(test_fixtures_qwen2_tiny_f32),
+        cmocka_unit_test(test_fixtures_qwen3_tiny_f32),
+        cmocka_unit_test(test_fixtures_llama_tiny_bf16),
+        cmocka_unit_test(test_fixtures_qwen2_tiny_bf16),
+        cmocka_unit_test(test_fixtures_qwen3_tiny_bf16),
+        cmocka_unit_test(test_fixtures_stories260k),
+        cmocka_unit_test(test_fixtures_stories260k_greedy_ids),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -15,6 +15,7 @@
 #include "core/device/gpu.h"
 #include "kernels/ktable.h"
 #include "tests/util/tcheck.h"
+#include "tests/util/tutil.h"
 
 #ifndef PPN_HAVE_FATBIN
 #define PPN_HAVE_FATBIN 0
@@ -35,14 +36,22 @@ static void probe_driver(void)
 }
 
 
-static int reset_env(void **state)
+/* Each test starts with PPN_BACKEND unset; its teardown puts back what the environment held. */
+static int env_clear(void **state)
 {
     (void)state;
-    unsetenv("PPN_BACKEND");
+    tu_env_set("PPN_BACKEND", NULL);
     return 0;
 }
 
-static void t_bogus_name(void **state)
+static int env_restore(void **state)
+{
+    (void)state;
+    tu_env_restore();
+    return 0;
+}
+
+static void test_gpu_open_bogus_name(void **state)
 {
     (void)state;
     ppn_gpu *g = NULL;
@@ -53,11 +62,11 @@ static void t_bogus_name(void **state)
     assert_null(g);
 }
 
-static void t_bogus_env(void **state)
+static void test_gpu_open_bogus_env(void **state)
 {
     (void)state;
     ppn_gpu *g = NULL;
-    setenv("PPN_BACKEND", "bogus", 1);
+    tu_env_set("PPN_BACKEND", "bogus");
     EXPECT_ST(PPN_EINVAL, ppn_gpu_open(NULL, ppn_kernel_set(), &g));
     MSG_HAS("PPN_BACKEND=bogus");
     MSG_HAS("auto, cuda, sim");
@@ -67,23 +76,23 @@ static void t_bogus_env(void **state)
 }
 
 /* An explicit name wins over the environment; the environment wins over auto. */
-static void t_precedence(void **state)
+static void test_gpu_open_precedence(void **state)
 {
     (void)state;
     ppn_gpu *g = NULL;
-    setenv("PPN_BACKEND", "bogus", 1);
+    tu_env_set("PPN_BACKEND", "bogus");
     EXPECT_ST(PPN_OK, ppn_gpu_open("sim", ppn_kernel_set(), &g));
     assert_string_equal(g->ops->name, "sim");
     ppn_gpu_close(g);
     g = NULL;
-    setenv("PPN_BACKEND", "sim", 1);
+    tu_env_set("PPN_BACKEND", "sim");
     EXPECT_ST(PPN_OK, ppn_gpu_open(NULL, ppn_kernel_set(), &g));
     assert_string_equal(g->ops->name, "sim");
     assert_true(g->ops->device_count(g) >= 1);
     ppn_gpu_close(g);
 }
 
-static void t_cuda_create(void **state)
+static void test_gpu_open_cuda_create(void **state)
 {
     (void)state;
     ppn_gpu *g = NULL;
@@ -107,7 +116,7 @@ static void t_cuda_create(void **state)
     }
 }
 
-static void t_cuda_forced(void **state)
+static void test_gpu_open_cuda_forced(void **state)
 {
     (void)state;
     ppn_gpu *g = NULL;
@@ -115,7 +124,7 @@ static void t_cuda_forced(void **state)
         EXPECT_ST(PPN_ENODEV, ppn_gpu_open("cuda", ppn_kernel_set(), &g));
         MSG_HAS("cannot dlopen libcuda.so.1");
         assert_null(g);
-        setenv("PPN_BACKEND", "cuda", 1);
+        tu_env_set("PPN_BACKEND", "cuda");
         EXPECT_ST(PPN_ENODEV, ppn_gpu_open(NULL, ppn_kernel_set(), &g));
         MSG_HAS("PPN_BACKEND=cuda");
         MSG_HAS("cannot dlopen libcuda.so.1");
@@ -134,7 +143,7 @@ static void t_cuda_forced(void **state)
 
 /* auto is cuda exactly when cuda can be created and the build has kernels; sim otherwise. An empty name
  * with PPN_BACKEND unset means auto too. */
-static void t_auto(void **state)
+static void test_gpu_open_auto(void **state)
 {
     (void)state;
     const char *want = "sim";
@@ -152,7 +161,7 @@ static void t_auto(void **state)
     assert_string_equal(g->ops->name, want);
     ppn_gpu_close(g);
     g = NULL;
-    setenv("PPN_BACKEND", "", 1);
+    tu_env_set("PPN_BACKEND", "");
     EXPECT_ST(PPN_OK, ppn_gpu_open("", ppn_kernel_set(), &g));
     assert_string_equal(g->ops->name, want);
     ppn_gpu_close(g);
@@ -163,12 +172,12 @@ int main(void)
     probe_driver();
     printf("libcuda.so.1: %s\n", have_driver ? "present" : dl_reason);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(t_bogus_name, reset_env, reset_env),
-        cmocka_unit_test_setup_teardown(t_bogus_env, reset_env, reset_env),
-        cmocka_unit_test_setup_teardown(t_precedence, reset_env, reset_env),
-        cmocka_unit_test_setup_teardown(t_cuda_create, reset_env, reset_env),
-        cmocka_unit_test_setup_teardown(t_cuda_forced, reset_env, reset_env),
-        cmocka_unit_test_setup_teardown(t_auto, reset_env, reset_env),
+        cmocka_unit_test_setup_teardown(test_gpu_open_bogus_name, env_clear, env_restore),
+        cmocka_unit_test_setup_teardown(test_gpu_open_bogus_env, env_clear, env_restore),
+        cmocka_unit_test_setup_teardown(test_gpu_open_precedence, env_clear, env_restore),
+        cmocka_unit_test_setup_teardown(test_gpu_open_cuda_create, env_clear, env_restore),
+        cmocka_unit_test_setup_teardown(test_gpu_open_cuda_forced, env_clear, env_restore),
+        cmocka_unit_test_setup_teardown(test_gpu_open_auto, env_clear, env_restore),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

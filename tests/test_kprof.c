@@ -48,11 +48,10 @@ static shape read_shape(void)
 /* A sim runtime created with PPN_KPROF set to value (NULL: unset). */
 static ppn_rt *rt_with(const char *value)
 {
-    if (value) setenv("PPN_KPROF", value, 1);
-    else unsetenv("PPN_KPROF");
+    tu_env_set("PPN_KPROF", value);
     ppn_rt *rt = NULL;
     ppn_status st = ppn_rt_create("sim", &rt);
-    unsetenv("PPN_KPROF");
+    tu_env_restore();
     if (st != PPN_OK) fail_msg("ppn_rt_create(sim) with PPN_KPROF=%s: %s", value ? value : "<unset>", ppn_last_error());
     return rt;
 }
@@ -65,10 +64,7 @@ static ppn_model *load(ppn_rt *rt, int stages)
     ppn_load_opts o = ppn_load_opts_default();
     o.ctx = 32;
     o.door = &d;
-    ppn_model *m = NULL;
-    const char *path = tu_fixture("hf/llama-tiny");
-    if (ppn_model_load(rt, path, &o, &m) != PPN_OK) fail_msg("load %s: %s", path, ppn_last_error());
-    return m;
+    return tu_model_load(rt, tu_fixture("hf/llama-tiny"), &o);
 }
 
 /* Reset the account, then n decode steps of a fresh sequence (its creation is not counted). */
@@ -143,7 +139,7 @@ static void check_matvec_bytes(const ppn_kernel_time *e, int n, const shape *s, 
     if (!(k->bytes > lo && k->bytes <= hi)) fail_msg("matvec bytes %.0f, expected in (%.0f, %.0f]", k->bytes, lo, hi);
 }
 
-static void counts_match_forward(void **st)
+static void test_kprof_counts_match_forward(void **st)
 {
     (void)st;
     shape s = read_shape();
@@ -173,7 +169,7 @@ static void counts_match_forward(void **st)
 }
 
 /* Two stages on two devices: two issue threads and streams feed the account at once; it adds up the same. */
-static void pipelined_counts(void **st)
+static void test_kprof_pipelined_counts(void **st)
 {
     (void)st;
     shape s = read_shape();
@@ -189,8 +185,7 @@ static void pipelined_counts(void **st)
     ppn_load_opts o = ppn_load_opts_default();
     o.ctx = 32;
     o.door = &d;
-    ppn_model *m = NULL;
-    if (ppn_model_load(rt, tu_fixture("hf/llama-tiny"), &o, &m) != PPN_OK) fail_msg("load: %s", ppn_last_error());
+    ppn_model *m = tu_model_load(rt, tu_fixture("hf/llama-tiny"), &o);
     ppn_stage_info si;
     ppn_model_get_stage_map(m, &si);
     assert_int_equal(si.n_stages, 2);
@@ -203,7 +198,7 @@ static void pipelined_counts(void **st)
 }
 
 /* Unset, empty or 0: no account at all, whatever runs. */
-static void off_reads_nothing(void **st)
+static void test_kprof_off_reads_nothing(void **st)
 {
     (void)st;
     const char *values[] = {NULL, "", "0"};
@@ -219,33 +214,27 @@ static void off_reads_nothing(void **st)
     }
 }
 
-static void bad_values_refused(void **st)
+static void test_kprof_bad_values_refused(void **st)
 {
     (void)st;
     const char *values[] = {"yes", "2", " 1", "1 ", "true"};
     for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
-        setenv("PPN_KPROF", values[i], 1);
+        tu_env_set("PPN_KPROF", values[i]);
         ppn_rt *rt = NULL;
         ppn_status s = ppn_rt_create("sim", &rt);
-        unsetenv("PPN_KPROF");
+        tu_env_restore();
         if (s != PPN_EINVAL || !strstr(ppn_last_error(), "PPN_KPROF"))
             fail_msg("PPN_KPROF='%s': %s, '%s'", values[i], ppn_status_name(s), ppn_last_error());
         assert_null(rt);
     }
 }
 
-/* `ppn bench` with env prefix; stdout and stderr captured. TMPDIR is a fresh directory, removed after. */
+/* `ppn bench <args>` after the environment assignments env (tu_run_ppn). */
 static int bench(const char *env, const char *args, char **out, char **err)
 {
-    char *tmp = tu_tmpdir();
-    assert_non_null(tmp);
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "env -u MEMRA_PP_STAGES -u MEMRA_PP_DEVICES -u MEMRA_PP_SPLITS -u MEMRA_PP_SPLIT "
-             "-u PPN_KPROF %s TMPDIR='%s' '%s' bench %s", env, tmp, bin(), args);
-    int rc = tu_run(cmd, out, err);
-    tu_rmrf(tmp);
-    free(tmp);
-    return rc;
+    snprintf(cmd, sizeof cmd, "bench %s", args);
+    return tu_run_ppn(env, cmd, out, err, NULL);
 }
 
 static json_t *bench_json(const char *env)
@@ -261,7 +250,7 @@ static json_t *bench_json(const char *env)
     return r;
 }
 
-static void bench_json_kernels(void **st)
+static void test_kprof_bench_json_kernels(void **st)
 {
     (void)st;
     json_t *r = bench_json("PPN_KPROF=1 PPN_GRAPHS=0");
@@ -304,7 +293,7 @@ static void bench_json_kernels(void **st)
     json_decref(r);
 }
 
-static void bench_refuses_bad_value(void **st)
+static void test_kprof_bench_refuses_bad_value(void **st)
 {
     (void)st;
     char *out = NULL, *err = NULL;
@@ -318,12 +307,12 @@ static void bench_refuses_bad_value(void **st)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(counts_match_forward),
-        cmocka_unit_test(pipelined_counts),
-        cmocka_unit_test(off_reads_nothing),
-        cmocka_unit_test(bad_values_refused),
-        cmocka_unit_test(bench_json_kernels),
-        cmocka_unit_test(bench_refuses_bad_value),
+        cmocka_unit_test(test_kprof_counts_match_forward),
+        cmocka_unit_test(test_kprof_pipelined_counts),
+        cmocka_unit_test(test_kprof_off_reads_nothing),
+        cmocka_unit_test(test_kprof_bad_values_refused),
+        cmocka_unit_test(test_kprof_bench_json_kernels),
+        cmocka_unit_test(test_kprof_bench_refuses_bad_value),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

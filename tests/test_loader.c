@@ -22,14 +22,10 @@
 #include <unistd.h>
 
 #include "core/model/ckpt.h"
+#include "tests/util/trand.h"
+#include "tests/util/tutil.h"
 
 /* ---- files and temp dirs ------------------------------------------------------------------------------ */
-
-static const char *fixtures(void)
-{
-    const char *f = getenv("PPN_FIXTURES");
-    return f && *f ? f : "../shared/fixtures";
-}
 
 static void path_join(char *buf, size_t cap, const char *a, const char *b)
 {
@@ -37,27 +33,20 @@ static void path_join(char *buf, size_t cap, const char *a, const char *b)
     assert_true(n > 0 && (size_t)n < cap);
 }
 
+/* tu_fixture's path into buf; the test fails when the fixture is missing. */
 static void fixture_path(char *buf, size_t cap, const char *rel)
 {
     struct stat sb;
-    path_join(buf, cap, fixtures(), rel);
+    int n = snprintf(buf, cap, "%s", tu_fixture(rel));
+    assert_true(n > 0 && (size_t)n < cap);
     if (stat(buf, &sb) != 0) fail_msg("fixture missing: %s (set PPN_FIXTURES)", buf);
 }
 
+/* The whole file (NUL-terminated); the test fails when it cannot be read. */
 static uint8_t *read_all(const char *path, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) fail_msg("cannot open %s", path);
-    assert_int_equal(fseek(f, 0, SEEK_END), 0);
-    long n = ftell(f);
-    assert_true(n >= 0);
-    rewind(f);
-    uint8_t *buf = malloc((size_t)n + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    buf[n] = 0;
-    *len = (size_t)n;
+    uint8_t *buf = tu_read_file(path, len);
+    if (!buf) fail_msg("cannot read %s", path);
     return buf;
 }
 
@@ -77,41 +66,16 @@ static void copy_file(const char *from, const char *to)
     free(b);
 }
 
-/* Test dirs are flat: unlink every entry, then the dir. */
-static void rm_tree(const char *dir)
-{
-    char p[1200];
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        path_join(p, sizeof p, dir, e->d_name);
-        struct stat sb;
-        if (stat(p, &sb) == 0 && S_ISDIR(sb.st_mode)) rm_tree(p);
-        else unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
+/* Each TMP_TEST gets a fresh temp dir as its state, removed after. */
 static int setup_tmp(void **state)
 {
-    const char *base = getenv("TMPDIR");
-    char *t = malloc(1024);
-    if (!t) return -1;
-    snprintf(t, 1024, "%s/ppn-loader-XXXXXX", base && *base ? base : "/tmp");
-    if (!mkdtemp(t)) {
-        free(t);
-        return -1;
-    }
-    *state = t;
-    return 0;
+    *state = tu_tmpdir();
+    return *state ? 0 : -1;
 }
 
 static int teardown_tmp(void **state)
 {
-    rm_tree(*state);
+    tu_rmrf(*state);
     free(*state);
     return 0;
 }
@@ -358,9 +322,9 @@ static void check_fixture(const char *name, int arch)
     json_decref(j);
 }
 
-static void test_fixture_llama(void **state) { check_fixture("hf/llama-tiny", PPN_ARCH_LLAMA); }
-static void test_fixture_qwen2(void **state) { check_fixture("hf/qwen2-tiny", PPN_ARCH_QWEN2); }
-static void test_fixture_qwen3(void **state) { check_fixture("hf/qwen3-tiny", PPN_ARCH_QWEN3); }
+static void test_loader_fixture_llama(void **state) { check_fixture("hf/llama-tiny", PPN_ARCH_LLAMA); }
+static void test_loader_fixture_qwen2(void **state) { check_fixture("hf/qwen2-tiny", PPN_ARCH_QWEN2); }
+static void test_loader_fixture_qwen3(void **state) { check_fixture("hf/qwen3-tiny", PPN_ARCH_QWEN3); }
 
 /* ---- llama2.c ----------------------------------------------------------------------------------------- */
 
@@ -369,7 +333,7 @@ static void expect_bytes_at(const ppn_tensor *t, const uint8_t *file, size_t off
     if (memcmp(t->data, file + off, t->nbytes) != 0) fail_msg("%s: view differs from file bytes at %zu", what, off);
 }
 
-static void test_llama2c_stories(void **state)
+static void test_loader_llama2c_stories(void **state)
 {
     char p[1024];
     size_t n;
@@ -428,7 +392,7 @@ static void test_llama2c_stories(void **state)
     free(file);
 }
 
-static void test_llama2c_malformed(void **state)
+static void test_loader_llama2c_malformed(void **state)
 {
     char src[1024], p[1200];
     size_t n;
@@ -505,7 +469,7 @@ static void expect_same_config(const ppn_model_config *a, const ppn_model_config
     assert_int_equal(a->eos_id, b->eos_id);
 }
 
-static void test_config_spellings(void **state)
+static void test_loader_config_spellings(void **state)
 {
     ppn_model_config a, b;
     assert_int_equal(ppn_config_parse(k_cfg4, strlen(k_cfg4), "v4/config.json", &a), PPN_OK);
@@ -586,7 +550,7 @@ static char *patched(const cfg_case *k)
     return s;
 }
 
-static void test_config_cases(void **state)
+static void test_loader_config_cases(void **state)
 {
     ppn_model_config cfg;
     assert_int_equal(ppn_config_parse(k_base, strlen(k_base), "base/config.json", &cfg), PPN_OK);
@@ -623,32 +587,8 @@ static void test_config_cases(void **state)
 
 /* ---- mkmodel ------------------------------------------------------------------------------------------ */
 
-static float bf16_f32(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static float f16_f32(uint16_t h)
-{
-    int e = (h >> 10) & 31, m = h & 1023;
-    float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? INFINITY : ldexpf((float)(m | 1024), e - 25);
-    return (h & 0x8000) ? -v : v;
-}
-
-static float elem(const ppn_tensor *t, size_t i)
-{
-    uint16_t h;
-    if (t->dtype == PPN_DTYPE_F32) {
-        float f;
-        memcpy(&f, (const uint8_t *)t->data + 4 * i, 4);
-        return f;
-    }
-    memcpy(&h, (const uint8_t *)t->data + 2 * i, 2);
-    return t->dtype == PPN_DTYPE_BF16 ? bf16_f32(h) : f16_f32(h);
-}
+/* Element i of a tensor, decoded independently of the loader (tests/util/trand.h). */
+static float elem(const ppn_tensor *t, size_t i) { return (float)tu_wval(t->data, t->dtype, i); }
 
 static size_t numel(const ppn_tensor *t)
 {
@@ -743,10 +683,10 @@ static void mk_roundtrip(void **state, const mk_expect *e)
     for (int d = 0; d < 3; d++) ppn_ckpt_close(c[d]);
 }
 
-static void test_mkmodel_tiny(void **state) { mk_roundtrip(state, &k_tiny); }
-static void test_mkmodel_qwen3_tiny(void **state) { mk_roundtrip(state, &k_qwen3); }
+static void test_loader_mkmodel_tiny(void **state) { mk_roundtrip(state, &k_tiny); }
+static void test_loader_mkmodel_qwen3_tiny(void **state) { mk_roundtrip(state, &k_qwen3); }
 
-static void test_mkmodel_seed_and_args(void **state)
+static void test_loader_mkmodel_seed_and_args(void **state)
 {
     char a[1200], b[1200], c[1200], p[1300], q[1300];
     size_t na, nb, nc;
@@ -797,7 +737,7 @@ static void expect_same_tensor(const ppn_tensor *a, const ppn_tensor *b, const c
     if (memcmp(a->data, b->data, a->nbytes) != 0) fail_msg("%s differs", what);
 }
 
-static void test_sharded(void **state)
+static void test_loader_sharded(void **state)
 {
     char sh[1200], one[1200], p[1300];
     struct stat sb;
@@ -841,7 +781,7 @@ static void index_route(const char *dir, const char *tensor, const char *file)
     json_decref(j);
 }
 
-static void test_sharded_malformed(void **state)
+static void test_loader_sharded_malformed(void **state)
 {
     char sh[1200];
     sub_dir(sh, sizeof sh, state, "sh");
@@ -888,7 +828,7 @@ static void set_shape(bad_ckpt *b, const char *name, int64_t d0, int64_t d1)
     json_object_set_new(st_entry(&b->im, name), "shape", json_pack("[I, I]", (json_int_t)d0, (json_int_t)d1));
 }
 
-static void test_bad_truncated(void **state)
+static void test_loader_bad_truncated(void **state)
 {
     bad_ckpt b;
     bad_init(state, &b, "tiny");
@@ -910,7 +850,7 @@ static void test_bad_truncated(void **state)
     st_free(&b.im);
 }
 
-static void test_bad_offsets(void **state)
+static void test_loader_bad_offsets(void **state)
 {
     bad_ckpt b;
     bad_init(state, &b, "tiny");
@@ -935,7 +875,7 @@ static void test_bad_offsets(void **state)
     st_free(&b.im);
 }
 
-static void test_bad_entries(void **state)
+static void test_loader_bad_entries(void **state)
 {
     bad_ckpt b;
     bad_init(state, &b, "tiny");
@@ -964,7 +904,7 @@ static void test_bad_entries(void **state)
     st_free(&b.im);
 }
 
-static void test_bad_tensors(void **state)
+static void test_loader_bad_tensors(void **state)
 {
     bad_ckpt b;
     bad_init(state, &b, "tiny");
@@ -986,7 +926,7 @@ static void test_bad_tensors(void **state)
     st_free(&b.im);
 }
 
-static void test_bad_header_json(void **state)
+static void test_loader_bad_header_json(void **state)
 {
     bad_ckpt b;
     bad_init(state, &b, "tiny");
@@ -1016,7 +956,7 @@ static void rewrite_config(bad_ckpt *b, const char *key, const char *val)
     json_decref(j);
 }
 
-static void test_bad_config(void **state)
+static void test_loader_bad_config(void **state)
 {
     bad_ckpt b;
     bad_init(state, &b, "tiny");
@@ -1054,7 +994,7 @@ static void test_bad_config(void **state)
     st_free(&b.im);
 }
 
-static void test_bad_untied_without_head(void **state)
+static void test_loader_bad_untied_without_head(void **state)
 {
     bad_ckpt b;
     bad_init(state, &b, "qwen3-tiny");   /* tied: no lm_head.weight in the file */
@@ -1063,7 +1003,7 @@ static void test_bad_untied_without_head(void **state)
     st_free(&b.im);
 }
 
-static void test_bad_qwen2_bias(void **state)
+static void test_loader_bad_qwen2_bias(void **state)
 {
     char dir[1200], src[1024], p[1300], q[1300];
     sub_dir(dir, sizeof dir, state, "q2");
@@ -1083,7 +1023,7 @@ static void test_bad_qwen2_bias(void **state)
 
 /* Legal but odd: a header padded to leave the data off 4-byte alignment. Views must still be aligned and
  * hold the file's values. */
-static void test_misaligned_data(void **state)
+static void test_loader_misaligned_data(void **state)
 {
     bad_ckpt b;
     bad_init(state, &b, "tiny");
@@ -1109,7 +1049,7 @@ static void test_misaligned_data(void **state)
     st_free(&b.im);
 }
 
-static void test_open_paths(void **state)
+static void test_loader_open_paths(void **state)
 {
     char p[1200];
     expect_open_fails("/nonexistent/ppn/ckpt", PPN_EIO, "/nonexistent/ppn/ckpt", NULL);
@@ -1125,28 +1065,28 @@ static void test_open_paths(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_fixture_llama),
-        cmocka_unit_test(test_fixture_qwen2),
-        cmocka_unit_test(test_fixture_qwen3),
-        cmocka_unit_test(test_llama2c_stories),
-        TMP_TEST(test_llama2c_malformed),
-        cmocka_unit_test(test_config_spellings),
-        cmocka_unit_test(test_config_cases),
-        TMP_TEST(test_mkmodel_tiny),
-        TMP_TEST(test_mkmodel_qwen3_tiny),
-        TMP_TEST(test_mkmodel_seed_and_args),
-        TMP_TEST(test_sharded),
-        TMP_TEST(test_sharded_malformed),
-        TMP_TEST(test_bad_truncated),
-        TMP_TEST(test_bad_offsets),
-        TMP_TEST(test_bad_entries),
-        TMP_TEST(test_bad_tensors),
-        TMP_TEST(test_bad_header_json),
-        TMP_TEST(test_bad_config),
-        TMP_TEST(test_bad_untied_without_head),
-        TMP_TEST(test_bad_qwen2_bias),
-        TMP_TEST(test_misaligned_data),
-        TMP_TEST(test_open_paths),
+        cmocka_unit_test(test_loader_fixture_llama),
+        cmocka_unit_test(test_loader_fixture_qwen2),
+        cmocka_unit_test(test_loader_fixture_qwen3),
+        cmocka_unit_test(test_loader_llama2c_stories),
+        TMP_TEST(test_loader_llama2c_malformed),
+        cmocka_unit_test(test_loader_config_spellings),
+        cmocka_unit_test(test_loader_config_cases),
+        TMP_TEST(test_loader_mkmodel_tiny),
+        TMP_TEST(test_loader_mkmodel_qwen3_tiny),
+        TMP_TEST(test_loader_mkmodel_seed_and_args),
+        TMP_TEST(test_loader_sharded),
+        TMP_TEST(test_loader_sharded_malformed),
+        TMP_TEST(test_loader_bad_truncated),
+        TMP_TEST(test_loader_bad_offsets),
+        TMP_TEST(test_loader_bad_entries),
+        TMP_TEST(test_loader_bad_tensors),
+        TMP_TEST(test_loader_bad_header_json),
+        TMP_TEST(test_loader_bad_config),
+        TMP_TEST(test_loader_bad_untied_without_head),
+        TMP_TEST(test_loader_bad_qwen2_bias),
+        TMP_TEST(test_loader_misaligned_data),
+        TMP_TEST(test_loader_open_paths),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -210,7 +210,7 @@ static void expect_usage_error(const char *args, const char *needle)
     free(err);
 }
 
-static void test_bad_arguments(void **state)
+static void test_microbench_bad_arguments(void **state)
 {
     (void)state;
     expect_usage_error("transport-bench --backend sim --sizes 3", "--sizes '3'");      /* not a multiple of 4 */
@@ -364,7 +364,7 @@ static void test_sched_graph_order(void **state)
 }
 
 /* The PPN_PIN knob of the stage map, through `ppn run` with the door open (sched-bench sets it itself). */
-static void test_pin_knob(void **state)
+static void test_microbench_pin_knob(void **state)
 {
     (void)state;
     char *dir = tu_tmpdir(), cmd[2048], *out = NULL, *err = NULL;
@@ -400,14 +400,14 @@ static void test_pin_knob(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_microbench_bad_arguments),
         cmocka_unit_test(test_transport_bad_device),
         cmocka_unit_test(test_transport_bench),
         cmocka_unit_test(test_transport_order),
         cmocka_unit_test(test_sched_bench),
         cmocka_unit_test(test_sched_one_device),
         cmocka_unit_test(test_sched_graph_order),
-        cmocka_unit_test(test_pin_knob),
+        cmocka_unit_test(test_microbench_pin_knob),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,20 +15,13 @@
 #include "transport/boundary.h"
 #include "tests/util/tutil.h"
 
-static char *fixture_dir(const char *name)
-{
-    static char buf[4096];
-    snprintf(buf, sizeof buf, "%s", tu_fixture(name));
-    return buf;
-}
-
 /* `ppn gate` on a model (extra: more flags): exit 0 and the PASS line. */
 static void gate_passes_with(const char *model, const char *env, const char *extra)
 {
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, "%s %s gate --model '%s' --steps 12 --prompt 4 --runs 6 %s", env, bin(), model, extra);
+    snprintf(cmd, sizeof cmd, "gate --model '%s' --steps 12 --prompt 4 --runs 6 %s", model, extra);
     char *out = NULL, *err = NULL;
-    int rc = tu_run(cmd, &out, &err);
+    int rc = tu_run_ppn(env, cmd, &out, &err, NULL);
     if (rc != 0 || !out || !strstr(out, "ppn gate: PASS"))
         fail_msg("gate failed (rc %d) for %s:\n%s\n%s", rc, model, out ? out : "", err ? err : "");
     assert_null(strstr(out, "FAIL"));
@@ -38,32 +31,32 @@ static void gate_passes_with(const char *model, const char *env, const char *ext
 
 static void gate_passes(const char *model, const char *env) { gate_passes_with(model, env, ""); }
 
-static void gate_llama_tiny(void **s) { gate_passes(fixture_dir("hf/llama-tiny"), ""); }
+static void test_pipeline_gate_llama_tiny(void **s) { gate_passes(tu_fixture("hf/llama-tiny"), ""); }
 /* bf16 weights, so bf16 KV caches (rounded on the store, inside the fused rotary): still bit-identical split
  * vs unsplit, with the checker's 2-byte cache accesses; halves (qwen3, head_dim 32) and interleaved pairs
  * (stories, head_dim 48). */
-static void gate_bf16_kv(void **s)
+static void test_pipeline_gate_bf16_kv(void **s)
 {
-    gate_passes_with(fixture_dir("hf/qwen3-tiny"), "", "--dtype bf16");
-    gate_passes_with(fixture_dir("llama2c/stories260K.bin"), "", "--dtype bf16");
+    gate_passes_with(tu_fixture("hf/qwen3-tiny"), "", "--dtype bf16");
+    gate_passes_with(tu_fixture("llama2c/stories260K.bin"), "", "--dtype bf16");
 }
-static void gate_qwen2_tiny(void **s) { gate_passes(fixture_dir("hf/qwen2-tiny"), ""); }
-static void gate_qwen3_tiny(void **s) { gate_passes(fixture_dir("hf/qwen3-tiny"), ""); }
-static void gate_stories(void **s) { gate_passes(fixture_dir("llama2c/stories260K.bin"), ""); }
+static void test_pipeline_gate_qwen2_tiny(void **s) { gate_passes(tu_fixture("hf/qwen2-tiny"), ""); }
+static void test_pipeline_gate_qwen3_tiny(void **s) { gate_passes(tu_fixture("hf/qwen3-tiny"), ""); }
+static void test_pipeline_gate_stories(void **s) { gate_passes(tu_fixture("llama2c/stories260K.bin"), ""); }
 /* No peer grant possible anywhere: every cross-device boundary is staged through pinned host memory. */
-static void gate_host_staged(void **s)
+static void test_pipeline_gate_host_staged(void **s)
 {
-    gate_passes(fixture_dir("hf/qwen2-tiny"), "PPN_SIM_PEER=none");
+    gate_passes(tu_fixture("hf/qwen2-tiny"), "PPN_SIM_PEER=none");
     char cmd[8192], *out = NULL, *err = NULL;
-    snprintf(cmd, sizeof cmd, "PPN_SIM_PEER=none %s run --model '%s' --ids 1,2 -n 2 --stages 3 --devices 0,1,1 --json",
-             bin(), fixture_dir("hf/qwen2-tiny"));
-    assert_int_equal(tu_run(cmd, &out, &err), 0);
+    snprintf(cmd, sizeof cmd, "run --model '%s' --ids 1,2 -n 2 --stages 3 --devices 0,1,1 --json",
+             tu_fixture("hf/qwen2-tiny"));
+    assert_int_equal(tu_run_ppn("PPN_SIM_PEER=none", cmd, &out, &err, NULL), 0);
     assert_non_null(strstr(out, "\"transports\":[\"host\",\"inplace\"]"));
     free(out);
     free(err);
 }
 
-static void door_values_refused_by_name(void **s)
+static void test_pipeline_door_values_refused_by_name(void **s)
 {
     static const struct { const char *env, *flags, *needle; } cases[] = {
         {"MEMRA_PP_STAGES=abc", "", "MEMRA_PP_STAGES"},
@@ -80,10 +73,9 @@ static void door_values_refused_by_name(void **s)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char cmd[8192];
-        snprintf(cmd, sizeof cmd, "%s %s run --model '%s' --ids 1,2 -n 2 %s", cases[i].env, bin(),
-                 fixture_dir("hf/llama-tiny"), cases[i].flags);
+        snprintf(cmd, sizeof cmd, "run --model '%s' --ids 1,2 -n 2 %s", tu_fixture("hf/llama-tiny"), cases[i].flags);
         char *out = NULL, *err = NULL;
-        int rc = tu_run(cmd, &out, &err);
+        int rc = tu_run_ppn(cases[i].env, cmd, &out, &err, NULL);
         if (rc == 0 || !err || !strstr(err, "ppn: error:") || !strstr(err, cases[i].needle))
             fail_msg("case %zu (%s %s): rc %d, stderr: %s", i, cases[i].env, cases[i].flags, rc, err ? err : "");
         free(out);
@@ -106,10 +98,7 @@ static ppn_model *load_on(ppn_rt *r, const ppn_door *d)
     ppn_load_opts o = ppn_load_opts_default();
     o.ctx = 64;
     o.door = d;
-    ppn_model *m = NULL;
-    ppn_status st = ppn_model_load(r, fixture_dir("hf/llama-tiny"), &o, &m);
-    if (st != PPN_OK) fail_msg("load: %s", ppn_last_error());
-    return m;
+    return tu_model_load(r, tu_fixture("hf/llama-tiny"), &o);
 }
 
 static ppn_model *load(const ppn_door *d) { return load_on(rt, d); }
@@ -135,7 +124,7 @@ static ppn_status eager_rows(ppn_model *m, int n, float *rows)
     return st;
 }
 
-static void guard_refuses_unsplit_batch(void **s)
+static void test_pipeline_guard_refuses_unsplit_batch(void **s)
 {
     int devs[2] = {0, 1};
     ppn_door d = door_n(2, devs);
@@ -171,7 +160,7 @@ static void guard_refuses_unsplit_batch(void **s)
 }
 
 /* With the boundary's stream waits removed (test-only), the pipelined arm is a race the checker reports. */
-static void checker_sees_missing_boundary_wait(void **s)
+static void test_pipeline_checker_sees_missing_boundary_wait(void **s)
 {
     ppn_door d = door_n(2, NULL);
     ppn_rt *own = NULL; /* the report is sticky for its backend: keep it away from the other tests */
@@ -210,7 +199,7 @@ static void pipelined_rows(ppn_seq *q, float *rows, ppn_step_id *first)
 
 /* The seed refused this arm (pp_multi_stream_same_device); here it is proven: 4 steps in flight, slots
  * alternating, two stage streams on device 0, bit-identical to eager per step, checker silent. */
-static void same_device_pipelined_arm_matches_eager(void **s)
+static void test_pipeline_same_device_pipelined_arm_matches_eager(void **s)
 {
     ppn_door d = door_n(2, NULL);
     d.overlap = 1;
@@ -236,7 +225,7 @@ static void same_device_pipelined_arm_matches_eager(void **s)
 /* Every stage's body replayed from a captured graph (the default) gives the bits of eager launches, for
  * N = 1..4 with threads, in one stream, and pipelined with alternating slots; a graph is captured once per
  * (map, io, logits) and replayed every step after; a new map drops and recaptures them. */
-static void graphs_match_eager_and_replay(void **s)
+static void test_pipeline_graphs_match_eager_and_replay(void **s)
 {
     ppn_door eager = ppn_door_default();
     eager.graphs = 0;
@@ -296,14 +285,14 @@ static int host_argmax(const float *x, int n)
 }
 
 /* `ppn run --device-greedy` prints the ids of the host-sampled greedy run, over 3 stages on 2 devices. */
-static void run_device_greedy_cli(void **s)
+static void test_pipeline_run_device_greedy_cli(void **s)
 {
     char cmd[8192], *a = NULL, *b = NULL, *e1 = NULL, *e2 = NULL;
-    snprintf(cmd, sizeof cmd, "%s run --model '%s' --ids 1,2,3 -n 24 --stages 3 --devices 0,1,1 --quiet", bin(),
-             fixture_dir("hf/llama-tiny"));
-    assert_int_equal(tu_run(cmd, &a, &e1), 0);
+    snprintf(cmd, sizeof cmd, "run --model '%s' --ids 1,2,3 -n 24 --stages 3 --devices 0,1,1 --quiet",
+             tu_fixture("hf/llama-tiny"));
+    assert_int_equal(tu_run_ppn("", cmd, &a, &e1, NULL), 0);
     strncat(cmd, " --device-greedy", sizeof cmd - strlen(cmd) - 1);
-    assert_int_equal(tu_run(cmd, &b, &e2), 0);
+    assert_int_equal(tu_run_ppn("", cmd, &b, &e2, NULL), 0);
     assert_non_null(a);
     assert_non_null(b);
     assert_true(strlen(a) > 24);
@@ -314,7 +303,7 @@ static void run_device_greedy_cli(void **s)
 /* ppn_decode_greedy gives the ids of the host loop (decode_step, argmax on the host, feed it back) for every
  * placement and seam, with the checker silent; it refuses bad arguments before issuing anything; and the
  * sequence goes on normally after it. */
-static void device_greedy_matches_host_loop(void **s)
+static void test_pipeline_device_greedy_matches_host_loop(void **s)
 {
     enum { N = 14 };
     int devs01[2] = {0, 1}, devs3[3] = {0, 0, 0};
@@ -372,7 +361,7 @@ static void device_greedy_matches_host_loop(void **s)
     ppn_model_free(m);
 }
 
-static void publish_in_process_and_refusals(void **s)
+static void test_pipeline_publish_in_process_and_refusals(void **s)
 {
     ppn_door shut = ppn_door_default();
     ppn_model *m = load(&shut);
@@ -408,7 +397,7 @@ static void publish_in_process_and_refusals(void **s)
     free(b);
 }
 
-static void counters_advance_and_step_path_never_allocates(void **s)
+static void test_pipeline_counters_advance_and_step_path_never_allocates(void **s)
 {
     int devs[3] = {0, 1, 0};
     ppn_door d = door_n(3, devs);
@@ -435,18 +424,17 @@ static void counters_advance_and_step_path_never_allocates(void **s)
 
 /* A launch failing inside a stage thread: the step returns the failure, nothing hangs, the model stays
  * cleanly refused, and everything is freed (ASan). */
-static void stage_thread_failure_is_sticky_and_clean(void **s)
+static void test_pipeline_stage_thread_failure_is_sticky_and_clean(void **s)
 {
     ppn_rt *frt = NULL;
-    setenv("PPN_SIM_FAIL", "launch:300", 1);
+    tu_env_set("PPN_SIM_FAIL", "launch:300");
     assert_int_equal(ppn_rt_create("sim", &frt), PPN_OK);
-    unsetenv("PPN_SIM_FAIL");
+    tu_env_restore();
     ppn_door d = door_n(3, NULL);
     ppn_load_opts o = ppn_load_opts_default();
     o.ctx = 64;
     o.door = &d;
-    ppn_model *m = NULL;
-    assert_int_equal(ppn_model_load(frt, fixture_dir("hf/llama-tiny"), &o, &m), PPN_OK);
+    ppn_model *m = tu_model_load(frt, tu_fixture("hf/llama-tiny"), &o);
     ppn_seq *q = NULL;
     assert_int_equal(ppn_seq_create(m, &q), PPN_OK);
     float x[256];
@@ -466,22 +454,22 @@ static void stage_thread_failure_is_sticky_and_clean(void **s)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(gate_llama_tiny),
-        cmocka_unit_test(gate_qwen2_tiny),
-        cmocka_unit_test(gate_qwen3_tiny),
-        cmocka_unit_test(gate_stories),
-        cmocka_unit_test(gate_bf16_kv),
-        cmocka_unit_test(gate_host_staged),
-        cmocka_unit_test(door_values_refused_by_name),
-        cmocka_unit_test(guard_refuses_unsplit_batch),
-        cmocka_unit_test(checker_sees_missing_boundary_wait),
-        cmocka_unit_test(same_device_pipelined_arm_matches_eager),
-        cmocka_unit_test(graphs_match_eager_and_replay),
-        cmocka_unit_test(device_greedy_matches_host_loop),
-        cmocka_unit_test(run_device_greedy_cli),
-        cmocka_unit_test(publish_in_process_and_refusals),
-        cmocka_unit_test(counters_advance_and_step_path_never_allocates),
-        cmocka_unit_test(stage_thread_failure_is_sticky_and_clean),
+        cmocka_unit_test(test_pipeline_gate_llama_tiny),
+        cmocka_unit_test(test_pipeline_gate_qwen2_tiny),
+        cmocka_unit_test(test_pipeline_gate_qwen3_tiny),
+        cmocka_unit_test(test_pipeline_gate_stories),
+        cmocka_unit_test(test_pipeline_gate_bf16_kv),
+        cmocka_unit_test(test_pipeline_gate_host_staged),
+        cmocka_unit_test(test_pipeline_door_values_refused_by_name),
+        cmocka_unit_test(test_pipeline_guard_refuses_unsplit_batch),
+        cmocka_unit_test(test_pipeline_checker_sees_missing_boundary_wait),
+        cmocka_unit_test(test_pipeline_same_device_pipelined_arm_matches_eager),
+        cmocka_unit_test(test_pipeline_graphs_match_eager_and_replay),
+        cmocka_unit_test(test_pipeline_device_greedy_matches_host_loop),
+        cmocka_unit_test(test_pipeline_run_device_greedy_cli),
+        cmocka_unit_test(test_pipeline_publish_in_process_and_refusals),
+        cmocka_unit_test(test_pipeline_counters_advance_and_step_path_never_allocates),
+        cmocka_unit_test(test_pipeline_stage_thread_failure_is_sticky_and_clean),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

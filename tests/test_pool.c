@@ -11,6 +11,7 @@
 #include "kernels/ktable.h"
 #include "alloc/pool.h"
 #include "tests/util/tdev.h"
+#include "tests/util/tutil.h"
 
 typedef struct fx {
     ppn_gpu *g;
@@ -21,13 +22,13 @@ typedef struct fx {
 static int setup_mem(void **state, const char *mem)
 {
     fx *f = calloc(1, sizeof *f);
-    if (mem) setenv("PPN_SIM_MEM", mem, 1);
+    if (mem) tu_env_set("PPN_SIM_MEM", mem);
     ppn_status st = ppn_gpu_sim_create(ppn_kernel_set(), &f->g);
-    unsetenv("PPN_SIM_MEM");
+    tu_env_restore();
     assert_int_equal(st, PPN_OK);
     assert_int_equal(ppn_pool_create(f->g, 0, 1 << 20, &f->p), PPN_OK);
-    assert_int_equal(f->g->ops->stream_create(f->g, 0, &f->a), PPN_OK);
-    assert_int_equal(f->g->ops->stream_create(f->g, 0, &f->b), PPN_OK);
+    f->a = tu_stream(f->g, 0);
+    f->b = tu_stream(f->g, 0);
     *state = f;
     return 0;
 }
@@ -65,7 +66,7 @@ static ppn_status drain(fx *f, char *msg, size_t cap)
     return ppn_gpu_sim_take_error(f->g, msg, cap);
 }
 
-static void same_stream_reuse_inserts_no_wait(void **state)
+static void test_pool_same_stream_reuse_inserts_no_wait(void **state)
 {
     fx *f = *state;
     ppn_dptr p1, p2;
@@ -95,7 +96,7 @@ static ppn_status cross_stream_sequence(fx *f, ppn_dptr *p1_out, ppn_dptr *p2_ou
     return PPN_OK;
 }
 
-static void cross_stream_reuse_inserts_one_wait(void **state)
+static void test_pool_cross_stream_reuse_inserts_one_wait(void **state)
 {
     fx *f = *state;
     ppn_dptr p1, p2;
@@ -105,15 +106,14 @@ static void cross_stream_reuse_inserts_one_wait(void **state)
     char msg[1024] = "";
     assert_int_equal(drain(f, msg, sizeof msg), PPN_OK);
     uint32_t w[4];
-    assert_int_equal(f->g->ops->copy_dtoh(f->g, f->b, w, p2, sizeof w), PPN_OK);
-    assert_int_equal(f->g->ops->stream_sync(f->g, f->b), PPN_OK);
+    tu_download(f->g, f->b, w, p2, sizeof w);
     assert_int_equal(w[0], 2);
     assert_int_equal(w[3], 2);
     assert_int_equal(ppn_pool_free(f->p, p2, f->b), PPN_OK);
 }
 
 /* The same sequence with the pool's wait removed is a race the checker must report. */
-static void removed_wait_is_reported_as_race(void **state)
+static void test_pool_removed_wait_is_reported_as_race(void **state)
 {
     fx *f = *state;
     ppn_pool_test_skip_cross_wait(f->p, 1);
@@ -129,7 +129,7 @@ static void removed_wait_is_reported_as_race(void **state)
     ppn_gpu_sim_take_error(f->g, msg, sizeof msg);
 }
 
-static void steady_state_makes_no_driver_allocation(void **state)
+static void test_pool_steady_state_makes_no_driver_allocation(void **state)
 {
     fx *f = *state;
     size_t sizes[] = {256, 4096, 10000, 65536, 300000, 3 << 20};
@@ -154,7 +154,7 @@ static void steady_state_makes_no_driver_allocation(void **state)
     assert_int_equal(drain(f, msg, sizeof msg), PPN_OK);
 }
 
-static void exhaustion_returns_enomem_and_pool_recovers(void **state)
+static void test_pool_exhaustion_returns_enomem_and_pool_recovers(void **state)
 {
     fx *f = *state; /* 8 MiB device */
     ppn_dptr p[64];
@@ -177,7 +177,7 @@ static void exhaustion_returns_enomem_and_pool_recovers(void **state)
     assert_int_equal(drain(f, msg, sizeof msg), PPN_OK);
 }
 
-static void double_free_is_refused(void **state)
+static void test_pool_double_free_is_refused(void **state)
 {
     fx *f = *state;
     ppn_dptr p;
@@ -191,7 +191,7 @@ static void double_free_is_refused(void **state)
     assert_int_equal(drain(f, msg, sizeof msg), PPN_OK);
 }
 
-static void retired_stream_forces_a_wait(void **state)
+static void test_pool_retired_stream_forces_a_wait(void **state)
 {
     fx *f = *state;
     ppn_dptr p1, p2;
@@ -204,7 +204,7 @@ static void retired_stream_forces_a_wait(void **state)
     assert_int_equal(ppn_pool_free(f->p, p2, f->a), PPN_OK);
 }
 
-static void stats_track_use_and_peak(void **state)
+static void test_pool_stats_track_use_and_peak(void **state)
 {
     fx *f = *state;
     ppn_dptr a, b;
@@ -221,14 +221,14 @@ static void stats_track_use_and_peak(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(same_stream_reuse_inserts_no_wait, setup, teardown),
-        cmocka_unit_test_setup_teardown(cross_stream_reuse_inserts_one_wait, setup, teardown),
-        cmocka_unit_test_setup_teardown(removed_wait_is_reported_as_race, setup, teardown),
-        cmocka_unit_test_setup_teardown(steady_state_makes_no_driver_allocation, setup, teardown),
-        cmocka_unit_test_setup_teardown(exhaustion_returns_enomem_and_pool_recovers, setup_small, teardown),
-        cmocka_unit_test_setup_teardown(double_free_is_refused, setup, teardown),
-        cmocka_unit_test_setup_teardown(retired_stream_forces_a_wait, setup, teardown),
-        cmocka_unit_test_setup_teardown(stats_track_use_and_peak, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pool_same_stream_reuse_inserts_no_wait, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pool_cross_stream_reuse_inserts_one_wait, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pool_removed_wait_is_reported_as_race, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pool_steady_state_makes_no_driver_allocation, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pool_exhaustion_returns_enomem_and_pool_recovers, setup_small, teardown),
+        cmocka_unit_test_setup_teardown(test_pool_double_free_is_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pool_retired_stream_forces_a_wait, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pool_stats_track_use_and_peak, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

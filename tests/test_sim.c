@@ -18,6 +18,9 @@
 #include <time.h>
 #include "core/device/gpu.h"
 #include "kernels/ktable.h"
+#include "tests/util/tdev.h"
+#include "tests/util/trand.h"
+#include "tests/util/tutil.h"
 
 #define OPS(g) ((g)->ops)
 
@@ -26,9 +29,9 @@
 static ppn_gpu *open_sim_env(const char *var, const char *val)
 {
     ppn_gpu *g = NULL;
-    if (var) setenv(var, val, 1);
+    if (var) tu_env_set(var, val);
     ppn_status st = ppn_gpu_sim_create(ppn_kernel_set(), &g);
-    if (var) unsetenv(var);
+    tu_env_restore();
     assert_int_equal(st, PPN_OK);
     assert_non_null(g);
     assert_string_equal(OPS(g)->name, "sim");
@@ -36,53 +39,6 @@ static ppn_gpu *open_sim_env(const char *var, const char *val)
 }
 
 static ppn_gpu *open_sim(void) { return open_sim_env(NULL, NULL); }
-
-static uint32_t fbits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static ppn_status fill(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, uint32_t value, int n)
-{
-    ppn_kp_fill p = {.out = out, .value = value, .n = n};
-    ppn_launch l = {.kernel = PPN_K_FILL, .params = &p, .params_size = sizeof p, .nacc = 1};
-    l.acc[0] = (ppn_access){out, (size_t)n * 4, PPN_ACC_W};
-    return OPS(g)->launch(g, s, &l);
-}
-
-static ppn_status add(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr a, ppn_dptr b, int n)
-{
-    ppn_kp_add p = {.out = out, .a = a, .b = b, .n = n};
-    ppn_launch l = {.kernel = PPN_K_ADD, .params = &p, .params_size = sizeof p, .nacc = 3};
-    l.acc[0] = (ppn_access){a, (size_t)n * 4, PPN_ACC_R};
-    l.acc[1] = (ppn_access){b, (size_t)n * 4, PPN_ACC_R};
-    l.acc[2] = (ppn_access){out, (size_t)n * 4, PPN_ACC_W};
-    return OPS(g)->launch(g, s, &l);
-}
-
-static ppn_dptr dalloc(ppn_gpu *g, int dev, size_t n)
-{
-    ppn_dptr p = 0;
-    assert_int_equal(OPS(g)->mem_alloc(g, dev, n, &p), PPN_OK);
-    assert_true(p != 0);
-    return p;
-}
-
-static ppn_gstream *mkstream(ppn_gpu *g, int dev)
-{
-    ppn_gstream *s = NULL;
-    assert_int_equal(OPS(g)->stream_create(g, dev, &s), PPN_OK);
-    return s;
-}
-
-static ppn_gevent *mkevent(ppn_gpu *g, int dev, int timing)
-{
-    ppn_gevent *e = NULL;
-    assert_int_equal(OPS(g)->event_create(g, dev, timing, &e), PPN_OK);
-    return e;
-}
 
 static struct ppn_sim_counts counts(ppn_gpu *g)
 {
@@ -167,18 +123,18 @@ static void sleep_20ms(void *arg)
 
 /* ---- ordering and data ------------------------------------------------------------------------------- */
 
-static void stream_order(void **state)
+static void test_sim_stream_order(void **state)
 {
     (void)state;
     ppn_gpu *g = open_sim();
-    ppn_gstream *s = mkstream(g, 0);
+    ppn_gstream *s = tu_stream(g, 0);
     const int n = 64;
-    ppn_dptr a = dalloc(g, 0, n * 4), b = dalloc(g, 0, n * 4), c = dalloc(g, 0, n * 4), d = dalloc(g, 0, n * 4);
-    assert_int_equal(fill(g, s, a, fbits(1.5f), n), PPN_OK);
-    assert_int_equal(fill(g, s, b, fbits(2.25f), n), PPN_OK);
-    assert_int_equal(add(g, s, c, a, b, n), PPN_OK);     /* c = 3.75: must see both fills */
-    assert_int_equal(fill(g, s, a, fbits(10.0f), n), PPN_OK); /* after the add read a */
-    assert_int_equal(add(g, s, d, c, a, n), PPN_OK);     /* d = 13.75 */
+    ppn_dptr a = tu_dalloc(g, 0, n * 4), b = tu_dalloc(g, 0, n * 4), c = tu_dalloc(g, 0, n * 4), d = tu_dalloc(g, 0, n * 4);
+    assert_int_equal(tu_fill(g, s, a, tu_f32_bits(1.5f), n), PPN_OK);
+    assert_int_equal(tu_fill(g, s, b, tu_f32_bits(2.25f), n), PPN_OK);
+    assert_int_equal(tu_add(g, s, c, a, b, n), PPN_OK);     /* c = 3.75: must see both fills */
+    assert_int_equal(tu_fill(g, s, a, tu_f32_bits(10.0f), n), PPN_OK); /* after the add read a */
+    assert_int_equal(tu_add(g, s, d, c, a, n), PPN_OK);     /* d = 13.75 */
     float hc[64], hd[64];
     assert_int_equal(OPS(g)->copy_dtoh(g, s, hc, c, sizeof hc), PPN_OK);
     assert_int_equal(OPS(g)->copy_dtoh(g, s, hd, d, sizeof hd), PPN_OK);
@@ -200,12 +156,11 @@ static void stream_order(void **state)
     ppn_gpu_close(g);
 }
 
-static void device_info_and_capacity(void **state)
+static void test_sim_device_info_and_capacity(void **state)
 {
     (void)state;
-    setenv("PPN_SIM_DEVICES", "3", 1);
-    ppn_gpu *g = open_sim_env("PPN_SIM_MEM", "1M");
-    unsetenv("PPN_SIM_DEVICES");
+    tu_env_set("PPN_SIM_DEVICES", "3");
+    ppn_gpu *g = open_sim_env("PPN_SIM_MEM", "1M"); /* restores both */
     assert_int_equal(OPS(g)->device_count(g), 3);
     ppn_device_info di;
     assert_int_equal(OPS(g)->device_info(g, 2, &di), PPN_OK);
@@ -214,7 +169,7 @@ static void device_info_and_capacity(void **state)
     assert_int_equal(di.mem_total, 1 << 20);
     assert_string_equal(di.pci_bus_id, "");
     assert_int_equal(OPS(g)->device_info(g, 3, &di), PPN_EINVAL);
-    ppn_dptr p = dalloc(g, 1, 600 << 10), q = 0;
+    ppn_dptr p = tu_dalloc(g, 1, 600 << 10), q = 0;
     size_t fr, tot;
     assert_int_equal(OPS(g)->mem_get_info(g, 1, &fr, &tot), PPN_OK);
     assert_int_equal(tot, 1 << 20);
@@ -222,9 +177,9 @@ static void device_info_and_capacity(void **state)
     assert_int_equal(OPS(g)->mem_alloc(g, 1, 600 << 10, &q), PPN_ENOMEM);
     assert_has(ppn_last_error(), "device 1");
     assert_has(ppn_last_error(), "614400");
-    ppn_dptr r = dalloc(g, 0, 600 << 10); /* capacity is per device */
+    ppn_dptr r = tu_dalloc(g, 0, 600 << 10); /* capacity is per device */
     assert_int_equal(OPS(g)->mem_free(g, 1, p), PPN_OK);
-    q = dalloc(g, 1, 600 << 10); /* freed capacity is usable again */
+    q = tu_dalloc(g, 1, 600 << 10); /* freed capacity is usable again */
     assert_int_equal(OPS(g)->mem_free(g, 1, q), PPN_OK);
     assert_int_equal(OPS(g)->mem_free(g, 0, r), PPN_OK);
     void *h = NULL;
@@ -236,21 +191,21 @@ static void device_info_and_capacity(void **state)
 }
 
 /* B waits for A's event (A held at a gate): B must not run before the gate opens, and sees A's data. */
-static void event_orders_streams(void **state)
+static void test_sim_event_orders_streams(void **state)
 {
     (void)state;
     ppn_gpu *g = open_sim();
-    ppn_gstream *a = mkstream(g, 0), *b = mkstream(g, 0);
-    ppn_gevent *e = mkevent(g, 0, 0), *done_b = mkevent(g, 0, 0);
+    ppn_gstream *a = tu_stream(g, 0), *b = tu_stream(g, 0);
+    ppn_gevent *e = tu_event(g, 0, 0), *done_b = tu_event(g, 0, 0);
     const int n = 32;
-    ppn_dptr x = dalloc(g, 0, n * 4), y = dalloc(g, 0, n * 4);
+    ppn_dptr x = tu_dalloc(g, 0, n * 4), y = tu_dalloc(g, 0, n * 4);
     gate gt;
     gate_init(&gt);
     assert_int_equal(OPS(g)->host_fn(g, a, gate_wait, &gt), PPN_OK);
-    assert_int_equal(fill(g, a, x, fbits(3.0f), n), PPN_OK);
+    assert_int_equal(tu_fill(g, a, x, tu_f32_bits(3.0f), n), PPN_OK);
     assert_int_equal(OPS(g)->event_record(g, e, a), PPN_OK);
     assert_int_equal(OPS(g)->stream_wait_event(g, b, e), PPN_OK);
-    assert_int_equal(add(g, b, y, x, x, n), PPN_OK);
+    assert_int_equal(tu_add(g, b, y, x, x, n), PPN_OK);
     float hy[32];
     assert_int_equal(OPS(g)->copy_dtoh(g, b, hy, y, sizeof hy), PPN_OK);
     assert_int_equal(OPS(g)->event_record(g, done_b, b), PPN_OK);
@@ -269,22 +224,22 @@ static void event_orders_streams(void **state)
 }
 
 /* The same across devices: A on dev 0 produces, B on dev 1 copies it over (peer) and computes. */
-static void event_orders_devices(void **state)
+static void test_sim_event_orders_devices(void **state)
 {
     (void)state;
     ppn_gpu *g = open_sim();
-    ppn_gstream *a = mkstream(g, 0), *b = mkstream(g, 1);
-    ppn_gevent *e = mkevent(g, 0, 0);
+    ppn_gstream *a = tu_stream(g, 0), *b = tu_stream(g, 1);
+    ppn_gevent *e = tu_event(g, 0, 0);
     const int n = 16;
-    ppn_dptr x0 = dalloc(g, 0, n * 4), x1 = dalloc(g, 1, n * 4), y1 = dalloc(g, 1, n * 4);
+    ppn_dptr x0 = tu_dalloc(g, 0, n * 4), x1 = tu_dalloc(g, 1, n * 4), y1 = tu_dalloc(g, 1, n * 4);
     gate gt;
     gate_init(&gt);
     assert_int_equal(OPS(g)->host_fn(g, a, gate_wait, &gt), PPN_OK);
-    assert_int_equal(fill(g, a, x0, fbits(4.0f), n), PPN_OK);
+    assert_int_equal(tu_fill(g, a, x0, tu_f32_bits(4.0f), n), PPN_OK);
     assert_int_equal(OPS(g)->event_record(g, e, a), PPN_OK);
     assert_int_equal(OPS(g)->stream_wait_event(g, b, e), PPN_OK);
     assert_int_equal(OPS(g)->copy_peer(g, b, x1, 1, x0, 0, n * 4), PPN_OK);
-    assert_int_equal(add(g, b, y1, x1, x1, n), PPN_OK);
+    assert_int_equal(tu_add(g, b, y1, x1, x1, n), PPN_OK);
     float hy[16];
     assert_int_equal(OPS(g)->copy_dtoh(g, b, hy, y1, sizeof hy), PPN_OK);
     sleep_ms(10);
@@ -299,15 +254,15 @@ static void event_orders_devices(void **state)
 
 static void peer_copy_one(ppn_gpu *g, int src_dev, int dst_dev, uint64_t staged_delta)
 {
-    ppn_gstream *s = mkstream(g, src_dev);
+    ppn_gstream *s = tu_stream(g, src_dev);
     unsigned char src[1000], dst[1000];
     for (int i = 0; i < 1000; i++) src[i] = (unsigned char)(i * 7 + 3);
     memset(dst, 0, sizeof dst);
-    ppn_dptr a = dalloc(g, src_dev, sizeof src), b = dalloc(g, dst_dev, sizeof dst);
+    ppn_dptr a = tu_dalloc(g, src_dev, sizeof src), b = tu_dalloc(g, dst_dev, sizeof dst);
     uint64_t before = g->n_host_staged;
     assert_int_equal(OPS(g)->copy_htod(g, s, a, src, sizeof src), PPN_OK);
     assert_int_equal(OPS(g)->copy_peer(g, s, b, dst_dev, a, src_dev, sizeof src), PPN_OK);
-    ppn_gstream *t = mkstream(g, dst_dev);
+    ppn_gstream *t = tu_stream(g, dst_dev);
     assert_int_equal(OPS(g)->stream_sync(g, s), PPN_OK); /* host order: t's copy comes after */
     assert_int_equal(OPS(g)->copy_dtoh(g, t, dst, b, sizeof dst), PPN_OK);
     assert_int_equal(OPS(g)->stream_sync(g, t), PPN_OK);
@@ -319,7 +274,7 @@ static void peer_copy_one(ppn_gpu *g, int src_dev, int dst_dev, uint64_t staged_
     assert_int_equal(OPS(g)->mem_free(g, dst_dev, b), PPN_OK);
 }
 
-static void peer_copies_and_grants(void **state)
+static void test_sim_peer_copies_and_grants(void **state)
 {
     (void)state;
     int can = -1;
@@ -357,13 +312,13 @@ static void peer_copies_and_grants(void **state)
 }
 
 /* CUDA semantics: a wait binds to the record issued before it, not to a later record of the same event. */
-static void wait_binds_to_earlier_record(void **state)
+static void test_sim_wait_binds_to_earlier_record(void **state)
 {
     (void)state;
     ppn_gpu *g = open_sim();
-    ppn_gstream *a = mkstream(g, 0), *b = mkstream(g, 0);
-    ppn_gevent *e = mkevent(g, 0, 0), *fresh = mkevent(g, 0, 0), *done_b = mkevent(g, 0, 0);
-    ppn_dptr x = dalloc(g, 0, 64), y = dalloc(g, 0, 64);
+    ppn_gstream *a = tu_stream(g, 0), *b = tu_stream(g, 0);
+    ppn_gevent *e = tu_event(g, 0, 0), *fresh = tu_event(g, 0, 0), *done_b = tu_event(g, 0, 0);
+    ppn_dptr x = tu_dalloc(g, 0, 64), y = tu_dalloc(g, 0, 64);
     gate g1, g2;
     gate_init(&g1);
     gate_init(&g2);
@@ -372,14 +327,14 @@ static void wait_binds_to_earlier_record(void **state)
     assert_int_equal(done, 1);
     assert_int_equal(OPS(g)->stream_wait_event(g, b, fresh), PPN_OK); /* a no-op */
     assert_int_equal(OPS(g)->host_fn(g, a, gate_wait, &g1), PPN_OK);
-    assert_int_equal(fill(g, a, x, 11, 16), PPN_OK);
+    assert_int_equal(tu_fill(g, a, x, 11, 16), PPN_OK);
     assert_int_equal(OPS(g)->event_record(g, e, a), PPN_OK);
     assert_int_equal(OPS(g)->stream_wait_event(g, b, e), PPN_OK); /* binds to the record above */
     uint32_t hx[16];
     assert_int_equal(OPS(g)->copy_dtoh(g, b, hx, x, sizeof hx), PPN_OK);
     assert_int_equal(OPS(g)->event_record(g, done_b, b), PPN_OK);
     assert_int_equal(OPS(g)->host_fn(g, a, gate_wait, &g2), PPN_OK);
-    assert_int_equal(fill(g, a, y, 12, 16), PPN_OK);
+    assert_int_equal(tu_fill(g, a, y, 12, 16), PPN_OK);
     assert_int_equal(OPS(g)->event_record(g, e, a), PPN_OK); /* a later record B must not wait for */
     gate_open(&g1);
     assert_true(poll_done(g, done_b, 5000)); /* completes while g2 still holds A */
@@ -398,16 +353,16 @@ static void wait_binds_to_earlier_record(void **state)
 /* ---- races ------------------------------------------------------------------------------------------- */
 
 /* A (stream 0) writes x after B (stream 1) read it, with nothing ordering them: a race whatever the timing. */
-static void race_without_event_is_reported(void **state)
+static void test_sim_race_without_event_is_reported(void **state)
 {
     (void)state;
     ppn_gpu *g = open_sim();
-    ppn_gstream *a = mkstream(g, 0), *b = mkstream(g, 0), *c = mkstream(g, 0);
-    ppn_dptr x = dalloc(g, 0, 4096);
+    ppn_gstream *a = tu_stream(g, 0), *b = tu_stream(g, 0), *c = tu_stream(g, 0);
+    ppn_dptr x = tu_dalloc(g, 0, 4096);
     gate gt;
     gate_init(&gt);
     assert_int_equal(OPS(g)->host_fn(g, a, gate_wait, &gt), PPN_OK);    /* a op #1 */
-    assert_int_equal(fill(g, a, x, 5, 1024), PPN_OK);                   /* a op #2 */
+    assert_int_equal(tu_fill(g, a, x, 5, 1024), PPN_OK);                   /* a op #2 */
     uint32_t h[4];
     assert_int_equal(OPS(g)->copy_dtoh(g, b, h, x, sizeof h), PPN_OK); /* b op #1 */
     assert_int_equal(OPS(g)->stream_sync(g, b), PPN_OK);               /* B ran first: no report yet */
@@ -435,17 +390,17 @@ static void race_without_event_is_reported(void **state)
 }
 
 /* The same two ops ordered by an event: clean. */
-static void race_with_event_is_clean(void **state)
+static void test_sim_race_with_event_is_clean(void **state)
 {
     (void)state;
     ppn_gpu *g = open_sim();
-    ppn_gstream *a = mkstream(g, 0), *b = mkstream(g, 0);
-    ppn_gevent *e = mkevent(g, 0, 0);
-    ppn_dptr x = dalloc(g, 0, 4096);
+    ppn_gstream *a = tu_stream(g, 0), *b = tu_stream(g, 0);
+    ppn_gevent *e = tu_event(g, 0, 0);
+    ppn_dptr x = tu_dalloc(g, 0, 4096);
     gate gt;
     gate_init(&gt);
     assert_int_equal(OPS(g)->host_fn(g, a, gate_wait, &gt), PPN_OK);
-    assert_int_equal(fill(g, a, x, 5, 1024), PPN_OK);
+    assert_int_equal(tu_fill(g, a, x, 5, 1024), PPN_OK);
     assert_int_equal(OPS(g)->event_record(g, e, a), PPN_OK);
     assert_int_equal(OPS(g)->stream_wait_event(g, b, e), PPN_OK);
     uint32_t h[4];
@@ -454,10 +409,10 @@ static void race_with_event_is_clean(void **state)
     assert_int_equal(OPS(g)->stream_sync(g, b), PPN_OK);
     assert_int_equal(h[3], 5);
     /* and the write-after-read direction: B's read, then A writes after waiting for B */
-    ppn_gevent *f = mkevent(g, 0, 0);
+    ppn_gevent *f = tu_event(g, 0, 0);
     assert_int_equal(OPS(g)->event_record(g, f, b), PPN_OK);
     assert_int_equal(OPS(g)->stream_wait_event(g, a, f), PPN_OK);
-    assert_int_equal(fill(g, a, x, 6, 1024), PPN_OK);
+    assert_int_equal(tu_fill(g, a, x, 6, 1024), PPN_OK);
     assert_int_equal(OPS(g)->stream_sync(g, a), PPN_OK);
     assert_no_reports(g);
     gate_fini(&gt);
@@ -466,20 +421,20 @@ static void race_with_event_is_clean(void **state)
 
 /* A wait carries the clock of the record it bound to, not the event's state when the wait runs: A's second
  * write (recorded again on the same event after B's wait was issued) is not ordered before B's read. */
-static void wait_uses_the_bound_record(void **state)
+static void test_sim_wait_uses_the_bound_record(void **state)
 {
     (void)state;
     ppn_gpu *g = open_sim();
-    ppn_gstream *a = mkstream(g, 0), *b = mkstream(g, 0);
-    ppn_gevent *e = mkevent(g, 0, 0);
-    ppn_dptr x = dalloc(g, 0, 256);
+    ppn_gstream *a = tu_stream(g, 0), *b = tu_stream(g, 0);
+    ppn_gevent *e = tu_event(g, 0, 0);
+    ppn_dptr x = tu_dalloc(g, 0, 256);
     gate gt;
     gate_init(&gt);
     assert_int_equal(OPS(g)->host_fn(g, b, gate_wait, &gt), PPN_OK); /* B runs last */
-    assert_int_equal(fill(g, a, x, 1, 64), PPN_OK);
+    assert_int_equal(tu_fill(g, a, x, 1, 64), PPN_OK);
     assert_int_equal(OPS(g)->event_record(g, e, a), PPN_OK);
     assert_int_equal(OPS(g)->stream_wait_event(g, b, e), PPN_OK);
-    assert_int_equal(fill(g, a, x, 2, 64), PPN_OK); /* a op #3 */
+    assert_int_equal(tu_fill(g, a, x, 2, 64), PPN_OK); /* a op #3 */
     assert_int_equal(OPS(g)->event_record(g, e, a), PPN_OK);
     uint32_t h[64];
     assert_int_equal(OPS(g)->copy_dtoh(g, b, h, x, sizeof h), PPN_OK); /* b op #3 */
@@ -495,20 +450,20 @@ static void wait_uses_the_bound_record(void **state)
 }
 
 /* Event chains are transitive: A -> B -> C orders A's write before C's read. */
-static void event_chains_are_transitive(void **state)
+static void test_sim_event_chains_are_transitive(void **state)
 {
     (void)state;
     ppn_gpu *g = open_sim();
-    ppn_gstream *a = mkstream(g, 0), *b = mkstream(g, 1), *c = mkstream(g, 2);
-    ppn_gevent *ea = mkevent(g, 0, 0), *eb = mkevent(g, 1, 0);
-    ppn_dptr x = dalloc(g, 0, 256), y = dalloc(g, 1, 256), zx = dalloc(g, 2, 256), zy = dalloc(g, 2, 256);
+    ppn_gstream *a = tu_stream(g, 0), *b = tu_stream(g, 1), *c = tu_stream(g, 2);
+    ppn_gevent *ea = tu_event(g, 0, 0), *eb = tu_event(g, 1, 0);
+    ppn_dptr x = tu_dalloc(g, 0, 256), y = tu_dalloc(g, 1, 256), zx = tu_dalloc(g, 2, 256), zy = tu_dalloc(g, 2, 256);
     gate gt;
     gate_init(&gt);
     assert_int_equal(OPS(g)->host_fn(g, a, gate_wait, &gt), PPN_OK);
-    assert_int_equal(fill(g, a, x, 21, 64), PPN_OK);
+    assert_int_equal(tu_fill(g, a, x, 21, 64), PPN_OK);
     assert_int_equal(OPS(g)->event_record(g, ea, a), PPN_OK);
     assert_int_equal(OPS(g)->stream_wait_event(g, b, ea), PPN_OK);
-    assert_int_equal(fill(g, b, y, 22, 64), PPN_OK);
+    assert_int_equal(tu_fill(g, b, y, 22, 64), PPN_OK);
     assert_int_equal(OPS(g)->event_record(g, eb, b), PPN_OK);
     assert_int_equal(OPS(g)->stream_wait_event(g, c, eb), PPN_OK);
     assert_int_equal(OPS(g)->copy_peer(g, c, zx, 2, x, 0, 256), PPN_OK); /* A's data, through B's event */
@@ -527,20 +482,20 @@ static void event_chains_are_transitive(void **state)
 }
 
 /* A host sync orders later host-issued work after what it waited for; without it, a race. */
-static void host_sync_orders_work(void **state)
+static void test_sim_host_sync_orders_work(void **state)
 {
     (void)state;
     ppn_gpu *g = open_sim();
-    ppn_gstream *a = mkstream(g, 0), *b = mkstream(g, 0);
-    ppn_dptr x = dalloc(g, 0, 256);
+    ppn_gstream *a = tu_stream(g, 0), *b = tu_stream(g, 0);
+    ppn_dptr x = tu_dalloc(g, 0, 256);
     uint32_t h[64];
-    assert_int_equal(fill(g, a, x, 3, 64), PPN_OK);
+    assert_int_equal(tu_fill(g, a, x, 3, 64), PPN_OK);
     assert_int_equal(OPS(g)->stream_sync(g, a), PPN_OK);
     assert_int_equal(OPS(g)->copy_dtoh(g, b, h, x, sizeof h), PPN_OK);
     assert_int_equal(OPS(g)->stream_sync(g, b), PPN_OK);
     assert_int_equal(h[63], 3);
     assert_no_reports(g);
-    assert_int_equal(fill(g, b, x, 4, 64), PPN_OK); /* not synced ... */
+    assert_int_equal(tu_fill(g, b, x, 4, 64), PPN_OK); /* not synced ... */
     assert_int_equal(OPS(g)->copy_dtoh(g, a, h, x, sizeof h), PPN_OK); /* ... so this read races */
     OPS(g)->stream_sync(g, a);
     OPS(g)->stream_sync(g, b);
@@ -553,17 +508,17 @@ static void host_sync_orders_work(void **state)
 }
 
 /* A pool block freed on A and reused on B without an event: the history survives the free. */
-static void reuse_without_wait_is_a_race(void **state)
+static void test_sim_reuse_without_wait_is_a_race(void **state)
 {
     (void)state;
     for (int with_event = 0; with_event < 2; with_event++) {
         ppn_gpu *g = open_sim();
-        ppn_gstream *a = mkstream(g, 0), *b = mkstream(g, 0);
-        ppn_gevent *e = mkevent(g, 0, 0);
-        ppn_dptr slab = dalloc(g, 0, 1 << 16);
+        ppn_gstream *a = tu_stream(g, 0), *b = tu_stream(g, 0);
+        ppn_gevent *e = tu_event(g, 0, 0);
+        ppn_dptr slab = tu_dalloc(g, 0, 1 << 16);
         assert_int_equal(OPS(g)->mem_annotate(g, NULL, 0, slab, 1 << 16, PPN_ANN_CARVE, "slab"), PPN_OK);
         assert_int_equal(OPS(g)->mem_annotate(g, NULL, 0, slab, 4096, PPN_ANN_ALLOC, "act"), PPN_OK);
-        assert_int_equal(fill(g, a, slab, 1, 1024), PPN_OK);
+        assert_int_equal(tu_fill(g, a, slab, 1, 1024), PPN_OK);
         assert_int_equal(OPS(g)->mem_annotate(g, a, 0, slab, 4096, PPN_ANN_FREE, NULL), PPN_OK);
         if (with_event) {
             assert_int_equal(OPS(g)->event_record(g, e, a), PPN_OK);
@@ -571,7 +526,7 @@ static void reuse_without_wait_is_a_race(void **state)
         }
         /* reused with other extents: the new block inherits the old history */
         assert_int_equal(OPS(g)->mem_annotate(g, NULL, 0, slab, 2048, PPN_ANN_ALLOC, "kv"), PPN_OK);
-        assert_int_equal(fill(g, b, slab, 2, 512), PPN_OK);
+        assert_int_equal(tu_fill(g, b, slab, 2, 512), PPN_OK);
         OPS(g)->stream_sync(g, a);
         OPS(g)->stream_sync(g, b);
         char msg[1024] = "";
@@ -602,16 +557,16 @@ static void reuse_without_wait_is_a_race(void **state)
 
 /* ---- placement, use after free, double free, bounds --------------------------------------------------- */
 
-static void placement_needs_peer_enable(void **state)
+static void test_sim_placement_needs_peer_enable(void **state)
 {
     (void)state;
     ppn_gpu *g = open_sim();
-    ppn_gstream *s0 = mkstream(g, 0), *s1 = mkstream(g, 1);
-    ppn_dptr a0 = dalloc(g, 0, 256), b1 = dalloc(g, 1, 256), o1 = dalloc(g, 1, 256), c2 = dalloc(g, 2, 256);
-    assert_int_equal(fill(g, s0, a0, fbits(1.0f), 64), PPN_OK);
-    assert_int_equal(fill(g, s1, b1, fbits(2.0f), 64), PPN_OK);
+    ppn_gstream *s0 = tu_stream(g, 0), *s1 = tu_stream(g, 1);
+    ppn_dptr a0 = tu_dalloc(g, 0, 256), b1 = tu_dalloc(g, 1, 256), o1 = tu_dalloc(g, 1, 256), c2 = tu_dalloc(g, 2, 256);
+    assert_int_equal(tu_fill(g, s0, a0, tu_f32_bits(1.0f), 64), PPN_OK);
+    assert_int_equal(tu_fill(g, s1, b1, tu_f32_bits(2.0f), 64), PPN_OK);
     assert_int_equal(OPS(g)->stream_sync(g, s0), PPN_OK);
-    assert_int_equal(add(g, s1, o1, a0, b1, 64), PPN_OK); /* reads dev 0 memory from dev 1 */
+    assert_int_equal(tu_add(g, s1, o1, a0, b1, 64), PPN_OK); /* reads dev 0 memory from dev 1 */
     assert_int_equal(OPS(g)->stream_sync(g, s1), PPN_EPLACEMENT);
     const char *m = ppn_last_error();
     assert_has(m, "PLACEMENT");
@@ -622,7 +577,7 @@ static void placement_needs_peer_enable(void **state)
     assert_int_equal(counts(g).placement, 1);
 
     assert_int_equal(OPS(g)->peer_enable(g, 1, 0), PPN_OK);
-    assert_int_equal(add(g, s1, o1, a0, b1, 64), PPN_OK);
+    assert_int_equal(tu_add(g, s1, o1, a0, b1, 64), PPN_OK);
     float h[64];
     assert_int_equal(OPS(g)->copy_dtoh(g, s1, h, o1, sizeof h), PPN_OK);
     assert_int_equal(OPS(g)->stream_sync(g, s1), PPN_OK);
@@ -643,17 +598,17 @@ static void placement_needs_peer_enable(void **state)
     ppn_gpu_close(g);
 }
 
-static void use_after_free_of_block(void **state)
+static void test_sim_use_after_free_of_block(void **state)
 {
     (void)state;
     ppn_gpu *g = open_sim();
-    ppn_gstream *s = mkstream(g, 0);
-    ppn_dptr slab = dalloc(g, 0, 8192);
+    ppn_gstream *s = tu_stream(g, 0);
+    ppn_dptr slab = tu_dalloc(g, 0, 8192);
     assert_int_equal(OPS(g)->mem_annotate(g, NULL, 0, slab, 8192, PPN_ANN_CARVE, "slab"), PPN_OK);
     assert_int_equal(OPS(g)->mem_annotate(g, NULL, 0, slab, 1024, PPN_ANN_ALLOC, "act"), PPN_OK);
-    assert_int_equal(fill(g, s, slab, 1, 256), PPN_OK);                                        /* #1 */
+    assert_int_equal(tu_fill(g, s, slab, 1, 256), PPN_OK);                                        /* #1 */
     assert_int_equal(OPS(g)->mem_annotate(g, s, 0, slab, 1024, PPN_ANN_FREE, NULL), PPN_OK);  /* #2 */
-    assert_int_equal(fill(g, s, slab, 9, 256), PPN_OK);                                        /* #3 */
+    assert_int_equal(tu_fill(g, s, slab, 9, 256), PPN_OK);                                        /* #3 */
     assert_int_equal(OPS(g)->stream_sync(g, s), PPN_EUSEAFTERFREE);
     const char *m = ppn_last_error();
     assert_has(m, "USE AFTER FREE");
@@ -664,9 +619,9 @@ static void use_after_free_of_block(void **state)
     assert_int_equal(ppn_gpu_sim_take_error(g, NULL, 0), PPN_EUSEAFTERFREE);
     assert_int_equal(counts(g).use_after_free, 1);
     /* a block that is a whole raw allocation (no CARVE: ALLOC carves its own range) */
-    ppn_dptr big = dalloc(g, 0, 16384);
+    ppn_dptr big = tu_dalloc(g, 0, 16384);
     assert_int_equal(OPS(g)->mem_annotate(g, NULL, 0, big, 16384, PPN_ANN_ALLOC, "large"), PPN_OK);
-    assert_int_equal(fill(g, s, big, 1, 4096), PPN_OK);
+    assert_int_equal(tu_fill(g, s, big, 1, 4096), PPN_OK);
     assert_int_equal(OPS(g)->mem_annotate(g, s, 0, big, 16384, PPN_ANN_FREE, NULL), PPN_OK);
     assert_int_equal(OPS(g)->copy_dtoh(g, s, &(uint32_t){0}, big, 4), PPN_OK);
     assert_int_equal(OPS(g)->stream_sync(g, s), PPN_EUSEAFTERFREE);
@@ -674,7 +629,7 @@ static void use_after_free_of_block(void **state)
     assert_has(ppn_last_error(), "copy dtoh");
     assert_int_equal(ppn_gpu_sim_take_error(g, NULL, 0), PPN_EUSEAFTERFREE);
     /* a block straddling the edge of a carved region is refused at once */
-    ppn_dptr part = dalloc(g, 0, 8192);
+    ppn_dptr part = tu_dalloc(g, 0, 8192);
     assert_int_equal(OPS(g)->mem_annotate(g, NULL, 0, part, 4096, PPN_ANN_CARVE, "half"), PPN_OK);
     assert_int_equal(OPS(g)->mem_annotate(g, NULL, 0, part + 3072, 2048, PPN_ANN_ALLOC, "x"), PPN_EINVAL);
     assert_has(ppn_last_error(), "straddles");
@@ -682,24 +637,24 @@ static void use_after_free_of_block(void **state)
     ppn_gpu_close(g);
 }
 
-static void use_after_free_of_raw(void **state)
+static void test_sim_use_after_free_of_raw(void **state)
 {
     (void)state;
     ppn_gpu *g = open_sim();
-    ppn_gstream *s = mkstream(g, 0);
-    ppn_dptr x = dalloc(g, 0, 4096);
+    ppn_gstream *s = tu_stream(g, 0);
+    ppn_dptr x = tu_dalloc(g, 0, 4096);
     assert_int_equal(OPS(g)->mem_free(g, 0, x), PPN_OK);
-    assert_int_equal(fill(g, s, x, 1, 16), PPN_OK);
+    assert_int_equal(tu_fill(g, s, x, 1, 16), PPN_OK);
     assert_int_equal(OPS(g)->stream_sync(g, s), PPN_EUSEAFTERFREE);
     assert_has(ppn_last_error(), "mem_free");
     assert_has(ppn_last_error(), "kernel ppn_k_fill");
     assert_int_equal(ppn_gpu_sim_take_error(g, NULL, 0), PPN_EUSEAFTERFREE);
     /* freed while the op waits in the queue: caught when it runs, the memory is not touched (ASan) */
-    ppn_dptr y = dalloc(g, 0, 2 << 20);
+    ppn_dptr y = tu_dalloc(g, 0, 2 << 20);
     gate gt;
     gate_init(&gt);
     assert_int_equal(OPS(g)->host_fn(g, s, gate_wait, &gt), PPN_OK);
-    assert_int_equal(fill(g, s, y, 1, 1024), PPN_OK);
+    assert_int_equal(tu_fill(g, s, y, 1, 1024), PPN_OK);
     assert_int_equal(OPS(g)->mem_free(g, 0, y), PPN_OK);
     gate_open(&gt);
     assert_int_equal(OPS(g)->stream_sync(g, s), PPN_EUSEAFTERFREE);
@@ -710,12 +665,12 @@ static void use_after_free_of_raw(void **state)
     ppn_gpu_close(g);
 }
 
-static void double_free_is_reported(void **state)
+static void test_sim_double_free_is_reported(void **state)
 {
     (void)state;
     ppn_gpu *g = open_sim();
-    ppn_gstream *s = mkstream(g, 0);
-    ppn_dptr slab = dalloc(g, 0, 8192);
+    ppn_gstream *s = tu_stream(g, 0);
+    ppn_dptr slab = tu_dalloc(g, 0, 8192);
     assert_int_equal(OPS(g)->mem_annotate(g, NULL, 0, slab, 8192, PPN_ANN_CARVE, "slab"), PPN_OK);
     assert_int_equal(OPS(g)->mem_annotate(g, NULL, 0, slab + 4096, 512, PPN_ANN_ALLOC, "w"), PPN_OK);
     assert_int_equal(OPS(g)->mem_annotate(g, s, 0, slab + 4096, 512, PPN_ANN_FREE, NULL), PPN_OK); /* #1 */
@@ -733,7 +688,7 @@ static void double_free_is_reported(void **state)
     assert_has(ppn_last_error(), "not a live block");
     assert_int_equal(ppn_gpu_sim_take_error(g, NULL, 0), PPN_EDOUBLEFREE);
     /* raw: twice, and a pointer that was never allocated */
-    ppn_dptr x = dalloc(g, 0, 4096);
+    ppn_dptr x = tu_dalloc(g, 0, 4096);
     assert_int_equal(OPS(g)->mem_free(g, 0, x), PPN_OK);
     assert_int_equal(OPS(g)->mem_free(g, 0, x), PPN_EDOUBLEFREE);
     assert_has(ppn_last_error(), "already freed");
@@ -745,20 +700,20 @@ static void double_free_is_reported(void **state)
     ppn_gpu_close(g);
 }
 
-static void access_outside_a_block(void **state)
+static void test_sim_access_outside_a_block(void **state)
 {
     (void)state;
     ppn_gpu *g = open_sim();
-    ppn_gstream *s = mkstream(g, 0);
-    ppn_dptr raw = dalloc(g, 0, 4096), slab = dalloc(g, 0, 8192);
-    assert_int_equal(fill(g, s, raw, 1, 1025), PPN_OK); /* 4 bytes past the end */
+    ppn_gstream *s = tu_stream(g, 0);
+    ppn_dptr raw = tu_dalloc(g, 0, 4096), slab = tu_dalloc(g, 0, 8192);
+    assert_int_equal(tu_fill(g, s, raw, 1, 1025), PPN_OK); /* 4 bytes past the end */
     assert_int_equal(OPS(g)->stream_sync(g, s), PPN_EBOUNDS);
     assert_has(ppn_last_error(), "ACCESS OUTSIDE A BLOCK");
     assert_has(ppn_last_error(), "4 B past the end");
     assert_int_equal(ppn_gpu_sim_take_error(g, NULL, 0), PPN_EBOUNDS);
     assert_int_equal(OPS(g)->mem_annotate(g, NULL, 0, slab, 8192, PPN_ANN_CARVE, "slab"), PPN_OK);
     assert_int_equal(OPS(g)->mem_annotate(g, NULL, 0, slab, 1024, PPN_ANN_ALLOC, "q"), PPN_OK);
-    assert_int_equal(fill(g, s, slab + 2048, 1, 16), PPN_OK); /* carved but in no block */
+    assert_int_equal(tu_fill(g, s, slab + 2048, 1, 16), PPN_OK); /* carved but in no block */
     assert_int_equal(OPS(g)->stream_sync(g, s), PPN_EBOUNDS);
     assert_has(ppn_last_error(), "not inside one allocated block");
     assert_int_equal(ppn_gpu_sim_take_error(g, NULL, 0), PPN_EBOUNDS);
@@ -768,7 +723,7 @@ static void access_outside_a_block(void **state)
     assert_has(ppn_last_error(), "'q'");
     assert_has(ppn_last_error(), "copy dtoh");
     assert_int_equal(ppn_gpu_sim_take_error(g, NULL, 0), PPN_EBOUNDS);
-    assert_int_equal(fill(g, s, slab, 7, 256), PPN_OK); /* exactly the block: fine */
+    assert_int_equal(tu_fill(g, s, slab, 7, 256), PPN_OK); /* exactly the block: fine */
     assert_int_equal(OPS(g)->stream_sync(g, s), PPN_OK);
     assert_int_equal(counts(g).bounds, 3);
     ppn_gpu_close(g);
@@ -776,24 +731,24 @@ static void access_outside_a_block(void **state)
 
 /* ---- fault injection, environment, timing ------------------------------------------------------------ */
 
-static void fault_injection(void **state)
+static void test_sim_fault_injection(void **state)
 {
     (void)state;
     ppn_gpu *g = open_sim_env("PPN_SIM_FAIL", "alloc:2,copy:1,launch:2,record:1");
-    ppn_gstream *s = mkstream(g, 0);
-    ppn_gevent *e = mkevent(g, 0, 0);
-    ppn_dptr x = dalloc(g, 0, 256), y = 0;
+    ppn_gstream *s = tu_stream(g, 0);
+    ppn_gevent *e = tu_event(g, 0, 0);
+    ppn_dptr x = tu_dalloc(g, 0, 256), y = 0;
     assert_int_equal(OPS(g)->mem_alloc(g, 0, 256, &y), PPN_ENOMEM);
     assert_has(ppn_last_error(), "sim: injected failure of alloc #2 (PPN_SIM_FAIL)");
     assert_int_equal(y, 0);
-    y = dalloc(g, 0, 256);
+    y = tu_dalloc(g, 0, 256);
     uint32_t src[64], dst[64];
     for (int i = 0; i < 64; i++) src[i] = (uint32_t)i * 3u;
     assert_int_equal(OPS(g)->copy_htod(g, s, x, src, sizeof src), PPN_EDRIVER);
     assert_has(ppn_last_error(), "injected failure of copy #1");
     assert_int_equal(OPS(g)->copy_htod(g, s, x, src, sizeof src), PPN_OK);
-    assert_int_equal(fill(g, s, y, 8, 64), PPN_OK);
-    assert_int_equal(fill(g, s, y, 9, 64), PPN_EDRIVER);
+    assert_int_equal(tu_fill(g, s, y, 8, 64), PPN_OK);
+    assert_int_equal(tu_fill(g, s, y, 9, 64), PPN_EDRIVER);
     assert_has(ppn_last_error(), "injected failure of launch #2");
     assert_int_equal(OPS(g)->event_record(g, e, s), PPN_EDRIVER);
     assert_has(ppn_last_error(), "injected failure of record #1");
@@ -810,7 +765,7 @@ static void fault_injection(void **state)
     ppn_gpu_close(g);
 }
 
-static void invalid_environment_is_refused(void **state)
+static void test_sim_invalid_environment_is_refused(void **state)
 {
     (void)state;
     static const char *const bad[][2] = {
@@ -823,9 +778,9 @@ static void invalid_environment_is_refused(void **state)
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ppn_gpu *g = (ppn_gpu *)0x1;
-        setenv(bad[i][0], bad[i][1], 1);
+        tu_env_set(bad[i][0], bad[i][1]);
         ppn_status st = ppn_gpu_sim_create(ppn_kernel_set(), &g);
-        unsetenv(bad[i][0]);
+        tu_env_restore();
         if (st != PPN_EINVAL) fail_msg("%s=%s accepted (status %d)", bad[i][0], bad[i][1], st);
         assert_null(g);
         assert_has(ppn_last_error(), bad[i][0]);
@@ -843,12 +798,12 @@ static void invalid_environment_is_refused(void **state)
     ppn_gpu_close(g);
 }
 
-static void elapsed_and_latency_model(void **state)
+static void test_sim_elapsed_and_latency_model(void **state)
 {
     (void)state;
     ppn_gpu *g = open_sim();
-    ppn_gstream *s = mkstream(g, 0);
-    ppn_gevent *t0 = mkevent(g, 0, 1), *t1 = mkevent(g, 0, 1), *plain = mkevent(g, 0, 0);
+    ppn_gstream *s = tu_stream(g, 0);
+    ppn_gevent *t0 = tu_event(g, 0, 1), *t1 = tu_event(g, 0, 1), *plain = tu_event(g, 0, 0);
     float ms = -1;
     assert_int_equal(OPS(g)->event_elapsed(g, t0, t1, &ms), PPN_EINVAL); /* never recorded */
     assert_int_equal(OPS(g)->event_record(g, t0, s), PPN_OK);
@@ -863,13 +818,13 @@ static void elapsed_and_latency_model(void **state)
     ppn_gpu_close(g);
 
     g = open_sim_env("PPN_SIM_LATENCY", "1");
-    s = mkstream(g, 0);
-    t0 = mkevent(g, 0, 1);
-    t1 = mkevent(g, 0, 1);
+    s = tu_stream(g, 0);
+    t0 = tu_event(g, 0, 1);
+    t1 = tu_event(g, 0, 1);
     size_t n = 4 << 20;
     void *h = NULL;
     assert_int_equal(OPS(g)->host_alloc(g, n, &h), PPN_OK);
-    ppn_dptr x = dalloc(g, 0, n);
+    ppn_dptr x = tu_dalloc(g, 0, n);
     assert_int_equal(OPS(g)->event_record(g, t0, s), PPN_OK);
     assert_int_equal(OPS(g)->copy_htod(g, s, x, h, n), PPN_OK);
     assert_int_equal(OPS(g)->event_record(g, t1, s), PPN_OK);
@@ -878,7 +833,7 @@ static void elapsed_and_latency_model(void **state)
     double want = (5e3 + (double)n / 20.0) / 1e6; /* 5 us + 4 MiB at 20 GB/s, in ms */
     assert_true(ms >= want * 0.999);
     assert_int_equal(OPS(g)->event_record(g, t0, s), PPN_OK);
-    for (int i = 0; i < 50; i++) assert_int_equal(fill(g, s, x, 1, 1), PPN_OK);
+    for (int i = 0; i < 50; i++) assert_int_equal(tu_fill(g, s, x, 1, 1), PPN_OK);
     assert_int_equal(OPS(g)->event_record(g, t1, s), PPN_OK);
     assert_int_equal(OPS(g)->stream_sync(g, s), PPN_OK);
     assert_int_equal(OPS(g)->event_elapsed(g, t0, t1, &ms), PPN_OK);
@@ -891,30 +846,24 @@ static void elapsed_and_latency_model(void **state)
 
 /* ---- graphs ----------------------------------------------------------------------------------------------- */
 
-static void readf(ppn_gpu *g, ppn_gstream *s, ppn_dptr p, float *out, int n)
-{
-    assert_int_equal(OPS(g)->copy_dtoh(g, s, out, p, (size_t)n * 4), PPN_OK);
-    assert_int_equal(OPS(g)->stream_sync(g, s), PPN_OK);
-}
-
 /* A capture records launches without running them; every replay runs them again, in order; nothing but a
  * launch can be captured; a graph belongs to its device. */
-static void graph_capture_and_replay(void **state)
+static void test_sim_graph_capture_and_replay(void **state)
 {
     (void)state;
     ppn_gpu *g = open_sim();
-    ppn_gstream *s = mkstream(g, 0), *t = mkstream(g, 1);
-    ppn_gevent *e = mkevent(g, 0, 0);
-    ppn_dptr a = dalloc(g, 0, 1024), b = dalloc(g, 0, 1024), c = dalloc(g, 0, 1024);
-    assert_int_equal(fill(g, s, a, fbits(1.0f), 256), PPN_OK);
-    assert_int_equal(fill(g, s, b, fbits(2.0f), 256), PPN_OK);
-    assert_int_equal(fill(g, s, c, fbits(0.0f), 256), PPN_OK);
+    ppn_gstream *s = tu_stream(g, 0), *t = tu_stream(g, 1);
+    ppn_gevent *e = tu_event(g, 0, 0);
+    ppn_dptr a = tu_dalloc(g, 0, 1024), b = tu_dalloc(g, 0, 1024), c = tu_dalloc(g, 0, 1024);
+    assert_int_equal(tu_fill(g, s, a, tu_f32_bits(1.0f), 256), PPN_OK);
+    assert_int_equal(tu_fill(g, s, b, tu_f32_bits(2.0f), 256), PPN_OK);
+    assert_int_equal(tu_fill(g, s, c, tu_f32_bits(0.0f), 256), PPN_OK);
     assert_int_equal(OPS(g)->stream_sync(g, s), PPN_OK);
 
     assert_int_equal(OPS(g)->capture_begin(g, s), PPN_OK);
     assert_int_equal(OPS(g)->capture_begin(g, s), PPN_EUNSUPPORTED);
-    assert_int_equal(add(g, s, c, c, a, 256), PPN_OK); /* c += a */
-    assert_int_equal(add(g, s, c, c, b, 256), PPN_OK); /* c += b */
+    assert_int_equal(tu_add(g, s, c, c, a, 256), PPN_OK); /* c += a */
+    assert_int_equal(tu_add(g, s, c, c, b, 256), PPN_OK); /* c += b */
     float h[256];
     assert_int_equal(OPS(g)->copy_dtoh(g, s, h, c, sizeof h), PPN_ESTATE);
     assert_has(ppn_last_error(), "capturing a graph");
@@ -925,11 +874,11 @@ static void graph_capture_and_replay(void **state)
     assert_non_null(gr);
     assert_int_equal(OPS(g)->capture_end(g, s, &gr), PPN_ESTATE); /* no longer capturing */
 
-    readf(g, s, c, h, 256);
+    tu_download(g, s, h, c, sizeof h);
     assert_true(h[0] == 0.0f && h[255] == 0.0f); /* the capture ran nothing */
     for (int k = 1; k <= 3; k++) {
         assert_int_equal(OPS(g)->graph_launch(g, gr, s), PPN_OK);
-        readf(g, s, c, h, 256);
+        tu_download(g, s, h, c, sizeof h);
         for (int i = 0; i < 256; i++) assert_true(h[i] == 3.0f * (float)k);
     }
     assert_int_equal(g->n_graph_launches, 3);
@@ -938,9 +887,9 @@ static void graph_capture_and_replay(void **state)
 
     /* abandoned: nothing recorded runs, the stream is ordinary again */
     assert_int_equal(OPS(g)->capture_begin(g, s), PPN_OK);
-    assert_int_equal(fill(g, s, c, fbits(7.0f), 256), PPN_OK);
+    assert_int_equal(tu_fill(g, s, c, tu_f32_bits(7.0f), 256), PPN_OK);
     assert_int_equal(OPS(g)->capture_end(g, s, NULL), PPN_OK);
-    readf(g, s, c, h, 256);
+    tu_download(g, s, h, c, sizeof h);
     assert_true(h[0] == 9.0f);
     assert_int_equal(OPS(g)->graph_destroy(g, gr), PPN_OK);
     assert_no_reports(g);
@@ -948,14 +897,14 @@ static void graph_capture_and_replay(void **state)
 }
 
 /* A replay is no blind spot: its kernels go through the checker like eager launches. */
-static void graph_replay_is_checked(void **state)
+static void test_sim_graph_replay_is_checked(void **state)
 {
     (void)state;
     ppn_gpu *g = open_sim();
-    ppn_gstream *s = mkstream(g, 0);
-    ppn_dptr a = dalloc(g, 0, 1024), c = dalloc(g, 0, 1024);
+    ppn_gstream *s = tu_stream(g, 0);
+    ppn_dptr a = tu_dalloc(g, 0, 1024), c = tu_dalloc(g, 0, 1024);
     assert_int_equal(OPS(g)->capture_begin(g, s), PPN_OK);
-    assert_int_equal(add(g, s, c, c, a, 256), PPN_OK);
+    assert_int_equal(tu_add(g, s, c, c, a, 256), PPN_OK);
     ppn_ggraph *gr = NULL;
     assert_int_equal(OPS(g)->capture_end(g, s, &gr), PPN_OK);
     assert_int_equal(OPS(g)->graph_launch(g, gr, s), PPN_OK);
@@ -970,23 +919,23 @@ static void graph_replay_is_checked(void **state)
     ppn_gpu_close(g);
 
     g = open_sim_env("PPN_KPROF", "1"); /* per-launch accounting and graphs do not mix: refused, named */
-    s = mkstream(g, 0);
+    s = tu_stream(g, 0);
     assert_int_equal(OPS(g)->capture_begin(g, s), PPN_EUNSUPPORTED);
     assert_has(ppn_last_error(), "PPN_KPROF=1");
     ppn_gpu_close(g);
 }
 
 /* Closing with streams, events, queued ops and allocations still alive frees everything (ASan). */
-static void close_with_everything_alive(void **state)
+static void test_sim_close_with_everything_alive(void **state)
 {
     (void)state;
     ppn_gpu *g = open_sim();
-    ppn_gstream *a = mkstream(g, 0), *b = mkstream(g, 1);
-    ppn_gevent *e = mkevent(g, 0, 1);
-    ppn_dptr x = dalloc(g, 0, 3 << 20), y = dalloc(g, 1, 1000);
+    ppn_gstream *a = tu_stream(g, 0), *b = tu_stream(g, 1);
+    ppn_gevent *e = tu_event(g, 0, 1);
+    ppn_dptr x = tu_dalloc(g, 0, 3 << 20), y = tu_dalloc(g, 1, 1000);
     assert_int_equal(OPS(g)->mem_annotate(g, NULL, 0, x, 1 << 20, PPN_ANN_CARVE, "slab"), PPN_OK);
     assert_int_equal(OPS(g)->mem_annotate(g, NULL, 0, x, 4096, PPN_ANN_ALLOC, "blk"), PPN_OK);
-    for (int i = 0; i < 20; i++) assert_int_equal(fill(g, a, x, (uint32_t)i, 1024), PPN_OK);
+    for (int i = 0; i < 20; i++) assert_int_equal(tu_fill(g, a, x, (uint32_t)i, 1024), PPN_OK);
     assert_int_equal(OPS(g)->event_record(g, e, a), PPN_OK);
     assert_int_equal(OPS(g)->stream_wait_event(g, b, e), PPN_OK);
     assert_int_equal(OPS(g)->copy_peer(g, b, y, 1, x, 0, 1000), PPN_OK);
@@ -996,29 +945,29 @@ static void close_with_everything_alive(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(stream_order),
-        cmocka_unit_test(device_info_and_capacity),
-        cmocka_unit_test(event_orders_streams),
-        cmocka_unit_test(event_orders_devices),
-        cmocka_unit_test(peer_copies_and_grants),
-        cmocka_unit_test(wait_binds_to_earlier_record),
-        cmocka_unit_test(race_without_event_is_reported),
-        cmocka_unit_test(race_with_event_is_clean),
-        cmocka_unit_test(wait_uses_the_bound_record),
-        cmocka_unit_test(event_chains_are_transitive),
-        cmocka_unit_test(host_sync_orders_work),
-        cmocka_unit_test(reuse_without_wait_is_a_race),
-        cmocka_unit_test(placement_needs_peer_enable),
-        cmocka_unit_test(use_after_free_of_block),
-        cmocka_unit_test(use_after_free_of_raw),
-        cmocka_unit_test(double_free_is_reported),
-        cmocka_unit_test(access_outside_a_block),
-        cmocka_unit_test(fault_injection),
-        cmocka_unit_test(invalid_environment_is_refused),
-        cmocka_unit_test(elapsed_and_latency_model),
-        cmocka_unit_test(graph_capture_and_replay),
-        cmocka_unit_test(graph_replay_is_checked),
-        cmocka_unit_test(close_with_everything_alive),
+        cmocka_unit_test(test_sim_stream_order),
+        cmocka_unit_test(test_sim_device_info_and_capacity),
+        cmocka_unit_test(test_sim_event_orders_streams),
+        cmocka_unit_test(test_sim_event_orders_devices),
+        cmocka_unit_test(test_sim_peer_copies_and_grants),
+        cmocka_unit_test(test_sim_wait_binds_to_earlier_record),
+        cmocka_unit_test(test_sim_race_without_event_is_reported),
+        cmocka_unit_test(test_sim_race_with_event_is_clean),
+        cmocka_unit_test(test_sim_wait_uses_the_bound_record),
+        cmocka_unit_test(test_sim_event_chains_are_transitive),
+        cmocka_unit_test(test_sim_host_sync_orders_work),
+        cmocka_unit_test(test_sim_reuse_without_wait_is_a_race),
+        cmocka_unit_test(test_sim_placement_needs_peer_enable),
+        cmocka_unit_test(test_sim_use_after_free_of_block),
+        cmocka_unit_test(test_sim_use_after_free_of_raw),
+        cmocka_unit_test(test_sim_double_free_is_reported),
+        cmocka_unit_test(test_sim_access_outside_a_block),
+        cmocka_unit_test(test_sim_fault_injection),
+        cmocka_unit_test(test_sim_invalid_environment_is_refused),
+        cmocka_unit_test(test_sim_elapsed_and_latency_model),
+        cmocka_unit_test(test_sim_graph_capture_and_replay),
+        cmocka_unit_test(test_sim_graph_replay_is_checked),
+        cmocka_unit_test(test_sim_close_with_everything_alive),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,7 +10,8 @@
  * CUDA's expf/sincosf (2 ulp) to 2e-6 relative; copies, embed, fill, add and argmax must match exactly.
  *
  * Runs only where a CUDA driver and GPU exist (./build.sh gputest). Without them it FAILS.
- * PPN_GPU_TEST_FILTER=<cmocka pattern> runs only the tests it names (t_matvec_bw: the matvec bandwidth);
+ * PPN_GPU_TEST_FILTER=<cmocka pattern> runs only the tests it names (test_gpu_kernels_matvec_bw: the matvec
+ * bandwidth);
  * PPN_MV_SWEEP=0 leaves out the matvec geometry sweep.
  */
 #include <stdarg.h>
@@ -27,34 +28,16 @@
 #include "core/device/gpu.h"
 #include "kernels/ktable.h"
 #include "kernels/ops.h"
+#include "tests/util/tcheck.h"
 #include "tests/util/tdev.h"
-
-#define D(p) ((uint64_t)(uintptr_t)(p))
-#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
+#include "tests/util/tkern.h"
+#include "tests/util/trand.h"
 
 static ppn_gpu *G;
 static ppn_gstream *S;
 
-#define OK(call)                                                                                      \
-    do {                                                                                              \
-        ppn_status st_ = (call);                                                                      \
-        if (st_ != PPN_OK) fail_msg("%s -> %s: %s", #call, ppn_status_name(st_), ppn_last_error()); \
-    } while (0)
-
 /* ---------------------------------------------------------------------------------------------------------
- * host and device buffers */
-
-static uint64_t rng = 0x2545f4914f6cdd1dull;
-
-static uint32_t rnd32(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 16);
-}
-
-static float rndf(float lo, float hi) { return lo + (hi - lo) * (float)(rnd32() & 0xffffff) / 16777216.0f; }
+ * host and device buffers (random inputs: tests/util/trand.h) */
 
 static void *hmem(size_t bytes)
 {
@@ -63,60 +46,27 @@ static void *hmem(size_t bytes)
     return p;
 }
 
-static float *frand(size_t n, float lo, float hi)
-{
-    float *p = hmem(n * 4);
-    for (size_t i = 0; i < n; i++) p[i] = rndf(lo, hi);
-    return p;
-}
-
-/* Weights of dtype dt with values in about [-1, 1]. */
-static void *wrand(int dt, size_t n)
-{
-    if (dt == PPN_DTYPE_F32) return frand(n, -1, 1);
-    uint16_t *p = hmem(n * 2);
-    for (size_t i = 0; i < n; i++)
-        p[i] = dt == PPN_DTYPE_BF16 ? ppn_f32_to_bf16(rndf(-1, 1)) : ppn_f32_to_f16(rndf(-1, 1));
-    return p;
-}
-
-static float wval(const void *w, int dt, size_t i)
-{
-    if (dt == PPN_DTYPE_BF16) return ppn_bf16_to_f32(((const uint16_t *)w)[i]);
-    if (dt == PPN_DTYPE_F16) return ppn_f16_to_f32(((const uint16_t *)w)[i]);
-    return ((const float *)w)[i];
-}
-
-static const char *dtn(int dt) { return dt == PPN_DTYPE_F32 ? "f32" : dt == PPN_DTYPE_BF16 ? "bf16" : "f16"; }
-
+/* The device buffers of the case in progress, freed by dfree_from / dfree_all (free_buffers after a failure). */
 #define MAX_DBUF 32
 static ppn_dptr dbufs[MAX_DBUF];
 static int ndbuf;
 
 static ppn_dptr dalloc(size_t bytes)
 {
-    ppn_dptr p = 0;
     assert_true(ndbuf < MAX_DBUF);
-    OK(G->ops->mem_alloc(G, 0, bytes, &p));
-    assert_true(p != 0);
-    dbufs[ndbuf++] = p;
-    return p;
+    return dbufs[ndbuf++] = tu_dalloc(G, 0, bytes);
 }
 
 /* Frees the buffers allocated since ndbuf was mark. */
 static void dfree_from(int mark)
 {
-    for (int i = mark; i < ndbuf; i++) OK(G->ops->mem_free(G, 0, dbufs[i]));
+    for (int i = mark; i < ndbuf; i++) EXPECT_OK(G->ops->mem_free(G, 0, dbufs[i]));
     ndbuf = mark;
 }
 
 static void dfree_all(void) { dfree_from(0); }
 
-static void put(ppn_dptr d, const void *h, size_t bytes)
-{
-    OK(G->ops->copy_htod(G, S, d, h, bytes));
-    OK(G->ops->stream_sync(G, S));
-}
+static void put(ppn_dptr d, const void *h, size_t bytes) { tu_upload(G, S, d, h, bytes); }
 
 static ppn_dptr up(const void *h, size_t bytes)
 {
@@ -125,13 +75,9 @@ static ppn_dptr up(const void *h, size_t bytes)
     return d;
 }
 
-static void get(void *h, ppn_dptr d, size_t bytes)
-{
-    OK(G->ops->copy_dtoh(G, S, h, d, bytes));
-    OK(G->ops->stream_sync(G, S));
-}
+static void get(void *h, ppn_dptr d, size_t bytes) { tu_download(G, S, h, d, bytes); }
 
-static void sync_ok(void) { OK(G->ops->stream_sync(G, S)); }
+static void sync_ok(void) { EXPECT_OK(G->ops->stream_sync(G, S)); }
 
 /* ---------------------------------------------------------------------------------------------------------
  * comparison */
@@ -198,8 +144,8 @@ static double *mv_scale(const mv_case *c, const void *w, const float *x, const v
     double *sc = hmem((size_t)c->rows * sizeof *sc);
     for (int r = 0; r < c->rows; r++) {
         double a = 0;
-        for (int k = 0; k < c->cols; k++) a += fabs(wval(w, c->dt, (size_t)r * c->cols + k) * (double)x[k]);
-        if (c->bias) a += fabs(wval(b, c->dt, (size_t)r));
+        for (int k = 0; k < c->cols; k++) a += fabs(tu_wval(w, c->dt, (size_t)r * c->cols + k) * (double)x[k]);
+        if (c->bias) a += fabs(tu_wval(b, c->dt, (size_t)r));
         if (c->res) a += fabs(res[r]);
         sc[r] = a;
     }
@@ -209,19 +155,19 @@ static double *mv_scale(const mv_case *c, const void *w, const float *x, const v
 static void matvec_case(const mv_case *c)
 {
     size_t R = (size_t)c->rows, C = (size_t)c->cols, es = ppn_dtype_size(c->dt);
-    void *w = wrand(c->dt, R * C), *b = wrand(c->dt, R);
-    float *x = frand(C, -1, 1), *res = frand(R, -2, 2), *ref = hmem(R * 4), *g1 = hmem(R * 4), *g2 = hmem(R * 4);
+    void *w = tu_wrand(c->dt, R * C, NULL), *b = tu_wrand(c->dt, R, NULL);
+    float *x = tu_frand(C, -1, 1), *res = tu_frand(R, -2, 2), *ref = hmem(R * 4), *g1 = hmem(R * 4), *g2 = hmem(R * 4);
     ppn_dptr dw = up(w, R * C * es), db = up(b, R * es), dx = up(x, C * 4), dres = up(res, R * 4);
     ppn_dptr dout = c->alias ? dres : dalloc(R * 4);
     /* x again at an address 4 bytes off 16-byte alignment: the scalar path must give the same bits */
     ppn_dptr dxm = dalloc(C * 4 + 16) + 4;
     put(dxm, x, C * 4);
     char what[96];
-    snprintf(what, sizeof what, "matvec %s %dx%d%s%s%s", dtn(c->dt), c->rows, c->cols, c->bias ? " +bias" : "",
-             c->res ? " +res" : "", c->alias ? " (res aliases out)" : "");
+    snprintf(what, sizeof what, "matvec %s %dx%d%s%s%s", ppn_dtype_name(c->dt), c->rows, c->cols,
+             c->bias ? " +bias" : "", c->res ? " +res" : "", c->alias ? " (res aliases out)" : "");
     for (int run = 0; run < 3; run++) {
         if (c->alias) put(dres, res, R * 4);
-        OK(ppn_op_matvec(G, S, dout, dw, c->dt, run == 2 ? dxm : dx, c->rows, c->cols, c->bias ? db : 0,
+        EXPECT_OK(ppn_op_matvec(G, S, dout, dw, c->dt, run == 2 ? dxm : dx, c->rows, c->cols, c->bias ? db : 0,
                          c->res ? dres : 0));
         sync_ok();
         get(run == 0 ? g1 : g2, dout, R * 4);
@@ -229,7 +175,7 @@ static void matvec_case(const mv_case *c)
     }
     ppn_kp_matvec p = {.out = D(ref), .w = D(w), .x = D(x), .bias = c->bias ? D(b) : 0,
                        .res = c->res ? D(res) : 0, .rows = c->rows, .cols = c->cols, .wdt = c->dt};
-    ppn_kernels[PPN_K_MATVEC].cpu(&p);
+    tu_kernel_run(PPN_K_MATVEC, &p);
     double *sc = mv_scale(c, w, x, b, res);
     compare(what, g1, ref, R, sc, 1e-5, 1e-30);
     free(w), free(b), free(x), free(res), free(ref), free(g1), free(g2), free(sc);
@@ -241,23 +187,23 @@ static void matvec_case(const mv_case *c)
 static void matmat_case(int rows, int cols, int m, int dt, int bias, int res_on)
 {
     size_t R = (size_t)rows, C = (size_t)cols, M = (size_t)m, es = ppn_dtype_size(dt);
-    void *w = wrand(dt, R * C), *b = wrand(dt, R);
-    float *x = frand(M * C, -1, 1), *res = frand(M * R, -2, 2), *ref = hmem(M * R * 4), *g1 = hmem(M * R * 4),
+    void *w = tu_wrand(dt, R * C, NULL), *b = tu_wrand(dt, R, NULL);
+    float *x = tu_frand(M * C, -1, 1), *res = tu_frand(M * R, -2, 2), *ref = hmem(M * R * 4), *g1 = hmem(M * R * 4),
           *g2 = hmem(M * R * 4);
     ppn_dptr dw = up(w, R * C * es), db = up(b, R * es), dx = up(x, M * C * 4), dres = up(res, M * R * 4);
     ppn_dptr dout = dalloc(M * R * 4);
     char what[96];
-    snprintf(what, sizeof what, "matmat %s %dx%d m=%d%s%s", dtn(dt), rows, cols, m, bias ? " +bias" : "",
+    snprintf(what, sizeof what, "matmat %s %dx%d m=%d%s%s", ppn_dtype_name(dt), rows, cols, m, bias ? " +bias" : "",
              res_on ? " +res" : "");
     for (int run = 0; run < 2; run++) {
-        OK(ppn_op_matmat(G, S, dout, dw, dt, dx, m, rows, cols, bias ? db : 0, res_on ? dres : 0));
+        EXPECT_OK(ppn_op_matmat(G, S, dout, dw, dt, dx, m, rows, cols, bias ? db : 0, res_on ? dres : 0));
         sync_ok();
         get(run == 0 ? g1 : g2, dout, M * R * 4);
     }
     same_bits(what, g1, g2, M * R * 4);
     ppn_kp_matmat p = {.out = D(ref), .w = D(w), .x = D(x), .bias = bias ? D(b) : 0, .res = res_on ? D(res) : 0,
                        .rows = rows, .cols = cols, .m = m, .wdt = dt};
-    ppn_kernels[PPN_K_MATMAT].cpu(&p);
+    tu_kernel_run(PPN_K_MATMAT, &p);
     double worst = 0;
     for (int t = 0; t < m; t++) {
         mv_case c = {rows, cols, dt, bias, res_on, 0};
@@ -271,7 +217,7 @@ static void matmat_case(int rows, int cols, int m, int dt, int bias, int res_on)
     dfree_all();
 }
 
-static void t_matmat(void **state)
+static void test_gpu_kernels_matmat(void **state)
 {
     (void)state;
     for (int dt = 0; dt < 3; dt++) {
@@ -281,7 +227,7 @@ static void t_matmat(void **state)
     }
 }
 
-static void t_matvec(void **state)
+static void test_gpu_kernels_matvec(void **state)
 {
     (void)state;
     for (int dt = 0; dt < 3; dt++) {
@@ -295,7 +241,7 @@ static void t_matvec(void **state)
             {300, 8192, dt, 0, 1, 0}, {64, 14336, dt, 1, 1, 1}, {40, 14341, dt, 1, 0, 0},
             {33, 12224, dt, 0, 1, 1}, {17, 12225, dt, 1, 0, 0}, {20000, 64, dt, 1, 1, 1},
         };
-        for (size_t i = 0; i < NELEM(cs); i++) matvec_case(&cs[i]);
+        for (size_t i = 0; i < TU_LEN(cs); i++) matvec_case(&cs[i]);
     }
 }
 
@@ -350,7 +296,7 @@ static unsigned mv_turn; /* which copy of the weights the next timed launch read
 static void mv_run(const mv_geo *geo, ppn_dptr out, ppn_dptr w, ppn_dptr x, const mv_shape *sh, int dt)
 {
     if (!geo->threads) {
-        OK(ppn_op_matvec(G, S, out, w, dt, x, sh->rows, sh->cols, 0, 0));
+        EXPECT_OK(ppn_op_matvec(G, S, out, w, dt, x, sh->rows, sh->cols, 0, 0));
         return;
     }
     unsigned rb = geo->threads / (32u * mv_split(sh->cols, dt)), nb = ((unsigned)sh->rows + rb - 1) / rb;
@@ -359,7 +305,7 @@ static void mv_run(const mv_geo *geo, ppn_dptr out, ppn_dptr w, ppn_dptr x, cons
     ppn_launch l = {.kernel = PPN_K_MATVEC, .grid = {nb, 1, 1},
                     .block = {geo->threads, 1, 1}, .smem = geo->xs ? (unsigned)sh->cols * 4u : 0,
                     .params = &p, .params_size = sizeof p, .nacc = 0};
-    OK(G->ops->launch(G, S, &l));
+    EXPECT_OK(G->ops->launch(G, S, &l));
 }
 
 static int cmp_float(const void *a, const void *b)
@@ -376,18 +322,18 @@ static void mv_time(const mv_geo *geo, ppn_dptr out, ppn_dptr pool, ppn_dptr x, 
 #define MV_W() (pool + (size_t)(mv_turn++ % slots) * wb)
     for (int i = 0; i < MV_WARM; i++) mv_run(geo, out, MV_W(), x, sh, dt);
     for (int i = 0; i < MV_TIMED; i++) {
-        OK(G->ops->event_record(G, mv_ev[2 * i], S));
+        EXPECT_OK(G->ops->event_record(G, mv_ev[2 * i], S));
         mv_run(geo, out, MV_W(), x, sh, dt);
-        OK(G->ops->event_record(G, mv_ev[2 * i + 1], S));
+        EXPECT_OK(G->ops->event_record(G, mv_ev[2 * i + 1], S));
     }
-    OK(G->ops->event_record(G, mv_ev[2 * MV_TIMED], S));
+    EXPECT_OK(G->ops->event_record(G, mv_ev[2 * MV_TIMED], S));
     for (int i = 0; i < MV_TIMED; i++) mv_run(geo, out, MV_W(), x, sh, dt);
-    OK(G->ops->event_record(G, mv_ev[2 * MV_TIMED + 1], S));
+    EXPECT_OK(G->ops->event_record(G, mv_ev[2 * MV_TIMED + 1], S));
 #undef MV_W
     sync_ok();
     float ms[MV_TIMED], all;
-    for (int i = 0; i < MV_TIMED; i++) OK(G->ops->event_elapsed(G, mv_ev[2 * i], mv_ev[2 * i + 1], &ms[i]));
-    OK(G->ops->event_elapsed(G, mv_ev[2 * MV_TIMED], mv_ev[2 * MV_TIMED + 1], &all));
+    for (int i = 0; i < MV_TIMED; i++) EXPECT_OK(G->ops->event_elapsed(G, mv_ev[2 * i], mv_ev[2 * i + 1], &ms[i]));
+    EXPECT_OK(G->ops->event_elapsed(G, mv_ev[2 * MV_TIMED], mv_ev[2 * MV_TIMED + 1], &all));
     qsort(ms, MV_TIMED, sizeof ms[0], cmp_float);
     *med_us = 500.0 * (ms[MV_TIMED / 2 - 1] + ms[MV_TIMED / 2]);
     *b2b_us = 1000.0 * all / MV_TIMED;
@@ -442,13 +388,13 @@ static void mv_sweep_shape(const mv_shape *sh, int dt, ppn_dptr out, ppn_dptr po
     double best = 0, best_med = 0, worst_ratio = 0;
     mv_geo bg = {0, 0, 0};
     int n = 0;
-    for (size_t ti = 0; ti < NELEM(mv_threads); ti++)
+    for (size_t ti = 0; ti < TU_LEN(mv_threads); ti++)
         for (int xs = 0; xs < 2; xs++)
-            for (size_t ci = 0; ci < NELEM(mv_caps); ci++) {
+            for (size_t ci = 0; ci < TU_LEN(mv_caps); ci++) {
                 mv_geo geo = {mv_threads[ti], mv_caps[ci], xs};
                 if (xs && (size_t)sh->cols * 4 > 49152 - 256) continue; /* 48 KB less the static */
                 char what[112];
-                snprintf(what, sizeof what, "matvec %s %dx%d threads=%u ctas=%u x %s", dtn(dt), sh->rows,
+                snprintf(what, sizeof what, "matvec %s %dx%d threads=%u ctas=%u x %s", ppn_dtype_name(dt), sh->rows,
                          sh->cols, geo.threads, geo.ctas, xs ? "staged" : "cached");
                 double ratio = mv_check(&geo, what, out, pool, x, xm, sh, dt, ref, sc, got, tmp);
                 if (ratio > worst_ratio) worst_ratio = ratio;
@@ -469,38 +415,38 @@ static void mv_sweep_shape(const mv_shape *sh, int dt, ppn_dptr out, ppn_dptr po
     free(got), free(tmp);
 }
 
-static void t_matvec_bw(void **state)
+static void test_gpu_kernels_matvec_bw(void **state)
 {
     (void)state;
     const int dt = PPN_DTYPE_BF16;
     const char *sw = getenv("PPN_MV_SWEEP");
     int sweep = !(sw && !strcmp(sw, "0"));
     ppn_device_info di;
-    OK(G->ops->device_info(G, 0, &di));
+    EXPECT_OK(G->ops->device_info(G, 0, &di));
     printf("  bw device %s, %d SMs; weights bf16, x f32; pool %.2f GB\n", di.name, di.sm_count, MV_POOL / 1e9);
-    for (size_t i = 0; i < NELEM(mv_ev); i++) OK(G->ops->event_create(G, 0, 1, &mv_ev[i]));
+    for (size_t i = 0; i < TU_LEN(mv_ev); i++) EXPECT_OK(G->ops->event_create(G, 0, 1, &mv_ev[i]));
     /* the pool: random bf16 in [-1, 1), a 64 MB pattern repeated; every shape's matrix is its prefix */
     size_t pat = (size_t)1 << 25;
-    uint16_t *hw = wrand(dt, pat);
+    uint16_t *hw = tu_wrand(dt, pat, NULL);
     uint16_t *hpool = hmem(MV_POOL);
     for (size_t off = 0; off < MV_POOL / 2; off += pat)
         memcpy(hpool + off, hw, (MV_POOL / 2 - off < pat ? MV_POOL / 2 - off : pat) * 2);
     free(hw);
     ppn_dptr pool = up(hpool, MV_POOL);
     double tot_step[2] = {0, 0};
-    for (size_t s = 0; s < NELEM(mv_shapes); s++) {
+    for (size_t s = 0; s < TU_LEN(mv_shapes); s++) {
         const mv_shape *sh = &mv_shapes[s];
         int mark = ndbuf; /* this shape's buffers, freed after it */
         size_t R = (size_t)sh->rows, C = (size_t)sh->cols;
-        float *x = frand(C, -1, 1), *ref = hmem(R * 4), *got = hmem(R * 4), *tmp = hmem(R * 4);
+        float *x = tu_frand(C, -1, 1), *ref = hmem(R * 4), *got = hmem(R * 4), *tmp = hmem(R * 4);
         ppn_dptr dx = up(x, C * 4), dxm = dalloc(C * 4 + 16) + 4, out = dalloc(R * 4);
         put(dxm, x, C * 4);
         ppn_kp_matvec p = {.out = D(ref), .w = D(hpool), .x = D(x), .rows = sh->rows, .cols = sh->cols, .wdt = dt};
-        ppn_kernels[PPN_K_MATVEC].cpu(&p);
+        tu_kernel_run(PPN_K_MATVEC, &p);
         mv_case mc = {sh->rows, sh->cols, dt, 0, 0, 0};
         double *sc = mv_scale(&mc, hpool, x, NULL, NULL);
         char what[96];
-        snprintf(what, sizeof what, "matvec %s %dx%d (%s)", dtn(dt), sh->rows, sh->cols, sh->name);
+        snprintf(what, sizeof what, "matvec %s %dx%d (%s)", ppn_dtype_name(dt), sh->rows, sh->cols, sh->name);
         mv_geo def = {0, 0, 0};
         double ratio = mv_check(&def, what, out, pool, dx, dxm, sh, dt, ref, sc, got, tmp);
         mv_rows_alone(out, pool, dx, sh, dt, got, tmp);
@@ -521,10 +467,10 @@ static void t_matvec_bw(void **state)
     free(hpool);
 }
 
-/* After t_matvec_bw, passed or failed: its events and buffers. */
+/* After test_gpu_kernels_matvec_bw, passed or failed: its events and buffers. */
 static int mv_teardown(void **state)
 {
-    for (size_t i = 0; i < NELEM(mv_ev); i++)
+    for (size_t i = 0; i < TU_LEN(mv_ev); i++)
         if (mv_ev[i]) G->ops->event_destroy(G, mv_ev[i]), mv_ev[i] = NULL;
     return free_buffers(state);
 }
@@ -534,22 +480,22 @@ static int mv_teardown(void **state)
 
 static void rmsnorm_case(int n, int dt, int inplace)
 {
-    void *w = wrand(dt, (size_t)n);
-    float *x = frand((size_t)n, -3, 3), *ref = hmem((size_t)n * 4), *g1 = hmem((size_t)n * 4),
+    void *w = tu_wrand(dt, (size_t)n, NULL);
+    float *x = tu_frand((size_t)n, -3, 3), *ref = hmem((size_t)n * 4), *g1 = hmem((size_t)n * 4),
           *g2 = hmem((size_t)n * 4);
     size_t es = ppn_dtype_size(dt);
     ppn_dptr dx = up(x, (size_t)n * 4), dw = up(w, (size_t)n * es), dout = inplace ? dx : dalloc((size_t)n * 4);
     char what[96];
-    snprintf(what, sizeof what, "rmsnorm %s n=%d%s", dtn(dt), n, inplace ? " in place" : "");
+    snprintf(what, sizeof what, "rmsnorm %s n=%d%s", ppn_dtype_name(dt), n, inplace ? " in place" : "");
     for (int run = 0; run < 2; run++) {
         put(dx, x, (size_t)n * 4);
-        OK(ppn_op_rmsnorm(G, S, dout, dx, dw, dt, n, 1e-5f));
+        EXPECT_OK(ppn_op_rmsnorm(G, S, dout, dx, dw, dt, n, 1e-5f));
         sync_ok();
         get(run ? g2 : g1, dout, (size_t)n * 4);
     }
     same_bits(what, g1, g2, (size_t)n * 4);
     ppn_kp_rmsnorm p = {.out = D(ref), .in = D(x), .w = D(w), .n = n, .wdt = dt, .eps = 1e-5f};
-    ppn_kernels[PPN_K_RMSNORM].cpu(&p);
+    tu_kernel_run(PPN_K_RMSNORM, &p);
     compare(what, g1, ref, (size_t)n, NULL, 1e-5, 1e-30);
     free(w), free(x), free(ref), free(g1), free(g2);
     dfree_all();
@@ -558,27 +504,27 @@ static void rmsnorm_case(int n, int dt, int inplace)
 static void head_rmsnorm_case(int nh, int hd, int dt)
 {
     size_t n = (size_t)nh * hd;
-    void *w = wrand(dt, (size_t)hd);
-    float *x = frand(n, -3, 3), *ref = hmem(n * 4), *g1 = hmem(n * 4), *g2 = hmem(n * 4);
+    void *w = tu_wrand(dt, (size_t)hd, NULL);
+    float *x = tu_frand(n, -3, 3), *ref = hmem(n * 4), *g1 = hmem(n * 4), *g2 = hmem(n * 4);
     ppn_dptr dx = up(x, n * 4), dw = up(w, (size_t)hd * ppn_dtype_size(dt));
     char what[96];
-    snprintf(what, sizeof what, "head_rmsnorm %s heads=%d head_dim=%d", dtn(dt), nh, hd);
+    snprintf(what, sizeof what, "head_rmsnorm %s heads=%d head_dim=%d", ppn_dtype_name(dt), nh, hd);
     for (int run = 0; run < 2; run++) {
         put(dx, x, n * 4);
-        OK(ppn_op_head_rmsnorm(G, S, dx, nh, hd, dw, dt, 1e-6f));
+        EXPECT_OK(ppn_op_head_rmsnorm(G, S, dx, nh, hd, dw, dt, 1e-6f));
         sync_ok();
         get(run ? g2 : g1, dx, n * 4);
     }
     same_bits(what, g1, g2, n * 4);
     memcpy(ref, x, n * 4);
     ppn_kp_head_rmsnorm p = {.x = D(ref), .w = D(w), .n_heads = nh, .head_dim = hd, .wdt = dt, .eps = 1e-6f};
-    ppn_kernels[PPN_K_HEAD_RMSNORM].cpu(&p);
+    tu_kernel_run(PPN_K_HEAD_RMSNORM, &p);
     compare(what, g1, ref, n, NULL, 1e-5, 1e-30);
     free(w), free(x), free(ref), free(g1), free(g2);
     dfree_all();
 }
 
-static void t_norms(void **state)
+static void test_gpu_kernels_norms(void **state)
 {
     (void)state;
     for (int dt = 0; dt < 3; dt++) {
@@ -609,20 +555,20 @@ static void rope_case(int nq, int nkv, int hd, int ctx, int interleaved, int32_t
 {
     int nh = nq + nkv;
     size_t n = (size_t)nh * hd, kvn = (size_t)nkv * hd, csz = (size_t)nkv * ctx * hd, cb = csz * ppn_dtype_size(kd);
-    float *inv = hmem((size_t)hd / 2 * 4), *x = frand(n, -2, 2), *v = frand(kvn, -2, 2), *ref = hmem(n * 4),
+    float *inv = hmem((size_t)hd / 2 * 4), *x = tu_frand(n, -2, 2), *v = tu_frand(kvn, -2, 2), *ref = hmem(n * 4),
           *g1 = hmem(n * 4), *g2 = hmem(n * 4);
-    void *c0 = wrand(kd, csz), *k1 = hmem(cb), *v1 = hmem(cb), *k2 = hmem(cb), *v2 = hmem(cb), *ek = hmem(cb),
+    void *c0 = tu_wrand(kd, csz, NULL), *k1 = hmem(cb), *v1 = hmem(cb), *k2 = hmem(cb), *v2 = hmem(cb), *ek = hmem(cb),
          *ev = hmem(cb);
     for (int i = 0; i < hd / 2; i++) inv[i] = (float)(1.0 / pow(500000.0, 2.0 * i / hd));
     ppn_step_hdr hdr = {.pos = pos, .token = 0, .seq = 0, .step = 0};
     ppn_dptr dx = up(x, n * 4), dinv = up(inv, (size_t)hd / 2 * 4), dh = up(&hdr, sizeof hdr), dv = up(v, kvn * 4),
              dkc = up(c0, cb), dvc = up(c0, cb);
     char what[112];
-    snprintf(what, sizeof what, "rope_kv %s %d+%d heads head_dim=%d ctx=%d pos=%d %s", interleaved ? "interleaved" : "hf",
-             nq, nkv, hd, ctx, pos, dtn(kd));
+    snprintf(what, sizeof what, "rope_kv %s %d+%d heads head_dim=%d ctx=%d pos=%d %s",
+             interleaved ? "interleaved" : "hf", nq, nkv, hd, ctx, pos, ppn_dtype_name(kd));
     for (int run = 0; run < 2; run++) {
         put(dx, x, n * 4), put(dkc, c0, cb), put(dvc, c0, cb);
-        OK(ppn_op_rope_kv(G, S, dx, nq, nkv, hd, dinv, interleaved, dh, dkc, dvc, dv, ctx, kd));
+        EXPECT_OK(ppn_op_rope_kv(G, S, dx, nq, nkv, hd, dinv, interleaved, dh, dkc, dvc, dv, ctx, kd));
         sync_ok();
         get(run ? g2 : g1, dx, n * 4), get(run ? k2 : k1, dkc, cb), get(run ? v2 : v1, dvc, cb);
     }
@@ -632,7 +578,7 @@ static void rope_case(int nq, int nkv, int hd, int ctx, int interleaved, int32_t
     memcpy(ref, x, n * 4);
     ppn_kp_rope p = {.x = D(ref), .inv_freq = D(inv), .hdr = D(&hdr), .n_heads = nh, .head_dim = hd,
                      .interleaved = interleaved};
-    ppn_kernels[PPN_K_ROPE].cpu(&p);
+    tu_kernel_run(PPN_K_ROPE, &p);
     /* scale: |x0| + |x1| of the element's pair (cos/sin differ by ulps between libm and CUDA) */
     double *sc = hmem(n * sizeof *sc);
     for (int h = 0; h < nh; h++)
@@ -657,12 +603,12 @@ static void rope_case(int nq, int nkv, int hd, int ctx, int interleaved, int32_t
     dfree_all();
 }
 
-static void t_rope(void **state)
+static void test_gpu_kernels_rope(void **state)
 {
     (void)state;
     static const int32_t poss[] = {0, 1, 4095, 100000};
     for (int il = 0; il < 2; il++)
-        for (size_t i = 0; i < NELEM(poss); i++) {
+        for (size_t i = 0; i < TU_LEN(poss); i++) {
             rope_case(24, 8, 128, 4096, il, poss[i], PPN_DTYPE_F32);
             rope_case(6, 2, 64, 100, il, poss[i], PPN_DTYPE_F32); /* 4095 and on: outside the cache */
         }
@@ -680,8 +626,8 @@ static void attn_case(int nh, int nkv, int hd, int ctx, int32_t pos, int ns, int
     size_t csz = (size_t)nkv * ctx * hd, qn = (size_t)nh * hd, pb = ppn_op_attn_scratch_bytes(nh, ns, hd);
     size_t cnt_at = pb - (size_t)nh * sizeof(uint32_t);
     size_t cb = csz * ppn_dtype_size(kd);
-    float *q = frand(qn, -1, 1);
-    void *kc = wrand(kd, csz), *vc = wrand(kd, csz);
+    float *q = tu_frand(qn, -1, 1);
+    void *kc = tu_wrand(kd, csz, NULL), *vc = tu_wrand(kd, csz, NULL);
     float *ref = hmem(qn * 4), *g1 = hmem(qn * 4), *g2 = hmem(qn * 4);
     uint32_t *cnt = hmem((size_t)nh * sizeof *cnt);
     for (size_t i = 0; i < qn; i++) q[i] *= 4.0f; /* a softmax that is neither flat nor one-hot */
@@ -689,12 +635,12 @@ static void attn_case(int nh, int nkv, int hd, int ctx, int32_t pos, int ns, int
     float scale = 1.0f / sqrtf((float)hd);
     ppn_dptr dq = up(q, qn * 4), dkc = up(kc, cb), dvc = up(vc, cb), dh = up(&hdr, sizeof hdr),
              dout1 = dalloc(qn * 4), dout2 = dalloc(qn * 4), dpart = dalloc(pb);
-    OK(G->ops->memset_d8(G, S, dpart, 0, pb)); /* once, as seq.c does at allocation */
+    EXPECT_OK(G->ops->memset_d8(G, S, dpart, 0, pb)); /* once, as seq.c does at allocation */
     char what[96];
-    snprintf(what, sizeof what, "attn %s heads=%d kv=%d head_dim=%d ctx=%d pos=%d n_split=%d", dtn(kd), nh, nkv, hd, ctx,
-             pos, ns);
-    OK(ppn_op_attn(G, S, dout1, dq, dkc, dvc, nh, nkv, hd, ctx, scale, dh, dpart, ns, kd));
-    OK(ppn_op_attn(G, S, dout2, dq, dkc, dvc, nh, nkv, hd, ctx, scale, dh, dpart, ns, kd));
+    snprintf(what, sizeof what, "attn %s heads=%d kv=%d head_dim=%d ctx=%d pos=%d n_split=%d", ppn_dtype_name(kd), nh,
+             nkv, hd, ctx, pos, ns);
+    EXPECT_OK(ppn_op_attn(G, S, dout1, dq, dkc, dvc, nh, nkv, hd, ctx, scale, dh, dpart, ns, kd));
+    EXPECT_OK(ppn_op_attn(G, S, dout2, dq, dkc, dvc, nh, nkv, hd, ctx, scale, dh, dpart, ns, kd));
     sync_ok();
     get(g1, dout1, qn * 4);
     get(g2, dout2, qn * 4);
@@ -705,7 +651,7 @@ static void attn_case(int nh, int nkv, int hd, int ctx, int32_t pos, int ns, int
                              cnt[h]);
     ppn_kp_attn p = {.out = D(ref), .q = D(q), .kc = D(kc), .vc = D(vc), .hdr = D(&hdr), .n_heads = nh,
                      .n_kv = nkv, .head_dim = hd, .ctx = ctx, .n_split = ns, .kvdt = kd, .scale = scale};
-    ppn_kernels[PPN_K_ATTN].cpu(&p);
+    tu_kernel_run(PPN_K_ATTN, &p);
     compare(what, g1, ref, qn, NULL, 0.0, 1e-5);
     free(q), free(kc), free(vc), free(ref), free(g1), free(g2), free(cnt);
     dfree_all();
@@ -717,40 +663,41 @@ static void attn_time(int nh, int nkv, int hd, int ctx, int ns, int kd)
     enum { REPS = 50 };
     size_t csz = (size_t)nkv * ctx * hd, qn = (size_t)nh * hd, pb = ppn_op_attn_scratch_bytes(nh, ns, hd);
     size_t cb = csz * ppn_dtype_size(kd);
-    float *q = frand(qn, -1, 1);
-    void *kc = wrand(kd, csz);
+    float *q = tu_frand(qn, -1, 1);
+    void *kc = tu_wrand(kd, csz, NULL);
     ppn_step_hdr hdr = {.pos = ctx - 1};
     ppn_dptr dq = up(q, qn * 4), dkc = up(kc, cb), dvc = up(kc, cb), dh = up(&hdr, sizeof hdr),
              dout = dalloc(qn * 4), dpart = dalloc(pb);
     ppn_gevent *ev[2];
     float ms = 0;
-    OK(G->ops->memset_d8(G, S, dpart, 0, pb));
-    for (int i = 0; i < 2; i++) OK(G->ops->event_create(G, 0, 1, &ev[i]));
-    OK(ppn_op_attn(G, S, dout, dq, dkc, dvc, nh, nkv, hd, ctx, 0.1f, dh, dpart, ns, kd)); /* warm */
-    OK(G->ops->event_record(G, ev[0], S));
-    for (int r = 0; r < REPS; r++) OK(ppn_op_attn(G, S, dout, dq, dkc, dvc, nh, nkv, hd, ctx, 0.1f, dh, dpart, ns, kd));
-    OK(G->ops->event_record(G, ev[1], S));
+    EXPECT_OK(G->ops->memset_d8(G, S, dpart, 0, pb));
+    for (int i = 0; i < 2; i++) EXPECT_OK(G->ops->event_create(G, 0, 1, &ev[i]));
+    EXPECT_OK(ppn_op_attn(G, S, dout, dq, dkc, dvc, nh, nkv, hd, ctx, 0.1f, dh, dpart, ns, kd)); /* warm */
+    EXPECT_OK(G->ops->event_record(G, ev[0], S));
+    for (int r = 0; r < REPS; r++)
+        EXPECT_OK(ppn_op_attn(G, S, dout, dq, dkc, dvc, nh, nkv, hd, ctx, 0.1f, dh, dpart, ns, kd));
+    EXPECT_OK(G->ops->event_record(G, ev[1], S));
     sync_ok();
-    OK(G->ops->event_elapsed(G, ev[0], ev[1], &ms));
+    EXPECT_OK(G->ops->event_elapsed(G, ev[0], ev[1], &ms));
     double us = 1e3 * ms / REPS; /* k and v read once: 2 cb bytes */
-    printf("  attn time %s heads=%d kv=%d head_dim=%d pos=%d n_split=%-2d  %8.2f us/launch  %6.0f GB/s\n", dtn(kd),
-           nh, nkv, hd, ctx - 1, ns, us, 2.0 * (double)cb / (us * 1e3));
-    for (int i = 0; i < 2; i++) OK(G->ops->event_destroy(G, ev[i]));
+    printf("  attn time %s heads=%d kv=%d head_dim=%d pos=%d n_split=%-2d  %8.2f us/launch  %6.0f GB/s\n",
+           ppn_dtype_name(kd), nh, nkv, hd, ctx - 1, ns, us, 2.0 * (double)cb / (us * 1e3));
+    for (int i = 0; i < 2; i++) EXPECT_OK(G->ops->event_destroy(G, ev[i]));
     free(q), free(kc);
     dfree_all();
 }
 
-static void t_attn(void **state)
+static void test_gpu_kernels_attn(void **state)
 {
     (void)state;
     ppn_device_info di;
-    OK(G->ops->device_info(G, 0, &di));
+    EXPECT_OK(G->ops->device_info(G, 0, &di));
     int chosen = ppn_op_attn_split(8, di.sm_count); /* what an 8-KV-head model runs with on this device */
     int chosen4 = ppn_op_attn_split(4, di.sm_count); /* Qwen2-7B: 28 heads over 4 KV heads */
     static const int32_t poss[] = {0, 1, 4095};
     static const int splits[] = {1, 16};
-    for (size_t k = 0; k < NELEM(splits); k++)
-        for (size_t i = 0; i < NELEM(poss); i++) { /* pos 0, 1: all but the first splits empty */
+    for (size_t k = 0; k < TU_LEN(splits); k++)
+        for (size_t i = 0; i < TU_LEN(poss); i++) { /* pos 0, 1: all but the first splits empty */
             attn_case(32, 8, 64, 4096, poss[i], splits[k], PPN_DTYPE_F32);
             attn_case(32, 8, 128, 4096, poss[i], splits[k], PPN_DTYPE_F32);
         }
@@ -790,24 +737,24 @@ static void t_attn(void **state)
 static void embed_case(int vocab, int dim, int dt, int32_t tok)
 {
     size_t es = ppn_dtype_size(dt), tn = (size_t)vocab * dim;
-    void *table = wrand(dt, tn);
+    void *table = tu_wrand(dt, tn, NULL);
     float *ref = hmem((size_t)dim * 4), *g1 = hmem((size_t)dim * 4);
     ppn_step_hdr hdr = {.token = tok};
     ppn_dptr dt_ = up(table, tn * es), dh = up(&hdr, sizeof hdr), dout = dalloc((size_t)dim * 4);
-    OK(ppn_op_embed(G, S, dout, dt_, dt, vocab, dim, dh));
+    EXPECT_OK(ppn_op_embed(G, S, dout, dt_, dt, vocab, dim, dh));
     sync_ok();
     get(g1, dout, (size_t)dim * 4);
     ppn_kp_embed p = {.out = D(ref), .table = D(table), .hdr = D(&hdr), .dim = dim, .vocab = vocab, .wdt = dt};
-    ppn_kernels[PPN_K_EMBED].cpu(&p);
+    tu_kernel_run(PPN_K_EMBED, &p);
     char what[96];
-    snprintf(what, sizeof what, "embed %s vocab=%d dim=%d token=%d", dtn(dt), vocab, dim, tok);
+    snprintf(what, sizeof what, "embed %s vocab=%d dim=%d token=%d", ppn_dtype_name(dt), vocab, dim, tok);
     if (tok >= 0 && tok < vocab) exact(what, g1, ref, (size_t)dim * 4);
     else compare(what, g1, ref, (size_t)dim, NULL, 0, 0); /* NaN on both sides */
     free(table), free(ref), free(g1);
     dfree_all();
 }
 
-static void t_embed(void **state)
+static void test_gpu_kernels_embed(void **state)
 {
     (void)state;
     for (int dt = 0; dt < 3; dt++) {
@@ -817,41 +764,41 @@ static void t_embed(void **state)
     }
 }
 
-static void t_swiglu_add_fill(void **state)
+static void test_gpu_kernels_swiglu_add_fill(void **state)
 {
     (void)state;
     static const int ns[] = {14336, 11008, 1001};
-    for (size_t k = 0; k < NELEM(ns); k++) {
+    for (size_t k = 0; k < TU_LEN(ns); k++) {
         size_t n = (size_t)ns[k];
-        float *a = frand(n, -12, 12), *b = frand(n, -3, 3), *ref = hmem(n * 4), *g1 = hmem(n * 4),
+        float *a = tu_frand(n, -12, 12), *b = tu_frand(n, -3, 3), *ref = hmem(n * 4), *g1 = hmem(n * 4),
               *g2 = hmem(n * 4);
         ppn_dptr da = up(a, n * 4), db = up(b, n * 4), dout = dalloc(n * 4);
         char what[96];
         snprintf(what, sizeof what, "swiglu n=%zu", n);
         for (int run = 0; run < 2; run++) {
-            OK(ppn_op_swiglu(G, S, dout, da, db, (int)n));
+            EXPECT_OK(ppn_op_swiglu(G, S, dout, da, db, (int)n));
             sync_ok();
             get(run ? g2 : g1, dout, n * 4);
         }
         same_bits(what, g1, g2, n * 4);
         ppn_kp_swiglu ps = {.out = D(ref), .gate = D(a), .up = D(b), .n = (int)n};
-        ppn_kernels[PPN_K_SWIGLU].cpu(&ps);
+        tu_kernel_run(PPN_K_SWIGLU, &ps);
         compare(what, g1, ref, n, NULL, 2e-6, 1e-30);
 
         snprintf(what, sizeof what, "add n=%zu (out aliases a)", n);
-        OK(ppn_op_add(G, S, da, da, db, (int)n));
+        EXPECT_OK(ppn_op_add(G, S, da, da, db, (int)n));
         sync_ok();
         get(g1, da, n * 4);
         ppn_kp_add pa = {.out = D(ref), .a = D(a), .b = D(b), .n = (int)n};
-        ppn_kernels[PPN_K_ADD].cpu(&pa);
+        tu_kernel_run(PPN_K_ADD, &pa);
         exact(what, g1, ref, n * 4);
 
         snprintf(what, sizeof what, "fill n=%zu", n);
-        OK(tu_fill(G, S, dout, 0xA5C3E1F0u, (int)n));
+        EXPECT_OK(tu_fill(G, S, dout, 0xA5C3E1F0u, (int)n));
         sync_ok();
         get(g1, dout, n * 4);
         ppn_kp_fill pf = {.out = D(ref), .value = 0xA5C3E1F0u, .n = (int)n};
-        ppn_kernels[PPN_K_FILL].cpu(&pf);
+        tu_kernel_run(PPN_K_FILL, &pf);
         exact(what, g1, ref, n * 4);
         free(a), free(b), free(ref), free(g1), free(g2);
         dfree_all();
@@ -865,15 +812,15 @@ static void argmax_case(const char *label, const float *x, int n)
     int32_t got = -9, again = -9, want = -9;
     size_t sb = ppn_op_argmax_scratch_bytes();
     ppn_dptr dx = up(x, (size_t)n * 4), dout = dalloc(4), part = dalloc(sb);
-    OK(G->ops->memset_d8(G, S, part, 0, sb)); /* once, as seq.c does at allocation */
-    OK(ppn_op_argmax_wide(G, S, dout, dx, n, part));
+    EXPECT_OK(G->ops->memset_d8(G, S, part, 0, sb)); /* once, as seq.c does at allocation */
+    EXPECT_OK(ppn_op_argmax_wide(G, S, dout, dx, n, part));
     sync_ok();
     get(&got, dout, 4);
-    OK(ppn_op_argmax_wide(G, S, dout, dx, n, part));
+    EXPECT_OK(ppn_op_argmax_wide(G, S, dout, dx, n, part));
     sync_ok();
     get(&again, dout, 4);
     ppn_kp_argmax p = {.out = D(&want), .x = D(x), .n = n};
-    ppn_kernels[PPN_K_ARGMAX].cpu(&p);
+    tu_kernel_run(PPN_K_ARGMAX, &p);
     printf("  %-58s gpu %d cpu %d\n", label, got, want);
     assert_int_equal(got, again);
     assert_int_equal(got, want);
@@ -883,11 +830,11 @@ static void argmax_case(const char *label, const float *x, int n)
     dfree_all();
 }
 
-static void t_argmax(void **state)
+static void test_gpu_kernels_argmax(void **state)
 {
     (void)state;
     const int n = 128256;
-    float *x = frand((size_t)n, -20, 20);
+    float *x = tu_frand((size_t)n, -20, 20);
     argmax_case("argmax random n=128256", x, n);
     for (int i = 0; i < n; i += 3) x[i] = NAN;
     x[100001] = 25.0f, x[5] = 25.0f, x[70000] = 25.0f, x[3] = INFINITY; /* 5, 70000, 100001 are not NaN */
@@ -902,22 +849,22 @@ static void t_argmax(void **state)
 }
 
 /* The step header written from the kernel's parameters; the word after it is left alone. */
-static void t_set_hdr(void **state)
+static void test_gpu_kernels_set_hdr(void **state)
 {
     (void)state;
     int32_t init[8] = {-1, -1, -1, -1, -1, -1, -1, -1}, got[8], want[8];
     memcpy(want, init, sizeof want);
     ppn_dptr d = up(init, sizeof init);
-    OK(ppn_op_set_hdr(G, S, d, 4095, 128000, 7, 123456));
+    EXPECT_OK(ppn_op_set_hdr(G, S, d, 4095, 128000, 7, 123456));
     sync_ok();
     get(got, d, sizeof got);
     ppn_kp_set_hdr p = {.hdr = D(want), .v = {.pos = 4095, .token = 128000, .seq = 7, .step = 123456}};
-    ppn_kernels[PPN_K_SET_HDR].cpu(&p);
+    tu_kernel_run(PPN_K_SET_HDR, &p);
     printf("  %-58s gpu {%d,%d,%d,%d}\n", "set_hdr", got[0], got[1], got[2], got[3]);
     exact("set_hdr", got, want, sizeof got);
     int32_t tok = 31337;
     ppn_dptr dt = up(&tok, 4);
-    OK(ppn_op_set_hdr_dev(G, S, d, 17, dt, 3, 9));
+    EXPECT_OK(ppn_op_set_hdr_dev(G, S, d, 17, dt, 3, 9));
     sync_ok();
     get(got, d, sizeof got);
     assert_true(got[0] == 17 && got[1] == 31337 && got[2] == 3 && got[3] == 9); /* the token read on the device */
@@ -937,57 +884,57 @@ static void fused_time(int rows, int cols, int dt, ppn_dptr dw, ppn_dptr dnw, pp
                        ppn_dptr dres)
 {
     ppn_gevent *e0 = NULL, *e1 = NULL;
-    OK(G->ops->event_create(G, 0, 1, &e0));
-    OK(G->ops->event_create(G, 0, 1, &e1));
+    EXPECT_OK(G->ops->event_create(G, 0, 1, &e0));
+    EXPECT_OK(G->ops->event_create(G, 0, 1, &e1));
     ppn_dptr tmp = dalloc((size_t)cols * 4);
     ppn_mv_input in = {.mode = PPN_MV_X_RMSNORM, .x = dx, .nw = dnw, .eps = 1e-5f};
     float ms[2];
     for (int arm = 0; arm < 2; arm++) {
         for (int it = 0; it < 55; it++) {
-            if (it == 5) OK(G->ops->event_record(G, e0, S));
-            if (arm == 0) OK(ppn_op_matvec_in(G, S, dout, dw, dt, in, rows, cols, 0, dres));
+            if (it == 5) EXPECT_OK(G->ops->event_record(G, e0, S));
+            if (arm == 0) EXPECT_OK(ppn_op_matvec_in(G, S, dout, dw, dt, in, rows, cols, 0, dres));
             else {
-                OK(ppn_op_rmsnorm(G, S, tmp, dx, dnw, dt, cols, 1e-5f));
-                OK(ppn_op_matvec(G, S, dout, dw, dt, tmp, rows, cols, 0, dres));
+                EXPECT_OK(ppn_op_rmsnorm(G, S, tmp, dx, dnw, dt, cols, 1e-5f));
+                EXPECT_OK(ppn_op_matvec(G, S, dout, dw, dt, tmp, rows, cols, 0, dres));
             }
         }
-        OK(G->ops->event_record(G, e1, S));
+        EXPECT_OK(G->ops->event_record(G, e1, S));
         sync_ok();
-        OK(G->ops->event_elapsed(G, e0, e1, &ms[arm]));
+        EXPECT_OK(G->ops->event_elapsed(G, e0, e1, &ms[arm]));
     }
     printf("  time %-9s %5dx%-5d fused %8.2f us   unfused pair %8.2f us\n", "norm-in", rows, cols, 1e3 * ms[0] / 50,
            1e3 * ms[1] / 50);
-    OK(G->ops->event_destroy(G, e0));
-    OK(G->ops->event_destroy(G, e1));
+    EXPECT_OK(G->ops->event_destroy(G, e0));
+    EXPECT_OK(G->ops->event_destroy(G, e1));
 }
 
 static void fused_case(int rows, int cols, int dt)
 {
     size_t R = (size_t)rows, C = (size_t)cols, es = ppn_dtype_size(dt);
-    void *w = wrand(dt, R * C), *nw = wrand(dt, C);
-    float *x = frand(C, -2, 2), *res = frand(R, -2, 2), *ref = hmem(R * 4), *g1 = hmem(R * 4), *g2 = hmem(R * 4);
+    void *w = tu_wrand(dt, R * C, NULL), *nw = tu_wrand(dt, C, NULL);
+    float *x = tu_frand(C, -2, 2), *res = tu_frand(R, -2, 2), *ref = hmem(R * 4), *g1 = hmem(R * 4), *g2 = hmem(R * 4);
     ppn_dptr dw = up(w, R * C * es), dnw = up(nw, C * es), dx = up(x, C * 4), dout = dalloc(R * 4);
     ppn_dptr dres = up(res, R * 4);
     ppn_mv_input in = {.mode = PPN_MV_X_RMSNORM, .x = dx, .nw = dnw, .eps = 1e-5f};
     char what[96];
-    snprintf(what, sizeof what, "matvec norm-in %s %dx%d +res", dtn(dt), rows, cols);
+    snprintf(what, sizeof what, "matvec norm-in %s %dx%d +res", ppn_dtype_name(dt), rows, cols);
     for (int run = 0; run < 2; run++) {
-        OK(ppn_op_matvec_in(G, S, dout, dw, dt, in, rows, cols, 0, dres));
+        EXPECT_OK(ppn_op_matvec_in(G, S, dout, dw, dt, in, rows, cols, 0, dres));
         sync_ok();
         get(run ? g2 : g1, dout, R * 4);
     }
     same_bits(what, g1, g2, R * 4);
     ppn_kp_matvec p = {.out = D(ref), .w = D(w), .x = D(x), .res = D(res), .nw = D(nw), .rows = rows, .cols = cols,
                        .wdt = dt, .xmode = PPN_MV_X_RMSNORM, .eps = 1e-5f};
-    ppn_kernels[PPN_K_MATVEC].cpu(&p);
+    tu_kernel_run(PPN_K_MATVEC, &p);
     /* scale: the row's |w| . |xin| + |res|, xin from the reference's own norm */
     float *xin = hmem(C * 4);
     ppn_kp_rmsnorm pn = {.out = D(xin), .in = D(x), .w = D(nw), .n = cols, .wdt = dt, .eps = 1e-5f};
-    ppn_kernels[PPN_K_RMSNORM].cpu(&pn);
+    tu_kernel_run(PPN_K_RMSNORM, &pn);
     double *sc = hmem(R * sizeof *sc);
     for (size_t r = 0; r < R; r++) {
         double a = fabs(res[r]);
-        for (size_t k = 0; k < C; k++) a += fabs(wval(w, dt, r * C + k) * (double)xin[k]);
+        for (size_t k = 0; k < C; k++) a += fabs(tu_wval(w, dt, r * C + k) * (double)xin[k]);
         sc[r] = a;
     }
     compare(what, g1, ref, R, sc, 2e-5, 1e-30);
@@ -1002,25 +949,26 @@ static void attn_rope_case(int nh, int nkv, int hd, int ctx, int32_t pos, int ns
 {
     size_t qkvn = (size_t)(nh + 2 * nkv) * hd, on = (size_t)nh * hd, csz = (size_t)nkv * ctx * hd;
     size_t pb = ppn_op_attn_scratch_bytes(nh, ns, hd), cb = csz * ppn_dtype_size(kd);
-    float *inv = hmem((size_t)hd / 2 * 4), *x = frand(qkvn, -2, 2);
-    void *c = wrand(kd, csz), *k1 = hmem(cb), *k2 = hmem(cb), *v1 = hmem(cb), *v2 = hmem(cb);
+    float *inv = hmem((size_t)hd / 2 * 4), *x = tu_frand(qkvn, -2, 2);
+    void *c = tu_wrand(kd, csz, NULL), *k1 = hmem(cb), *k2 = hmem(cb), *v1 = hmem(cb), *v2 = hmem(cb);
     float *o1 = hmem(on * 4), *o2 = hmem(on * 4), *x1 = hmem(qkvn * 4);
     for (int i = 0; i < hd / 2; i++) inv[i] = (float)(1.0 / pow(500000.0, 2.0 * i / hd));
     ppn_step_hdr hdr = {.pos = pos};
     float scale = 1.0f / sqrtf((float)hd);
     ppn_dptr dinv = up(inv, (size_t)hd / 2 * 4), dh = up(&hdr, sizeof hdr), dx1 = up(x, qkvn * 4),
              dx2 = up(x, qkvn * 4), dk1 = up(c, cb), dk2 = up(c, cb), dv1 = up(c, cb), dv2 = up(c, cb), dout1 = dalloc(on * 4), dout2 = dalloc(on * 4), dp1 = dalloc(pb), dp2 = dalloc(pb);
-    OK(G->ops->memset_d8(G, S, dp1, 0, pb));
-    OK(G->ops->memset_d8(G, S, dp2, 0, pb));
-    OK(ppn_op_attn_rope(G, S, dout1, dx1, dk1, dv1, nh, nkv, hd, ctx, scale, dh, dp1, ns, dinv, il, kd));
-    OK(ppn_op_rope_kv(G, S, dx2, nh, nkv, hd, dinv, il, dh, dk2, dv2, dx2 + (qkvn - (size_t)nkv * hd) * 4, ctx, kd));
-    OK(ppn_op_attn(G, S, dout2, dx2, dk2, dv2, nh, nkv, hd, ctx, scale, dh, dp2, ns, kd));
+    EXPECT_OK(G->ops->memset_d8(G, S, dp1, 0, pb));
+    EXPECT_OK(G->ops->memset_d8(G, S, dp2, 0, pb));
+    EXPECT_OK(ppn_op_attn_rope(G, S, dout1, dx1, dk1, dv1, nh, nkv, hd, ctx, scale, dh, dp1, ns, dinv, il, kd));
+    EXPECT_OK(ppn_op_rope_kv(G, S, dx2, nh, nkv, hd, dinv, il, dh, dk2, dv2, dx2 + (qkvn - (size_t)nkv * hd) * 4, ctx,
+                             kd));
+    EXPECT_OK(ppn_op_attn(G, S, dout2, dx2, dk2, dv2, nh, nkv, hd, ctx, scale, dh, dp2, ns, kd));
     sync_ok();
     get(o1, dout1, on * 4), get(o2, dout2, on * 4), get(k1, dk1, cb), get(k2, dk2, cb),
         get(v1, dv1, cb), get(v2, dv2, cb), get(x1, dx1, qkvn * 4);
     char what[112];
-    snprintf(what, sizeof what, "attn_rope %s %d/%d heads hd %d pos %d n_split %d%s: out", dtn(kd), nh, nkv, hd, pos,
-             ns, il ? " interleaved" : "");
+    snprintf(what, sizeof what, "attn_rope %s %d/%d heads hd %d pos %d n_split %d%s: out", ppn_dtype_name(kd), nh, nkv,
+             hd, pos, ns, il ? " interleaved" : "");
     exact(what, o1, o2, on * 4);
     exact("attn_rope: the k cache", k1, k2, cb);
     exact("attn_rope: the v cache", v1, v2, cb);
@@ -1035,43 +983,45 @@ static void attn_rope_time(int nh, int nkv, int hd, int ctx, int32_t pos, int ns
     enum { REPS = 50 };
     size_t qkvn = (size_t)(nh + 2 * nkv) * hd, on = (size_t)nh * hd, csz = (size_t)nkv * ctx * hd;
     size_t pb = ppn_op_attn_scratch_bytes(nh, ns, hd), cb = csz * ppn_dtype_size(kd);
-    float *inv = hmem((size_t)hd / 2 * 4), *x = frand(qkvn, -2, 2);
-    void *c = wrand(kd, csz);
+    float *inv = hmem((size_t)hd / 2 * 4), *x = tu_frand(qkvn, -2, 2);
+    void *c = tu_wrand(kd, csz, NULL);
     for (int i = 0; i < hd / 2; i++) inv[i] = (float)(1.0 / pow(500000.0, 2.0 * i / hd));
     ppn_step_hdr hdr = {.pos = pos};
     ppn_dptr dinv = up(inv, (size_t)hd / 2 * 4), dh = up(&hdr, sizeof hdr), dx = up(x, qkvn * 4),
              dk = up(c, cb), dv = up(c, cb), dout = dalloc(on * 4), dp = dalloc(pb);
     ppn_gevent *ev[3];
     float ms[2] = {0, 0};
-    OK(G->ops->memset_d8(G, S, dp, 0, pb));
-    for (int i = 0; i < 3; i++) OK(G->ops->event_create(G, 0, 1, &ev[i]));
-    OK(ppn_op_attn_rope(G, S, dout, dx, dk, dv, nh, nkv, hd, ctx, 0.1f, dh, dp, ns, dinv, 0, kd)); /* warm */
-    OK(G->ops->event_record(G, ev[0], S));
-    for (int r = 0; r < REPS; r++) OK(ppn_op_attn_rope(G, S, dout, dx, dk, dv, nh, nkv, hd, ctx, 0.1f, dh, dp, ns, dinv, 0, kd));
-    OK(G->ops->event_record(G, ev[1], S));
+    EXPECT_OK(G->ops->memset_d8(G, S, dp, 0, pb));
+    for (int i = 0; i < 3; i++) EXPECT_OK(G->ops->event_create(G, 0, 1, &ev[i]));
+    EXPECT_OK(ppn_op_attn_rope(G, S, dout, dx, dk, dv, nh, nkv, hd, ctx, 0.1f, dh, dp, ns, dinv, 0, kd)); /* warm */
+    EXPECT_OK(G->ops->event_record(G, ev[0], S));
+    for (int r = 0; r < REPS; r++)
+        EXPECT_OK(ppn_op_attn_rope(G, S, dout, dx, dk, dv, nh, nkv, hd, ctx, 0.1f, dh, dp, ns, dinv, 0, kd));
+    EXPECT_OK(G->ops->event_record(G, ev[1], S));
     for (int r = 0; r < REPS; r++) {
-        OK(ppn_op_rope_kv(G, S, dx, nh, nkv, hd, dinv, 0, dh, dk, dv, dx + (qkvn - (size_t)nkv * hd) * 4, ctx, kd));
-        OK(ppn_op_attn(G, S, dout, dx, dk, dv, nh, nkv, hd, ctx, 0.1f, dh, dp, ns, kd));
+        EXPECT_OK(ppn_op_rope_kv(G, S, dx, nh, nkv, hd, dinv, 0, dh, dk, dv, dx + (qkvn - (size_t)nkv * hd) * 4, ctx,
+                                 kd));
+        EXPECT_OK(ppn_op_attn(G, S, dout, dx, dk, dv, nh, nkv, hd, ctx, 0.1f, dh, dp, ns, kd));
     }
-    OK(G->ops->event_record(G, ev[2], S));
+    EXPECT_OK(G->ops->event_record(G, ev[2], S));
     sync_ok();
-    OK(G->ops->event_elapsed(G, ev[0], ev[1], &ms[0]));
-    OK(G->ops->event_elapsed(G, ev[1], ev[2], &ms[1]));
+    EXPECT_OK(G->ops->event_elapsed(G, ev[0], ev[1], &ms[0]));
+    EXPECT_OK(G->ops->event_elapsed(G, ev[1], ev[2], &ms[1]));
     printf("  attn_rope time %s heads=%d kv=%d head_dim=%d pos=%-4d n_split=%-2d fused %6.2f us, rope_kv + attn %6.2f us\n",
-           dtn(kd), nh, nkv, hd, pos, ns, 1e3 * ms[0] / REPS, 1e3 * ms[1] / REPS);
-    for (int i = 0; i < 3; i++) OK(G->ops->event_destroy(G, ev[i]));
+           ppn_dtype_name(kd), nh, nkv, hd, pos, ns, 1e3 * ms[0] / REPS, 1e3 * ms[1] / REPS);
+    for (int i = 0; i < 3; i++) EXPECT_OK(G->ops->event_destroy(G, ev[i]));
     free(inv), free(x), free(c);
     dfree_all();
 }
 
-static void t_attn_rope(void **state)
+static void test_gpu_kernels_attn_rope(void **state)
 {
     (void)state;
     ppn_device_info di;
-    OK(G->ops->device_info(G, 0, &di));
+    EXPECT_OK(G->ops->device_info(G, 0, &di));
     int chosen = ppn_op_attn_split(8, di.sm_count);
     static const int32_t poss[] = {0, 37, 700, 4095};
-    for (size_t i = 0; i < NELEM(poss); i++) {
+    for (size_t i = 0; i < TU_LEN(poss); i++) {
         attn_rope_case(32, 8, 64, 4096, poss[i], chosen, 0, PPN_DTYPE_F32);  /* llama 1B */
         attn_rope_case(32, 8, 128, 4096, poss[i], chosen, 0, PPN_DTYPE_F32); /* llama 8B */
     }
@@ -1102,7 +1052,7 @@ static void t_attn_rope(void **state)
     attn_rope_time(32, 8, 128, 4096, 4095, chosen, PPN_DTYPE_F32);
 }
 
-static void t_matvec_fused(void **state)
+static void test_gpu_kernels_matvec_fused(void **state)
 {
     (void)state;
     fused_case(3072, 2048, PPN_DTYPE_BF16);
@@ -1119,7 +1069,7 @@ static int free_buffers(void **state)
     return 0;
 }
 
-static void t_table_covered(void **state)
+static void test_gpu_kernels_table_covered(void **state)
 {
     (void)state;
     printf("  kernels in the table: %d (embed..matmat), each exercised by the cases above\n", PPN_K_COUNT);
@@ -1139,22 +1089,22 @@ int main(void)
         ppn_gpu_close(G);
         return 1;
     }
-    const char *only = getenv("PPN_GPU_TEST_FILTER"); /* a cmocka pattern of test names, e.g. t_matvec* */
+    const char *only = getenv("PPN_GPU_TEST_FILTER"); /* a cmocka pattern of test names, e.g. *matvec* */
     if (only && *only) cmocka_set_test_filter(only);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(t_set_hdr, free_buffers),
-        cmocka_unit_test_teardown(t_matmat, free_buffers),
-        cmocka_unit_test_teardown(t_table_covered, free_buffers),
-        cmocka_unit_test_teardown(t_matvec, free_buffers),
-        cmocka_unit_test_teardown(t_matvec_bw, mv_teardown),
-        cmocka_unit_test_teardown(t_norms, free_buffers),
-        cmocka_unit_test_teardown(t_rope, free_buffers),
-        cmocka_unit_test_teardown(t_matvec_fused, free_buffers),
-        cmocka_unit_test_teardown(t_attn, free_buffers),
-        cmocka_unit_test_teardown(t_attn_rope, free_buffers),
-        cmocka_unit_test_teardown(t_embed, free_buffers),
-        cmocka_unit_test_teardown(t_swiglu_add_fill, free_buffers),
-        cmocka_unit_test_teardown(t_argmax, free_buffers),
+        cmocka_unit_test_teardown(test_gpu_kernels_set_hdr, free_buffers),
+        cmocka_unit_test_teardown(test_gpu_kernels_matmat, free_buffers),
+        cmocka_unit_test_teardown(test_gpu_kernels_table_covered, free_buffers),
+        cmocka_unit_test_teardown(test_gpu_kernels_matvec, free_buffers),
+        cmocka_unit_test_teardown(test_gpu_kernels_matvec_bw, mv_teardown),
+        cmocka_unit_test_teardown(test_gpu_kernels_norms, free_buffers),
+        cmocka_unit_test_teardown(test_gpu_kernels_rope, free_buffers),
+        cmocka_unit_test_teardown(test_gpu_kernels_matvec_fused, free_buffers),
+        cmocka_unit_test_teardown(test_gpu_kernels_attn, free_buffers),
+        cmocka_unit_test_teardown(test_gpu_kernels_attn_rope, free_buffers),
+        cmocka_unit_test_teardown(test_gpu_kernels_embed, free_buffers),
+        cmocka_unit_test_teardown(test_gpu_kernels_swiglu_add_fill, free_buffers),
+        cmocka_unit_test_teardown(test_gpu_kernels_argmax, free_buffers),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     G->ops->stream_destroy(G, S);

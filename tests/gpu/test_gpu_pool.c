@@ -49,7 +49,7 @@ static ppn_pool_stats stats(void)
     return s;
 }
 
-static void same_stream_reuse(void **state)
+static void test_gpu_pool_same_stream_reuse(void **state)
 {
     ppn_dptr a, b;
     uint64_t w0 = stats().cross_waits;
@@ -62,7 +62,7 @@ static void same_stream_reuse(void **state)
 }
 
 /* A writes 1s, frees; B reuses, writes 2s after the pool's wait; the readback sees 2s everywhere. */
-static void cross_stream_reuse_orders_data(void **state)
+static void test_gpu_pool_cross_stream_reuse_orders_data(void **state)
 {
     size_t words = 1 << 22; /* 16 MiB: long enough that an unordered write would interleave */
     ppn_dptr a, b;
@@ -75,8 +75,7 @@ static void cross_stream_reuse_orders_data(void **state)
     assert_int_equal(stats().cross_waits, w0 + 1);
     assert_int_equal(tu_fill(g, sb, b, 2, (int)words), PPN_OK);
     uint32_t *h = malloc(words * 4);
-    assert_int_equal(g->ops->copy_dtoh(g, sb, h, b, words * 4), PPN_OK);
-    assert_int_equal(g->ops->stream_sync(g, sb), PPN_OK);
+    tu_download(g, sb, h, b, words * 4);
     size_t bad = 0;
     for (size_t i = 0; i < words; i++) bad += h[i] != 2;
     assert_int_equal(bad, 0);
@@ -84,7 +83,7 @@ static void cross_stream_reuse_orders_data(void **state)
     assert_int_equal(ppn_pool_free(p, b, sb), PPN_OK);
 }
 
-static void steady_state_no_driver_alloc(void **state)
+static void test_gpu_pool_steady_state_no_driver_alloc(void **state)
 {
     size_t sizes[] = {256, 65536, 1 << 20, 20 << 20};
     ppn_dptr x[4];
@@ -101,7 +100,7 @@ static void steady_state_no_driver_alloc(void **state)
     assert_int_equal(g->ops->stream_sync(g, sb), PPN_OK);
 }
 
-static void exhaustion_then_recovery(void **state)
+static void test_gpu_pool_exhaustion_then_recovery(void **state)
 {
     ppn_dptr x;
     size_t free_b, total_b;
@@ -115,10 +114,10 @@ static void exhaustion_then_recovery(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(same_stream_reuse),
-        cmocka_unit_test(cross_stream_reuse_orders_data),
-        cmocka_unit_test(steady_state_no_driver_alloc),
-        cmocka_unit_test(exhaustion_then_recovery),
+        cmocka_unit_test(test_gpu_pool_same_stream_reuse),
+        cmocka_unit_test(test_gpu_pool_cross_stream_reuse_orders_data),
+        cmocka_unit_test(test_gpu_pool_steady_state_no_driver_alloc),
+        cmocka_unit_test(test_gpu_pool_exhaustion_then_recovery),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -16,6 +16,7 @@
 #include "core/device/gpu.h"
 #include "tests/util/tcheck.h"
 #include "kernels/ktable.h"
+#include "tests/util/tdev.h"
 
 #ifndef PPN_HAVE_FATBIN
 #define PPN_HAVE_FATBIN 0
@@ -23,43 +24,22 @@
 
 static ppn_gpu *G;
 
-#define OK(call)                                                                                      \
-    do {                                                                                              \
-        ppn_status st_ = (call);                                                                      \
-        if (st_ != PPN_OK) fail_msg("%s -> %s: %s", #call, ppn_status_name(st_), ppn_last_error()); \
-    } while (0)
-
 
 static unsigned char *pinned(size_t n)
 {
     void *p = NULL;
-    OK(G->ops->host_alloc(G, n, &p));
+    EXPECT_OK(G->ops->host_alloc(G, n, &p));
     assert_non_null(p);
     return p;
 }
 
-static ppn_dptr dalloc(int dev, size_t n)
-{
-    ppn_dptr p = 0;
-    OK(G->ops->mem_alloc(G, dev, n, &p));
-    assert_true(p != 0);
-    return p;
-}
 
-static ppn_gstream *stream(int dev)
-{
-    ppn_gstream *s = NULL;
-    OK(G->ops->stream_create(G, dev, &s));
-    assert_int_equal(G->ops->stream_device(G, s), dev);
-    return s;
-}
-
-static void t_open_cuda(void **state)
+static void test_gpu_stream_open_cuda(void **state)
 {
     (void)state;
     ppn_gpu *g = NULL;
     if (PPN_HAVE_FATBIN) {
-        OK(ppn_gpu_open("cuda", ppn_kernel_set(), &g));
+        EXPECT_OK(ppn_gpu_open("cuda", ppn_kernel_set(), &g));
         assert_string_equal(g->ops->name, "cuda");
         assert_true(g->ops->device_count(g) >= 1);
         ppn_gpu_close(g);
@@ -69,7 +49,7 @@ static void t_open_cuda(void **state)
     }
 }
 
-static void t_device_info(void **state)
+static void test_gpu_stream_device_info(void **state)
 {
     (void)state;
     int n = G->ops->device_count(G);
@@ -77,7 +57,7 @@ static void t_device_info(void **state)
     for (int d = 0; d < n; d++) {
         ppn_device_info info;
         size_t free_b = 0, total_b = 0;
-        OK(G->ops->device_info(G, d, &info));
+        EXPECT_OK(G->ops->device_info(G, d, &info));
         printf("    device %d: %s, %s, cc %d.%d, %d SMs, %zu MiB\n", d, info.name, info.pci_bus_id, info.cc_major,
                info.cc_minor, info.sm_count, info.mem_total >> 20);
         assert_true(info.name[0] != '\0');
@@ -86,7 +66,7 @@ static void t_device_info(void **state)
         assert_true(info.cc_major >= 7);
         assert_true(info.sm_count > 0);
         assert_true(info.mem_total >= ((size_t)1 << 30));
-        OK(G->ops->mem_get_info(G, d, &free_b, &total_b));
+        EXPECT_OK(G->ops->mem_get_info(G, d, &free_b, &total_b));
         assert_true(total_b > 0 && free_b > 0 && free_b <= total_b);
     }
     ppn_device_info info;
@@ -96,7 +76,7 @@ static void t_device_info(void **state)
 
 /* memset, then an upload over part of it, then a memset over part of the upload, then a device copy and a
  * readback: only in-order execution gives the bytes the host model below predicts. */
-static void t_stream_order(void **state)
+static void test_gpu_stream_stream_order(void **state)
 {
     (void)state;
     const size_t n = 4u << 20, up_off = 4096, up_n = 64u << 10, ms_off = 8192, ms_n = 100;
@@ -108,93 +88,93 @@ static void t_stream_order(void **state)
     memcpy(want + up_off, h_in, up_n);
     memset(want + ms_off, 0x11, ms_n);
 
-    ppn_dptr a = dalloc(0, n), b = dalloc(0, n);
-    ppn_gstream *s = stream(0);
-    OK(G->ops->memset_d8(G, s, a, 0xAB, n));
-    OK(G->ops->copy_htod(G, s, a + up_off, h_in, up_n));
-    OK(G->ops->memset_d8(G, s, a + ms_off, 0x11, ms_n));
-    OK(G->ops->copy_dtod(G, s, b, a, n));
-    OK(G->ops->copy_dtoh(G, s, h_out, b, n));
-    OK(G->ops->stream_sync(G, s));
+    ppn_dptr a = tu_dalloc(G, 0, n), b = tu_dalloc(G, 0, n);
+    ppn_gstream *s = tu_stream(G, 0);
+    EXPECT_OK(G->ops->memset_d8(G, s, a, 0xAB, n));
+    EXPECT_OK(G->ops->copy_htod(G, s, a + up_off, h_in, up_n));
+    EXPECT_OK(G->ops->memset_d8(G, s, a + ms_off, 0x11, ms_n));
+    EXPECT_OK(G->ops->copy_dtod(G, s, b, a, n));
+    EXPECT_OK(G->ops->copy_dtoh(G, s, h_out, b, n));
+    EXPECT_OK(G->ops->stream_sync(G, s));
     assert_memory_equal(h_out, want, n);
 
-    OK(G->ops->stream_destroy(G, s));
-    OK(G->ops->mem_free(G, 0, a));
-    OK(G->ops->mem_free(G, 0, b));
-    OK(G->ops->host_free(G, h_in, up_n));
-    OK(G->ops->host_free(G, h_out, n));
+    EXPECT_OK(G->ops->stream_destroy(G, s));
+    EXPECT_OK(G->ops->mem_free(G, 0, a));
+    EXPECT_OK(G->ops->mem_free(G, 0, b));
+    EXPECT_OK(G->ops->host_free(G, h_in, up_n));
+    EXPECT_OK(G->ops->host_free(G, h_out, n));
     free(want);
 }
 
 /* The producer's last write is a large memset; the consumer reads the buffer's tail (written last) after
  * waiting on the producer's event. Without the wait the read would race the memsets. */
-static void t_event_cross_stream(void **state)
+static void test_gpu_stream_event_cross_stream(void **state)
 {
     (void)state;
     const size_t n = 256u << 20, win = 1u << 20;
-    ppn_dptr d = dalloc(0, n);
+    ppn_dptr d = tu_dalloc(G, 0, n);
     unsigned char *h = pinned(2 * win);
-    ppn_gstream *prod = stream(0), *cons = stream(0);
+    ppn_gstream *prod = tu_stream(G, 0), *cons = tu_stream(G, 0);
     ppn_gevent *ev = NULL;
-    OK(G->ops->event_create(G, 0, 0, &ev));
+    EXPECT_OK(G->ops->event_create(G, 0, 0, &ev));
 
-    OK(G->ops->memset_d8(G, prod, d, 0x00, n));
-    OK(G->ops->stream_sync(G, prod));
+    EXPECT_OK(G->ops->memset_d8(G, prod, d, 0x00, n));
+    EXPECT_OK(G->ops->stream_sync(G, prod));
     memset(h, 0xEE, 2 * win);
-    for (int rep = 0; rep < 4; rep++) OK(G->ops->memset_d8(G, prod, d, (unsigned char)(0x10 + rep), n));
-    OK(G->ops->memset_d8(G, prod, d, 0x5A, n));
-    OK(G->ops->event_record(G, ev, prod));
-    OK(G->ops->stream_wait_event(G, cons, ev));
-    OK(G->ops->copy_dtoh(G, cons, h, d + n - win, win));
-    OK(G->ops->copy_dtoh(G, cons, h + win, d, win));
-    OK(G->ops->stream_sync(G, cons));
+    for (int rep = 0; rep < 4; rep++) EXPECT_OK(G->ops->memset_d8(G, prod, d, (unsigned char)(0x10 + rep), n));
+    EXPECT_OK(G->ops->memset_d8(G, prod, d, 0x5A, n));
+    EXPECT_OK(G->ops->event_record(G, ev, prod));
+    EXPECT_OK(G->ops->stream_wait_event(G, cons, ev));
+    EXPECT_OK(G->ops->copy_dtoh(G, cons, h, d + n - win, win));
+    EXPECT_OK(G->ops->copy_dtoh(G, cons, h + win, d, win));
+    EXPECT_OK(G->ops->stream_sync(G, cons));
     for (size_t i = 0; i < 2 * win; i++)
         if (h[i] != 0x5A) fail_msg("byte %zu read 0x%02x, want 0x5A: the wait did not order the read", i, h[i]);
 
     int done = 0;
-    OK(G->ops->event_query(G, ev, &done)); /* cons finished after waiting on ev, so ev has completed */
+    EXPECT_OK(G->ops->event_query(G, ev, &done)); /* cons finished after waiting on ev, so ev has completed */
     assert_int_equal(done, 1);
-    OK(G->ops->event_sync(G, ev));
+    EXPECT_OK(G->ops->event_sync(G, ev));
 
-    OK(G->ops->event_destroy(G, ev));
-    OK(G->ops->stream_destroy(G, prod));
-    OK(G->ops->stream_destroy(G, cons));
-    OK(G->ops->mem_free(G, 0, d));
-    OK(G->ops->host_free(G, h, 2 * win));
+    EXPECT_OK(G->ops->event_destroy(G, ev));
+    EXPECT_OK(G->ops->stream_destroy(G, prod));
+    EXPECT_OK(G->ops->stream_destroy(G, cons));
+    EXPECT_OK(G->ops->mem_free(G, 0, d));
+    EXPECT_OK(G->ops->host_free(G, h, 2 * win));
 }
 
-static void t_event_timing(void **state)
+static void test_gpu_stream_event_timing(void **state)
 {
     (void)state;
     const size_t n = 1u << 30;
-    ppn_dptr d = dalloc(0, n);
-    ppn_gstream *s = stream(0);
+    ppn_dptr d = tu_dalloc(G, 0, n);
+    ppn_gstream *s = tu_stream(G, 0);
     ppn_gevent *t0 = NULL, *t1 = NULL, *plain = NULL;
-    OK(G->ops->event_create(G, 0, 1, &t0));
-    OK(G->ops->event_create(G, 0, 1, &t1));
-    OK(G->ops->event_create(G, 0, 0, &plain));
-    OK(G->ops->event_record(G, t0, s));
-    for (int i = 0; i < 4; i++) OK(G->ops->memset_d8(G, s, d, (unsigned char)i, n));
-    OK(G->ops->event_record(G, t1, s));
-    OK(G->ops->event_record(G, plain, s));
-    OK(G->ops->event_sync(G, t1));
+    EXPECT_OK(G->ops->event_create(G, 0, 1, &t0));
+    EXPECT_OK(G->ops->event_create(G, 0, 1, &t1));
+    EXPECT_OK(G->ops->event_create(G, 0, 0, &plain));
+    EXPECT_OK(G->ops->event_record(G, t0, s));
+    for (int i = 0; i < 4; i++) EXPECT_OK(G->ops->memset_d8(G, s, d, (unsigned char)i, n));
+    EXPECT_OK(G->ops->event_record(G, t1, s));
+    EXPECT_OK(G->ops->event_record(G, plain, s));
+    EXPECT_OK(G->ops->event_sync(G, t1));
     float ms = -1.0f;
-    OK(G->ops->event_elapsed(G, t0, t1, &ms));
+    EXPECT_OK(G->ops->event_elapsed(G, t0, t1, &ms));
     printf("    4 x 1 GiB memset: %.3f ms\n", ms);
     assert_true(ms > 0.0f && ms < 10000.0f);
     EXPECT_ST(PPN_EINVAL, G->ops->event_elapsed(G, t0, plain, &ms));
     MSG_HAS("without timing");
 
-    OK(G->ops->event_destroy(G, t0));
-    OK(G->ops->event_destroy(G, t1));
-    OK(G->ops->event_destroy(G, plain));
-    OK(G->ops->stream_destroy(G, s));
-    OK(G->ops->mem_free(G, 0, d));
+    EXPECT_OK(G->ops->event_destroy(G, t0));
+    EXPECT_OK(G->ops->event_destroy(G, t1));
+    EXPECT_OK(G->ops->event_destroy(G, plain));
+    EXPECT_OK(G->ops->stream_destroy(G, s));
+    EXPECT_OK(G->ops->mem_free(G, 0, d));
 }
 
 /* Two devices: a copy from 0 to 1 on a stream of device 1, counted as host-staged exactly when the two
  * cannot reach each other. One device: the same call on 0 -> 0, never staged. */
-static void t_peer_copy(void **state)
+static void test_gpu_stream_peer_copy(void **state)
 {
     (void)state;
     const size_t n = 8u << 20;
@@ -204,33 +184,33 @@ static void t_peer_copy(void **state)
     unsigned char *h_in = pinned(n), *h_out = pinned(n);
     for (size_t i = 0; i < n; i++) h_in[i] = (unsigned char)((i >> 8) ^ (i * 13));
     memset(h_out, 0, n);
-    ppn_dptr src = dalloc(src_dev, n), dst = dalloc(dst_dev, n);
-    ppn_gstream *s_src = stream(src_dev), *s_dst = stream(dst_dev);
-    OK(G->ops->copy_htod(G, s_src, src, h_in, n));
-    OK(G->ops->stream_sync(G, s_src));
+    ppn_dptr src = tu_dalloc(G, src_dev, n), dst = tu_dalloc(G, dst_dev, n);
+    ppn_gstream *s_src = tu_stream(G, src_dev), *s_dst = tu_stream(G, dst_dev);
+    EXPECT_OK(G->ops->copy_htod(G, s_src, src, h_in, n));
+    EXPECT_OK(G->ops->stream_sync(G, s_src));
 
     int can01 = 0, can10 = 0;
-    OK(G->ops->peer_can_access(G, dst_dev, src_dev, &can10));
-    OK(G->ops->peer_can_access(G, src_dev, dst_dev, &can01));
+    EXPECT_OK(G->ops->peer_can_access(G, dst_dev, src_dev, &can10));
+    EXPECT_OK(G->ops->peer_can_access(G, src_dev, dst_dev, &can01));
     if (dst_dev == src_dev) assert_true(can01 && can10);
     printf("    peer access %d->%d: %d, %d->%d: %d\n", dst_dev, src_dev, can10, src_dev, dst_dev, can01);
     if (can10) {
-        OK(G->ops->peer_enable(G, dst_dev, src_dev));
-        OK(G->ops->peer_enable(G, dst_dev, src_dev)); /* twice: already enabled is fine */
+        EXPECT_OK(G->ops->peer_enable(G, dst_dev, src_dev));
+        EXPECT_OK(G->ops->peer_enable(G, dst_dev, src_dev)); /* twice: already enabled is fine */
     }
     uint64_t staged0 = G->n_host_staged;
-    OK(G->ops->copy_peer(G, s_dst, dst, dst_dev, src, src_dev, n));
-    OK(G->ops->copy_dtoh(G, s_dst, h_out, dst, n));
-    OK(G->ops->stream_sync(G, s_dst));
+    EXPECT_OK(G->ops->copy_peer(G, s_dst, dst, dst_dev, src, src_dev, n));
+    EXPECT_OK(G->ops->copy_dtoh(G, s_dst, h_out, dst, n));
+    EXPECT_OK(G->ops->stream_sync(G, s_dst));
     assert_memory_equal(h_out, h_in, n);
     assert_int_equal(G->n_host_staged - staged0, (can01 && can10) ? 0 : 1);
 
-    OK(G->ops->stream_destroy(G, s_src));
-    OK(G->ops->stream_destroy(G, s_dst));
-    OK(G->ops->mem_free(G, src_dev, src));
-    OK(G->ops->mem_free(G, dst_dev, dst));
-    OK(G->ops->host_free(G, h_in, n));
-    OK(G->ops->host_free(G, h_out, n));
+    EXPECT_OK(G->ops->stream_destroy(G, s_src));
+    EXPECT_OK(G->ops->stream_destroy(G, s_dst));
+    EXPECT_OK(G->ops->mem_free(G, src_dev, src));
+    EXPECT_OK(G->ops->mem_free(G, dst_dev, dst));
+    EXPECT_OK(G->ops->host_free(G, h_in, n));
+    EXPECT_OK(G->ops->host_free(G, h_out, n));
 }
 
 struct fn_log {
@@ -255,55 +235,55 @@ static void fn_second(void *arg)
 }
 
 /* Each host function must run after the readback before it and before the work after it. */
-static void t_host_fn(void **state)
+static void test_gpu_stream_host_fn(void **state)
 {
     (void)state;
     unsigned char *h = pinned(8192);
     memset(h, 0, 8192);
     struct fn_log log = {.h1 = h, .h2 = h + 4096};
-    ppn_dptr d = dalloc(0, 4096);
-    ppn_gstream *s = stream(0);
-    OK(G->ops->memset_d8(G, s, d, 0x77, 4096));
-    OK(G->ops->copy_dtoh(G, s, h, d, 4096));
-    OK(G->ops->host_fn(G, s, fn_first, &log));
-    OK(G->ops->memset_d8(G, s, d, 0x33, 4096));
-    OK(G->ops->copy_dtoh(G, s, h + 4096, d, 4096));
-    OK(G->ops->host_fn(G, s, fn_second, &log));
-    OK(G->ops->stream_sync(G, s));
+    ppn_dptr d = tu_dalloc(G, 0, 4096);
+    ppn_gstream *s = tu_stream(G, 0);
+    EXPECT_OK(G->ops->memset_d8(G, s, d, 0x77, 4096));
+    EXPECT_OK(G->ops->copy_dtoh(G, s, h, d, 4096));
+    EXPECT_OK(G->ops->host_fn(G, s, fn_first, &log));
+    EXPECT_OK(G->ops->memset_d8(G, s, d, 0x33, 4096));
+    EXPECT_OK(G->ops->copy_dtoh(G, s, h + 4096, d, 4096));
+    EXPECT_OK(G->ops->host_fn(G, s, fn_second, &log));
+    EXPECT_OK(G->ops->stream_sync(G, s));
     assert_int_equal(log.n, 2);
     assert_int_equal(log.order[0], 1);
     assert_int_equal(log.order[1], 2);
     assert_int_equal(log.seen1, 0x77);
     assert_int_equal(log.seen2, 0x33);
-    OK(G->ops->stream_destroy(G, s));
-    OK(G->ops->mem_free(G, 0, d));
-    OK(G->ops->host_free(G, h, 8192));
+    EXPECT_OK(G->ops->stream_destroy(G, s));
+    EXPECT_OK(G->ops->mem_free(G, 0, d));
+    EXPECT_OK(G->ops->host_free(G, h, 8192));
 }
 
-static void t_pinned(void **state)
+static void test_gpu_stream_pinned(void **state)
 {
     (void)state;
     const size_t n = 8u << 20;
     unsigned char *a = pinned(n), *b = pinned(n);
     for (size_t i = 0; i < n; i++) a[i] = (unsigned char)(i * 7 + (i >> 12));
     memset(b, 0, n);
-    ppn_dptr d = dalloc(0, n);
-    ppn_gstream *s = stream(0);
-    OK(G->ops->copy_htod(G, s, d, a, n));
-    OK(G->ops->copy_dtoh(G, s, b, d, n));
-    OK(G->ops->stream_sync(G, s));
+    ppn_dptr d = tu_dalloc(G, 0, n);
+    ppn_gstream *s = tu_stream(G, 0);
+    EXPECT_OK(G->ops->copy_htod(G, s, d, a, n));
+    EXPECT_OK(G->ops->copy_dtoh(G, s, b, d, n));
+    EXPECT_OK(G->ops->stream_sync(G, s));
     assert_memory_equal(a, b, n);
     void *p = NULL;
     EXPECT_ST(PPN_EINVAL, G->ops->host_alloc(G, 0, &p));
-    OK(G->ops->stream_destroy(G, s));
-    OK(G->ops->mem_free(G, 0, d));
-    OK(G->ops->host_free(G, a, n));
-    OK(G->ops->host_free(G, b, n));
+    EXPECT_OK(G->ops->stream_destroy(G, s));
+    EXPECT_OK(G->ops->mem_free(G, 0, d));
+    EXPECT_OK(G->ops->host_free(G, a, n));
+    EXPECT_OK(G->ops->host_free(G, b, n));
 }
 
 /* An absurd allocation maps to PPN_ENOMEM naming the driver call, counts nothing, and leaves the backend
  * working. */
-static void t_error_mapping(void **state)
+static void test_gpu_stream_error_mapping(void **state)
 {
     (void)state;
     uint64_t allocs0 = G->n_mem_alloc;
@@ -316,37 +296,18 @@ static void t_error_mapping(void **state)
     EXPECT_ST(PPN_EINVAL, G->ops->mem_alloc(G, G->ops->device_count(G), 4096, &p));
     MSG_HAS("out of range");
 
-    ppn_dptr d = dalloc(0, 1u << 20);
+    ppn_dptr d = tu_dalloc(G, 0, 1u << 20);
     assert_int_equal(G->n_mem_alloc, allocs0 + 1);
     unsigned char *h = pinned(1u << 20);
-    ppn_gstream *s = stream(0);
-    OK(G->ops->memset_d8(G, s, d, 0xC3, 1u << 20));
-    OK(G->ops->copy_dtoh(G, s, h, d, 1u << 20));
-    OK(G->ops->stream_sync(G, s));
+    ppn_gstream *s = tu_stream(G, 0);
+    EXPECT_OK(G->ops->memset_d8(G, s, d, 0xC3, 1u << 20));
+    EXPECT_OK(G->ops->copy_dtoh(G, s, h, d, 1u << 20));
+    EXPECT_OK(G->ops->stream_sync(G, s));
     for (size_t i = 0; i < (1u << 20); i++)
         if (h[i] != 0xC3) fail_msg("byte %zu = 0x%02x after the failed allocation", i, h[i]);
-    OK(G->ops->stream_destroy(G, s));
-    OK(G->ops->mem_free(G, 0, d));
-    OK(G->ops->host_free(G, h, 1u << 20));
-}
-
-/* An elementwise launch of kernel over n elements, 256 threads a block, params p of size bytes. */
-static void launch_1d(ppn_launch *l, int kernel, const void *p, size_t size, int n)
-{
-    memset(l, 0, sizeof *l);
-    l->kernel = kernel;
-    l->grid[0] = (unsigned)((n + 255) / 256);
-    l->grid[1] = l->grid[2] = 1;
-    l->block[0] = 256;
-    l->block[1] = l->block[2] = 1;
-    l->params = p;
-    l->params_size = size;
-}
-
-static void fill_launch(ppn_launch *l, ppn_kp_fill *p, ppn_dptr out, uint32_t value, int n)
-{
-    *p = (ppn_kp_fill){.out = out, .value = value, .n = n};
-    launch_1d(l, PPN_K_FILL, p, sizeof *p, n);
+    EXPECT_OK(G->ops->stream_destroy(G, s));
+    EXPECT_OK(G->ops->mem_free(G, 0, d));
+    EXPECT_OK(G->ops->host_free(G, h, 1u << 20));
 }
 
 /* PPN_K_FILL writes exactly n words; run it on every device (each loads the fatbin itself). Two launches
@@ -355,112 +316,106 @@ static void fill_on(int dev)
 {
     const int n = 1000003, guard = 64;
     const size_t bytes = (size_t)(n + guard) * 4;
-    ppn_dptr d = dalloc(dev, bytes);
+    ppn_dptr d = tu_dalloc(G, dev, bytes);
     uint32_t *h = (uint32_t *)pinned(bytes);
-    ppn_gstream *s = stream(dev);
+    ppn_gstream *s = tu_stream(G, dev);
     ppn_launch l;
     ppn_kp_fill p;
-    OK(G->ops->memset_d8(G, s, d, 0, bytes));
-    fill_launch(&l, &p, d, 0x12345678u, n);
-    OK(G->ops->launch(G, s, &l));
-    fill_launch(&l, &p, d, 0xDEADBEEFu, n);
-    OK(G->ops->launch(G, s, &l));
-    OK(G->ops->copy_dtoh(G, s, h, d, bytes));
-    OK(G->ops->stream_sync(G, s));
+    EXPECT_OK(G->ops->memset_d8(G, s, d, 0, bytes));
+    l = tu_launch_fill(&p, d, 0x12345678u, n);
+    EXPECT_OK(G->ops->launch(G, s, &l));
+    l = tu_launch_fill(&p, d, 0xDEADBEEFu, n);
+    EXPECT_OK(G->ops->launch(G, s, &l));
+    EXPECT_OK(G->ops->copy_dtoh(G, s, h, d, bytes));
+    EXPECT_OK(G->ops->stream_sync(G, s));
     for (int i = 0; i < n; i++)
         if (h[i] != 0xDEADBEEFu) fail_msg("device %d: word %d = 0x%08x, want 0xdeadbeef", dev, i, h[i]);
     for (int i = n; i < n + guard; i++)
         if (h[i] != 0) fail_msg("device %d: word %d past the end = 0x%08x, want 0", dev, i, h[i]);
 
-    fill_launch(&l, &p, d, 1, n);
+    l = tu_launch_fill(&p, d, 1, n);
     l.params_size = sizeof p - 1;
     EXPECT_ST(PPN_EINVAL, G->ops->launch(G, s, &l));
     MSG_HAS("ppn_k_fill");
     l.params_size = sizeof p;
     l.kernel = PPN_K_COUNT;
     EXPECT_ST(PPN_EINVAL, G->ops->launch(G, s, &l));
-    OK(G->ops->stream_destroy(G, s));
-    OK(G->ops->mem_free(G, dev, d));
-    OK(G->ops->host_free(G, h, bytes));
+    EXPECT_OK(G->ops->stream_destroy(G, s));
+    EXPECT_OK(G->ops->mem_free(G, dev, d));
+    EXPECT_OK(G->ops->host_free(G, h, bytes));
 }
 
-static void t_launch_fill(void **state)
+static void test_gpu_stream_launch_fill(void **state)
 {
     (void)state;
     if (!PPN_HAVE_FATBIN) {
-        ppn_gstream *s = stream(0);
+        ppn_gstream *s = tu_stream(G, 0);
         ppn_launch l;
         ppn_kp_fill p;
-        fill_launch(&l, &p, 0, 0, 1);
+        l = tu_launch_fill(&p, 0, 0, 1);
         EXPECT_ST(PPN_ENOKERNELS, G->ops->launch(G, s, &l));
-        OK(G->ops->stream_destroy(G, s));
+        EXPECT_OK(G->ops->stream_destroy(G, s));
         fail_msg("this build has no kernels (no nvcc at configure time): the GPU tests need them");
     }
     for (int dev = 0; dev < G->ops->device_count(G); dev++) fill_on(dev);
 }
 
 
-static void add_launch(ppn_launch *l, ppn_kp_add *p, ppn_dptr out, ppn_dptr a, ppn_dptr b, int n)
-{
-    *p = (ppn_kp_add){.out = out, .a = a, .b = b, .n = n};
-    launch_1d(l, PPN_K_ADD, p, sizeof *p, n);
-}
-
 /* The driver's stream capture: launches recorded, not run; each replay runs them again in order; other ops
  * refused while capturing; an abandoned capture leaves an ordinary stream; a graph is bound to its device. */
-static void t_graph_capture(void **state)
+static void test_gpu_stream_graph_capture(void **state)
 {
     (void)state;
     const int n = 4096;
     const size_t bytes = (size_t)n * 4;
-    ppn_dptr a = dalloc(0, bytes), c = dalloc(0, bytes);
+    ppn_dptr a = tu_dalloc(G, 0, bytes), c = tu_dalloc(G, 0, bytes);
     float *h = (float *)pinned(bytes);
-    ppn_gstream *s = stream(0);
+    ppn_gstream *s = tu_stream(G, 0);
     ppn_launch l;
     ppn_kp_fill pf;
     ppn_kp_add pa;
     union { float f; uint32_t u; } one = {.f = 1.5f};
-    fill_launch(&l, &pf, a, one.u, n);
-    OK(G->ops->launch(G, s, &l));
-    OK(G->ops->memset_d8(G, s, c, 0, bytes));
-    OK(G->ops->stream_sync(G, s));
-    OK(G->ops->capture_begin(G, s));
-    add_launch(&l, &pa, c, c, a, n); /* c += a, twice */
-    OK(G->ops->launch(G, s, &l));
-    OK(G->ops->launch(G, s, &l));
+    l = tu_launch_fill(&pf, a, one.u, n);
+    EXPECT_OK(G->ops->launch(G, s, &l));
+    EXPECT_OK(G->ops->memset_d8(G, s, c, 0, bytes));
+    EXPECT_OK(G->ops->stream_sync(G, s));
+    EXPECT_OK(G->ops->capture_begin(G, s));
+    l = tu_launch_add(&pa, c, c, a, n); /* c += a, twice */
+    EXPECT_OK(G->ops->launch(G, s, &l));
+    EXPECT_OK(G->ops->launch(G, s, &l));
     EXPECT_ST(PPN_ESTATE, G->ops->copy_dtoh(G, s, h, c, bytes));
     MSG_HAS("capturing a graph");
     EXPECT_ST(PPN_ESTATE, G->ops->stream_sync(G, s));
     ppn_ggraph *gr = NULL;
-    OK(G->ops->capture_end(G, s, &gr));
+    EXPECT_OK(G->ops->capture_end(G, s, &gr));
     assert_non_null(gr);
-    OK(G->ops->copy_dtoh(G, s, h, c, bytes));
-    OK(G->ops->stream_sync(G, s));
+    EXPECT_OK(G->ops->copy_dtoh(G, s, h, c, bytes));
+    EXPECT_OK(G->ops->stream_sync(G, s));
     assert_true(h[0] == 0.0f && h[n - 1] == 0.0f); /* nothing ran at capture */
     for (int k = 1; k <= 3; k++) {
-        OK(G->ops->graph_launch(G, gr, s));
-        OK(G->ops->copy_dtoh(G, s, h, c, bytes));
-        OK(G->ops->stream_sync(G, s));
+        EXPECT_OK(G->ops->graph_launch(G, gr, s));
+        EXPECT_OK(G->ops->copy_dtoh(G, s, h, c, bytes));
+        EXPECT_OK(G->ops->stream_sync(G, s));
         for (int i = 0; i < n; i++)
             if (h[i] != 3.0f * (float)k) fail_msg("replay %d: c[%d] = %g, want %g", k, i, h[i], 3.0 * k);
     }
-    OK(G->ops->capture_begin(G, s)); /* abandoned */
-    fill_launch(&l, &pf, c, 0, n);
-    OK(G->ops->launch(G, s, &l));
-    OK(G->ops->capture_end(G, s, NULL));
-    OK(G->ops->copy_dtoh(G, s, h, c, bytes));
-    OK(G->ops->stream_sync(G, s));
+    EXPECT_OK(G->ops->capture_begin(G, s)); /* abandoned */
+    l = tu_launch_fill(&pf, c, 0, n);
+    EXPECT_OK(G->ops->launch(G, s, &l));
+    EXPECT_OK(G->ops->capture_end(G, s, NULL));
+    EXPECT_OK(G->ops->copy_dtoh(G, s, h, c, bytes));
+    EXPECT_OK(G->ops->stream_sync(G, s));
     assert_true(h[0] == 9.0f);
     if (G->ops->device_count(G) > 1) {
-        ppn_gstream *t = stream(1);
+        ppn_gstream *t = tu_stream(G, 1);
         EXPECT_ST(PPN_EINVAL, G->ops->graph_launch(G, gr, t));
-        OK(G->ops->stream_destroy(G, t));
+        EXPECT_OK(G->ops->stream_destroy(G, t));
     }
-    OK(G->ops->graph_destroy(G, gr));
-    OK(G->ops->stream_destroy(G, s));
-    OK(G->ops->mem_free(G, 0, a));
-    OK(G->ops->mem_free(G, 0, c));
-    OK(G->ops->host_free(G, h, bytes));
+    EXPECT_OK(G->ops->graph_destroy(G, gr));
+    EXPECT_OK(G->ops->stream_destroy(G, s));
+    EXPECT_OK(G->ops->mem_free(G, 0, a));
+    EXPECT_OK(G->ops->mem_free(G, 0, c));
+    EXPECT_OK(G->ops->host_free(G, h, bytes));
 }
 
 /* A thread that never touched CUDA must get the right context made current for it. */
@@ -488,7 +443,7 @@ static void *thr_body(void *arg)
     return NULL;
 }
 
-static void t_other_thread(void **state)
+static void test_gpu_stream_other_thread(void **state)
 {
     (void)state;
     struct thr_res r = {0};
@@ -500,32 +455,32 @@ static void t_other_thread(void **state)
 }
 
 /* A second backend shares the primary contexts; closing it must leave the first one working. */
-static void t_second_instance(void **state)
+static void test_gpu_stream_second_instance(void **state)
 {
     (void)state;
     ppn_gpu *g2 = NULL;
-    OK(ppn_gpu_cuda_create(ppn_kernel_set(), &g2));
+    EXPECT_OK(ppn_gpu_cuda_create(ppn_kernel_set(), &g2));
     ppn_gstream *s2 = NULL;
     ppn_dptr d2 = 0;
-    OK(g2->ops->stream_create(g2, 0, &s2));
-    OK(g2->ops->mem_alloc(g2, 0, 4096, &d2));
-    OK(g2->ops->memset_d8(g2, s2, d2, 1, 4096));
-    OK(g2->ops->stream_sync(g2, s2));
-    OK(g2->ops->mem_free(g2, 0, d2));
-    OK(g2->ops->stream_destroy(g2, s2));
+    EXPECT_OK(g2->ops->stream_create(g2, 0, &s2));
+    EXPECT_OK(g2->ops->mem_alloc(g2, 0, 4096, &d2));
+    EXPECT_OK(g2->ops->memset_d8(g2, s2, d2, 1, 4096));
+    EXPECT_OK(g2->ops->stream_sync(g2, s2));
+    EXPECT_OK(g2->ops->mem_free(g2, 0, d2));
+    EXPECT_OK(g2->ops->stream_destroy(g2, s2));
     ppn_gpu_close(g2);
 
     unsigned char *h = pinned(4096);
-    ppn_dptr d = dalloc(0, 4096);
-    ppn_gstream *s = stream(0);
-    OK(G->ops->memset_d8(G, s, d, 0x99, 4096));
-    OK(G->ops->copy_dtoh(G, s, h, d, 4096));
-    OK(G->ops->stream_sync(G, s));
+    ppn_dptr d = tu_dalloc(G, 0, 4096);
+    ppn_gstream *s = tu_stream(G, 0);
+    EXPECT_OK(G->ops->memset_d8(G, s, d, 0x99, 4096));
+    EXPECT_OK(G->ops->copy_dtoh(G, s, h, d, 4096));
+    EXPECT_OK(G->ops->stream_sync(G, s));
     assert_int_equal(h[0], 0x99);
     assert_int_equal(h[4095], 0x99);
-    OK(G->ops->stream_destroy(G, s));
-    OK(G->ops->mem_free(G, 0, d));
-    OK(G->ops->host_free(G, h, 4096));
+    EXPECT_OK(G->ops->stream_destroy(G, s));
+    EXPECT_OK(G->ops->mem_free(G, 0, d));
+    EXPECT_OK(G->ops->host_free(G, h, 4096));
 }
 
 int main(void)
@@ -537,13 +492,19 @@ int main(void)
         return 1;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(t_open_cuda),       cmocka_unit_test(t_device_info),
-        cmocka_unit_test(t_stream_order),    cmocka_unit_test(t_event_cross_stream),
-        cmocka_unit_test(t_event_timing),    cmocka_unit_test(t_peer_copy),
-        cmocka_unit_test(t_host_fn),         cmocka_unit_test(t_pinned),
-        cmocka_unit_test(t_error_mapping),   cmocka_unit_test(t_launch_fill),
-        cmocka_unit_test(t_other_thread),    cmocka_unit_test(t_second_instance),
-        cmocka_unit_test(t_graph_capture),
+        cmocka_unit_test(test_gpu_stream_open_cuda),
+        cmocka_unit_test(test_gpu_stream_device_info),
+        cmocka_unit_test(test_gpu_stream_stream_order),
+        cmocka_unit_test(test_gpu_stream_event_cross_stream),
+        cmocka_unit_test(test_gpu_stream_event_timing),
+        cmocka_unit_test(test_gpu_stream_peer_copy),
+        cmocka_unit_test(test_gpu_stream_host_fn),
+        cmocka_unit_test(test_gpu_stream_pinned),
+        cmocka_unit_test(test_gpu_stream_error_mapping),
+        cmocka_unit_test(test_gpu_stream_launch_fill),
+        cmocka_unit_test(test_gpu_stream_other_thread),
+        cmocka_unit_test(test_gpu_stream_second_instance),
+        cmocka_unit_test(test_gpu_stream_graph_capture),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     ppn_gpu_close(G);

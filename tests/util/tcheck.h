@@ -17,6 +17,9 @@
                      ppn_last_error());                                                             \
     } while (0)
 
+/* call must return PPN_OK */
+#define EXPECT_OK(call) EXPECT_ST(PPN_OK, call)
+
 /* the last error message contains s */
 #define MSG_HAS(s)                                                                                  \
     do {                                                                                            \

@@ -57,11 +57,18 @@ void *tu_wrand(int dt, size_t n, double *vals)
     return p;
 }
 
+/* memcpy: w may be any address (a tensor inside a mapped file). */
 double tu_wval(const void *w, int dt, size_t i)
 {
-    if (dt == PPN_DTYPE_BF16) return tu_bf16_value(((const uint16_t *)w)[i]);
-    if (dt == PPN_DTYPE_F16) return tu_f16_value(((const uint16_t *)w)[i]);
-    return ((const float *)w)[i];
+    const unsigned char *b = w;
+    if (dt == PPN_DTYPE_F32) {
+        float f;
+        memcpy(&f, b + 4 * i, 4);
+        return f;
+    }
+    uint16_t h;
+    memcpy(&h, b + 2 * i, 2);
+    return dt == PPN_DTYPE_BF16 ? tu_bf16_value(h) : tu_f16_value(h);
 }
 
 double tu_bf16_value(uint16_t h) { return tu_bits_f32((uint32_t)h << 16); }

@@ -17,7 +17,7 @@ float *tu_frand(size_t n, float lo, float hi);
  * half of such an f32, f16 random patterns with |value| in [2^-7, 1) (no subnormals). vals (may be NULL)
  * receives their values. */
 void *tu_wrand(int dt, size_t n, double *vals);
-/* Element i of an array of dtype dt, by tu_bf16_value / tu_f16_value. */
+/* Element i of an array of dtype dt (at any alignment), by tu_bf16_value / tu_f16_value. */
 double tu_wval(const void *w, int dt, size_t i);
 
 /* The value of a bf16 / f16 bit pattern by its definition. */

@@ -1,11 +1,20 @@
 /* tutil.c - test helpers (see tutil.h). */
+#define _XOPEN_SOURCE 700 /* nftw */
 #include <ctype.h>
+#include <errno.h>
+#include <dirent.h>
+#include <ftw.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <jansson.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
 #include "tests/util/tutil.h"
 
 const char *tu_fixture(const char *rel)
@@ -129,15 +138,99 @@ int tu_run(const char *cmd, char **out, char **err)
 
 char *tu_tmpdir(void)
 {
-    char t[] = "/tmp/ppn-testXXXXXX";
+    const char *base = getenv("TMPDIR");
+    char t[4096];
+    snprintf(t, sizeof t, "%s/ppn-testXXXXXX", base && *base ? base : "/tmp");
     char *d = mkdtemp(t);
     return d ? strdup(d) : NULL;
 }
 
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    if (remove(path) != 0) fprintf(stderr, "test: could not remove %s\n", path);
+    return 0;
+}
+
+/* Depth first (a directory after its entries), links not followed; in process, so no shell per call. */
 void tu_rmrf(const char *path)
 {
-    char *cmd = malloc(strlen(path) + 16);
-    sprintf(cmd, "rm -rf '%s'", path);
-    if (system(cmd) != 0) fprintf(stderr, "test: could not remove %s\n", path);
+    if (nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT)
+        fprintf(stderr, "test: could not walk %s\n", path);
+}
+
+/* Entries of dir other than . and .. (-1 if it cannot be read). */
+static int dir_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
+    closedir(d);
+    return n;
+}
+
+int tu_run_ppn(const char *env, const char *args, char **out, char **err, int *tmp_left)
+{
+    const char *bin = getenv("PPN_BIN");
+    char *tmp = tu_tmpdir();
+    if (!bin || !*bin || !tmp) {
+        fprintf(stderr, "test: %s\n", tmp ? "PPN_BIN is not set (ctest sets it to the ppn binary)" : "no temp dir");
+        free(tmp);
+        *out = *err = NULL;
+        return -1;
+    }
+    size_t cap = strlen(env) + strlen(args) + strlen(tmp) + strlen(bin) + 256;
+    char *cmd = malloc(cap);
+    snprintf(cmd, cap, "env -u MEMRA_PP_STAGES -u MEMRA_PP_DEVICES -u MEMRA_PP_SPLITS -u MEMRA_PP_SPLIT -u PPN_KPROF "
+             "%s TMPDIR='%s' '%s' %s", env, tmp, bin, args);
+    int rc = tu_run(cmd, out, err);
+    if (tmp_left) *tmp_left = dir_entries(tmp);
+    tu_rmrf(tmp);
+    free(tmp);
     free(cmd);
+    return rc;
+}
+
+#define TU_ENV_MAX 16
+
+/* What tu_env_set found, for tu_env_restore. */
+static struct {
+    char *name, *old; /* old: NULL when the variable was unset */
+} env_saved[TU_ENV_MAX];
+static int env_n;
+
+void tu_env_set(const char *name, const char *value)
+{
+    if (env_n == TU_ENV_MAX) {
+        fprintf(stderr, "test: tu_env_set: more than %d variables set without tu_env_restore\n", TU_ENV_MAX);
+        abort();
+    }
+    const char *old = getenv(name);
+    env_saved[env_n].name = strdup(name);
+    env_saved[env_n].old = old ? strdup(old) : NULL;
+    env_n++;
+    if (value) setenv(name, value, 1);
+    else unsetenv(name);
+}
+
+void tu_env_restore(void)
+{
+    while (env_n > 0) {
+        env_n--;
+        if (env_saved[env_n].old) setenv(env_saved[env_n].name, env_saved[env_n].old, 1);
+        else unsetenv(env_saved[env_n].name);
+        free(env_saved[env_n].name);
+        free(env_saved[env_n].old);
+    }
+}
+
+ppn_model *tu_model_load(ppn_rt *rt, const char *path, const ppn_load_opts *o)
+{
+    ppn_load_opts d = ppn_load_opts_default();
+    ppn_model *m = NULL;
+    ppn_status st = ppn_model_load(rt, path, o ? o : &d, &m);
+    if (st != PPN_OK) fail_msg("load %s: %s: %s", path, ppn_status_name(st), ppn_last_error());
+    return m;
 }

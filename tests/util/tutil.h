@@ -1,8 +1,10 @@
-/* tutil.h - helpers shared by the tests: fixture paths, reading files and reference ids, logits checks. */
+/* tutil.h - helpers shared by the tests: fixture paths, reading files and reference ids, logits checks, running
+ * the ppn binary, temp dirs, loading a model, setting environment variables for a while. */
 #ifndef PPN_TUTIL_H
 #define PPN_TUTIL_H
 
 #include <stddef.h>
+#include "ppn.h"
 
 /* $PPN_FIXTURES/<rel> (default ../shared/fixtures from the repo root). */
 const char *tu_fixture(const char *rel);
@@ -27,8 +29,22 @@ void tu_cmp_row(tu_cmp *c, int row, const float *x, const float *ref, int vocab,
 /* Run a command, capturing stdout and stderr into malloc'd strings; returns the exit status (-1 on failure
  * to run). */
 int tu_run(const char *cmd, char **out, char **err);
-/* A fresh temporary directory (malloc'd path) and its recursive removal. */
+/* A fresh temporary directory under $TMPDIR (default /tmp; malloc'd path) and its recursive removal. */
 char *tu_tmpdir(void);
 void tu_rmrf(const char *path);
+/* The ppn binary under test ($PPN_BIN, which ctest sets) run as `ppn <args>` with the door's variables
+ * (MEMRA_PP_*) and PPN_KPROF unset, then env's assignments (may be ""), and TMPDIR a fresh directory, removed
+ * after; stdout and stderr captured as tu_run does. *tmp_left (may be NULL) receives the entries the command
+ * left in its TMPDIR. Returns the exit status (-1 when it could not run). */
+int tu_run_ppn(const char *env, const char *args, char **out, char **err, int *tmp_left);
+
+/* ppn_model_load of path with o (NULL: the defaults); the (cmocka) test fails, naming path and ppn's message,
+ * when the model does not load. */
+ppn_model *tu_model_load(ppn_rt *rt, const char *path, const ppn_load_opts *o);
+
+/* Set an environment variable (value NULL: unset it) until tu_env_restore, which puts back what every
+ * tu_env_set since the last restore found, newest first (a teardown can call it after a failed check). */
+void tu_env_set(const char *name, const char *value);
+void tu_env_restore(void);
 
 #endif
