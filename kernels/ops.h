@@ -115,7 +115,8 @@ ppn_status ppn_op_rope_kv_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr qkv, int n_q
  * q is the first n_heads * head_dim floats of each row of qkv (row stride (n_heads + 2 n_kv) head_dim), out
  * [c, n_heads * head_dim], which must not overlap qkv. kc, vc as in ppn_op_rope_kv_rows. 0 <= pos0, pos0 + c <= ctx;
  * head_dim even, at most 256. bf16 / f16 caches with head_dim 64 or 128 run on tensor cores (q and the softmax
- * weights rounded to the cache's dtype, f32 accumulation); f32 caches and other head_dims on a slower f32 path. */
+ * weights rounded to the cache's dtype, f32 accumulation; kc, vc 16-byte and qkv, out 8-byte aligned, else
+ * PPN_EINVAL); f32 caches and other head_dims on a slower f32 path. */
 ppn_status ppn_op_attn_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr qkv, ppn_dptr kc, ppn_dptr vc,
                             int n_heads, int n_kv, int head_dim, int ctx, int kvdt, float scale, int pos0, int c);
 /* out[i, :] = silu(gu[i, 0 .. n)) * gu[i, n .. 2n) for i < c: gu [c, 2n] (the gate|up GEMM's rows), out [c, n],

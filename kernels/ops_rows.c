@@ -162,8 +162,7 @@ ppn_status ppn_op_rope_kv_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr qkv, int n_q
 /* The tensor-core kernels take bf16 / f16 caches with head_dim 64 or 128; the rest runs the SIMT path. */
 static int attn_rows_tc(int kvdt, int head_dim)
 {
-    (void)kvdt, (void)head_dim;
-    return 0; /* the tensor-core kernels come next */
+    return kvdt != PPN_DTYPE_F32 && (head_dim == 64 || head_dim == 128);
 }
 
 /* The query heads a tensor-core block packs per KV head: the largest power of two dividing the group, at most
@@ -176,15 +175,16 @@ static int attn_rows_gb(int group)
 }
 
 /* SIMT: block (row i, KV head g), its 4 warps taking the group's query heads in turn over tiles of 32 positions
- * staged in shared memory (k padded a float a row). Tensor cores: block (tile of 64 / gb positions, KV head g,
- * sub-group of gb heads), 64 (position, head) rows over KV tiles of 64 positions, k and v double-buffered. */
+ * staged in shared memory (k padded a float a row). Tensor cores: block (KV head g and sub-group of gb heads,
+ * tile of 64 / gb positions counted from the chunk's end), 64 (position, head) rows over KV tiles of 64
+ * positions, k and v double-buffered. */
 static void attn_rows_geometry(ppn_launch *l, const ppn_kp_attn_rows *p)
 {
     int group = p->n_heads / p->n_kv;
     if (attn_rows_tc(p->kvdt, p->head_dim)) {
         int gb = attn_rows_gb(group), qp = (int)ROWS_TC_BM / gb;
-        l->grid[0] = blocks_for(p->c, (unsigned)qp);
-        l->grid[1] = (unsigned)(p->n_kv * (group / gb));
+        l->grid[0] = (unsigned)(p->n_kv * (group / gb));
+        l->grid[1] = blocks_for(p->c, (unsigned)qp);
         l->smem = 2u * 2u * ROWS_TC_BN * (unsigned)p->head_dim * 2u; /* k and v, two stages, 2-byte elements */
         return;
     }
@@ -212,6 +212,10 @@ ppn_status ppn_op_attn_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr q
     size_t hd = (size_t)head_dim, row = (size_t)(n_heads + 2 * n_kv) * hd;
     size_t qb = f32_bytes((size_t)(c - 1) * row + (size_t)n_heads * hd), ob = f32_bytes((size_t)c * n_heads * hd);
     PPN_CHECK(need_apart(op, "out", out, ob, "qkv", qkv, qb));
+    if (attn_rows_tc(kvdt, head_dim) && ((kc | vc) % 16u || (qkv | out) % 8u))
+        return ppn_err(PPN_EINVAL, "%s: the tensor-core path needs kc, vc 16-byte aligned and qkv, out 8-byte aligned "
+                       "(kc 0x%llx, vc 0x%llx, qkv 0x%llx, out 0x%llx)", op, (unsigned long long)kc,
+                       (unsigned long long)vc, (unsigned long long)qkv, (unsigned long long)out);
     ppn_kp_attn_rows p = {.out = out, .qkv = qkv, .kc = kc, .vc = vc, .n_heads = n_heads, .n_kv = n_kv,
                           .head_dim = head_dim, .ctx = ctx, .kvdt = kvdt, .pos0 = pos0, .c = c, .scale = scale};
     int k = kvdt == PPN_DTYPE_BF16 ? PPN_K_ATTN_ROWS_BF16 : kvdt == PPN_DTYPE_F16 ? PPN_K_ATTN_ROWS_F16 : PPN_K_ATTN_ROWS;

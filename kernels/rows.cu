@@ -257,20 +257,255 @@ template <int KD> __device__ void ppn_rw_attn_simt_by_hd(const ppn_kp_attn_rows 
     else ppn_rw_attn_simt<KD, PPN_RA_MAXJ>(p);
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// attention rows on tensor cores (bf16 / f16 caches, head_dim HD = 64 or 128): flash attention with mma.sync
+// m16n8k16 (f32 accumulators). A block takes KV head g and GB of its query heads (GB = ppn_rw_tc_gb: the largest
+// power of two dividing the group, at most 16) for QP = 64 / GB consecutive query positions: its 64 rows are
+// (position, head) pairs, row r = position r / GB, head r % GB, so each KV tile staged in shared memory serves
+// every query head that shares it. Warp w owns rows 16 w .. 16 w + 15 and keeps their q (rounded to the cache's
+// dtype) as A fragments in registers for the whole sweep. The block walks KV tiles of 64 positions from 0 to its
+// last row's position (causal: later tiles hold nothing it attends), k and v double-buffered through cp.async
+// (positions past the block's last one zero-filled; 16-byte chunks XOR-swizzled by row so ldmatrix is
+// conflict-free). Per tile: S = q K^T (f32), scaled by scale log2 e, masked (position > the row's: -inf), an online
+// softmax per row (running max and sum; a quad of lanes holds a row, its max and sum over xor 1, 2), then O += P V
+// with P rounded to the cache's dtype. Every sum has a fixed order (k16 steps in order, tiles in order, the final
+// quad sum by xor 1 then 2), so the bits repeat. Rows past the chunk's c are computed at the last row's position
+// (finite) and never stored. Blocks go heaviest first: blockIdx.y counts position tiles from the chunk's end.
+
+#define PPN_TC_MINB 2 // blocks an SM holds at least (at 3 the registers spill)
+#define PPN_TC_BM 64 // rows (position, head) per block: 4 warps x 16
+#define PPN_TC_BN 64 // KV positions per tile
+
+__device__ __forceinline__ int ppn_rw_tc_gb(int group)
+{
+    int gb = 1;
+    while (gb < 16 && group % (2 * gb) == 0) gb *= 2;
+    return gb;
+}
+
+template <int KD> __device__ __forceinline__ uint32_t ppn_rw_pack2(float lo, float hi)
+{
+    if constexpr (KD == PPN_DTYPE_BF16) {
+        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+        return *(uint32_t *)&v;
+    } else {
+        __half2 v = __floats2half2_rn(lo, hi);
+        return *(uint32_t *)&v;
+    }
+}
+
+template <int KD> __device__ __forceinline__ void ppn_rw_mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+    if constexpr (KD == PPN_DTYPE_BF16)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void ppn_rw_ldsm4(uint32_t (&r)[4], uint32_t addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+__device__ __forceinline__ void ppn_rw_ldsm4t(uint32_t (&r)[4], uint32_t addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+// 16 bytes global -> shared, zero-filled when !on (src is then not read).
+__device__ __forceinline__ void ppn_rw_cp16(uint32_t dst, const void *src, bool on)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(on ? 16 : 0) : "memory");
+}
+
+__device__ __forceinline__ void ppn_rw_cp_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+template <int N> __device__ __forceinline__ void ppn_rw_cp_wait(void)
+{
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// Byte offset of 16-byte chunk ch of row n in a [rows][HD] tile of 2-byte elements, swizzled.
+template <int HD> __device__ __forceinline__ uint32_t ppn_rw_swz(int n, int ch)
+{
+    return (uint32_t)(n * HD * 2 + ((ch ^ (n & 7)) << 4));
+}
+
+// KV tile j (positions j BN .. j BN + BN - 1 of KV head kvh, those >= kv_end zero-filled) into stage sk, sv.
+template <int HD>
+__device__ __forceinline__ void ppn_rw_tc_load(const ppn_kp_attn_rows &p, int kvh, int j, int kv_end, uint32_t sk,
+                                               uint32_t sv)
+{
+    constexpr int CH = HD / 8; // 16-byte chunks a row
+    const size_t base = ((size_t)kvh * (size_t)p.ctx + (size_t)j * PPN_TC_BN) * HD;
+    const unsigned short *kc = (const unsigned short *)p.kc + base, *vc = (const unsigned short *)p.vc + base;
+#pragma unroll
+    for (int x = threadIdx.x; x < PPN_TC_BN * CH; x += 32 * PPN_RA_WARPS) {
+        int n = x / CH, ch = x % CH;
+        bool on = j * PPN_TC_BN + n < kv_end;
+        size_t at = on ? (size_t)n * HD + ch * 8 : 0;
+        uint32_t off = ppn_rw_swz<HD>(n, ch);
+        ppn_rw_cp16(sk + off, kc + at, on);
+        ppn_rw_cp16(sv + off, vc + at, on);
+    }
+}
+
+template <int KD, int HD> __device__ void ppn_rw_attn_tc(const ppn_kp_attn_rows &p)
+{
+    extern __shared__ __align__(16) unsigned char ppn_rw_tc_smem[];
+    constexpr int NK = HD / 16, ND = HD / 8, NS = PPN_TC_BN / 8; // k16 steps over dims, n8 tiles of O and of S
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2, t4 = lane & 3;
+    const int G = p.n_heads / p.n_kv, GB = ppn_rw_tc_gb(G), nsub = G / GB, QP = PPN_TC_BM / GB;
+    const int kvh = blockIdx.x / nsub, h_base = kvh * G + (blockIdx.x - kvh * nsub) * GB;
+    const int tile = gridDim.y - 1 - blockIdx.y, q0 = tile * QP; // the chunk's rows q0 .. q0 + QP - 1
+    const int kv_end = p.pos0 + min(q0 + QP, p.c);               // positions 0 .. kv_end - 1 are attended
+    const int p_min = p.pos0 + q0;                               // the block's first row's position
+    const size_t qstride = (size_t)(p.n_heads + 2 * p.n_kv) * HD, ostride = (size_t)p.n_heads * HD;
+    // this thread's two rows: r = 16 warp + gid (+ 8)
+    int qi[2], hh[2], prow[2];
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        int r = 16 * warp + gid + 8 * u;
+        qi[u] = q0 + r / GB, hh[u] = h_base + r % GB;
+        prow[u] = p.pos0 + min(qi[u], p.c - 1);
+    }
+    // q as A fragments: reg 0 row gid dims 16k + 2 t4, reg 1 row gid + 8, regs 2, 3 the same at dims + 8
+    uint32_t qa[NK][4];
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        const float *q = (const float *)p.qkv + (size_t)qi[u] * qstride + (size_t)hh[u] * HD;
+        bool in = qi[u] < p.c;
+#pragma unroll
+        for (int k = 0; k < NK; k++) {
+            float2 lo = in ? *(const float2 *)(q + 16 * k + 2 * t4) : make_float2(0.0f, 0.0f);
+            float2 hi = in ? *(const float2 *)(q + 16 * k + 8 + 2 * t4) : make_float2(0.0f, 0.0f);
+            qa[k][u] = ppn_rw_pack2<KD>(lo.x, lo.y);
+            qa[k][2 + u] = ppn_rw_pack2<KD>(hi.x, hi.y);
+        }
+    }
+    float o[ND][4];
+#pragma unroll
+    for (int d = 0; d < ND; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    const float sl2 = p.scale * 1.4426950408889634f; // scores in log2 units: exp(x s) = exp2(x s log2 e)
+    const uint32_t s0 = (uint32_t)__cvta_generic_to_shared(ppn_rw_tc_smem);
+    constexpr uint32_t TB = PPN_TC_BN * HD * 2; // bytes of one k (or v) tile
+    const int nt = (kv_end + PPN_TC_BN - 1) / PPN_TC_BN;
+    ppn_rw_tc_load<HD>(p, kvh, 0, kv_end, s0, s0 + TB);
+    ppn_rw_cp_commit();
+    for (int j = 0; j < nt; j++) {
+        const uint32_t sk = s0 + (uint32_t)(j & 1) * 2u * TB, sv = sk + TB;
+        if (j + 1 < nt) {
+            const uint32_t nk = s0 + (uint32_t)((j + 1) & 1) * 2u * TB;
+            ppn_rw_tc_load<HD>(p, kvh, j + 1, kv_end, nk, nk + TB);
+            ppn_rw_cp_commit();
+            ppn_rw_cp_wait<1>();
+        } else {
+            ppn_rw_cp_wait<0>();
+        }
+        __syncthreads();
+        // S = q K^T: n8 tile s holds positions 8 s .. 8 s + 7 of the tile
+        float sc[NS][4];
+#pragma unroll
+        for (int s = 0; s < NS; s++) sc[s][0] = sc[s][1] = sc[s][2] = sc[s][3] = 0.0f;
+#pragma unroll
+        for (int k2 = 0; k2 < NK / 2; k2++)
+#pragma unroll
+            for (int s = 0; s < NS; s++) {
+                uint32_t b[4]; // dims 32 k2 + 8 (lane / 8) of position 8 s + lane % 8
+                ppn_rw_ldsm4(b, sk + ppn_rw_swz<HD>(8 * s + (lane & 7), 4 * k2 + (lane >> 3)));
+                ppn_rw_mma<KD>(sc[s], qa[2 * k2], b[0], b[1]);
+                ppn_rw_mma<KD>(sc[s], qa[2 * k2 + 1], b[2], b[3]);
+            }
+        // mask, running max and weights: c0, c1 are row gid (u = 0), c2, c3 row gid + 8 (u = 1)
+        const int tb = j * PPN_TC_BN;
+        const bool mask = tb + PPN_TC_BN - 1 > p_min;
+        float mx[2] = {m[0], m[1]};
+#pragma unroll
+        for (int s = 0; s < NS; s++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int u = e >> 1, t = tb + 8 * s + 2 * t4 + (e & 1);
+                float v = sc[s][e] * sl2;
+                if (mask && t > prow[u]) v = -INFINITY;
+                sc[s][e] = v;
+                mx[u] = fmaxf(mx[u], v);
+            }
+        float corr[2];
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            mx[u] = fmaxf(mx[u], __shfl_xor_sync(PPN_RW_MASK, mx[u], 1));
+            mx[u] = fmaxf(mx[u], __shfl_xor_sync(PPN_RW_MASK, mx[u], 2)); // finite: position 0 is in tile 0
+            corr[u] = exp2f(m[u] - mx[u]);                                 // 0 on the first tile (m = -inf)
+            m[u] = mx[u];
+            l[u] *= corr[u];
+        }
+#pragma unroll
+        for (int d = 0; d < ND; d++) o[d][0] *= corr[0], o[d][1] *= corr[0], o[d][2] *= corr[1], o[d][3] *= corr[1];
+        uint32_t pa[NS / 2][4]; // P as A fragments: k16 step c = S tiles 2c (regs 0, 1) and 2c + 1 (regs 2, 3)
+#pragma unroll
+        for (int s = 0; s < NS; s++) {
+            float e0 = exp2f(sc[s][0] - m[0]), e1 = exp2f(sc[s][1] - m[0]);
+            float e2 = exp2f(sc[s][2] - m[1]), e3 = exp2f(sc[s][3] - m[1]);
+            l[0] += e0 + e1, l[1] += e2 + e3;
+            pa[s / 2][2 * (s & 1)] = ppn_rw_pack2<KD>(e0, e1);
+            pa[s / 2][2 * (s & 1) + 1] = ppn_rw_pack2<KD>(e2, e3);
+        }
+        // O += P V: B fragments of v by ldmatrix.trans (positions 16 c + 8 (lane / 8 % 2) + lane % 8, dims 8 d..)
+#pragma unroll
+        for (int c = 0; c < NS / 2; c++)
+#pragma unroll
+            for (int d2 = 0; d2 < ND / 2; d2++) {
+                uint32_t b[4];
+                ppn_rw_ldsm4t(b, sv + ppn_rw_swz<HD>(16 * c + 8 * ((lane >> 3) & 1) + (lane & 7), 2 * d2 + (lane >> 4)));
+                ppn_rw_mma<KD>(o[2 * d2], pa[c], b[0], b[1]);
+                ppn_rw_mma<KD>(o[2 * d2 + 1], pa[c], b[2], b[3]);
+            }
+        __syncthreads(); // this stage is refilled by the next iteration's prefetch
+    }
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        l[u] += __shfl_xor_sync(PPN_RW_MASK, l[u], 1);
+        l[u] += __shfl_xor_sync(PPN_RW_MASK, l[u], 2);
+        if (qi[u] >= p.c) continue;
+        float *out = (float *)p.out + (size_t)qi[u] * ostride + (size_t)hh[u] * HD + 2 * t4;
+        float inv = 1.0f / l[u];
+#pragma unroll
+        for (int d = 0; d < ND; d++)
+            *(float2 *)(out + 8 * d) = make_float2(o[d][2 * u] * inv, o[d][2 * u + 1] * inv);
+    }
+}
+
+// The 2-byte caches: tensor cores for head_dim 64 and 128 (ops_rows.c gives their geometry), else the SIMT path.
+template <int KD> __device__ __forceinline__ void ppn_rw_attn_rows16(const ppn_kp_attn_rows &p)
+{
+    if (p.head_dim == 64) ppn_rw_attn_tc<KD, 64>(p);
+    else if (p.head_dim == 128) ppn_rw_attn_tc<KD, 128>(p);
+    else ppn_rw_attn_simt_by_hd<KD>(p);
+}
+
 extern "C" __global__ void __launch_bounds__(32 * PPN_RA_WARPS) ppn_k_attn_rows(const ppn_kp_attn_rows p)
 {
     ppn_rw_pdl_enter();
     ppn_rw_attn_simt_by_hd<PPN_DTYPE_F32>(p);
 }
 
-extern "C" __global__ void __launch_bounds__(32 * PPN_RA_WARPS) ppn_k_attn_rows_bf16(const ppn_kp_attn_rows_bf16 p)
+extern "C" __global__ void __launch_bounds__(32 * PPN_RA_WARPS, PPN_TC_MINB) ppn_k_attn_rows_bf16(const ppn_kp_attn_rows_bf16 p)
 {
     ppn_rw_pdl_enter();
-    ppn_rw_attn_simt_by_hd<PPN_DTYPE_BF16>(p);
+    ppn_rw_attn_rows16<PPN_DTYPE_BF16>(p);
 }
 
-extern "C" __global__ void __launch_bounds__(32 * PPN_RA_WARPS) ppn_k_attn_rows_f16(const ppn_kp_attn_rows_f16 p)
+extern "C" __global__ void __launch_bounds__(32 * PPN_RA_WARPS, PPN_TC_MINB) ppn_k_attn_rows_f16(const ppn_kp_attn_rows_f16 p)
 {
     ppn_rw_pdl_enter();
-    ppn_rw_attn_simt_by_hd<PPN_DTYPE_F16>(p);
+    ppn_rw_attn_rows16<PPN_DTYPE_F16>(p);
 }

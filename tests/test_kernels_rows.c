@@ -355,8 +355,20 @@ static void test_attn_rows_op_geometry(void **state)
         assert_int_equal(tu_cap.l.kernel, cases[k].kernel);
         assert_true(tu_cap.l.smem <= PPN_DYN_SMEM_MAX);
         assert_true(tu_cap.l.block[0] == 128 && tu_cap.l.block[1] == 1);
-        assert_true(tu_cap.l.grid[0] >= 1 && tu_cap.l.grid[1] >= (unsigned)cases[k].nkv);
+        int group = cases[k].nq / cases[k].nkv, tc = cases[k].kvdt != PPN_DTYPE_F32 && (cases[k].hd == 64 || cases[k].hd == 128);
+        if (tc) { /* (KV head x sub-group of gb heads, tiles of 64 / gb positions), 64 KB at most of k, v stages */
+            int gb = group % 4 ? group % 2 ? 1 : 2 : 4; /* these groups: 4, 5, 7 */
+            assert_int_equal(tu_cap.l.grid[0], cases[k].nkv * (group / gb));
+            assert_int_equal(tu_cap.l.grid[1], (c + 64 / gb - 1) / (64 / gb));
+            assert_int_equal(tu_cap.l.smem, 512 * cases[k].hd);
+        } else {
+            assert_int_equal(tu_cap.l.grid[0], c);
+            assert_int_equal(tu_cap.l.grid[1], cases[k].nkv);
+        }
     }
+    /* the SIMT path takes any alignment */
+    EXPECT_ST(PPN_OK, ppn_op_attn_rows(&tu_fake, tu_fake_stream, 1u << 30, 1u << 20, (2u << 30) + 2, 3u << 30, 8, 4, 48,
+                                       64, PPN_DTYPE_BF16, 0.1f, 0, 9));
     tu_cap.dry = 0;
 }
 
@@ -399,6 +411,8 @@ static void test_rows_ops_refusals(void **state)
     EXPECT_ST(PPN_EINVAL, ppn_op_attn_rows(g, s, a, a + 64, k, v, 4, 2, 16, 32, PPN_DTYPE_F32, 0.25f, 0, 2));
     MSG_HAS("overlaps");
     EXPECT_ST(PPN_EINVAL, ppn_op_attn_rows(g, s, a, b, k, v, 4, 2, 16, 32, 5, 0.25f, 0, 2));
+    EXPECT_ST(PPN_EINVAL, ppn_op_attn_rows(g, s, a, b, k + 8, v, 4, 2, 64, 32, PPN_DTYPE_BF16, 0.25f, 0, 2));
+    MSG_HAS("16-byte aligned");
     /* swiglu: separate buffers */
     EXPECT_ST(PPN_EINVAL, ppn_op_swiglu_rows(g, s, a, a, 8, 2));
     MSG_HAS("overlaps");

@@ -1,0 +1,505 @@
+/* test_gpu_rows.c - the many-rows kernels (kernels/rows.cu) on a real GPU against their CPU references
+ * (kernels/rows_cpu.c: the decode references run per row), and the prefill attention's speed.
+ *
+ * Cases: the row ops at the model shapes (llama-1b: dim 2048, 32 / 8 heads of 64; llama-8b: dim 4096, 32 / 8
+ * heads of 128) and the fixtures' (head_dim 8 .. 64); attention for c = 1, 7, 64, 512 rows at pos0 = 0 and
+ * after a first chunk (pos0 > 0), every cache dtype (bf16 / f16 head_dim 64, 128: tensor cores; f32 and other
+ * head_dims: the SIMT path). The cache past the chunk's last position holds NaN, which must never reach an
+ * output. Each launch runs twice and must give the same bits. The rotary is also checked bit for bit against
+ * decode's rope_kv on the GPU (prefill and decode must store the same cache bits).
+ *
+ * Tolerances: elementwise math that differs from the reference only by CUDA's expf / sincosf (2 ulp): 2e-6
+ * relative; a cache element stored from such a value: one ulp of its dtype; f32 sums (norms): 1e-5 relative;
+ * embed exact. Attention (values in [-1, 1], q in [-3, 3]): SIMT 1e-5 absolute; tensor cores with q given in the
+ * cache's dtype (so only the softmax weights' rounding and the f32 sums differ): 4e-3 (bf16, 2^-9 per weight) and
+ * 1e-3 (f16) absolute. Long chunks are checked on a sample of rows (the reference costs O(position) a row).
+ *
+ * Timing (test_gpu_rows_attn_timing): attn_rows at c = 512 and 4096 (pos0 = 0) on both model shapes, median of 15
+ * launches after 3 warm-up ones, with the causal attention's TFLOP/s (4 head_dim flops per (query head, query,
+ * attended position)); and the row ops' GB/s at c = 4096.
+ *
+ * Runs only where a CUDA driver and GPU exist. PPN_GPU_TEST_FILTER=<cmocka pattern> runs only the tests it names.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/base/dtype.h"
+#include "core/device/gpu.h"
+#include "kernels/ktable.h"
+#include "kernels/ops.h"
+#include "tests/util/tcheck.h"
+#include "tests/util/tkern.h"
+#include "tests/util/trand.h"
+
+#define OK(call) EXPECT_ST(PPN_OK, call)
+
+static ppn_gpu *G;
+static ppn_gstream *S;
+
+static void *hmem(size_t n)
+{
+    void *p = calloc(1, n ? n : 1);
+    assert_non_null(p);
+    return p;
+}
+
+#define MAX_DBUF 32
+static ppn_dptr dbufs[MAX_DBUF];
+static int ndbuf;
+
+static ppn_dptr dalloc(size_t n)
+{
+    assert_true(ndbuf < MAX_DBUF);
+    ppn_dptr p = 0;
+    OK(G->ops->mem_alloc(G, 0, n ? n : 1, &p));
+    return dbufs[ndbuf++] = p;
+}
+
+static void dfree_all(void)
+{
+    for (int i = 0; i < ndbuf; i++) OK(G->ops->mem_free(G, 0, dbufs[i]));
+    ndbuf = 0;
+}
+
+static void put(ppn_dptr d, const void *h, size_t n)
+{
+    OK(G->ops->copy_htod(G, S, d, h, n));
+    OK(G->ops->stream_sync(G, S));
+}
+
+static ppn_dptr up(const void *h, size_t n)
+{
+    ppn_dptr d = dalloc(n);
+    put(d, h, n);
+    return d;
+}
+
+static void get(void *h, ppn_dptr d, size_t n)
+{
+    OK(G->ops->copy_dtoh(G, S, h, d, n));
+    OK(G->ops->stream_sync(G, S));
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    tu_rand_seed(0x9e3779b97f4a7c15ULL);
+    if (ppn_gpu_open("cuda", ppn_kernel_set(), &G) != PPN_OK) {
+        fprintf(stderr, "no CUDA device: %s\n", ppn_last_error());
+        return -1;
+    }
+    if (G->ops->stream_create(G, 0, &S) != PPN_OK) return -1;
+    ppn_device_info info;
+    if (G->ops->device_info(G, 0, &info) == PPN_OK) printf("  device: %s (%d SMs)\n", info.name, info.sm_count);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    dfree_all();
+    if (S) G->ops->stream_destroy(G, S);
+    if (G) G->ops->destroy(G);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * comparison */
+
+typedef struct cmp {
+    double worst, ratio; /* largest |got - want| and its ratio to the tolerance */
+    size_t at;
+} cmp;
+
+static void cmp_add(cmp *c, double got, double want, double tol, size_t i)
+{
+    double e = fabs(got - want), r = e / tol;
+    if (!(r <= c->ratio) || isnan(got) != isnan(want)) {
+        c->ratio = isnan(got) != isnan(want) || isnan(r) ? INFINITY : r;
+        c->worst = e, c->at = i;
+    }
+}
+
+static void cmp_done(const cmp *c, const char *what)
+{
+    printf("  %-58s max err %.3g (%.2f of tol)\n", what, c->worst, c->ratio);
+    if (!(c->ratio <= 1.0)) fail_msg("%s: element %zu off by %.3g (%.2f of its tolerance)", what, c->at, c->worst, c->ratio);
+}
+
+/* One ulp of dtype dt at |v| (f32's for f32). */
+static double ulp_of(int dt, double v)
+{
+    int e;
+    frexp(fabs(v) > 1e-30 ? v : 1e-30, &e);
+    int mant = dt == PPN_DTYPE_BF16 ? 8 : dt == PPN_DTYPE_F16 ? 11 : 24;
+    double u = ldexp(1.0, e - mant);
+    return dt == PPN_DTYPE_F16 && u < ldexp(1.0, -24) ? ldexp(1.0, -24) : u;
+}
+
+static double elem(const void *a, int dt, size_t i) { return tu_wval(a, dt, i); }
+
+/* ---------------------------------------------------------------------------------------------------------
+ * the row ops: embed, rmsnorm, head norms, swiglu, rope + KV store */
+
+typedef struct mshape {
+    const char *name;
+    int dim, nq, nkv, hd, ffn;
+} mshape;
+
+static const mshape MODELS[] = {
+    {"llama-1b", 2048, 32, 8, 64, 8192},
+    {"llama-8b", 4096, 32, 8, 128, 14336},
+    {"qwen3-tiny", 64, 4, 2, 32, 128},
+    {"llama-tiny", 64, 8, 2, 8, 172},
+};
+
+static void rowops_case(const mshape *m, int c, int wdt)
+{
+    char what[128];
+    const int vocab = 1000, dim = m->dim, n = m->ffn;
+    int32_t *tok = hmem((size_t)c * 4);
+    for (int i = 0; i < c; i++) tok[i] = (int32_t)(tu_rand32() % (vocab + 2)) - 1; /* -1 and vocab: zeros */
+    void *table = tu_wrand(wdt, (size_t)vocab * dim, NULL), *w = tu_wrand(wdt, (size_t)dim, NULL);
+    size_t es = ppn_dtype_size(wdt), xb = (size_t)c * dim * 4;
+    float *x = hmem(xb), *xg = hmem(xb), *gu = tu_frand((size_t)c * 2 * n, -8, 8), *sw = hmem((size_t)c * n * 4),
+          *swg = hmem((size_t)c * n * 4);
+    ppn_dptr dtab = up(table, (size_t)vocab * dim * es), dtok = up(tok, (size_t)c * 4), dw = up(w, (size_t)dim * es);
+    ppn_dptr dx = dalloc(xb), dgu = up(gu, (size_t)c * 2 * n * 4), dsw = dalloc((size_t)c * n * 4);
+    /* embed */
+    OK(ppn_op_embed_rows(G, S, dx, dtab, wdt, vocab, dim, dtok, c));
+    get(xg, dx, xb);
+    ppn_kp_embed_rows pe = {.out = D(x), .table = D(table), .tok = D(tok), .dim = dim, .vocab = vocab, .wdt = wdt, .c = c};
+    tu_kernel_run(PPN_K_EMBED_ROWS, &pe);
+    snprintf(what, sizeof what, "%s embed_rows c=%d %s", m->name, c, ppn_dtype_name(wdt));
+    if (memcmp(x, xg, xb)) fail_msg("%s: not the reference's bits", what);
+    printf("  %-58s exact\n", what);
+    /* rmsnorm in place, on random rows */
+    float *r = tu_frand((size_t)c * dim, -2, 2);
+    put(dx, r, xb);
+    OK(ppn_op_rmsnorm_rows(G, S, dx, dx, dw, wdt, dim, 1e-5f, c));
+    get(xg, dx, xb);
+    ppn_kp_rmsnorm_rows pr = {.out = D(x), .in = D(r), .w = D(w), .n = dim, .wdt = wdt, .c = c, .eps = 1e-5f};
+    tu_kernel_run(PPN_K_RMSNORM_ROWS, &pr);
+    cmp cm = {0};
+    for (size_t i = 0; i < (size_t)c * dim; i++) cmp_add(&cm, xg[i], x[i], 1e-5 * fmax(1.0, fabs(x[i])), i);
+    snprintf(what, sizeof what, "%s rmsnorm_rows c=%d %s", m->name, c, ppn_dtype_name(wdt));
+    cmp_done(&cm, what);
+    /* swiglu */
+    OK(ppn_op_swiglu_rows(G, S, dsw, dgu, n, c));
+    get(swg, dsw, (size_t)c * n * 4);
+    ppn_kp_swiglu_rows ps = {.out = D(sw), .gu = D(gu), .n = n, .c = c};
+    tu_kernel_run(PPN_K_SWIGLU_ROWS, &ps);
+    cm = (cmp){0};
+    for (size_t i = 0; i < (size_t)c * n; i++) cmp_add(&cm, swg[i], sw[i], 2e-6 * fabs(sw[i]) + 1e-30, i);
+    snprintf(what, sizeof what, "%s swiglu_rows c=%d", m->name, c);
+    cmp_done(&cm, what);
+    free(tok), free(table), free(w), free(x), free(xg), free(gu), free(sw), free(swg), free(r);
+    dfree_all();
+}
+
+/* Head norms on the k heads of q|k|v rows, then the rotary + KV store of the rows against the reference, and
+ * against decode's rope_kv on the GPU bit for bit (a row at a time, with the step header). */
+static void rope_case(const mshape *m, int c, int pos0, int kvdt, int interleaved)
+{
+    char what[160];
+    const int nq = m->nq, nkv = m->nkv, hd = m->hd, ctx = pos0 + c + 5;
+    size_t row = (size_t)(nq + 2 * nkv) * hd, qb = (size_t)c * row * 4, cb = ppn_op_kv_cache_bytes(nkv, hd, ctx, kvdt);
+    float *qkv = tu_frand((size_t)c * row, -2, 2), *ref = hmem(qb), *got = hmem(qb), inv[128];
+    for (int i = 0; i < hd / 2; i++) inv[i] = (float)(1.0 / pow(500000.0, (2.0 * i) / hd));
+    void *w = tu_wrand(PPN_DTYPE_BF16, (size_t)hd, NULL);
+    void *kc = hmem(cb), *vc = hmem(cb), *kg = hmem(cb), *vg = hmem(cb);
+    memcpy(ref, qkv, qb);
+    ppn_dptr dq = up(qkv, qb), dinv = up(inv, sizeof inv), dw = up(w, (size_t)hd * 2);
+    ppn_dptr dkc = up(kc, cb), dvc = up(vc, cb);
+    OK(ppn_op_head_rmsnorm_rows(G, S, dq, (int)row, nq, nkv, hd, dw, PPN_DTYPE_BF16, 1e-6f, c));
+    OK(ppn_op_rope_kv_rows(G, S, dq, nq, nkv, hd, dinv, interleaved, dkc, dvc, ctx, kvdt, pos0, c));
+    get(got, dq, qb), get(kg, dkc, cb), get(vg, dvc, cb);
+    ppn_kp_head_rmsnorm_rows ph = {.x = D(ref), .w = D(w), .stride = (int)row, .h0 = nq, .n_heads = nkv,
+                                   .head_dim = hd, .wdt = PPN_DTYPE_BF16, .c = c, .eps = 1e-6f};
+    tu_kernel_run(PPN_K_HEAD_RMSNORM_ROWS, &ph);
+    ppn_kp_rope_kv_rows pr = {.qkv = D(ref), .inv_freq = D(inv), .kc = D(kc), .vc = D(vc), .n_q = nq, .n_kv = nkv,
+                              .head_dim = hd, .interleaved = interleaved, .ctx = ctx, .kvdt = kvdt, .pos0 = pos0, .c = c};
+    tu_kernel_run(PPN_K_ROPE_KV_ROWS, &pr);
+    cmp cq = {0}, ck = {0};
+    /* the norm's f32 sum and the rotation's sincosf: 1e-5 relative to the row's scale */
+    for (size_t i = 0; i < (size_t)c * row; i++) cmp_add(&cq, got[i], ref[i], 1e-5 * fmax(1.0, fabs(ref[i])), i);
+    size_t ne = cb / ppn_dtype_size(kvdt);
+    for (size_t i = 0; i < ne; i++) {
+        double a = elem(kc, kvdt, i), b = elem(vc, kvdt, i);
+        cmp_add(&ck, elem(kg, kvdt, i), a, ulp_of(kvdt, a) + 1e-5 * fmax(1.0, fabs(a)), i);
+        cmp_add(&ck, elem(vg, kvdt, i), b, 1e-30, i); /* v is stored as given: exact */
+    }
+    snprintf(what, sizeof what, "%s head norms + rope_kv_rows c=%d pos0=%d %s%s", m->name, c, pos0,
+             ppn_dtype_name(kvdt), interleaved ? " il" : "");
+    cmp_done(&cq, what);
+    snprintf(what, sizeof what, "%s   its KV store", m->name);
+    cmp_done(&ck, what);
+    /* decode's rope_kv on the GPU, row by row from the normed rows, stores the same bits */
+    float *normed = hmem(qb);
+    put(dq, qkv, qb);
+    OK(ppn_op_head_rmsnorm_rows(G, S, dq, (int)row, nq, nkv, hd, dw, PPN_DTYPE_BF16, 1e-6f, c));
+    get(normed, dq, qb);
+    ppn_dptr dkc2 = up(kc, cb), dvc2 = up(vc, cb), hdr = dalloc(sizeof(ppn_step_hdr));
+    OK(G->ops->memset_d8(G, S, dkc2, 0, cb));
+    OK(G->ops->memset_d8(G, S, dvc2, 0, cb));
+    OK(G->ops->memset_d8(G, S, dkc, 0, cb));
+    OK(G->ops->memset_d8(G, S, dvc, 0, cb));
+    OK(ppn_op_rope_kv_rows(G, S, dq, nq, nkv, hd, dinv, interleaved, dkc, dvc, ctx, kvdt, pos0, c));
+    ppn_dptr dn = up(normed, qb);
+    for (int i = 0; i < c; i++) {
+        ppn_dptr x = dn + (size_t)i * row * 4;
+        OK(ppn_op_set_hdr(G, S, hdr, pos0 + i, 0, 0, i));
+        OK(ppn_op_rope_kv(G, S, x, nq, nkv, hd, dinv, interleaved, hdr, dkc2, dvc2, x + (size_t)(nq + nkv) * hd * 4,
+                          ctx, kvdt));
+    }
+    float *dec = hmem(qb);
+    get(got, dq, qb), get(dec, dn, qb), get(kg, dkc, cb), get(vg, dvc, cb), get(kc, dkc2, cb), get(vc, dvc2, cb);
+    if (memcmp(got, dec, qb) || memcmp(kg, kc, cb) || memcmp(vg, vc, cb))
+        fail_msg("%s: prefill's rotary and KV store differ from decode's rope_kv on the GPU", what);
+    printf("  %-58s = decode's rope_kv bits\n", "");
+    free(qkv), free(ref), free(got), free(w), free(kc), free(vc), free(kg), free(vg), free(normed), free(dec);
+    dfree_all();
+}
+
+static void test_gpu_rows_ops(void **state)
+{
+    (void)state;
+    for (size_t k = 0; k < TU_LEN(MODELS); k++)
+        for (int c = 1; c <= 512; c *= 8) {
+            rowops_case(&MODELS[k], c == 1 ? 1 : c == 8 ? 7 : c, k % 2 ? PPN_DTYPE_F32 : PPN_DTYPE_BF16);
+            rope_case(&MODELS[k], c == 1 ? 1 : c == 8 ? 7 : c, k < 2 ? 0 : 3, k == 1 ? PPN_DTYPE_F16 : PPN_DTYPE_BF16,
+                      k == 3);
+            if (c == 64) rope_case(&MODELS[k], 64, 130, PPN_DTYPE_F32, k == 3);
+        }
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * attention */
+
+typedef struct ashape {
+    const char *name;
+    int nq, nkv, hd;
+} ashape;
+
+/* Random caches over positions 0 .. pos0 + c - 1 and NaN past them (never attended: must never show). q in
+ * [-3, 3], given in the cache's dtype when that is 2 bytes (the tensor cores round it so). */
+static void attn_inputs(const ashape *a, int c, int pos0, int ctx, int kvdt, float **qkv, void **kc, void **vc)
+{
+    size_t row = (size_t)(a->nq + 2 * a->nkv) * a->hd, ne = (size_t)a->nkv * ctx * a->hd, es = ppn_dtype_size(kvdt);
+    *qkv = tu_frand((size_t)c * row, -3, 3);
+    if (kvdt != PPN_DTYPE_F32)
+        for (size_t i = 0; i < (size_t)c * row; i++)
+            (*qkv)[i] = kvdt == PPN_DTYPE_BF16 ? ppn_bf16_to_f32(ppn_f32_to_bf16((*qkv)[i]))
+                                               : ppn_f16_to_f32(ppn_f32_to_f16((*qkv)[i]));
+    *kc = tu_wrand(kvdt, ne, NULL), *vc = tu_wrand(kvdt, ne, NULL);
+    for (int g = 0; g < a->nkv; g++)
+        for (int t = pos0 + c; t < ctx; t++)
+            for (int d = 0; d < a->hd; d++) {
+                size_t i = ((size_t)g * ctx + t) * a->hd + d;
+                if (es == 4) ((float *)*kc)[i] = ((float *)*vc)[i] = NAN;
+                else ((uint16_t *)*kc)[i] = ((uint16_t *)*vc)[i] = 0x7fff;
+            }
+}
+
+static double attn_tol(int kvdt, int hd)
+{
+    int tc = kvdt != PPN_DTYPE_F32 && (hd == 64 || hd == 128);
+    return !tc ? 1e-5 : kvdt == PPN_DTYPE_BF16 ? 4e-3 : 1e-3;
+}
+
+static void attn_case(const ashape *a, int c, int pos0, int kvdt)
+{
+    char what[160];
+    const int ctx = pos0 + c + 70, hd = a->hd;
+    size_t row = (size_t)(a->nq + 2 * a->nkv) * hd, orow = (size_t)a->nq * hd, es = ppn_dtype_size(kvdt);
+    size_t cb = (size_t)a->nkv * ctx * hd * es, ob = (size_t)c * orow * 4;
+    float *qkv, *out = hmem(ob), *out2 = hmem(ob), *want = hmem(orow * 4);
+    void *kc, *vc;
+    attn_inputs(a, c, pos0, ctx, kvdt, &qkv, &kc, &vc);
+    ppn_dptr dq = up(qkv, (size_t)c * row * 4), dkc = up(kc, cb), dvc = up(vc, cb), dout = dalloc(ob);
+    float scale = 1.0f / sqrtf((float)hd);
+    OK(ppn_op_attn_rows(G, S, dout, dq, dkc, dvc, a->nq, a->nkv, hd, ctx, kvdt, scale, pos0, c));
+    get(out, dout, ob);
+    OK(G->ops->memset_d8(G, S, dout, 0xff, ob));
+    OK(ppn_op_attn_rows(G, S, dout, dq, dkc, dvc, a->nq, a->nkv, hd, ctx, kvdt, scale, pos0, c));
+    get(out2, dout, ob);
+    snprintf(what, sizeof what, "%s attn_rows c=%d pos0=%d %s", a->name, c, pos0, ppn_dtype_name(kvdt));
+    if (memcmp(out, out2, ob)) fail_msg("%s: two launches gave different bits", what);
+    cmp cm = {0};
+    double tol = attn_tol(kvdt, hd);
+    int step = c <= 64 ? 1 : c / 29; /* a sample of long chunks' rows, the last always in */
+    for (int i = 0; i < c; i = i + step < c || i == c - 1 ? i + step : c - 1) {
+        ppn_step_hdr hdr = {.pos = pos0 + i};
+        ppn_kp_attn p = {.out = D(want), .q = D(qkv + i * row), .kc = D(kc), .vc = D(vc), .hdr = D(&hdr),
+                         .n_heads = a->nq, .n_kv = a->nkv, .head_dim = hd, .ctx = ctx, .n_split = 1, .kvdt = kvdt,
+                         .scale = scale};
+        tu_kernel_run(PPN_K_ATTN, &p);
+        for (size_t k = 0; k < orow; k++) cmp_add(&cm, out[i * orow + k], want[k], tol, i * orow + k);
+    }
+    cmp_done(&cm, what);
+    free(qkv), free(kc), free(vc), free(out), free(out2), free(want);
+    dfree_all();
+}
+
+static const ashape ATTN_MODELS[] = {{"llama-1b", 32, 8, 64}, {"llama-8b", 32, 8, 128}};
+static const ashape ATTN_FIXTURES[] = {
+    {"llama-tiny", 8, 2, 8}, {"qwen2-tiny", 4, 2, 16}, {"qwen3-tiny", 4, 2, 32}, {"hd48", 8, 4, 48},
+    {"hd64 mha", 4, 4, 64}, {"hd128 g8", 16, 2, 128}, {"hd64 g6", 12, 2, 64}, {"hd128 g16", 16, 1, 128},
+};
+
+static void test_gpu_rows_attn_models(void **state)
+{
+    (void)state;
+    static const int cs[] = {1, 7, 64, 512};
+    for (size_t k = 0; k < TU_LEN(ATTN_MODELS); k++)
+        for (size_t i = 0; i < TU_LEN(cs); i++) {
+            attn_case(&ATTN_MODELS[k], cs[i], 0, PPN_DTYPE_BF16);
+            attn_case(&ATTN_MODELS[k], cs[i], 512, PPN_DTYPE_BF16); /* a second chunk after one of 512 */
+            attn_case(&ATTN_MODELS[k], cs[i], cs[i] == 7 ? 57 : 0, PPN_DTYPE_F16);
+            if (cs[i] <= 64) attn_case(&ATTN_MODELS[k], cs[i], 33, PPN_DTYPE_F32);
+        }
+}
+
+static void test_gpu_rows_attn_fixtures(void **state)
+{
+    (void)state;
+    for (size_t k = 0; k < TU_LEN(ATTN_FIXTURES); k++)
+        for (int kvdt = PPN_DTYPE_F32; kvdt <= PPN_DTYPE_F16; kvdt++) {
+            attn_case(&ATTN_FIXTURES[k], 13, 0, kvdt);
+            attn_case(&ATTN_FIXTURES[k], 70, 45, kvdt);
+        }
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * timing */
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef ppn_status (*launch_fn)(void *arg);
+
+/* Median milliseconds of one launch: 3 warm-ups, then 15 launches each between timing events. */
+static double time_ms(launch_fn fn, void *arg)
+{
+    ppn_gevent *e0, *e1;
+    OK(G->ops->event_create(G, 0, 1, &e0));
+    OK(G->ops->event_create(G, 0, 1, &e1));
+    for (int i = 0; i < 3; i++) OK(fn(arg));
+    float ms[15];
+    for (int i = 0; i < 15; i++) {
+        OK(G->ops->event_record(G, e0, S));
+        OK(fn(arg));
+        OK(G->ops->event_record(G, e1, S));
+        OK(G->ops->event_sync(G, e1));
+        OK(G->ops->event_elapsed(G, e0, e1, &ms[i]));
+    }
+    OK(G->ops->event_destroy(G, e0));
+    OK(G->ops->event_destroy(G, e1));
+    qsort(ms, 15, sizeof ms[0], cmp_float);
+    return ms[7];
+}
+
+typedef struct attn_run {
+    const ashape *a;
+    ppn_dptr out, qkv, kc, vc;
+    int ctx, kvdt, c;
+} attn_run;
+
+static ppn_status attn_launch(void *arg)
+{
+    attn_run *r = arg;
+    return ppn_op_attn_rows(G, S, r->out, r->qkv, r->kc, r->vc, r->a->nq, r->a->nkv, r->a->hd, r->ctx, r->kvdt,
+                            1.0f / sqrtf((float)r->a->hd), 0, r->c);
+}
+
+typedef struct rows_run {
+    const mshape *m;
+    int which, c;
+    ppn_dptr a, b, w, tok, kc, vc, inv;
+} rows_run;
+
+static ppn_status rows_launch(void *arg)
+{
+    rows_run *r = arg;
+    const mshape *m = r->m;
+    switch (r->which) {
+    case 0: return ppn_op_embed_rows(G, S, r->a, r->w, PPN_DTYPE_BF16, 1000, m->dim, r->tok, r->c);
+    case 1: return ppn_op_rmsnorm_rows(G, S, r->a, r->b, r->w, PPN_DTYPE_BF16, m->dim, 1e-5f, r->c);
+    case 2: return ppn_op_rope_kv_rows(G, S, r->b, m->nq, m->nkv, m->hd, r->inv, 0, r->kc, r->vc, r->c,
+                                       PPN_DTYPE_BF16, 0, r->c);
+    default: return ppn_op_swiglu_rows(G, S, r->a, r->b, m->ffn, r->c);
+    }
+}
+
+static void test_gpu_rows_attn_timing(void **state)
+{
+    (void)state;
+    printf("  attn_rows, pos0 = 0 (causal), median of 15 after 3 warm-ups:\n");
+    printf("  %-10s %-5s %6s %10s %9s\n", "model", "kv", "c", "ms", "TFLOP/s");
+    static const int cs[] = {512, 4096};
+    static const int dts[] = {PPN_DTYPE_BF16, PPN_DTYPE_F16, PPN_DTYPE_F32};
+    for (size_t k = 0; k < TU_LEN(ATTN_MODELS); k++)
+        for (size_t d = 0; d < TU_LEN(dts); d++)
+            for (size_t i = 0; i < TU_LEN(cs); i++) {
+                const ashape *a = &ATTN_MODELS[k];
+                int c = cs[i], kvdt = dts[d];
+                if (kvdt == PPN_DTYPE_F32 && c > 512) continue; /* the accuracy path: one size is enough */
+                size_t row = (size_t)(a->nq + 2 * a->nkv) * a->hd, es = ppn_dtype_size(kvdt);
+                size_t cb = (size_t)a->nkv * c * a->hd * es;
+                float *q = tu_frand((size_t)c * row, -3, 3);
+                void *kc = tu_wrand(kvdt, cb / es, NULL), *vc = tu_wrand(kvdt, cb / es, NULL);
+                attn_run r = {.a = a, .qkv = up(q, (size_t)c * row * 4), .kc = up(kc, cb), .vc = up(vc, cb),
+                              .out = dalloc((size_t)c * a->nq * a->hd * 4), .ctx = c, .kvdt = kvdt, .c = c};
+                double ms = time_ms(attn_launch, &r);
+                double flops = 4.0 * a->hd * a->nq * ((double)c * (c + 1) / 2);
+                printf("  %-10s %-5s %6d %10.4f %9.1f\n", a->name, ppn_dtype_name(kvdt), c, ms, flops / (ms * 1e9));
+                free(q), free(kc), free(vc);
+                dfree_all();
+            }
+    printf("  row ops at c = 4096 (bf16 weights and caches), median of 15:\n");
+    static const char *const names[] = {"embed_rows", "rmsnorm_rows", "rope_kv_rows", "swiglu_rows"};
+    for (size_t k = 0; k < TU_LEN(ATTN_MODELS); k++) {
+        const mshape *m = &MODELS[k];
+        const int c = 4096;
+        size_t row = (size_t)(m->nq + 2 * m->nkv) * m->hd, big = (size_t)c * 2 * (m->ffn > (int)row ? m->ffn : (int)row);
+        rows_run r = {.m = m, .c = c, .a = dalloc(big * 4), .b = dalloc(big * 4), .w = dalloc((size_t)1000 * m->dim * 2),
+                      .tok = dalloc((size_t)c * 4), .kc = dalloc((size_t)m->nkv * c * m->hd * 2),
+                      .vc = dalloc((size_t)m->nkv * c * m->hd * 2), .inv = dalloc((size_t)m->hd * 2)};
+        OK(G->ops->memset_d8(G, S, r.a, 0, big * 4));
+        OK(G->ops->memset_d8(G, S, r.b, 0, big * 4));
+        OK(G->ops->memset_d8(G, S, r.w, 0, (size_t)1000 * m->dim * 2));
+        OK(G->ops->memset_d8(G, S, r.tok, 0, (size_t)c * 4));
+        OK(G->ops->memset_d8(G, S, r.inv, 0, (size_t)m->hd * 2));
+        double bytes[4] = {(double)c * m->dim * (4 + 2), (double)c * m->dim * 8,
+                           (double)c * row * 8 + (double)c * 2 * m->nkv * m->hd * 2, (double)c * m->ffn * 12};
+        for (int w = 0; w < 4; w++) {
+            r.which = w;
+            double ms = time_ms(rows_launch, &r);
+            printf("  %-10s %-13s %9.4f ms %8.0f GB/s\n", m->name, names[w], ms, bytes[w] / (ms * 1e6));
+        }
+        dfree_all();
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gpu_rows_ops),
+        cmocka_unit_test(test_gpu_rows_attn_models),
+        cmocka_unit_test(test_gpu_rows_attn_fixtures),
+        cmocka_unit_test(test_gpu_rows_attn_timing),
+    };
+    const char *f = getenv("PPN_GPU_TEST_FILTER");
+    if (f && *f) cmocka_set_test_filter(f);
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
