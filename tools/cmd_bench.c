@@ -598,7 +598,7 @@ static void table_kernels(const bench_result *r)
     }
     printf("       %-14s %11.2f %12.3f %7.1f%%   (median step %.3f us; kernels of different stages may overlap)\n",
            "all kernels", calls, us, step_us > 0 ? 100.0 * us / step_us : 0.0, step_us);
-    printf("       embed, kv_store and attn declare the whole table or KV cache: their GB/s overstates the traffic\n");
+    printf("       embed, rope and attn declare the whole table or KV cache: their GB/s overstates the traffic\n");
 }
 
 static void table_row(const ppn_model *m, const bench_args *a, const bench_result *r)
