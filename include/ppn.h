@@ -316,7 +316,7 @@ typedef struct ppn_kernel_time {
     const char *name; /* the kernel's name (static storage) */
     uint64_t calls;   /* launches completed and counted */
     double ms;        /* total time of those launches */
-    double bytes;     /* their declared access bytes (embed, kv_store and attn declare the whole table or
+    double bytes;     /* their declared access bytes (embed, rope and attn declare the whole table or
                        * KV cache, so theirs exceed the bytes they move) */
 } ppn_kernel_time;
 /* One entry per kernel launched since the last reset (calls > 0), in a fixed kernel order, at most max of them
