@@ -15,7 +15,7 @@
 #define ROWS_ELEM_BLOCK 256u  /* embed, swiglu: one element per thread, a row's columns over grid.y */
 #define ROWS_NORM_BLOCK 256u  /* rmsnorm: one block per row */
 #define ROWS_HEAD_WARPS 8u    /* head norms: one warp per (row, head), 8 a block */
-#define ROWS_ROPE_BLOCK 64u   /* rope: one block per (row, head), a thread per rotated pair */
+#define ROWS_ROPE_BLOCK 256u  /* rope: one block per row, a thread per (head, rotated pair) */
 #define ROWS_ATTN_BLOCK 128u  /* attention: 4 warps (rows.cu PPN_RA_WARPS) */
 #define ROWS_ATTN_TILE 32u    /* the SIMT path's positions per tile (rows.cu PPN_RA_TILE) */
 #define ROWS_ATTN_MAX_HEAD_DIM 256
@@ -130,6 +130,15 @@ ppn_status ppn_op_head_rmsnorm_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr x, int 
     return submit(g, s, &l);
 }
 
+/* A multiple of half (the pairs a head has) where one fits in ROWS_ROPE_BLOCK whole warps, so each thread keeps
+ * one pair and its angle for every head (rows.cu); else ROWS_ROPE_BLOCK (angles recomputed as pairs change). */
+static unsigned rope_rows_block(int half)
+{
+    unsigned h = (unsigned)half, b = ROWS_ROPE_BLOCK;
+    while (b >= 32u && b % h) b -= 32u;
+    return b >= 32u ? b : ROWS_ROPE_BLOCK;
+}
+
 ppn_status ppn_op_rope_kv_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr qkv, int n_q, int n_kv, int head_dim,
                                ppn_dptr inv_freq, int interleaved, ppn_dptr kc, ppn_dptr vc, int ctx, int kvdt,
                                int pos0, int c)
@@ -150,8 +159,7 @@ ppn_status ppn_op_rope_kv_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr qkv, int n_q
     size_t row = (size_t)(n_q + 2 * n_kv) * (size_t)head_dim;
     size_t span = kv_span_bytes(n_kv, head_dim, ctx, pos0 + c, kvdt);
     size_t skip = (size_t)pos0 * (size_t)head_dim * ppn_dtype_size(kvdt); /* head 0's rows before pos0 */
-    ppn_launch l = launch_init(PPN_K_ROPE_KV_ROWS, &p, (unsigned)c, ROWS_ROPE_BLOCK);
-    l.grid[1] = (unsigned)(n_q + n_kv);
+    ppn_launch l = launch_init(PPN_K_ROPE_KV_ROWS, &p, (unsigned)c, rope_rows_block(head_dim / 2));
     acc_add(&l, qkv, f32_bytes((size_t)c * row), PPN_ACC_RW);
     acc_add(&l, inv_freq, f32_bytes((size_t)head_dim / 2), PPN_ACC_R);
     acc_add(&l, kc + skip, span - skip, PPN_ACC_W);

@@ -11,7 +11,7 @@
 //
 // Geometry contract with ops_rows.c: the row index is blockIdx.x (elementwise kernels take column blocks in
 // blockIdx.y); rmsnorm any whole-warp block; head norms 8 warps a block, a warp per (row, head); rope a block per
-// (row, head); attention 4 warps (PPN_RA_WARPS) with the dynamic shared memory ops_rows.c computes.
+// row; attention 4 warps (PPN_RA_WARPS) with the dynamic shared memory ops_rows.c computes.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
@@ -131,30 +131,40 @@ extern "C" __global__ void ppn_k_head_rmsnorm_rows(const ppn_kp_head_rmsnorm_row
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// rope + KV store rows: block (row i, head h of the n_q + n_kv rotated ones); a k head's block also stores its
-// rotated pairs and its v head into the caches at pos0 + i (ppn_k_rope with caches, per row)
+// rope + KV store rows: a block per row i. Thread t takes pair k of head h for the (h, k) = divmod(x, half) with
+// x = t, t + blockDim, ...: with blockDim a multiple of half (ops_rows.c sees to it where it can) k never changes,
+// so its angle (sincosf: the row's costliest step) is computed once for all the heads. A k head's rotated pair is
+// also stored into kc at pos0 + i, and the row's v heads into vc (ppn_k_rope with caches, per row).
 
 extern "C" __global__ void ppn_k_rope_kv_rows(const ppn_kp_rope_kv_rows p)
 {
     ppn_rw_pdl_enter();
-    const int hd = p.head_dim, half = hd / 2, i = blockIdx.x, h = blockIdx.y, nqk = p.n_q + p.n_kv;
-    float *row = (float *)p.qkv + (size_t)i * (size_t)(nqk + p.n_kv) * hd, *xh = row + (size_t)h * hd;
+    const int hd = p.head_dim, half = hd / 2, i = blockIdx.x, nqk = p.n_q + p.n_kv;
+    float *row = (float *)p.qkv + (size_t)i * (size_t)(nqk + p.n_kv) * hd;
     const float *inv = (const float *)p.inv_freq;
     const int32_t pos = p.pos0 + i;
-    const int kh = h - p.n_q;
-    size_t dst = kh >= 0 ? ((size_t)kh * (size_t)p.ctx + (size_t)pos) * (size_t)hd : 0;
-    for (int k = threadIdx.x; k < half; k += blockDim.x) {
-        float s, c;
-        ppn_rw_rope_angle(pos, inv[k], &s, &c);
+    const size_t dst0 = (size_t)pos * (size_t)hd; // row pos of KV head 0; head g adds g ctx hd
+    int kk = -1;
+    float s = 0.0f, c = 1.0f;
+    for (int x = threadIdx.x; x < nqk * half; x += blockDim.x) {
+        int h = x / half, k = x - h * half;
+        if (k != kk) ppn_rw_rope_angle(pos, inv[k], &s, &c), kk = k;
+        float *xh = row + (size_t)h * hd;
         int a = p.interleaved ? 2 * k : k, b = p.interleaved ? 2 * k + 1 : k + half;
         float x0 = xh[a], x1 = xh[b];
         float y0 = ppn_rw_rope_rot(x0, x1, c, s, false), y1 = ppn_rw_rope_rot(x1, x0, c, s, true);
         xh[a] = y0, xh[b] = y1;
-        if (kh >= 0) ppn_rw_kv_put(p.kc, p.kvdt, dst + a, y0), ppn_rw_kv_put(p.kc, p.kvdt, dst + b, y1);
+        const int kh = h - p.n_q;
+        if (kh >= 0) {
+            size_t dst = dst0 + (size_t)kh * (size_t)p.ctx * hd;
+            ppn_rw_kv_put(p.kc, p.kvdt, dst + a, y0), ppn_rw_kv_put(p.kc, p.kvdt, dst + b, y1);
+        }
     }
-    if (kh < 0) return;
-    const float *vh = row + (size_t)(nqk + kh) * hd;
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) ppn_rw_kv_put(p.vc, p.kvdt, dst + d, vh[d]);
+    const float *v = row + (size_t)nqk * hd;
+    for (int x = threadIdx.x; x < p.n_kv * hd; x += blockDim.x) {
+        int g = x / hd, d = x - g * hd;
+        ppn_rw_kv_put(p.vc, p.kvdt, dst0 + (size_t)g * (size_t)p.ctx * hd + d, v[x]);
+    }
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -305,7 +305,8 @@ static void test_rows_ops_accesses(void **state)
     tu_expect_acc(2, kc + first, span * es, PPN_ACC_W);
     tu_expect_acc(3, vc + first, span * es, PPN_ACC_W);
     assert_int_equal(tu_cap.l.grid[0], c);
-    assert_int_equal(tu_cap.l.grid[1], nq + nkv);
+    assert_int_equal(tu_cap.l.grid[1], 1);
+    assert_int_equal(tu_cap.l.block[0] % (hd / 2), 0); /* each thread keeps one pair (and its angle) */
     /* attention: q of every row, the caches' positions 0 .. pos0 + c - 1, out */
     float *ao = zmem((size_t)c * nq * hd * 4);
     EXPECT_ST(PPN_OK, ppn_op_attn_rows(&tu_fake, tu_fake_stream, D(ao), D(qkv), D(kc), D(vc), nq, nkv, hd, ctx,

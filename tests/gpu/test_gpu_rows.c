@@ -412,14 +412,14 @@ static double time_ms(launch_fn fn, void *arg)
 typedef struct attn_run {
     const ashape *a;
     ppn_dptr out, qkv, kc, vc;
-    int ctx, kvdt, c;
+    int ctx, kvdt, c, pos0;
 } attn_run;
 
 static ppn_status attn_launch(void *arg)
 {
     attn_run *r = arg;
     return ppn_op_attn_rows(G, S, r->out, r->qkv, r->kc, r->vc, r->a->nq, r->a->nkv, r->a->hd, r->ctx, r->kvdt,
-                            1.0f / sqrtf((float)r->a->hd), 0, r->c);
+                            1.0f / sqrtf((float)r->a->hd), r->pos0, r->c);
 }
 
 typedef struct rows_run {
@@ -466,6 +466,22 @@ static void test_gpu_rows_attn_timing(void **state)
                 free(q), free(kc), free(vc);
                 dfree_all();
             }
+    printf("  4096 positions as 8 chunks of 512 (pos0 = 0, 512, .., 3584; bf16), each chunk's median:\n");
+    for (size_t k = 0; k < TU_LEN(ATTN_MODELS); k++) {
+        const ashape *a = &ATTN_MODELS[k];
+        const int c = 512, ctx = 4096;
+        size_t row = (size_t)(a->nq + 2 * a->nkv) * a->hd, cb = (size_t)a->nkv * ctx * a->hd * 2;
+        float *q = tu_frand((size_t)c * row, -3, 3);
+        void *kc = tu_wrand(PPN_DTYPE_BF16, cb / 2, NULL), *vc = tu_wrand(PPN_DTYPE_BF16, cb / 2, NULL);
+        attn_run r = {.a = a, .qkv = up(q, (size_t)c * row * 4), .kc = up(kc, cb), .vc = up(vc, cb),
+                      .out = dalloc((size_t)c * a->nq * a->hd * 4), .ctx = ctx, .kvdt = PPN_DTYPE_BF16, .c = c};
+        double total = 0, last = 0;
+        for (r.pos0 = 0; r.pos0 < ctx; r.pos0 += c) total += last = time_ms(attn_launch, &r);
+        double flops = 4.0 * a->hd * a->nq * ((double)ctx * (ctx + 1) / 2);
+        printf("  %-10s sum %.4f ms (%.1f TFLOP/s), last chunk %.4f ms\n", a->name, total, flops / (total * 1e9), last);
+        free(q), free(kc), free(vc);
+        dfree_all();
+    }
     printf("  row ops at c = 4096 (bf16 weights and caches), median of 15:\n");
     static const char *const names[] = {"embed_rows", "rmsnorm_rows", "rope_kv_rows", "swiglu_rows"};
     for (size_t k = 0; k < TU_LEN(ATTN_MODELS); k++) {
