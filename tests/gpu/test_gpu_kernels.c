@@ -1072,8 +1072,11 @@ static int free_buffers(void **state)
 static void test_gpu_kernels_table_covered(void **state)
 {
     (void)state;
-    printf("  kernels in the table: %d (embed..matmat), each exercised by the cases above\n", PPN_K_COUNT);
-    assert_int_equal(PPN_K_COUNT, 14); /* a new kernel needs a case here (attn_bf16, attn_f16: the 2-byte cases) */
+    printf("  kernels in the table: %d (embed..matmat here; the prefill's gemm and row kernels in test_gpu_gemm.c "
+           "and test_gpu_rows.c)\n", PPN_K_COUNT);
+    /* a new kernel needs a case in tests/gpu: 14 here (attn_bf16, attn_f16: the 2-byte cases), gemm and its 3
+     * tensor-core tiles in test_gpu_gemm.c, the 8 row kernels in test_gpu_rows.c */
+    assert_int_equal(PPN_K_COUNT, 14 + 4 + 8);
 }
 
 int main(void)
