@@ -2,17 +2,20 @@
 // (+ bias)(+ res), x and out f32, W in bf16 / f16 / f32.
 //
 //   ppn_k_gemm        SIMT tiles of 64 x 64 outputs, 256 threads of 4 x 4: any shape, dtype and alignment.
-//   ppn_k_gemm_tc_*   tensor cores (mma.sync m16n8k16, f32 accumulators), bf16 / f16 W, cols % 8 == 0, w and x
-//                     16-byte aligned. W streams into shared memory through a cp.async ring of STAGES k-tiles
-//                     (32 columns each); x is loaded as f32 into registers one tile ahead, rounded to W's dtype
-//                     (cvt.rn) and stored beside it, so no converted copy of x ever reaches global memory.
-//                     Fragments come out through ldmatrix from rows of 64 bytes whose four 16-byte chunks are
-//                     XOR-swizzled by (row / 2) % 4, so every 8-row ldmatrix phase hits 8 distinct bank groups.
+//   ppn_k_gemm_tc_l   tensor cores, f32 accumulators, bf16 / f16 W, cols % 8 == 0, w and x 16-byte aligned;
+//   ppn_k_gemm_tc_m   128 x 256 and 64 x 128 output tiles. sm_90a: warpgroup MMA (gemm_h below). Elsewhere
+//                     (the sm_80 SASS, and the PTX a later GPU compiles): mma.sync m16n8k16 (gemm_tc): W streams
+//                     into shared memory through a cp.async ring of STAGES k-tiles (32 columns each); x is
+//                     loaded as f32 into registers one tile ahead, rounded to W's dtype (cvt.rn) and stored
+//                     beside it, so no converted copy of x ever reaches global memory. Fragments come out
+//                     through ldmatrix from rows of 64 bytes whose four 16-byte chunks are XOR-swizzled by
+//                     (row / 2) % 4, so every 8-row ldmatrix phase hits 8 distinct bank groups.
 //
 // Determinism: no atomics, no split over K. Each output is one thread's sum in k order: a fmaf chain (SIMT),
-// or one f32 accumulator through k16 steps in k order (tensor cores; the zero-filled tail adds exact zeros),
-// so the three tensor-core tiles give the same bits. CTAs walk the output in groups of GEMM_GROUP tile rows
-// (tokens) so that the CTAs resident together share their x and W tiles in L2.
+// or one f32 accumulator through k16 steps in k order (tensor cores; the zero-filled tail adds exact zeros).
+// On the H200 both tiles, and mma.sync against wgmma, gave the same bits (tests/gpu/test_gpu_gemm.c). CTAs
+// walk the output in groups of GEMM_GROUP tile rows (tokens) so that the CTAs resident together share their x
+// and W tiles in L2.
 //
 // Programmatic dependent launch (see ppn_kernels.cu): every kernel lets its successor launch first thing and
 // waits for its predecessors before it touches x, bias, res or out; the tensor-core kernels issue their first
@@ -310,7 +313,257 @@ template <int BM, int BN, int WM, int WN, int STAGES, bool BF16> struct gemm_tc 
     }
 };
 
-extern __shared__ __align__(128) unsigned char gemm_dyn_smem[];
+
+// ---------------------------------------------------------------------------------------------------------
+// Hopper (sm_90a): the large and middle tiles on warpgroup MMA. WGS warpgroups of 64 tokens x BN weight rows
+// (large: 2 x 256, middle: 1 x 128); W streams through a cp.async ring of GEMM_H_STAGES k-tiles of 64 columns,
+// each row 128 bytes in the 128-byte swizzle wgmma reads (16-byte chunk c of row r at chunk c ^ (r % 8)); x
+// goes straight from global memory into the A fragments (registers), a k-tile ahead, rounded to W's dtype on
+// the way. Each k-tile's four m64nBNk16 steps are one wgmma group, waited for before the next barrier (so the
+// ring slot it read may be refilled). The tiles, threads and shared memory are kparams.h's, as on sm_80.
+
+#define GEMM_H_BK 64
+#define GEMM_H_STAGES 3
+static_assert(GEMM_H_STAGES * PPN_GEMM_TC_L_BN * GEMM_H_BK * 2 ==
+                  (int)PPN_GEMM_TC_SMEM(PPN_GEMM_TC_L_BM, PPN_GEMM_TC_L_BN, PPN_GEMM_TC_L_STAGES) &&
+              GEMM_H_STAGES * PPN_GEMM_TC_M_BN * GEMM_H_BK * 2 ==
+                  (int)PPN_GEMM_TC_SMEM(PPN_GEMM_TC_M_BM, PPN_GEMM_TC_M_BN, PPN_GEMM_TC_M_STAGES),
+              "the wgmma rings take the shared memory kparams.h gives the large and middle tiles");
+
+__device__ __forceinline__ void gemm_fence_async(void)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void gemm_wg_fence(void)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void gemm_wg_commit_wait(void)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#endif
+}
+
+// The K-major 128-byte-swizzle descriptor of 8-row groups 1024 bytes apart, starting at shared address a.
+__device__ __forceinline__ uint64_t gemm_desc(uint32_t a)
+{
+    return (uint64_t)((a & 0x3ffffu) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+}
+
+// One m64nNk16 step of a warpgroup (N = 256 or 128): d (this thread's N / 2 accumulators) += A . B, A in 4
+// registers (the mma.m16n8k16 A fragment of the warp's 16 rows), B N x 16 in shared memory (descriptor db).
+template <int N, bool BF16> __device__ __forceinline__ void gemm_wgmma(float *d, const uint32_t *a, uint64_t db)
+{
+    static_assert(N == 256 || N == 128, "the two widths the tiles use");
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if (N == 256 && BF16)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %132, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+                     "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+                     "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+                     "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+                     "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+                     "}, {%128, %129, %130, %131}, %133, p, 1, 1, 0;\n}\n"
+                     :
+                     "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+                     "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+                     "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+                     "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+                     "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+                     "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+                     "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+                     "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                     "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+                     "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
+                     "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
+                     "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+                     "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),
+                     "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]),
+                     "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+                     "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]),
+                     "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),
+                     "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),
+                     "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(1), "l"(db));
+    else if (N == 256)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %132, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {"
+                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+                     "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+                     "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+                     "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+                     "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+                     "}, {%128, %129, %130, %131}, %133, p, 1, 1, 0;\n}\n"
+                     :
+                     "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+                     "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+                     "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+                     "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+                     "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+                     "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+                     "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+                     "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                     "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+                     "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
+                     "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
+                     "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+                     "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),
+                     "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]),
+                     "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+                     "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]),
+                     "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),
+                     "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),
+                     "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(1), "l"(db));
+    else if (BF16)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %68, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+                     "}, {%64, %65, %66, %67}, %69, p, 1, 1, 0;\n}\n"
+                     :
+                     "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+                     "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+                     "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+                     "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+                     "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+                     "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+                     "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+                     "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                     "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+                     "+f"(d[63])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(1), "l"(db));
+    else
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %68, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+                     "}, {%64, %65, %66, %67}, %69, p, 1, 1, 0;\n}\n"
+                     :
+                     "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+                     "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+                     "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+                     "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+                     "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+                     "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+                     "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+                     "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                     "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+                     "+f"(d[63])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(1), "l"(db));
+#endif
+}
+
+template <int WGS, int BN, bool BF16> struct gemm_h {
+    static constexpr int BM = 64 * WGS, BK = GEMM_H_BK, S = GEMM_H_STAGES, STAGE_BYTES = BN * BK * 2;
+    static constexpr int THREADS = 128 * WGS, WPT = BN * BK / 8 / THREADS, NACC = BN / 2;
+    static_assert(WPT * THREADS * 8 == BN * BK && BN % 64 == 0, "whole 8-row swizzle atoms, whole copies");
+
+    const ppn_kp_gemm &p;
+    uint32_t s0;
+    int i0, r0, row; // row: this thread's first token (its fragment rows are row and row + 8)
+    float2 raw[16];  // the next k-tile's x: [k16 step][k half][row half]
+
+    __device__ gemm_h(const ppn_kp_gemm &p_, unsigned char *smem) : p(p_), s0(gemm_smem_addr(smem))
+    {
+        int tm, tn, t = (int)threadIdx.x;
+        gemm_tile(p.m, p.rows, BM, BN, &tm, &tn);
+        i0 = tm * BM, r0 = tn * BN;
+        row = i0 + (t >> 7) * 64 + ((t >> 5) & 3) * 16 + ((t & 31) >> 2);
+    }
+
+    __device__ __forceinline__ void load_w(int st, int kt)
+    {
+#pragma unroll
+        for (int e = 0; e < WPT; e++) {
+            int idx = (int)threadIdx.x + e * THREADS, r = idx >> 3, c = idx & 7, gk = kt * BK + c * 8;
+            bool ok = r0 + r < p.rows && gk < p.cols;
+            const unsigned short *src = (const unsigned short *)p.w;
+            if (ok) src += (size_t)(r0 + r) * (size_t)p.cols + (size_t)gk;
+            gemm_cp16(s0 + (uint32_t)(st * STAGE_BYTES + r * 128 + ((c ^ (r & 7)) << 4)), src, ok);
+        }
+    }
+
+    // x k-tile kt's fragment elements: (row + 8 rh, kt BK + 16 s + 8 h + 2 (lane % 4) + {0, 1}); cols % 8 == 0,
+    // so a pair is all in or all out.
+    __device__ __forceinline__ void load_x(int kt)
+    {
+        const int q = ((int)threadIdx.x & 3) * 2;
+#pragma unroll
+        for (int s = 0; s < 4; s++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int rh = 0; rh < 2; rh++) {
+                    int i = row + 8 * rh, k = kt * BK + 16 * s + 8 * h + q;
+                    float2 v = make_float2(0.0f, 0.0f);
+                    if (i < p.m && k < p.cols) v = *(const float2 *)((const float *)p.x + (size_t)i * p.cols + k);
+                    raw[s * 4 + h * 2 + rh] = v;
+                }
+    }
+
+    __device__ __forceinline__ void run(void)
+    {
+        const int kts = (p.cols + BK - 1) / BK;
+        if (s0 & 1023u) __trap(); // the swizzle atoms must sit on 1024-byte boundaries
+        float acc[NACC];
+#pragma unroll
+        for (int j = 0; j < NACC; j++) acc[j] = 0.0f;
+#pragma unroll
+        for (int s = 0; s < S - 1; s++) {
+            if (s < kts) load_w(s, s);
+            gemm_cp_commit();
+        }
+        gemm_pdl_wait();
+        load_x(0);
+        for (int kt = 0; kt < kts; kt++) {
+            gemm_cp_wait<S - 2>();
+            gemm_fence_async(); // the cp.async writes (generic proxy) before wgmma's reads (async proxy)
+            __syncthreads();    // every thread's copies of k-tile kt landed; every warp's wgmma of kt - 1 done
+            int nk = kt + S - 1;
+            if (nk < kts) load_w(nk % S, nk);
+            gemm_cp_commit();
+            uint32_t a[16];
+#pragma unroll
+            for (int j = 0; j < 16; j++) a[j] = gemm_pack<BF16>(raw[j].x, raw[j].y);
+            if (kt + 1 < kts) load_x(kt + 1); // lands while the tensor cores work on kt
+            const uint32_t sb = s0 + (uint32_t)((kt % S) * STAGE_BYTES);
+            gemm_wg_fence();
+#pragma unroll
+            for (int s = 0; s < 4; s++) gemm_wgmma<BN, BF16>(acc, a + 4 * s, gemm_desc(sb + 32u * (uint32_t)s));
+            gemm_wg_commit_wait();
+        }
+        gemm_cp_wait<0>();
+        const int r = r0 + ((int)threadIdx.x & 3) * 2;
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++) {
+            gemm_store(p, row, r + 8 * j, acc[4 * j]);
+            gemm_store(p, row, r + 8 * j + 1, acc[4 * j + 1]);
+            gemm_store(p, row + 8, r + 8 * j, acc[4 * j + 2]);
+            gemm_store(p, row + 8, r + 8 * j + 1, acc[4 * j + 3]);
+        }
+    }
+};
+
+extern __shared__ __align__(1024) unsigned char gemm_dyn_smem[];
 
 template <int BM, int BN, int WM, int WN, int STAGES> __device__ __forceinline__ void gemm_tc_run(const ppn_kp_gemm &p)
 {
@@ -324,20 +577,38 @@ template <int BM, int BN, int WM, int WN, int STAGES> __device__ __forceinline__
     }
 }
 
+template <int WGS, int BN> __device__ __forceinline__ void gemm_h_run(const ppn_kp_gemm &p)
+{
+    gemm_pdl_trigger();
+    if (p.wdt == PPN_DTYPE_BF16) {
+        gemm_h<WGS, BN, true> k(p, gemm_dyn_smem);
+        k.run();
+    } else {
+        gemm_h<WGS, BN, false> k(p, gemm_dyn_smem);
+        k.run();
+    }
+}
+
+// Warpgroup MMA where the build has sm_90a's features, mma.sync elsewhere (sm_80 SASS, and the PTX a later GPU
+// compiles): the same tile, threads and shared memory either way.
 extern "C" __global__ void __launch_bounds__(PPN_GEMM_TC_L_THREADS, 1) ppn_k_gemm_tc_l(const ppn_kp_gemm_tc_l p)
 {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    static_assert(PPN_GEMM_TC_L_THREADS == 256 && PPN_GEMM_TC_L_BM == 128, "two warpgroups");
+    gemm_h_run<2, PPN_GEMM_TC_L_BN>(p);
+#else
     static_assert(PPN_GEMM_TC_L_THREADS == 2 * 4 * 32, "2 x 4 warps of 64 x 64");
     gemm_tc_run<PPN_GEMM_TC_L_BM, PPN_GEMM_TC_L_BN, 2, 4, PPN_GEMM_TC_L_STAGES>(p);
+#endif
 }
 
 extern "C" __global__ void __launch_bounds__(PPN_GEMM_TC_M_THREADS, 2) ppn_k_gemm_tc_m(const ppn_kp_gemm_tc_m p)
 {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    static_assert(PPN_GEMM_TC_M_THREADS == 128 && PPN_GEMM_TC_M_BM == 64, "one warpgroup");
+    gemm_h_run<1, PPN_GEMM_TC_M_BN>(p);
+#else
     static_assert(PPN_GEMM_TC_M_THREADS == 2 * 2 * 32, "2 x 2 warps of 32 x 64");
     gemm_tc_run<PPN_GEMM_TC_M_BM, PPN_GEMM_TC_M_BN, 2, 2, PPN_GEMM_TC_M_STAGES>(p);
-}
-
-extern "C" __global__ void __launch_bounds__(PPN_GEMM_TC_S_THREADS, 8) ppn_k_gemm_tc_s(const ppn_kp_gemm_tc_s p)
-{
-    static_assert(PPN_GEMM_TC_S_THREADS == 1 * 2 * 32, "1 x 2 warps of 16 x 16");
-    gemm_tc_run<PPN_GEMM_TC_S_BM, PPN_GEMM_TC_S_BN, 1, 2, PPN_GEMM_TC_S_STAGES>(p);
+#endif
 }

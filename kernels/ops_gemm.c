@@ -11,7 +11,8 @@
 #include "kernels/ops.h"
 #include "kernels/ops_internal.h"
 
-#define GEMM_SMS 132 /* the H200's SMs: large tiles only where they make one wave at least */
+#define GEMM_L_MIN_TILES 100 /* large tiles from about 3/4 of a wave of them on the H200's 132 SMs */
+#define GEMM_L_MIN_M 65       /* and from m > 64: below, half a large tile's tokens would be padding */
 
 #define GEMM_MAX_CTAS 0x7fffffffu /* a 1-D grid's limit */
 
@@ -21,14 +22,18 @@ static size_t gemm_tiles(int m, int rows, int bm, int bn)
 }
 
 /* The tensor-core kernels need 16-byte loads of whole 8-element chunks of a weight row (cols % 8, w aligned)
- * and of 4 floats of x (x aligned); anything else, and f32 weights, take the SIMT kernel. Among the tensor-core
- * tiles: m <= 16 the small one (a weight-bandwidth bound launch wants many CTAs), the large one where its CTAs
- * fill the GPU once at least, the middle one between. */
+ * and of x (x aligned); anything else, and f32 weights, take the SIMT kernel. The large tile is the faster one
+ * per SM (H200, tests/gpu/test_gpu_gemm.c, 2026-12-01: ~350 against ~270 TFLOP/s at m = 4096) but has 4x fewer
+ * CTAs: the middle one wins where the large ones leave SMs idle (llama-8b o at m = 512: 64 large tiles, 246
+ * against 180 TFLOP/s) or carry mostly padding (m <= 64: lm head at m = 64, 201 against 184). From 100 large
+ * tiles on, the large one won every shape measured (8b o at m = 1024, 128 tiles: 312 against 192) but one
+ * (8b qkv at m = 1024, 192 tiles: 246 against 255). At m <= 16 the middle tile also beat a 16 x 32 one made
+ * for weight bandwidth on every shape, so there is no third tile. */
 static int gemm_kernel(const ppn_kp_gemm *p)
 {
     if (p->wdt == PPN_DTYPE_F32 || p->cols % 8 || (p->w & 15u) || (p->x & 15u)) return PPN_K_GEMM;
-    if (p->m <= PPN_GEMM_TC_S_BM) return PPN_K_GEMM_TC_S;
-    if (gemm_tiles(p->m, p->rows, PPN_GEMM_TC_L_BM, PPN_GEMM_TC_L_BN) >= GEMM_SMS) return PPN_K_GEMM_TC_L;
+    if (p->m >= GEMM_L_MIN_M && gemm_tiles(p->m, p->rows, PPN_GEMM_TC_L_BM, PPN_GEMM_TC_L_BN) >= GEMM_L_MIN_TILES)
+        return PPN_K_GEMM_TC_L;
     return PPN_K_GEMM_TC_M;
 }
 
@@ -44,10 +49,6 @@ static ppn_launch gemm_geometry(int kernel, const ppn_kp_gemm *p)
     case PPN_K_GEMM_TC_M:
         bm = PPN_GEMM_TC_M_BM, bn = PPN_GEMM_TC_M_BN, threads = PPN_GEMM_TC_M_THREADS;
         smem = PPN_GEMM_TC_SMEM(bm, bn, PPN_GEMM_TC_M_STAGES);
-        break;
-    case PPN_K_GEMM_TC_S:
-        bm = PPN_GEMM_TC_S_BM, bn = PPN_GEMM_TC_S_BN, threads = PPN_GEMM_TC_S_THREADS;
-        smem = PPN_GEMM_TC_SMEM(bm, bn, PPN_GEMM_TC_S_STAGES);
         break;
     default: break;
     }
@@ -68,7 +69,7 @@ static ppn_status gemm_check(const char *op, const ppn_kp_gemm *p)
     PPN_CHECK(need_ptr(op, "out", p->out));
     PPN_CHECK(need_ptr(op, "w", p->w));
     PPN_CHECK(need_ptr(op, "x", p->x));
-    if (gemm_tiles(p->m, p->rows, PPN_GEMM_TC_S_BM, PPN_GEMM_TC_S_BN) > GEMM_MAX_CTAS) /* the most CTAs a tile takes */
+    if (gemm_tiles(p->m, p->rows, PPN_GEMM_SIMT_BM, PPN_GEMM_SIMT_BN) > GEMM_MAX_CTAS) /* the most CTAs a tile takes */
         return ppn_err(PPN_EINVAL, "%s: m %d x rows %d needs more than 2^31 - 1 CTAs", op, p->m, p->rows);
     size_t ob = f32_bytes((size_t)p->m * (size_t)p->rows), xb = f32_bytes((size_t)p->m * (size_t)p->cols);
     if (p->out < p->x + xb && p->x < p->out + ob)

@@ -1,0 +1,459 @@
+/* test_gpu_gemm.c - the prefill GEMM (ppn_op_gemm; kernels/gemm.cu) on a real GPU: against the CPU reference
+ * on random inputs at the llama-1b / llama-8b projection shapes and the fixtures', bits repeated, every
+ * tensor-core tile forced on the same inputs giving the op's bits, then a timing table (TFLOP/s).
+ *
+ * Checks: at most GG_SAMPLE token rows of each case (the first, the last, the middle and random ones) are
+ * downloaded and compared with the CPU reference run on those rows (gemm_cpu.c: x rounded to W's dtype, f32
+ * sums). Both sides sum in f32 in different orders, so the bound is 1e-5 of the row's sum of absolute terms
+ * (|W| |x as rounded|, + |bias| + |res|): f32 summation of up to 14336 terms of either order stays within
+ * n u ~ 9e-4 of it at worst and ~sqrt(n) u ~ 1e-5 typically; 1e-5 leaves the typical case 10x or more.
+ *
+ * Timing: device time between an event pair around one launch, the median of GG_TIMED after GG_WARM
+ * launches; each launch reads another copy of W from a pool (a small W is not served from L2 by its previous
+ * launch). TFLOP/s = 2 m rows cols / time. The op's choice is timed, and each tensor-core tile forced.
+ *
+ * Runs only where a CUDA driver and GPU exist. PPN_GPU_TEST_FILTER=<cmocka pattern> picks tests
+ * (test_gpu_gemm_correct, test_gpu_gemm_timing).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/base/dtype.h"
+#include "core/device/gpu.h"
+#include "kernels/ktable.h"
+#include "kernels/ops.h"
+#include "tests/util/tcheck.h"
+#include "tests/util/tdev.h"
+#include "tests/util/tkern.h"
+#include "tests/util/trand.h"
+
+#define GG_SAMPLE 6
+#define GG_WARM 3
+#define GG_TIMED 11
+#ifndef GG_SMOKE
+#define GG_BACKEND "cuda"
+#define GG_MAX_M 4096
+#define GG_MAX_ROWS 128256
+#define GG_MAX_COLS 14336
+#define GG_POOL_ELEMS ((size_t)128256 * 4096) /* the largest W (lm head of llama-8b) */
+#define GG_POOL16_ELEMS ((size_t)28672 * 4096) /* the largest f16 / f32 W tested */
+#else /* -DGG_SMOKE: this file's own logic checked on the sim backend (CPU), at the shapes that fit */
+#define GG_BACKEND "sim"
+#define GG_MAX_M 4096
+#define GG_MAX_ROWS 16384
+#define GG_MAX_COLS 8192
+#define GG_POOL_ELEMS ((size_t)16384 * 2048)
+#define GG_POOL16_ELEMS ((size_t)16384 * 2048)
+#endif
+
+static ppn_gpu *G;
+static ppn_gstream *S;
+static int failures;
+
+/* Device and host buffers shared by every case (random contents, a prefix of each used). */
+static struct {
+    ppn_dptr w[3];   /* W pool per dtype (index = PPN_DTYPE_*) */
+    size_t wn[3];    /* elements in each */
+    void *hw[3];     /* host copies */
+    ppn_dptr x, out, res, bias[3];
+    float *hx, *hres;
+    void *hbias[3];
+} B;
+
+static void *hmem(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    assert_non_null(p);
+    return p;
+}
+
+static ppn_dptr up(const void *h, size_t bytes)
+{
+    ppn_dptr d = tu_dalloc(G, 0, bytes);
+    tu_upload(G, S, d, h, bytes);
+    return d;
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    double t0 = now_s();
+    B.wn[PPN_DTYPE_BF16] = GG_POOL_ELEMS, B.wn[PPN_DTYPE_F16] = GG_POOL16_ELEMS, B.wn[PPN_DTYPE_F32] = GG_POOL16_ELEMS;
+    for (int dt = 0; dt < 3; dt++) {
+        size_t es = ppn_dtype_size(dt);
+        B.hw[dt] = tu_wrand(dt, B.wn[dt], NULL);
+        B.w[dt] = up(B.hw[dt], B.wn[dt] * es);
+        B.hbias[dt] = tu_wrand(dt, GG_MAX_ROWS, NULL);
+        B.bias[dt] = up(B.hbias[dt], GG_MAX_ROWS * es);
+    }
+    size_t xn = (size_t)GG_MAX_M * GG_MAX_COLS, on = (size_t)GG_MAX_M * GG_MAX_ROWS, rn = (size_t)512 * 16384;
+    B.hx = tu_frand(xn, -2, 2);
+    B.x = up(B.hx, xn * 4);
+    B.hres = tu_frand(rn, -4, 4);
+    B.res = up(B.hres, rn * 4);
+    B.out = tu_dalloc(G, 0, on * 4);
+    EXPECT_OK(G->ops->stream_sync(G, S));
+    printf("  inputs generated and uploaded in %.1f s\n", now_s() - t0);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    for (int dt = 0; dt < 3; dt++) {
+        G->ops->mem_free(G, 0, B.w[dt]), G->ops->mem_free(G, 0, B.bias[dt]);
+        free(B.hw[dt]), free(B.hbias[dt]);
+    }
+    G->ops->mem_free(G, 0, B.x), G->ops->mem_free(G, 0, B.out);
+    G->ops->mem_free(G, 0, B.res);
+    free(B.hx), free(B.hres);
+    return 0;
+}
+
+/* A launch of gemm kernel k on p with kparams.h's geometry for that kernel (what ops_gemm.c builds). */
+static ppn_status launch_kernel(int k, const ppn_kp_gemm *p)
+{
+    unsigned bm = PPN_GEMM_SIMT_BM, bn = PPN_GEMM_SIMT_BN, th = PPN_GEMM_SIMT_THREADS, smem = 0;
+    if (k == PPN_K_GEMM_TC_L)
+        bm = PPN_GEMM_TC_L_BM, bn = PPN_GEMM_TC_L_BN, th = PPN_GEMM_TC_L_THREADS,
+        smem = PPN_GEMM_TC_SMEM(bm, bn, PPN_GEMM_TC_L_STAGES);
+    if (k == PPN_K_GEMM_TC_M)
+        bm = PPN_GEMM_TC_M_BM, bn = PPN_GEMM_TC_M_BN, th = PPN_GEMM_TC_M_THREADS,
+        smem = PPN_GEMM_TC_SMEM(bm, bn, PPN_GEMM_TC_M_STAGES);
+    unsigned grid = ((unsigned)p->m + bm - 1) / bm * (((unsigned)p->rows + bn - 1) / bn);
+    ppn_launch l = {.kernel = k, .grid = {grid, 1, 1}, .block = {th, 1, 1}, .smem = smem, .params = p,
+                    .params_size = sizeof *p, .nacc = 0};
+    return G->ops->launch(G, S, &l);
+}
+
+/* k < 0: the op's choice. */
+static ppn_status run_gemm(int k, const ppn_kp_gemm *p)
+{
+    if (k < 0) return ppn_op_gemm(G, S, p->out, p->w, p->wdt, p->x, p->m, p->rows, p->cols, p->bias, p->res);
+    return launch_kernel(k, p);
+}
+
+static const char *kname(int k) { return k < 0 ? "op" : ppn_kernels[k].name + 6; }
+
+/* The kernel ppn_op_gemm picks for p: the op run against the fake device, capturing only. */
+static int op_choice(const ppn_kp_gemm *p)
+{
+    tu_cap.dry = 1;
+    EXPECT_OK(ppn_op_gemm(&tu_fake, tu_fake_stream, p->out, p->w, p->wdt, p->x, p->m, p->rows, p->cols, p->bias,
+                          p->res));
+    tu_cap.dry = 0;
+    return tu_cap.l.kernel;
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * correctness */
+
+typedef struct gg_case {
+    const char *name;
+    int m, rows, cols, dt, bias, res, alias, xoff; /* xoff: x this many floats past 16-byte alignment */
+} gg_case;
+
+static int pick_rows(int m, int *t)
+{
+    int n = 0, cand[GG_SAMPLE] = {0, m - 1, m / 2, (int)(tu_rand32() % (unsigned)m), (int)(tu_rand32() % (unsigned)m),
+                                  (int)(tu_rand32() % (unsigned)m)};
+    for (int i = 0; i < GG_SAMPLE; i++) {
+        int dup = 0;
+        for (int j = 0; j < n; j++) dup |= t[j] == cand[i];
+        if (!dup) t[n++] = cand[i];
+    }
+    return n;
+}
+
+/* The sampled rows (out [ns, rows] on the host) of a launch whose output is at dout. */
+static void fetch_rows(float *h, ppn_dptr dout, const int *t, int ns, int rows)
+{
+    size_t rb = (size_t)rows * 4;
+    for (int i = 0; i < ns; i++) tu_download(G, S, h + (size_t)i * rows, dout + (size_t)t[i] * rb, rb);
+}
+
+/* n elements of dtype dt with their signs cleared. */
+static void *abs_copy(const void *w, int dt, size_t n)
+{
+    void *a = hmem(n * ppn_dtype_size(dt));
+    if (dt == PPN_DTYPE_F32)
+        for (size_t i = 0; i < n; i++) ((float *)a)[i] = fabsf(((const float *)w)[i]);
+    else
+        for (size_t i = 0; i < n; i++) ((uint16_t *)a)[i] = ((const uint16_t *)w)[i] & 0x7fffu;
+    return a;
+}
+
+/* Puts the case's res into out (res aliasing out) before a launch. */
+static void reset_alias(const gg_case *c)
+{
+    if (c->alias) tu_upload(G, S, B.out, B.hres, (size_t)c->m * c->rows * 4);
+}
+
+/* Worst |got - ref| / (1e-5 scale) over n outputs (a NaN on either side: infinite); *wi where, *max_abs its size. */
+static double err_ratio(const float *got, const float *ref, const float *scale, size_t n, size_t *wi, double *max_abs)
+{
+    double worst = 0;
+    *wi = 0, *max_abs = 0;
+    for (size_t o = 0; o < n; o++) {
+        double e = fabs((double)got[o] - (double)ref[o]);
+        double ratio = isnan(got[o]) || isnan(ref[o]) ? INFINITY : e / (1e-5 * scale[o] + 1e-30);
+        if (ratio > worst) worst = ratio, *wi = o;
+        if (e > *max_abs) *max_abs = e;
+    }
+    return worst;
+}
+
+/* The CPU reference of the sampled rows t[0 .. ns) into ref, and their scales (the same reference on |W|, |x|
+ * (rounding is symmetric), |bias|, |res|: the sum of absolute terms) into scale. */
+static void gg_reference(const gg_case *c, const int *t, int ns, float *ref, float *scale)
+{
+    size_t R = (size_t)c->rows, C = (size_t)c->cols;
+    float *hx = hmem((size_t)ns * C * 4), *hr = hmem((size_t)ns * R * 4);
+    for (int i = 0; i < ns; i++) {
+        memcpy(hx + (size_t)i * C, B.hx + (size_t)c->xoff + (size_t)t[i] * C, C * 4);
+        if (c->res) memcpy(hr + (size_t)i * R, B.hres + (size_t)t[i] * R, R * 4);
+    }
+    ppn_kp_gemm q = {.out = D(ref), .w = D(B.hw[c->dt]), .x = D(hx), .bias = c->bias ? D(B.hbias[c->dt]) : 0,
+                     .res = c->res ? D(hr) : 0, .m = ns, .rows = c->rows, .cols = c->cols, .wdt = c->dt};
+    tu_kernel_run(PPN_K_GEMM, &q);
+    void *aw = abs_copy(B.hw[c->dt], c->dt, R * C), *ab = abs_copy(B.hbias[c->dt], c->dt, R);
+    for (size_t i = 0; i < (size_t)ns * C; i++) hx[i] = fabsf(hx[i]);
+    for (size_t i = 0; i < (size_t)ns * R; i++) hr[i] = fabsf(hr[i]);
+    q.out = D(scale), q.w = D(aw), q.bias = c->bias ? D(ab) : 0;
+    tu_kernel_run(PPN_K_GEMM, &q);
+    free(aw), free(ab), free(hx), free(hr);
+}
+
+/* Kernel k (< 0: the op) on p, its sampled rows into h. */
+static void gg_run(const gg_case *c, int k, const ppn_kp_gemm *p, const int *t, int ns, float *h)
+{
+    reset_alias(c);
+    EXPECT_OK(run_gemm(k, p));
+    EXPECT_OK(G->ops->stream_sync(G, S));
+    fetch_rows(h, B.out, t, ns, c->rows);
+}
+
+/* The op twice (the same bits), then every tensor-core tile the shape allows forced, each within the bound of
+ * the CPU reference; whether a tile gives the op's bits is printed (=, !=), not required. */
+static void gg_check(const gg_case *c)
+{
+    size_t R = (size_t)c->rows, C = (size_t)c->cols;
+    assert_true((size_t)c->m * C + (size_t)c->xoff <= (size_t)GG_MAX_M * GG_MAX_COLS);
+    assert_true(R * C <= B.wn[c->dt] && (!c->res || (size_t)c->m * R <= (size_t)512 * 16384));
+    int t[GG_SAMPLE], ns = pick_rows(c->m, t);
+    size_t n = (size_t)ns * R, wi;
+    ppn_kp_gemm p = {.out = B.out, .w = B.w[c->dt], .x = B.x + (size_t)c->xoff * 4, .bias = c->bias ? B.bias[c->dt] : 0,
+                     .res = c->alias ? B.out : c->res ? B.res : 0, .m = c->m, .rows = c->rows, .cols = c->cols,
+                     .wdt = c->dt};
+    float *g1 = hmem(n * 4), *g2 = hmem(n * 4), *ref = hmem(n * 4), *scale = hmem(n * 4);
+    gg_reference(c, t, ns, ref, scale);
+    gg_run(c, -1, &p, t, ns, g1);
+    gg_run(c, -1, &p, t, ns, g2);
+    int same = !memcmp(g1, g2, n * 4), chosen = op_choice(&p);
+    double max_abs, worst = err_ratio(g1, ref, scale, n, &wi, &max_abs), tile_worst = 0;
+    char tiles[96] = "";
+    int tc = c->dt != PPN_DTYPE_F32 && c->cols % 8 == 0 && c->xoff % 4 == 0;
+    for (int k = PPN_K_GEMM_TC_L; tc && k <= PPN_K_GEMM_TC_M; k++) {
+        gg_run(c, k, &p, t, ns, g2);
+        size_t wk;
+        double ak, rk = err_ratio(g2, ref, scale, n, &wk, &ak);
+        if (rk > tile_worst) tile_worst = rk;
+        snprintf(tiles + strlen(tiles), sizeof tiles - strlen(tiles), " %s%s%.3f", kname(k) + 8,
+                 memcmp(g1, g2, n * 4) ? "!=" : "=", rk);
+    }
+    int ok = same && worst <= 1.0 && tile_worst <= 1.0;
+    printf("  %-14s %-4s m=%-4d %6dx%-5d%s%s%s%s  %-9s max|err| %.2e err/tol %.3f  %s%s%s\n", c->name,
+           ppn_dtype_name(c->dt), c->m, c->rows, c->cols, c->bias ? " +bias" : "", c->res ? " +res" : "",
+           c->alias ? "=out" : "", c->xoff ? " x+4B" : "", kname(chosen), max_abs, worst,
+           same ? "bits repeat" : "BITS DIFFER", tiles, ok ? "" : "  FAIL");
+    if (!ok) {
+        failures++;
+        printf("    worst at token %d row %zu: gpu %.9g cpu %.9g\n", t[wi / R], wi % R, g1[wi], ref[wi]);
+    }
+    free(g1), free(g2), free(ref), free(scale);
+}
+
+static void test_gpu_gemm_correct(void **state)
+{
+    (void)state;
+    const int bf = PPN_DTYPE_BF16, fh = PPN_DTYPE_F16, f32 = PPN_DTYPE_F32;
+    const gg_case cs[] = {
+        /* llama-1b */
+        {"1b qkv", 4096, 3072, 2048, bf, 0, 0, 0, 0},       {"1b qkv", 64, 3072, 2048, bf, 1, 1, 0, 0},
+        {"1b o", 512, 2048, 2048, bf, 0, 1, 1, 0},         {"1b o", 7, 2048, 2048, bf, 0, 0, 0, 0},
+        {"1b gate|up", 512, 16384, 2048, bf, 0, 0, 0, 0},  {"1b down", 4096, 2048, 8192, bf, 0, 0, 0, 0},
+        {"1b down", 1, 2048, 8192, bf, 0, 0, 0, 0},        {"1b lm head", 7, 128256, 2048, bf, 0, 0, 0, 0},
+        /* llama-8b */
+        {"8b qkv", 512, 6144, 4096, bf, 1, 0, 0, 0},       {"8b o", 4096, 4096, 4096, bf, 0, 0, 0, 0},
+        {"8b o", 64, 4096, 4096, bf, 0, 1, 1, 0},          {"8b gate|up", 64, 28672, 4096, bf, 0, 0, 0, 0},
+        {"8b down", 512, 4096, 14336, bf, 0, 1, 0, 0},     {"8b down", 16, 4096, 14336, bf, 0, 0, 0, 0},
+        {"8b lm head", 1, 128256, 4096, bf, 0, 0, 0, 0},   {"8b qkv", 512, 6144, 4096, fh, 1, 1, 0, 0},
+        {"8b down", 64, 4096, 14336, fh, 0, 0, 0, 0},      {"1b o", 512, 2048, 2048, f32, 1, 1, 1, 0},
+        /* tails: m, rows and k-tiles partly out; 16-byte misaligned x; odd cols */
+        {"tails", 333, 1000, 4104, bf, 1, 1, 0, 0},        {"tails", 333, 1000, 4104, fh, 1, 1, 1, 0},
+        {"x+4B", 100, 300, 256, bf, 1, 0, 0, 1},           {"odd cols", 77, 300, 1001, bf, 1, 1, 0, 0},
+        {"odd cols", 77, 300, 1001, f32, 1, 1, 0, 0},      {"tiny", 1, 1, 8, bf, 1, 1, 0, 0},
+        {"tiny", 1, 1, 1, fh, 1, 1, 1, 0},
+    };
+    static const int fx[][2] = {{96, 64}, {64, 64}, {352, 64}, {64, 176}, {128, 64}, {64, 128}, {320, 64},
+                                {64, 160}, {256, 64}, {344, 64}, {64, 172}, {512, 64}};
+    static const int fm[] = {1, 7, 64, 100};
+    for (size_t i = 0; i < TU_LEN(cs); i++) {
+#ifdef GG_SMOKE
+        if ((size_t)cs[i].m * cs[i].rows * cs[i].cols > 3000000000u || (size_t)cs[i].rows * cs[i].cols > GG_POOL_ELEMS ||
+            cs[i].rows > GG_MAX_ROWS || cs[i].cols > GG_MAX_COLS)
+            continue;
+#endif
+        gg_check(&cs[i]);
+    }
+    for (size_t s = 0; s < TU_LEN(fx); s++)
+        for (size_t j = 0; j < TU_LEN(fm); j++)
+            for (int dt = 0; dt < 3; dt++) {
+                gg_case c = {"fixture", fm[j], fx[s][0], fx[s][1], dt, (int)(j & 1), (int)(j >= 2), j == 3, 0};
+                gg_check(&c);
+            }
+    if (failures) fail_msg("%d gemm case(s) failed (FAIL lines above)", failures);
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * timing */
+
+static ppn_gevent *ev[2 * GG_TIMED];
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median device ms of kernel k (< 0: the op) on p, W cycling through the pool. */
+static double time_ms(int k, ppn_kp_gemm p)
+{
+    size_t wb = (size_t)p.rows * p.cols * ppn_dtype_size(p.wdt), slots = B.wn[p.wdt] * ppn_dtype_size(p.wdt) / wb;
+    unsigned turn = 0;
+    ppn_dptr w0 = B.w[p.wdt];
+    for (int i = 0; i < GG_WARM; i++) {
+        p.w = w0 + (size_t)(turn++ % slots) * wb;
+        EXPECT_OK(run_gemm(k, &p));
+    }
+    for (int i = 0; i < GG_TIMED; i++) {
+        p.w = w0 + (size_t)(turn++ % slots) * wb;
+        EXPECT_OK(G->ops->event_record(G, ev[2 * i], S));
+        EXPECT_OK(run_gemm(k, &p));
+        EXPECT_OK(G->ops->event_record(G, ev[2 * i + 1], S));
+    }
+    EXPECT_OK(G->ops->stream_sync(G, S));
+    float ms[GG_TIMED];
+    for (int i = 0; i < GG_TIMED; i++) EXPECT_OK(G->ops->event_elapsed(G, ev[2 * i], ev[2 * i + 1], &ms[i]));
+    qsort(ms, GG_TIMED, sizeof ms[0], cmp_float);
+    return ms[GG_TIMED / 2];
+}
+
+typedef struct gg_shape {
+    const char *name;
+    int rows, cols, per_layer; /* per_layer: 0 = the lm head (once per model) */
+} gg_shape;
+
+static const gg_shape shapes_1b[] = {{"1b qkv", 3072, 2048, 1}, {"1b o", 2048, 2048, 1}, {"1b gate|up", 16384, 2048, 1},
+                                     {"1b down", 2048, 8192, 1}, {"1b lm head", 128256, 2048, 0}};
+static const gg_shape shapes_8b[] = {{"8b qkv", 6144, 4096, 1}, {"8b o", 4096, 4096, 1}, {"8b gate|up", 28672, 4096, 1},
+                                     {"8b down", 4096, 14336, 1}, {"8b lm head", 128256, 4096, 0}};
+
+static double tflops(int m, int rows, int cols, double ms) { return 2.0 * m * (double)rows * cols / (ms * 1e9); }
+
+/* One line: the op's time and TFLOP/s, then each tensor-core tile forced. Returns the op's ms. */
+static double time_line(const gg_shape *s, int m, int dt)
+{
+    ppn_kp_gemm p = {.out = B.out, .w = B.w[dt], .x = B.x, .m = m, .rows = s->rows, .cols = s->cols, .wdt = dt};
+    double op = time_ms(-1, p);
+    char line[256];
+    int n = snprintf(line, sizeof line, "  %-11s %-4s m=%-4d %6dx%-5d  %-9s %8.3f ms %6.1f TFLOP/s |", s->name,
+                     ppn_dtype_name(dt), m, s->rows, s->cols, kname(op_choice(&p)), op, tflops(m, s->rows, s->cols, op));
+    for (int k = PPN_K_GEMM_TC_L; dt != PPN_DTYPE_F32 && k <= PPN_K_GEMM_TC_M; k++) {
+        double t = time_ms(k, p);
+        n += snprintf(line + n, sizeof line - (size_t)n, " %s %6.1f", kname(k) + 8, tflops(m, s->rows, s->cols, t));
+    }
+    if (m <= 64 || dt == PPN_DTYPE_F32) {
+        double t = time_ms(PPN_K_GEMM, p);
+        n += snprintf(line + n, sizeof line - (size_t)n, " simt %5.1f", tflops(m, s->rows, s->cols, t));
+    }
+    printf("%s\n", line);
+    return op;
+}
+
+/* A model's GEMM time for a prompt of 4096 tokens in chunks of m: every layer's projections per chunk, plus the
+ * lm head on the last row. */
+static void time_model(const char *name, const gg_shape *sh, int n, int layers, int m)
+{
+    double layer = 0, head = 0;
+    for (int i = 0; i < n; i++) {
+        if (sh[i].per_layer) layer += time_line(&sh[i], m, PPN_DTYPE_BF16);
+        else head = time_line(&sh[i], 1, PPN_DTYPE_BF16);
+    }
+    double total = layer * layers * (4096 / m) + head;
+    printf("  => %s, 4096 tokens in chunks of %d: GEMMs %.3f ms a layer-chunk x %d x %d + head %.3f ms = %.2f ms: "
+           "%.0f tok/s from the GEMMs alone\n", name, m, layer, layers, 4096 / m, head, total, 4096e3 / total);
+}
+
+static void test_gpu_gemm_timing(void **state)
+{
+    (void)state;
+    for (int i = 0; i < 2 * GG_TIMED; i++) ev[i] = tu_event(G, 0, 1);
+    printf("  device ms: median of %d launches after %d warm-ups; TFLOP/s = 2 m rows cols / time; then the tiles "
+           "forced (l 128x256, m 64x128) and the SIMT kernel, TFLOP/s\n", GG_TIMED, GG_WARM);
+    time_model("llama-1b", shapes_1b, (int)TU_LEN(shapes_1b), 16, 4096);
+    time_model("llama-8b", shapes_8b, (int)TU_LEN(shapes_8b), 32, 4096);
+    time_model("llama-1b", shapes_1b, (int)TU_LEN(shapes_1b), 16, 512);
+    time_model("llama-8b", shapes_8b, (int)TU_LEN(shapes_8b), 32, 512);
+    static const int ms[] = {1, 16, 64, 128, 256, 1024};
+    for (size_t j = 0; j < TU_LEN(ms); j++) {
+        for (size_t i = 0; i < TU_LEN(shapes_1b); i++) time_line(&shapes_1b[i], ms[j], PPN_DTYPE_BF16);
+        for (size_t i = 0; i < TU_LEN(shapes_8b); i++) time_line(&shapes_8b[i], ms[j], PPN_DTYPE_BF16);
+    }
+    time_line(&shapes_1b[0], 4096, PPN_DTYPE_F16);
+    time_line(&shapes_8b[3], 4096, PPN_DTYPE_F16);
+    time_line(&shapes_1b[1], 512, PPN_DTYPE_F32);
+    for (int i = 0; i < 2 * GG_TIMED; i++) G->ops->event_destroy(G, ev[i]);
+}
+
+int main(void)
+{
+    ppn_status st = ppn_gpu_open(GG_BACKEND, ppn_kernel_set(), &G);
+    if (st != PPN_OK) {
+        fprintf(stderr, "test_gpu_gemm: FAIL: no cuda backend: %s: %s\n", ppn_status_name(st), ppn_last_error());
+        return 1;
+    }
+    st = G->ops->stream_create(G, 0, &S);
+    if (st != PPN_OK) {
+        fprintf(stderr, "test_gpu_gemm: FAIL: stream_create: %s: %s\n", ppn_status_name(st), ppn_last_error());
+        ppn_gpu_close(G);
+        return 1;
+    }
+    const char *only = getenv("PPN_GPU_TEST_FILTER");
+    if (only && *only) cmocka_set_test_filter(only);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gpu_gemm_correct),
+#ifndef GG_SMOKE
+        cmocka_unit_test(test_gpu_gemm_timing),
+#endif
+    };
+    int rc = cmocka_run_group_tests(tests, setup, teardown);
+    G->ops->stream_destroy(G, S);
+    ppn_gpu_close(G);
+    return rc;
+}
