@@ -3,7 +3,8 @@
 //
 //   ppn_k_gemm        SIMT tiles of 64 x 64 outputs, 256 threads of 4 x 4: any shape, dtype and alignment.
 //   ppn_k_gemm_tc_l   tensor cores, f32 accumulators, bf16 / f16 W, cols % 8 == 0, w and x 16-byte aligned;
-//   ppn_k_gemm_tc_m   128 x 256 and 64 x 128 output tiles. sm_90a: warpgroup MMA (gemm_h below). Elsewhere
+//   ppn_k_gemm_tc_m   128 x 256, 64 x 128 and 128 x 128 output tiles. sm_90a: warpgroup MMA (gemm_h below).
+//   ppn_k_gemm_tc_s   Elsewhere
 //                     (the sm_80 SASS, and the PTX a later GPU compiles): mma.sync m16n8k16 (gemm_tc): W streams
 //                     into shared memory through a cp.async ring of STAGES k-tiles (32 columns each); x is
 //                     loaded as f32 into registers one tile ahead, rounded to W's dtype (cvt.rn) and stored
@@ -327,8 +328,10 @@ template <int BM, int BN, int WM, int WN, int STAGES, bool BF16> struct gemm_tc 
 static_assert(GEMM_H_STAGES * PPN_GEMM_TC_L_BN * GEMM_H_BK * 2 ==
                   (int)PPN_GEMM_TC_SMEM(PPN_GEMM_TC_L_BM, PPN_GEMM_TC_L_BN, PPN_GEMM_TC_L_STAGES) &&
               GEMM_H_STAGES * PPN_GEMM_TC_M_BN * GEMM_H_BK * 2 ==
-                  (int)PPN_GEMM_TC_SMEM(PPN_GEMM_TC_M_BM, PPN_GEMM_TC_M_BN, PPN_GEMM_TC_M_STAGES),
-              "the wgmma rings take the shared memory kparams.h gives the large and middle tiles");
+                  (int)PPN_GEMM_TC_SMEM(PPN_GEMM_TC_M_BM, PPN_GEMM_TC_M_BN, PPN_GEMM_TC_M_STAGES) &&
+              GEMM_H_STAGES * PPN_GEMM_TC_S_BN * GEMM_H_BK * 2 <=
+                  (int)PPN_GEMM_TC_SMEM(PPN_GEMM_TC_S_BM, PPN_GEMM_TC_S_BN, PPN_GEMM_TC_S_STAGES),
+              "the wgmma rings fit the shared memory kparams.h gives each tile");
 
 __device__ __forceinline__ void gemm_fence_async(void)
 {
@@ -610,5 +613,16 @@ extern "C" __global__ void __launch_bounds__(PPN_GEMM_TC_M_THREADS, 2) ppn_k_gem
 #else
     static_assert(PPN_GEMM_TC_M_THREADS == 2 * 2 * 32, "2 x 2 warps of 32 x 64");
     gemm_tc_run<PPN_GEMM_TC_M_BM, PPN_GEMM_TC_M_BN, 2, 2, PPN_GEMM_TC_M_STAGES>(p);
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(PPN_GEMM_TC_S_THREADS, 1) ppn_k_gemm_tc_s(const ppn_kp_gemm_tc_s p)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    static_assert(PPN_GEMM_TC_S_THREADS == 256 && PPN_GEMM_TC_S_BM == 128, "two warpgroups");
+    gemm_h_run<2, PPN_GEMM_TC_S_BN>(p);
+#else
+    static_assert(PPN_GEMM_TC_S_THREADS == 2 * 4 * 32, "2 x 4 warps of 64 x 32");
+    gemm_tc_run<PPN_GEMM_TC_S_BM, PPN_GEMM_TC_S_BN, 2, 4, PPN_GEMM_TC_S_STAGES>(p);
 #endif
 }

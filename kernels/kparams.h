@@ -58,13 +58,15 @@ typedef struct { uint64_t out, w, x, bias, res; int32_t rows, cols, m, wdt; } pp
  *   gemm       SIMT tiles, any shape, dtype and alignment (f32 weights, odd shapes)
  *   gemm_tc_l  tensor cores, bf16 / f16 W, cols % 8 == 0, w and x 16-byte aligned: 128 x 256 output tiles
  *              (warpgroup MMA on sm_90a, mma.sync m16n8k16 on sm_80)
- *   gemm_tc_m  the same, 64 x 128 tiles (small m, or too few large tiles to fill the GPU)
+ *   gemm_tc_m  the same, 64 x 128 tiles (small m, or too few larger tiles to fill the GPU)
+ *   gemm_tc_s  the same, 128 x 128 ("square") tiles (between the two)
  * No kernel splits a sum over K: every output is one thread's sum in k order (SIMT: a fmaf chain; tensor cores:
  * one f32 accumulator through k16 steps in k order, which on the H200 gave the same bits from both tiles and
  * both instruction families). */
 typedef struct { uint64_t out, w, x, bias, res; int32_t m, rows, cols, wdt; } ppn_kp_gemm;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_l;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_m;
+typedef ppn_kp_gemm ppn_kp_gemm_tc_s;
 /* Each gemm kernel's tile (BM tokens x BN weight rows of out per CTA), threads and pipeline: the contract
  * between ops_gemm.c's geometry and gemm.cu. A 1-D grid of ceil(m / BM) * ceil(rows / BN) CTAs; the tensor-core
  * kernels take PPN_GEMM_TC_SMEM(BM, BN, STAGES) bytes of dynamic shared memory, the SIMT one none. */
@@ -80,6 +82,10 @@ typedef ppn_kp_gemm ppn_kp_gemm_tc_m;
 #define PPN_GEMM_TC_M_BN 128
 #define PPN_GEMM_TC_M_THREADS 128
 #define PPN_GEMM_TC_M_STAGES 4
+#define PPN_GEMM_TC_S_BM 128
+#define PPN_GEMM_TC_S_BN 128
+#define PPN_GEMM_TC_S_THREADS 256
+#define PPN_GEMM_TC_S_STAGES 4
 #define PPN_GEMM_TC_SMEM(bm, bn, stages) ((unsigned)((bm) + (bn)) * PPN_GEMM_TC_BK * 2u * (unsigned)(stages))
 
 /* Rotary embedding in place on x[n_heads, head_dim] at position hdr->pos.

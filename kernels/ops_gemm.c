@@ -28,12 +28,14 @@ static size_t gemm_tiles(int m, int rows, int bm, int bn)
  * against 180 TFLOP/s) or carry mostly padding (m <= 64: lm head at m = 64, 201 against 184). From 100 large
  * tiles on, the large one won every shape measured (8b o at m = 1024, 128 tiles: 312 against 192) but one
  * (8b qkv at m = 1024, 192 tiles: 246 against 255). At m <= 16 the middle tile also beat a 16 x 32 one made
- * for weight bandwidth on every shape, so there is no third tile. */
+ * for weight bandwidth on every shape. Between them, the square tile (128 x 128) by the same count of its
+ * tiles. */
 static int gemm_kernel(const ppn_kp_gemm *p)
 {
     if (p->wdt == PPN_DTYPE_F32 || p->cols % 8 || (p->w & 15u) || (p->x & 15u)) return PPN_K_GEMM;
-    if (p->m >= GEMM_L_MIN_M && gemm_tiles(p->m, p->rows, PPN_GEMM_TC_L_BM, PPN_GEMM_TC_L_BN) >= GEMM_L_MIN_TILES)
-        return PPN_K_GEMM_TC_L;
+    if (p->m < GEMM_L_MIN_M) return PPN_K_GEMM_TC_M;
+    if (gemm_tiles(p->m, p->rows, PPN_GEMM_TC_L_BM, PPN_GEMM_TC_L_BN) >= GEMM_L_MIN_TILES) return PPN_K_GEMM_TC_L;
+    if (gemm_tiles(p->m, p->rows, PPN_GEMM_TC_S_BM, PPN_GEMM_TC_S_BN) >= GEMM_L_MIN_TILES) return PPN_K_GEMM_TC_S;
     return PPN_K_GEMM_TC_M;
 }
 
@@ -49,6 +51,10 @@ static ppn_launch gemm_geometry(int kernel, const ppn_kp_gemm *p)
     case PPN_K_GEMM_TC_M:
         bm = PPN_GEMM_TC_M_BM, bn = PPN_GEMM_TC_M_BN, threads = PPN_GEMM_TC_M_THREADS;
         smem = PPN_GEMM_TC_SMEM(bm, bn, PPN_GEMM_TC_M_STAGES);
+        break;
+    case PPN_K_GEMM_TC_S:
+        bm = PPN_GEMM_TC_S_BM, bn = PPN_GEMM_TC_S_BN, threads = PPN_GEMM_TC_S_THREADS;
+        smem = PPN_GEMM_TC_SMEM(bm, bn, PPN_GEMM_TC_S_STAGES);
         break;
     default: break;
     }

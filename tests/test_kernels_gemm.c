@@ -162,6 +162,9 @@ static void expect_launch(int k, int m, int rows)
     if (k == PPN_K_GEMM_TC_M)
         bm = PPN_GEMM_TC_M_BM, bn = PPN_GEMM_TC_M_BN, th = PPN_GEMM_TC_M_THREADS,
         smem = PPN_GEMM_TC_SMEM(bm, bn, PPN_GEMM_TC_M_STAGES);
+    if (k == PPN_K_GEMM_TC_S)
+        bm = PPN_GEMM_TC_S_BM, bn = PPN_GEMM_TC_S_BN, th = PPN_GEMM_TC_S_THREADS,
+        smem = PPN_GEMM_TC_SMEM(bm, bn, PPN_GEMM_TC_S_STAGES);
     assert_int_equal(tu_cap.l.kernel, k);
     assert_int_equal(tu_cap.l.block[0], th);
     assert_int_equal(tu_cap.l.grid[0], tiles(m, rows, bm, bn));
@@ -186,11 +189,14 @@ static void test_gemm_op_choice(void **state)
     for (int dt = PPN_DTYPE_BF16; dt <= PPN_DTYPE_F16; dt++) {
         assert_int_equal(op_kernel(dt, 4096, 2048, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_L);
         expect_launch(PPN_K_GEMM_TC_L, 4096, 2048);
-        assert_int_equal(op_kernel(dt, 512, 2048, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_M); /* 32 large tiles */
+        assert_int_equal(op_kernel(dt, 512, 2048, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_M); /* 32 large, 64 square */
         expect_launch(PPN_K_GEMM_TC_M, 512, 2048);
+        assert_int_equal(op_kernel(dt, 512, 4096, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_S); /* 64 large, 128 square */
+        expect_launch(PPN_K_GEMM_TC_S, 512, 4096);
         assert_int_equal(op_kernel(dt, 512, 128256, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_L);
         assert_int_equal(op_kernel(dt, 1024, 4096, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_L); /* 128 tiles */
-        assert_int_equal(op_kernel(dt, 1024, 3072, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_M); /* 96 tiles */
+        assert_int_equal(op_kernel(dt, 1024, 3072, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_S); /* 96 large, 192 square */
+        assert_int_equal(op_kernel(dt, 512, 3072, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_M); /* 48 large, 96 square */
         assert_int_equal(op_kernel(dt, 64, 128256, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_M); /* m <= 64 */
         assert_int_equal(op_kernel(dt, 65, 128256, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_L);
         assert_int_equal(op_kernel(dt, 16, 4096, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_M);

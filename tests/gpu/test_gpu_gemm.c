@@ -135,6 +135,9 @@ static ppn_status launch_kernel(int k, const ppn_kp_gemm *p)
     if (k == PPN_K_GEMM_TC_M)
         bm = PPN_GEMM_TC_M_BM, bn = PPN_GEMM_TC_M_BN, th = PPN_GEMM_TC_M_THREADS,
         smem = PPN_GEMM_TC_SMEM(bm, bn, PPN_GEMM_TC_M_STAGES);
+    if (k == PPN_K_GEMM_TC_S)
+        bm = PPN_GEMM_TC_S_BM, bn = PPN_GEMM_TC_S_BN, th = PPN_GEMM_TC_S_THREADS,
+        smem = PPN_GEMM_TC_SMEM(bm, bn, PPN_GEMM_TC_S_STAGES);
     unsigned grid = ((unsigned)p->m + bm - 1) / bm * (((unsigned)p->rows + bn - 1) / bn);
     ppn_launch l = {.kernel = k, .grid = {grid, 1, 1}, .block = {th, 1, 1}, .smem = smem, .params = p,
                     .params_size = sizeof *p, .nacc = 0};
@@ -268,7 +271,7 @@ static void gg_check(const gg_case *c)
     double max_abs, worst = err_ratio(g1, ref, scale, n, &wi, &max_abs), tile_worst = 0;
     char tiles[96] = "";
     int tc = c->dt != PPN_DTYPE_F32 && c->cols % 8 == 0 && c->xoff % 4 == 0;
-    for (int k = PPN_K_GEMM_TC_L; tc && k <= PPN_K_GEMM_TC_M; k++) {
+    for (int k = PPN_K_GEMM_TC_L; tc && k <= PPN_K_GEMM_TC_S; k++) {
         gg_run(c, k, &p, t, ns, g2);
         size_t wk;
         double ak, rk = err_ratio(g2, ref, scale, n, &wk, &ak);
@@ -384,7 +387,7 @@ static double time_line(const gg_shape *s, int m, int dt)
     char line[256];
     int n = snprintf(line, sizeof line, "  %-11s %-4s m=%-4d %6dx%-5d  %-9s %8.3f ms %6.1f TFLOP/s |", s->name,
                      ppn_dtype_name(dt), m, s->rows, s->cols, kname(op_choice(&p)), op, tflops(m, s->rows, s->cols, op));
-    for (int k = PPN_K_GEMM_TC_L; dt != PPN_DTYPE_F32 && k <= PPN_K_GEMM_TC_M; k++) {
+    for (int k = PPN_K_GEMM_TC_L; dt != PPN_DTYPE_F32 && k <= PPN_K_GEMM_TC_S; k++) {
         double t = time_ms(k, p);
         n += snprintf(line + n, sizeof line - (size_t)n, " %s %6.1f", kname(k) + 8, tflops(m, s->rows, s->cols, t));
     }
@@ -415,7 +418,7 @@ static void test_gpu_gemm_timing(void **state)
     (void)state;
     for (int i = 0; i < 2 * GG_TIMED; i++) ev[i] = tu_event(G, 0, 1);
     printf("  device ms: median of %d launches after %d warm-ups; TFLOP/s = 2 m rows cols / time; then the tiles "
-           "forced (l 128x256, m 64x128) and the SIMT kernel, TFLOP/s\n", GG_TIMED, GG_WARM);
+           "forced (l 128x256, m 64x128, s 128x128) and the SIMT kernel, TFLOP/s\n", GG_TIMED, GG_WARM);
     time_model("llama-1b", shapes_1b, (int)TU_LEN(shapes_1b), 16, 4096);
     time_model("llama-8b", shapes_8b, (int)TU_LEN(shapes_8b), 32, 4096);
     time_model("llama-1b", shapes_1b, (int)TU_LEN(shapes_1b), 16, 512);
