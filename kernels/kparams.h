@@ -59,7 +59,8 @@ typedef struct { uint64_t out, w, x, bias, res; int32_t rows, cols, m, wdt; } pp
  *   gemm_tc_l  tensor cores, bf16 / f16 W, cols % 8 == 0, w and x 16-byte aligned: 128 x 256 output tiles
  *              (warpgroup MMA on sm_90a, mma.sync m16n8k16 on sm_80)
  *   gemm_tc_m  the same, 64 x 128 tiles (small m, or too few larger tiles to fill the GPU)
- *   gemm_tc_s  the same, 128 x 128 ("square") tiles (between the two)
+ *   gemm_tc_s  the same, 128 x 128 ("square") tiles: correct, timed by tests/gpu, not chosen by the op (on the
+ *              H200 the better of the other two won all but one shape; ops_gemm.c)
  * No kernel splits a sum over K: every output is one thread's sum in k order (SIMT: a fmaf chain; tensor cores:
  * one f32 accumulator through k16 steps in k order, which on the H200 gave the same bits from both tiles and
  * both instruction families). */

@@ -28,14 +28,14 @@ static size_t gemm_tiles(int m, int rows, int bm, int bn)
  * against 180 TFLOP/s) or carry mostly padding (m <= 64: lm head at m = 64, 201 against 184). From 100 large
  * tiles on, the large one won every shape measured (8b o at m = 1024, 128 tiles: 312 against 192) but one
  * (8b qkv at m = 1024, 192 tiles: 246 against 255). At m <= 16 the middle tile also beat a 16 x 32 one made
- * for weight bandwidth on every shape. Between them, the square tile (128 x 128) by the same count of its
- * tiles. */
+ * for weight bandwidth on every shape. The square tile (gemm_tc_s, 128 x 128) is not taken: it beat the better
+ * of the other two on one shape of the 40 measured (1b qkv at m = 512: 163 against 154) and lost up to 25%
+ * (8b qkv at m = 512: 194 against 260). */
 static int gemm_kernel(const ppn_kp_gemm *p)
 {
     if (p->wdt == PPN_DTYPE_F32 || p->cols % 8 || (p->w & 15u) || (p->x & 15u)) return PPN_K_GEMM;
-    if (p->m < GEMM_L_MIN_M) return PPN_K_GEMM_TC_M;
-    if (gemm_tiles(p->m, p->rows, PPN_GEMM_TC_L_BM, PPN_GEMM_TC_L_BN) >= GEMM_L_MIN_TILES) return PPN_K_GEMM_TC_L;
-    if (gemm_tiles(p->m, p->rows, PPN_GEMM_TC_S_BM, PPN_GEMM_TC_S_BN) >= GEMM_L_MIN_TILES) return PPN_K_GEMM_TC_S;
+    if (p->m >= GEMM_L_MIN_M && gemm_tiles(p->m, p->rows, PPN_GEMM_TC_L_BM, PPN_GEMM_TC_L_BN) >= GEMM_L_MIN_TILES)
+        return PPN_K_GEMM_TC_L;
     return PPN_K_GEMM_TC_M;
 }
 

@@ -423,7 +423,7 @@ static void test_gpu_gemm_timing(void **state)
     time_model("llama-8b", shapes_8b, (int)TU_LEN(shapes_8b), 32, 4096);
     time_model("llama-1b", shapes_1b, (int)TU_LEN(shapes_1b), 16, 512);
     time_model("llama-8b", shapes_8b, (int)TU_LEN(shapes_8b), 32, 512);
-    static const int ms[] = {1, 16, 64, 128, 256, 1024};
+    static const int ms[] = {1, 16, 64, 128, 256, 1024, 2048};
     for (size_t j = 0; j < TU_LEN(ms); j++) {
         for (size_t i = 0; i < TU_LEN(shapes_1b); i++) time_line(&shapes_1b[i], ms[j], PPN_DTYPE_BF16);
         for (size_t i = 0; i < TU_LEN(shapes_8b); i++) time_line(&shapes_8b[i], ms[j], PPN_DTYPE_BF16);
