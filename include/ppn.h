@@ -229,7 +229,7 @@ ppn_status ppn_decode_greedy(ppn_seq *s, int token, int n, int *ids);
  * Prompts, many rows at a time (prefill).
  * --------------------------------------------------------------------------------------------------------- */
 
-#define PPN_PREFILL_CHUNK 512      /* rows per chunk when the options say 0 */
+#define PPN_PREFILL_CHUNK 2048     /* rows per chunk when the options say 0 (docs/PERF.md: why 2048) */
 #define PPN_PREFILL_MAX_CHUNK 8192
 
 typedef struct ppn_prefill_opts {

@@ -71,7 +71,7 @@ static void bench_usage(FILE *f)
           "                 [--backend auto|sim|cuda] [--dtype f32|bf16|f16] [--stages N | --stages-sweep 1,2,4,8]\n"
           "                 [--splits c1,..] [--devices d0,..] [--overlap 0|1] [--streams 0|1] [--shard 0|1] [--spin 0|1]\n"
           "                 [--graphs 0|1] [--fuse 0|1]\n"
-          "                 [-n 128] [--prompt 16 | --prompt 512,4096] [--chunk 512] [--ctx C] [--reps 3] [--warmup 1]\n"
+          "                 [-n 128] [--prompt 16 | --prompt 512,4096] [--chunk 2048] [--ctx C] [--reps 3] [--warmup 1]\n"
           "                 [--bw-gbs 4280] [--json] [--device-greedy]\n"
           "--shape writes a random checkpoint (seed 1; bf16 unless --dtype) into a temporary directory, removed at exit.\n"
           "Each rep: a fresh sequence, the first --prompt length of fixed ids primed --chunk rows at a time (ppn_prefill;\n"

@@ -25,10 +25,11 @@ static void run_usage(FILE *f)
           "               PPN_SPIN, PPN_GRAPHS and PPN_FUSE in the environment say the same)\n"
           "stdout: the generated ids (not the prompt), comma-separated; --json: one object.\n"
           "--logits-out: float32 [T, vocab], row t = logits after feeding ids[0..t], prompt and generated.\n"
-          "--chunk C: the prompt is primed C rows at a time (ppn_prefill; default 512); 0 feeds it token by token.\n",
+          "--chunk C: the prompt is primed C rows at a time (ppn_prefill; default 2048); 0 feeds it token by token.\n",
           f);
 }
 
+/* On a refusal a->ids may hold a list parsed before it: the caller frees it (cmd_run's one exit). */
 static int parse(int argc, char **argv, run_args *a)
 {
     *a = (run_args){.dtype = PPN_DTYPE_DEFAULT, .n_new = 16, .top_p = 1.0, .chunk = PPN_PREFILL_CHUNK};
@@ -41,6 +42,7 @@ static int parse(int argc, char **argv, run_args *a)
         if (rc > 0) continue;
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
             run_usage(stdout);
+            free(a->ids);
             exit(0);
         } else if (!strcmp(f, "--json")) a->json = 1;
         else if (!strcmp(f, "--check-unsplit")) a->check_unsplit = 1;
@@ -48,10 +50,10 @@ static int parse(int argc, char **argv, run_args *a)
         else if (!strcmp(f, "--quiet")) a->quiet = 1;
         else if (!(v = cli_value(argc, argv, &i))) return 2;
         else if (!strcmp(f, "--model")) a->model = v;
-        else if (!strcmp(f, "--backend")) a->backend = v;
+        else if (!strcmp(f, "--backend")) rc = cli_backend(f, v), a->backend = v;
         else if (!strcmp(f, "--logits-out")) a->logits_out = v;
         else if (!strcmp(f, "--dtype")) rc = cli_dtype(f, v, &a->dtype);
-        else if (!strcmp(f, "--ids")) rc = cli_ids(f, v, &a->ids, &a->n_ids);
+        else if (!strcmp(f, "--ids")) free(a->ids), a->ids = NULL, rc = cli_ids(f, v, &a->ids, &a->n_ids);
         else if (!strcmp(f, "-n")) rc = cli_int(f, v, 0, 1 << 30, &x), a->n_new = (int)x;
         else if (!strcmp(f, "--ctx")) rc = cli_int(f, v, 1, 1 << 30, &x), a->ctx = (int)x;
         else if (!strcmp(f, "--chunk")) rc = cli_int(f, v, 0, PPN_PREFILL_MAX_CHUNK, &x), a->chunk = (int)x;
@@ -250,8 +252,6 @@ static int check_unsplit(ppn_rt *rt, ppn_model **mp, const run_args *a, const pp
 int cmd_run(int argc, char **argv)
 {
     run_args a;
-    int rc = parse(argc, argv, &a);
-    if (rc) return rc;
     ppn_rt *rt = NULL;
     ppn_model *m = NULL;
     ppn_seq *seq = NULL;
@@ -259,10 +259,9 @@ int cmd_run(int argc, char **argv)
     run_out o = {0};
     ppn_status st;
     double t0 = now_s();
-    if ((st = ppn_rt_create(a.backend, &rt)) != PPN_OK) {
-        rc = cli_fail_status(st, "backend");
-        goto out;
-    }
+    int rc = parse(argc, argv, &a);
+    if (rc) goto out;
+    if ((rc = cli_rt_create(a.backend, &rt)) != 0) goto out;
     ppn_load_opts lo = ppn_load_opts_default();
     lo.dtype = a.dtype;
     lo.ctx = a.ctx;
@@ -279,7 +278,10 @@ int cmd_run(int argc, char **argv)
             rc = cli_fail("run: --ids is required (the model has no bos_token_id)");
             goto out;
         }
-        a.ids = malloc(sizeof(int));
+        if (!(a.ids = malloc(sizeof(int)))) {
+            rc = cli_fail("out of memory");
+            goto out;
+        }
         a.ids[0] = mi.bos_id;
         a.n_ids = 1;
     }
