@@ -139,6 +139,11 @@ static void test_bench_refusals(void **s)
         {"--shape tiny --backend sim --stages-sweep 1,8", "N=8", 0},
         {"--shape tiny --backend sim --ctx 4 -n 8 --prompt 2", "--ctx", 0},
         {"--shape tiny --backend sim --bogus", "--bogus", 1},
+        /* a door-only flag with the door shut: --stages-sweep would open it (test_bench_door_flag_sweep) */
+        {"--shape tiny --backend sim --overlap 1", "--overlap needs --stages N >= 2 (the door is shut)", 1},
+        {"--shape tiny --backend sim --stages 1 --streams 0", "--streams needs --stages N >= 2", 1},
+        {"--shape tiny --backend sim --prompt ' 2'", "--prompt: ' 2'", 1},
+        {"--shape tiny --backend sim --stages-sweep 1,+2", "--stages-sweep: '1,+2'", 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *out = NULL, *err = NULL;
@@ -151,6 +156,25 @@ static void test_bench_refusals(void **s)
     }
 }
 
+/* --stages-sweep opens the door itself: a door-only flag goes with it, and every N >= 2 gets it. */
+static void test_bench_door_flag_sweep(void **s)
+{
+    (void)s;
+    char *out = NULL, *err = NULL;
+    int rc = bench("--shape tiny --backend sim -n 2 --prompt 2 --reps 1 --stages-sweep 1,2 --overlap 1 --json", &out,
+                   &err);
+    if (rc != 0 || !out) fail_msg("bench exited %d:\n%s\n%s", rc, out ? out : "", err ? err : "");
+    json_error_t je;
+    json_t *r = json_loads(out, 0, &je);
+    if (!r) fail_msg("bench output is not JSON (%s, line %d):\n%s", je.text, je.line, out);
+    json_t *c2 = json_array_get(json_object_get(r, "configs"), 1);
+    assert_int_equal((int)num(json_object_get(c2, "stage_map"), "n_stages"), 2);
+    assert_int_equal((int)num(json_object_get(c2, "stage_map"), "overlap"), 1);
+    json_decref(r);
+    free(out);
+    free(err);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -158,6 +182,7 @@ int main(void)
         cmocka_unit_test(test_bench_device_greedy_json),
         cmocka_unit_test(test_bench_table),
         cmocka_unit_test(test_bench_refusals),
+        cmocka_unit_test(test_bench_door_flag_sweep),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -529,6 +529,27 @@ static const cfg_case k_cases[] = {
     {{"attention_bias"}, {"true"}, PPN_EUNSUPPORTED, "attention_bias"},
     {{"quantization_config"}, {"{\"quant_method\": \"gptq\"}"}, PPN_EUNSUPPORTED, "quantization_config"},
     {{"bos_token_id"}, {"\"one\""}, PPN_EFORMAT, "bos_token_id"},
+    /* layer_types: absent or null, else one string per layer (num_hidden_layers = 2), each full_attention */
+    {{"layer_types"}, {"null"}, PPN_OK, NULL},
+    {{"layer_types"}, {"[\"full_attention\", \"full_attention\"]"}, PPN_OK, NULL},
+    {{"layer_types"}, {"\"full_attention\""}, PPN_EFORMAT, "'layer_types' is not a list"},
+    {{"layer_types"}, {"{\"0\": \"full_attention\"}"}, PPN_EFORMAT, "'layer_types' is not a list"},
+    {{"layer_types"}, {"[\"full_attention\"]"}, PPN_EFORMAT, "'layer_types' is a list of 1, but num_hidden_layers is 2"},
+    {{"layer_types"}, {"[\"full_attention\", \"full_attention\", \"full_attention\"]"}, PPN_EFORMAT,
+     "'layer_types' is a list of 3"},
+    {{"layer_types"}, {"[\"full_attention\", 3]"}, PPN_EFORMAT, "'layer_types[1]' is not a string"},
+    {{"layer_types"}, {"[\"full_attention\", \"linear_attention\"]"}, PPN_EUNSUPPORTED, "layer_types[1]"},
+    /* rms_norm_eps in (0, 1) and a float32 normal; rope_theta finite and > 1 (both spellings) */
+    {{"rms_norm_eps"}, {"1e-5"}, PPN_OK, NULL},
+    {{"rms_norm_eps"}, {"1e300"}, PPN_EFORMAT, "'rms_norm_eps' = 1e+300 is out of range: it must be in (0, 1)"},
+    {{"rms_norm_eps"}, {"1"}, PPN_EFORMAT, "'rms_norm_eps' = 1 is out of range"},
+    {{"rms_norm_eps"}, {"1e-300"}, PPN_EFORMAT, "'rms_norm_eps' = 1e-300 is out of range"},
+    {{"rms_norm_eps"}, {"0"}, PPN_EFORMAT, "'rms_norm_eps' must be a positive number"},
+    {{"rope_theta"}, {"500000.0"}, PPN_OK, NULL},
+    {{"rope_theta"}, {"1e-300"}, PPN_EFORMAT, "'rope_theta' = 1e-300 is out of range: it must be a finite number greater than 1"},
+    {{"rope_theta"}, {"1"}, PPN_EFORMAT, "'rope_theta' = 1 is out of range"},
+    {{"rope_parameters"}, {"{\"rope_type\": \"default\", \"rope_theta\": 0.5}"}, PPN_EFORMAT,
+     "'rope_parameters.rope_theta' = 0.5 is out of range"},
 };
 
 static char *patched(const cfg_case *k)
@@ -1021,6 +1042,106 @@ static void test_loader_bad_qwen2_bias(void **state)
     st_free(&im);
 }
 
+/* A checkpoint whose config uses fewer tensors than it holds is refused, naming the tensor and the config field
+ * that leaves it out: layers past num_hidden_layers, Qwen2's biases under a Llama label, Qwen3's q/k norms
+ * under a Llama label, a name ppn does not know. The stored rotary table (inv_freq) is the harmless exception. */
+static void relabel_fixture(void **state, const char *fixture, char *dir, size_t cap)
+{
+    char src[1024], p[1300], q[1300];
+    sub_dir(dir, cap, state, fixture + 3);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    fixture_path(src, sizeof src, fixture);
+    path_join(p, sizeof p, src, "model.safetensors");
+    path_join(q, sizeof q, dir, "model.safetensors");
+    copy_file(p, q);
+    path_join(p, sizeof p, src, "config.json");
+    path_join(q, sizeof q, dir, "config.json");
+    json_error_t jerr;
+    json_t *j = json_load_file(p, 0, &jerr);
+    assert_non_null(j);
+    json_object_set_new(j, "architectures", json_pack("[s]", "LlamaForCausalLM"));
+    assert_int_equal(json_dump_file(j, q, 0), 0);
+    json_decref(j);
+}
+
+static void test_loader_bad_unused_tensors(void **state)
+{
+    bad_ckpt b;
+    char dir[1200];
+    bad_init(state, &b, "tiny");   /* 4 layers */
+    rewrite_config(&b, "num_hidden_layers", "2");
+    expect_open_fails(b.dir, PPN_EFORMAT, "tensor 'model.layers.2.", "num_hidden_layers = 2");
+    rewrite_config(&b, "num_hidden_layers", "4");
+    json_object_set_new(b.im.hdr, "model.layers.4.mlp.up_proj.weight",
+                        json_pack("{s:s, s:[i], s:[i, i]}", "dtype", "F32", "shape", 0, "data_offsets", 0, 0));
+    bad_save(&b);
+    expect_open_fails(b.dir, PPN_EFORMAT, "model.layers.4.mlp.up_proj.weight", "num_hidden_layers = 4");
+    json_object_del(b.im.hdr, "model.layers.4.mlp.up_proj.weight");
+    static const char *const unknown[] = {"model.layers.0.self_attn.o_proj.bias", "model.extra.weight",
+                                          "model.layers.x.mlp.up_proj.weight", "transformer.h.0.attn.weight",
+                                          "model.layers.01.mlp.up_proj.weight"};
+    for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
+        json_object_set_new(b.im.hdr, unknown[i],
+                            json_pack("{s:s, s:[i], s:[i, i]}", "dtype", "F32", "shape", 0, "data_offsets", 0, 0));
+        bad_save(&b);
+        expect_open_fails(b.dir, PPN_EFORMAT, unknown[i], "refuses to drop it");
+        json_object_del(b.im.hdr, unknown[i]);
+    }
+    /* the rotary tables old exporters stored: accepted, whatever their dtype */
+    json_object_set_new(b.im.hdr, "model.layers.1.self_attn.rotary_emb.inv_freq",
+                        json_pack("{s:s, s:[i], s:[i, i]}", "dtype", "F64", "shape", 0, "data_offsets", 0, 0));
+    json_object_set_new(b.im.hdr, "model.rotary_emb.inv_freq",
+                        json_pack("{s:s, s:[i], s:[i, i]}", "dtype", "F32", "shape", 0, "data_offsets", 0, 0));
+    bad_save(&b);
+    ppn_ckpt_close(open_ok(b.dir));
+    st_free(&b.im);
+    relabel_fixture(state, "hf/qwen2-tiny", dir, sizeof dir);   /* its q/k/v biases under a Llama label */
+    expect_open_fails(dir, PPN_EFORMAT, "tensor 'model.layers.0.self_attn.k_proj.bias' is a q/k/v bias",
+                      "attention_bias");
+    relabel_fixture(state, "hf/qwen3-tiny", dir, sizeof dir);   /* its q/k norms under a Llama label */
+    expect_open_fails(dir, PPN_EFORMAT, "tensor 'model.layers.0.self_attn.k_norm.weight' is a q/k norm",
+                      "architectures says LlamaForCausalLM");
+}
+
+/* A FIFO (or any non-regular file) where the loader expects a file is refused at once, naming the file and what
+ * it is: opening a FIFO for reading would wait for a writer forever. The alarm fails the test (SIGALRM ends the
+ * process) instead of hanging ctest when a loader blocks. */
+static void expect_fifo_refused(const char *ckpt, const char *fifo, const char *what)
+{
+    unlink(fifo);
+    assert_int_equal(mkfifo(fifo, 0644), 0);
+    alarm(20);
+    expect_open_fails(ckpt, PPN_EIO, what, "is a FIFO, not a regular file");
+    alarm(0);
+    unlink(fifo);
+}
+
+static void test_loader_bad_fifo(void **state)
+{
+    bad_ckpt b;
+    char sh[1200], p[1300], keep[1300];
+    bad_init(state, &b, "tiny");
+    st_free(&b.im);
+    expect_fifo_refused(b.dir, b.cfg, "config.json");
+    assert_int_equal(ppn_mkmodel("tiny", PPN_DTYPE_F32, b.dir, 3), PPN_OK);
+    expect_fifo_refused(b.dir, b.st, "model.safetensors");
+    sub_dir(sh, sizeof sh, state, "sh");
+    assert_int_equal(ppn_mkmodel_ex("tiny", PPN_DTYPE_F32, sh, 5, 1 << 20), PPN_OK);
+    path_join(p, sizeof p, sh, "model-00002-of-00004.safetensors");
+    path_join(keep, sizeof keep, sh, "keep");
+    assert_int_equal(rename(p, keep), 0);
+    expect_fifo_refused(sh, p, "model-00002-of-00004.safetensors");
+    assert_int_equal(rename(keep, p), 0);
+    path_join(p, sizeof p, sh, "model.safetensors.index.json");
+    expect_fifo_refused(sh, p, "model.safetensors.index.json");
+    /* the checkpoint path itself: a llama2.c .bin that is a FIFO */
+    path_join(p, sizeof p, (const char *)*state, "stories.bin");
+    assert_int_equal(mkfifo(p, 0644), 0);
+    alarm(20);
+    expect_open_fails(p, PPN_EIO, "stories.bin", "is a FIFO");
+    alarm(0);
+}
+
 /* Legal but odd: a header padded to leave the data off 4-byte alignment. Views must still be aligned and
  * hold the file's values. */
 static void test_loader_misaligned_data(void **state)
@@ -1085,6 +1206,8 @@ int main(void)
         TMP_TEST(test_loader_bad_config),
         TMP_TEST(test_loader_bad_untied_without_head),
         TMP_TEST(test_loader_bad_qwen2_bias),
+        TMP_TEST(test_loader_bad_unused_tensors),
+        TMP_TEST(test_loader_bad_fifo),
         TMP_TEST(test_loader_misaligned_data),
         TMP_TEST(test_loader_open_paths),
     };

@@ -379,7 +379,7 @@ static void test_microbench_pin_knob(void **state)
     snprintf(fmt, sizeof fmt, "PPN_PIN=bogus %s", run);
     snprintf(cmd, sizeof cmd, fmt, bin(), dir);
     int rc = tu_run(cmd, &out, &err);
-    if (rc != 1 || !err || !strstr(err, "PPN_PIN='bogus': must be near, far or none"))
+    if (rc != 2 || !err || !strstr(err, "PPN_PIN='bogus': must be near, far or none")) /* refused before running */
         fail_msg("PPN_PIN=bogus: exit %d, stderr '%s'", rc, err ? err : "");
     free(out);
     free(err);

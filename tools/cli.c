@@ -9,15 +9,34 @@
 #include <time.h>
 #include <unistd.h>
 #include "tools/cli.h"
+#include "core/base/env.h"
+
+/* A message is one line whatever it quotes: control characters (a value given as $'1\n2', a file name with
+ * an escape sequence) are written escaped, \n \t \r or \xNN. Every error of the CLI goes through here. */
+static void put_escaped(FILE *f, const char *s)
+{
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '\n') fputs("\\n", f);
+        else if (c == '\t') fputs("\\t", f);
+        else if (c == '\r') fputs("\\r", f);
+        else if (c < 0x20 || c == 0x7f) fprintf(f, "\\x%02x", c);
+        else fputc(c, f);
+    }
+}
 
 int cli_fail(const char *fmt, ...)
 {
     va_list ap;
+    char *msg = NULL;
     va_start(ap, fmt);
-    fputs("ppn: error: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    int n = vasprintf(&msg, fmt, ap);
     va_end(ap);
+    fputs("ppn: error: ", stderr);
+    if (n >= 0) put_escaped(stderr, msg);
+    else fputs("(out of memory formatting the message)", stderr);
+    fputc('\n', stderr);
+    free(msg);
     return 1;
 }
 
@@ -26,12 +45,41 @@ int cli_fail_status(ppn_status st, const char *what)
     return cli_fail("%s: %s (%s)", what, ppn_last_error(), ppn_status_name(st));
 }
 
+/* Digits only, after one '-' where neg allows it. strtol alone would also take " 1", "+1" and "1 "
+ * (leading space and sign), which the CLI refuses like the environment does. */
+static int plain_int(const char *v, int neg)
+{
+    const char *p = v + (neg && *v == '-');
+    if (!*p) return 0;
+    for (; *p; p++)
+        if (*p < '0' || *p > '9') return 0;
+    return 1;
+}
+
+/* [-]digits[.digits][e[+-]digits], at least one digit before the exponent: no space, '+', hex, inf or nan. */
+static int plain_float(const char *v, int neg)
+{
+    const char *p = v + (neg && *v == '-');
+    int digits = 0, dot = 0;
+    for (; (*p >= '0' && *p <= '9') || (*p == '.' && !dot); p++) {
+        if (*p == '.') dot = 1;
+        else digits++;
+    }
+    if (!digits) return 0;
+    if (*p == 'e' || *p == 'E') {
+        p += (p[1] == '-' || p[1] == '+') ? 2 : 1;
+        if (*p < '0' || *p > '9') return 0;
+        while (*p >= '0' && *p <= '9') p++;
+    }
+    return *p == '\0';
+}
+
 int cli_int(const char *flag, const char *v, long min, long max, long *out)
 {
     char *end;
     errno = 0;
-    long x = strtol(v, &end, 10);
-    if (!*v || *end || errno || x < min || x > max)
+    long x = plain_int(v, min < 0) ? strtol(v, &end, 10) : 0;
+    if (!plain_int(v, min < 0) || *end || errno || x < min || x > max)
         return cli_fail("%s: '%s' is not an integer in [%ld, %ld]", flag, v, min, max), 2;
     *out = x;
     return 0;
@@ -41,8 +89,8 @@ int cli_float(const char *flag, const char *v, double min, double max, double *o
 {
     char *end;
     errno = 0;
-    double x = strtod(v, &end);
-    if (!*v || *end || errno || !(x >= min && x <= max))
+    double x = plain_float(v, min < 0) ? strtod(v, &end) : 0;
+    if (!plain_float(v, min < 0) || *end || errno || !(x >= min && x <= max))
         return cli_fail("%s: '%s' is not a number in [%g, %g]", flag, v, min, max), 2;
     *out = x;
     return 0;
@@ -52,10 +100,23 @@ int cli_u64(const char *flag, const char *v, uint64_t *out)
 {
     char *end;
     errno = 0;
-    unsigned long long x = strtoull(v, &end, 10);
-    if (!*v || *end || errno || *v == '-') return cli_fail("%s: '%s' is not a non-negative integer", flag, v), 2;
+    unsigned long long x = plain_int(v, 0) ? strtoull(v, &end, 10) : 0;
+    if (!plain_int(v, 0) || *end || errno) return cli_fail("%s: '%s' is not a non-negative integer", flag, v), 2;
     *out = x;
     return 0;
+}
+
+/* One id of a list: digits only up to the next ',' or the end, at most INT_MAX; *end after it. */
+static int one_id(const char *p, const char **end, int *out)
+{
+    long x = 0;
+    const char *q = p;
+    for (; *q >= '0' && *q <= '9'; q++)
+        if ((x = x * 10 + (*q - '0')) > INT_MAX) return 0;
+    if (q == p || (*q && *q != ',')) return 0;
+    *end = q;
+    *out = (int)x;
+    return 1;
 }
 
 int cli_ids(const char *flag, const char *v, int **ids, int *n)
@@ -63,23 +124,20 @@ int cli_ids(const char *flag, const char *v, int **ids, int *n)
     int cap = 16, k = 0;
     int *a = malloc(sizeof *a * (size_t)cap);
     if (!a) return cli_fail("out of memory"), 1;
-    const char *p = v;
-    while (1) {
-        char *end;
-        errno = 0;
-        long x = strtol(p, &end, 10);
-        if (end == p || errno || x < 0 || x > INT_MAX || (*end && *end != ',')) {
-            free(a);
-            return cli_fail("%s: '%s' is not a comma-separated list of token ids", flag, v), 2;
-        }
+    for (const char *p = v;; p++) {
+        const char *end;
         if (k == cap) {
             int *b = realloc(a, sizeof *a * (size_t)(cap *= 2));
             if (!b) return free(a), cli_fail("out of memory"), 1;
             a = b;
         }
-        a[k++] = (int)x;
+        if (!one_id(p, &end, &a[k++])) {
+            free(a);
+            return cli_fail("%s: '%s' is not a comma-separated list of token ids (digits only, each at most %d)",
+                            flag, v, INT_MAX), 2;
+        }
         if (!*end) break;
-        p = end + 1;
+        p = end;
     }
     *ids = a;
     *n = k;
@@ -92,6 +150,49 @@ int cli_dtype(const char *flag, const char *v, int *out)
     else if (!strcmp(v, "bf16")) *out = PPN_DTYPE_BF16;
     else if (!strcmp(v, "f16")) *out = PPN_DTYPE_F16;
     else return cli_fail("%s: '%s' is not one of f32, bf16, f16", flag, v), 2;
+    return 0;
+}
+
+int cli_backend(const char *flag, const char *v)
+{
+    const ppn_env_var *e = ppn_env_find("PPN_BACKEND");   /* the words ppn_rt_create takes */
+    for (int i = 0; e->words[i]; i++)
+        if (!strcmp(v, e->words[i])) return 0;
+    char rule[256];
+    return cli_fail("%s: '%s' is not one of %s", flag, v, ppn_env_rule(e, rule, sizeof rule)), 2;
+}
+
+int cli_rt_create(const char *backend, ppn_rt **rt)
+{
+    ppn_status st = ppn_rt_create(backend, rt);
+    if (st == PPN_OK) return 0;
+    cli_fail_status(st, "backend");
+    return st == PPN_EINVAL ? 2 : 1;
+}
+
+/* The door-only variables set while MEMRA_PP_STAGES keeps the door shut, in one line: nothing reads them. */
+static void door_notice(void)
+{
+    char names[512];
+    size_t k = 0;
+    int n = 0;
+    names[0] = '\0';
+    for (int i = 0; i < ppn_env_count(); i++) {
+        const ppn_env_var *e = ppn_env_at(i);
+        const char *val;
+        ppn_env_str(e->name, &val);
+        if (!val || !ppn_env_ignored(e) || k >= sizeof names) continue;
+        k += (size_t)snprintf(names + k, sizeof names - k, "%s%s", n++ ? ", " : "", e->name);
+    }
+    if (n)
+        fprintf(stderr, "ppn: note: %s %s ignored: %s read only while MEMRA_PP_STAGES >= 2 (the door is shut in "
+                "the environment)\n", names, n > 1 ? "are" : "is", n > 1 ? "they are" : "it is");
+}
+
+int cli_env_check(int door)
+{
+    if (ppn_env_check_all() != PPN_OK) return cli_fail("%s", ppn_last_error()), 2;
+    if (door) door_notice();
     return 0;
 }
 

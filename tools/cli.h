@@ -6,17 +6,34 @@
 #include <stdio.h>
 #include "ppn.h"
 
-/* Print "ppn: error: <fmt>" on stderr; returns 1 (the exit status for a runtime error). */
+/* Exit status: 2 for usage and syntax errors (an unknown flag, a value of the wrong form, an environment
+ * variable breaking its rule), refused before anything runs; 1 for everything else (a failure while running). */
+
+/* Print "ppn: error: <fmt>" on stderr as one line (control characters escaped: \n, \t, \r, \xNN); returns 1
+ * (the exit status for a runtime error). */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Print "ppn: error: <what>: <ppn_last_error()>" for a failed status; returns 1. */
 int cli_fail_status(ppn_status st, const char *what);
 
-/* Strict parsers: the whole string must be a number in [min, max]; else a usage error naming the flag. */
+/* Strict parsers: the whole string must be a number in [min, max]; else a usage error naming the flag and the
+ * value (returns 2). Integers are digits only, with a leading '-' only where min < 0 (no space, no '+');
+ * numbers are [-]digits[.digits][e[+-]digits]. */
 int cli_int(const char *flag, const char *v, long min, long max, long *out);
 int cli_float(const char *flag, const char *v, double min, double max, double *out);
 int cli_u64(const char *flag, const char *v, uint64_t *out);
-/* "1,300,401" -> ids (malloc'd), each in [0, INT32_MAX]. */
+/* "1,300,401" -> ids (malloc'd; the caller frees them, on its error paths too), each digits only, at most
+ * INT32_MAX. Returns 0, 2 (refused: nothing allocated), 1 (out of memory). */
 int cli_ids(const char *flag, const char *v, int **ids, int *n);
+/* A backend name ppn_rt_create takes (auto, cuda, sim): 0, else 2 after the message. */
+int cli_backend(const char *flag, const char *v);
+/* ppn_rt_create with the CLI's exit rule: 0; 2 after the message for PPN_EINVAL (by ppn.h's contract a bad
+ * backend name or a bad PPN_SIM_* value: the lists PPN_SIM_PEER and PPN_SIM_FAIL are checked only there);
+ * 1 after the message for any other failure. */
+int cli_rt_create(const char *backend, ppn_rt **rt);
+/* Every environment variable set against its rule (core/base/env.c), before a command runs: 0, else 2 after
+ * the message. door: the command reads the door from the environment, so also print a one-line notice naming
+ * the door-only variables set while MEMRA_PP_STAGES keeps the door shut (nothing reads them). */
+int cli_env_check(int door);
 /* "f32" | "bf16" | "f16" -> PPN_DTYPE_* */
 int cli_dtype(const char *flag, const char *v, int *out);
 
@@ -30,7 +47,9 @@ const char *cli_value(int argc, char **argv, int *i);
  * success. */
 ppn_status cli_door_set_flag(ppn_door *d, const char *flag, const char *value);
 /* If argv[*i] is a door flag, apply it (and its value) to d and return 1; 0 if it is not a door flag; -1 (after
- * printing) if invalid. */
+ * printing) if invalid, or if it is door-only (--splits --split --devices --shard --streams --overlap) while the
+ * door stays shut: no --stages N >= 2 anywhere in argv (nor bench's --stages-sweep) and, without --stages, no
+ * MEMRA_PP_STAGES >= 2 in d as read from the environment. */
 int cli_door_flag(ppn_door *d, int argc, char **argv, int *i);
 /* One line describing the published stage map, e.g. "3 stages: layers 0-1 @dev0 | 2-3 @dev1 ...". */
 void cli_print_stage_map(FILE *f, const ppn_model *m);

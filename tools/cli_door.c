@@ -73,11 +73,30 @@ ppn_status cli_door_set_flag(ppn_door *d, const char *flag, const char *value)
     return PPN_OK;
 }
 
+/* Whether the door ends up open for this command line: the last --stages says N >= 2, or with none the
+ * environment's MEMRA_PP_STAGES did (d->n_stages as ppn_door_from_env read it), or bench's --stages-sweep
+ * publishes each N itself. The whole argv is read so that a door-only flag may come before --stages. A --stages
+ * whose value breaks the rule counts as open: its own refusal follows, naming it. */
+static int door_opens(const ppn_door *d, int argc, char **argv)
+{
+    int n = d->n_stages;
+    for (int j = 1; j < argc; j++) {
+        if (!strcmp(argv[j], "--stages-sweep")) return 1;
+        if (strcmp(argv[j], "--stages") != 0 || j + 1 >= argc) continue;
+        if (ppn_env_parse_int("MEMRA_PP_STAGES", "--stages", argv[++j], &n) != PPN_OK) return 1;
+    }
+    return n >= 2;
+}
+
 int cli_door_flag(ppn_door *d, int argc, char **argv, int *i)
 {
-    if (!flag_find(argv[*i])) return 0;
+    const struct door_flag *f = flag_find(argv[*i]);
+    if (!f) return 0;
     const char *flag = argv[*i], *v = cli_value(argc, argv, i);
     if (!v) return -1;
     if (cli_door_set_flag(d, flag, v) != PPN_OK) return cli_fail("%s", ppn_last_error()), -1;
+    /* A door-only flag (its variable is read only while the door is open) would be dropped without a word. */
+    if (ppn_env_find(f->var)->gated && !door_opens(d, argc, argv))
+        return cli_fail("%s needs --stages N >= 2 (the door is shut)", flag), -1;
     return 1;
 }

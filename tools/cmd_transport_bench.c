@@ -41,12 +41,27 @@ static const char *const tb_names[TB_KINDS] = {"inplace", "dtod", "kernel_add", 
 static const int tb_xport[TB_KINDS] = {PPN_XPORT_INPLACE, PPN_XPORT_DTOD, PPN_XPORT_INPLACE, PPN_XPORT_PEER,
                                        PPN_XPORT_HOST};
 
+/* The defaults on a GPU, and the small ones the sim backend takes (its copies run on the host's cores: the GPU
+ * defaults took over five minutes there, silently). */
+#define TB_SIZES "4K..64M"
+#define TB_ITERS 200
+#define TB_WARMUP 10
+#define TB_BATCH 32
+#define TB_SIM_SIZES "4K..1M"
+#define TB_SIM_ITERS 50
+#define TB_SIM_WARMUP 2
+#define TB_SIM_BATCH 8
+#define TB_STR_(x) #x
+#define TB_STR(x) TB_STR_(x)
+
 typedef struct tb_args {
     const char *backend, *plot;
     int json, iters, warmup, batch;
     size_t sizes[TB_MAX_SIZES];
     int n_sizes;
     int devs[2], have_devs;
+    int set_sizes, set_iters, set_warmup, set_batch; /* given on the command line */
+    int sim_defaults;                                /* the sim backend's small defaults took over */
 } tb_args;
 
 typedef struct tb_result {
@@ -61,6 +76,7 @@ typedef struct tb_run {
     ppn_rt *rt;
     tb_result *res;
     int n_res, cap_res;
+    int n_cases; /* started, for the progress line */
 } tb_run;
 
 /* Arguments ------------------------------------------------------------------------------------------------ */
@@ -72,9 +88,10 @@ static void tb_usage(FILE *f)
           "  --devices a,b  one pair (a == b: the same-device transports on a); default: the same-device\n"
           "                 transports on device 0 and every pair a < b of distinct devices\n"
           "  --sizes        payload bytes: a list (4K,1M) or a range lo..hi stepping by 4x; suffix K, M, G\n"
-          "                 (binary); each a multiple of 4. Default 4K..64M\n"
-          "  --iters N      latency samples per case (default 200); --warmup W hand-offs first (default 10)\n"
-          "  --batch K      hand-offs queued per throughput sample (default 32)\n"
+          "                 (binary); each a multiple of 4. Default 4K..64M (sim backend: 4K..1M)\n"
+          "  --iters N      latency samples per case (default 200, sim 50); --warmup W hand-offs first\n"
+          "                 (default 10, sim 2)\n"
+          "  --batch K      hand-offs queued per throughput sample (default 32, sim 8)\n"
           "One host thread drives producer and consumer alternately through the real boundary code\n"
           "(ppn_boundary_send/recv/release with the ev_tx/ev_rx chain): latency = one hand-off + a consumer\n"
           "stream sync; throughput = K queued hand-offs then one sync; bandwidth = slot bytes / that time.\n",
@@ -90,8 +107,8 @@ static int parse_size(const char *s, const char *end, size_t *out)
     memcpy(buf, s, n);
     buf[n] = 0;
     char *e;
+    if (buf[0] < '0' || buf[0] > '9') return -1;   /* digits first: strtoull would take " 4K" and "+4K" */
     unsigned long long v = strtoull(buf, &e, 10);
-    if (e == buf || buf[0] == '-') return -1;
     size_t mul = 1;
     if (*e == 'K' || *e == 'k') mul = 1 << 10, e++;
     else if (*e == 'M' || *e == 'm') mul = 1 << 20, e++;
@@ -131,23 +148,32 @@ bad:
                     "at most 1G, a range's low end not above its high end)", spec), 2;
 }
 
+/* A device id: digits only, below PPN_MAX_DEVICES, ending at stop; *end after it. Returns 0 or -1. */
+static int parse_dev(const char *p, char stop, const char **end, int *out)
+{
+    int x = 0;
+    const char *q = p;
+    for (; *q >= '0' && *q <= '9'; q++)
+        if ((x = x * 10 + (*q - '0')) >= PPN_MAX_DEVICES) return -1;
+    if (q == p || *q != stop) return -1;
+    *end = q;
+    *out = x;
+    return 0;
+}
+
 static int parse_devs(tb_args *a, const char *v)
 {
-    char *e1, *e2;
-    long x = strtol(v, &e1, 10);
-    if (e1 == v || *e1 != ',' || x < 0 || x >= PPN_MAX_DEVICES) goto bad;
-    long y = strtol(e1 + 1, &e2, 10);
-    if (e2 == e1 + 1 || *e2 || y < 0 || y >= PPN_MAX_DEVICES) goto bad;
-    a->devs[0] = (int)x, a->devs[1] = (int)y, a->have_devs = 1;
+    const char *e;
+    if (parse_dev(v, ',', &e, &a->devs[0]) || parse_dev(e + 1, '\0', &e, &a->devs[1]))
+        return cli_fail("--devices '%s': want two device ids a,b (digits, each below %d)", v, PPN_MAX_DEVICES), 2;
+    a->have_devs = 1;
     return 0;
-bad:
-    return cli_fail("--devices '%s': want two device ids a,b", v), 2;
 }
 
 static int tb_parse(int argc, char **argv, tb_args *a)
 {
-    *a = (tb_args){.iters = 200, .warmup = 10, .batch = 32};
-    if (parse_sizes(a, "4K..64M")) return 2;
+    *a = (tb_args){.iters = TB_ITERS, .warmup = TB_WARMUP, .batch = TB_BATCH};
+    if (parse_sizes(a, TB_SIZES)) return 2;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v;
         long x;
@@ -157,17 +183,37 @@ static int tb_parse(int argc, char **argv, tb_args *a)
             exit(0);
         } else if (!strcmp(f, "--json")) a->json = 1;
         else if (!(v = cli_value(argc, argv, &i))) return 2;
-        else if (!strcmp(f, "--backend")) a->backend = v;
+        else if (!strcmp(f, "--backend")) rc = cli_backend(f, v), a->backend = v;
         else if (!strcmp(f, "--plot")) a->plot = v;
         else if (!strcmp(f, "--devices")) rc = parse_devs(a, v);
-        else if (!strcmp(f, "--sizes")) rc = parse_sizes(a, v);
-        else if (!strcmp(f, "--iters")) rc = cli_int(f, v, 1, 1 << 24, &x), a->iters = (int)x;
-        else if (!strcmp(f, "--warmup")) rc = cli_int(f, v, 0, 1 << 24, &x), a->warmup = (int)x;
-        else if (!strcmp(f, "--batch")) rc = cli_int(f, v, 1, 1 << 16, &x), a->batch = (int)x;
+        else if (!strcmp(f, "--sizes")) rc = parse_sizes(a, v), a->set_sizes = 1;
+        else if (!strcmp(f, "--iters")) rc = cli_int(f, v, 1, 1 << 24, &x), a->iters = (int)x, a->set_iters = 1;
+        else if (!strcmp(f, "--warmup")) rc = cli_int(f, v, 0, 1 << 24, &x), a->warmup = (int)x, a->set_warmup = 1;
+        else if (!strcmp(f, "--batch")) rc = cli_int(f, v, 1, 1 << 16, &x), a->batch = (int)x, a->set_batch = 1;
         else return cli_fail("transport-bench: unknown option '%s'", f), 2;
         if (rc) return rc;
     }
     return 0;
+}
+
+/* On the sim backend, the defaults not given on the command line become the small ones (said in the output). */
+static void sim_defaults(tb_args *a, const ppn_rt *rt)
+{
+    if (strcmp(ppn_rt_backend(rt), "sim") != 0 || (a->set_sizes && a->set_iters && a->set_warmup && a->set_batch))
+        return;
+    a->sim_defaults = 1;
+    if (!a->set_sizes) parse_sizes(a, TB_SIM_SIZES);
+    if (!a->set_iters) a->iters = TB_SIM_ITERS;
+    if (!a->set_warmup) a->warmup = TB_SIM_WARMUP;
+    if (!a->set_batch) a->batch = TB_SIM_BATCH;
+}
+
+/* What the sim defaults changed, for the table and the JSON. */
+static const char *sim_note(void)
+{
+    return "sim backend: small defaults for what the command line left out (sizes " TB_SIM_SIZES ", iters "
+           TB_STR(TB_SIM_ITERS) ", warmup " TB_STR(TB_SIM_WARMUP) ", batch " TB_STR(TB_SIM_BATCH) "); give --sizes, "
+           "--iters, --warmup, --batch to choose";
 }
 
 /* Measurement ---------------------------------------------------------------------------------------------- */
@@ -296,6 +342,9 @@ static ppn_status bench_kind(tb_run *run, tb_case *c, int kind)
     for (int i = 0; i < run->a->n_sizes; i++) {
         size_t size = run->a->sizes[i];
         tb_result r = {.kind = kind, .from = ppn_pool_device(c->pfrom), .to = ppn_pool_device(c->pto), .size = size};
+        if (isatty(STDERR_FILENO)) /* progress: a case can take seconds; \r overwrites the line */
+            fprintf(stderr, "\rtransport-bench: case %d: %-10s %d->%d %9zu B ...  ", ++run->n_cases, tb_names[kind],
+                    r.from, r.to, size);
         ppn_status st = case_setup(c, run->rt, size);
         if (st == PPN_OK) st = measure(c, run->a, &r);
         r.bytes = c->b.bytes;
@@ -303,7 +352,6 @@ static ppn_status bench_kind(tb_run *run, tb_case *c, int kind)
         if (st == PPN_OK) st = st2;
         if (st != PPN_OK) return ppn_err_ctx(st, "%s %d->%d, %zu B", tb_names[kind], r.from, r.to, size);
         PPN_CHECK(push_result(run, &r));
-        if (isatty(STDERR_FILENO)) fprintf(stderr, "\r%-10s %d->%d %9zu B done", tb_names[kind], r.from, r.to, size);
     }
     return PPN_OK;
 }
@@ -358,6 +406,7 @@ static void print_table(const tb_run *run)
            "latency: one hand-off + consumer sync (us); throughput: %d queued hand-offs, slots alternating\n"
            "kernel_add: ppn has no copy kernel; ppn_op_add(dst, slot, zeros) stands in (1.5x a copy's traffic)\n",
            ppn_rt_backend(run->rt), ppn_rt_device_count(run->rt), run->a->batch);
+    if (run->a->sim_defaults) printf("%s\n", sim_note());
     printf("%-10s %-6s %8s %10s %10s %10s %10s %10s %12s %10s\n", "transport", "pair", "size", "slot B", "lat min",
            "median", "p99", "mean", "us/handoff", "GB/s");
     for (int i = 0; i < run->n_res; i++) {
@@ -379,6 +428,7 @@ static int print_json(const tb_run *run)
     json_object_set_new(root, "iters", json_integer(run->a->iters));
     json_object_set_new(root, "warmup", json_integer(run->a->warmup));
     json_object_set_new(root, "batch", json_integer(run->a->batch));
+    if (run->a->sim_defaults) json_object_set_new(root, "sim_defaults", json_string(sim_note()));
     json_object_set_new(root, "driver", json_string("one host thread drives producer and consumer alternately "
                                                     "(send, recv, release): the device-side chain, no cross-thread "
                                                     "wake-up"));
@@ -471,9 +521,9 @@ int cmd_transport_bench(int argc, char **argv)
     int rc = tb_parse(argc, argv, &a);
     if (rc) return rc;
     tb_run run = {.a = &a};
-    ppn_status st = ppn_rt_create(a.backend, &run.rt);
-    if (st != PPN_OK) return cli_fail_status(st, "backend");
-    st = bench_all(&run);
+    if ((rc = cli_rt_create(a.backend, &run.rt)) != 0) return rc;
+    sim_defaults(&a, run.rt);
+    ppn_status st = bench_all(&run);
     if (isatty(STDERR_FILENO)) fputc('\n', stderr);
     if (st != PPN_OK) rc = cli_fail_status(st, "transport-bench");
     else if (a.json) rc = print_json(&run);

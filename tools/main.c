@@ -15,9 +15,37 @@ static void usage(FILE *f)
           "  transport-bench  stage hand-off latency/bandwidth per transport and size: ppn transport-bench --sizes 4K..64M\n"
           "  sched-bench      decode steps/s per issue-thread configuration: ppn sched-bench --shape tiny --stages 2\n"
           "  env       every environment variable ppn reads, and the values set here checked: ppn env [--json]\n"
-          "run 'ppn <command> --help' for its options\n",
+          "run 'ppn <command> --help' for its options\n"
+          "exit status: 2 for a usage or syntax error (a flag, a value, an environment variable), 1 for a failure\n"
+          "while running\n",
           f);
 }
+
+/* Whether argv asks for help: it is printed whatever the environment holds. */
+static int wants_help(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 1;
+    return 0;
+}
+
+/* env: the environment is input like the flags, so a value breaking its rule is refused before the command
+ * runs (exit 2); `ppn env` reports such values instead (its own exit rule). door: the command reads the door
+ * from the environment, and notes the door-only variables a shut door leaves unread. */
+static const struct command {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    int env, door;
+} commands[] = {
+    {"run", cmd_run, 1, 1},
+    {"mkmodel", cmd_mkmodel, 1, 0},
+    {"topo", cmd_topo, 1, 0},
+    {"gate", cmd_gate, 1, 0},
+    {"bench", cmd_bench, 1, 1},
+    {"transport-bench", cmd_transport_bench, 1, 0},
+    {"sched-bench", cmd_sched_bench, 1, 0},
+    {"env", cmd_env, 0, 0},
+};
 
 int main(int argc, char **argv)
 {
@@ -26,14 +54,12 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *cmd = argv[1];
-    if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
-    if (!strcmp(cmd, "mkmodel")) return cmd_mkmodel(argc - 1, argv + 1);
-    if (!strcmp(cmd, "topo")) return cmd_topo(argc - 1, argv + 1);
-    if (!strcmp(cmd, "gate")) return cmd_gate(argc - 1, argv + 1);
-    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
-    if (!strcmp(cmd, "transport-bench")) return cmd_transport_bench(argc - 1, argv + 1);
-    if (!strcmp(cmd, "sched-bench")) return cmd_sched_bench(argc - 1, argv + 1);
-    if (!strcmp(cmd, "env")) return cmd_env(argc - 1, argv + 1);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        const struct command *c = &commands[i];
+        if (strcmp(cmd, c->name) != 0) continue;
+        int rc = c->env && !wants_help(argc - 1, argv + 1) ? cli_env_check(c->door) : 0;
+        return rc ? rc : c->fn(argc - 1, argv + 1);
+    }
     if (!strcmp(cmd, "help") && argc > 2 && !strcmp(argv[2], "env")) return cmd_env(argc - 2, argv + 2);
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         usage(stdout);

@@ -2,9 +2,13 @@
  *
  * HF checkpoints: config.json is parsed first (it says which tensors must exist and their shapes), then the
  * safetensors set is mapped and validated, then each expected tensor is looked up and checked for dtype and
- * exact shape. Extra tensors (rotary_emb.inv_freq, ...) are ignored.
+ * exact shape. Then every tensor the files hold must be one of those: a tensor the config does not use (a layer
+ * past num_hidden_layers, a bias the architecture has none of, a name ppn does not know) is refused by name
+ * rather than dropped, since a forward pass without it is silently another model. The one exception is the
+ * rotary table old exporters stored (rotary_emb.inv_freq): ppn computes the same table from rope_theta.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -102,6 +106,80 @@ static ppn_status bind_globals(ppn_ckpt *c)
     return PPN_OK;
 }
 
+/* ---- tensors the config does not use ------------------------------------------------------------------ */
+
+/* "model.layers.<N>.<rest>": N (digits as bind_layer spells them: no sign, no leading zero; INT_MAX when too
+ * large) and *rest; 0 if name is not one ("model.layers.01.x" is not layer 1, which bind_layer never bound). */
+static int layer_name(const char *name, long *n, const char **rest)
+{
+    static const char pfx[] = "model.layers.";
+    const char *p = name + sizeof pfx - 1;
+    long v = 0;
+    if (strncmp(name, pfx, sizeof pfx - 1) != 0 || *p < '0' || *p > '9') return 0;
+    if (p[0] == '0' && p[1] >= '0' && p[1] <= '9') return 0;
+    for (; *p >= '0' && *p <= '9'; p++) v = v > INT_MAX / 10 ? INT_MAX : v * 10 + (*p - '0');
+    if (*p != '.') return 0;
+    *n = v;
+    *rest = p + 1;
+    return 1;
+}
+
+static const ppn_hf_slot *slot_find(const char *suffix)
+{
+    for (size_t i = 0; i < ppn_hf_n_layer_slots; i++)
+        if (strcmp(ppn_hf_layer_slots[i].suffix, suffix) == 0) return &ppn_hf_layer_slots[i];
+    return NULL;
+}
+
+/* A tensor of a decoder layer that the config does not bind: why, naming the config field that says so. */
+static ppn_status layer_unused(const ppn_ckpt *c, const char *file, const char *name, long l, const char *rest)
+{
+    const ppn_model_config *g = &c->cfg;
+    if (l >= g->n_layers)
+        return ppn_err(PPN_EFORMAT, "%s: tensor '%s' is in layer %ld, but %s/config.json has num_hidden_layers = %d "
+                       "(layers 0-%d): ppn refuses to drop the checkpoint's layers past it", file, name, l, c->path,
+                       g->n_layers, g->n_layers - 1);
+    const ppn_hf_slot *s = slot_find(rest);
+    if (s && s->when == PPN_HF_IF_QKV_BIAS)
+        return ppn_err(PPN_EFORMAT, "%s: tensor '%s' is a q/k/v bias, but %s/config.json says the model has none "
+                       "(architectures: %s; attention_bias absent or false): ppn refuses to drop it (a Qwen2 "
+                       "checkpoint must say Qwen2ForCausalLM)", file, name, c->path, g->arch_name);
+    if (s && s->when == PPN_HF_IF_QK_NORM)
+        return ppn_err(PPN_EFORMAT, "%s: tensor '%s' is a q/k norm, but %s/config.json's architectures says %s, "
+                       "which has none (Qwen3ForCausalLM has them): ppn refuses to drop it", file, name, c->path,
+                       g->arch_name);
+    return ppn_err(PPN_EFORMAT, "%s: tensor '%s' is not a tensor of a %s layer: ppn does not know it and refuses "
+                   "to drop it", file, name, g->arch_name);
+}
+
+/* PPN_OK when bind_globals / bind_layer bound name (or it is the harmless rotary table); else why not. */
+static ppn_status check_used(const ppn_ckpt *c, const char *file, const char *name)
+{
+    static const char *const globals[] = {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
+                                          "model.rotary_emb.inv_freq"};
+    long l;
+    const char *rest;
+    for (size_t i = 0; i < PPN_ARRAY_LEN(globals); i++)
+        if (strcmp(name, globals[i]) == 0) return PPN_OK;   /* lm_head: bound whenever present */
+    if (!layer_name(name, &l, &rest))
+        return ppn_err(PPN_EFORMAT, "%s: tensor '%s' is not used by %s/config.json (%s): ppn does not know it and "
+                       "refuses to drop it", file, name, c->path, c->cfg.arch_name);
+    if (strcmp(rest, "self_attn.rotary_emb.inv_freq") == 0) return PPN_OK;
+    const ppn_hf_slot *s = slot_find(rest);
+    if (l < c->cfg.n_layers && s && ppn_hf_slot_present(&c->cfg, s)) return PPN_OK;
+    return layer_unused(c, file, name, l, rest);
+}
+
+/* Every tensor of every file (an index's shards: their whole contents, as transformers loads them). */
+static ppn_status check_all_used(const ppn_ckpt *c)
+{
+    const ppn_st_set *st = ((const ppn_ckpt_priv *)c->priv)->st;
+    for (size_t f = 0; f < st->n_files; f++)
+        for (size_t i = 0; i < st->files[f]->n_tensors; i++)
+            PPN_CHECK(check_used(c, st->files[f]->path, st->files[f]->tensors[i].name));
+    return PPN_OK;
+}
+
 static ppn_status hf_open(ppn_ckpt *c)
 {
     char cfg_path[1100];
@@ -117,7 +195,7 @@ static ppn_status hf_open(ppn_ckpt *c)
     PPN_CHECK(ppn_ckpt_alloc_layers(c));
     PPN_CHECK(bind_globals(c));
     for (int l = 0; l < c->cfg.n_layers; l++) PPN_CHECK(bind_layer(c, l));
-    return PPN_OK;
+    return check_all_used(c);
 }
 
 /* A regular file is a llama2.c .bin; HF files are refused by name so the error says what to pass. */
@@ -154,7 +232,8 @@ ppn_status ppn_ckpt_open(const char *path, ppn_ckpt **out)
     strcpy(c->path, path);
     if (S_ISDIR(sb.st_mode)) st = hf_open(c);
     else if (S_ISREG(sb.st_mode)) st = file_open(c);
-    else st = ppn_err(PPN_EIO, "%s: neither a checkpoint directory nor a file", path);
+    else st = ppn_err(PPN_EIO, "%s: is %s: neither a checkpoint directory nor a regular file", path,
+                      S_ISFIFO(sb.st_mode) ? "a FIFO" : S_ISSOCK(sb.st_mode) ? "a socket" : "a device or special file");
     if (st != PPN_OK) goto fail;
     *out = c;
     return PPN_OK;

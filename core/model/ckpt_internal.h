@@ -57,13 +57,17 @@ int ppn_hf_shape_dims(const ppn_model_config *cfg, ppn_hf_shape shape, int64_t d
 int ppn_hf_slot_present(const ppn_model_config *cfg, const ppn_hf_slot *slot);
 
 /* safetensors.c: file access shared by the loaders */
-/* Map a whole file read-only (PROT_READ, MAP_PRIVATE). An empty file gives base NULL, len 0.
- * Returns PPN_OK, PPN_EIO (naming the file and the failing call). */
+/* Map a whole file read-only (PROT_READ, MAP_PRIVATE). An empty file gives base NULL, len 0. Anything but a
+ * regular file (a FIFO, a device, a directory) is refused without blocking: it is opened O_NONBLOCK and
+ * checked with fstat before a byte is read.
+ * Returns PPN_OK, PPN_EIO (naming the file and the failing call, or what the file is: "is a FIFO, not a
+ * regular file"). */
 ppn_status ppn_map_readonly(const char *path, const uint8_t **base, size_t *len);
 void ppn_unmap(const uint8_t *base, size_t len);
 
 /* Read a whole small text file (config.json, the shard index) into a NUL-terminated malloc'd buffer;
- * files over max_len are refused. Returns PPN_OK, PPN_EIO, PPN_EFORMAT (too large), PPN_ENOMEM. */
+ * files over max_len are refused, and non-regular files as ppn_map_readonly refuses them.
+ * Returns PPN_OK, PPN_EIO, PPN_EFORMAT (too large), PPN_ENOMEM. */
 ppn_status ppn_read_text(const char *path, size_t max_len, char **text, size_t *len);
 
 /* layout.c: allocate c->layers for c->cfg.n_layers. Returns PPN_OK, PPN_ENOMEM. */

@@ -7,6 +7,7 @@
  * are refused by name rather than silently computed wrong.
  */
 #include <jansson.h>
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <string.h>
@@ -133,6 +134,10 @@ static ppn_status parse_sizes(const cfg_ctx *x, ppn_model_config *cfg)
     PPN_CHECK(get_int(x, r, "", "head_dim", 0, 0, 1, 1 << 16, &cfg->head_dim));
     double eps;
     PPN_CHECK(get_pos_num(x, r, "", "rms_norm_eps", 0, 1e-6, &eps));
+    /* A float32 in the kernels: 1e-300 would round to 0 there, and an eps of 1 or more is no epsilon. */
+    if (!(eps < 1) || (float)eps < FLT_MIN)
+        return ppn_err(PPN_EFORMAT, "%s: field 'rms_norm_eps' = %g is out of range: it must be in (0, 1) and at "
+                       "least %g (float32's smallest normal)", x->where, eps, (double)FLT_MIN);
     cfg->norm_eps = (float)eps;
     return PPN_OK;
 }
@@ -170,6 +175,19 @@ static ppn_status parse_llama3(const cfg_ctx *x, const json_t *p, const char *pf
     return PPN_OK;
 }
 
+/* rope_theta: the base of the rotary wavelengths theta^(2i/d); at 1 or below every pair rotates alike or
+ * faster than position 1's angle (1e-300 sends theta^(-2i/d) to infinity). */
+static ppn_status get_theta(const cfg_ctx *x, const json_t *obj, const char *pfx, double dflt, double *out)
+{
+    double t = dflt;
+    PPN_CHECK(get_pos_num(x, obj, pfx, "rope_theta", 0, dflt, &t));
+    if (!(t > 1))
+        return ppn_err(PPN_EFORMAT, "%s: field '%srope_theta' = %g is out of range: it must be a finite number "
+                       "greater than 1", x->where, pfx, t);
+    *out = t;
+    return PPN_OK;
+}
+
 /* 5.x rope_parameters wins when present; else 4.x rope_theta + rope_scaling. */
 static ppn_status parse_rope(const cfg_ctx *x, ppn_model_config *cfg)
 {
@@ -179,12 +197,12 @@ static ppn_status parse_rope(const cfg_ctx *x, ppn_model_config *cfg)
         p = json_object_get(x->root, "rope_scaling");
         pfx = "rope_scaling.";
     }
-    PPN_CHECK(get_pos_num(x, x->root, "", "rope_theta", 0, 10000.0, &cfg->rope_theta));
+    PPN_CHECK(get_theta(x, x->root, "", 10000.0, &cfg->rope_theta));
     cfg->rope_type = PPN_ROPE_DEFAULT;
     if (!p || json_is_null(p)) return PPN_OK;
     if (!json_is_object(p)) return ppn_err(PPN_EFORMAT, "%s: field '%.*s' is not an object", x->where,
                                            (int)strlen(pfx) - 1, pfx);
-    PPN_CHECK(get_pos_num(x, p, pfx, "rope_theta", 0, cfg->rope_theta, &cfg->rope_theta));
+    PPN_CHECK(get_theta(x, p, pfx, cfg->rope_theta, &cfg->rope_theta));
     const json_t *t = json_object_get(p, "rope_type");
     if (!t) t = json_object_get(p, "type");   /* older 4.x spelling */
     if (t && !json_is_string(t)) return ppn_err(PPN_EFORMAT, "%s: %srope_type is not a string", x->where, pfx);
@@ -193,6 +211,32 @@ static ppn_status parse_rope(const cfg_ctx *x, ppn_model_config *cfg)
     if (strcmp(type, "llama3") == 0) return parse_llama3(x, p, pfx, cfg);
     return ppn_err(PPN_EUNSUPPORTED, "%s: rope_type '%.64s' is not supported (default and llama3 are)", x->where,
                    type);
+}
+
+/* layer_types (transformers 4.5x+): absent or null, else one string per layer, each full_attention (ppn has no
+ * other attention). A malformed list is refused rather than skipped: it may be the only place a checkpoint
+ * says that some layers slide. */
+static ppn_status check_layer_types(const cfg_ctx *x, const ppn_model_config *cfg)
+{
+    const json_t *lt = json_object_get(x->root, "layer_types");
+    if (!lt || json_is_null(lt)) return PPN_OK;
+    if (!json_is_array(lt))
+        return ppn_err(PPN_EFORMAT, "%s: field 'layer_types' is not a list (it must list %d strings, one per "
+                       "layer)", x->where, cfg->n_layers);
+    if (json_array_size(lt) != (size_t)cfg->n_layers)
+        return ppn_err(PPN_EFORMAT, "%s: field 'layer_types' is a list of %zu, but num_hidden_layers is %d (it "
+                       "must hold one string per layer)", x->where, json_array_size(lt), cfg->n_layers);
+    for (size_t i = 0; i < json_array_size(lt); i++)
+        if (!json_is_string(json_array_get(lt, i)))
+            return ppn_err(PPN_EFORMAT, "%s: field 'layer_types[%zu]' is not a string (layer_types must be a list "
+                           "of %d strings)", x->where, i, cfg->n_layers);
+    for (size_t i = 0; i < json_array_size(lt); i++) {
+        const char *s = json_string_value(json_array_get(lt, i));
+        if (strcmp(s, "full_attention") != 0)
+            return ppn_err(PPN_EUNSUPPORTED, "%s: layer_types[%zu] is '%.40s'; only full_attention is supported",
+                           x->where, i, s);
+    }
+    return PPN_OK;
 }
 
 /* Every layer must be full attention: ppn has no sliding-window attention. */
@@ -210,14 +254,7 @@ static ppn_status check_window(const cfg_ctx *x, const ppn_model_config *cfg)
             return ppn_err(PPN_EUNSUPPORTED, "%s: sliding window attention (sliding_window=%d) is not supported",
                            x->where, sw);
     }
-    const json_t *lt = json_object_get(x->root, "layer_types");
-    for (size_t i = 0; json_is_array(lt) && i < json_array_size(lt); i++) {
-        const char *s = json_string_value(json_array_get(lt, i));
-        if (!s || strcmp(s, "full_attention") != 0)
-            return ppn_err(PPN_EUNSUPPORTED, "%s: layer_types[%zu] is '%.40s'; only full_attention is supported",
-                           x->where, i, s ? s : "(not a string)");
-    }
-    return PPN_OK;
+    return check_layer_types(x, cfg);
 }
 
 /* Biases: Qwen2 always has q/k/v bias (and no o bias). Llama/Qwen3 attention_bias=true also puts a bias on

@@ -20,20 +20,34 @@
 
 /* ---- mapping and small files -------------------------------------------------------------------------- */
 
+/* What a non-regular file is, for the refusal. */
+static const char *file_kind(mode_t m)
+{
+    if (S_ISFIFO(m)) return "a FIFO";
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    if (S_ISSOCK(m)) return "a socket";
+    return "not a plain file";
+}
+
+/* O_NONBLOCK: opening a FIFO for reading blocks until a writer appears (forever, for a stray mkfifo), and a
+ * device may block too. Nothing is read before fstat says the file is regular, where O_NONBLOCK changes
+ * nothing; checking the opened descriptor (not a stat of the path first) leaves no window for a swap. */
 ppn_status ppn_map_readonly(const char *path, const uint8_t **base, size_t *len)
 {
     ppn_status st = PPN_OK;
     struct stat sb;
     *base = NULL;
     *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (fd < 0) return ppn_err(PPN_EIO, "%s: open: %s", path, strerror(errno));
     if (fstat(fd, &sb) != 0) {
         st = ppn_err(PPN_EIO, "%s: fstat: %s", path, strerror(errno));
         goto out;
     }
     if (!S_ISREG(sb.st_mode)) {
-        st = ppn_err(PPN_EIO, "%s: not a regular file", path);
+        st = ppn_err(PPN_EIO, "%s: is %s, not a regular file", path, file_kind(sb.st_mode));
         goto out;
     }
     if (sb.st_size == 0) goto out;   /* mmap refuses length 0; callers see a 0-byte file and say why */

@@ -1,0 +1,284 @@
+/* test_cli.c - the ppn command line's handling of bad input, run as a subprocess (tu_run_ppn) on the sim
+ * backend: integers as plain digits, one-line errors whatever a value holds, the exit rule (2: usage, syntax,
+ * an environment value breaking its rule; 1: a failure while running), door-only flags refused while the door
+ * is shut and door-only variables noted, no leak on any refusal of `ppn run` (the ASan build runs this same
+ * test: LeakSanitizer makes the process fail), and transport-bench's small sim defaults.
+ *
+ * The values with control characters are made by printf(1) in the shell, so the argv ppn sees holds them raw. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include "tests/util/tcheck.h"
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/model/ckpt.h"
+#include "tests/util/tutil.h"
+
+/* The tiny checkpoint every case runs against (made once). */
+static char *g_dir;
+static char g_model[1200];
+
+static int setup(void **state)
+{
+    (void)state;
+    g_dir = tu_tmpdir();
+    if (!g_dir) return -1;
+    snprintf(g_model, sizeof g_model, "%s/tiny", g_dir);
+    return ppn_mkmodel("tiny", PPN_DTYPE_F32, g_model, 1) == PPN_OK ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    tu_rmrf(g_dir);
+    free(g_dir);
+    return 0;
+}
+
+/* Lines in s (each ending in '\n'). */
+static int lines(const char *s)
+{
+    int n = 0;
+    for (; s && *s; s++) n += *s == '\n';
+    return n;
+}
+
+/* `ppn <args>` (env: assignments before it, may be "") must exit want, its stderr holding every needle (NULL ends
+ * the list) and no leak report. Returns stderr (malloc'd) for more checks. */
+static char *expect_exit(const char *env, const char *args, int want, ...)
+{
+    char *out = NULL, *err = NULL;
+    int rc = tu_run_ppn(env, args, &out, &err, NULL);
+    if (rc != want || !err) fail_msg("'%s ppn %s': exit %d (want %d), stderr: %s", env, args, rc, want, err ? err : "");
+    if (strstr(err, "LeakSanitizer") || strstr(err, "AddressSanitizer"))
+        fail_msg("'%s ppn %s': sanitizer report:\n%s", env, args, err);
+    va_list ap;
+    va_start(ap, want);
+    for (const char *n; (n = va_arg(ap, const char *)) != NULL;)
+        if (!strstr(err, n)) fail_msg("'%s ppn %s': stderr lacks \"%s\": %s", env, args, n, err);
+    va_end(ap);
+    free(out);
+    return err;
+}
+
+/* A refusal of `ppn run` on the tiny model: exit 2, "ppn: error:" and needle in one line of stderr. */
+static void run_refused(const char *env, const char *flags, const char *needle)
+{
+    char args[2048];
+    snprintf(args, sizeof args, "run --model '%s' --backend sim %s", g_model, flags);
+    char *err = expect_exit(env, args, 2, "ppn: error: ", needle, NULL);
+    if (lines(err) != 1) fail_msg("'ppn %s': %d lines of stderr, want 1: %s", args, lines(err), err);
+    free(err);
+}
+
+static void run_ok(const char *env, const char *flags)
+{
+    char args[2048];
+    snprintf(args, sizeof args, "run --model '%s' --backend sim --quiet %s", g_model, flags);
+    free(expect_exit(env, args, 0, NULL));
+}
+
+/* ids parsed, then a refusal: every error path of `ppn run` after --ids frees them (the ASan build's
+ * LeakSanitizer fails the process otherwise). */
+static void test_cli_run_refusals_free_ids(void **state)
+{
+    (void)state;
+    run_refused("", "--ids 1,2 -n x", "-n: 'x' is not an integer");
+    run_refused("", "--ids 1,2 --ids 3 -n x", "-n: 'x'");
+    run_refused("", "--ids 1,2 --bogus 1", "unknown option '--bogus'");
+    run_refused("", "--ids 1,2 --overlap 1", "--overlap needs --stages N >= 2");
+    run_refused("", "--ids 1,2 --temp 1 --device-greedy", "--device-greedy");
+    run_refused("", "--ids 1,2 --ids x", "--ids: 'x'");
+    run_refused("", "--ids 1,2 --stages", "--stages needs a value");
+    free(expect_exit("", "run --ids 1,2 --backend sim", 2, "--model PATH is required", NULL));
+    run_ok("", "--ids 1 --ids 2,3 -n 1"); /* the second list replaces the first */
+}
+
+/* Integers are digits only (a '-' where negatives make sense), numbers [-]digits[.digits][e[+-]digits]; the
+ * refusal names the flag and the value. */
+static void test_cli_plain_numbers(void **state)
+{
+    (void)state;
+    static const struct { const char *flags, *needle; } bad[] = {
+        {"--ids ' 1'", "--ids: ' 1'"},       {"--ids +1", "--ids: '+1'"},       {"--ids '1 '", "--ids: '1 '"},
+        {"--ids 1,,2", "--ids: '1,,2'"},     {"--ids 1,", "--ids: '1,'"},       {"--ids -1", "--ids: '-1'"},
+        {"--ids 2147483648", "--ids: '2147483648'"},                            {"--ids 0x10", "--ids: '0x10'"},
+        {"--ids 1 -n +2", "-n: '+2'"},       {"--ids 1 -n ' 2'", "-n: ' 2'"},   {"--ids 1 -n 2x", "-n: '2x'"},
+        {"--ids 1 -n -0", "-n: '-0'"},       {"--ids 1 --seed -1", "--seed: '-1'"},
+        {"--ids 1 --seed +1", "--seed: '+1'"},                                  {"--ids 1 --ctx ' 8'", "--ctx: ' 8'"},
+        {"--ids 1 --chunk 1e2", "--chunk: '1e2'"},                              {"--ids 1 --top-k 0x3", "--top-k: '0x3'"},
+        {"--ids 1 --temp ' 1'", "--temp: ' 1'"},                                {"--ids 1 --temp +1", "--temp: '+1'"},
+        {"--ids 1 --temp inf", "--temp: 'inf'"},                                {"--ids 1 --temp nan", "--temp: 'nan'"},
+        {"--ids 1 --temp 0x1p1", "--temp: '0x1p1'"},                            {"--ids 1 --temp 1e", "--temp: '1e'"},
+        {"--ids 1 --top-p .", "--top-p: '.'"},                                  {"--ids 1 --stages ' 2'", "--stages"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) run_refused("", bad[i].flags, bad[i].needle);
+    run_ok("", "--ids 0,07,300 -n 1 --temp 0.5 --top-p 1e-1 --top-k 3 --seed 7 --ctx 64 --chunk 0");
+    run_ok("", "--ids 1 -n 1 --temp .5 --top-p 1.0E0");
+    static const char *const tb[] = {"--iters +4", "--iters ' 4'", "--warmup -1", "--batch 1.0", "--devices +0,1",
+                                     "--devices ' 0,1'", "--devices 0,-1", "--devices 0,1,2", "--sizes +4K",
+                                     "--sizes ' 4K'", "--sizes 4K,-8K"};
+    for (size_t i = 0; i < sizeof tb / sizeof tb[0]; i++) {
+        char args[256];
+        snprintf(args, sizeof args, "transport-bench --backend sim %s", tb[i]);
+        free(expect_exit("", args, 2, "ppn: error: ", NULL));
+    }
+}
+
+/* A value's control characters are escaped in the message, which stays one line. */
+static void test_cli_control_chars_escaped(void **state)
+{
+    (void)state;
+    run_refused("", "--ids \"$(printf '1\\n2')\"", "--ids: '1\\n2'");
+    run_refused("", "--ids \"$(printf '\\001\\033[31m\\t')\"", "--ids: '\\x01\\x1b[31m\\t'");
+    run_refused("", "--ids 1 -n \"$(printf '3\\r')\"", "-n: '3\\r'");
+    run_refused("MEMRA_PP_STAGES=\"$(printf '2\\n3')\"", "--ids 1", "MEMRA_PP_STAGES='2\\n3'");
+    /* a runtime failure quoting a path: exit 1, one line too */
+    char *err = expect_exit("", "run --backend sim --ids 1 --model \"$(printf '/nonexistent/a\\nb\\177')\"", 1,
+                            "ppn: error: load: /nonexistent/a\\nb\\x7f", NULL);
+    assert_int_equal(lines(err), 1);
+    free(err);
+}
+
+/* Exit 2 for usage and syntax, the environment included (every value refused before anything runs, whatever
+ * the command); 1 for a failure while running. */
+static void test_cli_exit_rule(void **state)
+{
+    (void)state;
+    static const struct { const char *env, *needle; } env_bad[] = {
+        {"MEMRA_PP_STAGES=x", "MEMRA_PP_STAGES='x'"},       {"MEMRA_PP_STAGES=99", "MEMRA_PP_STAGES='99'"},
+        {"PPN_SIM_DEVICES=100", "PPN_SIM_DEVICES='100'"},   {"PPN_SIM_DEVICES=x", "PPN_SIM_DEVICES='x'"},
+        {"PPN_SIM_MEM=0", "PPN_SIM_MEM='0'"},               {"PPN_PDL=2", "PPN_PDL='2'"},
+        {"PPN_PIN=far2", "PPN_PIN='far2'"},                 {"PPN_SIM_LATENCY=5000", "PPN_SIM_LATENCY='5000'"},
+        {"PPN_BACKEND=gpu", "PPN_BACKEND='gpu'"},           {"PPN_SIM_PEER=zz", "PPN_SIM_PEER='zz'"},
+        {"PPN_SIM_FAIL=zz", "PPN_SIM_FAIL='zz'"},           {"MEMRA_PP_STAGES=2 MEMRA_PP_OVERLAP=7", "MEMRA_PP_OVERLAP='7'"},
+    };
+    for (size_t i = 0; i < sizeof env_bad / sizeof env_bad[0]; i++) run_refused(env_bad[i].env, "--ids 1", env_bad[i].needle);
+    free(expect_exit("PPN_SIM_DEVICES=100", "topo --backend sim", 2, "PPN_SIM_DEVICES='100'", NULL));
+    free(expect_exit("PPN_SIM_FAIL=zz", "transport-bench --backend sim --sizes 4K", 2, "PPN_SIM_FAIL='zz'", NULL));
+    free(expect_exit("PPN_PDL=2", "run --help", 0, NULL)); /* help is printed whatever the environment holds */
+    run_refused("", "--backend gpu --ids 1", "--backend: 'gpu' is not one of auto, cuda or sim");
+    free(expect_exit("", "frobnicate", 2, "unknown command 'frobnicate'", NULL));
+    /* runtime failures */
+    free(expect_exit("", "run --backend sim --ids 1 --model /nonexistent/ppn", 1, "ppn: error: load:", NULL));
+    char args[1400];
+    snprintf(args, sizeof args, "run --model '%s' --backend sim --ids 1", g_model);
+    free(expect_exit("MEMRA_PP_STAGES=2 MEMRA_PP_SPLITS=9", args, 1, "each cut must be in (0, n_layers=4)", NULL));
+    snprintf(args, sizeof args, "run --model '%s' --backend sim --ids 1 --ctx 4 -n 8", g_model);
+    free(expect_exit("", args, 1, "exceed the context", NULL));
+}
+
+/* Door-only flags (their variables are read only with the door open) need --stages N >= 2; the others do not. */
+static void test_cli_door_flags_need_stages(void **state)
+{
+    (void)state;
+    static const char *const door_only[] = {"--splits 2", "--split 2", "--devices 0,1", "--shard 0", "--streams 0",
+                                            "--overlap 1"};
+    for (size_t i = 0; i < sizeof door_only / sizeof door_only[0]; i++) {
+        char flags[128], needle[128];
+        snprintf(flags, sizeof flags, "--ids 1 %s", door_only[i]);
+        snprintf(needle, sizeof needle, "%.*s needs --stages N >= 2 (the door is shut)",
+                 (int)strcspn(door_only[i], " "), door_only[i]);
+        run_refused("", flags, needle);
+        snprintf(flags, sizeof flags, "--ids 1 --stages 1 %s", door_only[i]);
+        run_refused("", flags, needle);
+        snprintf(flags, sizeof flags, "--ids 1 --stages 2 %s --stages 0", door_only[i]); /* the last one counts */
+        run_refused("", flags, needle);
+    }
+    run_refused("MEMRA_PP_STAGES=2", "--ids 1 --stages 1 --overlap 1", "--overlap needs --stages");
+    run_ok("", "--ids 1 -n 1 --overlap 1 --stages 2");       /* before --stages: the whole line counts */
+    run_ok("", "--ids 1 -n 1 --stages 2 --devices 0,1 --streams 1 --shard 1 --splits 2");
+    run_ok("MEMRA_PP_STAGES=2", "--ids 1 -n 1 --overlap 1"); /* the environment opened the door */
+    run_ok("", "--ids 1 -n 1 --spin 0 --graphs 0 --fuse 0 --check-unsplit"); /* not door-only */
+}
+
+/* A door-only variable set while MEMRA_PP_STAGES keeps the door shut: a one-line notice, not an error. */
+static void test_cli_door_env_notice(void **state)
+{
+    (void)state;
+    char args[1400];
+    snprintf(args, sizeof args, "run --model '%s' --backend sim --quiet --ids 1 -n 1", g_model);
+    char *err = expect_exit("MEMRA_PP_OVERLAP=1", args, 0,
+                            "ppn: note: MEMRA_PP_OVERLAP is ignored: it is read only while MEMRA_PP_STAGES >= 2", NULL);
+    assert_int_equal(lines(err), 1);
+    free(err);
+    err = expect_exit("MEMRA_PP_STAGES=1 MEMRA_PP_SPLITS=9 MEMRA_PP_SHARD=0", args, 0,
+                      "ppn: note: MEMRA_PP_SPLITS, MEMRA_PP_SHARD are ignored", NULL);
+    assert_int_equal(lines(err), 1);
+    free(err);
+    err = expect_exit("MEMRA_PP_STAGES=2 MEMRA_PP_OVERLAP=1", args, 0, NULL);
+    assert_null(strstr(err, "note"));
+    free(err);
+    err = expect_exit("PPN_SPIN=1 PPN_GRAPHS=0", args, 0, NULL); /* not door-only: read with the door shut */
+    assert_null(strstr(err, "note"));
+    free(err);
+}
+
+/* transport-bench on sim with nothing chosen: small defaults, said in the output, done in seconds. */
+static void test_cli_transport_bench_sim_defaults(void **state)
+{
+    (void)state;
+    char cmd[1024], *out = NULL, *err = NULL;
+    snprintf(cmd, sizeof cmd, "timeout 120 '%s' transport-bench --backend sim --json", bin());
+    int rc = tu_run(cmd, &out, &err);
+    if (rc != 0 || !out) fail_msg("transport-bench --backend sim: exit %d (124: it ran past 120 s): %s", rc, err ? err : "");
+    json_error_t je;
+    json_t *j = json_loads(out, 0, &je);
+    if (!j) fail_msg("not JSON (%s): %s", je.text, out);
+    const char *note = json_string_value(json_object_get(j, "sim_defaults"));
+    if (!note || !strstr(note, "sizes 4K..1M")) fail_msg("no sim_defaults note: %s", out);
+    assert_int_equal((int)num(j, "iters"), 50);
+    json_t *res = json_object_get(j, "results");
+    assert_true(json_array_size(res) > 0);
+    for (size_t i = 0; i < json_array_size(res); i++) assert_true(num(json_array_get(res, i), "size") <= (1 << 20));
+    assert_null(strstr(err, "case 1:")); /* progress only when stderr is a terminal */
+    json_decref(j);
+    free(out);
+    free(err);
+    /* everything chosen: no sim defaults */
+    snprintf(cmd, sizeof cmd, "'%s' transport-bench --backend sim --devices 0,0 --sizes 8K --iters 3 --warmup 1 "
+             "--batch 2 --json", bin());
+    assert_int_equal(tu_run(cmd, &out, &err), 0);
+    j = json_loads(out, 0, &je);
+    assert_non_null(j);
+    assert_null(json_object_get(j, "sim_defaults"));
+    assert_int_equal((int)num(j, "iters"), 3);
+    json_decref(j);
+    free(out);
+    free(err);
+    /* the table says so too; with stderr on a terminal (script(1) gives it one), progress lines */
+    snprintf(cmd, sizeof cmd, "'%s' transport-bench --backend sim --devices 0,0 --sizes 4K", bin());
+    assert_int_equal(tu_run(cmd, &out, &err), 0);
+    assert_non_null(strstr(out, "sim backend: small defaults"));
+    free(out);
+    free(err);
+    rc = tu_run("command -v script", &out, &err);
+    free(out);
+    free(err);
+    if (rc != 0) skip(); /* no script(1) here: the terminal case is not checked */
+    snprintf(cmd, sizeof cmd, "script -qec \"'%s' transport-bench --backend sim --devices 0,0 --sizes 4K --iters 2 "
+             ">/dev/null\" /dev/null", bin());
+    rc = tu_run(cmd, &out, &err);
+    if (rc != 0 || !out || !strstr(out, "transport-bench: case 1: inplace"))
+        fail_msg("no progress on a terminal (exit %d): %s", rc, out ? out : "");
+    free(out);
+    free(err);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cli_run_refusals_free_ids),
+        cmocka_unit_test(test_cli_plain_numbers),
+        cmocka_unit_test(test_cli_control_chars_escaped),
+        cmocka_unit_test(test_cli_exit_rule),
+        cmocka_unit_test(test_cli_door_flags_need_stages),
+        cmocka_unit_test(test_cli_door_env_notice),
+        cmocka_unit_test(test_cli_transport_bench_sim_defaults),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
