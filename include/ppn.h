@@ -146,7 +146,9 @@ typedef struct ppn_load_opts {
 /* Default options: dtype default, ctx 0, device 0, no progress. */
 ppn_load_opts ppn_load_opts_default(void);
 
-/* Load a checkpoint (HF directory or llama2.c .bin) onto the runtime's device(s).
+/* Load a checkpoint (HF directory or llama2.c .bin) onto the runtime's device(s). Every file is untrusted input:
+ * anything but a regular file is refused (PPN_EIO), and so is a tensor the config does not use (PPN_EFORMAT:
+ * layers past num_hidden_layers, biases or norms the architecture has not, unknown names).
  * @return PPN_OK, PPN_EIO / PPN_EFORMAT / PPN_EUNSUPPORTED (the checkpoint; message names file and tensor),
  *         PPN_EINVAL (bad option: dtype, ctx, device), PPN_ENOMEM (device or host full: message names which
  *         and how much; nothing stays allocated), PPN_EDRIVER, PPN_ENOKERNELS. */
