@@ -90,7 +90,7 @@ static int parse_value(bench_args *a, const char *f, const char *v)
     int rc;
     if (!strcmp(f, "--model")) return a->model = v, 0;
     if (!strcmp(f, "--shape")) return a->shape = v, 0;
-    if (!strcmp(f, "--backend")) return a->backend = v, 0;
+    if (!strcmp(f, "--backend")) return a->backend = v, cli_backend(f, v);
     if (!strcmp(f, "--dtype")) return cli_dtype(f, v, &a->dtype);
     if (!strcmp(f, "--bw-gbs")) return cli_float(f, v, 1e-3, 1e9, &a->bw_gbs);
     if (!strcmp(f, "--prompt")) {
@@ -694,11 +694,9 @@ int cmd_bench(int argc, char **argv)
     ppn_model *m = NULL;
     bench_result *res = NULL;
     if (rc) goto out;
-    ppn_status st = ppn_rt_create(a.backend, &rt); /* first: a missing backend fails before gigabytes are written */
-    if (st != PPN_OK) {
-        rc = cli_fail_status(st, "bench: backend");
-        goto out;
-    }
+    /* first: a missing backend fails before gigabytes are written */
+    if ((rc = cli_rt_create(a.backend, &rt)) != 0) goto out;
+    ppn_status st;
     if ((st = ppn_env_flag("PPN_KPROF", &a.kprof)) != PPN_OK) { /* ppn_rt_create has refused a bad one */
         rc = cli_fail_status(st, "bench");
         goto out;

@@ -441,7 +441,7 @@ static int parse(int argc, char **argv, gate_args *a)
             exit(0);
         } else if (!(v = cli_value(argc, argv, &i))) return 2;
         else if (!strcmp(f, "--model")) a->model = v;
-        else if (!strcmp(f, "--backend")) a->backend = v;
+        else if (!strcmp(f, "--backend")) rc = cli_backend(f, v), a->backend = v;
         else if (!strcmp(f, "--dtype")) rc = cli_dtype(f, v, &a->dtype);
         else if (!strcmp(f, "--steps")) rc = cli_int(f, v, 1, 100000, &x), a->steps = (int)x;
         else if (!strcmp(f, "--prompt")) rc = cli_int(f, v, 1, 100000, &x), a->prompt = (int)x;

@@ -122,7 +122,7 @@ static int sb_parse(int argc, char **argv, sb_args *a)
             exit(0);
         } else if (!strcmp(f, "--json")) a->json = 1;
         else if (!(v = cli_value(argc, argv, &i))) return 2;
-        else if (!strcmp(f, "--backend")) a->backend = v;
+        else if (!strcmp(f, "--backend")) rc = cli_backend(f, v), a->backend = v;
         else if (!strcmp(f, "--model")) a->model = v;
         else if (!strcmp(f, "--shape")) a->shape = v;
         else if (!strcmp(f, "--plot")) a->plot = v;
@@ -484,8 +484,8 @@ int cmd_sched_bench(int argc, char **argv)
     sb_run *run = calloc(1, sizeof *run);
     if (!run) return cli_fail("out of memory");
     run->a = &a;
-    ppn_status st = ppn_rt_create(a.backend, &run->rt);
-    if (st != PPN_OK) rc = cli_fail_status(st, "backend");
+    ppn_status st = PPN_OK;
+    rc = cli_rt_create(a.backend, &run->rt);
     if (rc == 0 && (st = model_source(run)) != PPN_OK) rc = cli_fail_status(st, "sched-bench model");
     if (rc == 0 && (st = run_all(run)) != PPN_OK) rc = cli_fail_status(st, "sched-bench");
     if (rc == 0) rc = a.json ? print_json(run) : (print_table(run), 0);

@@ -60,6 +60,7 @@ int cmd_topo(int argc, char **argv)
         if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--backend")) {
             if (!(backend = cli_value(argc, argv, &i))) return 2;
+            if (cli_backend("--backend", backend)) return 2;
         } else if (!strcmp(argv[i], "--help")) {
             puts("usage: ppn topo [--backend auto|sim|cuda] [--json]");
             return 0;
