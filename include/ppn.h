@@ -328,6 +328,61 @@ int ppn_rt_kernel_profile(ppn_rt *rt, ppn_kernel_time *out, int max);
 /* Zero the account (call it between steps: a launch in flight at the reset may still be counted on sim). */
 void ppn_rt_kernel_profile_reset(ppn_rt *rt);
 
+/* ---------------------------------------------------------------------------------------------------------
+ * Tokenizer: a checkpoint's tokenizer.json (Hugging Face `tokenizers` format) and tokenizer_config.json. Handled:
+ * BPE models (byte-level, as Llama 3, Qwen2 and GPT-2-style; SentencePiece-style with byte fallback, as Llama 2
+ * and Mistral), added and special tokens (matched in the text before anything else, as tokenizers does), the
+ * NFC / Prepend / Replace normalizers, the Split / ByteLevel / Metaspace pre-tokenizers, the template
+ * post-processor. The ids are those tokenizers produces. A tokenizer is read-only once loaded: several threads
+ * may encode and decode with it at once; a ppn_detok_stream is used by one thread at a time. A model does not
+ * need one: ppn_model_load and the decode calls work with ids alone. */
+typedef struct ppn_tokenizer ppn_tokenizer;
+typedef struct ppn_detok_stream ppn_detok_stream;
+
+/* Load dir/tokenizer.json and, when present, dir/tokenizer_config.json (BOS, EOS, add_bos_token and
+ * add_eos_token: where the config sets them they decide what add_special adds, else the post-processor does).
+ * @return PPN_OK, PPN_EINVAL (NULL argument), PPN_EIO (tokenizer.json cannot be opened: the message names it),
+ *         PPN_EFORMAT (malformed JSON or a malformed field: the message names the file, line or field),
+ *         PPN_EUNSUPPORTED (a model, normalizer, pre-tokenizer, decoder or option ppn does not handle: named),
+ *         PPN_ENOMEM. On failure *out is NULL. */
+ppn_status ppn_tokenizer_load(const char *dir, ppn_tokenizer **out);
+/* Accepts NULL. Free every ppn_detok_stream of tok first. */
+void ppn_tokenizer_free(ppn_tokenizer *tok);
+/* The BOS / EOS ids tokenizer_config.json names; -1 when it names none (or tok is NULL). */
+int ppn_tokenizer_bos(const ppn_tokenizer *tok);
+int ppn_tokenizer_eos(const ppn_tokenizer *tok);
+/* One past the largest id (vocabulary and added tokens); 0 for NULL. */
+int ppn_tokenizer_n_ids(const ppn_tokenizer *tok);
+
+/* Encode len bytes of UTF-8 text into ids[0, cap); *n = the number of ids. Special-token text in the input
+ * becomes its id. add_special: add what the config says (BOS and EOS, see ppn_tokenizer_load). ids may be NULL
+ * with cap 0 to count.
+ * @return PPN_OK, PPN_EINVAL (NULL tok or n, NULL text with len > 0, cap < 0 or NULL ids with cap > 0; text not
+ *         valid UTF-8: the byte named; more than cap ids: *n holds the count, ids the first cap), PPN_ENOMEM. */
+ppn_status ppn_tokenize(const ppn_tokenizer *tok, const char *text, size_t len, int add_special, int *ids, int cap,
+                        int *n);
+/* Decode n ids (special tokens included) into buf, NUL-terminated; *len = the text's length in bytes. The text
+ * is valid UTF-8: bytes that form no character become U+FFFD, as tokenizers' decode does. buf may be NULL with
+ * cap 0 to measure.
+ * @return PPN_OK, PPN_EINVAL (NULL tok or len, NULL ids with n > 0, n < 0, NULL buf with cap > 0; an id that is
+ *         no token: named with its position; cap <= *len: *len holds the length, buf the first cap - 1 bytes),
+ *         PPN_ENOMEM. */
+ppn_status ppn_detokenize(const ppn_tokenizer *tok, const int *ids, int n, char *buf, size_t cap, size_t *len);
+
+/* Streaming decode, one id at a time as they are generated: each push gives the text that id adds, never part
+ * of a UTF-8 character (text whose bytes are still incomplete is held until they come), and the pushes and a
+ * final flush together give exactly ppn_detokenize of all the ids. The text returned stays valid until the next
+ * call on s; it may be empty (*len 0).
+ * @return PPN_OK, PPN_EINVAL (NULL argument), PPN_ENOMEM. */
+ppn_status ppn_detok_stream_create(const ppn_tokenizer *tok, ppn_detok_stream **out);
+/* @return PPN_OK, PPN_EINVAL (NULL argument, or an id that is no token: nothing changes), PPN_ENOMEM. */
+ppn_status ppn_detok_stream_push(ppn_detok_stream *s, int id, const char **text, size_t *len);
+/* Emit whatever is held (a trailing incomplete character as U+FFFD). Pushing may continue after.
+ * @return PPN_OK, PPN_EINVAL (NULL argument), PPN_ENOMEM. */
+ppn_status ppn_detok_stream_flush(ppn_detok_stream *s, const char **text, size_t *len);
+/* Accepts NULL. */
+void ppn_detok_stream_free(ppn_detok_stream *s);
+
 /* Sampling on the host from a logits row. temperature 0 = greedy (lowest index on ties). top_k 0 = off;
  * top_p 1 = off. rng: caller-owned state, seeded by ppn_sampler_init; the same seed gives the same ids. */
 typedef struct ppn_sampler {

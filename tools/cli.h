@@ -73,5 +73,6 @@ int cmd_bench(int argc, char **argv);
 int cmd_transport_bench(int argc, char **argv);
 int cmd_sched_bench(int argc, char **argv);
 int cmd_env(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);   /* tokenize and detokenize (argv[0] says which) */
 
 #endif

@@ -15,6 +15,8 @@ static void usage(FILE *f)
           "  transport-bench  stage hand-off latency/bandwidth per transport and size: ppn transport-bench --sizes 4K..64M\n"
           "  sched-bench      decode steps/s per issue-thread configuration: ppn sched-bench --shape tiny --stages 2\n"
           "  env       every environment variable ppn reads, and the values set here checked: ppn env [--json]\n"
+          "  tokenize  UTF-8 text on stdin to comma-separated ids: ppn tokenize --model DIR [--special]\n"
+          "  detokenize  ids to text: ppn detokenize --model DIR --ids 1,2,3\n"
           "run 'ppn <command> --help' for its options\n"
           "exit status: 2 for a usage or syntax error (a flag, a value, an environment variable), 1 for a failure\n"
           "while running\n",
@@ -45,6 +47,8 @@ static const struct command {
     {"transport-bench", cmd_transport_bench, 1, 0},
     {"sched-bench", cmd_sched_bench, 1, 0},
     {"env", cmd_env, 0, 0},
+    {"tokenize", cmd_tokenize, 0, 0},
+    {"detokenize", cmd_tokenize, 0, 0},
 };
 
 int main(int argc, char **argv)

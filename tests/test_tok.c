@@ -1,0 +1,326 @@
+/* test_tok.c - the tokenizer against ../shared/fixtures/tok: real Llama 3, Llama 2 and Qwen2 vocabularies with
+ * the ids Hugging Face tokenizers produces (cases.jsonl): ids exact with and without the special tokens, decode
+ * exact, the streaming decode (every piece whole UTF-8 characters, the pieces and the flush together the full
+ * decode), special-token text in the input, the errors (a missing or malformed tokenizer.json named), and the
+ * `ppn tokenize` / `ppn detokenize` commands. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include "tests/util/tcheck.h"
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "tests/util/tutil.h"
+
+#define MAX_IDS 4096
+
+/* One family's tokenizer, loaded once for its tests. */
+static ppn_tokenizer *load(const char *family)
+{
+    char rel[64];
+    snprintf(rel, sizeof rel, "tok/%s", family);
+    ppn_tokenizer *t = NULL;
+    ppn_status st = ppn_tokenizer_load(tu_fixture(rel), &t);
+    if (st != PPN_OK) fail_msg("load %s: %s: %s", family, ppn_status_name(st), ppn_last_error());
+    return t;
+}
+
+/* cases.jsonl of a family, one JSON object per line (a malloc'd array of n). */
+static json_t **read_cases(const char *family, int *n)
+{
+    char rel[64];
+    snprintf(rel, sizeof rel, "tok/%s/cases.jsonl", family);
+    size_t len;
+    char *text = tu_read_file(tu_fixture(rel), &len);
+    assert_non_null(text);
+    json_t **cases = calloc(len + 1, sizeof *cases);
+    *n = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        json_error_t je;
+        json_t *c = json_loads(line, JSON_ALLOW_NUL, &je);
+        if (!c) fail_msg("%s line %d: %s", rel, *n + 1, je.text);
+        cases[(*n)++] = c;
+    }
+    free(text);
+    return cases;
+}
+
+static int same_ids(const int *a, int na, json_t *want)
+{
+    if (!json_is_array(want) || (int)json_array_size(want) != na) return 0;
+    for (int i = 0; i < na; i++)
+        if (json_integer_value(json_array_get(want, (size_t)i)) != a[i]) return 0;
+    return 1;
+}
+
+static void print_ids(const char *what, const int *ids, int n, json_t *want)
+{
+    char *w = json_dumps(want, JSON_COMPACT);
+    print_message("    %s: got [", what);
+    for (int i = 0; i < n; i++) print_message("%s%d", i ? "," : "", ids[i]);
+    print_message("] want %s\n", w);
+    free(w);
+}
+
+/* Whether s[0, n) is whole UTF-8 characters. */
+static int whole_utf8(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)s[i];
+        size_t k = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+        if (!k || i + k > n) return 0;
+        for (size_t j = 1; j < k; j++)
+            if ((s[i + j] & 0xc0) != 0x80) return 0;
+        i += k;
+    }
+    return 1;
+}
+
+/* Push ids one at a time: each piece whole characters, all pieces and the flush the full decode. */
+static int stream_ok(const ppn_tokenizer *t, const int *ids, int n, const char *full, size_t full_len)
+{
+    ppn_detok_stream *s = NULL;
+    EXPECT_OK(ppn_detok_stream_create(t, &s));
+    char *acc = malloc(full_len + 4096);
+    size_t got = 0;
+    int ok = 1;
+    for (int i = 0; i <= n && ok; i++) {
+        const char *piece;
+        size_t len;
+        EXPECT_OK(i < n ? ppn_detok_stream_push(s, ids[i], &piece, &len) : ppn_detok_stream_flush(s, &piece, &len));
+        if (!whole_utf8(piece, len)) {
+            print_message("    stream: piece %d is not whole UTF-8 characters\n", i);
+            ok = 0;
+        }
+        if (got + len > full_len + 4000) ok = 0;
+        if (ok) memcpy(acc + got, piece, len), got += len;
+    }
+    if (ok && (got != full_len || memcmp(acc, full, got))) {
+        print_message("    stream: %zu bytes '%.*s', full decode %zu '%s'\n", got, (int)got, acc, full_len, full);
+        ok = 0;
+    }
+    free(acc);
+    ppn_detok_stream_free(s);
+    return ok;
+}
+
+/* One case: ids exact (with and without the special tokens), decode exact, stream decode. */
+static int check_case(const ppn_tokenizer *t, json_t *c, int idx)
+{
+    const char *text = json_string_value(json_object_get(c, "text"));
+    size_t text_len = json_string_length(json_object_get(c, "text"));
+    const char *dec = json_string_value(json_object_get(c, "decoded"));
+    size_t dec_len = json_string_length(json_object_get(c, "decoded"));
+    static int ids[MAX_IDS];
+    static char buf[1 << 16];
+    int n, ok = 1;
+    size_t len;
+    EXPECT_OK(ppn_tokenize(t, text, text_len, 1, ids, MAX_IDS, &n));
+    if (!same_ids(ids, n, json_object_get(c, "ids_with_special")))
+        print_ids("ids_with_special", ids, n, json_object_get(c, "ids_with_special")), ok = 0;
+    EXPECT_OK(ppn_tokenize(t, text, text_len, 0, ids, MAX_IDS, &n));
+    if (!same_ids(ids, n, json_object_get(c, "ids"))) print_ids("ids", ids, n, json_object_get(c, "ids")), ok = 0;
+    /* Decode the reference ids, so a wrong encode does not hide a right decode. */
+    json_t *want = json_object_get(c, "ids");
+    n = (int)json_array_size(want);
+    for (int i = 0; i < n; i++) ids[i] = (int)json_integer_value(json_array_get(want, (size_t)i));
+    EXPECT_OK(ppn_detokenize(t, ids, n, buf, sizeof buf, &len));
+    if (len != dec_len || memcmp(buf, dec, len)) {
+        print_message("    decoded: got '%s' want '%s'\n", buf, dec);
+        ok = 0;
+    }
+    if (!stream_ok(t, ids, n, dec, dec_len)) ok = 0;
+    if (!ok) print_message("  case %d failed: text '%s'\n", idx, text);
+    return ok;
+}
+
+static void check_family(const char *family)
+{
+    ppn_tokenizer *t = load(family);
+    int n, bad = 0;
+    json_t **cases = read_cases(family, &n);
+    for (int i = 0; i < n; i++) {
+        bad += !check_case(t, cases[i], i);
+        json_decref(cases[i]);
+    }
+    free(cases);
+    ppn_tokenizer_free(t);
+    print_message("%s: %d/%d cases pass\n", family, n - bad, n);
+    assert_true(n >= 46);
+    if (bad) fail_msg("%s: %d of %d cases differ from tokenizers", family, bad, n);
+}
+
+static void test_tok_llama3(void **state) { (void)state, check_family("llama3"); }
+static void test_tok_llama2(void **state) { (void)state, check_family("llama2"); }
+static void test_tok_qwen2(void **state) { (void)state, check_family("qwen2"); }
+
+/* Encode text (no special tokens added) and compare with want (terminated by -2). */
+static void expect_ids(const ppn_tokenizer *t, const char *text, int add_special, const int *want)
+{
+    int ids[256], n, k = 0;
+    EXPECT_OK(ppn_tokenize(t, text, strlen(text), add_special, ids, 256, &n));
+    while (want[k] != -2) k++;
+    int same = n == k;
+    for (int i = 0; same && i < n; i++) same = ids[i] == want[i];
+    if (!same) {
+        print_message("'%s': got", text);
+        for (int i = 0; i < n; i++) print_message(" %d", ids[i]);
+        print_message("\n");
+        fail_msg("'%s': ids differ (want %d ids)", text, k);
+    }
+}
+
+/* Special-token text in the input is its id (matched before normalization), with or without add_special; in
+ * Llama 2 the Prepend normalizer runs on each segment between added tokens. BOS / EOS as the config says. */
+static void test_tok_special_text(void **state)
+{
+    (void)state;
+    ppn_tokenizer *l3 = load("llama3"), *l2 = load("llama2"), *q = load("qwen2");
+    assert_int_equal(ppn_tokenizer_bos(l3), 128000);
+    assert_int_equal(ppn_tokenizer_eos(l3), 128001);
+    assert_int_equal(ppn_tokenizer_bos(l2), 1);
+    assert_int_equal(ppn_tokenizer_eos(l2), 2);
+    assert_int_equal(ppn_tokenizer_bos(q), -1);
+    assert_int_equal(ppn_tokenizer_eos(q), 151643);
+    int hi = ppn_tokenizer_n_ids(l3);
+    assert_int_equal(hi, 128256);
+    int id_hi[] = {128000, 128000, 13347, 128001, -2};   /* "Hi" is 13347 */
+    expect_ids(l3, "<|begin_of_text|>Hi<|end_of_text|>", 1, id_hi);
+    int q_chat[] = {151644, 872, 198, 151645, -2};   /* <|im_start|>user\n<|im_end|> */
+    expect_ids(q, "<|im_start|>user\n<|im_end|>", 1, q_chat);
+    int l2_seg[] = {1, 1, 29871, 13, 2, -2};         /* <s> <s> "▁\n" </s>: Prepend on the segment "\n" */
+    expect_ids(l2, "<s>\n</s>", 1, l2_seg);
+    ppn_tokenizer_free(l3);
+    ppn_tokenizer_free(l2);
+    ppn_tokenizer_free(q);
+}
+
+/* Byte-level tokens that split a character: the stream holds the first bytes back and emits the character whole;
+ * the full decode of the unfinished character is U+FFFD. Buffers too small are refused with the size. */
+static void test_tok_stream_split_char(void **state)
+{
+    (void)state;
+    ppn_tokenizer *t = load("llama3");
+    int ids[16], n;
+    const char *text = "\xf0\x9f\xa6\x99 llama";   /* U+1F999 is several byte-level tokens */
+    EXPECT_OK(ppn_tokenize(t, text, strlen(text), 0, ids, 16, &n));
+    assert_true(n >= 3);
+    ppn_detok_stream *s;
+    EXPECT_OK(ppn_detok_stream_create(t, &s));
+    const char *piece;
+    size_t len;
+    EXPECT_OK(ppn_detok_stream_push(s, ids[0], &piece, &len));
+    assert_int_equal(len, 0);   /* the first token is only part of the emoji */
+    char buf[64];
+    size_t blen;
+    EXPECT_OK(ppn_detokenize(t, ids, 1, buf, sizeof buf, &blen));
+    assert_string_equal(buf, "\xef\xbf\xbd");
+    EXPECT_ST(PPN_EINVAL, ppn_detokenize(t, ids, n, buf, 3, &blen));
+    assert_int_equal(blen, strlen(text));
+    EXPECT_ST(PPN_EINVAL, ppn_tokenize(t, text, strlen(text), 0, ids, 1, &n));
+    assert_true(n >= 3);
+    EXPECT_ST(PPN_EINVAL, ppn_tokenize(t, "\xff", 1, 0, ids, 16, &n));
+    MSG_HAS("not valid UTF-8");
+    int bad_id = 999999;
+    EXPECT_ST(PPN_EINVAL, ppn_detok_stream_push(s, bad_id, &piece, &len));
+    ppn_detok_stream_free(s);
+    ppn_tokenizer_free(t);
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* A missing tokenizer.json is PPN_EIO, a malformed one PPN_EFORMAT, an unknown model PPN_EUNSUPPORTED; each
+ * message names the file. */
+static void test_tok_errors(void **state)
+{
+    (void)state;
+    char *dir = tu_tmpdir(), path[1024];
+    ppn_tokenizer *t = (ppn_tokenizer *)dir;
+    EXPECT_ST(PPN_EIO, ppn_tokenizer_load(dir, &t));
+    assert_null(t);
+    MSG_HAS("tokenizer.json");
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    write_file(path, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0,}}}");
+    EXPECT_ST(PPN_EFORMAT, ppn_tokenizer_load(dir, &t));
+    MSG_HAS("tokenizer.json:1:");
+    write_file(path, "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}");
+    EXPECT_ST(PPN_EUNSUPPORTED, ppn_tokenizer_load(dir, &t));
+    MSG_HAS("WordPiece");
+    write_file(path, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": [\"a b\"]}}");
+    EXPECT_ST(PPN_EFORMAT, ppn_tokenizer_load(dir, &t));
+    MSG_HAS("merges[0]");
+    /* The smallest valid one, both merge spellings, no decoder: tokens joined by spaces. */
+    write_file(path, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2, \"abb\": 3},"
+                     " \"merges\": [\"a b\", [\"ab\", \"b\"]]}}");
+    EXPECT_OK(ppn_tokenizer_load(dir, &t));
+    int want[] = {3, 0, -2};
+    expect_ids(t, "abba", 0, want);
+    char buf[32];
+    size_t len;
+    int ids[] = {3, 0};
+    EXPECT_OK(ppn_detokenize(t, ids, 2, buf, sizeof buf, &len));
+    assert_string_equal(buf, "abb a");
+    ppn_tokenizer_free(t);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    write_file(path, "{\"bos_token\": \"zz\"}");
+    EXPECT_ST(PPN_EFORMAT, ppn_tokenizer_load(dir, &t));
+    MSG_HAS("tokenizer_config.json");
+    tu_rmrf(dir);
+    free(dir);
+}
+
+/* `ppn tokenize` reads stdin and prints comma-separated ids; `ppn detokenize` prints the text back. */
+static void test_tok_cli(void **state)
+{
+    (void)state;
+    char args[4096], *out = NULL, *err = NULL;
+    const char *dir = tu_fixture("tok/llama3");
+    snprintf(args, sizeof args, "tokenize --model '%s' --special < /dev/null", dir);
+    assert_int_equal(tu_run_ppn("", args, &out, &err, NULL), 0);
+    assert_string_equal(out, "128000\n");
+    free(out), free(err);
+    char *tmp = tu_tmpdir(), in[1024];
+    snprintf(in, sizeof in, "%s/in.txt", tmp);
+    write_file(in, "ied 4 ½ months\n");
+    snprintf(args, sizeof args, "tokenize --model '%s' < '%s'", dir, in);
+    int rc = tu_run_ppn("", args, &out, &err, NULL);
+    tu_rmrf(tmp);
+    free(tmp);
+    if (rc) fail_msg("ppn tokenize: exit %d: %s", rc, err);
+    assert_string_equal(out, "1142,220,19,220,27154,4038,198\n");   /* the newline is 198 */
+    free(out), free(err);
+    snprintf(args, sizeof args, "detokenize --model '%s' --ids 128000,1142,220,19,220,27154,4038", dir);
+    assert_int_equal(tu_run_ppn("", args, &out, &err, NULL), 0);
+    assert_string_equal(out, "<|begin_of_text|>ied 4 ½ months");
+    free(out), free(err);
+    snprintf(args, sizeof args, "detokenize --model '%s' --ids 1,x", dir);
+    assert_int_equal(tu_run_ppn("", args, &out, &err, NULL), 2);
+    free(out), free(err);
+    assert_int_equal(tu_run_ppn("", "tokenize --model /nonexistent < /dev/null", &out, &err, NULL), 1);
+    assert_non_null(strstr(err, "/nonexistent/tokenizer.json"));
+    free(out), free(err);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tok_llama3),
+        cmocka_unit_test(test_tok_llama2),
+        cmocka_unit_test(test_tok_qwen2),
+        cmocka_unit_test(test_tok_special_text),
+        cmocka_unit_test(test_tok_stream_split_char),
+        cmocka_unit_test(test_tok_errors),
+        cmocka_unit_test(test_tok_cli),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
