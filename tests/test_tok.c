@@ -279,6 +279,78 @@ static void test_tok_errors(void **state)
     free(dir);
 }
 
+/* Qwen2 normalizes to NFC: an NFD input has the ids of its NFC form and decodes to it; Llama 3 has no normalizer,
+ * so there the two forms differ. */
+static void test_tok_nfc(void **state)
+{
+    (void)state;
+    ppn_tokenizer *q = load("qwen2"), *l3 = load("llama3");
+    const char *nfd = "Cafe\xcc\x81 fran\xc3\xa7" "ais", *nfc = "Caf\xc3\xa9 fran\xc3\xa7" "ais";
+    int a[64], b[64], na, nb;
+    EXPECT_OK(ppn_tokenize(q, nfd, strlen(nfd), 0, a, 64, &na));
+    EXPECT_OK(ppn_tokenize(q, nfc, strlen(nfc), 0, b, 64, &nb));
+    assert_int_equal(na, nb);
+    assert_memory_equal(a, b, (size_t)na * sizeof *a);
+    char buf[64];
+    size_t len;
+    EXPECT_OK(ppn_detokenize(q, a, na, buf, sizeof buf, &len));
+    assert_string_equal(buf, nfc);
+    EXPECT_OK(ppn_tokenize(l3, nfd, strlen(nfd), 0, a, 64, &na));
+    EXPECT_OK(ppn_detokenize(l3, a, na, buf, sizeof buf, &len));
+    assert_string_equal(buf, nfd);
+    ppn_tokenizer_free(q);
+    ppn_tokenizer_free(l3);
+}
+
+/* A small tokenizer.json in a fresh directory; returns the directory (malloc'd). */
+static char *tiny_tokenizer(const char *json)
+{
+    char *dir = tu_tmpdir(), path[1024];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    write_file(path, json);
+    return dir;
+}
+
+/* Added tokens match leftmost-longest: "<xy" is one token though "<x" is also one. */
+static void test_tok_added_longest(void **state)
+{
+    (void)state;
+    char *dir = tiny_tokenizer("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"x\": 0, \"y\": 1}, \"merges\": []},"
+                               " \"added_tokens\": [{\"id\": 2, \"content\": \"<x\"}, {\"id\": 3, \"content\": \"<xy\"}]}");
+    ppn_tokenizer *t;
+    EXPECT_OK(ppn_tokenizer_load(dir, &t));
+    int want[] = {0, 3, 2, 0, -2};
+    expect_ids(t, "x<xy<xx", 0, want);
+    ppn_tokenizer_free(t);
+    tu_rmrf(dir);
+    free(dir);
+}
+
+/* GPT-2's pre-tokenizer (ByteLevel with use_regex, as SmolLM2's tokenizer.json has it): words split before the
+ * model, so with ignore_merges each whole word in the vocabulary is one token; the byte-level decoder undoes
+ * the mapping (Ġ is the space). */
+static void test_tok_gpt2_regex(void **state)
+{
+    (void)state;
+    char *dir = tiny_tokenizer(
+        "{\"model\": {\"type\": \"BPE\", \"ignore_merges\": true, \"merges\": [],"
+        " \"vocab\": {\"Hello\": 0, \"\u0120world\": 1, \"'s\": 2, \"\u01202024\": 3, \"!\": 4}},"
+        " \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": true},"
+        " \"decoder\": {\"type\": \"ByteLevel\"}}");
+    ppn_tokenizer *t;
+    EXPECT_OK(ppn_tokenizer_load(dir, &t));
+    int want[] = {0, 1, 2, 3, 4, -2};
+    expect_ids(t, "Hello world's 2024!", 0, want);
+    char buf[64];
+    size_t len;
+    int ids[] = {0, 1, 2, 3, 4};
+    EXPECT_OK(ppn_detokenize(t, ids, 5, buf, sizeof buf, &len));
+    assert_string_equal(buf, "Hello world's 2024!");
+    ppn_tokenizer_free(t);
+    tu_rmrf(dir);
+    free(dir);
+}
+
 /* `ppn tokenize` reads stdin and prints comma-separated ids; `ppn detokenize` prints the text back. */
 static void test_tok_cli(void **state)
 {
@@ -320,6 +392,9 @@ int main(void)
         cmocka_unit_test(test_tok_special_text),
         cmocka_unit_test(test_tok_stream_split_char),
         cmocka_unit_test(test_tok_errors),
+        cmocka_unit_test(test_tok_nfc),
+        cmocka_unit_test(test_tok_added_longest),
+        cmocka_unit_test(test_tok_gpt2_regex),
         cmocka_unit_test(test_tok_cli),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
