@@ -22,7 +22,7 @@ static const struct floor {
     const char *dir;
     int floor;
 } floors[] = {
-    {"include", 0}, {"core/base", 0},  {"core/device", 1}, {"core/model", 1}, {"kernels", 2},
+    {"include", 0}, {"core/base", 0},  {"core/device", 1}, {"core/model", 1}, {"core/tok", 1}, {"kernels", 2},
     {"alloc", 2},   {"sched", 2},      {"transport", 3},   {"core", 4},       {"tools", 5},
     {"tests/util", 5}, {"tests", 6},   {"tests/gpu", 6},   {"examples", 6},
 };
