@@ -26,38 +26,9 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 #include "kernels/kparams.h"
+#include "kernels/kdev.cuh"
 
 #define GEMM_GROUP 8 // tile rows (of BM tokens) a group of CTAs walks before moving to the next weight tiles
-
-__device__ __forceinline__ void gemm_pdl_trigger(void)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void gemm_pdl_wait(void)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-// Weight (or bias) element i of dtype wdt, widened to f32 (exact).
-__device__ __forceinline__ float gemm_wload(uint64_t w, int wdt, size_t i)
-{
-    if (wdt == PPN_DTYPE_BF16) return __bfloat162float(__ushort_as_bfloat16(((const unsigned short *)w)[i]));
-    if (wdt == PPN_DTYPE_F16) return __half2float(__ushort_as_half(((const unsigned short *)w)[i]));
-    return ((const float *)w)[i];
-}
-
-// x as the products take it: rounded to wdt (nearest even) and widened back; f32 weights: v itself.
-__device__ __forceinline__ float gemm_xround(float v, int wdt)
-{
-    if (wdt == PPN_DTYPE_BF16) return __bfloat162float(__float2bfloat16_rn(v));
-    if (wdt == PPN_DTYPE_F16) return __half2float(__float2half_rn(v));
-    return v;
-}
 
 // The (token, weight) tile of this CTA: blockIdx.x walks GEMM_GROUP tile rows down a tile column, then the next
 // column; the last group may be shorter.
@@ -75,7 +46,7 @@ __device__ __forceinline__ void gemm_store(const ppn_kp_gemm &p, int i, int r, f
 {
     if (i >= p.m || r >= p.rows) return;
     size_t o = (size_t)i * (size_t)p.rows + (size_t)r;
-    if (p.bias) v = v + gemm_wload(p.bias, p.wdt, (size_t)r);
+    if (p.bias) v = v + ppn_wload(p.bias, p.wdt, (size_t)r);
     if (p.res) v = ((const float *)p.res)[o] + v;
     ((float *)p.out)[o] = v;
 }
@@ -91,22 +62,22 @@ static_assert(PPN_GEMM_SIMT_BM == 64 && PPN_GEMM_SIMT_BN == 64 && PPN_GEMM_SIMT_
 extern "C" __global__ void __launch_bounds__(PPN_GEMM_SIMT_THREADS) ppn_k_gemm(const ppn_kp_gemm p)
 {
     __shared__ float xs[GEMM_SIMT_BK][PPN_GEMM_SIMT_BM + 4], ws[GEMM_SIMT_BK][PPN_GEMM_SIMT_BN + 4];
-    gemm_pdl_trigger();
+    ppn_pdl_trigger();
     int tm, tn;
     gemm_tile(p.m, p.rows, PPN_GEMM_SIMT_BM, PPN_GEMM_SIMT_BN, &tm, &tn);
     const int tid = (int)threadIdx.x, tx = tid & 15, ty = tid >> 4;
     const int i0 = tm * PPN_GEMM_SIMT_BM, r0 = tn * PPN_GEMM_SIMT_BN;
     const float *x = (const float *)p.x;
     float acc[4][4] = {};
-    gemm_pdl_wait();
+    ppn_pdl_wait();
     for (int k0 = 0; k0 < p.cols; k0 += GEMM_SIMT_BK) {
 #pragma unroll
         for (int e = 0; e < 4; e++) { // 64 rows x 16 k of each operand: 4 elements a thread, k fastest
             int idx = tid + e * PPN_GEMM_SIMT_THREADS, r = idx >> 4, k = idx & 15, gk = k0 + k;
             float xv = 0.0f, wv = 0.0f;
             if (i0 + r < p.m && gk < p.cols)
-                xv = gemm_xround(x[(size_t)(i0 + r) * (size_t)p.cols + (size_t)gk], p.wdt);
-            if (r0 + r < p.rows && gk < p.cols) wv = gemm_wload(p.w, p.wdt, (size_t)(r0 + r) * (size_t)p.cols + gk);
+                xv = ppn_dt_round(p.wdt, x[(size_t)(i0 + r) * (size_t)p.cols + (size_t)gk]);
+            if (r0 + r < p.rows && gk < p.cols) wv = ppn_wload(p.w, p.wdt, (size_t)(r0 + r) * (size_t)p.cols + gk);
             xs[k][r] = xv;
             ws[k][r] = wv;
         }
@@ -286,7 +257,7 @@ template <int BM, int BN, int WM, int WN, int STAGES, bool BF16> struct gemm_tc 
             if (s < kts) load_w(s, s);
             gemm_cp_commit();
         }
-        gemm_pdl_wait();
+        ppn_pdl_wait();
         for (int s = 0; s < STAGES - 1 && s < kts; s++) load_x(s), store_x(s);
         for (int kt = 0; kt < kts; kt++) {
             gemm_cp_wait<STAGES - 2>(); // k-tile kt's weights have landed (this thread's copies) ...
@@ -535,7 +506,7 @@ template <int WGS, int BN, bool BF16> struct gemm_h {
             if (s < kts) load_w(s, s);
             gemm_cp_commit();
         }
-        gemm_pdl_wait();
+        ppn_pdl_wait();
         load_x(0);
         for (int kt = 0; kt < kts; kt++) {
             gemm_cp_wait<S - 2>();
@@ -570,7 +541,7 @@ extern __shared__ __align__(1024) unsigned char gemm_dyn_smem[];
 
 template <int BM, int BN, int WM, int WN, int STAGES> __device__ __forceinline__ void gemm_tc_run(const ppn_kp_gemm &p)
 {
-    gemm_pdl_trigger();
+    ppn_pdl_trigger();
     if (p.wdt == PPN_DTYPE_BF16) {
         gemm_tc<BM, BN, WM, WN, STAGES, true> k(p, gemm_dyn_smem);
         k.run();
@@ -582,7 +553,7 @@ template <int BM, int BN, int WM, int WN, int STAGES> __device__ __forceinline__
 
 template <int WGS, int BN> __device__ __forceinline__ void gemm_h_run(const ppn_kp_gemm &p)
 {
-    gemm_pdl_trigger();
+    ppn_pdl_trigger();
     if (p.wdt == PPN_DTYPE_BF16) {
         gemm_h<WGS, BN, true> k(p, gemm_dyn_smem);
         k.run();

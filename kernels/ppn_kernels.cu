@@ -19,8 +19,8 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 #include "kernels/kparams.h"
+#include "kernels/kdev.cuh"
 
-#define PPN_FULL_MASK 0xffffffffu
 #define PPN_ATTN_WARPS 8
 #define PPN_ATTN_MAXJ 8
 #define PPN_ATTN_MAXG 8
@@ -29,83 +29,7 @@
 #define PPN_ATTN_MIN_SPAN 64 // positions a split gets at least (two tile rounds of 8 warps x 4 positions)
 
 // ---------------------------------------------------------------------------------------------------------
-// helpers
-
-__device__ __forceinline__ float ppn_bf16_bits(unsigned short u)
-{
-    return __bfloat162float(__ushort_as_bfloat16(u));
-}
-
-__device__ __forceinline__ float ppn_f16_bits(unsigned short u) { return __half2float(__ushort_as_half(u)); }
-
-// Weight element i of dtype wdt, widened to f32.
-__device__ __forceinline__ float ppn_wload(uint64_t w, int wdt, size_t i)
-{
-    if (wdt == PPN_DTYPE_BF16) return ppn_bf16_bits(((const unsigned short *)w)[i]);
-    if (wdt == PPN_DTYPE_F16) return ppn_f16_bits(((const unsigned short *)w)[i]);
-    return ((const float *)w)[i];
-}
-
-// KV cache elements (kparams.h, KV caches): dtype kd, f32 rounded to nearest even on the store.
-__device__ __forceinline__ float ppn_kv_round(int kd, float v)
-{
-    if (kd == PPN_DTYPE_BF16) return __bfloat162float(__float2bfloat16_rn(v));
-    if (kd == PPN_DTYPE_F16) return __half2float(__float2half_rn(v));
-    return v;
-}
-
-__device__ __forceinline__ void ppn_kv_put(uint64_t c, int kd, size_t i, float v)
-{
-    if (kd == PPN_DTYPE_BF16) ((__nv_bfloat16 *)c)[i] = __float2bfloat16_rn(v);
-    else if (kd == PPN_DTYPE_F16) ((__half *)c)[i] = __float2half_rn(v);
-    else ((float *)c)[i] = v;
-}
-
-__device__ __forceinline__ float ppn_warp_sum(float v)
-{
-#pragma unroll
-    for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(PPN_FULL_MASK, v, m);
-    return v;
-}
-
-// Sum over the block; every thread gets the same bits. sh: 32 floats of shared memory.
-__device__ float ppn_block_sum(float v, float *sh)
-{
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = ppn_warp_sum(v);
-    if (lane == 0) sh[warp] = v;
-    __syncthreads();
-    float t = lane < nw ? sh[lane] : 0.0f;
-    t = ppn_warp_sum(t);
-    __syncthreads(); // sh may be reused after return
-    return t;
-}
-
-__device__ __forceinline__ const ppn_step_hdr *ppn_hdr(uint64_t p) { return (const ppn_step_hdr *)p; }
-
-// Programmatic dependent launch (sm_90+; the cuda backend sets the launch attribute, PPN_PDL). A kernel may
-// then be running while its predecessor on the stream drains, so every kernel
-//   - lets its own successor launch as early as possible (launch_dependents, first thing: the successor's
-//     blocks are scheduled only once every block of this grid has run this, so they never take the place of
-//     a block of ours that has yet to start), and
-//   - waits for its predecessors to complete, their writes visible (wait), before it reads or writes any
-//     memory but immutable weights: PPN_PDL_ENTER at the top of every kernel; the matvec issues its first
-//     weight loads before waiting (the whole point). Without the attribute both are no-ops.
-__device__ __forceinline__ void ppn_pdl_trigger(void)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void ppn_pdl_wait(void)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-#define PPN_PDL_ENTER() (ppn_pdl_trigger(), ppn_pdl_wait())
+// helpers: the ones every kernel file shares are in kernels/kdev.cuh
 
 // ---------------------------------------------------------------------------------------------------------
 // embed: grid covers dim
@@ -493,20 +417,6 @@ extern "C" __global__ void __launch_bounds__(1024) ppn_k_matvec(const ppn_kp_mat
 // ---------------------------------------------------------------------------------------------------------
 // rope: one block per head; thread i rotates pair i. Explicit _rn ops keep each product rounded as HF does.
 
-// The rotary's angle pos * inv, and one element of a rotated pair (a, b): a' = a c - b s (second = false,
-// self = a), b' = b c + a s (second = true, self = b), each product rounded as HF rounds it. The rope kernel
-// and the fused rotary in attention both take these, so they give the same bits.
-__device__ __forceinline__ void ppn_rope_angle(int32_t pos, float inv, float *s, float *c)
-{
-    sincosf(__fmul_rn((float)pos, inv), s, c);
-}
-
-__device__ __forceinline__ float ppn_rope_rot(float self, float other, float c, float s, bool second)
-{
-    float xc = __fmul_rn(self, c), os = __fmul_rn(other, s);
-    return second ? __fadd_rn(xc, os) : __fsub_rn(xc, os);
-}
-
 // Pair i of head xh rotated (pair (i, i + half), or (2i, 2i + 1) interleaved).
 __device__ __forceinline__ void ppn_rope_pair(const float *xh, int i, int half, int interleaved, int32_t pos,
                                               float inv, int *a, int *b, float *y0, float *y1)
@@ -603,13 +513,6 @@ template <int N> __device__ __forceinline__ float ppn_warp_sum_n(float (&a)[N])
 #pragma unroll
     for (int m = 16 / N; m > 0; m /= 2) s += __shfl_xor_sync(PPN_FULL_MASK, s, m);
     return s;
-}
-
-__device__ __forceinline__ float ppn_warp_max(float v)
-{
-#pragma unroll
-    for (int m = 16; m > 0; m >>= 1) v = fmaxf(v, __shfl_xor_sync(PPN_FULL_MASK, v, m));
-    return v;
 }
 
 // Merge weight of a partial with max m under the overall max mx; an empty partial (m = -inf) weighs 0, so
@@ -840,11 +743,11 @@ __device__ void ppn_attn_rope_row(const ppn_kp_attn &p, int kvh, int32_t pos, fl
         int a, b;
         float y0, y1;
         ppn_rope_pair(kh, i, half, p.interleaved, pos, inv[i], &a, &b, &y0, &y1);
-        s_kv[a] = ppn_kv_round(p.kvdt, y0), s_kv[b] = ppn_kv_round(p.kvdt, y1);
+        s_kv[a] = ppn_dt_round(p.kvdt, y0), s_kv[b] = ppn_dt_round(p.kvdt, y1);
         ppn_kv_put(p.kc, p.kvdt, row + a, y0), ppn_kv_put(p.kc, p.kvdt, row + b, y1);
     }
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        s_kv[hd + d] = ppn_kv_round(p.kvdt, vh[d]);
+        s_kv[hd + d] = ppn_dt_round(p.kvdt, vh[d]);
         ppn_kv_put(p.vc, p.kvdt, row + d, vh[d]);
     }
 }

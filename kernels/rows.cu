@@ -3,8 +3,9 @@
 // the same angle and rotation expressions (bit-identical to decode's rope on the GPU), the KV store rounds to
 // nearest even, the norms sum in f32 with fmaf over fixed strided subsets and fixed shuffle trees.
 //
-// Compiled in one translation unit with ppn_kernels.cu (CMakeLists), and alone (nvcc -cubin rows.cu): so its
-// helpers carry their own ppn_rw_ names and never lean on ppn_kernels.cu's.
+// Compiled in one translation unit with ppn_kernels.cu (CMakeLists), and alone (nvcc -cubin rows.cu): the helpers
+// it shares with the decode kernels (weights widened, caches stored, warp and block sums, the rotary, PDL) come
+// from kernels/kdev.cuh, so a row's rotary and store are decode's by construction; its own carry ppn_rw_ names.
 //
 // Determinism: no atomics; every reduction has a fixed shape for a given launch, and ops_rows.c picks the
 // geometry from the sizes alone.
@@ -16,84 +17,19 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 #include "kernels/kparams.h"
-
-#define PPN_RW_MASK 0xffffffffu
-
-// ---------------------------------------------------------------------------------------------------------
-// helpers (the expressions of ppn_kernels.cu's, under their own names)
-
-__device__ __forceinline__ void ppn_rw_pdl_enter(void)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ float ppn_rw_wload(uint64_t w, int wdt, size_t i)
-{
-    if (wdt == PPN_DTYPE_BF16) return __bfloat162float(__ushort_as_bfloat16(((const unsigned short *)w)[i]));
-    if (wdt == PPN_DTYPE_F16) return __half2float(__ushort_as_half(((const unsigned short *)w)[i]));
-    return ((const float *)w)[i];
-}
-
-__device__ __forceinline__ void ppn_rw_kv_put(uint64_t c, int kd, size_t i, float v)
-{
-    if (kd == PPN_DTYPE_BF16) ((__nv_bfloat16 *)c)[i] = __float2bfloat16_rn(v);
-    else if (kd == PPN_DTYPE_F16) ((__half *)c)[i] = __float2half_rn(v);
-    else ((float *)c)[i] = v;
-}
-
-__device__ __forceinline__ float ppn_rw_warp_sum(float v)
-{
-#pragma unroll
-    for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(PPN_RW_MASK, v, m);
-    return v;
-}
-
-__device__ __forceinline__ float ppn_rw_warp_max(float v)
-{
-#pragma unroll
-    for (int m = 16; m > 0; m >>= 1) v = fmaxf(v, __shfl_xor_sync(PPN_RW_MASK, v, m));
-    return v;
-}
-
-// Block sum (every thread gets the same bits); sh: 32 floats.
-__device__ float ppn_rw_block_sum(float v, float *sh)
-{
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = ppn_rw_warp_sum(v);
-    if (lane == 0) sh[warp] = v;
-    __syncthreads();
-    float t = lane < nw ? sh[lane] : 0.0f;
-    t = ppn_rw_warp_sum(t);
-    __syncthreads();
-    return t;
-}
-
-// The rotary: ppn_rope_angle's and ppn_rope_rot's expressions (ppn_kernels.cu), so the bits are decode's.
-__device__ __forceinline__ void ppn_rw_rope_angle(int32_t pos, float inv, float *s, float *c)
-{
-    sincosf(__fmul_rn((float)pos, inv), s, c);
-}
-
-__device__ __forceinline__ float ppn_rw_rope_rot(float self, float other, float c, float s, bool second)
-{
-    float xc = __fmul_rn(self, c), os = __fmul_rn(other, s);
-    return second ? __fadd_rn(xc, os) : __fsub_rn(xc, os);
-}
+#include "kernels/kdev.cuh"
 
 // ---------------------------------------------------------------------------------------------------------
 // embed rows: block (row, column block)
 
 extern "C" __global__ void ppn_k_embed_rows(const ppn_kp_embed_rows p)
 {
-    ppn_rw_pdl_enter();
+    PPN_PDL_ENTER();
     int i = blockIdx.x, d = blockIdx.y * blockDim.x + threadIdx.x;
     if (d >= p.dim) return;
     int32_t tok = ((const int32_t *)p.tok)[i];
     float *out = (float *)p.out + (size_t)i * p.dim;
-    out[d] = tok < 0 || tok >= p.vocab ? 0.0f : ppn_rw_wload(p.table, p.wdt, (size_t)tok * p.dim + d);
+    out[d] = tok < 0 || tok >= p.vocab ? 0.0f : ppn_wload(p.table, p.wdt, (size_t)tok * p.dim + d);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -102,14 +38,14 @@ extern "C" __global__ void ppn_k_embed_rows(const ppn_kp_embed_rows p)
 extern "C" __global__ void ppn_k_rmsnorm_rows(const ppn_kp_rmsnorm_rows p)
 {
     __shared__ float sh[32];
-    ppn_rw_pdl_enter();
+    PPN_PDL_ENTER();
     const float *x = (const float *)p.in + (size_t)blockIdx.x * p.n;
     float *out = (float *)p.out + (size_t)blockIdx.x * p.n;
     float ss = 0.0f;
     for (int i = threadIdx.x; i < p.n; i += blockDim.x) ss = fmaf(x[i], x[i], ss);
-    float var = ppn_rw_block_sum(ss, sh) / (float)p.n;
+    float var = ppn_block_sum(ss, sh) / (float)p.n;
     float r = 1.0f / sqrtf(var + p.eps);
-    for (int i = threadIdx.x; i < p.n; i += blockDim.x) out[i] = (x[i] * r) * ppn_rw_wload(p.w, p.wdt, (size_t)i);
+    for (int i = threadIdx.x; i < p.n; i += blockDim.x) out[i] = (x[i] * r) * ppn_wload(p.w, p.wdt, (size_t)i);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -117,7 +53,7 @@ extern "C" __global__ void ppn_k_rmsnorm_rows(const ppn_kp_rmsnorm_rows p)
 
 extern "C" __global__ void ppn_k_head_rmsnorm_rows(const ppn_kp_head_rmsnorm_rows p)
 {
-    ppn_rw_pdl_enter();
+    PPN_PDL_ENTER();
     int lane = threadIdx.x & 31;
     long item = (long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (item >= (long)p.c * p.n_heads) return; // whole warps leave together
@@ -125,9 +61,9 @@ extern "C" __global__ void ppn_k_head_rmsnorm_rows(const ppn_kp_head_rmsnorm_row
     float *x = (float *)p.x + (size_t)i * p.stride + (size_t)(p.h0 + h) * hd;
     float ss = 0.0f;
     for (int d = lane; d < hd; d += 32) ss = fmaf(x[d], x[d], ss);
-    float var = ppn_rw_warp_sum(ss) / (float)hd;
+    float var = ppn_warp_sum(ss) / (float)hd;
     float r = 1.0f / sqrtf(var + p.eps);
-    for (int d = lane; d < hd; d += 32) x[d] = (x[d] * r) * ppn_rw_wload(p.w, p.wdt, (size_t)d);
+    for (int d = lane; d < hd; d += 32) x[d] = (x[d] * r) * ppn_wload(p.w, p.wdt, (size_t)d);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -138,7 +74,7 @@ extern "C" __global__ void ppn_k_head_rmsnorm_rows(const ppn_kp_head_rmsnorm_row
 
 extern "C" __global__ void ppn_k_rope_kv_rows(const ppn_kp_rope_kv_rows p)
 {
-    ppn_rw_pdl_enter();
+    PPN_PDL_ENTER();
     const int hd = p.head_dim, half = hd / 2, i = blockIdx.x, nqk = p.n_q + p.n_kv;
     float *row = (float *)p.qkv + (size_t)i * (size_t)(nqk + p.n_kv) * hd;
     const float *inv = (const float *)p.inv_freq;
@@ -148,22 +84,22 @@ extern "C" __global__ void ppn_k_rope_kv_rows(const ppn_kp_rope_kv_rows p)
     float s = 0.0f, c = 1.0f;
     for (int x = threadIdx.x; x < nqk * half; x += blockDim.x) {
         int h = x / half, k = x - h * half;
-        if (k != kk) ppn_rw_rope_angle(pos, inv[k], &s, &c), kk = k;
+        if (k != kk) ppn_rope_angle(pos, inv[k], &s, &c), kk = k;
         float *xh = row + (size_t)h * hd;
         int a = p.interleaved ? 2 * k : k, b = p.interleaved ? 2 * k + 1 : k + half;
         float x0 = xh[a], x1 = xh[b];
-        float y0 = ppn_rw_rope_rot(x0, x1, c, s, false), y1 = ppn_rw_rope_rot(x1, x0, c, s, true);
+        float y0 = ppn_rope_rot(x0, x1, c, s, false), y1 = ppn_rope_rot(x1, x0, c, s, true);
         xh[a] = y0, xh[b] = y1;
         const int kh = h - p.n_q;
         if (kh >= 0) {
             size_t dst = dst0 + (size_t)kh * (size_t)p.ctx * hd;
-            ppn_rw_kv_put(p.kc, p.kvdt, dst + a, y0), ppn_rw_kv_put(p.kc, p.kvdt, dst + b, y1);
+            ppn_kv_put(p.kc, p.kvdt, dst + a, y0), ppn_kv_put(p.kc, p.kvdt, dst + b, y1);
         }
     }
     const float *v = row + (size_t)nqk * hd;
     for (int x = threadIdx.x; x < p.n_kv * hd; x += blockDim.x) {
         int g = x / hd, d = x - g * hd;
-        ppn_rw_kv_put(p.vc, p.kvdt, dst0 + (size_t)g * (size_t)p.ctx * hd + d, v[x]);
+        ppn_kv_put(p.vc, p.kvdt, dst0 + (size_t)g * (size_t)p.ctx * hd + d, v[x]);
     }
 }
 
@@ -172,7 +108,7 @@ extern "C" __global__ void ppn_k_rope_kv_rows(const ppn_kp_rope_kv_rows p)
 
 extern "C" __global__ void ppn_k_swiglu_rows(const ppn_kp_swiglu_rows p)
 {
-    ppn_rw_pdl_enter();
+    PPN_PDL_ENTER();
     int i = blockIdx.x, d = blockIdx.y * blockDim.x + threadIdx.x;
     if (d >= p.n) return;
     const float *gu = (const float *)p.gu + (size_t)i * 2 * p.n;
@@ -233,14 +169,14 @@ template <int KD, int NJ> __device__ void ppn_rw_attn_simt(const ppn_kp_attn_row
                 for (int d = 0; d < hd; d++) dot = fmaf(s_q[d], s_k[lane * hs + d], dot);
                 sc = dot * p.scale;
             }
-            float m_new = fmaxf(m, ppn_rw_warp_max(sc)); // finite: lane 0 always scores
+            float m_new = fmaxf(m, ppn_warp_max(sc)); // finite: lane 0 always scores
             float corr = expf(m - m_new), e = lane < nt ? expf(sc - m_new) : 0.0f; // expf(-inf) = 0
-            l = fmaf(l, corr, ppn_rw_warp_sum(e));
+            l = fmaf(l, corr, ppn_warp_sum(e));
             m = m_new;
 #pragma unroll
             for (int j = 0; j < NJ; j++) acc[j] *= corr;
             for (int t = 0; t < nt; t++) {
-                float w = __shfl_sync(PPN_RW_MASK, e, t);
+                float w = __shfl_sync(PPN_FULL_MASK, e, t);
 #pragma unroll
                 for (int j = 0; j < NJ; j++) {
                     int d = lane + 32 * j;
@@ -452,8 +388,8 @@ template <int KD, int HD> __device__ void ppn_rw_attn_tc(const ppn_kp_attn_rows 
         float corr[2];
 #pragma unroll
         for (int u = 0; u < 2; u++) {
-            mx[u] = fmaxf(mx[u], __shfl_xor_sync(PPN_RW_MASK, mx[u], 1));
-            mx[u] = fmaxf(mx[u], __shfl_xor_sync(PPN_RW_MASK, mx[u], 2)); // finite: position 0 is in tile 0
+            mx[u] = fmaxf(mx[u], __shfl_xor_sync(PPN_FULL_MASK, mx[u], 1));
+            mx[u] = fmaxf(mx[u], __shfl_xor_sync(PPN_FULL_MASK, mx[u], 2)); // finite: position 0 is in tile 0
             corr[u] = exp2f(m[u] - mx[u]);                                 // 0 on the first tile (m = -inf)
             m[u] = mx[u];
             l[u] *= corr[u];
@@ -483,8 +419,8 @@ template <int KD, int HD> __device__ void ppn_rw_attn_tc(const ppn_kp_attn_rows 
     }
 #pragma unroll
     for (int u = 0; u < 2; u++) {
-        l[u] += __shfl_xor_sync(PPN_RW_MASK, l[u], 1);
-        l[u] += __shfl_xor_sync(PPN_RW_MASK, l[u], 2);
+        l[u] += __shfl_xor_sync(PPN_FULL_MASK, l[u], 1);
+        l[u] += __shfl_xor_sync(PPN_FULL_MASK, l[u], 2);
         if (qi[u] >= p.c) continue;
         float *out = (float *)p.out + (size_t)qi[u] * ostride + (size_t)hh[u] * HD + 2 * t4;
         float inv = 1.0f / l[u];
@@ -504,18 +440,18 @@ template <int KD> __device__ __forceinline__ void ppn_rw_attn_rows16(const ppn_k
 
 extern "C" __global__ void __launch_bounds__(32 * PPN_RA_WARPS) ppn_k_attn_rows(const ppn_kp_attn_rows p)
 {
-    ppn_rw_pdl_enter();
+    PPN_PDL_ENTER();
     ppn_rw_attn_simt_by_hd<PPN_DTYPE_F32>(p);
 }
 
 extern "C" __global__ void __launch_bounds__(32 * PPN_RA_WARPS, PPN_TC_MINB) ppn_k_attn_rows_bf16(const ppn_kp_attn_rows_bf16 p)
 {
-    ppn_rw_pdl_enter();
+    PPN_PDL_ENTER();
     ppn_rw_attn_rows16<PPN_DTYPE_BF16>(p);
 }
 
 extern "C" __global__ void __launch_bounds__(32 * PPN_RA_WARPS, PPN_TC_MINB) ppn_k_attn_rows_f16(const ppn_kp_attn_rows_f16 p)
 {
-    ppn_rw_pdl_enter();
+    PPN_PDL_ENTER();
     ppn_rw_attn_rows16<PPN_DTYPE_F16>(p);
 }
