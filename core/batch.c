@@ -1,5 +1,7 @@
 /* batch.c - several sequences in one call: today a whole-trunk walk per sequence on stage 0's stream (no
  * stage split yet), behind the fail-closed guard that refuses it when weights live on several devices. */
+#include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 #include "core/rt.h"
 #include "core/base/err.h"
@@ -43,11 +45,22 @@ static ppn_status unsplit_walk(ppn_seq *q, int token, float *logits)
     return PPN_OK;
 }
 
+/* The seed's warn_unwired_once: with the door open, MEMRA_BATCH_PP=1 asks for a batched stage split that does
+ * not exist yet; say once that this path walks unsplit (the guard above still refuses the cross-device case). */
+static void note_unwired_batch(const ppn_stage_map *map)
+{
+    static atomic_flag said = ATOMIC_FLAG_INIT;
+    if (map->n_stages < 2 || !map->door.batch_pp || atomic_flag_test_and_set(&said)) return;
+    fprintf(stderr, "ppn: note: ppn_decode_batch has no stage split yet: with the door open it walks the whole "
+                    "trunk per sequence on stage 0's stream (MEMRA_BATCH_PP=1 is not wired)\n");
+}
+
 ppn_status ppn_decode_batch(ppn_seq **seqs, const int *tokens, int n, float *logits)
 {
     if (n <= 0 || !seqs || !tokens) return ppn_err(PPN_EINVAL, "ppn_decode_batch: %d sequences", n);
     ppn_model *m = seqs[0]->m;
     PPN_CHECK(ppn_refuse_unsplit_if_remote(m, "ppn_decode_batch", "ppn_decode_step for each sequence"));
+    note_unwired_batch(m->map);
     PPN_CHECK(ppn_model_drain(m));
     for (int i = 0; i < n; i++) {
         if (seqs[i]->m != m) return ppn_err(PPN_EINVAL, "ppn_decode_batch: sequences of different models");

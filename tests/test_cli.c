@@ -216,6 +216,11 @@ static void test_cli_door_env_notice(void **state)
     err = expect_exit("PPN_SPIN=1 PPN_GRAPHS=0", args, 0, NULL); /* not door-only: read with the door shut */
     assert_null(strstr(err, "note"));
     free(err);
+    /* a seam the door reads but no path wires says so once, rather than being ignored */
+    err = expect_exit("MEMRA_PP_STAGES=2 MEMRA_SPEC_PP=0", args, 0,
+                      "ppn: note: MEMRA_SPEC_PP=0 is accepted but not wired", NULL);
+    assert_int_equal(lines(err), 1);
+    free(err);
 }
 
 /* transport-bench on sim with nothing chosen: small defaults, said in the output, done in seconds. */
