@@ -267,7 +267,8 @@ ppn_status ppn_tok_stream_step(ppn_detok_stream *s, int id, int flush)
     }
     PPN_CHECK(ppn_tok_decode(s->tok, s->ids.v, s->ids.n, &s->text));
     if (s->text.len <= s->prefix.len || (!flush && ends_replacement(&s->text))) return PPN_OK;
-    if (memcmp(s->text.p, s->prefix.p, s->prefix.len))   /* a decoder whose earlier text changed: hold on */
+    /* a decoder whose earlier text changed: hold on (an empty prefix may have no buffer yet: memcmp takes none) */
+    if (s->prefix.len && memcmp(s->text.p, s->prefix.p, s->prefix.len))
         return PPN_OK;
     return stream_emit(s);
 }

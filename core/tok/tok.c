@@ -114,7 +114,7 @@ ppn_status ppn_tokenize(const ppn_tokenizer *tok, const char *text, size_t len, 
         st = ppn_tok_ints_push(&v, tok->post_ids.v[i]);
     if (st == PPN_OK) {
         *n = v.n;
-        if (v.n) memcpy(ids, v.v, (size_t)(v.n < cap ? v.n : cap) * sizeof *ids);
+        if (v.n && cap) memcpy(ids, v.v, (size_t)(v.n < cap ? v.n : cap) * sizeof *ids); /* cap 0: sizing only */
         if (v.n > cap) st = ppn_err(PPN_EINVAL, "ppn_tokenize: %d ids do not fit in %d", v.n, cap);
     }
     free(v.v);
@@ -132,7 +132,7 @@ ppn_status ppn_detokenize(const ppn_tokenizer *tok, const int *ids, int n, char 
         *len = text.len;
         if (cap) {
             size_t k = text.len < cap - 1 ? text.len : cap - 1;
-            memcpy(buf, text.p, k);
+            if (k) memcpy(buf, text.p, k); /* an empty text may have no buffer */
             buf[k] = '\0';
         }
         if (text.len >= cap)
