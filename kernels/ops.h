@@ -98,6 +98,10 @@ ppn_status ppn_op_rmsnorm_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dpt
  * PPN_EINVAL also when out overlaps x. */
 ppn_status ppn_op_gemm(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x, int m, int rows,
                        int cols, ppn_dptr bias, ppn_dptr res);
+/* ppn_op_gemm on the tile kernel the caller names (PPN_K_GEMM or a PPN_K_GEMM_TC_*) instead of the op's choice:
+ * for tests and benchmarks that compare the tiles. @return as ppn_op_gemm, and PPN_EINVAL for a kernel that is
+ * not a gemm tile or a tensor-core tile the shape, dtype or alignment does not fit. */
+ppn_status ppn_op_gemm_tile(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_kp_gemm *p);
 /* Per-head rmsnorm in place (the head_rmsnorm formula) of heads h0 .. h0 + n_heads - 1 of each of c rows of x,
  * a row being stride floats (Qwen3's q and k norms over the rows of the q|k|v projection). */
 ppn_status ppn_op_head_rmsnorm_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr x, int stride, int h0, int n_heads,

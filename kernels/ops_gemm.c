@@ -31,9 +31,15 @@ static size_t gemm_tiles(int m, int rows, int bm, int bn)
  * for weight bandwidth on every shape. The square tile (gemm_tc_s, 128 x 128) is not taken: it beat the better
  * of the other two on one shape of the 40 measured (1b qkv at m = 512: 163 against 154) and lost up to 25%
  * (8b qkv at m = 512: 194 against 260). */
+/* The tensor-core tiles take 2-byte weights, cols a multiple of 8 and 16-byte-aligned w and x. */
+static int gemm_tc_fits(const ppn_kp_gemm *p)
+{
+    return p->wdt != PPN_DTYPE_F32 && p->cols % 8 == 0 && !(p->w & 15u) && !(p->x & 15u);
+}
+
 static int gemm_kernel(const ppn_kp_gemm *p)
 {
-    if (p->wdt == PPN_DTYPE_F32 || p->cols % 8 || (p->w & 15u) || (p->x & 15u)) return PPN_K_GEMM;
+    if (!gemm_tc_fits(p)) return PPN_K_GEMM;
     if (p->m >= GEMM_L_MIN_M && gemm_tiles(p->m, p->rows, PPN_GEMM_TC_L_BM, PPN_GEMM_TC_L_BN) >= GEMM_L_MIN_TILES)
         return PPN_K_GEMM_TC_L;
     return PPN_K_GEMM_TC_M;
@@ -84,19 +90,36 @@ static ppn_status gemm_check(const char *op, const ppn_kp_gemm *p)
     return PPN_OK;
 }
 
+/* p (checked) on kernel: its tile's geometry and every buffer it touches, declared. */
+static ppn_status gemm_submit(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_kp_gemm *p)
+{
+    size_t es = ppn_dtype_size(p->wdt), ob = f32_bytes((size_t)p->m * (size_t)p->rows);
+    ppn_launch l = gemm_geometry(kernel, p);
+    acc_add(&l, p->w, (size_t)p->rows * (size_t)p->cols * es, PPN_ACC_R);
+    acc_add(&l, p->x, f32_bytes((size_t)p->m * (size_t)p->cols), PPN_ACC_R);
+    if (p->bias) acc_add(&l, p->bias, (size_t)p->rows * es, PPN_ACC_R);
+    if (p->res) acc_add(&l, p->res, ob, PPN_ACC_R);
+    acc_add(&l, p->out, ob, PPN_ACC_W);
+    return submit(g, s, &l);
+}
+
 ppn_status ppn_op_gemm(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x, int m, int rows,
                        int cols, ppn_dptr bias, ppn_dptr res)
 {
-    static const char op[] = "ppn_op_gemm";
     ppn_kp_gemm p = {.out = out, .w = w, .x = x, .bias = bias, .res = res, .m = m, .rows = rows, .cols = cols,
                      .wdt = wdt};
-    PPN_CHECK(gemm_check(op, &p));
-    size_t es = ppn_dtype_size(wdt), ob = f32_bytes((size_t)m * (size_t)rows);
-    ppn_launch l = gemm_geometry(gemm_kernel(&p), &p);
-    acc_add(&l, w, (size_t)rows * (size_t)cols * es, PPN_ACC_R);
-    acc_add(&l, x, f32_bytes((size_t)m * (size_t)cols), PPN_ACC_R);
-    if (bias) acc_add(&l, bias, (size_t)rows * es, PPN_ACC_R);
-    if (res) acc_add(&l, res, ob, PPN_ACC_R);
-    acc_add(&l, out, ob, PPN_ACC_W);
-    return submit(g, s, &l);
+    PPN_CHECK(gemm_check("ppn_op_gemm", &p));
+    return gemm_submit(g, s, gemm_kernel(&p), &p);
+}
+
+ppn_status ppn_op_gemm_tile(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_kp_gemm *p)
+{
+    static const char op[] = "ppn_op_gemm_tile";
+    if (kernel != PPN_K_GEMM && kernel != PPN_K_GEMM_TC_L && kernel != PPN_K_GEMM_TC_M && kernel != PPN_K_GEMM_TC_S)
+        return ppn_err(PPN_EINVAL, "%s: kernel %d is not a gemm kernel", op, kernel);
+    PPN_CHECK(gemm_check(op, p));
+    if (kernel != PPN_K_GEMM && !gemm_tc_fits(p))
+        return ppn_err(PPN_EINVAL, "%s: %s needs 2-byte weights, cols %% 8 == 0 and 16-byte-aligned w and x (dtype "
+                                   "%s, cols %d)", op, ppn_kernels[kernel].name, ppn_dtype_name(p->wdt), p->cols);
+    return gemm_submit(g, s, kernel, p);
 }

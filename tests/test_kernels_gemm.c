@@ -213,6 +213,38 @@ static void test_gemm_op_choice(void **state)
     tu_cap.dry = 0;
 }
 
+/* The tile the caller names (ppn_op_gemm_tile, what tests/gpu/test_gpu_gemm.c compares the tiles with): its
+ * geometry, the same accesses as the op's, and the refusals of a non-gemm kernel or a tile the shape cannot take. */
+static void test_gemm_op_tile_forced(void **state)
+{
+    (void)state;
+    tu_cap.dry = 1;
+    ppn_kp_gemm p = {.out = FAKE_OUT, .w = FAKE_W, .x = FAKE_X, .m = 512, .rows = 2048, .cols = 2048,
+                     .wdt = PPN_DTYPE_BF16};
+    for (int k = PPN_K_GEMM; k <= PPN_K_GEMM_TC_S; k++) {
+        tu_cap.calls = 0;
+        assert_int_equal(ppn_op_gemm_tile(&tu_fake, tu_fake_stream, k, &p), PPN_OK);
+        assert_int_equal(tu_cap.calls, 1);
+        expect_launch(k, p.m, p.rows);
+        assert_int_equal(tu_cap.l.nacc, 3); /* w, x, out: no bias, no res */
+    }
+    tu_cap.calls = 0;
+    assert_int_equal(ppn_op_gemm_tile(&tu_fake, tu_fake_stream, PPN_K_EMBED, &p), PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "not a gemm kernel"));
+    ppn_kp_gemm f32 = p, odd = p, mis = p;
+    f32.wdt = PPN_DTYPE_F32;
+    odd.cols = 2044;
+    mis.x = FAKE_X + 4;
+    const ppn_kp_gemm *bad[] = {&f32, &odd, &mis};
+    for (size_t i = 0; i < TU_LEN(bad); i++) {
+        assert_int_equal(ppn_op_gemm_tile(&tu_fake, tu_fake_stream, PPN_K_GEMM_TC_L, bad[i]), PPN_EINVAL);
+        assert_non_null(strstr(ppn_last_error(), "needs 2-byte weights"));
+        assert_int_equal(ppn_op_gemm_tile(&tu_fake, tu_fake_stream, PPN_K_GEMM, bad[i]), PPN_OK); /* SIMT takes any */
+    }
+    assert_int_equal(tu_cap.calls, 3); /* the refusals launched nothing */
+    tu_cap.dry = 0;
+}
+
 /* Every model shape the prefill walks (q|k|v, o, gate|up, down, lm head of llama-1b and llama-8b; the fixtures'
  * and stories260K's) at chunk sizes 1 .. 4096 is accepted, bf16 / f16 ones on tensor cores (cols % 8 == 0). */
 static void test_gemm_op_model_shapes(void **state)
@@ -313,6 +345,7 @@ int main(void)
         cmocka_unit_test(test_gemm_reference_rows),
         cmocka_unit_test_teardown(test_gemm_op_choice, dry_off),
         cmocka_unit_test_teardown(test_gemm_op_model_shapes, dry_off),
+        cmocka_unit_test_teardown(test_gemm_op_tile_forced, dry_off),
         cmocka_unit_test(test_gemm_op_accesses),
         cmocka_unit_test(test_gemm_op_refusals),
     };

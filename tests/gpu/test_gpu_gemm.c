@@ -125,30 +125,11 @@ static int teardown(void **state)
     return 0;
 }
 
-/* A launch of gemm kernel k on p with kparams.h's geometry for that kernel (what ops_gemm.c builds). */
-static ppn_status launch_kernel(int k, const ppn_kp_gemm *p)
-{
-    unsigned bm = PPN_GEMM_SIMT_BM, bn = PPN_GEMM_SIMT_BN, th = PPN_GEMM_SIMT_THREADS, smem = 0;
-    if (k == PPN_K_GEMM_TC_L)
-        bm = PPN_GEMM_TC_L_BM, bn = PPN_GEMM_TC_L_BN, th = PPN_GEMM_TC_L_THREADS,
-        smem = PPN_GEMM_TC_SMEM(bm, bn, PPN_GEMM_TC_L_STAGES);
-    if (k == PPN_K_GEMM_TC_M)
-        bm = PPN_GEMM_TC_M_BM, bn = PPN_GEMM_TC_M_BN, th = PPN_GEMM_TC_M_THREADS,
-        smem = PPN_GEMM_TC_SMEM(bm, bn, PPN_GEMM_TC_M_STAGES);
-    if (k == PPN_K_GEMM_TC_S)
-        bm = PPN_GEMM_TC_S_BM, bn = PPN_GEMM_TC_S_BN, th = PPN_GEMM_TC_S_THREADS,
-        smem = PPN_GEMM_TC_SMEM(bm, bn, PPN_GEMM_TC_S_STAGES);
-    unsigned grid = ((unsigned)p->m + bm - 1) / bm * (((unsigned)p->rows + bn - 1) / bn);
-    ppn_launch l = {.kernel = k, .grid = {grid, 1, 1}, .block = {th, 1, 1}, .smem = smem, .params = p,
-                    .params_size = sizeof *p, .nacc = 0};
-    return G->ops->launch(G, S, &l);
-}
-
 /* k < 0: the op's choice. */
 static ppn_status run_gemm(int k, const ppn_kp_gemm *p)
 {
     if (k < 0) return ppn_op_gemm(G, S, p->out, p->w, p->wdt, p->x, p->m, p->rows, p->cols, p->bias, p->res);
-    return launch_kernel(k, p);
+    return ppn_op_gemm_tile(G, S, k, p);
 }
 
 static const char *kname(int k) { return k < 0 ? "op" : ppn_kernels[k].name + 6; }
