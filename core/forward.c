@@ -13,9 +13,10 @@ ppn_status ppn_fwd_embed(ppn_model *m, ppn_gstream *s, ppn_stage_scratch *r, ppn
     return ppn_op_embed(m->rt->g, s, io_x(io), m->embed, m->wdt, m->cfg.vocab, m->cfg.dim, io);
 }
 
-/* out = W rmsnorm(x): the norm fused into the matvec's input when it fits, else its own launch into xb. */
-static ppn_status norm_matvec(ppn_model *m, ppn_gstream *s, ppn_stage_scratch *r, ppn_dptr out, ppn_dptr w,
-                              int rows, ppn_dptr x, ppn_dptr nw, ppn_dptr bias)
+/* out = W rmsnorm(x): the norm fused into the matvec's input when it fits, else its own launch into xb (scratch
+ * of dim floats). */
+static ppn_status norm_matvec(ppn_model *m, ppn_gstream *s, ppn_dptr xb, ppn_dptr out, ppn_dptr w, int rows,
+                              ppn_dptr x, ppn_dptr nw, ppn_dptr bias)
 {
     ppn_gpu *g = m->rt->g;
     const ppn_model_config *c = &m->cfg;
@@ -23,8 +24,8 @@ static ppn_status norm_matvec(ppn_model *m, ppn_gstream *s, ppn_stage_scratch *r
         ppn_mv_input in = {.mode = PPN_MV_X_RMSNORM, .x = x, .nw = nw, .eps = c->norm_eps};
         return ppn_op_matvec_in(g, s, out, w, m->wdt, in, rows, c->dim, bias, 0);
     }
-    PPN_CHECK(ppn_op_rmsnorm(g, s, r->xb, x, nw, m->wdt, c->dim, c->norm_eps));
-    return ppn_op_matvec(g, s, out, w, m->wdt, r->xb, rows, c->dim, bias, 0);
+    PPN_CHECK(ppn_op_rmsnorm(g, s, xb, x, nw, m->wdt, c->dim, c->norm_eps));
+    return ppn_op_matvec(g, s, out, w, m->wdt, xb, rows, c->dim, bias, 0);
 }
 
 /* x += attn(norm(x)); x += mlp(norm(x)) for layer l, on a stage whose stream is on device dev: 6 launches
@@ -42,7 +43,7 @@ ppn_status ppn_fwd_layer(ppn_seq *q, ppn_gstream *s, int dev, ppn_stage_scratch 
     /* q, k, v from one matvec over the stacked [wq; wk; wv]: every row is reduced exactly as on its own */
     ppn_dptr qv = r->qkv, kv = qv + sizeof(float) * (size_t)(nh * hd), vv = kv + sizeof(float) * (size_t)(nkv * hd);
     ppn_dptr gate = r->gu, up = gate + sizeof(float) * (size_t)ffn;
-    PPN_CHECK(norm_matvec(m, s, r, qv, w->wqkv, (nh + 2 * nkv) * hd, x, w->attn_norm, w->bqkv));
+    PPN_CHECK(norm_matvec(m, s, r->xb, qv, w->wqkv, (nh + 2 * nkv) * hd, x, w->attn_norm, w->bqkv));
     if (c->qk_norm) {
         PPN_CHECK(ppn_op_head_rmsnorm(g, s, qv, nh, hd, w->q_norm, wdt, c->norm_eps));
         PPN_CHECK(ppn_op_head_rmsnorm(g, s, kv, nkv, hd, w->k_norm, wdt, c->norm_eps));
@@ -58,7 +59,7 @@ ppn_status ppn_fwd_layer(ppn_seq *q, ppn_gstream *s, int dev, ppn_stage_scratch 
                               m->attn_split, m->kvdt));
     }
     PPN_CHECK(ppn_op_matvec(g, s, x, w->wo, wdt, r->att, dim, nh * hd, 0, x));
-    PPN_CHECK(norm_matvec(m, s, r, gate, w->wgu, 2 * ffn, x, w->ffn_norm, 0));
+    PPN_CHECK(norm_matvec(m, s, r->xb, gate, w->wgu, 2 * ffn, x, w->ffn_norm, 0));
     /* SwiGLU keeps its own launch: computed in down's input it cost more than the launch (PERF.md: every block
      * re-reads all of gate and up) */
     PPN_CHECK(ppn_op_swiglu(g, s, gate, gate, up, ffn));
@@ -67,7 +68,7 @@ ppn_status ppn_fwd_layer(ppn_seq *q, ppn_gstream *s, int dev, ppn_stage_scratch 
 
 ppn_status ppn_fwd_head(ppn_model *m, ppn_gstream *s, ppn_stage_scratch *r, ppn_dptr io, ppn_dptr logits)
 {
-    return norm_matvec(m, s, r, logits, m->lm_head, m->cfg.vocab, io_x(io), m->final_norm, 0);
+    return norm_matvec(m, s, r->xb, logits, m->lm_head, m->cfg.vocab, io_x(io), m->final_norm, 0);
 }
 
 /* Many rows (a prefill chunk) ------------------------------------------------------------------------------
@@ -141,20 +142,6 @@ static ppn_status rows_head_all(ppn_model *m, ppn_gstream *s, ppn_rows_scratch *
     return ppn_op_gemm(g, s, r->lall, m->lm_head, m->wdt, r->xb, rows, c->vocab, c->dim, 0, 0);
 }
 
-/* One row's logits into r->lrow: the decode head's kernels on that row (so a prompt's last logits are computed as
- * a decode step computes them). */
-static ppn_status rows_head_one(ppn_model *m, ppn_gstream *s, const ppn_rows_scratch *r, ppn_dptr xrow)
-{
-    const ppn_model_config *c = &m->cfg;
-    ppn_gpu *g = m->rt->g;
-    if (m->map->door.fuse && ppn_op_matvec_fusable(c->dim)) {
-        ppn_mv_input in = {.mode = PPN_MV_X_RMSNORM, .x = xrow, .nw = m->final_norm, .eps = c->norm_eps};
-        return ppn_op_matvec_in(g, s, r->lrow, m->lm_head, m->wdt, in, c->vocab, c->dim, 0, 0);
-    }
-    PPN_CHECK(ppn_op_rmsnorm(g, s, r->xb, xrow, m->final_norm, m->wdt, c->dim, c->norm_eps));
-    return ppn_op_matvec(g, s, r->lrow, m->lm_head, m->wdt, r->xb, c->vocab, c->dim, 0, 0);
-}
-
 ppn_status ppn_fwd_rows_head(ppn_model *m, ppn_gstream *s, ppn_rows_scratch *r, ppn_dptr x,
                              const ppn_rowseg *sg, int nseg, int rows)
 {
@@ -170,7 +157,9 @@ ppn_status ppn_fwd_rows_head(ppn_model *m, ppn_gstream *s, ppn_rows_scratch *r, 
             PPN_CHECK(g->ops->copy_dtoh(g, s, q->out, row_at(r->lall, q->r0, v), sizeof(float) * v * (size_t)q->n));
             continue;
         }
-        PPN_CHECK(rows_head_one(m, s, r, row_at(x, q->r0 + q->n - 1, dim)));
+        /* the last row's logits by the decode head's kernels, as a decode step computes them */
+        PPN_CHECK(norm_matvec(m, s, r->xb, r->lrow, m->lm_head, m->cfg.vocab, row_at(x, q->r0 + q->n - 1, dim),
+                              m->final_norm, 0));
         PPN_CHECK(g->ops->copy_dtoh(g, s, q->out, r->lrow, sizeof(float) * v));
     }
     return PPN_OK;

@@ -281,3 +281,24 @@ double cli_rank(const double *v, int n, double q)
 }
 
 double cli_median(const double *v, int n) { return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]); }
+
+/* Feed ids[0..n) to seq: primed chunk rows at a time (chunk > 0) or token by token; rows (may be NULL) receives
+ * every row's logits, last (may be NULL) the last row's. */
+ppn_status cli_feed(ppn_seq *seq, const int *ids, int n, int chunk, int vocab, float *rows, float *last)
+{
+    if (n < 1) return PPN_OK;
+    if (chunk > 0) {
+        ppn_prefill_opts po = {.chunk = chunk, .all_logits = rows != NULL};
+        ppn_status st = ppn_prefill(seq, ids, n, &po, rows ? rows : last);
+        if (st != PPN_OK) return st;
+        if (rows && last) memcpy(last, rows + (size_t)(n - 1) * (size_t)vocab, sizeof(float) * (size_t)vocab);
+        return PPN_OK;
+    }
+    for (int t = 0; t < n; t++) {
+        float *row = rows ? rows + (size_t)t * (size_t)vocab : t == n - 1 ? last : NULL;
+        ppn_status st = ppn_decode_step(seq, ids[t], row);
+        if (st != PPN_OK) return st;
+        if (rows && last && t == n - 1) memcpy(last, row, sizeof(float) * (size_t)vocab);
+    }
+    return PPN_OK;
+}

@@ -30,6 +30,9 @@ int cli_backend(const char *flag, const char *v);
  * backend name or a bad PPN_SIM_* value: the lists PPN_SIM_PEER and PPN_SIM_FAIL are checked only there);
  * 1 after the message for any other failure. */
 int cli_rt_create(const char *backend, ppn_rt **rt);
+/* Feed ids[0..n) to seq: primed chunk rows at a time (ppn_prefill), or token by token with chunk 0; rows (may be
+ * NULL) receives every row's logits (vocab floats each), last (may be NULL) the last row's. */
+ppn_status cli_feed(ppn_seq *seq, const int *ids, int n, int chunk, int vocab, float *rows, float *last);
 /* Every environment variable set against its rule (core/base/env.c), before a command runs: 0, else 2 after
  * the message. door: the command reads the door from the environment, so also print a one-line notice naming
  * the door-only variables set while MEMRA_PP_STAGES keeps the door shut (nothing reads them). */

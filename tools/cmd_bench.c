@@ -282,10 +282,7 @@ static int prime(ppn_seq *seq, const bench_args *a, int n, int vocab, float *las
     int *ids = calloc((size_t)n, sizeof(int));
     if (!ids) return cli_fail("bench: out of memory for %d prompt ids", n);
     for (int t = 0; t < n; t++) ids[t] = prompt_id(t, vocab);
-    ppn_prefill_opts o = {.chunk = a->chunk};
-    ppn_status st = PPN_OK;
-    if (a->chunk > 0) st = ppn_prefill(seq, ids, n, &o, last);
-    for (int t = 0; a->chunk == 0 && t < n && st == PPN_OK; t++) st = ppn_decode_step(seq, ids[t], t == n - 1 ? last : NULL);
+    ppn_status st = cli_feed(seq, ids, n, a->chunk, vocab, NULL, last);
     free(ids);
     return st == PPN_OK ? 0 : cli_fail_status(st, "bench: prefill");
 }

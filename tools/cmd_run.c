@@ -91,27 +91,6 @@ typedef struct run_out {
     int n_rows;
 } run_out;
 
-/* Feed ids[0..n) to seq: primed chunk rows at a time (chunk > 0) or token by token; rows (may be NULL) receives
- * every row's logits, last (may be NULL) the last row's. */
-static ppn_status feed(ppn_seq *seq, const int *ids, int n, int chunk, int vocab, float *rows, float *last)
-{
-    if (n < 1) return PPN_OK;
-    if (chunk > 0) {
-        ppn_prefill_opts po = {.chunk = chunk, .all_logits = rows != NULL};
-        ppn_status st = ppn_prefill(seq, ids, n, &po, rows ? rows : last);
-        if (st != PPN_OK) return st;
-        if (rows && last) memcpy(last, rows + (size_t)(n - 1) * (size_t)vocab, sizeof(float) * (size_t)vocab);
-        return PPN_OK;
-    }
-    for (int t = 0; t < n; t++) {
-        float *row = rows ? rows + (size_t)t * (size_t)vocab : t == n - 1 ? last : NULL;
-        ppn_status st = ppn_decode_step(seq, ids[t], row);
-        if (st != PPN_OK) return st;
-        if (rows && last && t == n - 1) memcpy(last, row, sizeof(float) * (size_t)vocab);
-    }
-    return PPN_OK;
-}
-
 /* --device-greedy: the prompt but its last id fed (primed with --chunk), then ppn_decode_greedy from it. */
 static int decode_device_greedy(ppn_seq *seq, const run_args *a, const ppn_model_info *mi, run_out *o)
 {
@@ -119,7 +98,7 @@ static int decode_device_greedy(ppn_seq *seq, const run_args *a, const ppn_model
     if (a->n_ids < 1) return cli_fail("run: --device-greedy needs at least one prompt id (--ids)");
     if (!(o->gen = malloc(sizeof(int) * (size_t)(a->n_new + 1)))) return cli_fail("out of memory");
     double t0 = now_s();
-    st = feed(seq, a->ids, a->n_ids - 1, a->chunk, mi->vocab, NULL, NULL);
+    st = cli_feed(seq, a->ids, a->n_ids - 1, a->chunk, mi->vocab, NULL, NULL);
     o->prefill_s = now_s() - t0;
     if (st == PPN_OK && a->n_new > 0) st = ppn_decode_greedy(seq, a->ids[a->n_ids - 1], a->n_new, o->gen);
     o->decode_s = now_s() - t0 - o->prefill_s;
@@ -161,7 +140,7 @@ static int decode(ppn_seq *seq, const ppn_model_info *mi, const run_args *a, FIL
     ppn_sampler_init(&sp, (float)a->temp, a->top_k, (float)a->top_p, a->seed);
     int rc = 0, tok = 0;
     double t0 = now_s();
-    ppn_status st = feed(seq, a->ids, a->n_ids, a->chunk, mi->vocab, prompt_rows, logits);
+    ppn_status st = cli_feed(seq, a->ids, a->n_ids, a->chunk, mi->vocab, prompt_rows, logits);
     o->prefill_s = now_s() - t0;
     if (st != PPN_OK) rc = cli_fail_status(st, "prompt");
     if (rc == 0 && keep) rc = keep_rows(a, lf, o, prompt_rows, a->n_ids, mi->vocab);
@@ -231,7 +210,7 @@ static int check_unsplit(ppn_rt *rt, ppn_model **mp, const run_args *a, const pp
     float *prompt = rc == 0 ? malloc(sizeof(float) * v * (size_t)a->n_ids) : NULL;
     if (rc == 0 && !prompt) rc = cli_fail("out of memory");
     /* the prompt fed as the run fed it (primed with the same chunk), then the generated ids one by one */
-    if (rc == 0 && (st = feed(q, a->ids, a->n_ids, a->chunk, mi->vocab, prompt, NULL)) != PPN_OK)
+    if (rc == 0 && (st = cli_feed(q, a->ids, a->n_ids, a->chunk, mi->vocab, prompt, NULL)) != PPN_OK)
         rc = cli_fail_status(st, "unsplit prompt");
     for (int t = 0; t < a->n_ids && rc == 0 && bad < 0; t++)
         if (memcmp(prompt + (size_t)t * v, o->rows + (size_t)t * v, sizeof(float) * v)) bad = t;
