@@ -126,7 +126,7 @@ static ppn_status run_unsplit(ppn_model *m, const prime_plan *pl)
     for (int s = 0; s < map->n_stages; s++) PPN_CHECK(g->ops->stream_sync(g, m->stages[s].stream));
     for (int k = 0; k < pl->n_cmds; k++) {
         const ppn_step_cmd *c = &pl->cmds[k];
-        PPN_CHECK(g->ops->copy_htod(g, s0->stream, s0->rs.tok, c->tok_h, sizeof(int32_t) * (size_t)c->rows));
+        PPN_CHECK(ppn_rows_tokens(m, s0->stream, c));
         PPN_CHECK(ppn_rows_body(m, s0->stream, map->dev[0], &s0->rs, s0->rs.io + PPN_IO_HDR_BYTES, c, 0,
                                 m->cfg.n_layers, 1, 1));
     }

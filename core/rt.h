@@ -282,6 +282,8 @@ ppn_status ppn_step_issue_deferred(ppn_seq *q, int token, const ppn_greedy_link 
  * marks the walk's end; the caller found the entry free. *out is set whatever the status. The positions are the
  * caller's to advance. */
 ppn_status ppn_step_issue_rows(const ppn_step_cmd *tmpl, ppn_pend *out);
+/* The chunk's token ids (c->tok_h, pinned host memory that outlives the walk) into stage 0's rows scratch, on q. */
+ppn_status ppn_rows_tokens(ppn_model *m, ppn_gstream *q, const ppn_step_cmd *c);
 /* Layers [f0, f1) of c's rows over x on stream q of device dev with scratch r (embedding first, head last when
  * asked): a stage's part of a chunk, or the whole unsplit walk. */
 ppn_status ppn_rows_body(ppn_model *m, ppn_gstream *q, int dev, ppn_rows_scratch *r, ppn_dptr x,

@@ -194,7 +194,7 @@ static ppn_status rows_walk(ppn_model *m, const ppn_stage_map *map, int s, ppn_g
 }
 
 /* Stage 0 of a chunk: its token ids into the stage's rows scratch (pinned host memory that outlives the walk). */
-static ppn_status rows_tokens(ppn_model *m, ppn_gstream *q, const ppn_step_cmd *c)
+ppn_status ppn_rows_tokens(ppn_model *m, ppn_gstream *q, const ppn_step_cmd *c)
 {
     ppn_gpu *g = m->rt->g;
     return g->ops->copy_htod(g, q, m->stages[0].rs.tok, c->tok_h, sizeof(int32_t) * (size_t)c->rows);
@@ -208,7 +208,7 @@ static ppn_status stage_issue(ppn_model *m, const ppn_stage_map *map, int s, con
     int n = map->n_stages, spin = map->door.spin, rows = c->rows ? c->rows : 1;
     ppn_dptr local = c->rows ? m->stages[s].rs.io : seq->scr[s].io, io = local;
     if (s == 0) {
-        PPN_CHECK(c->rows ? rows_tokens(m, q, c) : step_header(m, map, q, c, io, n == 1));
+        PPN_CHECK(c->rows ? ppn_rows_tokens(m, q, c) : step_header(m, map, q, c, io, n == 1));
     } else {
         PPN_CHECK(ppn_boundary_recv(&m->bnd[s - 1], g, q, c->slot, c->step, local, &io, rows, spin));
         p->released = !ppn_boundary_in_place(&m->bnd[s - 1]);
