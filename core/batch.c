@@ -1,11 +1,25 @@
-/* batch.c - several sequences in one call: today a whole-trunk walk per sequence on stage 0's stream (no
- * stage split yet), behind the fail-closed guard that refuses it when weights live on several devices. */
+/* batch.c - one decode step of many sequences in one forward: B rows (one per sequence, each at its own
+ * position) walk the layers together, so every weight is read once for all of them (GEMMs over the B rows), and
+ * each row's rotary, KV store and attention go to its own sequence's cache.
+ *
+ * Three ways through, chosen per step from the published map (the door is read per step: a gate A/Bs the arms
+ * in one process by publishing another door):
+ *   the split        (MEMRA_BATCH_PP=1, the default with the door open) the rows cut into micro-batches, each a
+ *                    many-rows walk through the stages with the ev_tx/ev_rx chain: with the stages on several
+ *                    devices, one micro-batch per device is in flight at once, so stage s works on micro-batch
+ *                    k + 1 while stage s + 1 works on k (GPipe-style); on one device, one micro-batch (more would
+ *                    read every weight once per micro-batch for no overlap);
+ *   the one stage    the same walk, the door shut;
+ *   the unsplit walk (MEMRA_BATCH_PP=0, or MEMRA_PP_STREAMS=0) every layer on stage 0's stream: refused when the
+ *                    weights are sharded over several devices (the seed's 28x peer-read regime) unless
+ *                    MEMRA_PP_ALLOW_UNSPLIT_BATCH=1, which is for measurement.
+ * The head computes every row's logits with one GEMM and, for greedy steps, their argmax on the device: the host
+ * reads back B ids, never the logits. */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include "core/rt.h"
 #include "core/base/err.h"
-#include "kernels/ops.h"
 
 /* pp_sharded_cross_device: the door is open, the placement spans 2+ devices and the sharded loader is on,
  * so some weights live away from any one stream's device. */
@@ -26,50 +40,130 @@ ppn_status ppn_refuse_unsplit_if_remote(const ppn_model *m, const char *path, co
                                  "(MEMRA_PP_ALLOW_UNSPLIT_BATCH=1 overrides, for measurement)", path, alt);
 }
 
-/* One whole-trunk walk of q on stage 0's stream (weights read wherever they live). */
-static ppn_status unsplit_walk(ppn_seq *q, int token, float *logits)
+ppn_batch_opts ppn_batch_opts_default(void) { return (ppn_batch_opts){.micro = 0}; }
+
+/* Distinct devices among the map's stages. */
+static int map_devices(const ppn_stage_map *map)
 {
-    ppn_model *m = q->m;
-    ppn_gpu *g = m->rt->g;
-    ppn_stage_rt *s0 = &m->stages[0];
-    ppn_stage_scratch *r = &q->scr[0];
-    PPN_CHECK(ppn_op_set_hdr(g, s0->stream, r->io, q->pos, token, q->id, (int)m->next_step++));
-    PPN_CHECK(ppn_fwd_embed(m, s0->stream, r, r->io));
-    for (int l = 0; l < m->cfg.n_layers; l++) PPN_CHECK(ppn_fwd_layer(q, s0->stream, s0->dev, r, r->io, l));
-    PPN_CHECK(ppn_fwd_head(m, s0->stream, r, r->io, r->ulogits));
-    size_t bytes = sizeof(float) * (size_t)m->cfg.vocab;
-    PPN_CHECK(g->ops->copy_dtoh(g, s0->stream, q->logits_h[0], r->ulogits, bytes));
-    PPN_CHECK(g->ops->stream_sync(g, s0->stream));
-    memcpy(logits, q->logits_h[0], bytes);
-    q->pos++;
+    int n = 0;
+    for (int s = 0; s < map->n_stages; s++) {
+        int seen = 0;
+        for (int t = 0; t < s && !seen; t++) seen = map->dev[t] == map->dev[s];
+        n += !seen;
+    }
+    return n;
+}
+
+static ppn_status check_call(ppn_seq *const *seqs, const int *tokens, int n, const ppn_batch_opts *o)
+{
+    static const char fn[] = "ppn_decode_batch";
+    if (!seqs || !tokens || n <= 0)
+        return ppn_err(PPN_EINVAL, "%s: %s", fn, n <= 0 ? "n must be positive" : "NULL seqs or tokens");
+    if (o->micro < 0 || o->micro > PPN_MAX_INFLIGHT)
+        return ppn_err(PPN_EINVAL, "%s: micro %d is outside 0 .. %d", fn, o->micro, PPN_MAX_INFLIGHT);
+    if (!seqs[0]) return ppn_err(PPN_EINVAL, "%s: sequence 0 is NULL", fn);
+    ppn_model *m = seqs[0]->m;
+    PPN_CHECK(ppn_model_failed(m));
+    for (int i = 0; i < n; i++) {
+        ppn_seq *q = seqs[i];
+        if (!q) return ppn_err(PPN_EINVAL, "%s: sequence %d is NULL", fn, i);
+        if (q->m != m) return ppn_err(PPN_EINVAL, "%s: sequences of different models (row %d)", fn, i);
+        for (int k = 0; k < i; k++)
+            if (seqs[k] == q) return ppn_err(PPN_EINVAL, "%s: sequence %d appears twice (rows %d and %d)", fn, q->id, k, i);
+        if (q->issued != q->waited)
+            return ppn_err(PPN_ESTATE, "%s: sequence %d has deferred steps in flight: wait them first", fn, q->id);
+        ppn_status st = ppn_step_checks(q, tokens[i]);
+        if (st != PPN_OK) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", ppn_last_error());
+            return ppn_err(st, "%s: row %d: %s", fn, i, why);
+        }
+    }
     return PPN_OK;
 }
 
-/* The seed's warn_unwired_once: with the door open, MEMRA_BATCH_PP=1 asks for a batched stage split that does
- * not exist yet; say once that this path walks unsplit (the guard above still refuses the cross-device case). */
-static void note_unwired_batch(const ppn_stage_map *map)
+/* The step's walks: micro-batch k holds rows [k n / mb, (k + 1) n / mb), one segment per row; its ids land in
+ * ids_h and its logits in logits at its first row. */
+typedef struct batch_plan {
+    ppn_step_cmd cmds[PPN_MAX_INFLIGHT];
+    ppn_rowseg *segs;
+    int32_t *tok_h, *ids_h;
+    int mb;
+} batch_plan;
+
+static ppn_status plan_build(ppn_model *m, ppn_seq *const *seqs, const int *tokens, int n, int mb, float *logits,
+                             int want_ids, batch_plan *pl)
 {
-    static atomic_flag said = ATOMIC_FLAG_INIT;
-    if (map->n_stages < 2 || !map->door.batch_pp || atomic_flag_test_and_set(&said)) return;
-    fprintf(stderr, "ppn: note: ppn_decode_batch has no stage split yet: with the door open it walks the whole "
-                    "trunk per sequence on stage 0's stream (MEMRA_BATCH_PP=1 is not wired)\n");
+    memset(pl, 0, sizeof *pl);
+    pl->mb = mb;
+    pl->segs = ppn_hcalloc((size_t)n, sizeof *pl->segs);
+    if (!pl->segs) return ppn_err(PPN_ENOMEM, "ppn_decode_batch: host out of memory for %d rows", n);
+    PPN_CHECK(ppn_pinned_alloc(m->rt->pinned, sizeof(int32_t) * (size_t)n, (void **)&pl->tok_h));
+    if (want_ids) PPN_CHECK(ppn_pinned_alloc(m->rt->pinned, sizeof(int32_t) * (size_t)n, (void **)&pl->ids_h));
+    for (int i = 0; i < n; i++) {
+        pl->tok_h[i] = tokens[i];
+        pl->segs[i] = (ppn_rowseg){.seq = seqs[i], .pos0 = seqs[i]->pos, .n = 1};
+    }
+    size_t vocab = (size_t)m->cfg.vocab;
+    for (int k = 0; k < mb; k++) {
+        int r0 = (int)((long)k * n / mb), r1 = (int)((long)(k + 1) * n / mb);
+        ppn_step_cmd *c = &pl->cmds[k];
+        c->kind = PPN_ROWS_BATCH;
+        c->rows = r1 - r0;
+        c->nseg = r1 - r0;
+        c->segs = pl->segs + r0;
+        c->tok_h = pl->tok_h + r0;
+        c->seq = seqs[r0]; /* its ring entry marks the walk's end */
+        c->logits_h = logits ? logits + (size_t)r0 * vocab : NULL;
+        c->ids_h = pl->ids_h ? pl->ids_h + r0 : NULL;
+        for (int i = r0; i < r1; i++) pl->segs[i].r0 = i - r0;
+    }
+    return PPN_OK;
+}
+
+static void plan_free(ppn_model *m, batch_plan *pl)
+{
+    ppn_hfree(pl->segs);
+    ppn_pinned_free(m->rt->pinned, pl->tok_h);
+    ppn_pinned_free(m->rt->pinned, pl->ids_h);
+}
+
+ppn_status ppn_decode_batch_ex(ppn_seq *const *seqs, const int *tokens, int n, const ppn_batch_opts *opts,
+                               float *logits, int *ids)
+{
+    ppn_batch_opts o = opts ? *opts : ppn_batch_opts_default();
+    PPN_CHECK(check_call(seqs, tokens, n, &o));
+    ppn_model *m = seqs[0]->m;
+    const ppn_stage_map *map = m->map;
+    int unsplit = map->n_stages > 1 && (!map->door.streams || !map->door.batch_pp);
+    if (unsplit) { /* refused before anything moves */
+        PPN_CHECK(ppn_refuse_unsplit_if_remote(m, "ppn_decode_batch with MEMRA_BATCH_PP=0",
+                                               "the batched split (MEMRA_BATCH_PP=1)"));
+        PPN_CHECK(ppn_rows_unsplit_reachable(m, "ppn_decode_batch (MEMRA_BATCH_PP=0)", "the batched split"));
+    }
+    int mb = o.micro ? o.micro : (unsplit ? 1 : map_devices(map));
+    if (mb > PPN_MAX_INFLIGHT) mb = PPN_MAX_INFLIGHT;
+    if (mb > n) mb = n;
+    ppn_status st = ppn_map_reserve_rows(m, (n + mb - 1) / mb);
+    if (st != PPN_OK) { /* the slots may be half rebuilt: the model is refused from here on, cleanly */
+        ppn_model_fail(m, st);
+        return st;
+    }
+    batch_plan pl;
+    st = plan_build(m, seqs, tokens, n, mb, logits, ids != NULL, &pl);
+    if (st == PPN_OK) { /* from here a failure leaves caches half written: the model's failure, sticky */
+        for (int i = 0; i < n; i++) seqs[i]->pos++;
+        st = unsplit ? ppn_rows_run_unsplit(m, pl.cmds, mb) : ppn_rows_run_staged(m, pl.cmds, mb, mb);
+        if (st != PPN_OK) ppn_model_fail(m, st);
+        else atomic_fetch_add_explicit(&m->batch_steps, 1, memory_order_relaxed);
+        if (st == PPN_OK && ids)
+            for (int i = 0; i < n; i++) ids[i] = pl.ids_h[i];
+    }
+    plan_free(m, &pl);
+    return st;
 }
 
 ppn_status ppn_decode_batch(ppn_seq **seqs, const int *tokens, int n, float *logits)
 {
-    if (n <= 0 || !seqs || !tokens) return ppn_err(PPN_EINVAL, "ppn_decode_batch: %d sequences", n);
-    ppn_model *m = seqs[0]->m;
-    PPN_CHECK(ppn_refuse_unsplit_if_remote(m, "ppn_decode_batch", "ppn_decode_step for each sequence"));
-    note_unwired_batch(m->map);
-    PPN_CHECK(ppn_model_drain(m));
-    for (int i = 0; i < n; i++) {
-        if (seqs[i]->m != m) return ppn_err(PPN_EINVAL, "ppn_decode_batch: sequences of different models");
-        if (seqs[i]->issued != seqs[i]->waited)
-            return ppn_err(PPN_ESTATE, "ppn_decode_batch: sequence %d has deferred steps in flight", seqs[i]->id);
-        PPN_CHECK(ppn_step_checks(seqs[i], tokens[i]));
-    }
-    for (int i = 0; i < n; i++) /* the device queue of the last stage may still hold earlier steps */
-        for (int s = 0; s < m->map->n_stages; s++) PPN_CHECK(m->rt->g->ops->stream_sync(m->rt->g, m->stages[s].stream));
-    for (int i = 0; i < n; i++) PPN_CHECK(unsplit_walk(seqs[i], tokens[i], logits + (size_t)i * (size_t)m->cfg.vocab));
-    return PPN_OK;
+    return ppn_decode_batch_ex(seqs, tokens, n, NULL, logits, NULL);
 }

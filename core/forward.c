@@ -142,6 +142,18 @@ static ppn_status rows_head_all(ppn_model *m, ppn_gstream *s, ppn_rows_scratch *
     return ppn_op_gemm(g, s, r->lall, m->lm_head, m->wdt, r->xb, rows, c->vocab, c->dim, 0, 0);
 }
 
+ppn_status ppn_fwd_rows_head_batch(ppn_model *m, ppn_gstream *s, ppn_rows_scratch *r, ppn_dptr x, int rows,
+                                   float *logits_h, int32_t *ids_h)
+{
+    ppn_gpu *g = m->rt->g;
+    size_t v = (size_t)m->cfg.vocab;
+    PPN_CHECK(rows_head_all(m, s, r, x, rows));
+    if (logits_h) PPN_CHECK(g->ops->copy_dtoh(g, s, logits_h, r->lall, sizeof(float) * v * (size_t)rows));
+    if (!ids_h) return PPN_OK;
+    PPN_CHECK(ppn_op_argmax_rows(g, s, r->ids, r->lall, m->cfg.vocab, rows));
+    return g->ops->copy_dtoh(g, s, ids_h, r->ids, sizeof(int32_t) * (size_t)rows);
+}
+
 ppn_status ppn_fwd_rows_head(ppn_model *m, ppn_gstream *s, ppn_rows_scratch *r, ppn_dptr x,
                              const ppn_rowseg *sg, int nseg, int rows)
 {

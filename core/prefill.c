@@ -77,62 +77,6 @@ static ppn_status plan_build(ppn_model *m, ppn_seq *const *seqs, const int *cons
     return PPN_OK;
 }
 
-/* The split (or the one stage): chunks issued in order, at most PPN_MAX_INFLIGHT in flight (one with
- * MEMRA_PRIME_PIPE=0); every issued chunk is waited, so the call owns nothing the stages still read. */
-static ppn_status run_staged(ppn_model *m, const prime_plan *pl, int pipe)
-{
-    ppn_pend fly[PPN_MAX_INFLIGHT];
-    ppn_seq *own[PPN_MAX_INFLIGHT];
-    int issued = 0, waited = 0, depth = pipe ? PPN_MAX_INFLIGHT : 1;
-    ppn_status st = PPN_OK;
-    while (waited < issued || (st == PPN_OK && issued < pl->n_cmds)) {
-        if (st == PPN_OK && issued < pl->n_cmds && issued - waited < depth) {
-            const ppn_step_cmd *c = &pl->cmds[issued];
-            own[issued % PPN_MAX_INFLIGHT] = c->seq;
-            st = ppn_step_issue_rows(c, &fly[issued % PPN_MAX_INFLIGHT]);
-            issued++;
-        } else {
-            ppn_status w = ppn_pend_wait(own[waited % PPN_MAX_INFLIGHT], fly[waited % PPN_MAX_INFLIGHT], NULL, NULL);
-            if (st == PPN_OK) st = w;
-            waited++;
-        }
-    }
-    return st;
-}
-
-/* MEMRA_PRIME_PP=0 across devices: stage 0's device must reach every other device's memory. */
-static ppn_status unsplit_reachable(ppn_model *m)
-{
-    const ppn_stage_map *map = m->map;
-    ppn_gpu *g = m->rt->g;
-    for (int s = 1; s < map->n_stages; s++) {
-        int can = 1;
-        if (map->dev[s] != map->dev[0]) PPN_CHECK(g->ops->peer_can_access(g, map->dev[0], map->dev[s], &can));
-        if (!can)
-            return ppn_err(PPN_EUNSUPPORTED, "prefill: the unsplit walk (MEMRA_PRIME_PP=0) runs every layer on device "
-                                             "%d, which cannot access device %d's weights and caches (no peer "
-                                             "access); use the split (MEMRA_PRIME_PP=1)", map->dev[0], map->dev[s]);
-    }
-    return PPN_OK;
-}
-
-/* The unsplit walk: every chunk through every layer on stage 0's stream, after every stage stream has drained
- * (the caches of the other stages' layers were last written there) and before any later step (the final sync). */
-static ppn_status run_unsplit(ppn_model *m, const prime_plan *pl)
-{
-    ppn_gpu *g = m->rt->g;
-    const ppn_stage_map *map = m->map;
-    ppn_stage_rt *s0 = &m->stages[0];
-    for (int s = 0; s < map->n_stages; s++) PPN_CHECK(g->ops->stream_sync(g, m->stages[s].stream));
-    for (int k = 0; k < pl->n_cmds; k++) {
-        const ppn_step_cmd *c = &pl->cmds[k];
-        PPN_CHECK(ppn_rows_tokens(m, s0->stream, c));
-        PPN_CHECK(ppn_rows_body(m, s0->stream, map->dev[0], &s0->rs, s0->rs.io + PPN_IO_HDR_BYTES, c, 0,
-                                m->cfg.n_layers, 1, 1));
-    }
-    return g->ops->stream_sync(g, s0->stream);
-}
-
 static ppn_status check_seq(const ppn_model *m, ppn_seq *const *seqs, const int *const *ids, const int *n, int i)
 {
     const ppn_seq *q = seqs[i];
@@ -180,7 +124,8 @@ ppn_status ppn_prefill_batch(ppn_seq *const *seqs, const int *const *ids, const 
     int chunk = o.chunk ? o.chunk : PPN_PREFILL_CHUNK;
     if (chunk > total) chunk = total;
     int unsplit = map->n_stages > 1 && (!map->door.streams || !map->door.prime_pp);
-    if (unsplit) PPN_CHECK(unsplit_reachable(m)); /* refused before anything moves */
+    if (unsplit) /* refused before anything moves */
+        PPN_CHECK(ppn_rows_unsplit_reachable(m, "prefill (MEMRA_PRIME_PP=0)", "the split (MEMRA_PRIME_PP=1)"));
     ppn_status st = ppn_map_reserve_rows(m, chunk);
     if (st != PPN_OK) { /* the slots may be half rebuilt: the model is refused from here on, cleanly */
         ppn_model_fail(m, st);
@@ -190,7 +135,8 @@ ppn_status ppn_prefill_batch(ppn_seq *const *seqs, const int *const *ids, const 
     st = plan_build(m, seqs, ids, n, count, chunk, &o, logits, &pl);
     if (st == PPN_OK) { /* from here a failure leaves caches half written: the model's failure, sticky */
         for (int i = 0; i < count; i++) seqs[i]->pos += n[i];
-        st = unsplit ? run_unsplit(m, &pl) : run_staged(m, &pl, map->door.prime_pipe);
+        st = unsplit ? ppn_rows_run_unsplit(m, pl.cmds, pl.n_cmds)
+                     : ppn_rows_run_staged(m, pl.cmds, pl.n_cmds, map->door.prime_pipe ? PPN_MAX_INFLIGHT : 1);
         if (st != PPN_OK) ppn_model_fail(m, st);
         else if (count > 1) atomic_fetch_add_explicit(&m->prime_batches, 1, memory_order_relaxed);
     }

@@ -71,6 +71,9 @@ typedef struct ppn_rowseg {
     int all_rows;
 } ppn_rowseg;
 
+/* What a many-rows walk is for. */
+enum { PPN_ROWS_PRIME, PPN_ROWS_BATCH, PPN_ROWS_VERIFY };
+
 typedef struct ppn_step_cmd {
     ppn_cmd cmd;
     struct ppn_seq *seq;
@@ -85,6 +88,9 @@ typedef struct ppn_step_cmd {
     int rows, nseg;
     const ppn_rowseg *segs;
     const int32_t *tok_h;
+    int kind;                            /* a many-rows walk's purpose: PPN_ROWS_* (counters and head) */
+    float *logits_h;                     /* PPN_ROWS_BATCH: every row's logits, [rows, vocab] host (NULL: none) */
+    int32_t *ids_h;                      /* PPN_ROWS_BATCH: every row's argmax, [rows] pinned (NULL: none) */
     int used;                            /* caller: handed to the thread at least once */
 } ppn_step_cmd;
 
@@ -95,7 +101,8 @@ typedef struct ppn_rows_scratch {
     ppn_dptr io, xb, qkv, att, gu, act;
     ppn_dptr tok;              /* int32 [rows]: the chunk's token ids (stage 0) */
     ppn_dptr lrow;             /* [vocab]: one row's logits (the last stage's head) */
-    ppn_dptr lall;             /* [rows, vocab]: every row's logits, allocated on first use (all_rows) */
+    ppn_dptr lall;             /* [rows, vocab]: every row's logits, allocated on first use (all_rows, batches) */
+    ppn_dptr ids;              /* int32 [rows]: every row's argmax (the last stage of a greedy batch) */
 } ppn_rows_scratch;
 
 /* One stage's execution home. */
@@ -108,7 +115,8 @@ typedef struct ppn_stage_rt {
     int thr_started;
     ppn_step_cmd cmds[PPN_CMD_RING];
     _Atomic uint64_t walker_runs;        /* liveness: steps this stage's walker executed */
-    ppn_rows_scratch rs;                 /* many-rows walks on this stage (prefill chunks) */
+    ppn_rows_scratch rs;                 /* many-rows walks on this stage (prefill chunks, batches) */
+    _Atomic uint64_t batch_walks;        /* liveness: batched decode steps (or micro-batches) this stage walked */
 } ppn_stage_rt;
 
 struct ppn_model {
@@ -148,6 +156,10 @@ struct ppn_model {
     _Atomic uint64_t prime_pipe_overlaps;/* liveness: a stage's prefill walker entered while another's ran */
     _Atomic uint64_t prime_batches;      /* prefill calls that primed several sequences in one forward */
     _Atomic uint64_t prime_batch_splits; /* chunks of those that walked the per-stage split */
+    _Atomic int batch_walkers;           /* batched decode walkers issuing right now, on any stage */
+    _Atomic uint64_t batch_steps;        /* batched decode steps (ppn_decode_batch*) done */
+    _Atomic uint64_t batch_split_steps;  /* liveness: micro-batches that walked the per-stage split */
+    _Atomic uint64_t batch_pipe_overlaps;/* liveness: a stage's batch walker entered while another's ran */
     _Atomic int err;           /* first failure inside a stage thread (sticky for the model) */
     char err_msg[1024];
     int attn_split;            /* attention's position splits (ppn_op_attn_split of the primary), fixed at
@@ -253,6 +265,10 @@ ppn_status ppn_fwd_rows_layer(ppn_model *m, ppn_gstream *s, int dev, const ppn_r
                               const ppn_rowseg *sg, int nseg, int rows, int l);
 ppn_status ppn_fwd_rows_head(ppn_model *m, ppn_gstream *s, ppn_rows_scratch *r, ppn_dptr x, const ppn_rowseg *sg,
                              int nseg, int rows);
+/* A batch's head: every row's logits by one GEMM over the lm head, then to logits_h ([rows, vocab], host; NULL:
+ * none) and their argmax to ids_h ([rows], pinned; NULL: none), ordered on s. */
+ppn_status ppn_fwd_rows_head_batch(ppn_model *m, ppn_gstream *s, ppn_rows_scratch *r, ppn_dptr x, int rows,
+                                   float *logits_h, int32_t *ids_h);
 
 /* step.c: one step through the stages */
 /* A deferred step inside ppn: its logits ring entry and global step number (ppn_step_id is its public name). */
@@ -293,6 +309,15 @@ ppn_status ppn_rows_body(ppn_model *m, ppn_gstream *q, int dev, ppn_rows_scratch
 /* Wait for step p of q (issued and not yet waited) and read back its logits (logits != NULL) or its device argmax
  * (id != NULL); the ring entry is free after. */
 ppn_status ppn_pend_wait(ppn_seq *q, ppn_pend p, float *logits, int *id);
+
+/* rows_run.c: a list of many-rows walks run to the end */
+/* Each walk issued through the stages (the split or the one stage), up to depth (1 .. PPN_MAX_INFLIGHT) in
+ * flight; every issued walk is waited, whatever fails. */
+ppn_status ppn_rows_run_staged(ppn_model *m, const ppn_step_cmd *cmds, int n, int depth);
+/* Every walk through every layer on stage 0's stream, after every stage stream drained; synchronised on return. */
+ppn_status ppn_rows_run_unsplit(ppn_model *m, const ppn_step_cmd *cmds, int n);
+/* PPN_EUNSUPPORTED (naming what and alt) when stage 0's device cannot reach another stage's memory. */
+ppn_status ppn_rows_unsplit_reachable(ppn_model *m, const char *what, const char *alt);
 
 /* batch.c */
 /* PPN_EREFUSED naming path and alt when path would walk the whole trunk on one stream while weights live on

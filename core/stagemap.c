@@ -215,6 +215,7 @@ static const size_t rows_off[] = {
     offsetof(ppn_rows_scratch, io),  offsetof(ppn_rows_scratch, xb),  offsetof(ppn_rows_scratch, qkv),
     offsetof(ppn_rows_scratch, att), offsetof(ppn_rows_scratch, gu),  offsetof(ppn_rows_scratch, act),
     offsetof(ppn_rows_scratch, tok), offsetof(ppn_rows_scratch, lrow), offsetof(ppn_rows_scratch, lall),
+    offsetof(ppn_rows_scratch, ids),
 };
 
 static void rows_scratch_free(ppn_model *m, ppn_rows_scratch *r)
@@ -240,6 +241,7 @@ static ppn_status rows_scratch_alloc(ppn_model *m, ppn_rows_scratch *r, int dev,
     PPN_CHECK(ppn_model_block_alloc(m, dev, 2 * f * (size_t)c->ffn_dim, "rows gate|up", &r->gu));
     PPN_CHECK(ppn_model_block_alloc(m, dev, f * (size_t)c->ffn_dim, "rows act", &r->act));
     PPN_CHECK(ppn_model_block_alloc(m, dev, sizeof(int32_t) * (size_t)rows, "rows tokens", &r->tok));
+    PPN_CHECK(ppn_model_block_alloc(m, dev, sizeof(int32_t) * (size_t)rows, "rows argmax", &r->ids));
     return ppn_model_block_alloc(m, dev, sizeof(float) * (size_t)c->vocab, "rows logits row", &r->lrow);
 }
 

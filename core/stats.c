@@ -44,6 +44,11 @@ void ppn_model_get_stats(const ppn_model *m, ppn_stats *o)
     o->prime_pipe_overlaps = atomic_load_explicit(&m->prime_pipe_overlaps, memory_order_relaxed);
     o->prime_batches = atomic_load_explicit(&m->prime_batches, memory_order_relaxed);
     o->prime_batch_splits = atomic_load_explicit(&m->prime_batch_splits, memory_order_relaxed);
+    for (int s = 0; s < PPN_MAX_STAGES; s++)
+        o->batch_walks[s] = atomic_load_explicit(&m->stages[s].batch_walks, memory_order_relaxed);
+    o->batch_steps = atomic_load_explicit(&m->batch_steps, memory_order_relaxed);
+    o->batch_split_steps = atomic_load_explicit(&m->batch_split_steps, memory_order_relaxed);
+    o->batch_pipe_overlaps = atomic_load_explicit(&m->batch_pipe_overlaps, memory_order_relaxed);
     for (int d = 0; d < PPN_MAX_DEVICES; d++) {
         if (!m->rt->pool[d]) continue;
         ppn_pool_stats ps;

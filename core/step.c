@@ -160,6 +160,8 @@ ppn_status ppn_rows_body(ppn_model *m, ppn_gstream *q, int dev, ppn_rows_scratch
 {
     if (embed) PPN_CHECK(ppn_fwd_rows_embed(m, q, r, x, c->rows));
     for (int l = f0; l < f1; l++) PPN_CHECK(ppn_fwd_rows_layer(m, q, dev, r, x, c->segs, c->nseg, c->rows, l));
+    if (head && c->kind == PPN_ROWS_BATCH)
+        return ppn_fwd_rows_head_batch(m, q, r, x, c->rows, c->logits_h, c->ids_h);
     if (head) PPN_CHECK(ppn_fwd_rows_head(m, q, r, x, c->segs, c->nseg, c->rows));
     return PPN_OK;
 }
@@ -172,21 +174,29 @@ static int rows_batched(const ppn_step_cmd *c)
     return 0;
 }
 
-/* Stage s's walk of a chunk; the prime liveness counters: a walker entered while another stage's ran
- * (PRIME_PIPE_OVERLAPS), and on the last stage of a split, one chunk that walked the per-stage split
- * (PRIME_SPLIT_CHUNKS; STEP35_PRIME_BATCH_SPLITS when it held several sequences' rows). */
+/* Stage s's walk of a chunk or a batch, and the liveness counters of its kind.
+ * Prime: a walker entered while another stage's ran (PRIME_PIPE_OVERLAPS), and on the last stage of a split,
+ * one chunk that walked the per-stage split (PRIME_SPLIT_CHUNKS; STEP35_PRIME_BATCH_SPLITS when it held several
+ * sequences' rows). Batch: this stage's batch walks, a batch walker entered while another stage's ran
+ * (micro-batch pipelining), and on the last stage of a split, one (micro-)batch that walked the split. */
 static ppn_status rows_walk(ppn_model *m, const ppn_stage_map *map, int s, ppn_gstream *q, const ppn_step_cmd *c,
                             ppn_dptr io)
 {
     ppn_stage_rt *sr = &m->stages[s];
+    int batch = c->kind == PPN_ROWS_BATCH;
+    _Atomic int *walkers = batch ? &m->batch_walkers : &m->prime_walkers;
     atomic_fetch_add_explicit(&sr->walker_runs, 1, memory_order_relaxed);
-    if (atomic_fetch_add_explicit(&m->prime_walkers, 1, memory_order_relaxed) > 0)
-        atomic_fetch_add_explicit(&m->prime_pipe_overlaps, 1, memory_order_relaxed);
+    if (batch) atomic_fetch_add_explicit(&sr->batch_walks, 1, memory_order_relaxed);
+    if (atomic_fetch_add_explicit(walkers, 1, memory_order_relaxed) > 0)
+        atomic_fetch_add_explicit(batch ? &m->batch_pipe_overlaps : &m->prime_pipe_overlaps, 1, memory_order_relaxed);
     int last = s == map->n_stages - 1;
     ppn_status st = ppn_rows_body(m, q, map->dev[s], &sr->rs, io + PPN_IO_HDR_BYTES, c, map->fence[s],
                                   map->fence[s + 1], s == 0, last);
-    atomic_fetch_sub_explicit(&m->prime_walkers, 1, memory_order_relaxed);
-    if (st == PPN_OK && last && map->n_stages > 1) {
+    atomic_fetch_sub_explicit(walkers, 1, memory_order_relaxed);
+    if (st != PPN_OK || !last || map->n_stages < 2) return st;
+    if (batch) {
+        atomic_fetch_add_explicit(&m->batch_split_steps, 1, memory_order_relaxed);
+    } else if (c->kind == PPN_ROWS_PRIME) {
         atomic_fetch_add_explicit(&m->prime_split_chunks, 1, memory_order_relaxed);
         if (rows_batched(c)) atomic_fetch_add_explicit(&m->prime_batch_splits, 1, memory_order_relaxed);
     }

@@ -263,12 +263,35 @@ ppn_status ppn_prefill(ppn_seq *s, const int *ids, int n, const ppn_prefill_opts
 ppn_status ppn_prefill_batch(ppn_seq *const *seqs, const int *const *ids, const int *n, int count,
                              const ppn_prefill_opts *o, float *logits);
 
-/* Decode one token for each of n sequences of one model with a whole-trunk walk per sequence on stage 0's stream
- * (this path has no stage split yet). logits: n * vocab floats.
- * @return PPN_OK, PPN_EINVAL (NULL, n <= 0, a token, sequences of different models), PPN_ESTATE (a sequence
- *         full or with deferred steps in flight), PPN_EREFUSED (the door places weights on several devices, so
- *         the walk would read them over the link every step; MEMRA_PP_ALLOW_UNSPLIT_BATCH=1 overrides, for
- *         measurement), the model's sticky failure, PPN_EDRIVER. */
+/* ---------------------------------------------------------------------------------------------------------
+ * Many sequences per step (batched decode).
+ * --------------------------------------------------------------------------------------------------------- */
+
+typedef struct ppn_batch_opts {
+    int micro; /* micro-batches the rows are cut into, 1 .. PPN_MAX_INFLIGHT; 0: one per distinct device of the
+                * stage map (1 on one device, where more would only read the weights more often) */
+} ppn_batch_opts;
+
+/* micro 0. */
+ppn_batch_opts ppn_batch_opts_default(void);
+
+/* Decode one token for each of n distinct sequences of one model in one forward: row i feeds tokens[i] to seqs[i]
+ * at its next position; every weight is read once per micro-batch for all its rows, each row attends only to its
+ * own sequence's cache (sequences may be at different lengths). With the door open the step walks the stage split
+ * (MEMRA_BATCH_PP=1, the default), its micro-batches pipelined over the stages' devices; MEMRA_BATCH_PP=0 walks
+ * every layer on stage 0's stream. Row i's logits equal its single-sequence step's within the fixture tolerance
+ * (docs/VALIDATION.md says which kernels differ in bits).
+ * logits: NULL or n * vocab floats (row i's at i * vocab); ids: NULL or n ints, row i's argmax taken on the
+ * device (lowest index on ties, NaN never chosen): only those 4 bytes a row are read back. o: NULL for defaults.
+ * @return PPN_OK, PPN_EINVAL (NULL, n <= 0, a token, a sequence given twice, sequences of different models,
+ *         micro out of range), PPN_ESTATE (a sequence full or with deferred steps in flight: named, nothing
+ *         issued), PPN_EREFUSED (MEMRA_BATCH_PP=0 while the door places weights on several devices, so the walk
+ *         would read them over the link every step; MEMRA_PP_ALLOW_UNSPLIT_BATCH=1 overrides, for measurement),
+ *         PPN_ENOMEM (growing the rows room failed: the model is refused afterwards), the model's sticky failure,
+ *         PPN_EDRIVER, the sim checker's statuses. A failure after rows were issued is sticky for the model. */
+ppn_status ppn_decode_batch_ex(ppn_seq *const *seqs, const int *tokens, int n, const ppn_batch_opts *o,
+                               float *logits, int *ids);
+/* ppn_decode_batch_ex with the default options and no ids. */
 ppn_status ppn_decode_batch(ppn_seq **seqs, const int *tokens, int n, float *logits);
 
 /* Liveness counters and memory statistics. */
@@ -289,6 +312,10 @@ typedef struct ppn_stats {
     uint64_t prime_pipe_overlaps;              /* a stage's prefill walker entered while another stage's ran */
     uint64_t prime_batches;                    /* prefill calls that primed several sequences together */
     uint64_t prime_batch_splits;               /* chunks of those (several sequences' rows) that walked the split */
+    uint64_t batch_walks[PPN_MAX_STAGES];      /* batched decode walks (micro-batches) each stage executed */
+    uint64_t batch_steps;                      /* batched decode steps done */
+    uint64_t batch_split_steps;                /* micro-batches that walked the per-stage split */
+    uint64_t batch_pipe_overlaps;              /* a stage's batch walker entered while another stage's ran */
 } ppn_stats;
 /* A snapshot of the counters (relaxed reads: exact between steps). Never fails. */
 void ppn_model_get_stats(const ppn_model *m, ppn_stats *out);

@@ -30,5 +30,6 @@ void ppn_cpu_attn_rows(const void *params);
 void ppn_cpu_attn_rows_bf16(const void *params); /* = ppn_cpu_attn_rows (it reads kvdt) */
 void ppn_cpu_attn_rows_f16(const void *params);  /* = ppn_cpu_attn_rows */
 void ppn_cpu_swiglu_rows(const void *params);
+void ppn_cpu_argmax_rows(const void *params);
 
 #endif

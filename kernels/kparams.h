@@ -202,4 +202,9 @@ typedef ppn_kp_attn_rows ppn_kp_attn_rows_f16;
 /* out[i, :] = silu(gu[i, 0 .. n)) * gu[i, n .. 2n) for i < c: gu [c, 2n], out [c, n] (separate). */
 typedef struct { uint64_t out, gu; int32_t n, c; } ppn_kp_swiglu_rows;
 
+/* out[i] (int32) = argmax of row i of x [rows, n] by ppn_kp_argmax's rule (lowest index on ties, NaN never
+ * wins, -1 when every value is NaN): one block per row (a batched decode step's greedy tokens). */
+typedef struct { uint64_t out, x; int32_t n, rows; } ppn_kp_argmax_rows;
+#define PPN_ARGMAX_ROWS_THREADS 1024
+
 #endif

@@ -36,6 +36,7 @@ const ppn_gpu_kernel ppn_kernels[PPN_K_COUNT] = {
     PPN_KDESC(PPN_K_ATTN_ROWS_BF16, attn_rows_bf16),
     PPN_KDESC(PPN_K_ATTN_ROWS_F16, attn_rows_f16),
     PPN_KDESC(PPN_K_SWIGLU_ROWS, swiglu_rows),
+    PPN_KDESC(PPN_K_ARGMAX_ROWS, argmax_rows),
 };
 
 #if PPN_HAVE_FATBIN

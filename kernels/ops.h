@@ -126,5 +126,8 @@ ppn_status ppn_op_attn_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr q
 /* out[i, :] = silu(gu[i, 0 .. n)) * gu[i, n .. 2n) for i < c: gu [c, 2n] (the gate|up GEMM's rows), out [c, n],
  * a separate buffer. */
 ppn_status ppn_op_swiglu_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr gu, int n, int c);
+/* out_i32[i] = argmax of row i of x [rows, n] (ppn_op_argmax_wide's rule: lowest index on ties, NaN never
+ * chosen, -1 for a row of NaN), one block per row; out must not overlap x. */
+ppn_status ppn_op_argmax_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out_i32, ppn_dptr x, int n, int rows);
 
 #endif

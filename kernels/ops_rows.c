@@ -253,3 +253,19 @@ ppn_status ppn_op_swiglu_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr
     acc_add(&l, out, ob, PPN_ACC_W);
     return submit(g, s, &l);
 }
+
+ppn_status ppn_op_argmax_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out_i32, ppn_dptr x, int n, int rows)
+{
+    static const char op[] = "ppn_op_argmax_rows";
+    PPN_CHECK(need_rows(op, rows));
+    PPN_CHECK(need_positive(op, "n", n));
+    PPN_CHECK(need_ptr(op, "out", out_i32));
+    PPN_CHECK(need_ptr(op, "x", x));
+    size_t xb = f32_bytes((size_t)rows * (size_t)n), ob = sizeof(int32_t) * (size_t)rows;
+    PPN_CHECK(need_apart(op, "out", out_i32, ob, "x", x, xb));
+    ppn_kp_argmax_rows p = {.out = out_i32, .x = x, .n = n, .rows = rows};
+    ppn_launch l = launch_init(PPN_K_ARGMAX_ROWS, &p, (unsigned)rows, PPN_ARGMAX_ROWS_THREADS);
+    acc_add(&l, x, xb, PPN_ACC_R);
+    acc_add(&l, out_i32, ob, PPN_ACC_W);
+    return submit(g, s, &l);
+}

@@ -101,3 +101,13 @@ void ppn_cpu_swiglu_rows(const void *params)
         ppn_cpu_swiglu(&s);
     }
 }
+
+/* Each row by the one-row argmax's rule (ppn_cpu_argmax). */
+void ppn_cpu_argmax_rows(const void *params)
+{
+    const ppn_kp_argmax_rows *p = params;
+    for (int i = 0; i < p->rows; i++) {
+        ppn_kp_argmax a = {.out = p->out + sizeof(int32_t) * (size_t)i, .x = row_at(p->x, i, (size_t)p->n), .n = p->n};
+        ppn_cpu_argmax(&a);
+    }
+}

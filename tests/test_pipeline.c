@@ -133,23 +133,27 @@ static void test_pipeline_guard_refuses_unsplit_batch(void **s)
     assert_int_equal(ppn_seq_create(m, &q), PPN_OK);
     int tok = 5;
     float *x = malloc(sizeof(float) * 256);
+    /* the batched split is the default; MEMRA_BATCH_PP=0 asks for the unsplit body, refused here */
+    ppn_door unsplit = d;
+    unsplit.batch_pp = 0;
+    assert_int_equal(ppn_model_publish_door(m, &unsplit), PPN_OK);
     assert_int_equal(ppn_decode_batch(&q, &tok, 1, x), PPN_EREFUSED);
     assert_non_null(strstr(ppn_last_error(), "ppn_decode_batch"));
     assert_non_null(strstr(ppn_last_error(), "MEMRA_PP_ALLOW_UNSPLIT_BATCH"));
+    assert_int_equal(ppn_seq_pos(q), 0); /* refused before anything moved */
     ppn_seq_destroy(q);
     ppn_model_free(m);
 
-    /* the measurement override runs it, and the unsplit walk gives the unsplit bits */
-    d.allow_unsplit_batch = 1;
-    m = load(&d);
-    ppn_door shut = ppn_door_default();
-    ppn_model *ref = load(&shut);
+    /* the measurement override runs it, and the unsplit walk gives the split's bits */
+    unsplit.allow_unsplit_batch = 1;
+    m = load(&unsplit);
+    ppn_model *ref = load(&d);
     float *y = malloc(sizeof(float) * 256);
     ppn_seq *r = NULL;
     assert_int_equal(ppn_seq_create(m, &q), PPN_OK);
     assert_int_equal(ppn_seq_create(ref, &r), PPN_OK);
     assert_int_equal(ppn_decode_batch(&q, &tok, 1, x), PPN_OK);
-    assert_int_equal(ppn_decode_step(r, tok, y), PPN_OK);
+    assert_int_equal(ppn_decode_batch(&r, &tok, 1, y), PPN_OK);
     assert_memory_equal(x, y, sizeof(float) * 256);
     ppn_seq_destroy(q);
     ppn_seq_destroy(r);

@@ -1,0 +1,65 @@
+/* rows_run.c - running a list of many-rows walks (prefill chunks, a batch's micro-batches) to the end, the two
+ * ways a call can take:
+ *   staged   each walk issued as one step through the stages (the split, or the one stage), up to depth in flight
+ *            so stage s + 1 works on walk k while stage s starts walk k + 1; every issued walk is waited, so the
+ *            caller owns nothing the stages still read when this returns;
+ *   unsplit  every walk through every layer on stage 0's stream, reading weights and caches wherever they live:
+ *            after every stage stream has drained (the other stages' caches were last written there) and
+ *            synchronised before return (nothing later may overtake it). */
+#include "core/rt.h"
+#include "core/base/err.h"
+
+ppn_status ppn_rows_run_staged(ppn_model *m, const ppn_step_cmd *cmds, int n, int depth)
+{
+    ppn_pend fly[PPN_MAX_INFLIGHT];
+    ppn_seq *own[PPN_MAX_INFLIGHT];
+    int issued = 0, waited = 0;
+    ppn_status st = PPN_OK;
+    (void)m;
+    if (depth < 1) depth = 1;
+    if (depth > PPN_MAX_INFLIGHT) depth = PPN_MAX_INFLIGHT;
+    while (waited < issued || (st == PPN_OK && issued < n)) {
+        if (st == PPN_OK && issued < n && issued - waited < depth) {
+            const ppn_step_cmd *c = &cmds[issued];
+            own[issued % PPN_MAX_INFLIGHT] = c->seq;
+            st = ppn_step_issue_rows(c, &fly[issued % PPN_MAX_INFLIGHT]);
+            issued++;
+        } else {
+            ppn_status w = ppn_pend_wait(own[waited % PPN_MAX_INFLIGHT], fly[waited % PPN_MAX_INFLIGHT], NULL, NULL);
+            if (st == PPN_OK) st = w;
+            waited++;
+        }
+    }
+    return st;
+}
+
+ppn_status ppn_rows_unsplit_reachable(ppn_model *m, const char *what, const char *alt)
+{
+    const ppn_stage_map *map = m->map;
+    ppn_gpu *g = m->rt->g;
+    for (int s = 1; s < map->n_stages; s++) {
+        int can = 1;
+        if (map->dev[s] != map->dev[0]) PPN_CHECK(g->ops->peer_can_access(g, map->dev[0], map->dev[s], &can));
+        if (!can)
+            return ppn_err(PPN_EUNSUPPORTED, "%s: the unsplit walk runs every layer on device %d, which cannot access "
+                                             "device %d's weights and caches (no peer access); use %s", what,
+                           map->dev[0], map->dev[s], alt);
+    }
+    return PPN_OK;
+}
+
+ppn_status ppn_rows_run_unsplit(ppn_model *m, const ppn_step_cmd *cmds, int n)
+{
+    ppn_gpu *g = m->rt->g;
+    const ppn_stage_map *map = m->map;
+    ppn_stage_rt *s0 = &m->stages[0];
+    PPN_CHECK(ppn_model_drain(m));
+    for (int s = 0; s < map->n_stages; s++) PPN_CHECK(g->ops->stream_sync(g, m->stages[s].stream));
+    for (int k = 0; k < n; k++) {
+        const ppn_step_cmd *c = &cmds[k];
+        PPN_CHECK(ppn_rows_tokens(m, s0->stream, c));
+        PPN_CHECK(ppn_rows_body(m, s0->stream, map->dev[0], &s0->rs, s0->rs.io + PPN_IO_HDR_BYTES, c, 0,
+                                m->cfg.n_layers, 1, 1));
+    }
+    return g->ops->stream_sync(g, s0->stream);
+}

@@ -1,0 +1,284 @@
+/* test_batch.c - many sequences per step (ppn_decode_batch_ex) on the sim backend: the batched argmax kernel;
+ * every row of a batch (sequences at different lengths) against the same sequence decoded alone, on the HF
+ * fixtures and stories260K; the split (micro-batches pipelined over 4 devices, or one), the unsplit walk and the
+ * door-shut stage give the same bits with the batch liveness counters advancing; and bad calls refused before
+ * anything moves. The gate (`ppn gate batch`) runs in test_pipeline.
+ *
+ * Tolerance: a batch computes every projection and the head with the GEMM kernels, a single step with the
+ * matvec kernels: different kernels, the same f32 math in another order, so rows agree to rounding (1e-5
+ * relative to the row's largest logit; the prefill test holds the two heads to the same bound). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "ppn.h"
+#include "kernels/ktable.h"
+#include "tests/util/tkern.h"
+#include "tests/util/tutil.h"
+
+#define TOL_ROUNDING 1e-5
+
+static ppn_rt *rt;
+
+static int group_setup(void **state)
+{
+    (void)state;
+    return ppn_rt_create("sim", &rt) == PPN_OK ? 0 : (fprintf(stderr, "%s\n", ppn_last_error()), -1);
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    return ppn_rt_destroy(rt) == PPN_OK ? 0 : -1;
+}
+
+static ppn_model *load(const char *path, const ppn_door *door, int ctx)
+{
+    ppn_load_opts o = ppn_load_opts_default();
+    o.ctx = ctx;
+    o.door = door;
+    return tu_model_load(rt, path, &o);
+}
+
+static int argmax_host(const float *x, int n)
+{
+    int best = -1;
+    for (int i = 0; i < n; i++)
+        if (!isnan(x[i]) && (best < 0 || x[i] > x[best])) best = i;
+    return best;
+}
+
+/* The batched argmax: ties to the lowest index, NaN never chosen, -1 for a row of NaN, rows independent. */
+static void test_batch_argmax_rows_kernel(void **state)
+{
+    (void)state;
+    enum { ROWS = 5, N = 1000 };
+    float *x = malloc(sizeof(float) * ROWS * N);
+    int32_t out[ROWS];
+    assert_non_null(x);
+    for (int i = 0; i < ROWS * N; i++) x[i] = (float)((i * 7919) % 1013) / 1013.0f - 0.5f;
+    x[0 * N + 17] = 3.0f, x[0 * N + 900] = 3.0f;                  /* a tie: 17 */
+    for (int i = 0; i < N; i++) x[1 * N + i] = NAN;               /* every value NaN: -1 */
+    x[2 * N + 0] = NAN, x[2 * N + 999] = 9.0f;                    /* the last one */
+    for (int i = 0; i < N; i += 2) x[3 * N + i] = NAN;            /* NaN between the values */
+    ppn_kp_argmax_rows p = {.out = D(out), .x = D(x), .n = N, .rows = ROWS};
+    tu_kernel_run(PPN_K_ARGMAX_ROWS, &p);
+    assert_int_equal(out[0], 17);
+    assert_int_equal(out[1], -1);
+    assert_int_equal(out[2], 999);
+    for (int r = 3; r < ROWS; r++) assert_int_equal(out[r], argmax_host(x + (size_t)r * N, N));
+    free(x);
+}
+
+/* A fixture's ids (its reference prompt, reused as every sequence's text). */
+static int *fixture_ids(const char *name, char *dir, size_t cap, int *n)
+{
+    char refp[4200];
+    if (strstr(name, ".bin")) {
+        snprintf(dir, cap, "%s/%s", tu_fixture("llama2c"), name);
+        snprintf(refp, sizeof refp, "%s/stories260K.bos.ids", tu_fixture("llama2c"));
+        int *ids = tu_read_ids_text(refp, n);
+        if (!ids) fail_msg("fixture missing: %s", refp);
+        return ids;
+    }
+    snprintf(dir, cap, "%s/%s", tu_fixture("hf"), name);
+    snprintf(refp, sizeof refp, "%s/reference.json", dir);
+    int *ids = tu_ref_ids(refp, "all_ids", n);
+    if (!ids) fail_msg("fixture missing: %s", refp);
+    return ids;
+}
+
+#define B 5
+static const int prompt_len[B] = {1, 3, 7, 12, 20};
+
+/* B sequences primed with prompts of different lengths, then steps batched steps (row i fed ids[len_i + t]):
+ * every row's logits into out [steps][B][vocab] and the device argmax ids into gid [steps][B]. */
+static void run_batched(ppn_model *m, const int *ids, int vocab, int steps, const ppn_batch_opts *o, float *out,
+                        int *gid)
+{
+    ppn_seq *q[B];
+    for (int i = 0; i < B; i++) {
+        assert_int_equal(ppn_seq_create(m, &q[i]), PPN_OK);
+        if (ppn_prefill(q[i], ids, prompt_len[i], NULL, NULL) != PPN_OK) fail_msg("prefill: %s", ppn_last_error());
+    }
+    for (int t = 0; t < steps; t++) {
+        int tok[B];
+        for (int i = 0; i < B; i++) tok[i] = ids[prompt_len[i] + t];
+        float *rows = out + (size_t)t * B * (size_t)vocab;
+        if (ppn_decode_batch_ex(q, tok, B, o, rows, gid + t * B) != PPN_OK) fail_msg("batch: %s", ppn_last_error());
+        for (int i = 0; i < B; i++) assert_int_equal(ppn_seq_pos(q[i]), prompt_len[i] + t + 1);
+    }
+    for (int i = 0; i < B; i++) ppn_seq_destroy(q[i]);
+}
+
+/* Each row of a batch against its sequence decoded alone (prompt fed token by token, then the same steps). */
+static void check_rows_alone(const char *name, int steps)
+{
+    char dir[4096];
+    int n;
+    int *ids = fixture_ids(name, dir, sizeof dir, &n);
+    assert_true(n >= prompt_len[B - 1] + steps);
+    ppn_model *m = load(dir, NULL, 64);
+    ppn_model_info info;
+    ppn_model_get_info(m, &info);
+    int vocab = info.vocab;
+    float *got = malloc(sizeof(float) * (size_t)steps * B * (size_t)vocab), *alone = malloc(sizeof(float) * (size_t)vocab);
+    int *gid = malloc(sizeof(int) * (size_t)steps * B);
+    assert_true(got && alone && gid);
+    ppn_stats a, b;
+    ppn_model_get_stats(m, &a);
+    run_batched(m, ids, vocab, steps, NULL, got, gid);
+    ppn_model_get_stats(m, &b);
+    assert_true(b.batch_steps - a.batch_steps == (uint64_t)steps);
+    assert_true(b.batch_walks[0] - a.batch_walks[0] == (uint64_t)steps);
+    double worst = 0;
+    for (int i = 0; i < B; i++) {
+        ppn_seq *q;
+        assert_int_equal(ppn_seq_create(m, &q), PPN_OK);
+        for (int t = 0; t < prompt_len[i]; t++) assert_int_equal(ppn_decode_step(q, ids[t], NULL), PPN_OK);
+        for (int t = 0; t < steps; t++) {
+            assert_int_equal(ppn_decode_step(q, ids[prompt_len[i] + t], alone), PPN_OK);
+            const float *row = got + ((size_t)t * B + (size_t)i) * (size_t)vocab;
+            tu_cmp c = {0};
+            tu_cmp_row(&c, 0, row, alone, vocab, TOL_ROUNDING, -1);
+            if (c.worst_ratio > worst) worst = c.worst_ratio;
+            assert_int_equal(gid[t * B + i], argmax_host(row, vocab)); /* the device argmax of those logits */
+        }
+        ppn_seq_destroy(q);
+    }
+    printf("# %s: %d sequences x %d batched steps, worst row at %.3g of %g (against each decoded alone)\n", name, B,
+           steps, worst, TOL_ROUNDING);
+    assert_true(worst <= 1.0);
+    assert_int_equal(ppn_model_free(m), PPN_OK);
+    free(got);
+    free(alone);
+    free(gid);
+    free(ids);
+}
+
+static void test_batch_llama_tiny(void **s) { (void)s, check_rows_alone("llama-tiny", 6); }
+static void test_batch_qwen2_tiny(void **s) { (void)s, check_rows_alone("qwen2-tiny", 6); }
+static void test_batch_qwen3_tiny(void **s) { (void)s, check_rows_alone("qwen3-tiny", 6); }
+static void test_batch_stories(void **s) { (void)s, check_rows_alone("stories260K.bin", 6); }
+
+/* Over four devices: the split with one micro-batch per device (pipelined), with one, and the unsplit walk give
+ * the door-shut model's bits, with the counters of each arm advancing and the others' not. Then 3 stages on 2
+ * devices (micro-batches: 2) and 2 stages on one device (1). */
+static void test_batch_split_unsplit_micro(void **state)
+{
+    (void)state;
+    char dir[4096];
+    int n;
+    int *ids = fixture_ids("qwen2-tiny", dir, sizeof dir, &n);
+    const int steps = 5;
+    ppn_model *shut = load(dir, NULL, 64);
+    ppn_model_info info;
+    ppn_model_get_info(shut, &info);
+    size_t vocab = (size_t)info.vocab, bytes = sizeof(float) * (size_t)steps * B * vocab;
+    float *want = malloc(bytes), *got = malloc(bytes);
+    int *wid = malloc(sizeof(int) * steps * B), *gid = malloc(sizeof(int) * steps * B);
+    assert_true(want && got && wid && gid);
+    run_batched(shut, ids, info.vocab, steps, NULL, want, wid);
+    assert_int_equal(ppn_model_free(shut), PPN_OK);
+
+    static const struct { int n_stages, devs[4], micro, batch_pp, expect_mb; } arms[] = {
+        {4, {0, 1, 2, 3}, 0, 1, 4}, /* one micro-batch per device, pipelined */
+        {4, {0, 1, 2, 3}, 1, 1, 1}, /* serial */
+        {4, {0, 1, 2, 3}, 0, 0, 1}, /* the unsplit walk (allowed for the comparison) */
+        {3, {0, 1, 1}, 0, 1, 2},    /* repeated devices: one micro-batch per distinct device */
+        {2, {0, 0}, 0, 1, 1},       /* one device: one micro-batch */
+    };
+    for (size_t k = 0; k < sizeof arms / sizeof arms[0]; k++) {
+        ppn_door d = ppn_door_default();
+        d.n_stages = arms[k].n_stages;
+        d.n_devices = arms[k].n_stages;
+        for (int s = 0; s < d.n_stages; s++) d.devices[s] = arms[k].devs[s];
+        d.batch_pp = arms[k].batch_pp;
+        d.allow_unsplit_batch = !arms[k].batch_pp;
+        ppn_model *m = load(dir, &d, 64);
+        ppn_batch_opts o = {.micro = arms[k].micro};
+        ppn_stats a, b;
+        ppn_model_get_stats(m, &a);
+        run_batched(m, ids, info.vocab, steps, &o, got, gid);
+        ppn_model_get_stats(m, &b);
+        printf("# arm %zu: %d stages, micro %d, batch_pp %d: split walks %llu, overlaps %llu\n", k, d.n_stages,
+               arms[k].micro, d.batch_pp, (unsigned long long)(b.batch_split_steps - a.batch_split_steps),
+               (unsigned long long)(b.batch_pipe_overlaps - a.batch_pipe_overlaps));
+        assert_memory_equal(want, got, bytes);
+        assert_memory_equal(wid, gid, sizeof(int) * steps * B);
+        uint64_t walks = (uint64_t)steps * (uint64_t)arms[k].expect_mb;
+        assert_true(b.batch_steps - a.batch_steps == (uint64_t)steps);
+        if (arms[k].batch_pp) {
+            assert_true(b.batch_split_steps - a.batch_split_steps == walks);
+            for (int s = 0; s < d.n_stages; s++) assert_true(b.batch_walks[s] - a.batch_walks[s] == walks);
+        } else {
+            assert_true(b.batch_split_steps == a.batch_split_steps); /* nothing walked the split */
+            assert_true(b.batch_walks[1] == a.batch_walks[1]);
+        }
+        if (arms[k].expect_mb == 4) assert_true(b.batch_pipe_overlaps > a.batch_pipe_overlaps);
+        assert_int_equal(ppn_model_free(m), PPN_OK);
+    }
+    free(want);
+    free(got);
+    free(wid);
+    free(gid);
+    free(ids);
+}
+
+/* Bad calls are refused before anything moves; the model stays usable. */
+static void test_batch_refusals(void **state)
+{
+    (void)state;
+    char dir[4096];
+    int n;
+    int *ids = fixture_ids("llama-tiny", dir, sizeof dir, &n);
+    ppn_model *m = load(dir, NULL, 8);
+    ppn_model_info info;
+    ppn_model_get_info(m, &info);
+    ppn_seq *q[3];
+    for (int i = 0; i < 3; i++) assert_int_equal(ppn_seq_create(m, &q[i]), PPN_OK);
+    int tok[3] = {1, 2, 3};
+    ppn_batch_opts o = {.micro = PPN_MAX_INFLIGHT + 1};
+    assert_int_equal(ppn_decode_batch_ex(q, tok, 3, &o, NULL, NULL), PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "micro"));
+    assert_int_equal(ppn_decode_batch_ex(q, tok, 0, NULL, NULL, NULL), PPN_EINVAL);
+    assert_int_equal(ppn_decode_batch_ex(NULL, tok, 3, NULL, NULL, NULL), PPN_EINVAL);
+    ppn_seq *twice[2] = {q[0], q[0]};
+    assert_int_equal(ppn_decode_batch_ex(twice, tok, 2, NULL, NULL, NULL), PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "twice"));
+    int bad[3] = {1, info.vocab, 3};
+    assert_int_equal(ppn_decode_batch_ex(q, bad, 3, NULL, NULL, NULL), PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "row 1"));
+    ppn_step_id id;
+    assert_int_equal(ppn_decode_step_deferred(q[2], 4, &id), PPN_OK);
+    assert_int_equal(ppn_decode_batch_ex(q, tok, 3, NULL, NULL, NULL), PPN_ESTATE); /* in flight on q[2] */
+    assert_int_equal(ppn_pending_wait(q[2], id, NULL), PPN_OK);
+    for (int t = 0; t < 7; t++) assert_int_equal(ppn_decode_step(q[1], 5, NULL), PPN_OK); /* q[1] full at 8 */
+    assert_int_equal(ppn_decode_batch_ex(q, tok, 3, NULL, NULL, NULL), PPN_OK);
+    assert_int_equal(ppn_decode_batch_ex(q, tok, 3, NULL, NULL, NULL), PPN_ESTATE);
+    assert_non_null(strstr(ppn_last_error(), "full"));
+    assert_int_equal(ppn_seq_pos(q[0]), 1); /* the refusals fed nothing */
+    assert_int_equal(ppn_seq_pos(q[1]), 8);
+    assert_int_equal(ppn_seq_pos(q[2]), 2);
+    ppn_seq *two[2] = {q[0], q[2]};
+    assert_int_equal(ppn_decode_batch_ex(two, tok, 2, NULL, NULL, NULL), PPN_OK); /* still usable */
+    for (int i = 0; i < 3; i++) ppn_seq_destroy(q[i]);
+    assert_int_equal(ppn_model_free(m), PPN_OK);
+    free(ids);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_batch_argmax_rows_kernel), cmocka_unit_test(test_batch_llama_tiny),
+        cmocka_unit_test(test_batch_qwen2_tiny),         cmocka_unit_test(test_batch_qwen3_tiny),
+        cmocka_unit_test(test_batch_stories),            cmocka_unit_test(test_batch_split_unsplit_micro),
+        cmocka_unit_test(test_batch_refusals),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
