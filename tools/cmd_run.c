@@ -4,6 +4,7 @@
 #include <string.h>
 #include <time.h>
 #include "tools/cli.h"
+#include "tools/run_batch.h"
 
 typedef struct run_args {
     const char *model, *backend, *logits_out;
@@ -13,11 +14,13 @@ typedef struct run_args {
     int *ids, n_ids;
     double temp, top_p;
     uint64_t seed;
+    run_prompts more;          /* --ids given again, or --ids-file: every prompt, decoded as one batch */
 } run_args;
 
 static void run_usage(FILE *f)
 {
-    fputs("usage: ppn run --model PATH [--backend auto|sim|cuda] [--dtype f32|bf16|f16] --ids 1,300,401\n"
+    fputs("usage: ppn run --model PATH [--backend auto|sim|cuda] [--dtype f32|bf16|f16] --ids 1,300,401 [--ids ..]\n"
+          "               [--ids-file FILE]\n"
           "               [-n 150] [--temp 0] [--top-k K] [--top-p P] [--seed S] [--ctx C]\n"
           "               [--logits-out FILE] [--json] [--quiet] [--check-unsplit] [--device-greedy] [--chunk C]\n"
           "               [--stages N] [--splits c1,..] [--devices d0,..] [--overlap 0|1] [--streams 0|1]\n"
@@ -25,7 +28,9 @@ static void run_usage(FILE *f)
           "               PPN_SPIN, PPN_GRAPHS and PPN_FUSE in the environment say the same)\n"
           "stdout: the generated ids (not the prompt), comma-separated; --json: one object.\n"
           "--logits-out: float32 [T, vocab], row t = logits after feeding ids[0..t], prompt and generated.\n"
-          "--chunk C: the prompt is primed C rows at a time (ppn_prefill; default 2048); 0 feeds it token by token.\n",
+          "--chunk C: the prompt is primed C rows at a time (ppn_prefill; default 2048); 0 feeds it token by token.\n"
+          "Several prompts (--ids repeated, or --ids-file with one comma-separated prompt a line) are primed together\n"
+          "and decoded as one batch (ppn_decode_batch_ex): one output line per prompt, in order.\n",
           f);
 }
 
@@ -53,7 +58,11 @@ static int parse(int argc, char **argv, run_args *a)
         else if (!strcmp(f, "--backend")) rc = cli_backend(f, v), a->backend = v;
         else if (!strcmp(f, "--logits-out")) a->logits_out = v;
         else if (!strcmp(f, "--dtype")) rc = cli_dtype(f, v, &a->dtype);
-        else if (!strcmp(f, "--ids")) free(a->ids), a->ids = NULL, rc = cli_ids(f, v, &a->ids, &a->n_ids);
+        else if (!strcmp(f, "--ids") && !a->ids) rc = cli_ids(f, v, &a->ids, &a->n_ids);
+        else if (!strcmp(f, "--ids")) {
+            int *ids = NULL, n = 0;
+            if (!(rc = cli_ids(f, v, &ids, &n))) rc = run_prompts_add(&a->more, ids, n);
+        } else if (!strcmp(f, "--ids-file")) rc = run_prompts_file(&a->more, f, v);
         else if (!strcmp(f, "-n")) rc = cli_int(f, v, 0, 1 << 30, &x), a->n_new = (int)x;
         else if (!strcmp(f, "--ctx")) rc = cli_int(f, v, 1, 1 << 30, &x), a->ctx = (int)x;
         else if (!strcmp(f, "--chunk")) rc = cli_int(f, v, 0, PPN_PREFILL_MAX_CHUNK, &x), a->chunk = (int)x;
@@ -65,6 +74,9 @@ static int parse(int argc, char **argv, run_args *a)
         if (rc) return rc;
     }
     if (!a->model) return cli_fail("run: --model PATH is required"), 2;
+    if (a->more.count && (a->logits_out || a->check_unsplit || a->device_greedy))
+        return cli_fail("run: several prompts decode as one batch: --logits-out, --check-unsplit and "
+                        "--device-greedy take one prompt"), 2;
     if (a->device_greedy && (a->temp != 0 || a->top_k || a->top_p != 1.0 || a->logits_out || a->check_unsplit))
         return cli_fail("run: --device-greedy is greedy decoding on the device: it takes no --temp, --top-k, "
                         "--top-p, --logits-out or --check-unsplit (no logits reach the host)"), 2;
@@ -252,6 +264,21 @@ int cmd_run(int argc, char **argv)
     }
     ppn_model_info mi;
     ppn_model_get_info(m, &mi);
+    if (a.more.count) { /* several prompts: the first --ids (if any) leads */
+        if (a.ids) {
+            int *first = a.ids, fn = a.n_ids;
+            a.ids = NULL; /* the list owns it now (freed by the add on failure) */
+            if ((rc = run_prompts_add(&a.more, first, fn)) != 0) goto out;
+            memmove(a.more.ids + 1, a.more.ids, sizeof(int *) * (size_t)(a.more.count - 1));
+            memmove(a.more.n + 1, a.more.n, sizeof(int) * (size_t)(a.more.count - 1));
+            a.more.ids[0] = first, a.more.n[0] = fn;
+        }
+        if (!a.quiet && !a.json) cli_print_stage_map(stderr, m);
+        run_batch_opts bo = {.n_new = a.n_new, .chunk = a.chunk, .json = a.json, .quiet = a.quiet, .temp = a.temp,
+                             .top_p = a.top_p, .top_k = a.top_k, .seed = a.seed};
+        rc = run_batch(m, &mi, &a.more, &bo);
+        goto out;
+    }
     if (!a.ids) {
         if (mi.bos_id < 0) {
             rc = cli_fail("run: --ids is required (the model has no bos_token_id)");
@@ -291,6 +318,7 @@ out:
     ppn_model_free(m);
     ppn_rt_destroy(rt);
     free(a.ids);
+    run_prompts_free(&a.more);
     free(o.gen);
     free(o.rows);
     return rc;
