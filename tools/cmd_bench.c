@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "tools/cli.h"
+#include "tools/bench_batch.h"
 #include "core/base/env.h"
 #include "core/model/ckpt.h"
 
@@ -43,6 +44,7 @@ typedef struct bench_args {
     int stages_flag;          /* --stages was given */
     int *sweep, n_sweep;      /* --stages-sweep (malloc'd), else NULL */
     int kprof;                /* PPN_KPROF=1 (the runtime has validated the variable) */
+    int *batch, n_batch;      /* --batch B1,B2,..: batched decode per B instead of the one-sequence reps */
 } bench_args;
 
 /* The kernel account of one configuration: totals over its timed decode steps, one entry per kernel name. */
@@ -72,13 +74,15 @@ static void bench_usage(FILE *f)
           "                 [--splits c1,..] [--devices d0,..] [--overlap 0|1] [--streams 0|1] [--shard 0|1] [--spin 0|1]\n"
           "                 [--graphs 0|1] [--fuse 0|1]\n"
           "                 [-n 128] [--prompt 16 | --prompt 512,4096] [--chunk 2048] [--ctx C] [--reps 3] [--warmup 1]\n"
-          "                 [--bw-gbs 4280] [--json] [--device-greedy]\n"
+          "                 [--bw-gbs 4280] [--json] [--device-greedy] [--batch 1,4,16,64]\n"
           "--shape writes a random checkpoint (seed 1; bf16 unless --dtype) into a temporary directory, removed at exit.\n"
           "Each rep: a fresh sequence, the first --prompt length of fixed ids primed --chunk rows at a time (ppn_prefill;\n"
           "--chunk 0: token by token) and timed, then -n greedy decode steps, each timed. Every --prompt length is also\n"
           "primed alone (warm-up, then --reps timed): prompt tok/s (llama-bench's ppN) and time to first token.\n"
           "floor = weight bytes / --bw-gbs (default 4280 GB/s: the measured H200 device-to-device copy bandwidth).\n"
-          "--stages-sweep publishes each N in-process, all stages on the primary device (no --devices, no --splits).\n",
+          "--stages-sweep publishes each N in-process, all stages on the primary device (no --devices, no --splits).\n"
+          "--batch: for each B, B sequences primed together with --prompt ids, then -n batched greedy steps timed (like\n"
+          "llama-batched-bench's S_TG): aggregate tok/s = B / median step, per-sequence tok/s, and the weight floor.\n",
           f);
 }
 
@@ -108,6 +112,14 @@ static int parse_value(bench_args *a, const char *f, const char *v)
         a->chunk = (int)x;
         return 0;
     }
+    if (!strcmp(f, "--batch")) {
+        free(a->batch);
+        a->batch = NULL;
+        if ((rc = cli_ids(f, v, &a->batch, &a->n_batch))) return rc;
+        for (int k = 0; k < a->n_batch; k++)
+            if (a->batch[k] < 1 || a->batch[k] > 4096) return cli_fail("%s: '%s': each B in [1, 4096]", f, v), 2;
+        return 0;
+    }
     if (!strcmp(f, "--stages-sweep")) {
         free(a->sweep);
         a->sweep = NULL;
@@ -129,6 +141,9 @@ static int parse_value(bench_args *a, const char *f, const char *v)
 static int parse_check(const bench_args *a)
 {
     if (!a->model == !a->shape) return cli_fail("bench: give exactly one of --model PATH and --shape NAME"), 2;
+    if (a->batch && (a->sweep || a->device_greedy || a->n_lens > 1))
+        return cli_fail("bench: --batch takes one configuration and one --prompt length (no --stages-sweep, "
+                        "--device-greedy: its steps are greedy on the device already)"), 2;
     if (!a->sweep) return 0;
     if (a->stages_flag) return cli_fail("bench: --stages and --stages-sweep are exclusive"), 2;
     if (a->door.n_devices)
@@ -709,6 +724,29 @@ int cmd_bench(int argc, char **argv)
         goto out;
     }
     if ((rc = sweep_check(rt, &a, &mi))) goto out;
+    if (a.batch) {
+        bench_batch_opts bo = {.sizes = a.batch, .n_sizes = a.n_batch, .prompt = a.prompt, .n_new = a.n_new,
+                               .reps = a.reps, .warmup = a.warmup, .chunk = a.chunk ? a.chunk : PPN_PREFILL_CHUNK,
+                               .json = a.json, .bw_gbs = a.bw_gbs};
+        char name[600];
+        if (a.json) {
+            printf("{\"model\":");
+            json_str(stdout, model_name(&a, name, sizeof name));
+            printf(",\"backend\":\"%s\",\"dtype\":\"%s\",\"weight_bytes\":%zu,\"prompt\":%d,\"n\":%d,\"reps\":%d,"
+                   "\"stage_map\":", ppn_rt_backend(rt), ppn_dtype_name(mi.dtype), mi.weight_bytes, a.prompt, a.n_new,
+                   a.reps);
+            cli_json_stage_map(stdout, m);
+            printf(",\"batch\":");
+        } else {
+            printf("ppn bench: model %s (%s, %d layers), backend %s, dtype %s (KV cache %s), weights %.4f GB, ctx %d\n",
+                   model_name(&a, name, sizeof name), mi.arch, mi.n_layers, ppn_rt_backend(rt), ppn_dtype_name(mi.dtype),
+                   ppn_dtype_name(mi.kv_dtype), (double)mi.weight_bytes / 1e9, mi.ctx);
+        }
+        rc = bench_batch(m, &mi, &bo, stdout);
+        if (a.json && rc == 0) printf("}\n");
+        if (!a.json && rc == 0) fputs("       ", stdout), cli_print_stage_map(stdout, m);
+        goto out;
+    }
     if (!(res = calloc((size_t)(a.sweep ? a.n_sweep : 1), sizeof *res))) {
         rc = cli_fail("bench: out of memory");
         goto out;
@@ -727,5 +765,6 @@ out:
     tmp_remove();
     free(a.sweep);
     free(a.lens);
+    free(a.batch);
     return rc;
 }

@@ -1,0 +1,103 @@
+/* bench_batch.c - batched decode throughput per batch size, in the form of llama-batched-bench's S_TG: the
+ * aggregate rate B / step time, next to the per-sequence rate and the weight-read floor (a batched step still
+ * reads every weight once; the KV it also reads is not in the floor). */
+#include <stdlib.h>
+#include <string.h>
+#include "tools/cli.h"
+#include "tools/bench_batch.h"
+
+typedef struct batch_row {
+    int B;
+    double median_ms, p99_ms, agg_tok_s, seq_tok_s, gbs, floor_ratio, prime_ms;
+} batch_row;
+
+static int prompt_id(int t, int vocab) { return (int)(((long long)t * 7919 + 13) % vocab); }
+
+/* One rep: B sequences primed together, then n_new timed batched steps into dec (NULL: a warm-up). */
+static int one_rep(ppn_model *m, const ppn_model_info *mi, const bench_batch_opts *o, int B, double *dec,
+                   double *prime_ms)
+{
+    ppn_seq **q = calloc((size_t)B, sizeof *q);
+    int *ids = malloc(sizeof(int) * (size_t)B * (size_t)o->prompt), *n = malloc(sizeof(int) * (size_t)B);
+    const int **pp = malloc(sizeof *pp * (size_t)B);
+    int *tok = malloc(sizeof(int) * (size_t)B), rc = 0;
+    ppn_status st = PPN_OK;
+    if (!q || !ids || !n || !pp || !tok) rc = cli_fail("bench: out of memory for a batch of %d", B);
+    for (int i = 0; i < B && rc == 0; i++) {
+        if ((st = ppn_seq_create(m, &q[i])) != PPN_OK) rc = cli_fail_status(st, "bench: sequence");
+        for (int t = 0; t < o->prompt && rc == 0; t++) ids[(size_t)i * o->prompt + t] = prompt_id(t + i, mi->vocab);
+        pp[i] = ids + (size_t)i * o->prompt, n[i] = o->prompt - 1;
+        tok[i] = ids[(size_t)i * o->prompt + o->prompt - 1];
+    }
+    double t0 = cli_now_us();
+    ppn_prefill_opts po = {.chunk = o->chunk};
+    if (rc == 0 && o->prompt > 1 && (st = ppn_prefill_batch(q, pp, n, B, &po, NULL)) != PPN_OK)
+        rc = cli_fail_status(st, "bench: batched prime");
+    if (prime_ms) *prime_ms = (cli_now_us() - t0) / 1e3;
+    for (int t = 0; t < o->n_new && rc == 0; t++) {
+        double s0 = cli_now_us();
+        if ((st = ppn_decode_batch_ex(q, tok, B, NULL, NULL, tok)) != PPN_OK) rc = cli_fail_status(st, "bench: batched step");
+        if (dec) dec[t] = (cli_now_us() - s0) / 1e3;
+    }
+    for (int i = 0; q && i < B; i++) ppn_seq_destroy(q[i]);
+    free(q);
+    free(ids);
+    free(n);
+    free(pp);
+    free(tok);
+    return rc;
+}
+
+static int measure(ppn_model *m, const ppn_model_info *mi, const bench_batch_opts *o, int B, batch_row *r)
+{
+    int nd = o->reps * o->n_new, rc = 0;
+    double *dec = malloc(sizeof(double) * (size_t)nd), pr[64];
+    if (!dec) return cli_fail("bench: out of memory");
+    for (int w = 0; w < o->warmup && rc == 0; w++) rc = one_rep(m, mi, o, B, NULL, NULL);
+    for (int k = 0; k < o->reps && rc == 0; k++)
+        rc = one_rep(m, mi, o, B, dec + (size_t)k * o->n_new, &pr[k < 64 ? k : 63]);
+    if (rc == 0) {
+        int np = o->reps < 64 ? o->reps : 64;
+        cli_sort(dec, nd);
+        cli_sort(pr, np);
+        double floor_ms = 1e3 * (double)mi->weight_bytes / (o->bw_gbs * 1e9);
+        r->B = B;
+        r->median_ms = cli_median(dec, nd);
+        r->p99_ms = cli_rank(dec, nd, 0.99);
+        r->seq_tok_s = r->median_ms > 0 ? 1e3 / r->median_ms : 0;
+        r->agg_tok_s = r->seq_tok_s * B;
+        r->gbs = r->median_ms > 0 ? (double)mi->weight_bytes / (r->median_ms * 1e-3) / 1e9 : 0;
+        r->floor_ratio = r->median_ms > 0 ? floor_ms / r->median_ms : 0;
+        r->prime_ms = cli_median(pr, np);
+    }
+    free(dec);
+    return rc;
+}
+
+int bench_batch(ppn_model *m, const ppn_model_info *mi, const bench_batch_opts *o, FILE *out)
+{
+    int rc = 0;
+    if (!o->json) {
+        printf("batched decode: %d reps x (B sequences primed with %d ids each, then %d batched greedy steps), %d "
+               "warm-up rep%s; floor %.4g ms/step = weight bytes / %g GB/s\n", o->reps, o->prompt, o->n_new,
+               o->warmup, o->warmup == 1 ? "" : "s", 1e3 * (double)mi->weight_bytes / (o->bw_gbs * 1e9), o->bw_gbs);
+        printf("%6s %10s %10s %12s %12s %9s %11s %12s\n", "B", "step_ms", "p99_ms", "agg_tok/s", "seq_tok/s", "GB/s",
+               "floor_ratio", "prime_ms");
+        fflush(stdout);
+    } else {
+        fputc('[', out);
+    }
+    for (int k = 0; k < o->n_sizes && rc == 0; k++) {
+        batch_row r = {0};
+        if ((rc = measure(m, mi, o, o->sizes[k], &r)) != 0) break;
+        if (o->json)
+            fprintf(out, "%s{\"B\":%d,\"step_ms\":%.6g,\"p99_ms\":%.6g,\"agg_tok_s\":%.6g,\"seq_tok_s\":%.6g,"
+                         "\"gbs\":%.6g,\"floor_ratio\":%.6g,\"prime_ms\":%.6g}", k ? "," : "", r.B, r.median_ms,
+                    r.p99_ms, r.agg_tok_s, r.seq_tok_s, r.gbs, r.floor_ratio, r.prime_ms);
+        else
+            printf("%6d %10.4f %10.4f %12.1f %12.1f %9.2f %11.4f %12.3f\n", r.B, r.median_ms, r.p99_ms, r.agg_tok_s,
+                   r.seq_tok_s, r.gbs, r.floor_ratio, r.prime_ms), fflush(stdout);
+    }
+    if (o->json) fputc(']', out);
+    return rc;
+}

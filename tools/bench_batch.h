@@ -1,0 +1,21 @@
+/* bench_batch.h - `ppn bench --batch B1,B2,..`: batched decode throughput per batch size (tools/bench_batch.c). */
+#ifndef PPN_BENCH_BATCH_H
+#define PPN_BENCH_BATCH_H
+
+#include <stdio.h>
+#include "ppn.h"
+
+typedef struct bench_batch_opts {
+    const int *sizes;
+    int n_sizes;
+    int prompt, n_new, reps, warmup, chunk, json;
+    double bw_gbs;                 /* the floor's bandwidth, GB/s */
+} bench_batch_opts;
+
+/* For each batch size B: --warmup then --reps reps of B fresh sequences primed together with prompt ids each
+ * (sequence i's prompt shifted by i, so they differ), then n_new batched greedy steps (ppn_decode_batch_ex with
+ * ids: the argmax on the device), each step timed. Prints a table (or, with json, writes a JSON array to out:
+ * the caller places it). 0, or 1 after the message. */
+int bench_batch(ppn_model *m, const ppn_model_info *mi, const bench_batch_opts *o, FILE *out);
+
+#endif
