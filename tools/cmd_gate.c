@@ -14,6 +14,12 @@
  *              each split run and PRIME_PIPE_OVERLAPS advanced over the pipelined runs; then several prompts
  *              primed together (ppn_prefill_batch) are bit-identical to each primed alone, and red unless
  *              STEP35_PRIME_BATCHES and STEP35_PRIME_BATCH_SPLITS advanced
+ *   batch      4 sequences at different lengths decoded together (ppn_decode_batch_ex, every row's logits): for every
+ *              N and placement, the batched split with micro-batches pipelined over the devices, the split with
+ *              one micro-batch, and the unsplit walk (MEMRA_BATCH_PP=0) are bit-identical to the door-shut batch;
+ *              red unless every stage's batch walker ran each micro-batch, the split counter advanced by them
+ *              (and not at all for the unsplit walk), and, where a placement spreads over devices, the
+ *              micro-batch overlap counter advanced
  * A table on stdout; exit status 1 on any mismatch or on a liveness counter that did not advance.
  * Maps that keep every weight on the primary are published in-process against one loaded model (the seed's
  * in-process A/B); placements over several devices load the model again with that door.
@@ -26,7 +32,7 @@
 
 typedef struct gate_args {
     const char *model, *backend;
-    int dtype, steps, prompt, runs, max_stages, chunk, split, pipelined, soak, prime;
+    int dtype, steps, prompt, runs, max_stages, chunk, split, pipelined, soak, prime, batch;
 } gate_args;
 
 typedef struct gate {
@@ -41,6 +47,7 @@ typedef struct config {
     int n, devs[PPN_MAX_STAGES], spread; /* spread 0: all on primary */
     int overlap, streams, shard, graphs;
     int prime_pp, prime_pipe;   /* the prime arm's seams (MEMRA_PRIME_PP, MEMRA_PRIME_PIPE) */
+    int batch_pp, micro;        /* the batch arm's seams (MEMRA_BATCH_PP, micro-batches: 0 auto) */
     const char *placement;
 } config;
 
@@ -88,6 +95,8 @@ static void door_of(const config *c, ppn_door *d)
     d->graphs = c->graphs;
     d->prime_pp = c->prime_pp;
     d->prime_pipe = c->prime_pipe;
+    d->batch_pp = c->batch_pp;
+    d->allow_unsplit_batch = !c->batch_pp; /* the unsplit walk is the gate's reference arm: run it everywhere */
     if (c->spread) {
         d->n_devices = c->n;
         memcpy(d->devices, c->devs, sizeof(int) * (size_t)c->n);
@@ -127,7 +136,7 @@ static int config_possible(const gate *G, const config *c)
 {
     for (int s = 0; !c->shard && c->spread && s < c->n; s++)
         if (!ppn_rt_peer_possible(G->rt, c->devs[s], 0)) return 0;
-    for (int s = 1; !c->prime_pp && c->spread && s < c->n; s++)
+    for (int s = 1; (!c->prime_pp || !c->batch_pp) && c->spread && s < c->n; s++)
         if (!ppn_rt_peer_possible(G->rt, c->devs[0], c->devs[s])) return 0;
     return 1;
 }
@@ -195,7 +204,8 @@ static int placements(const gate *G, int n, config *out)
 
 static void seams(config *c, int i)
 {
-    c->prime_pp = c->prime_pipe = 1;
+    c->prime_pp = c->prime_pipe = c->batch_pp = 1;
+    c->micro = 0;
     c->streams = 1;
     c->shard = 1;
     c->overlap = 0;
@@ -422,6 +432,134 @@ static void arm_prime(gate *G, const int *ids)
     free(ref);
 }
 
+/* The batch arm ----------------------------------------------------------------------------------------- */
+
+#define GATE_B 4
+
+/* GATE_B sequences of m primed with prompts of 1 .. GATE_B ids (cut from ids), then steps batched steps, row i
+ * fed ids[prompt_i + t]: every row's logits into rows [steps][GATE_B][vocab]. */
+static ppn_status batch_rows(gate *G, ppn_model *m, const int *ids, const ppn_batch_opts *o, float *rows)
+{
+    ppn_seq *q[GATE_B] = {0};
+    ppn_status st = PPN_OK;
+    int steps = G->rows - GATE_B, tok[GATE_B];
+    for (int i = 0; i < GATE_B && st == PPN_OK; i++) {
+        st = ppn_seq_create(m, &q[i]);
+        if (st == PPN_OK && i > 0) st = ppn_prefill(q[i], ids, i, NULL, NULL);
+    }
+    for (int t = 0; t < steps && st == PPN_OK; t++) {
+        for (int i = 0; i < GATE_B; i++) tok[i] = ids[i + t];
+        st = ppn_decode_batch_ex(q, tok, GATE_B, o, rows + (size_t)t * GATE_B * (size_t)G->mi.vocab, NULL);
+    }
+    for (int i = 0; i < GATE_B; i++) ppn_seq_destroy(q[i]);
+    return st;
+}
+
+static const char *batch_seam(const config *c)
+{
+    return !c->batch_pp ? "unsplit walk" : c->micro == 1 ? "split, 1 micro-batch" : "split, micro-batches";
+}
+
+/* Distinct devices of c (the micro-batches the split cuts a step into by default). */
+static int config_devices(const config *c)
+{
+    if (!c->spread) return 1;
+    int n = 0;
+    for (int s = 0; s < c->n; s++) {
+        int seen = 0;
+        for (int t = 0; t < s; t++) seen |= c->devs[t] == c->devs[s];
+        n += !seen;
+    }
+    return n > GATE_B ? GATE_B : n;
+}
+
+static int run_batch(gate *G, const config *c, const int *ids, const float *ref, uint64_t *overlaps)
+{
+    if (!config_possible(G, c)) {
+        printf("%-10s %3d  %-28s %-22s %-5s %s\n", "batch", c->n, c->placement, batch_seam(c), "n/a",
+               "no peer access from stage 0's device: the unsplit walk is refused by design");
+        return 1;
+    }
+    int steps = G->rows - GATE_B, owned = 0, ok = 1;
+    int mb = !c->batch_pp ? 1 : c->micro ? c->micro : config_devices(c);
+    size_t bytes = sizeof(float) * (size_t)G->mi.vocab * GATE_B * (size_t)steps;
+    char detail[512] = "";
+    float *rows = malloc(bytes);
+    ppn_model *m = NULL;
+    ppn_stats before, after;
+    ppn_batch_opts o = {.micro = c->micro};
+    ppn_status st = rows ? model_for(G, c, &m, &owned) : PPN_ENOMEM;
+    if (st == PPN_OK) {
+        ppn_model_get_stats(m, &before);
+        st = batch_rows(G, m, ids, &o, rows);
+        ppn_model_get_stats(m, &after);
+    }
+    if (st != PPN_OK) ok = 0, snprintf(detail, sizeof detail, "%s: %s", ppn_status_name(st), ppn_last_error());
+    for (int t = 0; ok && t < steps; t++)
+        if (memcmp(rows + (size_t)t * GATE_B * G->mi.vocab, ref + (size_t)t * GATE_B * G->mi.vocab,
+                   sizeof(float) * GATE_B * (size_t)G->mi.vocab))
+            ok = 0, snprintf(detail, sizeof detail, "logits of batched step %d differ from the door-shut batch", t);
+    uint64_t walks = (uint64_t)steps * (uint64_t)mb, split = after.batch_split_steps - before.batch_split_steps;
+    for (int s = 0; ok && c->batch_pp && s < c->n; s++)
+        if (after.batch_walks[s] - before.batch_walks[s] != walks)
+            ok = 0, snprintf(detail, sizeof detail, "liveness: stage %d's batch walker ran %llu of %llu micro-batches",
+                             s, (unsigned long long)(after.batch_walks[s] - before.batch_walks[s]),
+                             (unsigned long long)walks);
+    if (ok && c->batch_pp && split != walks)
+        ok = 0, snprintf(detail, sizeof detail, "liveness: the batch split counter advanced by %llu for %llu "
+                                                "micro-batches", (unsigned long long)split, (unsigned long long)walks);
+    if (ok && !c->batch_pp && split)
+        ok = 0, snprintf(detail, sizeof detail, "the unsplit walk counted %llu split walks", (unsigned long long)split);
+    if (ok && mb > 1) *overlaps += after.batch_pipe_overlaps - before.batch_pipe_overlaps;
+    if (ok) snprintf(detail, sizeof detail, "%d rows x %d steps bit-identical (%d micro-batch%s)", GATE_B, steps, mb,
+                     mb == 1 ? "" : "es");
+    printf("%-10s %3d  %-28s %-22s %-5s %s\n", "batch", c->n, c->placement, batch_seam(c), ok ? "PASS" : "FAIL",
+           detail);
+    fflush(stdout);
+    G->fails += !ok;
+    if (owned) ppn_model_free(m);
+    free(rows);
+    return ok;
+}
+
+static void arm_batch(gate *G, const int *ids)
+{
+    if (G->rows <= GATE_B) {
+        printf("batch      needs more than %d rows (--prompt + --steps)\n", GATE_B);
+        G->fails++;
+        return;
+    }
+    size_t bytes = sizeof(float) * (size_t)G->mi.vocab * GATE_B * (size_t)(G->rows - GATE_B);
+    float *ref = malloc(bytes);
+    ppn_status st = ref ? batch_rows(G, G->ref, ids, NULL, ref) : PPN_ENOMEM;
+    if (st != PPN_OK) {
+        printf("batch      reference (door shut) failed: %s\n", ppn_last_error());
+        G->fails++;
+        free(ref);
+        return;
+    }
+    uint64_t overlaps = 0;
+    int spread = 0, top = G->mi.n_layers < G->a.max_stages ? G->mi.n_layers : G->a.max_stages;
+    for (int n = 2; n <= top; n++) {
+        config pl[3];
+        int np = placements(G, n, pl);
+        for (int p = 0; p < np; p++)
+            for (int i = 0; i < 3; i++) {
+                config c = pl[p];
+                seams(&c, 0);
+                c.batch_pp = i != 2;
+                c.micro = i == 1 ? 1 : 0;
+                spread |= c.batch_pp && !c.micro && config_devices(&c) > 1;
+                run_batch(G, &c, ids, ref, &overlaps);
+            }
+    }
+    int ok = overlaps > 0 || !spread;
+    printf("%-10s      micro-batch overlap observed %llu times: %s\n", "batch", (unsigned long long)overlaps,
+           ok ? (!spread ? "n/a (one device)" : "PASS") : "FAIL (no stage walked a micro-batch while another did)");
+    G->fails += !ok;
+    free(ref);
+}
+
 static int parse(int argc, char **argv, gate_args *a)
 {
     *a = (gate_args){.dtype = PPN_DTYPE_DEFAULT, .steps = 24, .prompt = 8, .runs = 10, .max_stages = 8, .chunk = 7};
@@ -434,10 +572,11 @@ static int parse(int argc, char **argv, gate_args *a)
         else if (!strcmp(f, "pipelined")) a->pipelined = any = 1;
         else if (!strcmp(f, "soak")) a->soak = any = 1;
         else if (!strcmp(f, "prime")) a->prime = any = 1;
-        else if (!strcmp(f, "all")) a->split = a->pipelined = a->soak = a->prime = any = 1;
+        else if (!strcmp(f, "batch")) a->batch = any = 1;
+        else if (!strcmp(f, "all")) a->split = a->pipelined = a->soak = a->prime = a->batch = any = 1;
         else if (!strcmp(f, "--help")) {
             puts("usage: ppn gate --model PATH [--backend B] [--dtype D] [--steps T] [--prompt P] [--runs K]\n"
-                 "                [--max-stages N] [--chunk C] [split|pipelined|soak|prime|all]");
+                 "                [--max-stages N] [--chunk C] [split|pipelined|soak|prime|batch|all]");
             exit(0);
         } else if (!(v = cli_value(argc, argv, &i))) return 2;
         else if (!strcmp(f, "--model")) a->model = v;
@@ -451,7 +590,7 @@ static int parse(int argc, char **argv, gate_args *a)
         else return cli_fail("gate: unknown option '%s'", f), 2;
         if (rc) return rc;
     }
-    if (!any) a->split = a->pipelined = a->soak = a->prime = 1;
+    if (!any) a->split = a->pipelined = a->soak = a->prime = a->batch = 1;
     if (!a->model) return cli_fail("gate: --model PATH is required"), 2;
     return 0;
 }
@@ -503,6 +642,7 @@ int cmd_gate(int argc, char **argv)
     if (G.a.pipelined) arm_maps(&G, "pipelined", ids, ref, 1);
     if (G.a.soak) arm_soak(&G, ids, ref);
     if (G.a.prime) arm_prime(&G, ids);
+    if (G.a.batch) arm_batch(&G, ids);
     free(ids);
     free(ref);
     printf("ppn gate: %s (%d failure%s)\n", G.fails ? "FAIL" : "PASS", G.fails, G.fails == 1 ? "" : "s");
