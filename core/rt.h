@@ -160,6 +160,8 @@ struct ppn_model {
     _Atomic uint64_t batch_steps;        /* batched decode steps (ppn_decode_batch*) done */
     _Atomic uint64_t batch_split_steps;  /* liveness: micro-batches that walked the per-stage split */
     _Atomic uint64_t batch_pipe_overlaps;/* liveness: a stage's batch walker entered while another's ran */
+    _Atomic uint64_t spec_verifies, spec_drafted, spec_accepted; /* ppn_spec_verify calls, drafts, accepted */
+    _Atomic uint64_t spec_split_verifies;/* liveness: verify walks that walked the per-stage split */
     _Atomic int err;           /* first failure inside a stage thread (sticky for the model) */
     char err_msg[1024];
     int attn_split;            /* attention's position splits (ppn_op_attn_split of the primary), fixed at

@@ -160,7 +160,7 @@ ppn_status ppn_rows_body(ppn_model *m, ppn_gstream *q, int dev, ppn_rows_scratch
 {
     if (embed) PPN_CHECK(ppn_fwd_rows_embed(m, q, r, x, c->rows));
     for (int l = f0; l < f1; l++) PPN_CHECK(ppn_fwd_rows_layer(m, q, dev, r, x, c->segs, c->nseg, c->rows, l));
-    if (head && c->kind == PPN_ROWS_BATCH)
+    if (head && (c->kind == PPN_ROWS_BATCH || c->kind == PPN_ROWS_VERIFY))
         return ppn_fwd_rows_head_batch(m, q, r, x, c->rows, c->logits_h, c->ids_h);
     if (head) PPN_CHECK(ppn_fwd_rows_head(m, q, r, x, c->segs, c->nseg, c->rows));
     return PPN_OK;
@@ -196,6 +196,8 @@ static ppn_status rows_walk(ppn_model *m, const ppn_stage_map *map, int s, ppn_g
     if (st != PPN_OK || !last || map->n_stages < 2) return st;
     if (batch) {
         atomic_fetch_add_explicit(&m->batch_split_steps, 1, memory_order_relaxed);
+    } else if (c->kind == PPN_ROWS_VERIFY) {
+        atomic_fetch_add_explicit(&m->spec_split_verifies, 1, memory_order_relaxed);
     } else if (c->kind == PPN_ROWS_PRIME) {
         atomic_fetch_add_explicit(&m->prime_split_chunks, 1, memory_order_relaxed);
         if (rows_batched(c)) atomic_fetch_add_explicit(&m->prime_batch_splits, 1, memory_order_relaxed);

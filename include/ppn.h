@@ -294,6 +294,33 @@ ppn_status ppn_decode_batch_ex(ppn_seq *const *seqs, const int *tokens, int n, c
 /* ppn_decode_batch_ex with the default options and no ids. */
 ppn_status ppn_decode_batch(ppn_seq **seqs, const int *tokens, int n, float *logits);
 
+/* ---------------------------------------------------------------------------------------------------------
+ * Speculative decoding: verify drafts in one forward, roll back what was rejected.
+ * --------------------------------------------------------------------------------------------------------- */
+
+#define PPN_SPEC_MAX_DRAFT 64
+
+/* Move s back to position pos (0 .. its length): the positions after it are forgotten (their KV rows are
+ * overwritten by the next feed). Steps in flight are dropped first.
+ * @return PPN_OK, PPN_EINVAL (NULL, pos out of range: nothing changes), the model's sticky failure. */
+ppn_status ppn_seq_truncate(ppn_seq *s, int pos);
+/* Greedy verify of k draft tokens (0 .. PPN_SPEC_MAX_DRAFT) in one forward of k + 1 rows: token at s's next
+ * position, then draft[0 .. k). Row j's argmax a_j is taken on the device; draft j is accepted while it equals
+ * a_j, so acc (0 .. k) drafts stand; out[0 .. acc] = a_0 .. a_acc (the accepted drafts, then the next token to
+ * feed) and *n_out = acc + 1, exactly the ids plain greedy decode gives from token on (to rounding of the
+ * many-rows kernels: docs/VALIDATION.md). s ends at position + 1 + acc: the rejected rows are rolled back on every
+ * owning stage. With the door open the forward walks the stage split (MEMRA_SPEC_PP=1, the default);
+ * MEMRA_SPEC_PP=0 walks every layer on stage 0's stream. out holds k + 1 ints.
+ * @return PPN_OK, PPN_EINVAL (NULL, k or an id out of range), PPN_ESTATE (deferred steps in flight, or k + 1
+ *         positions past the context: nothing fed), PPN_EREFUSED (MEMRA_SPEC_PP=0 with weights sharded over several
+ *         devices; MEMRA_PP_ALLOW_UNSPLIT_BATCH=1 overrides, for measurement), PPN_ENOMEM (growing the rows room
+ *         failed: the model is refused afterwards), the model's sticky failure, PPN_EDRIVER. */
+ppn_status ppn_spec_verify(ppn_seq *s, int token, const int *draft, int k, int *out, int *n_out);
+/* The prompt-lookup drafter (no second model): the longest suffix of hist[0 .. n) of at most ngram_max ids that
+ * also occurs earlier in hist, and up to k ids that followed its most recent earlier occurrence, into draft.
+ * Returns how many (0: no match; also for NULL or non-positive arguments). */
+int ppn_draft_lookup(const int *hist, int n, int k, int ngram_max, int *draft);
+
 /* Liveness counters and memory statistics. */
 typedef struct ppn_stats {
     int n_stages;
@@ -316,6 +343,8 @@ typedef struct ppn_stats {
     uint64_t batch_steps;                      /* batched decode steps done */
     uint64_t batch_split_steps;                /* micro-batches that walked the per-stage split */
     uint64_t batch_pipe_overlaps;              /* a stage's batch walker entered while another stage's ran */
+    uint64_t spec_verifies, spec_drafted, spec_accepted; /* ppn_spec_verify calls, draft ids given, accepted */
+    uint64_t spec_split_verifies;              /* verify forwards that walked the per-stage split */
 } ppn_stats;
 /* A snapshot of the counters (relaxed reads: exact between steps). Never fails. */
 void ppn_model_get_stats(const ppn_model *m, ppn_stats *out);

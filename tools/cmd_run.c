@@ -5,11 +5,13 @@
 #include <time.h>
 #include "tools/cli.h"
 #include "tools/run_batch.h"
+#include "tools/run_spec.h"
 
 typedef struct run_args {
     const char *model, *backend, *logits_out;
     int dtype, ctx, n_new, json, quiet, top_k, check_unsplit, device_greedy;
     int chunk;                 /* prompt rows per prefill chunk; 0: fed token by token */
+    int spec;                  /* --spec K: greedy through verify rounds of up to K prompt-lookup drafts */
     ppn_door door;
     int *ids, n_ids;
     double temp, top_p;
@@ -20,7 +22,7 @@ typedef struct run_args {
 static void run_usage(FILE *f)
 {
     fputs("usage: ppn run --model PATH [--backend auto|sim|cuda] [--dtype f32|bf16|f16] --ids 1,300,401 [--ids ..]\n"
-          "               [--ids-file FILE]\n"
+          "               [--ids-file FILE] [--spec K]\n"
           "               [-n 150] [--temp 0] [--top-k K] [--top-p P] [--seed S] [--ctx C]\n"
           "               [--logits-out FILE] [--json] [--quiet] [--check-unsplit] [--device-greedy] [--chunk C]\n"
           "               [--stages N] [--splits c1,..] [--devices d0,..] [--overlap 0|1] [--streams 0|1]\n"
@@ -30,7 +32,9 @@ static void run_usage(FILE *f)
           "--logits-out: float32 [T, vocab], row t = logits after feeding ids[0..t], prompt and generated.\n"
           "--chunk C: the prompt is primed C rows at a time (ppn_prefill; default 2048); 0 feeds it token by token.\n"
           "Several prompts (--ids repeated, or --ids-file with one comma-separated prompt a line) are primed together\n"
-          "and decoded as one batch (ppn_decode_batch_ex): one output line per prompt, in order.\n",
+          "and decoded as one batch (ppn_decode_batch_ex): one output line per prompt, in order.\n"
+          "--spec K: greedy decode through speculative verify rounds (ppn_spec_verify) of up to K drafts from prompt\n"
+          "lookup (ppn_draft_lookup): the same ids as plain greedy, fewer forwards when the text repeats itself.\n",
           f);
 }
 
@@ -66,6 +70,7 @@ static int parse(int argc, char **argv, run_args *a)
         else if (!strcmp(f, "-n")) rc = cli_int(f, v, 0, 1 << 30, &x), a->n_new = (int)x;
         else if (!strcmp(f, "--ctx")) rc = cli_int(f, v, 1, 1 << 30, &x), a->ctx = (int)x;
         else if (!strcmp(f, "--chunk")) rc = cli_int(f, v, 0, PPN_PREFILL_MAX_CHUNK, &x), a->chunk = (int)x;
+        else if (!strcmp(f, "--spec")) rc = cli_int(f, v, 1, PPN_SPEC_MAX_DRAFT, &x), a->spec = (int)x;
         else if (!strcmp(f, "--top-k")) rc = cli_int(f, v, 0, 1 << 30, &x), a->top_k = (int)x;
         else if (!strcmp(f, "--temp")) rc = cli_float(f, v, 0, 1e6, &a->temp);
         else if (!strcmp(f, "--top-p")) rc = cli_float(f, v, 1e-9, 1, &a->top_p);
@@ -74,6 +79,10 @@ static int parse(int argc, char **argv, run_args *a)
         if (rc) return rc;
     }
     if (!a->model) return cli_fail("run: --model PATH is required"), 2;
+    if (a->spec && (a->temp != 0 || a->top_k || a->top_p != 1.0 || a->logits_out || a->check_unsplit ||
+                    a->device_greedy || a->more.count))
+        return cli_fail("run: --spec K is greedy decoding of one prompt through verify rounds: it takes no --temp, "
+                        "--top-k, --top-p, --logits-out, --check-unsplit, --device-greedy or several prompts"), 2;
     if (a->more.count && (a->logits_out || a->check_unsplit || a->device_greedy))
         return cli_fail("run: several prompts decode as one batch: --logits-out, --check-unsplit and "
                         "--device-greedy take one prompt"), 2;
@@ -133,9 +142,27 @@ static int keep_rows(const run_args *a, FILE *lf, run_out *o, const float *r, in
 
 /* Feed the prompt (primed --chunk rows at a time, or token by token), then generate; every logits row goes to lf
  * (if any). */
+/* --spec K: greedy through verify rounds; the verify counts on stderr. */
+static int decode_spec(ppn_seq *seq, const run_args *a, const ppn_model_info *mi, run_out *o)
+{
+    if (a->n_ids < 1) return cli_fail("run: --spec needs at least one prompt id (--ids)");
+    if (!(o->gen = malloc(sizeof(int) * (size_t)(a->n_new + 1)))) return cli_fail("out of memory");
+    run_spec_stats rs;
+    double t0 = now_s();
+    ppn_status st = run_spec_decode(seq, a->ids, a->n_ids, a->n_new, a->spec, a->chunk, mi->vocab, o->gen, &rs);
+    o->decode_s = now_s() - t0;
+    if (st != PPN_OK) return cli_fail_status(st, "speculative decode");
+    o->n_gen = a->n_new;
+    if (!a->quiet && !a->json)
+        fprintf(stderr, "ppn: --spec %d: %d verify forwards for %d ids, %d of %d drafts accepted\n", a->spec,
+                rs.verifies, a->n_new, rs.accepted, rs.drafted);
+    return 0;
+}
+
 static int decode(ppn_seq *seq, const ppn_model_info *mi, const run_args *a, FILE *lf, run_out *o)
 {
     if (a->device_greedy) return decode_device_greedy(seq, a, mi, o);
+    if (a->spec) return decode_spec(seq, a, mi, o);
     size_t v = (size_t)mi->vocab;
     int keep = lf || a->check_unsplit;
     /* With --logits-out the last generated id is fed too, so every id has its row (the fixtures' rule). */
