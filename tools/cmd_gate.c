@@ -20,6 +20,10 @@
  *              red unless every stage's batch walker ran each micro-batch, the split counter advanced by them
  *              (and not at all for the unsplit walk), and, where a placement spreads over devices, the
  *              micro-batch overlap counter advanced
+ *   spec       greedy decode through verify rounds (ppn_spec_verify, prompt-lookup drafts, and every third round a
+ *              draft of one right and one wrong id) gives the door-shut plain greedy ids for every N and placement,
+ *              through the verify split and the unsplit walk (MEMRA_SPEC_PP=0); red unless drafts were both
+ *              accepted and rejected (rollback ran) and, for the split, every verify walked it
  * A table on stdout; exit status 1 on any mismatch or on a liveness counter that did not advance.
  * Maps that keep every weight on the primary are published in-process against one loaded model (the seed's
  * in-process A/B); placements over several devices load the model again with that door.
@@ -32,7 +36,7 @@
 
 typedef struct gate_args {
     const char *model, *backend;
-    int dtype, steps, prompt, runs, max_stages, chunk, split, pipelined, soak, prime, batch;
+    int dtype, steps, prompt, runs, max_stages, chunk, split, pipelined, soak, prime, batch, spec;
 } gate_args;
 
 typedef struct gate {
@@ -48,6 +52,7 @@ typedef struct config {
     int overlap, streams, shard, graphs;
     int prime_pp, prime_pipe;   /* the prime arm's seams (MEMRA_PRIME_PP, MEMRA_PRIME_PIPE) */
     int batch_pp, micro;        /* the batch arm's seams (MEMRA_BATCH_PP, micro-batches: 0 auto) */
+    int spec_pp;                /* the spec arm's seam (MEMRA_SPEC_PP) */
     const char *placement;
 } config;
 
@@ -96,7 +101,8 @@ static void door_of(const config *c, ppn_door *d)
     d->prime_pp = c->prime_pp;
     d->prime_pipe = c->prime_pipe;
     d->batch_pp = c->batch_pp;
-    d->allow_unsplit_batch = !c->batch_pp; /* the unsplit walk is the gate's reference arm: run it everywhere */
+    d->spec_pp = c->spec_pp;
+    d->allow_unsplit_batch = !c->batch_pp || !c->spec_pp; /* the unsplit walk is a reference arm: run it everywhere */
     if (c->spread) {
         d->n_devices = c->n;
         memcpy(d->devices, c->devs, sizeof(int) * (size_t)c->n);
@@ -136,7 +142,7 @@ static int config_possible(const gate *G, const config *c)
 {
     for (int s = 0; !c->shard && c->spread && s < c->n; s++)
         if (!ppn_rt_peer_possible(G->rt, c->devs[s], 0)) return 0;
-    for (int s = 1; (!c->prime_pp || !c->batch_pp) && c->spread && s < c->n; s++)
+    for (int s = 1; (!c->prime_pp || !c->batch_pp || !c->spec_pp) && c->spread && s < c->n; s++)
         if (!ppn_rt_peer_possible(G->rt, c->devs[0], c->devs[s])) return 0;
     return 1;
 }
@@ -204,7 +210,7 @@ static int placements(const gate *G, int n, config *out)
 
 static void seams(config *c, int i)
 {
-    c->prime_pp = c->prime_pipe = c->batch_pp = 1;
+    c->prime_pp = c->prime_pipe = c->batch_pp = c->spec_pp = 1;
     c->micro = 0;
     c->streams = 1;
     c->shard = 1;
@@ -560,6 +566,114 @@ static void arm_batch(gate *G, const int *ids)
     free(ref);
 }
 
+/* The spec arm ------------------------------------------------------------------------------------------ */
+
+#define GATE_K 4
+
+/* Greedy ids after the prompt ids[0 .. P) through verify rounds on a fresh sequence of m: out [steps], with the
+ * drafts given and accepted counted. truth: the plain greedy ids (a round in three drafts truth's next id, then a
+ * wrong one), NULL: prompt lookup only. */
+static ppn_status spec_ids(gate *G, ppn_model *m, const int *ids, const int *truth, int *out, int *drafted,
+                           int *accepted)
+{
+    int P = G->a.prompt, steps = G->rows - P, h = P, made = 0, round = 0;
+    int *hist = malloc(sizeof(int) * (size_t)(G->rows + GATE_K + 1)), draft[GATE_K], got[GATE_K + 1];
+    ppn_seq *q = NULL;
+    ppn_status st = hist ? ppn_seq_create(m, &q) : PPN_ENOMEM;
+    if (st == PPN_OK && P > 1) st = ppn_prefill(q, ids, P - 1, NULL, NULL);
+    if (hist) memcpy(hist, ids, sizeof(int) * (size_t)P);
+    while (st == PPN_OK && made < steps) {
+        int room = steps - made - 1, want = GATE_K < room ? GATE_K : room, nd = 0, ng = 0;
+        if (truth && want >= 2 && round % 3 == 2) {
+            draft[0] = truth[made];
+            draft[1] = (truth[made + 1] + 1) % G->mi.vocab;
+            nd = 2;
+        } else if (want > 0) {
+            nd = ppn_draft_lookup(hist, h, want, 3, draft);
+        }
+        st = ppn_spec_verify(q, hist[h - 1], draft, nd, got, &ng);
+        *drafted += nd, *accepted += ng - 1;
+        for (int j = 0; st == PPN_OK && j < ng && made < steps; j++) out[made++] = got[j], hist[h++] = got[j];
+        round++;
+    }
+    ppn_seq_destroy(q);
+    free(hist);
+    return st;
+}
+
+static void run_spec(gate *G, const config *c, const int *ids, const int *truth)
+{
+    const char *seam = c->n == 1 ? "one stage" : c->spec_pp ? "verify split" : "unsplit walk";
+    if (!config_possible(G, c)) {
+        printf("%-10s %3d  %-28s %-22s %-5s %s\n", "spec", c->n, c->placement, seam, "n/a",
+               "no peer access from stage 0's device: the unsplit walk is refused by design");
+        return;
+    }
+    int steps = G->rows - G->a.prompt, owned = 0, ok = 1, drafted = 0, accepted = 0;
+    int *got = malloc(sizeof(int) * (size_t)steps);
+    char detail[512] = "";
+    ppn_model *m = NULL;
+    ppn_stats before, after;
+    ppn_status st = got ? model_for(G, c, &m, &owned) : PPN_ENOMEM;
+    if (st == PPN_OK) {
+        ppn_model_get_stats(m, &before);
+        st = spec_ids(G, m, ids, truth, got, &drafted, &accepted);
+        ppn_model_get_stats(m, &after);
+    }
+    if (st != PPN_OK) ok = 0, snprintf(detail, sizeof detail, "%s: %s", ppn_status_name(st), ppn_last_error());
+    for (int t = 0; ok && t < steps; t++)
+        if (got[t] != truth[t]) ok = 0, snprintf(detail, sizeof detail, "id %d: %d, plain greedy %d", t, got[t], truth[t]);
+    uint64_t verifies = after.spec_verifies - before.spec_verifies;
+    uint64_t split = after.spec_split_verifies - before.spec_split_verifies;
+    if (ok && (accepted == 0 || accepted == drafted))
+        ok = 0, snprintf(detail, sizeof detail, "%d of %d drafts accepted: acceptance and rollback both must run",
+                         accepted, drafted);
+    if (ok && c->n > 1 && c->spec_pp && split != verifies)
+        ok = 0, snprintf(detail, sizeof detail, "liveness: %llu of %llu verifies walked the split",
+                         (unsigned long long)split, (unsigned long long)verifies);
+    if (ok && !c->spec_pp && split)
+        ok = 0, snprintf(detail, sizeof detail, "the unsplit walk counted %llu split verifies", (unsigned long long)split);
+    if (ok) snprintf(detail, sizeof detail, "%d ids = plain greedy; %llu verifies, %d of %d drafts accepted", steps,
+                     (unsigned long long)verifies, accepted, drafted);
+    printf("%-10s %3d  %-28s %-22s %-5s %s\n", "spec", c->n, c->placement, seam, ok ? "PASS" : "FAIL", detail);
+    fflush(stdout);
+    G->fails += !ok;
+    if (owned) ppn_model_free(m);
+    free(got);
+}
+
+static void arm_spec(gate *G, const int *ids)
+{
+    int P = G->a.prompt, steps = G->rows - P, *truth = malloc(sizeof(int) * (size_t)steps);
+    ppn_seq *q = NULL;
+    ppn_status st = truth ? ppn_seq_create(G->ref, &q) : PPN_ENOMEM;
+    for (int t = 0; st == PPN_OK && t < P - 1; t++) st = ppn_decode_step(q, ids[t], NULL);
+    if (st == PPN_OK) st = ppn_decode_greedy(q, ids[P - 1], steps, truth);
+    ppn_seq_destroy(q);
+    if (st != PPN_OK || steps < 3) {
+        printf("spec       reference (door shut, plain greedy) failed: %s\n", steps < 3 ? "needs --steps >= 3" : ppn_last_error());
+        G->fails++;
+        free(truth);
+        return;
+    }
+    config c1 = {.n = 1, .placement = "door shut"};
+    seams(&c1, 0);
+    run_spec(G, &c1, ids, truth);
+    int top = G->mi.n_layers < G->a.max_stages ? G->mi.n_layers : G->a.max_stages;
+    for (int n = 2; n <= top; n++) {
+        config pl[3];
+        int np = placements(G, n, pl);
+        for (int p = 0; p < np; p++)
+            for (int i = 0; i < 2; i++) {
+                config c = pl[p];
+                seams(&c, 0);
+                c.spec_pp = i == 0;
+                run_spec(G, &c, ids, truth);
+            }
+    }
+    free(truth);
+}
+
 static int parse(int argc, char **argv, gate_args *a)
 {
     *a = (gate_args){.dtype = PPN_DTYPE_DEFAULT, .steps = 24, .prompt = 8, .runs = 10, .max_stages = 8, .chunk = 7};
@@ -573,10 +687,11 @@ static int parse(int argc, char **argv, gate_args *a)
         else if (!strcmp(f, "soak")) a->soak = any = 1;
         else if (!strcmp(f, "prime")) a->prime = any = 1;
         else if (!strcmp(f, "batch")) a->batch = any = 1;
-        else if (!strcmp(f, "all")) a->split = a->pipelined = a->soak = a->prime = a->batch = any = 1;
+        else if (!strcmp(f, "spec")) a->spec = any = 1;
+        else if (!strcmp(f, "all")) a->split = a->pipelined = a->soak = a->prime = a->batch = a->spec = any = 1;
         else if (!strcmp(f, "--help")) {
             puts("usage: ppn gate --model PATH [--backend B] [--dtype D] [--steps T] [--prompt P] [--runs K]\n"
-                 "                [--max-stages N] [--chunk C] [split|pipelined|soak|prime|batch|all]");
+                 "                [--max-stages N] [--chunk C] [split|pipelined|soak|prime|batch|spec|all]");
             exit(0);
         } else if (!(v = cli_value(argc, argv, &i))) return 2;
         else if (!strcmp(f, "--model")) a->model = v;
@@ -590,7 +705,7 @@ static int parse(int argc, char **argv, gate_args *a)
         else return cli_fail("gate: unknown option '%s'", f), 2;
         if (rc) return rc;
     }
-    if (!any) a->split = a->pipelined = a->soak = a->prime = a->batch = 1;
+    if (!any) a->split = a->pipelined = a->soak = a->prime = a->batch = a->spec = 1;
     if (!a->model) return cli_fail("gate: --model PATH is required"), 2;
     return 0;
 }
@@ -643,6 +758,7 @@ int cmd_gate(int argc, char **argv)
     if (G.a.soak) arm_soak(&G, ids, ref);
     if (G.a.prime) arm_prime(&G, ids);
     if (G.a.batch) arm_batch(&G, ids);
+    if (G.a.spec) arm_spec(&G, ids);
     free(ids);
     free(ref);
     printf("ppn gate: %s (%d failure%s)\n", G.fails ? "FAIL" : "PASS", G.fails, G.fails == 1 ? "" : "s");
