@@ -219,13 +219,13 @@ static void rope_case(const mshape *m, int c, int pos0, int kvdt, int interleave
     ppn_dptr dq = up(qkv, qb), dinv = up(inv, sizeof inv), dw = up(w, (size_t)hd * 2);
     ppn_dptr dkc = up(kc, cb), dvc = up(vc, cb);
     OK(ppn_op_head_rmsnorm_rows(G, S, dq, (int)row, nq, nkv, hd, dw, PPN_DTYPE_BF16, 1e-6f, c));
-    OK(ppn_op_rope_kv_rows(G, S, dq, nq, nkv, hd, dinv, interleaved, dkc, dvc, ctx, kvdt, pos0, c));
+    OK(tu_op_rope_kv_rows(G, S, dq, nq, nkv, hd, dinv, interleaved, dkc, dvc, ctx, kvdt, pos0, c));
     get(got, dq, qb), get(kg, dkc, cb), get(vg, dvc, cb);
     ppn_kp_head_rmsnorm_rows ph = {.x = D(ref), .w = D(w), .stride = (int)row, .h0 = nq, .n_heads = nkv,
                                    .head_dim = hd, .wdt = PPN_DTYPE_BF16, .c = c, .eps = 1e-6f};
     tu_kernel_run(PPN_K_HEAD_RMSNORM_ROWS, &ph);
     ppn_kp_rope_kv_rows pr = {.qkv = D(ref), .inv_freq = D(inv), .kc = D(kc), .vc = D(vc), .n_q = nq, .n_kv = nkv,
-                              .head_dim = hd, .interleaved = interleaved, .ctx = ctx, .kvdt = kvdt, .pos0 = pos0, .c = c};
+                              .head_dim = hd, .interleaved = interleaved, .cap = ctx, .kvdt = kvdt, .pos0 = pos0, .c = c};
     tu_kernel_run(PPN_K_ROPE_KV_ROWS, &pr);
     cmp cq = {0}, ck = {0};
     /* the norm's f32 sum and the rotation's sincosf: 1e-5 relative to the row's scale */
@@ -251,12 +251,12 @@ static void rope_case(const mshape *m, int c, int pos0, int kvdt, int interleave
     OK(G->ops->memset_d8(G, S, dvc2, 0, cb));
     OK(G->ops->memset_d8(G, S, dkc, 0, cb));
     OK(G->ops->memset_d8(G, S, dvc, 0, cb));
-    OK(ppn_op_rope_kv_rows(G, S, dq, nq, nkv, hd, dinv, interleaved, dkc, dvc, ctx, kvdt, pos0, c));
+    OK(tu_op_rope_kv_rows(G, S, dq, nq, nkv, hd, dinv, interleaved, dkc, dvc, ctx, kvdt, pos0, c));
     ppn_dptr dn = up(normed, qb);
     for (int i = 0; i < c; i++) {
         ppn_dptr x = dn + (size_t)i * row * 4;
         OK(ppn_op_set_hdr(G, S, hdr, pos0 + i, 0, 0, i));
-        OK(ppn_op_rope_kv(G, S, x, nq, nkv, hd, dinv, interleaved, hdr, dkc2, dvc2, x + (size_t)(nq + nkv) * hd * 4,
+        OK(tu_op_rope_kv(G, S, x, nq, nkv, hd, dinv, interleaved, hdr, dkc2, dvc2, x + (size_t)(nq + nkv) * hd * 4,
                           ctx, kvdt));
     }
     float *dec = hmem(qb);
@@ -325,10 +325,10 @@ static void attn_case(const ashape *a, int c, int pos0, int kvdt)
     attn_inputs(a, c, pos0, ctx, kvdt, &qkv, &kc, &vc);
     ppn_dptr dq = up(qkv, (size_t)c * row * 4), dkc = up(kc, cb), dvc = up(vc, cb), dout = dalloc(ob);
     float scale = 1.0f / sqrtf((float)hd);
-    OK(ppn_op_attn_rows(G, S, dout, dq, dkc, dvc, a->nq, a->nkv, hd, ctx, kvdt, scale, pos0, c));
+    OK(tu_op_attn_rows(G, S, dout, dq, dkc, dvc, a->nq, a->nkv, hd, ctx, kvdt, scale, pos0, c));
     get(out, dout, ob);
     OK(G->ops->memset_d8(G, S, dout, 0xff, ob));
-    OK(ppn_op_attn_rows(G, S, dout, dq, dkc, dvc, a->nq, a->nkv, hd, ctx, kvdt, scale, pos0, c));
+    OK(tu_op_attn_rows(G, S, dout, dq, dkc, dvc, a->nq, a->nkv, hd, ctx, kvdt, scale, pos0, c));
     get(out2, dout, ob);
     snprintf(what, sizeof what, "%s attn_rows c=%d pos0=%d %s", a->name, c, pos0, ppn_dtype_name(kvdt));
     if (memcmp(out, out2, ob)) fail_msg("%s: two launches gave different bits", what);
@@ -338,7 +338,7 @@ static void attn_case(const ashape *a, int c, int pos0, int kvdt)
     for (int i = 0; i < c; i = i + step < c || i == c - 1 ? i + step : c - 1) {
         ppn_step_hdr hdr = {.pos = pos0 + i};
         ppn_kp_attn p = {.out = D(want), .q = D(qkv + i * row), .kc = D(kc), .vc = D(vc), .hdr = D(&hdr),
-                         .n_heads = a->nq, .n_kv = a->nkv, .head_dim = hd, .ctx = ctx, .n_split = 1, .kvdt = kvdt,
+                         .n_heads = a->nq, .n_kv = a->nkv, .head_dim = hd, .cap = ctx, .n_split = 1, .kvdt = kvdt,
                          .scale = scale};
         tu_kernel_run(PPN_K_ATTN, &p);
         for (size_t k = 0; k < orow; k++) cmp_add(&cm, out[i * orow + k], want[k], tol, i * orow + k);
@@ -418,7 +418,7 @@ typedef struct attn_run {
 static ppn_status attn_launch(void *arg)
 {
     attn_run *r = arg;
-    return ppn_op_attn_rows(G, S, r->out, r->qkv, r->kc, r->vc, r->a->nq, r->a->nkv, r->a->hd, r->ctx, r->kvdt,
+    return tu_op_attn_rows(G, S, r->out, r->qkv, r->kc, r->vc, r->a->nq, r->a->nkv, r->a->hd, r->ctx, r->kvdt,
                             1.0f / sqrtf((float)r->a->hd), r->pos0, r->c);
 }
 
@@ -435,7 +435,7 @@ static ppn_status rows_launch(void *arg)
     switch (r->which) {
     case 0: return ppn_op_embed_rows(G, S, r->a, r->w, PPN_DTYPE_BF16, 1000, m->dim, r->tok, r->c);
     case 1: return ppn_op_rmsnorm_rows(G, S, r->a, r->b, r->w, PPN_DTYPE_BF16, m->dim, 1e-5f, r->c);
-    case 2: return ppn_op_rope_kv_rows(G, S, r->b, m->nq, m->nkv, m->hd, r->inv, 0, r->kc, r->vc, r->c,
+    case 2: return tu_op_rope_kv_rows(G, S, r->b, m->nq, m->nkv, m->hd, r->inv, 0, r->kc, r->vc, r->c,
                                        PPN_DTYPE_BF16, 0, r->c);
     default: return ppn_op_swiglu_rows(G, S, r->a, r->b, m->ffn, r->c);
     }
