@@ -49,14 +49,13 @@ ppn_status ppn_fwd_layer(ppn_seq *q, ppn_gstream *s, int dev, ppn_stage_scratch 
         PPN_CHECK(ppn_op_head_rmsnorm(g, s, kv, nkv, hd, w->k_norm, wdt, c->norm_eps));
     }
     float scale = 1.0f / sqrtf((float)hd);
+    ppn_kv_view cache = ppn_kv_view_identity(q->kc[l], q->vc[l], m->ctx, m->kvdt); /* per-sequence caches for now */
     if (m->map->door.fuse && ppn_op_attn_rope_fits(hd, c->rope_interleaved)) { /* the rotary and the k/v store inside */
-        PPN_CHECK(ppn_op_attn_rope(g, s, r->att, qv, q->kc[l], q->vc[l], nh, nkv, hd, m->ctx, scale, hdr, r->attp,
-                                   m->attn_split, m->inv_freq[dev], c->rope_interleaved, m->kvdt));
+        PPN_CHECK(ppn_op_attn_rope(g, s, r->att, qv, &cache, nh, nkv, hd, scale, hdr, r->attp, m->attn_split,
+                                   m->inv_freq[dev], c->rope_interleaved));
     } else { /* q and k are adjacent heads at one position: one rotary launch covers both, and stores k and v */
-        PPN_CHECK(ppn_op_rope_kv(g, s, qv, nh, nkv, hd, m->inv_freq[dev], c->rope_interleaved, hdr, q->kc[l],
-                                 q->vc[l], vv, m->ctx, m->kvdt));
-        PPN_CHECK(ppn_op_attn(g, s, r->att, qv, q->kc[l], q->vc[l], nh, nkv, hd, m->ctx, scale, hdr, r->attp,
-                              m->attn_split, m->kvdt));
+        PPN_CHECK(ppn_op_rope_kv(g, s, qv, nh, nkv, hd, m->inv_freq[dev], c->rope_interleaved, hdr, &cache, vv));
+        PPN_CHECK(ppn_op_attn(g, s, r->att, qv, &cache, nh, nkv, hd, scale, hdr, r->attp, m->attn_split));
     }
     PPN_CHECK(ppn_op_matvec(g, s, x, w->wo, wdt, r->att, dim, nh * hd, 0, x));
     PPN_CHECK(norm_matvec(m, s, r->xb, gate, w->wgu, 2 * ffn, x, w->ffn_norm, 0));
@@ -95,11 +94,12 @@ static ppn_status rows_attention(ppn_model *m, ppn_gstream *s, int dev, const pp
     float scale = 1.0f / sqrtf((float)hd);
     for (int i = 0; i < nseg; i++) {
         const ppn_rowseg *g = &sg[i];
-        ppn_dptr qkv = row_at(r->qkv, g->r0, stride), kc = g->seq->kc[l], vc = g->seq->vc[l];
-        PPN_CHECK(ppn_op_rope_kv_rows(m->rt->g, s, qkv, nh, nkv, hd, m->inv_freq[dev], c->rope_interleaved, kc, vc,
-                                      m->ctx, m->kvdt, g->pos0, g->n));
-        PPN_CHECK(ppn_op_attn_rows(m->rt->g, s, row_at(r->att, g->r0, (size_t)nh * (size_t)hd), qkv, kc, vc, nh,
-                                   nkv, hd, m->ctx, m->kvdt, scale, g->pos0, g->n));
+        ppn_dptr qkv = row_at(r->qkv, g->r0, stride);
+        ppn_kv_view cache = ppn_kv_view_identity(g->seq->kc[l], g->seq->vc[l], m->ctx, m->kvdt);
+        PPN_CHECK(ppn_op_rope_kv_rows(m->rt->g, s, qkv, nh, nkv, hd, m->inv_freq[dev], c->rope_interleaved, &cache,
+                                      g->pos0, g->n));
+        PPN_CHECK(ppn_op_attn_rows(m->rt->g, s, row_at(r->att, g->r0, (size_t)nh * (size_t)hd), qkv, &cache, nh,
+                                   nkv, hd, scale, g->pos0, g->n));
     }
     return PPN_OK;
 }

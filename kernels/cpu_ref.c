@@ -9,7 +9,8 @@
  *
  * Header values out of range (a token outside the vocabulary, a position outside the cache) never make a
  * kernel touch memory outside its buffers: embed and attn write NaN to their output so the fault is loud,
- * the KV stores (rope's, attention's) write nothing. The CUDA kernels do the same.
+ * the KV stores (rope's, attention's) write nothing. The CUDA kernels do the same. Every KV access goes through
+ * the block table (ppn_kv_pool_pos, kparams.h): a position the table maps nowhere stores nothing and reads zeros.
  */
 #include <math.h>
 #include <stdint.h>
@@ -58,6 +59,13 @@ static void fill_nan(float *out, size_t n)
 }
 
 static const ppn_step_hdr *hdr_of(uint64_t p) { return PTR(const ppn_step_hdr, p); }
+
+/* Element 0 of (KV head g, position pos) in a pool through table tbl, or -1 when nothing may be touched. */
+static int64_t kv_elem(uint64_t tbl, int L, int cap, int hd, int g, int32_t pos)
+{
+    int32_t pp = ppn_kv_pool_pos(tbl ? PTR(const int32_t, tbl) : NULL, L, cap, pos);
+    return pp < 0 ? -1 : ((int64_t)g * cap + pp) * hd;
+}
 
 void ppn_cpu_embed(const void *params)
 {
@@ -211,10 +219,12 @@ void ppn_cpu_rope(const void *params)
     int32_t pos = hdr_of(p->hdr)->pos;
     for (int h = 0; h < p->n_heads; h++)
         rope_head(x + (size_t)h * (size_t)p->head_dim, p->head_dim, pos, inv, p->interleaved);
-    if (!p->kc || pos < 0 || pos >= p->ctx) return; /* the KV store: rotated k heads and v */
+    if (!p->kc) return; /* the KV store: rotated k heads and v */
     size_t hd = (size_t)p->head_dim;
     for (int h = 0; h < p->n_kv; h++) {
-        size_t dst = ((size_t)h * (size_t)p->ctx + (size_t)pos) * hd;
+        int64_t e = kv_elem(p->tbl, p->block_log2, p->cap, p->head_dim, h, pos);
+        if (e < 0) return;
+        size_t dst = (size_t)e;
         kv_put_row(p->kc, p->kvdt, dst, x + (size_t)(p->n_heads - p->n_kv + h) * hd, hd);
         kv_put_row(p->vc, p->kvdt, dst, PTR(const float, p->v) + (size_t)h * hd, hd);
     }
@@ -225,16 +235,22 @@ void ppn_cpu_rope(const void *params)
 
 typedef struct attn_head {
     const float *q;     /* q[hd] */
-    uint64_t k, v;      /* the kv head's cache rows [ctx, hd], of dtype kvdt */
+    uint64_t k, v;      /* the pools, of dtype kvdt */
+    uint64_t tbl;       /* the block table (0: identity) */
+    int L, cap, g;      /* block_log2, pool positions, the KV head */
     int kvdt, hd, npos; /* cache dtype; head_dim; positions 0..npos-1 attended */
     double scale, max;  /* softmax scale; max score (set by attn_max) */
 } attn_head;
 
+/* Element 0 of position t's row; -1: mapped nowhere (the row reads as zeros). */
+static int64_t attn_row(const attn_head *a, int t) { return kv_elem(a->tbl, a->L, a->cap, a->hd, a->g, t); }
+
 static double attn_score(const attn_head *a, int t)
 {
-    size_t kt = (size_t)t * (size_t)a->hd;
+    int64_t kt = attn_row(a, t);
     double d = 0.0;
-    for (int i = 0; i < a->hd; i++) d += (double)a->q[i] * (double)w_at(a->k, a->kvdt, kt + (size_t)i);
+    if (kt < 0) return d * a->scale;
+    for (int i = 0; i < a->hd; i++) d += (double)a->q[i] * (double)w_at(a->k, a->kvdt, (size_t)kt + (size_t)i);
     return d * a->scale;
 }
 
@@ -254,8 +270,10 @@ static void attn_chunk(const attn_head *a, float *out, int d0, int nd)
     double acc[ATTN_CHUNK] = {0}, sum = 0.0;
     for (int t = 0; t < a->npos; t++) {
         double pt = exp(attn_score(a, t) - a->max);
-        size_t vt = (size_t)t * (size_t)a->hd + (size_t)d0;
+        int64_t row = attn_row(a, t);
         sum += pt;
+        if (row < 0) continue;
+        size_t vt = (size_t)row + (size_t)d0;
         for (int i = 0; i < nd; i++) acc[i] += pt * (double)w_at(a->v, a->kvdt, vt + (size_t)i);
     }
     for (int i = 0; i < nd; i++) out[d0 + i] = (float)(acc[i] / sum);
@@ -268,7 +286,7 @@ void ppn_cpu_attn(const void *params)
     const ppn_kp_attn *p = params;
     int32_t pos = hdr_of(p->hdr)->pos;
     size_t hd = (size_t)p->head_dim;
-    if (pos < 0 || pos >= p->ctx) {
+    if (pos < 0 || pos >= p->cap) {
         fill_nan(PTR(float, p->out), (size_t)p->n_heads * hd);
         return;
     }
@@ -277,24 +295,24 @@ void ppn_cpu_attn(const void *params)
     if (inv) { /* the fused rotary: rotated k and v into the caches at pos first */
         const float *k = PTR(const float, p->q) + (size_t)p->n_heads * hd, *v = k + (size_t)p->n_kv * hd;
         for (int g = 0; g < p->n_kv; g++) {
-            size_t dst = ((size_t)g * (size_t)p->ctx + (size_t)pos) * hd;
+            int64_t dst = kv_elem(p->tbl, p->block_log2, p->cap, p->head_dim, g, pos);
+            if (dst < 0) break;
             memcpy(qr, k + (size_t)g * hd, hd * sizeof(float));
             rope_head(qr, p->head_dim, pos, inv, p->interleaved);
-            kv_put_row(p->kc, p->kvdt, dst, qr, hd);
-            kv_put_row(p->vc, p->kvdt, dst, v + (size_t)g * hd, hd);
+            kv_put_row(p->kc, p->kvdt, (size_t)dst, qr, hd);
+            kv_put_row(p->vc, p->kvdt, (size_t)dst, v + (size_t)g * hd, hd);
         }
     }
     int group = p->n_heads / p->n_kv;
-    size_t es = ppn_dtype_size(p->kvdt);
     for (int h = 0; h < p->n_heads; h++) {
-        size_t kv_off = (size_t)(h / group) * (size_t)p->ctx * hd * es;
         const float *qh = PTR(const float, p->q) + (size_t)h * hd;
         if (inv) {
             memcpy(qr, qh, hd * sizeof(float));
             rope_head(qr, p->head_dim, pos, inv, p->interleaved);
             qh = qr;
         }
-        attn_head a = {qh, p->kc + kv_off, p->vc + kv_off, p->kvdt, p->head_dim, pos + 1, p->scale, 0.0};
+        attn_head a = {qh, p->kc, p->vc, p->tbl, p->block_log2, p->cap, h / group, p->kvdt, p->head_dim, pos + 1,
+                       p->scale, 0.0};
         float *out = PTR(float, p->out) + (size_t)h * hd;
         attn_max(&a);
         for (int d0 = 0; d0 < p->head_dim; d0 += ATTN_CHUNK) {

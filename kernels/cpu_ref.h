@@ -31,5 +31,10 @@ void ppn_cpu_attn_rows_bf16(const void *params); /* = ppn_cpu_attn_rows (it read
 void ppn_cpu_attn_rows_f16(const void *params);  /* = ppn_cpu_attn_rows */
 void ppn_cpu_swiglu_rows(const void *params);
 void ppn_cpu_argmax_rows(const void *params);
+/* batched decode (kernels/rows_cpu.c): the decode references above, row by row at each row's position and table */
+void ppn_cpu_rope_kv_batch(const void *params);
+void ppn_cpu_attn_batch(const void *params);
+void ppn_cpu_attn_batch_bf16(const void *params); /* = ppn_cpu_attn_batch (it reads kvdt) */
+void ppn_cpu_attn_batch_f16(const void *params);  /* = ppn_cpu_attn_batch */
 
 #endif

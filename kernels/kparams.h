@@ -93,20 +93,42 @@ typedef ppn_kp_gemm ppn_kp_gemm_tc_s;
  * inv_freq: f32 [head_dim/2], precomputed on the host (default, llama3 scaling...).
  * interleaved = 0: HF convention, rotate halves (i, i + head_dim/2);
  * interleaved = 1: llama2.c convention, rotate adjacent pairs (2i, 2i+1).
- * With kc != 0 (as ppn_op_rope_kv always launches it) it also stores into the KV caches: heads
+ * With kc != 0 (as ppn_op_rope_kv always launches it) it also stores into the KV pools: heads
  * n_heads - n_kv .. n_heads - 1 of x are the k heads; once rotated they are stored into kc, and v
- * [n_kv, head_dim] into vc, at hdr->pos (KV caches below; a position outside the cache stores nothing). */
+ * [n_kv, head_dim] into vc, at hdr->pos through the block table tbl (KV caches below; a position outside
+ * [0, cap) or mapped through an entry outside the pool stores nothing). */
 typedef struct {
-    uint64_t x, inv_freq, hdr, kc, vc, v;
-    int32_t n_heads, head_dim, interleaved, n_kv, ctx, kvdt;
+    uint64_t x, inv_freq, hdr, kc, vc, v, tbl;
+    int32_t n_heads, head_dim, interleaved, n_kv, cap, kvdt, block_log2;
 } ppn_kp_rope;
 
 /* Per-head RMSNorm in place on x[n_heads, head_dim] with weight w[head_dim] (Qwen3 q/k norm). */
 typedef struct { uint64_t x, w; int32_t n_heads, head_dim, wdt; float eps; } ppn_kp_head_rmsnorm;
 
-/* KV caches [n_kv, ctx, head_dim] (rope's store, attention) hold elements of dtype kvdt (PPN_DTYPE_*;
- * 0 = f32): the model's weight dtype, as transformers keeps them. f32 values are rounded to nearest even on the
- * store, and widened exactly on the load. */
+/* KV caches (rope's store, attention) are paged: one layer's K pool and V pool, each [n_kv, cap, head_dim]
+ * elements of dtype kvdt (PPN_DTYPE_*; 0 = f32): the model's weight dtype, as transformers keeps them. f32 values
+ * are rounded to nearest even on the store, and widened exactly on the load. cap = n_blocks << block_log2 pool
+ * positions. A sequence's block table tbl (int32 in device memory) maps its position p to the pool position
+ *   pp = (tbl[p >> L] << L) | (p & ((1 << L) - 1)),   L = block_log2 (0..12),
+ * and element (g, p, d) is at ((size_t)g * cap + pp) * head_dim + d. tbl = 0 is the identity (pp = p). A table
+ * entry outside [0, cap >> L) maps nowhere: a store through it stores nothing, a load reads zeros (the kernels
+ * never touch memory outside the pools; the host checks the tables it knows). The table pointer and L stay
+ * fixed while a sequence grows (its contents change), so captured graphs stay valid. */
+/* The pool position of position p through table tb (NULL: identity), or -1 where nothing may be touched: p
+ * outside [0, cap), or an entry outside the pool. The CPU references and the CUDA kernels share it. */
+#ifdef __CUDACC__
+#define PPN_KV_FN static __host__ __device__ __forceinline__
+#else
+#define PPN_KV_FN static inline
+#endif
+PPN_KV_FN int32_t ppn_kv_pool_pos(const int32_t *tb, int32_t L, int32_t cap, int32_t p)
+{
+    if (p < 0 || p >= cap) return -1;
+    if (!tb) return p;
+    int32_t b = tb[p >> L];
+    if (b < 0 || b >= (cap >> L)) return -1;
+    return (b << L) | (p & ((1 << L) - 1));
+}
 
 /* Decode attention for one query position hdr->pos over cache positions [0, pos] with GQA:
  * out[h] = softmax(q[h] . K[h/(n_heads/n_kv), 0..pos] * scale) . V[...]. out, q: [n_heads, head_dim].
@@ -132,8 +154,8 @@ typedef struct { uint64_t x, w; int32_t n_heads, head_dim, wdt; float eps; } ppn
  * attn. A position outside the cache stores nothing. Shapes: ppn_op_attn_rope_fits. kc, vc: dtype kvdt
  * (KV caches above). */
 typedef struct {
-    uint64_t out, q, kc, vc, hdr, part, inv_freq;
-    int32_t n_heads, n_kv, head_dim, ctx, n_split, interleaved, kvdt;
+    uint64_t out, q, kc, vc, hdr, part, inv_freq, tbl;
+    int32_t n_heads, n_kv, head_dim, cap, n_split, interleaved, kvdt, block_log2;
     float scale;
 } ppn_kp_attn;
 /* The same op for bf16 and f16 caches: a kernel per cache dtype, so each keeps its registers unspilled. */
@@ -177,23 +199,23 @@ typedef struct { uint64_t out, in, w; int32_t n, wdt, c; float eps; } ppn_kp_rms
 typedef struct { uint64_t x, w; int32_t stride, h0, n_heads, head_dim, wdt, c; float eps; } ppn_kp_head_rmsnorm_rows;
 
 /* Row i of qkv [c, (n_q + 2 n_kv) head_dim]: its n_q + n_kv q and k heads rotated in place at pos0 + i (rope's
- * inv_freq, interleaved and bits), then its k heads (rotated) and v heads stored into kc, vc [n_kv, ctx, head_dim]
- * (dtype kvdt) at pos0 + i: what ppn_k_rope with caches does for one token, per row. pos0 + c <= ctx. */
+ * inv_freq, interleaved and bits), then its k heads (rotated) and v heads stored into kc, vc [n_kv, cap, head_dim]
+ * (dtype kvdt) at pos0 + i through tbl (KV caches above): what ppn_k_rope with caches does for one token, per row. */
 typedef struct {
-    uint64_t qkv, inv_freq, kc, vc;
-    int32_t n_q, n_kv, head_dim, interleaved, ctx, kvdt, pos0, c;
+    uint64_t qkv, inv_freq, kc, vc, tbl;
+    int32_t n_q, n_kv, head_dim, interleaved, cap, kvdt, pos0, c, block_log2;
 } ppn_kp_rope_kv_rows;
 
 /* Causal attention of c query rows over the caches: row i (position p = pos0 + i), query head h, KV head
  * g = h / (n_heads / n_kv): out[i, h] = softmax_{j <= p}(q[i, h] . K[g, j] * scale) V[g, j]. q: the first
  * n_heads head_dim floats of each row of qkv (row stride (n_heads + 2 n_kv) head_dim floats); out
- * [c, n_heads head_dim]; kc, vc of dtype kvdt (the KV caches above), holding positions 0 .. pos0 + c - 1.
+ * [c, n_heads head_dim]; kc, vc of dtype kvdt (the KV pools above, through tbl), holding positions 0 .. pos0 + c - 1.
  * One kernel per cache dtype: bf16 and f16 caches with head_dim 64 or 128 run on tensor cores (q and the
  * softmax weights rounded to the cache's dtype, f32 accumulation); f32 caches and other head_dims on a SIMT path
  * in f32. The CPU reference is ppn_cpu_attn run per row. */
 typedef struct {
-    uint64_t out, qkv, kc, vc;
-    int32_t n_heads, n_kv, head_dim, ctx, kvdt, pos0, c;
+    uint64_t out, qkv, kc, vc, tbl;
+    int32_t n_heads, n_kv, head_dim, cap, kvdt, pos0, c, block_log2;
     float scale;
 } ppn_kp_attn_rows;
 typedef ppn_kp_attn_rows ppn_kp_attn_rows_bf16;
@@ -206,5 +228,33 @@ typedef struct { uint64_t out, gu; int32_t n, c; } ppn_kp_swiglu_rows;
  * wins, -1 when every value is NaN): one block per row (a batched decode step's greedy tokens). */
 typedef struct { uint64_t out, x; int32_t n, rows; } ppn_kp_argmax_rows;
 #define PPN_ARGMAX_ROWS_THREADS 1024
+
+/* ---------------------------------------------------------------------------------------------------------
+ * Batched decode: B sequences in one launch, one row each (row i of a [B, ...] activation). Row i's position and
+ * block table come from segs[i] in device memory, so a launch's parameters do not change as the sequences grow. */
+
+/* One row of a batched decode step, in device memory: its position and its sequence's block table (0: identity). */
+typedef struct ppn_kseg { int32_t pos, pad; uint64_t tbl; } ppn_kseg;
+
+/* Row i of qkv [B, (n_q + 2 n_kv) head_dim]: its q and k heads rotated in place at segs[i].pos, then its rotated k
+ * heads and v heads stored into the pools kc, vc through segs[i].tbl: ppn_kp_rope_kv_rows's row with the position
+ * and table of its own. */
+typedef struct {
+    uint64_t qkv, inv_freq, kc, vc, segs;
+    int32_t n_q, n_kv, head_dim, interleaved, cap, kvdt, block_log2, B;
+} ppn_kp_rope_kv_batch;
+
+/* Decode attention of B rows: row i is ppn_kp_attn at position segs[i].pos through segs[i].tbl, with a.q and a.out
+ * its row of qkv (row stride (n_heads + 2 n_kv) head_dim floats) and of out (n_heads head_dim floats), and its own
+ * scratch: row i's part is a.part + i * ppn_op_attn_scratch_bytes(n_heads, n_split, head_dim). a.hdr, a.tbl and
+ * a.inv_freq are 0 (no fused rotary). Grid (n_kv, n_split, B): every CTA is a decode attention CTA of its row, so
+ * row i's bits are ppn_kp_attn's at that position and n_split, whatever the other rows are. */
+typedef struct {
+    ppn_kp_attn a;
+    uint64_t segs;
+    int32_t B;
+} ppn_kp_attn_batch;
+typedef ppn_kp_attn_batch ppn_kp_attn_batch_bf16;
+typedef ppn_kp_attn_batch ppn_kp_attn_batch_f16;
 
 #endif

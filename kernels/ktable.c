@@ -37,6 +37,11 @@ const ppn_gpu_kernel ppn_kernels[PPN_K_COUNT] = {
     PPN_KDESC(PPN_K_ATTN_ROWS_F16, attn_rows_f16),
     PPN_KDESC(PPN_K_SWIGLU_ROWS, swiglu_rows),
     PPN_KDESC(PPN_K_ARGMAX_ROWS, argmax_rows),
+
+    PPN_KDESC(PPN_K_ROPE_KV_BATCH, rope_kv_batch),
+    PPN_KDESC(PPN_K_ATTN_BATCH, attn_batch),
+    PPN_KDESC(PPN_K_ATTN_BATCH_BF16, attn_batch_bf16),
+    PPN_KDESC(PPN_K_ATTN_BATCH_F16, attn_batch_f16),
 };
 
 #if PPN_HAVE_FATBIN

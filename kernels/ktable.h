@@ -35,6 +35,10 @@ typedef enum ppn_kernel_id {
     PPN_K_ATTN_ROWS_F16,
     PPN_K_SWIGLU_ROWS,
     PPN_K_ARGMAX_ROWS,
+    PPN_K_ROPE_KV_BATCH,
+    PPN_K_ATTN_BATCH,
+    PPN_K_ATTN_BATCH_BF16,
+    PPN_K_ATTN_BATCH_F16,
     PPN_K_COUNT
 } ppn_kernel_id;
 

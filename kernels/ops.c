@@ -162,9 +162,9 @@ ppn_status ppn_op_matvec(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, i
 }
 
 /* The rotary's checks, then its geometry and accesses with the KV store's (whose arguments the caller
- * validated). The row stored depends on hdr->pos, which lives in device memory, so the whole caches are
- * declared. */
-static ppn_status rope_submit(ppn_gpu *g, ppn_gstream *s, const char *op, const ppn_kp_rope *p)
+ * validated). The row stored depends on hdr->pos, which lives in device memory, so every block the view holds
+ * (an identity view: the whole pools) is declared. */
+static ppn_status rope_submit(ppn_gpu *g, ppn_gstream *s, const char *op, const ppn_kp_rope *p, const ppn_kv_view *kv)
 {
     PPN_CHECK(need_positive(op, "head_dim", p->head_dim));
     if (p->head_dim % 2) return ppn_err(PPN_EINVAL, "%s: head_dim must be even (got %d)", op, p->head_dim);
@@ -172,33 +172,27 @@ static ppn_status rope_submit(ppn_gpu *g, ppn_gstream *s, const char *op, const 
     PPN_CHECK(need_ptr(op, "inv_freq", p->inv_freq));
     PPN_CHECK(need_ptr(op, "hdr", p->hdr));
     size_t kvn = (size_t)p->n_kv * (size_t)p->head_dim;
-    size_t cache = ppn_op_kv_cache_bytes(p->n_kv, p->head_dim, p->ctx, p->kvdt);
     ppn_launch l = launch_init(PPN_K_ROPE, p, (unsigned)p->n_heads, ROPE_BLOCK);
     acc_add(&l, p->x, f32_bytes((size_t)p->n_heads * (size_t)p->head_dim), PPN_ACC_RW);
     acc_add(&l, p->inv_freq, f32_bytes((size_t)p->head_dim / 2), PPN_ACC_R);
     acc_add(&l, p->hdr, sizeof(ppn_step_hdr), PPN_ACC_R);
     acc_add(&l, p->v, f32_bytes(kvn), PPN_ACC_R);
-    acc_add(&l, p->kc, cache, PPN_ACC_W);
-    acc_add(&l, p->vc, cache, PPN_ACC_W);
-    return submit(g, s, &l);
+    return ppn_kv_submit(g, s, &l, kv, p->n_kv, p->head_dim, 0, ppn_kv_view_limit(kv), PPN_ACC_W);
 }
 
 ppn_status ppn_op_rope_kv(ppn_gpu *g, ppn_gstream *s, ppn_dptr qk, int n_q, int n_kv, int head_dim,
-                          ppn_dptr inv_freq, int interleaved, ppn_dptr hdr, ppn_dptr kc, ppn_dptr vc, ppn_dptr v,
-                          int ctx, int kvdt)
+                          ppn_dptr inv_freq, int interleaved, ppn_dptr hdr, const ppn_kv_view *kv, ppn_dptr v)
 {
     static const char op[] = "ppn_op_rope_kv";
-    PPN_CHECK(need_kvdt(op, kvdt));
+    PPN_CHECK(ppn_kv_view_check(op, kv));
     PPN_CHECK(need_positive(op, "n_q", n_q));
     PPN_CHECK(need_positive(op, "n_kv", n_kv));
-    PPN_CHECK(need_positive(op, "ctx", ctx));
-    PPN_CHECK(need_ptr(op, "kc", kc));
-    PPN_CHECK(need_ptr(op, "vc", vc));
     PPN_CHECK(need_ptr(op, "v", v));
-    ppn_kp_rope p = {.x = qk, .inv_freq = inv_freq, .hdr = hdr, .kc = kc, .vc = vc, .v = v, .n_heads = n_q + n_kv,
-                     .head_dim = head_dim, .interleaved = interleaved ? 1 : 0, .n_kv = n_kv, .ctx = ctx,
-                     .kvdt = kvdt};
-    return rope_submit(g, s, op, &p);
+    const ppn_kv_pool *pl = &kv->pool;
+    ppn_kp_rope p = {.x = qk, .inv_freq = inv_freq, .hdr = hdr, .kc = pl->k, .vc = pl->v, .v = v, .tbl = kv->tbl,
+                     .n_heads = n_q + n_kv, .head_dim = head_dim, .interleaved = interleaved ? 1 : 0, .n_kv = n_kv,
+                     .cap = pl->cap, .kvdt = pl->kvdt, .block_log2 = pl->block_log2};
+    return rope_submit(g, s, op, &p, kv);
 }
 
 ppn_status ppn_op_head_rmsnorm(ppn_gpu *g, ppn_gstream *s, ppn_dptr x, int n_heads, int head_dim, ppn_dptr w,
@@ -217,10 +211,10 @@ ppn_status ppn_op_head_rmsnorm(ppn_gpu *g, ppn_gstream *s, ppn_dptr x, int n_hea
     return submit(g, s, &l);
 }
 
-size_t ppn_op_kv_cache_bytes(int n_kv, int head_dim, int ctx, int kvdt)
+size_t ppn_op_kv_cache_bytes(int n_kv, int head_dim, int cap, int kvdt)
 {
-    if (n_kv <= 0 || head_dim <= 0 || ctx <= 0) return 0;
-    return (size_t)n_kv * (size_t)head_dim * (size_t)ctx * ppn_dtype_size(kvdt);
+    if (n_kv <= 0 || head_dim <= 0 || cap <= 0) return 0;
+    return (size_t)n_kv * (size_t)head_dim * (size_t)cap * ppn_dtype_size(kvdt);
 }
 
 size_t ppn_op_attn_scratch_bytes(int n_heads, int n_split, int head_dim)
@@ -239,14 +233,13 @@ int ppn_op_attn_split(int n_kv, int sm_count)
     return n < 1 ? 1 : n > ATTN_SPLIT_CAP ? ATTN_SPLIT_CAP : n;
 }
 
-static ppn_status attn_check(const char *op, int n_heads, int n_kv, int head_dim, int ctx, int n_split)
+static ppn_status attn_check(const char *op, int n_heads, int n_kv, int head_dim, int n_split)
 {
     if (n_split < 1 || n_split > ATTN_MAX_SPLIT)
         return ppn_err(PPN_EINVAL, "%s: n_split must be in 1..%d (got %d)", op, ATTN_MAX_SPLIT, n_split);
     PPN_CHECK(need_positive(op, "n_heads", n_heads));
     PPN_CHECK(need_positive(op, "n_kv", n_kv));
     PPN_CHECK(need_positive(op, "head_dim", head_dim));
-    PPN_CHECK(need_positive(op, "ctx", ctx));
     if (n_heads % n_kv)
         return ppn_err(PPN_EINVAL, "%s: n_heads (%d) must be a multiple of n_kv (%d)", op, n_heads, n_kv);
     if (head_dim > ATTN_MAX_HEAD_DIM)
@@ -257,11 +250,13 @@ static ppn_status attn_check(const char *op, int n_heads, int n_kv, int head_dim
 
 /* The checks, geometry and accesses attn and attn_rope share (p->inv_freq set: the fused rotary). The whole
  * scratch is declared read-write whatever n_split is: its counters carry state between launches, so two
- * streams sharing one scratch must be ordered (the checker sees it). The rows written at hdr->pos depend on
- * device memory, so the fused rotary declares the whole caches read-write. */
-static ppn_status attn_submit(ppn_gpu *g, ppn_gstream *s, const char *op, const ppn_kp_attn *p)
+ * streams sharing one scratch must be ordered (the checker sees it). The positions read and the row written at
+ * hdr->pos depend on device memory, so every block the view holds is declared (read-write with the fused
+ * rotary). */
+static ppn_status attn_submit(ppn_gpu *g, ppn_gstream *s, const char *op, const ppn_kp_attn *p, const ppn_kv_view *kv)
 {
-    PPN_CHECK(attn_check(op, p->n_heads, p->n_kv, p->head_dim, p->ctx, p->n_split));
+    PPN_CHECK(ppn_kv_view_check(op, kv));
+    PPN_CHECK(attn_check(op, p->n_heads, p->n_kv, p->head_dim, p->n_split));
     if (p->inv_freq) { /* the fused rotary's shapes */
         if (p->head_dim % 2) return ppn_err(PPN_EINVAL, "%s: head_dim must be even (got %d)", op, p->head_dim);
         if (!ppn_op_attn_rope_fits(p->head_dim, p->interleaved))
@@ -270,39 +265,40 @@ static ppn_status attn_submit(ppn_gpu *g, ppn_gstream *s, const char *op, const 
                            "rope_kv + attn)",
                            op, p->head_dim, p->interleaved ? "interleaved pairs" : "rotated halves");
     }
-    PPN_CHECK(need_kvdt(op, p->kvdt));
     PPN_CHECK(need_ptr(op, "out", p->out));
     PPN_CHECK(need_ptr(op, "q", p->q));
-    PPN_CHECK(need_ptr(op, "kc", p->kc));
-    PPN_CHECK(need_ptr(op, "vc", p->vc));
     PPN_CHECK(need_ptr(op, "hdr", p->hdr));
     PPN_CHECK(need_ptr(op, "part", p->part));
     size_t qb = f32_bytes((size_t)p->n_heads * (size_t)p->head_dim);
     size_t kvb = f32_bytes((size_t)p->n_kv * (size_t)p->head_dim);
-    size_t cache = ppn_op_kv_cache_bytes(p->n_kv, p->head_dim, p->ctx, p->kvdt);
     int cmode = p->inv_freq ? PPN_ACC_RW : PPN_ACC_R;
     int k = p->kvdt == PPN_DTYPE_BF16 ? PPN_K_ATTN_BF16 : p->kvdt == PPN_DTYPE_F16 ? PPN_K_ATTN_F16 : PPN_K_ATTN;
     ppn_launch l = launch_init(k, p, (unsigned)p->n_kv, ATTN_BLOCK); /* a CTA per KV head's group */
     l.grid[1] = (unsigned)p->n_split; /* never pos: the launch is the same for every step */
     acc_add(&l, p->q, p->inv_freq ? qb + 2u * kvb : qb, PPN_ACC_R);
-    acc_add(&l, p->kc, cache, cmode);
-    acc_add(&l, p->vc, cache, cmode);
     acc_add(&l, p->hdr, sizeof(ppn_step_hdr), PPN_ACC_R);
     acc_add(&l, p->part, ppn_op_attn_scratch_bytes(p->n_heads, p->n_split, p->head_dim), PPN_ACC_RW);
     acc_add(&l, p->out, qb, PPN_ACC_W);
     if (p->inv_freq) acc_add(&l, p->inv_freq, f32_bytes((size_t)p->head_dim / 2), PPN_ACC_R);
-    return submit(g, s, &l);
+    return ppn_kv_submit(g, s, &l, kv, p->n_kv, p->head_dim, 0, ppn_kv_view_limit(kv), cmode);
+}
+
+/* The params' KV fields from a view (checked by attn_submit; a NULL view is caught there). */
+static void attn_kv(ppn_kp_attn *p, const ppn_kv_view *kv)
+{
+    if (!kv) return;
+    p->kc = kv->pool.k, p->vc = kv->pool.v, p->tbl = kv->tbl, p->cap = kv->pool.cap, p->kvdt = kv->pool.kvdt;
+    p->block_log2 = kv->pool.block_log2;
 }
 
 /* Also returns PPN_EUNSUPPORTED for head_dim > 256 (the CUDA kernel keeps a head's output in registers). */
-ppn_status ppn_op_attn(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr q, ppn_dptr kc, ppn_dptr vc,
-                       int n_heads, int n_kv, int head_dim, int ctx, float scale, ppn_dptr hdr, ppn_dptr part,
-                       int n_split, int kvdt)
+ppn_status ppn_op_attn(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr q, const ppn_kv_view *kv, int n_heads,
+                       int n_kv, int head_dim, float scale, ppn_dptr hdr, ppn_dptr part, int n_split)
 {
-    ppn_kp_attn p = {.out = out, .q = q, .kc = kc, .vc = vc, .hdr = hdr, .part = part, .n_heads = n_heads,
-                     .n_kv = n_kv, .head_dim = head_dim, .ctx = ctx, .n_split = n_split, .kvdt = kvdt,
-                     .scale = scale};
-    return attn_submit(g, s, "ppn_op_attn", &p);
+    ppn_kp_attn p = {.out = out, .q = q, .hdr = hdr, .part = part, .n_heads = n_heads, .n_kv = n_kv,
+                     .head_dim = head_dim, .n_split = n_split, .scale = scale};
+    attn_kv(&p, kv);
+    return attn_submit(g, s, "ppn_op_attn", &p, kv);
 }
 
 /* The kernel rotates a row where attention holds it (lane l: dims l + 32 i, i < NJ = 2, 4 for head_dim up
@@ -316,16 +312,17 @@ int ppn_op_attn_rope_fits(int head_dim, int interleaved)
     return interleaved || head_dim == 64 || head_dim == 128 || (head_dim <= 32 && pow2);
 }
 
-ppn_status ppn_op_attn_rope(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr qkv, ppn_dptr kc, ppn_dptr vc,
-                            int n_heads, int n_kv, int head_dim, int ctx, float scale, ppn_dptr hdr, ppn_dptr part,
-                            int n_split, ppn_dptr inv_freq, int interleaved, int kvdt)
+ppn_status ppn_op_attn_rope(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr qkv, const ppn_kv_view *kv,
+                            int n_heads, int n_kv, int head_dim, float scale, ppn_dptr hdr, ppn_dptr part,
+                            int n_split, ppn_dptr inv_freq, int interleaved)
 {
     static const char op[] = "ppn_op_attn_rope";
     PPN_CHECK(need_ptr(op, "inv_freq", inv_freq)); /* attn_submit checks the rest */
-    ppn_kp_attn p = {.out = out, .q = qkv, .kc = kc, .vc = vc, .hdr = hdr, .part = part, .inv_freq = inv_freq,
-                     .n_heads = n_heads, .n_kv = n_kv, .head_dim = head_dim, .ctx = ctx, .n_split = n_split,
-                     .interleaved = interleaved ? 1 : 0, .kvdt = kvdt, .scale = scale};
-    return attn_submit(g, s, op, &p);
+    ppn_kp_attn p = {.out = out, .q = qkv, .hdr = hdr, .part = part, .inv_freq = inv_freq, .n_heads = n_heads,
+                     .n_kv = n_kv, .head_dim = head_dim, .n_split = n_split, .interleaved = interleaved ? 1 : 0,
+                     .scale = scale};
+    attn_kv(&p, kv);
+    return attn_submit(g, s, op, &p, kv);
 }
 
 ppn_status ppn_op_swiglu(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr gate, ppn_dptr up, int n)

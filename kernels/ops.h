@@ -7,6 +7,33 @@
 #include "core/device/gpu.h"
 #include "kernels/ktable.h"
 
+/* Paged KV (kparams.h, "KV caches"): one layer's K and V pools, each [n_kv, cap, head_dim] elements of kvdt, cap =
+ * n_blocks << block_log2 pool positions (block_log2 in 0..12), shared by every sequence of the layer. */
+typedef struct ppn_kv_pool {
+    ppn_dptr k, v;
+    int cap, block_log2, kvdt;
+} ppn_kv_pool;
+/* One sequence's view of a layer's pools: its block table maps its position p to pool position
+ * (tbl[p >> L] << L) | (p & (2^L - 1)). The kernels read the table in device memory; the host copy is what the ops
+ * check (every entry in [0, cap >> L), else PPN_EINVAL) and declare to the sim checker (the K and V ranges of each
+ * held block for every KV head, and the table itself as read; an identity view declares the whole pools as
+ * before). The device table must hold the host copy's entries by the time the launch runs (the caller orders
+ * that); positions an op touches must lie below n_tbl << block_log2. */
+typedef struct ppn_kv_view {
+    ppn_kv_pool pool;
+    ppn_dptr tbl;         /* the sequence's device block table (0: identity) */
+    const int32_t *tbl_h; /* host copy of its first n_tbl entries, for the declared accesses (NULL with tbl 0) */
+    int n_tbl;            /* blocks the sequence holds: positions < n_tbl << block_log2 (with tbl 0: cap) */
+} ppn_kv_view;
+
+/* The identity view of caches k, v [n_kv, cap, head_dim] (the layout before paging). */
+static inline ppn_kv_view ppn_kv_view_identity(ppn_dptr k, ppn_dptr v, int cap, int kvdt)
+{
+    ppn_kv_view w = {.pool = {.k = k, .v = v, .cap = cap, .block_log2 = 0, .kvdt = kvdt}, .tbl = 0, .tbl_h = 0,
+                     .n_tbl = 0};
+    return w;
+}
+
 ppn_status ppn_op_embed(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr table, int wdt, int vocab, int dim,
                         ppn_dptr hdr);
 ppn_status ppn_op_rmsnorm(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr in, ppn_dptr w, int wdt, int n,
@@ -30,34 +57,32 @@ int ppn_op_matvec_fusable(int cols);
  * prefill. */
 ppn_status ppn_op_matmat(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x, int m, int rows,
                          int cols, ppn_dptr bias, ppn_dptr res);
-/* rope over qk = [q: n_q heads][k: n_kv heads], then the rotated k and v [n_kv, head_dim] stored into the caches
- * at hdr->pos, in one launch. kvdt (here and in attention): the caches' element dtype, PPN_DTYPE_F32/BF16/F16
- * (kparams.h, KV caches). */
+/* rope over qk = [q: n_q heads][k: n_kv heads], then the rotated k and v [n_kv, head_dim] stored into the pools
+ * of kv at hdr->pos through its table, in one launch. kv->pool.kvdt (here and in attention): the pools' element
+ * dtype, PPN_DTYPE_F32/BF16/F16 (kparams.h, KV caches). Also PPN_EINVAL for a view ppn_kv_view's rules refuse. */
 ppn_status ppn_op_rope_kv(ppn_gpu *g, ppn_gstream *s, ppn_dptr qk, int n_q, int n_kv, int head_dim,
-                          ppn_dptr inv_freq, int interleaved, ppn_dptr hdr, ppn_dptr kc, ppn_dptr vc, ppn_dptr v,
-                          int ctx, int kvdt);
+                          ppn_dptr inv_freq, int interleaved, ppn_dptr hdr, const ppn_kv_view *kv, ppn_dptr v);
 ppn_status ppn_op_head_rmsnorm(ppn_gpu *g, ppn_gstream *s, ppn_dptr x, int n_heads, int head_dim, ppn_dptr w,
                                int wdt, float eps);
 /* Decode attention split over positions into n_split CTAs per KV head (1..64; see ppn_kp_attn). part: scratch of
  * ppn_op_attn_scratch_bytes(n_heads, n_split, head_dim) bytes whose counters are zero (zero it once at
  * allocation; every launch leaves them zero), used by one stream at a time. */
-ppn_status ppn_op_attn(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr q, ppn_dptr kc, ppn_dptr vc,
-                       int n_heads, int n_kv, int head_dim, int ctx, float scale, ppn_dptr hdr, ppn_dptr part,
-                       int n_split, int kvdt);
+ppn_status ppn_op_attn(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr q, const ppn_kv_view *kv, int n_heads,
+                       int n_kv, int head_dim, float scale, ppn_dptr hdr, ppn_dptr part, int n_split);
 /* The same attention with the rotary fused in (see ppn_kp_attn): qkv holds the unrotated [q: n_heads heads;
- * k: n_kv; v: n_kv] of the q|k|v projection and is only read; the rotated k and v are stored into kc, vc at
+ * k: n_kv; v: n_kv] of the q|k|v projection and is only read; the rotated k and v are stored into kv's pools at
  * hdr->pos, as ppn_op_rope_kv stores them. The same bits as rope_kv then attn. Also PPN_EINVAL for an odd
  * head_dim or no inv_freq, and PPN_EUNSUPPORTED for a shape ppn_op_attn_rope_fits refuses. */
-ppn_status ppn_op_attn_rope(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr qkv, ppn_dptr kc, ppn_dptr vc,
-                            int n_heads, int n_kv, int head_dim, int ctx, float scale, ppn_dptr hdr, ppn_dptr part,
-                            int n_split, ppn_dptr inv_freq, int interleaved, int kvdt);
+ppn_status ppn_op_attn_rope(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr qkv, const ppn_kv_view *kv,
+                            int n_heads, int n_kv, int head_dim, float scale, ppn_dptr hdr, ppn_dptr part,
+                            int n_split, ppn_dptr inv_freq, int interleaved);
 /* 1 when ppn_op_attn_rope takes this head_dim and rotary convention: any even head_dim up to 128 with
  * interleaved pairs; 2, 4, .., 32, 64 or 128 with rotated halves (the forward pass fuses only then; else
  * rope_kv + attn). */
 int ppn_op_attn_rope_fits(int head_dim, int interleaved);
-/* Bytes of one layer's k (or v) cache [n_kv, ctx, head_dim] of dtype kvdt (0 for a non-positive size or an
- * unknown dtype): what the sequence allocates and what the ops above declare. */
-size_t ppn_op_kv_cache_bytes(int n_kv, int head_dim, int ctx, int kvdt);
+/* Bytes of one layer's k (or v) pool [n_kv, cap, head_dim] of dtype kvdt (0 for a non-positive size or an
+ * unknown dtype): what the runtime allocates and what the ops above declare for an identity view. */
+size_t ppn_op_kv_cache_bytes(int n_kv, int head_dim, int cap, int kvdt);
 /* Bytes of ppn_op_attn's scratch (0 for a non-positive argument). */
 size_t ppn_op_attn_scratch_bytes(int n_heads, int n_split, int head_dim);
 /* The n_split to use on a device of sm_count SMs for n_kv KV heads: ceil(2 sm_count / n_kv) in 1..64 (1 when
@@ -108,26 +133,56 @@ ppn_status ppn_op_head_rmsnorm_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr x, int 
                                     int head_dim, ppn_dptr w, int wdt, float eps, int c);
 /* Row i of qkv [c, (n_q + 2 n_kv) head_dim] (the q|k|v projection: q heads, k heads, v heads): its q and k heads
  * rotated in place at position pos0 + i (inv_freq and interleaved as ppn_op_rope_kv), then its rotated k and its
- * v stored into the caches kc, vc [n_kv, ctx, head_dim] (dtype kvdt, rounded to nearest even) at pos0 + i.
- * 0 <= pos0, pos0 + c <= ctx; head_dim even, at most 256. The bits of ppn_op_rope_kv run per row. */
+ * v stored into kv's pools (dtype kvdt, rounded to nearest even) at pos0 + i through its table.
+ * 0 <= pos0, pos0 + c <= n_tbl << block_log2 (cap for an identity view); head_dim even, at most 256. The bits of
+ * ppn_op_rope_kv run per row. A table view declares the blocks holding positions pos0 .. pos0 + c - 1. */
 ppn_status ppn_op_rope_kv_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr qkv, int n_q, int n_kv, int head_dim,
-                               ppn_dptr inv_freq, int interleaved, ppn_dptr kc, ppn_dptr vc, int ctx, int kvdt,
-                               int pos0, int c);
+                               ppn_dptr inv_freq, int interleaved, const ppn_kv_view *kv, int pos0, int c);
 /* Causal attention of c query rows over the caches (which already hold the chunk's own k and v): row i, at
  * position p = pos0 + i, for query head h with KV head g = h / (n_heads / n_kv):
  *   out[i, h] = softmax_j(q[i, h] . K[g, j] * scale) V[g, j], j = 0 .. p
  * q is the first n_heads * head_dim floats of each row of qkv (row stride (n_heads + 2 n_kv) head_dim), out
- * [c, n_heads * head_dim], which must not overlap qkv. kc, vc as in ppn_op_rope_kv_rows. 0 <= pos0, pos0 + c <= ctx;
- * head_dim even, at most 256. bf16 / f16 caches with head_dim 64 or 128 run on tensor cores (q and the softmax
- * weights rounded to the cache's dtype, f32 accumulation; kc, vc 16-byte and qkv, out 8-byte aligned, else
- * PPN_EINVAL); f32 caches and other head_dims on a slower f32 path. */
-ppn_status ppn_op_attn_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr qkv, ppn_dptr kc, ppn_dptr vc,
-                            int n_heads, int n_kv, int head_dim, int ctx, int kvdt, float scale, int pos0, int c);
+ * [c, n_heads * head_dim], which must not overlap qkv. kv as in ppn_op_rope_kv_rows (a table view declares the
+ * blocks holding positions 0 .. pos0 + c - 1). head_dim even, at most 256. bf16 / f16 caches with head_dim 64 or
+ * 128 run on tensor cores (q and the softmax weights rounded to the cache's dtype, f32 accumulation; the pools
+ * 16-byte and qkv, out 8-byte aligned, else PPN_EINVAL); f32 caches and other head_dims on a slower f32 path. */
+ppn_status ppn_op_attn_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr qkv, const ppn_kv_view *kv,
+                            int n_heads, int n_kv, int head_dim, float scale, int pos0, int c);
 /* out[i, :] = silu(gu[i, 0 .. n)) * gu[i, n .. 2n) for i < c: gu [c, 2n] (the gate|up GEMM's rows), out [c, n],
  * a separate buffer. */
 ppn_status ppn_op_swiglu_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr gu, int n, int c);
 /* out_i32[i] = argmax of row i of x [rows, n] (ppn_op_argmax_wide's rule: lowest index on ties, NaN never
  * chosen, -1 for a row of NaN), one block per row; out must not overlap x. */
 ppn_status ppn_op_argmax_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out_i32, ppn_dptr x, int n, int rows);
+
+/* ---------------------------------------------------------------------------------------------------------
+ * Batched decode: B sequences of one layer in one launch, one row each (kparams.h, "Batched decode"). Row i's
+ * position and table are segs_d[i] (ppn_kseg, device memory: a launch's parameters stay fixed while the sequences
+ * grow); segs_h is its host copy, and tbl_h[i], n_tbl[i] the host copy of row i's table (as ppn_kv_view's tbl_h,
+ * n_tbl; ignored for a row whose segs_h[i].tbl is 0, the identity; tbl_h and n_tbl may be NULL when every row's
+ * is). The ops check every row (0 <= pos < n_tbl[i] << block_log2, or < cap for an identity row; table entries
+ * in the pool; else PPN_EINVAL naming the row) and declare every held block of every row's table for every KV
+ * head (an identity row: the whole pools), the tables and segs_d as read. 1 <= B <= 65535.
+ * --------------------------------------------------------------------------------------------------------- */
+
+/* Row i of qkv [B, (n_q + 2 n_kv) head_dim]: its q and k heads rotated in place at segs[i].pos, then its rotated
+ * k and its v stored into the pools through segs[i].tbl: ppn_op_rope_kv_rows's row, with the same bits. */
+ppn_status ppn_op_rope_kv_batch(ppn_gpu *g, ppn_gstream *s, ppn_dptr qkv, int n_q, int n_kv, int head_dim,
+                                ppn_dptr inv_freq, int interleaved, const ppn_kv_pool *pool, ppn_dptr segs_d,
+                                const ppn_kseg *segs_h, const int32_t *const *tbl_h, const int *n_tbl, int B);
+/* out [B, n_heads head_dim]: row i's q (the first n_heads head_dim floats of row i of qkv, whose rows are
+ * (n_heads + 2 n_kv) head_dim floats) attends positions 0 .. segs[i].pos of its own sequence (causal, GQA; the
+ * pools already hold this step's k and v: ppn_op_rope_kv_batch first). Every CTA is one of ppn_op_attn's, over
+ * (KV head, position split, row): so each row is ppn_op_attn at its position with this n_split, the same bits
+ * (on the CPU reference and on CUDA), whatever B and the other rows are. n_split (1..64) is the caller's: a
+ * model keeps one (ppn_op_attn_split) so a row's bits never depend on the batch. part: scratch of
+ * ppn_op_attn_batch_scratch_bytes(B, n_heads, n_split, head_dim) bytes whose counters are zero (zero it once;
+ * every launch leaves them zero), used by one stream at a time. out must not overlap qkv. */
+ppn_status ppn_op_attn_batch(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr qkv, int n_heads, int n_kv,
+                             int head_dim, float scale, const ppn_kv_pool *pool, ppn_dptr segs_d,
+                             const ppn_kseg *segs_h, const int32_t *const *tbl_h, const int *n_tbl, int B,
+                             ppn_dptr part, int n_split);
+/* Bytes of ppn_op_attn_batch's scratch: B rows of ppn_op_attn_scratch_bytes (0 for a non-positive argument). */
+size_t ppn_op_attn_batch_scratch_bytes(int B, int n_heads, int n_split, int head_dim);
 
 #endif

@@ -58,4 +58,33 @@ static inline ppn_status submit(ppn_gpu *g, ppn_gstream *s, const ppn_launch *l)
 
 static inline size_t f32_bytes(size_t n) { return n * sizeof(float); }
 
+/* Paged KV (kernels/ops_kv.c): a view's checks and the declared accesses of the blocks an op may touch. A
+ * ppn_kv_decl grows a heap list of ranges (adjacent ranges of one mode coalesced) that ppn_kv_decl_attach hangs
+ * on a launch as its further accesses (ppn_launch.xacc); free it after the submit. */
+typedef struct ppn_kv_decl {
+    ppn_access *a;
+    int n, cap;
+} ppn_kv_decl;
+/* The view's rules (ppn_kv_view in ops.h): pools, cap, block_log2, kvdt, and with a table its host copy (1 <= n_tbl
+ * <= cap >> L, every entry in the pool). PPN_EINVAL naming op otherwise. */
+ppn_status ppn_kv_view_check(const char *op, const ppn_kv_view *kv);
+/* Positions below this may be touched through kv: n_tbl << L with a table, else cap. */
+int ppn_kv_view_limit(const ppn_kv_view *kv);
+ppn_status ppn_kv_decl_add(ppn_kv_decl *d, ppn_dptr p, size_t bytes, int mode);
+/* Table blocks b0 .. b1 - 1 of tbl_h (host copy) for every KV head, in the K pool then the V pool, with mode. */
+ppn_status ppn_kv_decl_blocks(ppn_kv_decl *d, const ppn_kv_pool *pool, int n_kv, int head_dim, const int32_t *tbl_h,
+                              int b0, int b1, int mode);
+/* Positions [p0, p1) of kv for every KV head, as ppn_kv_decl_blocks (a table view: the blocks holding them, and
+ * the table's entries 0 .. n_tbl - 1 as read) or, for an identity view, from head 0's position p0 to the last
+ * head's p1 - 1 in one range per pool (the heads between covered whole, as before paging). */
+ppn_status ppn_kv_decl_view(ppn_kv_decl *d, const ppn_kv_view *kv, int n_kv, int head_dim, int p0, int p1, int mode);
+void ppn_kv_decl_attach(const ppn_kv_decl *d, ppn_launch *l);
+/* Submit l with kv's positions [p0, p1) declared as ppn_kv_decl_view declares them (an identity view in the
+ * launch's fixed list when it has room). */
+ppn_status ppn_kv_submit(ppn_gpu *g, ppn_gstream *s, ppn_launch *l, const ppn_kv_view *kv, int n_kv, int head_dim,
+                         int p0, int p1, int mode);
+/* Submit l with d's ranges attached as its further accesses, then free d (whatever the status). */
+ppn_status ppn_kv_decl_submit(ppn_gpu *g, ppn_gstream *s, ppn_launch *l, ppn_kv_decl *d);
+void ppn_kv_decl_free(ppn_kv_decl *d);
+
 #endif

@@ -22,18 +22,21 @@
 #define ROWS_TC_BM 64u        /* the tensor-core path: query rows (position, head) per block (rows.cu PPN_TC_BM) */
 #define ROWS_TC_BN 64u        /* and KV positions per tile (PPN_TC_BN), double-buffered */
 
-/* The chunk's common rule: 1 <= c, and (where there is a cache) 0 <= pos0, pos0 + c <= ctx. */
+/* The chunk's common rule: 1 <= c, and (where there is a cache) a valid view with 0 <= pos0, pos0 + c <= the
+ * positions it holds (ppn_kv_view_limit). */
 static ppn_status need_rows(const char *op, int c) { return need_positive(op, "c (rows)", c); }
 
-static ppn_status need_span(const char *op, int pos0, int c, int ctx)
+static ppn_status need_span(const char *op, int pos0, int c, const ppn_kv_view *kv)
 {
     PPN_CHECK(need_rows(op, c));
-    PPN_CHECK(need_positive(op, "ctx", ctx));
-    if (pos0 < 0 || pos0 > ctx - c)
-        return ppn_err(PPN_EINVAL, "%s: rows at positions %d .. %d do not fit the cache of ctx %d (pos0 %d, c %d)",
-                       op, pos0, pos0 + c - 1, ctx, pos0, c);
+    PPN_CHECK(ppn_kv_view_check(op, kv));
+    int lim = ppn_kv_view_limit(kv);
+    if (pos0 < 0 || pos0 > lim - c)
+        return ppn_err(PPN_EINVAL, "%s: rows at positions %d .. %d do not fit the %d positions the %s holds (pos0 %d, "
+                       "c %d)", op, pos0, pos0 + c - 1, lim, kv->tbl ? "block table" : "cache", pos0, c);
     return PPN_OK;
 }
+
 
 static ppn_status need_even_head(const char *op, int head_dim)
 {
@@ -53,14 +56,6 @@ static ppn_status need_apart(const char *op, const char *an, ppn_dptr a, size_t 
     if (disjoint(a, as, b, bs)) return PPN_OK;
     return ppn_err(PPN_EINVAL, "%s: %s [0x%llx, +%zu) overlaps %s [0x%llx, +%zu)", op, an, (unsigned long long)a, as,
                    bn, (unsigned long long)b, bs);
-}
-
-/* The bytes of positions 0 .. npos - 1 of every KV head of a cache [n_kv, ctx, head_dim]: from the first head's
- * row 0 to the last head's row npos - 1 (the heads between are covered whole: the checker keeps blocks whole). */
-static size_t kv_span_bytes(int n_kv, int head_dim, int ctx, int npos, int kvdt)
-{
-    size_t rows = (size_t)(n_kv - 1) * (size_t)ctx + (size_t)npos;
-    return rows * (size_t)head_dim * ppn_dtype_size(kvdt);
 }
 
 ppn_status ppn_op_embed_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr table, int wdt, int vocab, int dim,
@@ -140,31 +135,24 @@ static unsigned rope_rows_block(int half)
 }
 
 ppn_status ppn_op_rope_kv_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr qkv, int n_q, int n_kv, int head_dim,
-                               ppn_dptr inv_freq, int interleaved, ppn_dptr kc, ppn_dptr vc, int ctx, int kvdt,
-                               int pos0, int c)
+                               ppn_dptr inv_freq, int interleaved, const ppn_kv_view *kv, int pos0, int c)
 {
     static const char op[] = "ppn_op_rope_kv_rows";
-    PPN_CHECK(need_span(op, pos0, c, ctx));
+    PPN_CHECK(need_span(op, pos0, c, kv));
     PPN_CHECK(need_positive(op, "n_q", n_q));
     PPN_CHECK(need_positive(op, "n_kv", n_kv));
     PPN_CHECK(need_even_head(op, head_dim));
-    PPN_CHECK(need_kvdt(op, kvdt));
     PPN_CHECK(need_ptr(op, "qkv", qkv));
     PPN_CHECK(need_ptr(op, "inv_freq", inv_freq));
-    PPN_CHECK(need_ptr(op, "kc", kc));
-    PPN_CHECK(need_ptr(op, "vc", vc));
-    ppn_kp_rope_kv_rows p = {.qkv = qkv, .inv_freq = inv_freq, .kc = kc, .vc = vc, .n_q = n_q, .n_kv = n_kv,
-                             .head_dim = head_dim, .interleaved = interleaved ? 1 : 0, .ctx = ctx, .kvdt = kvdt,
-                             .pos0 = pos0, .c = c};
+    const ppn_kv_pool *pl = &kv->pool;
+    ppn_kp_rope_kv_rows p = {.qkv = qkv, .inv_freq = inv_freq, .kc = pl->k, .vc = pl->v, .tbl = kv->tbl, .n_q = n_q,
+                             .n_kv = n_kv, .head_dim = head_dim, .interleaved = interleaved ? 1 : 0, .cap = pl->cap,
+                             .kvdt = pl->kvdt, .pos0 = pos0, .c = c, .block_log2 = pl->block_log2};
     size_t row = (size_t)(n_q + 2 * n_kv) * (size_t)head_dim;
-    size_t span = kv_span_bytes(n_kv, head_dim, ctx, pos0 + c, kvdt);
-    size_t skip = (size_t)pos0 * (size_t)head_dim * ppn_dtype_size(kvdt); /* head 0's rows before pos0 */
     ppn_launch l = launch_init(PPN_K_ROPE_KV_ROWS, &p, (unsigned)c, rope_rows_block(head_dim / 2));
     acc_add(&l, qkv, f32_bytes((size_t)c * row), PPN_ACC_RW);
     acc_add(&l, inv_freq, f32_bytes((size_t)head_dim / 2), PPN_ACC_R);
-    acc_add(&l, kc + skip, span - skip, PPN_ACC_W);
-    acc_add(&l, vc + skip, span - skip, PPN_ACC_W);
-    return submit(g, s, &l);
+    return ppn_kv_submit(g, s, &l, kv, n_kv, head_dim, pos0, pos0 + c, PPN_ACC_W);
 }
 
 /* The tensor-core kernels take bf16 / f16 caches with head_dim 64 or 128; the rest runs the SIMT path. */
@@ -202,21 +190,21 @@ static void attn_rows_geometry(ppn_launch *l, const ppn_kp_attn_rows *p)
     l->smem = (ROWS_ATTN_TILE * (hd + 1u) + ROWS_ATTN_TILE * hd + (ROWS_ATTN_BLOCK / 32u) * hd) * 4u;
 }
 
-ppn_status ppn_op_attn_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr qkv, ppn_dptr kc, ppn_dptr vc,
-                            int n_heads, int n_kv, int head_dim, int ctx, int kvdt, float scale, int pos0, int c)
+ppn_status ppn_op_attn_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr qkv, const ppn_kv_view *kv,
+                            int n_heads, int n_kv, int head_dim, float scale, int pos0, int c)
 {
     static const char op[] = "ppn_op_attn_rows";
-    PPN_CHECK(need_span(op, pos0, c, ctx));
+    PPN_CHECK(need_span(op, pos0, c, kv));
+    const ppn_kv_pool *pl = &kv->pool;
+    ppn_dptr kc = pl->k, vc = pl->v;
+    int kvdt = pl->kvdt;
     PPN_CHECK(need_positive(op, "n_heads", n_heads));
     PPN_CHECK(need_positive(op, "n_kv", n_kv));
     if (n_heads % n_kv)
         return ppn_err(PPN_EINVAL, "%s: n_heads (%d) must be a multiple of n_kv (%d)", op, n_heads, n_kv);
     PPN_CHECK(need_even_head(op, head_dim));
-    PPN_CHECK(need_kvdt(op, kvdt));
     PPN_CHECK(need_ptr(op, "out", out));
     PPN_CHECK(need_ptr(op, "qkv", qkv));
-    PPN_CHECK(need_ptr(op, "kc", kc));
-    PPN_CHECK(need_ptr(op, "vc", vc));
     size_t hd = (size_t)head_dim, row = (size_t)(n_heads + 2 * n_kv) * hd;
     size_t qb = f32_bytes((size_t)(c - 1) * row + (size_t)n_heads * hd), ob = f32_bytes((size_t)c * n_heads * hd);
     PPN_CHECK(need_apart(op, "out", out, ob, "qkv", qkv, qb));
@@ -224,17 +212,15 @@ ppn_status ppn_op_attn_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr q
         return ppn_err(PPN_EINVAL, "%s: the tensor-core path needs kc, vc 16-byte aligned and qkv, out 8-byte aligned "
                        "(kc 0x%llx, vc 0x%llx, qkv 0x%llx, out 0x%llx)", op, (unsigned long long)kc,
                        (unsigned long long)vc, (unsigned long long)qkv, (unsigned long long)out);
-    ppn_kp_attn_rows p = {.out = out, .qkv = qkv, .kc = kc, .vc = vc, .n_heads = n_heads, .n_kv = n_kv,
-                          .head_dim = head_dim, .ctx = ctx, .kvdt = kvdt, .pos0 = pos0, .c = c, .scale = scale};
+    ppn_kp_attn_rows p = {.out = out, .qkv = qkv, .kc = kc, .vc = vc, .tbl = kv->tbl, .n_heads = n_heads,
+                          .n_kv = n_kv, .head_dim = head_dim, .cap = pl->cap, .kvdt = kvdt, .pos0 = pos0, .c = c,
+                          .block_log2 = pl->block_log2, .scale = scale};
     int k = kvdt == PPN_DTYPE_BF16 ? PPN_K_ATTN_ROWS_BF16 : kvdt == PPN_DTYPE_F16 ? PPN_K_ATTN_ROWS_F16 : PPN_K_ATTN_ROWS;
     ppn_launch l = launch_init(k, &p, 1, ROWS_ATTN_BLOCK);
     attn_rows_geometry(&l, &p);
-    size_t span = kv_span_bytes(n_kv, head_dim, ctx, pos0 + c, kvdt);
     acc_add(&l, qkv, qb, PPN_ACC_R);
-    acc_add(&l, kc, span, PPN_ACC_R);
-    acc_add(&l, vc, span, PPN_ACC_R);
     acc_add(&l, out, ob, PPN_ACC_W);
-    return submit(g, s, &l);
+    return ppn_kv_submit(g, s, &l, kv, n_kv, head_dim, 0, pos0 + c, PPN_ACC_R);
 }
 
 ppn_status ppn_op_swiglu_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr gu, int n, int c)

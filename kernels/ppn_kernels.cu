@@ -437,8 +437,9 @@ extern "C" __global__ void ppn_k_rope(const ppn_kp_rope p)
     const float *inv = (const float *)p.inv_freq;
     int32_t pos = ppn_hdr(p.hdr)->pos;
     int half = p.head_dim / 2, kh = (int)blockIdx.x - (p.n_heads - p.n_kv);
-    bool store = p.kc && kh >= 0 && pos >= 0 && pos < p.ctx;
-    size_t dst = store ? ((size_t)kh * (size_t)p.ctx + (size_t)pos) * (size_t)p.head_dim : 0;
+    int32_t pp = p.kc && kh >= 0 ? ppn_kv_pool_pos((const int32_t *)p.tbl, p.block_log2, p.cap, pos) : -1;
+    bool store = pp >= 0; // the pool position through the table (kparams.h); -1 stores nothing
+    size_t dst = store ? ((size_t)kh * (size_t)p.cap + (size_t)pp) * (size_t)p.head_dim : 0;
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
         int a, b;
         float y0, y1;
@@ -589,9 +590,10 @@ __device__ void ppn_attn_pass(const ppn_kp_attn &p, const float *q, int kvh, int
     constexpr int P = ppn_attn_tile(NJ, HP), N = P * HP, SH = 5 - ppn_log2(N), LHP = ppn_log2(HP);
     static_assert(HP * NJ <= 32 && HP <= PPN_ATTN_MAXG && NJ <= PPN_ATTN_MAXJ, "attn pass shape");
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, hd = p.head_dim;
-    size_t kv_off = (size_t)kvh * (size_t)p.ctx * hd; // elements
+    size_t kv_off = (size_t)kvh * (size_t)p.cap * hd; // elements
     constexpr size_t KB = KD == PPN_DTYPE_F32 ? 4 : 2;
     const char *kc = (const char *)p.kc + kv_off * KB, *vc = (const char *)p.vc + kv_off * KB;
+    const int32_t *tbl = (const int32_t *)p.tbl; // the block table (kparams.h); NULL: identity
     const bool rope = NJ <= PPN_ATTN_ROPE_MAXJ && p.inv_freq != 0; // ops.c admits no wider head
     const int sub = rope ? pos : -1; // the position whose k, v rows come from s_kv
     float qr[HP][NJ], acc[HP][NJ];
@@ -612,16 +614,19 @@ __device__ void ppn_attn_pass(const ppn_kp_attn &p, const float *q, int kvh, int
     int me = lane >> SH;           // this lane's score after the sum: tile position me / HP, head me % HP
     float m = -INFINITY, l = 0.0f; // running max and sum of head me % HP, the same bits on each lane holding it
     for (int tb = t0 + warp * P; tb < t1; tb += PPN_ATTN_WARPS * P) {
-        size_t r0 = (size_t)tb * hd; // the tile's first element
         float kr[P][NJ], vr[P][NJ], s[N]; // the raw bits first, widened in place once all are in flight
+        int32_t pp[P]; // the tile's pool positions through the table (-1: read as zeros)
+#pragma unroll
+        for (int t = 0; t < P; t++) pp[t] = tb + t < t1 ? ppn_kv_pool_pos(tbl, p.block_log2, p.cap, tb + t) : -1;
 #pragma unroll
         for (int t = 0; t < P; t++)
 #pragma unroll
             for (int i = 0; i < NJ; i++) {
                 int d = lane + 32 * i;
-                bool in = tb + t < t1 && d < hd && tb + t != sub;
-                kr[t][i] = __uint_as_float(ppn_kv_raw<KD>(kc, r0 + (size_t)t * hd + d, in));
-                vr[t][i] = __uint_as_float(ppn_kv_raw<KD>(vc, r0 + (size_t)t * hd + d, in));
+                bool in = pp[t] >= 0 && d < hd && tb + t != sub;
+                size_t at = (size_t)(in ? pp[t] : 0) * hd + d;
+                kr[t][i] = __uint_as_float(ppn_kv_raw<KD>(kc, at, in));
+                vr[t][i] = __uint_as_float(ppn_kv_raw<KD>(vc, at, in));
             }
 #pragma unroll
         for (int t = 0; t < P; t++)
@@ -708,25 +713,24 @@ __device__ void ppn_attn_pass(const ppn_kp_attn &p, const float *q, int kvh, int
 
 // qg: the group's G query heads.
 template <int NJ, int HP, int KD>
-__device__ void ppn_attn_heads(const ppn_kp_attn &p, const float *qg, int kvh, int ns, int j, int t0, int t1,
-                               const float *s_kv, float *s_acc, float *s_m, float *s_l)
+__device__ void ppn_attn_heads(const ppn_kp_attn &p, const float *qg, int32_t pos, int kvh, int ns, int j, int t0,
+                               int t1, const float *s_kv, float *s_acc, float *s_m, float *s_l)
 {
     int G = p.n_heads / p.n_kv;
-    int32_t pos = ppn_hdr(p.hdr)->pos;
     for (int g0 = 0; g0 < G; g0 += HP)
         ppn_attn_pass<NJ, HP, KD>(p, qg + (size_t)g0 * p.head_dim, kvh, kvh * G + g0, min(HP, G - g0), ns, j, t0,
                                   t1, pos, s_kv, s_acc, s_m, s_l);
 }
 
 template <int NJ, int KD>
-__device__ void ppn_attn_by_hp(const ppn_kp_attn &p, const float *qg, int hp, int kvh, int ns, int j, int t0, int t1,
-                               const float *s_kv, float *s_acc, float *s_m, float *s_l)
+__device__ void ppn_attn_by_hp(const ppn_kp_attn &p, const float *qg, int32_t pos, int hp, int kvh, int ns, int j,
+                               int t0, int t1, const float *s_kv, float *s_acc, float *s_m, float *s_l)
 {
     constexpr int HPMAX = 32 / NJ < PPN_ATTN_MAXG ? 32 / NJ : PPN_ATTN_MAXG;
-    if (hp == 1) ppn_attn_heads<NJ, 1, KD>(p, qg, kvh, ns, j, t0, t1, s_kv, s_acc, s_m, s_l);
-    else if (hp == 2) ppn_attn_heads<NJ, 2, KD>(p, qg, kvh, ns, j, t0, t1, s_kv, s_acc, s_m, s_l);
-    else if (hp == 4 || HPMAX == 4) ppn_attn_heads<NJ, 4, KD>(p, qg, kvh, ns, j, t0, t1, s_kv, s_acc, s_m, s_l);
-    else ppn_attn_heads<NJ, HPMAX, KD>(p, qg, kvh, ns, j, t0, t1, s_kv, s_acc, s_m, s_l);
+    if (hp == 1) ppn_attn_heads<NJ, 1, KD>(p, qg, pos, kvh, ns, j, t0, t1, s_kv, s_acc, s_m, s_l);
+    else if (hp == 2) ppn_attn_heads<NJ, 2, KD>(p, qg, pos, kvh, ns, j, t0, t1, s_kv, s_acc, s_m, s_l);
+    else if (hp == 4 || HPMAX == 4) ppn_attn_heads<NJ, 4, KD>(p, qg, pos, kvh, ns, j, t0, t1, s_kv, s_acc, s_m, s_l);
+    else ppn_attn_heads<NJ, HPMAX, KD>(p, qg, pos, kvh, ns, j, t0, t1, s_kv, s_acc, s_m, s_l);
 }
 
 // The fused rotary's row for position pos, in the block whose positions hold it: this step's k head rotated
@@ -738,17 +742,18 @@ __device__ void ppn_attn_rope_row(const ppn_kp_attn &p, int kvh, int32_t pos, fl
     const int hd = p.head_dim, half = hd / 2;
     const float *kh = (const float *)p.q + (size_t)(p.n_heads + kvh) * hd, *vh = kh + (size_t)p.n_kv * hd;
     const float *inv = (const float *)p.inv_freq;
-    size_t row = ((size_t)kvh * (size_t)p.ctx + (size_t)pos) * (size_t)hd;
+    const int32_t pp = ppn_kv_pool_pos((const int32_t *)p.tbl, p.block_log2, p.cap, pos); // -1: stores nothing
+    size_t row = ((size_t)kvh * (size_t)p.cap + (size_t)(pp < 0 ? 0 : pp)) * (size_t)hd;
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
         int a, b;
         float y0, y1;
         ppn_rope_pair(kh, i, half, p.interleaved, pos, inv[i], &a, &b, &y0, &y1);
         s_kv[a] = ppn_dt_round(p.kvdt, y0), s_kv[b] = ppn_dt_round(p.kvdt, y1);
-        ppn_kv_put(p.kc, p.kvdt, row + a, y0), ppn_kv_put(p.kc, p.kvdt, row + b, y1);
+        if (pp >= 0) ppn_kv_put(p.kc, p.kvdt, row + a, y0), ppn_kv_put(p.kc, p.kvdt, row + b, y1);
     }
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         s_kv[hd + d] = ppn_dt_round(p.kvdt, vh[d]);
-        ppn_kv_put(p.vc, p.kvdt, row + d, vh[d]);
+        if (pp >= 0) ppn_kv_put(p.vc, p.kvdt, row + d, vh[d]);
     }
 }
 
@@ -788,18 +793,22 @@ __device__ void ppn_attn_merge(const ppn_kp_attn &p, int ns, int h0, int G, floa
 }
 
 // The body of ppn_k_attn (f32 caches), ppn_k_attn_bf16 and ppn_k_attn_f16: one kernel per cache dtype,
-// since one kernel holding two spilled hundreds of bytes.
-template <int KD> __device__ __forceinline__ void ppn_attn_kernel(const ppn_kp_attn &p)
-{
+// since one kernel holding two spilled hundreds of bytes. The batched kernels (ppn_k_attn_batch*) run it per
+// row with that row's params (q, out, part, tbl) and position: CTA (kvh, j) of one decode attention.
+struct ppn_attn_smem {
     // per warp HP NJ 32 <= 1024 accumulators of a pass; the merge then reuses the array for its weights
-    __shared__ float s_acc[PPN_ATTN_WARPS * 32 * 32];
-    __shared__ float s_m[PPN_ATTN_WARPS * PPN_ATTN_MAXG], s_l[PPN_ATTN_WARPS * PPN_ATTN_MAXG];
-    __shared__ float s_kv[2 * 32 * PPN_ATTN_ROPE_MAXJ]; // the fused rotary's k and v rows at pos
-    __shared__ int s_last;
-    PPN_PDL_ENTER();
-    int kvh = blockIdx.x, j = blockIdx.y, hd = p.head_dim, G = p.n_heads / p.n_kv;
-    int32_t pos = ppn_hdr(p.hdr)->pos;
-    if (pos < 0 || pos >= p.ctx) { // uniform over the grid: no block counts, so the counters stay 0
+    float acc[PPN_ATTN_WARPS * 32 * 32];
+    float m[PPN_ATTN_WARPS * PPN_ATTN_MAXG], l[PPN_ATTN_WARPS * PPN_ATTN_MAXG];
+    float kv[2 * 32 * PPN_ATTN_ROPE_MAXJ]; // the fused rotary's k and v rows at pos
+    int last;
+};
+
+template <int KD>
+__device__ __forceinline__ void ppn_attn_body(const ppn_kp_attn &p, int32_t pos, int kvh, int j, ppn_attn_smem &sm)
+{
+    float *s_acc = sm.acc, *s_m = sm.m, *s_l = sm.l, *s_kv = sm.kv;
+    int hd = p.head_dim, G = p.n_heads / p.n_kv;
+    if (pos < 0 || pos >= p.cap) { // uniform over the grid: no block counts, so the counters stay 0
         float *out = (float *)p.out + (size_t)kvh * G * hd;
         if (j == 0)
             for (int d = threadIdx.x; d < G * hd; d += blockDim.x) out[d] = __int_as_float(0x7fc00000);
@@ -820,21 +829,61 @@ template <int KD> __device__ __forceinline__ void ppn_attn_kernel(const ppn_kp_a
     }
     // NJ, HP from the sizes alone (uniform over the grid): registers per lane stay bounded whatever G is
     int nj = hd <= 64 ? 2 : hd <= 128 ? 4 : 8, hp = G == 1 ? 1 : G == 2 ? 2 : G <= 4 ? 4 : PPN_ATTN_MAXG;
-    if (nj == 2) ppn_attn_by_hp<2, KD>(p, qg, hp, kvh, ns, j, t0, t1, s_kv, s_acc, s_m, s_l);
-    else if (nj == 4) ppn_attn_by_hp<4, KD>(p, qg, hp, kvh, ns, j, t0, t1, s_kv, s_acc, s_m, s_l);
-    else ppn_attn_by_hp<PPN_ATTN_MAXJ, KD>(p, qg, hp, kvh, ns, j, t0, t1, s_kv, s_acc, s_m, s_l);
+    if (nj == 2) ppn_attn_by_hp<2, KD>(p, qg, pos, hp, kvh, ns, j, t0, t1, s_kv, s_acc, s_m, s_l);
+    else if (nj == 4) ppn_attn_by_hp<4, KD>(p, qg, pos, hp, kvh, ns, j, t0, t1, s_kv, s_acc, s_m, s_l);
+    else ppn_attn_by_hp<PPN_ATTN_MAXJ, KD>(p, qg, pos, hp, kvh, ns, j, t0, t1, s_kv, s_acc, s_m, s_l);
     if (ns == 1) return;
     // Release: every thread's stores are visible device-wide before thread 0 counts the block in.
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
-        s_last = atomicAdd(cnt, 1u) == (unsigned)(ns - 1);
+        sm.last = atomicAdd(cnt, 1u) == (unsigned)(ns - 1);
         __threadfence(); // acquire: the merge's reads come after seeing every other block's count
     }
     __syncthreads();
-    if (!s_last) return;
+    if (!sm.last) return;
     ppn_attn_merge(p, ns, kvh * G, G, s_acc, s_acc + PPN_ATTN_WARPS * PPN_ATTN_MAX_SPLIT);
     if (threadIdx.x == 0) *cnt = 0; // every block of kvh has counted; the next launch starts from 0
+}
+
+template <int KD> __device__ __forceinline__ void ppn_attn_kernel(const ppn_kp_attn &p)
+{
+    __shared__ ppn_attn_smem sm;
+    PPN_PDL_ENTER();
+    ppn_attn_body<KD>(p, ppn_hdr(p.hdr)->pos, blockIdx.x, blockIdx.y, sm);
+}
+
+// Batched decode (ppn_kp_attn_batch): CTA (kvh, j, i) is CTA (kvh, j) of row i's decode attention, with row i's q,
+// out, scratch, table and position, so a row's bits are ppn_k_attn's whatever the other rows are.
+template <int KD> __device__ __forceinline__ void ppn_attn_batch_kernel(const ppn_kp_attn_batch &pb)
+{
+    __shared__ ppn_attn_smem sm;
+    PPN_PDL_ENTER();
+    const int i = blockIdx.z;
+    const ppn_kseg seg = ((const ppn_kseg *)pb.segs)[i];
+    ppn_kp_attn p = pb.a;
+    const size_t hd = (size_t)p.head_dim;
+    p.q += (uint64_t)i * (uint64_t)(p.n_heads + 2 * p.n_kv) * hd * sizeof(float);
+    p.out += (uint64_t)i * (uint64_t)p.n_heads * hd * sizeof(float);
+    p.part += (uint64_t)i * ((uint64_t)p.n_heads * p.n_split * (hd + 2) * sizeof(float) + (uint64_t)p.n_heads * 4u);
+    p.tbl = seg.tbl;
+    p.inv_freq = 0;
+    ppn_attn_body<KD>(p, seg.pos, blockIdx.x, blockIdx.y, sm);
+}
+
+extern "C" __global__ void __launch_bounds__(32 * PPN_ATTN_WARPS, 2) ppn_k_attn_batch(const ppn_kp_attn_batch p)
+{
+    ppn_attn_batch_kernel<PPN_DTYPE_F32>(p);
+}
+
+extern "C" __global__ void __launch_bounds__(32 * PPN_ATTN_WARPS, 2) ppn_k_attn_batch_bf16(const ppn_kp_attn_batch_bf16 p)
+{
+    ppn_attn_batch_kernel<PPN_DTYPE_BF16>(p);
+}
+
+extern "C" __global__ void __launch_bounds__(32 * PPN_ATTN_WARPS, 2) ppn_k_attn_batch_f16(const ppn_kp_attn_batch_f16 p)
+{
+    ppn_attn_batch_kernel<PPN_DTYPE_F16>(p);
 }
 
 extern "C" __global__ void __launch_bounds__(32 * PPN_ATTN_WARPS, 2) ppn_k_attn(const ppn_kp_attn p)

@@ -72,14 +72,15 @@ extern "C" __global__ void ppn_k_head_rmsnorm_rows(const ppn_kp_head_rmsnorm_row
 // so its angle (sincosf: the row's costliest step) is computed once for all the heads. A k head's rotated pair is
 // also stored into kc at pos0 + i, and the row's v heads into vc (ppn_k_rope with caches, per row).
 
-extern "C" __global__ void ppn_k_rope_kv_rows(const ppn_kp_rope_kv_rows p)
+// Row i of the chunk (or of a batch) at position pos through table tbl; a position the table maps nowhere is
+// rotated and stores nothing.
+template <typename P> __device__ __forceinline__ void ppn_rw_rope_kv_row(const P &p, int i, int32_t pos, uint64_t tbl)
 {
-    PPN_PDL_ENTER();
-    const int hd = p.head_dim, half = hd / 2, i = blockIdx.x, nqk = p.n_q + p.n_kv;
+    const int hd = p.head_dim, half = hd / 2, nqk = p.n_q + p.n_kv;
     float *row = (float *)p.qkv + (size_t)i * (size_t)(nqk + p.n_kv) * hd;
     const float *inv = (const float *)p.inv_freq;
-    const int32_t pos = p.pos0 + i;
-    const size_t dst0 = (size_t)pos * (size_t)hd; // row pos of KV head 0; head g adds g ctx hd
+    const int32_t pp = ppn_kv_pool_pos((const int32_t *)tbl, p.block_log2, p.cap, pos);
+    const size_t dst0 = (size_t)(pp < 0 ? 0 : pp) * (size_t)hd; // pool row of KV head 0; head g adds g cap hd
     int kk = -1;
     float s = 0.0f, c = 1.0f;
     for (int x = threadIdx.x; x < nqk * half; x += blockDim.x) {
@@ -91,16 +92,31 @@ extern "C" __global__ void ppn_k_rope_kv_rows(const ppn_kp_rope_kv_rows p)
         float y0 = ppn_rope_rot(x0, x1, c, s, false), y1 = ppn_rope_rot(x1, x0, c, s, true);
         xh[a] = y0, xh[b] = y1;
         const int kh = h - p.n_q;
-        if (kh >= 0) {
-            size_t dst = dst0 + (size_t)kh * (size_t)p.ctx * hd;
+        if (kh >= 0 && pp >= 0) {
+            size_t dst = dst0 + (size_t)kh * (size_t)p.cap * hd;
             ppn_kv_put(p.kc, p.kvdt, dst + a, y0), ppn_kv_put(p.kc, p.kvdt, dst + b, y1);
         }
     }
+    if (pp < 0) return;
     const float *v = row + (size_t)nqk * hd;
     for (int x = threadIdx.x; x < p.n_kv * hd; x += blockDim.x) {
         int g = x / hd, d = x - g * hd;
-        ppn_kv_put(p.vc, p.kvdt, dst0 + (size_t)g * (size_t)p.ctx * hd + d, v[x]);
+        ppn_kv_put(p.vc, p.kvdt, dst0 + (size_t)g * (size_t)p.cap * hd + d, v[x]);
     }
+}
+
+extern "C" __global__ void ppn_k_rope_kv_rows(const ppn_kp_rope_kv_rows p)
+{
+    PPN_PDL_ENTER();
+    ppn_rw_rope_kv_row(p, blockIdx.x, p.pos0 + (int)blockIdx.x, p.tbl);
+}
+
+// Batched decode: row i at segs[i].pos through segs[i].tbl (the chunk's row with a position and table of its own).
+extern "C" __global__ void ppn_k_rope_kv_batch(const ppn_kp_rope_kv_batch p)
+{
+    PPN_PDL_ENTER();
+    const ppn_kseg seg = ((const ppn_kseg *)p.segs)[blockIdx.x];
+    ppn_rw_rope_kv_row(p, blockIdx.x, seg.pos, seg.tbl);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -142,7 +158,8 @@ template <int KD, int NJ> __device__ void ppn_rw_attn_simt(const ppn_kp_attn_row
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     float *s_k = ppn_rw_smem, *s_v = s_k + PPN_RA_TILE * hs, *s_q = s_v + PPN_RA_TILE * hd + warp * hd;
     const int npos = p.pos0 + i + 1; // positions 0 .. pos0 + i
-    const size_t kv0 = (size_t)kvh * (size_t)p.ctx * hd;
+    const size_t kv0 = (size_t)kvh * (size_t)p.cap * hd;
+    const int32_t *tbl = (const int32_t *)p.tbl; // the block table (kparams.h); NULL: identity
     const float *qrow = (const float *)p.qkv + (size_t)i * (size_t)(p.n_heads + 2 * p.n_kv) * hd;
     for (int h0 = kvh * G; h0 < (kvh + 1) * G; h0 += PPN_RA_WARPS) { // a round: warp w takes head h0 + w
         const int h = h0 + warp;
@@ -157,9 +174,10 @@ template <int KD, int NJ> __device__ void ppn_rw_attn_simt(const ppn_kp_attn_row
             __syncthreads(); // the previous tile (and s_q) is consumed / written
             for (int x = threadIdx.x; x < nt * hd; x += blockDim.x) {
                 int t = x / hd, d = x - t * hd;
-                size_t at = kv0 + (size_t)(t0 + t) * hd + d;
-                s_k[t * hs + d] = ppn_rw_kv_at<KD>(p.kc, at);
-                s_v[t * hd + d] = ppn_rw_kv_at<KD>(p.vc, at);
+                int32_t pp = ppn_kv_pool_pos(tbl, p.block_log2, p.cap, t0 + t); // -1: a row of zeros
+                size_t at = kv0 + (size_t)(pp < 0 ? 0 : pp) * hd + d;
+                s_k[t * hs + d] = pp < 0 ? 0.0f : ppn_rw_kv_at<KD>(p.kc, at);
+                s_v[t * hd + d] = pp < 0 ? 0.0f : ppn_rw_kv_at<KD>(p.vc, at);
             }
             __syncthreads();
             if (!on) continue;
@@ -285,19 +303,22 @@ template <int HD> __device__ __forceinline__ uint32_t ppn_rw_swz(int n, int ch)
     return (uint32_t)(n * HD * 2 + ((ch ^ (n & 7)) << 4));
 }
 
-// KV tile j (positions j BN .. j BN + BN - 1 of KV head kvh, those >= kv_end zero-filled) into stage sk, sv.
+// KV tile j (positions j BN .. j BN + BN - 1 of KV head kvh, those >= kv_end or mapped nowhere zero-filled) into
+// stage sk, sv. Each row's address goes through the block table (a block may be as short as one position).
 template <int HD>
 __device__ __forceinline__ void ppn_rw_tc_load(const ppn_kp_attn_rows &p, int kvh, int j, int kv_end, uint32_t sk,
                                                uint32_t sv)
 {
     constexpr int CH = HD / 8; // 16-byte chunks a row
-    const size_t base = ((size_t)kvh * (size_t)p.ctx + (size_t)j * PPN_TC_BN) * HD;
+    const size_t base = (size_t)kvh * (size_t)p.cap * HD;
     const unsigned short *kc = (const unsigned short *)p.kc + base, *vc = (const unsigned short *)p.vc + base;
+    const int32_t *tbl = (const int32_t *)p.tbl;
 #pragma unroll
     for (int x = threadIdx.x; x < PPN_TC_BN * CH; x += 32 * PPN_RA_WARPS) {
-        int n = x / CH, ch = x % CH;
-        bool on = j * PPN_TC_BN + n < kv_end;
-        size_t at = on ? (size_t)n * HD + ch * 8 : 0;
+        int n = x / CH, ch = x % CH, t = j * PPN_TC_BN + n;
+        int32_t pp = t < kv_end ? ppn_kv_pool_pos(tbl, p.block_log2, p.cap, t) : -1;
+        bool on = pp >= 0;
+        size_t at = on ? (size_t)pp * HD + ch * 8 : 0;
         uint32_t off = ppn_rw_swz<HD>(n, ch);
         ppn_rw_cp16(sk + off, kc + at, on);
         ppn_rw_cp16(sv + off, vc + at, on);

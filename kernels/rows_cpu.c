@@ -65,9 +65,9 @@ void ppn_cpu_rope_kv_rows(const void *params)
         ppn_step_hdr hdr = {.pos = p->pos0 + i};
         uint64_t x = row_at(p->qkv, i, row);
         ppn_kp_rope r = {.x = x, .inv_freq = p->inv_freq, .hdr = (uint64_t)(uintptr_t)&hdr, .kc = p->kc,
-                         .vc = p->vc, .v = x + (uint64_t)(p->n_q + p->n_kv) * hd * sizeof(float),
+                         .vc = p->vc, .v = x + (uint64_t)(p->n_q + p->n_kv) * hd * sizeof(float), .tbl = p->tbl,
                          .n_heads = p->n_q + p->n_kv, .head_dim = p->head_dim, .interleaved = p->interleaved,
-                         .n_kv = p->n_kv, .ctx = p->ctx, .kvdt = p->kvdt};
+                         .n_kv = p->n_kv, .cap = p->cap, .kvdt = p->kvdt, .block_log2 = p->block_log2};
         ppn_cpu_rope(&r);
     }
 }
@@ -81,9 +81,9 @@ void ppn_cpu_attn_rows(const void *params)
     for (int i = 0; i < p->c; i++) {
         ppn_step_hdr hdr = {.pos = p->pos0 + i};
         ppn_kp_attn a = {.out = row_at(p->out, i, (size_t)p->n_heads * hd), .q = row_at(p->qkv, i, row),
-                         .kc = p->kc, .vc = p->vc, .hdr = (uint64_t)(uintptr_t)&hdr, .n_heads = p->n_heads,
-                         .n_kv = p->n_kv, .head_dim = p->head_dim, .ctx = p->ctx, .n_split = 1, .kvdt = p->kvdt,
-                         .scale = p->scale};
+                         .kc = p->kc, .vc = p->vc, .hdr = (uint64_t)(uintptr_t)&hdr, .tbl = p->tbl,
+                         .n_heads = p->n_heads, .n_kv = p->n_kv, .head_dim = p->head_dim, .cap = p->cap,
+                         .n_split = 1, .kvdt = p->kvdt, .block_log2 = p->block_log2, .scale = p->scale};
         ppn_cpu_attn(&a);
     }
 }
@@ -111,3 +111,43 @@ void ppn_cpu_argmax_rows(const void *params)
         ppn_cpu_argmax(&a);
     }
 }
+
+/* Row i is the decode rope with caches at segs[i].pos through segs[i].tbl: rope_kv_rows's row with its own
+ * position and table. */
+void ppn_cpu_rope_kv_batch(const void *params)
+{
+    const ppn_kp_rope_kv_batch *p = params;
+    const ppn_kseg *segs = PTR(const ppn_kseg, p->segs);
+    size_t hd = (size_t)p->head_dim, row = (size_t)(p->n_q + 2 * p->n_kv) * hd;
+    for (int i = 0; i < p->B; i++) {
+        ppn_step_hdr hdr = {.pos = segs[i].pos};
+        uint64_t x = row_at(p->qkv, i, row);
+        ppn_kp_rope r = {.x = x, .inv_freq = p->inv_freq, .hdr = (uint64_t)(uintptr_t)&hdr, .kc = p->kc,
+                         .vc = p->vc, .v = x + (uint64_t)(p->n_q + p->n_kv) * hd * sizeof(float), .tbl = segs[i].tbl,
+                         .n_heads = p->n_q + p->n_kv, .head_dim = p->head_dim, .interleaved = p->interleaved,
+                         .n_kv = p->n_kv, .cap = p->cap, .kvdt = p->kvdt, .block_log2 = p->block_log2};
+        ppn_cpu_rope(&r);
+    }
+}
+
+/* Row i is decode attention at segs[i].pos through segs[i].tbl, on its rows of qkv and out (exact: it touches no
+ * scratch, whatever n_split is). So a row never depends on the other rows. */
+void ppn_cpu_attn_batch(const void *params)
+{
+    const ppn_kp_attn_batch *p = params;
+    const ppn_kseg *segs = PTR(const ppn_kseg, p->segs);
+    size_t hd = (size_t)p->a.head_dim, row = (size_t)(p->a.n_heads + 2 * p->a.n_kv) * hd;
+    for (int i = 0; i < p->B; i++) {
+        ppn_step_hdr hdr = {.pos = segs[i].pos};
+        ppn_kp_attn a = p->a;
+        a.out = row_at(p->a.out, i, (size_t)p->a.n_heads * hd);
+        a.q = row_at(p->a.q, i, row);
+        a.hdr = (uint64_t)(uintptr_t)&hdr;
+        a.tbl = segs[i].tbl;
+        a.inv_freq = 0;
+        ppn_cpu_attn(&a);
+    }
+}
+
+void ppn_cpu_attn_batch_bf16(const void *params) { ppn_cpu_attn_batch(params); }
+void ppn_cpu_attn_batch_f16(const void *params) { ppn_cpu_attn_batch(params); }

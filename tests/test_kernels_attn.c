@@ -105,7 +105,7 @@ static void test_rope_reference_kv_store(void **state)
     for (size_t i = 0; i < csz; i++) kc[i] = -100.0f - (float)i, vc[i] = 100.0f + (float)i;
     ppn_step_hdr hdr = {.pos = 5};
     ppn_kp_rope p = {.x = D(x), .inv_freq = D(inv), .hdr = D(&hdr), .kc = D(kc), .vc = D(vc), .v = D(v),
-                     .n_heads = nh, .head_dim = hd, .n_kv = nkv, .ctx = ctx};
+                     .n_heads = nh, .head_dim = hd, .n_kv = nkv, .cap = ctx};
     tu_kernel_run(PPN_K_ROPE, &p);
     const float *k = x + (size_t)nq * hd; /* the k heads, rotated */
     for (int h = 0; h < nkv; h++)
@@ -251,7 +251,7 @@ static void attn_case(int nh, int nkv, int hd, int ctx, int pos, int ns)
     attn_expect(q, kc, vc, nh, nkv, hd, ctx, pos, scale, want);
     ppn_step_hdr hdr = {.pos = pos};
     ppn_kp_attn p = {.out = D(out), .q = D(q), .kc = D(kc), .vc = D(vc), .hdr = D(&hdr), .part = D(part),
-                     .n_heads = nh, .n_kv = nkv, .head_dim = hd, .ctx = ctx, .n_split = ns, .scale = scale};
+                     .n_heads = nh, .n_kv = nkv, .head_dim = hd, .cap = ctx, .n_split = ns, .scale = scale};
     tu_kernel_run(PPN_K_ATTN, &p);
     char what[80];
     snprintf(what, sizeof what, "attn nh=%d nkv=%d hd=%d pos=%d n_split=%d", nh, nkv, hd, pos, ns);
@@ -296,7 +296,7 @@ static void test_attn_reference_gqa_map(void **state)
     float part[8 * 3 * (4 + 2) + 8]; /* ppn_op_attn_scratch_bytes(8, 3, 4) */
     ppn_step_hdr hdr = {.pos = 0};
     ppn_kp_attn p = {.out = D(out), .q = D(q), .kc = D(kc), .vc = D(vc), .hdr = D(&hdr), .part = D(part),
-                     .n_heads = nh, .n_kv = nkv, .head_dim = hd, .ctx = ctx, .n_split = 3, .scale = 0.5f};
+                     .n_heads = nh, .n_kv = nkv, .head_dim = hd, .cap = ctx, .n_split = 3, .scale = 0.5f};
     assert_int_equal(ppn_op_attn_scratch_bytes(nh, 3, hd), sizeof part);
     tu_kernel_run(PPN_K_ATTN, &p);
     for (int h = 0; h < nh; h++)
@@ -324,7 +324,7 @@ static void test_rope_op_kv(void **state)
     for (int i = 0; i < 2 * 6 * 16; i++) kc[i] = kc2[i] = vc[i] = vc2[i] = (float)i;
     ppn_step_hdr hdr = {.pos = 3};
     for (int il = 0; il < 2; il++) {
-        assert_int_equal(ppn_op_rope_kv(&tu_fake, tu_fake_stream, D(qk), nq, nkv, hd, D(inv), il, D(&hdr), D(kc),
+        assert_int_equal(tu_op_rope_kv(&tu_fake, tu_fake_stream, D(qk), nq, nkv, hd, D(inv), il, D(&hdr), D(kc),
                                         D(vc), D(v), ctx, PPN_DTYPE_F32), PPN_OK);
         assert_int_equal(tu_cap.l.kernel, PPN_K_ROPE);
         assert_int_equal(tu_cap.l.grid[0], nh); /* a block per head, q and k */
@@ -342,7 +342,7 @@ static void test_rope_op_kv(void **state)
         assert_memory_equal(vc, vc2, sizeof vc);
         hdr.pos = ctx; /* outside the cache: rotated, nothing stored */
     }
-    assert_int_equal(ppn_op_rope_kv(&tu_fake, tu_fake_stream, D(qk), nq, nkv, 15, D(inv), 0, D(&hdr), D(kc), D(vc),
+    assert_int_equal(tu_op_rope_kv(&tu_fake, tu_fake_stream, D(qk), nq, nkv, 15, D(inv), 0, D(&hdr), D(kc), D(vc),
                                     D(v), ctx, PPN_DTYPE_F32), PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "ppn_op_rope_kv"));
     free(r), free(rv);
@@ -367,7 +367,7 @@ static void test_attn_op_unfused_path(void **state)
     for (int i = 0; i < hd / 2; i++) inv[i] = powf(10000.0f, -2.0f * i / hd);
     ppn_step_hdr hdr = {.pos = 3};
 
-    assert_int_equal(ppn_op_rope_kv(&tu_fake, tu_fake_stream, D(q), nh, nkv, hd, D(inv), 0, D(&hdr), D(kc), D(vc), D(v),
+    assert_int_equal(tu_op_rope_kv(&tu_fake, tu_fake_stream, D(q), nh, nkv, hd, D(inv), 0, D(&hdr), D(kc), D(vc), D(v),
                                     ctx, PPN_DTYPE_F32),
                      PPN_OK);
     assert_int_equal(tu_cap.l.kernel, PPN_K_ROPE);
@@ -380,7 +380,7 @@ static void test_attn_op_unfused_path(void **state)
     assert_true(kc[(size_t)ctx * hd + 3 * hd] == k[hd]); /* KV head 1, row 3: its rotated k */
     assert_true(vc[(size_t)ctx * hd + 3 * hd] == v[hd]);
 
-    assert_int_equal(ppn_op_attn(&tu_fake, tu_fake_stream, D(out), D(q), D(kc), D(vc), nh, nkv, hd, ctx, 0.25f,
+    assert_int_equal(tu_op_attn(&tu_fake, tu_fake_stream, D(out), D(q), D(kc), D(vc), nh, nkv, hd, ctx, 0.25f,
                                  D(&hdr), D(part), 3, PPN_DTYPE_F32),
                      PPN_OK);
     assert_int_equal(tu_cap.l.kernel, PPN_K_ATTN);
@@ -399,41 +399,41 @@ static void test_attn_op_unfused_path(void **state)
 
     /* argument checks */
     tu_cap.calls = 0;
-    assert_int_equal(ppn_op_rope_kv(&tu_fake, tu_fake_stream, D(q), nh, nkv, 7, D(inv), 0, D(&hdr), D(kc), D(vc), D(v),
+    assert_int_equal(tu_op_rope_kv(&tu_fake, tu_fake_stream, D(q), nh, nkv, 7, D(inv), 0, D(&hdr), D(kc), D(vc), D(v),
                                     ctx, PPN_DTYPE_F32),
                      PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "ppn_op_rope_kv"));
     assert_non_null(strstr(ppn_last_error(), "7"));
-    assert_int_equal(ppn_op_rope_kv(&tu_fake, tu_fake_stream, D(q), 0, nkv, hd, D(inv), 0, D(&hdr), D(kc), D(vc), D(v),
+    assert_int_equal(tu_op_rope_kv(&tu_fake, tu_fake_stream, D(q), 0, nkv, hd, D(inv), 0, D(&hdr), D(kc), D(vc), D(v),
                                     ctx, PPN_DTYPE_F32),
                      PPN_EINVAL);
-    assert_int_equal(ppn_op_attn(&tu_fake, tu_fake_stream, D(out), D(q), D(kc), D(vc), 6, 4, hd, ctx, 1, D(&hdr),
+    assert_int_equal(tu_op_attn(&tu_fake, tu_fake_stream, D(out), D(q), D(kc), D(vc), 6, 4, hd, ctx, 1, D(&hdr),
                                  D(part), 3, PPN_DTYPE_F32),
                      PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "ppn_op_attn"));
-    assert_int_equal(ppn_op_attn(&tu_fake, tu_fake_stream, D(out), D(q), D(kc), D(vc), nh, nkv, 512, ctx, 1,
+    assert_int_equal(tu_op_attn(&tu_fake, tu_fake_stream, D(out), D(q), D(kc), D(vc), nh, nkv, 512, ctx, 1,
                                  D(&hdr), D(part), 3, PPN_DTYPE_F32),
                      PPN_EUNSUPPORTED);
     assert_non_null(strstr(ppn_last_error(), "512"));
-    assert_int_equal(ppn_op_attn(&tu_fake, tu_fake_stream, D(out), D(q), D(kc), D(vc), nh, nkv, hd, 0, 1, D(&hdr),
+    assert_int_equal(tu_op_attn(&tu_fake, tu_fake_stream, D(out), D(q), D(kc), D(vc), nh, nkv, hd, 0, 1, D(&hdr),
                                  D(part), 3, PPN_DTYPE_F32),
                      PPN_EINVAL);
     static const int bad_splits[] = {0, -1, 65};
     for (size_t i = 0; i < TU_LEN(bad_splits); i++) {
         char num[16];
         snprintf(num, sizeof num, "%d", bad_splits[i]);
-        assert_int_equal(ppn_op_attn(&tu_fake, tu_fake_stream, D(out), D(q), D(kc), D(vc), nh, nkv, hd, ctx, 1,
+        assert_int_equal(tu_op_attn(&tu_fake, tu_fake_stream, D(out), D(q), D(kc), D(vc), nh, nkv, hd, ctx, 1,
                                      D(&hdr), D(part), bad_splits[i], PPN_DTYPE_F32),
                          PPN_EINVAL);
         assert_non_null(strstr(ppn_last_error(), "ppn_op_attn"));
         assert_non_null(strstr(ppn_last_error(), "n_split"));
         assert_non_null(strstr(ppn_last_error(), num));
     }
-    assert_int_equal(ppn_op_attn(&tu_fake, tu_fake_stream, D(out), D(q), D(kc), D(vc), nh, nkv, hd, ctx, 1,
+    assert_int_equal(tu_op_attn(&tu_fake, tu_fake_stream, D(out), D(q), D(kc), D(vc), nh, nkv, hd, ctx, 1,
                                  D(&hdr), 0, 1, PPN_DTYPE_F32),
                      PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "part"));
-    assert_int_equal(ppn_op_rope_kv(&tu_fake, tu_fake_stream, D(q), nh, nkv, hd, D(inv), 0, 0, D(kc), D(vc), D(v), ctx,
+    assert_int_equal(tu_op_rope_kv(&tu_fake, tu_fake_stream, D(q), nh, nkv, hd, D(inv), 0, 0, D(kc), D(vc), D(v), ctx,
                                     PPN_DTYPE_F32),
                      PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "hdr"));
@@ -462,7 +462,7 @@ static void test_attn_op_rope(void **state)
         int il = k & 1;
         if (k == 2) hdr.pos = CTX; /* outside the cache: NaN out, nothing stored (as rope_kv) */
         memcpy(qkv, qkv0, sizeof qkv), memcpy(qkv2, qkv0, sizeof qkv2);
-        assert_int_equal(ppn_op_attn_rope(&tu_fake, tu_fake_stream, D(out), D(qkv), D(kc), D(vc), NH, NKV, HD, CTX, sc,
+        assert_int_equal(tu_op_attn_rope(&tu_fake, tu_fake_stream, D(out), D(qkv), D(kc), D(vc), NH, NKV, HD, CTX, sc,
                                           D(&hdr), D(part), 2, D(inv), il, PPN_DTYPE_F32),
                          PPN_OK);
         assert_int_equal(tu_cap.l.kernel, PPN_K_ATTN);
@@ -473,10 +473,10 @@ static void test_attn_op_rope(void **state)
         assert_true(tu_declared(vc, sizeof vc, PPN_ACC_R) && tu_declared(vc, sizeof vc, PPN_ACC_W));
         assert_true(tu_declared(inv, sizeof inv, PPN_ACC_R) && tu_declared(&hdr, sizeof hdr, PPN_ACC_R));
         assert_true(tu_declared(out, sizeof out, PPN_ACC_W));
-        assert_int_equal(ppn_op_rope_kv(&tu_fake, tu_fake_stream, D(qkv2), NH, NKV, HD, D(inv), il, D(&hdr), D(kc2),
+        assert_int_equal(tu_op_rope_kv(&tu_fake, tu_fake_stream, D(qkv2), NH, NKV, HD, D(inv), il, D(&hdr), D(kc2),
                                         D(vc2), D(qkv2 + (NH + NKV) * HD), CTX, PPN_DTYPE_F32),
                          PPN_OK);
-        assert_int_equal(ppn_op_attn(&tu_fake, tu_fake_stream, D(out2), D(qkv2), D(kc2), D(vc2), NH, NKV, HD, CTX, sc,
+        assert_int_equal(tu_op_attn(&tu_fake, tu_fake_stream, D(out2), D(qkv2), D(kc2), D(vc2), NH, NKV, HD, CTX, sc,
                                      D(&hdr), D(part), 2, PPN_DTYPE_F32),
                          PPN_OK);
         assert_memory_equal(out, out2, sizeof out);
@@ -489,22 +489,22 @@ static void test_attn_op_rope(void **state)
     assert_memory_not_equal(kc, rc, sizeof kc);
     /* its own checks, each refused before any launch */
     tu_cap.calls = 0;
-    assert_int_equal(ppn_op_attn_rope(&tu_fake, tu_fake_stream, D(out), D(qkv), D(kc), D(vc), NH, NKV, 15, CTX, sc,
+    assert_int_equal(tu_op_attn_rope(&tu_fake, tu_fake_stream, D(out), D(qkv), D(kc), D(vc), NH, NKV, 15, CTX, sc,
                                       D(&hdr), D(part), 2, D(inv), 0, PPN_DTYPE_F32),
                      PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "ppn_op_attn_rope"));
     assert_non_null(strstr(ppn_last_error(), "even"));
-    assert_int_equal(ppn_op_attn_rope(&tu_fake, tu_fake_stream, D(out), D(qkv), D(kc), D(vc), NH, NKV, HD, CTX, sc,
+    assert_int_equal(tu_op_attn_rope(&tu_fake, tu_fake_stream, D(out), D(qkv), D(kc), D(vc), NH, NKV, HD, CTX, sc,
                                       D(&hdr), D(part), 2, 0, 0, PPN_DTYPE_F32),
                      PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "inv_freq"));
-    assert_int_equal(ppn_op_attn_rope(&tu_fake, tu_fake_stream, D(out), D(qkv), D(kc), D(vc), NH, NKV, 96, CTX, sc,
+    assert_int_equal(tu_op_attn_rope(&tu_fake, tu_fake_stream, D(out), D(qkv), D(kc), D(vc), NH, NKV, 96, CTX, sc,
                                       D(&hdr), D(part), 2, D(inv), 0, PPN_DTYPE_F32),
                      PPN_EUNSUPPORTED); /* halves 48 apart: not in one lane */
     assert_non_null(strstr(ppn_last_error(), "ppn_op_attn_rope"));
     assert_non_null(strstr(ppn_last_error(), "96"));
     assert_non_null(strstr(ppn_last_error(), "rope_kv"));
-    assert_int_equal(ppn_op_attn_rope(&tu_fake, tu_fake_stream, D(out), D(qkv), D(kc), D(vc), 6, 4, HD, CTX, sc,
+    assert_int_equal(tu_op_attn_rope(&tu_fake, tu_fake_stream, D(out), D(qkv), D(kc), D(vc), 6, 4, HD, CTX, sc,
                                       D(&hdr), D(part), 2, D(inv), 0, PPN_DTYPE_F32),
                      PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "ppn_op_attn_rope"));
@@ -540,10 +540,10 @@ static void test_attn_op_kv_dtypes(void **state)
         ppn_step_hdr hdr = {.pos = 4};
         /* rope_kv into an f32 cache and a 2-byte one: the 2-byte row is the f32 row rounded */
         memcpy(qkv, r, sizeof qkv), memcpy(qkv2, r, sizeof qkv2);
-        assert_int_equal(ppn_op_rope_kv(&tu_fake, tu_fake_stream, D(qkv), NH, NKV, HD, D(inv), 0, D(&hdr), D(kf), D(vf),
+        assert_int_equal(tu_op_rope_kv(&tu_fake, tu_fake_stream, D(qkv), NH, NKV, HD, D(inv), 0, D(&hdr), D(kf), D(vf),
                                         D(qkv + (NH + NKV) * HD), CTX, PPN_DTYPE_F32),
                          PPN_OK);
-        assert_int_equal(ppn_op_rope_kv(&tu_fake, tu_fake_stream, D(qkv2), NH, NKV, HD, D(inv), 0, D(&hdr), D(kh),
+        assert_int_equal(tu_op_rope_kv(&tu_fake, tu_fake_stream, D(qkv2), NH, NKV, HD, D(inv), 0, D(&hdr), D(kh),
                                         D(vh), D(qkv2 + (NH + NKV) * HD), CTX, dt),
                          PPN_OK);
         assert_true(tu_declared(kh, sizeof kh, PPN_ACC_W) && !tu_declared(kh, sizeof kh + 2, PPN_ACC_W));
@@ -553,12 +553,12 @@ static void test_attn_op_kv_dtypes(void **state)
         }
         /* attention over the 2-byte cache = over an f32 cache of its widened values */
         for (int i = 0; i < CSZ; i++) kf[i] = to32(kh[i]), vf[i] = to32(vh[i]);
-        assert_int_equal(ppn_op_attn(&tu_fake, tu_fake_stream, D(out), D(qkv2), D(kh), D(vh), NH, NKV, HD, CTX, 0.25f,
+        assert_int_equal(tu_op_attn(&tu_fake, tu_fake_stream, D(out), D(qkv2), D(kh), D(vh), NH, NKV, HD, CTX, 0.25f,
                                      D(&hdr), D(part), 2, dt),
                          PPN_OK);
         assert_int_equal(tu_cap.l.kernel, dt == PPN_DTYPE_BF16 ? PPN_K_ATTN_BF16 : PPN_K_ATTN_F16);
         assert_true(tu_declared(kh, sizeof kh, PPN_ACC_R) && !tu_declared(kh, sizeof kh + 2, PPN_ACC_R));
-        assert_int_equal(ppn_op_attn(&tu_fake, tu_fake_stream, D(out2), D(qkv2), D(kf), D(vf), NH, NKV, HD, CTX, 0.25f,
+        assert_int_equal(tu_op_attn(&tu_fake, tu_fake_stream, D(out2), D(qkv2), D(kf), D(vf), NH, NKV, HD, CTX, 0.25f,
                                      D(&hdr), D(part), 2, PPN_DTYPE_F32),
                          PPN_OK);
         assert_int_equal(tu_cap.l.kernel, PPN_K_ATTN);
@@ -566,14 +566,14 @@ static void test_attn_op_kv_dtypes(void **state)
         /* the fused rotary in this dtype: rope_kv + attn's output and caches */
         for (int i = 0; i < CSZ; i++) kh[i] = vh[i] = kh2[i] = vh2[i] = to16(rc[i]);
         memcpy(qkv, r, sizeof qkv), memcpy(qkv2, r, sizeof qkv2);
-        assert_int_equal(ppn_op_attn_rope(&tu_fake, tu_fake_stream, D(out), D(qkv), D(kh), D(vh), NH, NKV, HD, CTX,
+        assert_int_equal(tu_op_attn_rope(&tu_fake, tu_fake_stream, D(out), D(qkv), D(kh), D(vh), NH, NKV, HD, CTX,
                                           0.25f, D(&hdr), D(part), 2, D(inv), 0, dt),
                          PPN_OK);
         assert_int_equal(tu_cap.l.kernel, dt == PPN_DTYPE_BF16 ? PPN_K_ATTN_BF16 : PPN_K_ATTN_F16);
-        assert_int_equal(ppn_op_rope_kv(&tu_fake, tu_fake_stream, D(qkv2), NH, NKV, HD, D(inv), 0, D(&hdr), D(kh2),
+        assert_int_equal(tu_op_rope_kv(&tu_fake, tu_fake_stream, D(qkv2), NH, NKV, HD, D(inv), 0, D(&hdr), D(kh2),
                                         D(vh2), D(qkv2 + (NH + NKV) * HD), CTX, dt),
                          PPN_OK);
-        assert_int_equal(ppn_op_attn(&tu_fake, tu_fake_stream, D(out2), D(qkv2), D(kh2), D(vh2), NH, NKV, HD, CTX,
+        assert_int_equal(tu_op_attn(&tu_fake, tu_fake_stream, D(out2), D(qkv2), D(kh2), D(vh2), NH, NKV, HD, CTX,
                                      0.25f, D(&hdr), D(part), 2, dt),
                          PPN_OK);
         assert_memory_equal(out, out2, sizeof out);
@@ -582,16 +582,16 @@ static void test_attn_op_kv_dtypes(void **state)
     }
     tu_cap.calls = 0;
     ppn_step_hdr hdr = {.pos = 1};
-    assert_int_equal(ppn_op_attn(&tu_fake, tu_fake_stream, D(out), D(qkv), D(kh), D(vh), NH, NKV, HD, CTX, 0.25f,
+    assert_int_equal(tu_op_attn(&tu_fake, tu_fake_stream, D(out), D(qkv), D(kh), D(vh), NH, NKV, HD, CTX, 0.25f,
                                  D(&hdr), D(part), 2, 7),
                      PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "KV cache dtype 7"));
-    assert_int_equal(ppn_op_rope_kv(&tu_fake, tu_fake_stream, D(qkv), NH, NKV, HD, D(inv), 0, D(&hdr), D(kh), D(vh),
+    assert_int_equal(tu_op_rope_kv(&tu_fake, tu_fake_stream, D(qkv), NH, NKV, HD, D(inv), 0, D(&hdr), D(kh), D(vh),
                                     D(qkv), CTX, -1),
                      PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "ppn_op_rope_kv"));
     assert_non_null(strstr(ppn_last_error(), "KV cache dtype -1"));
-    assert_int_equal(ppn_op_rope_kv(&tu_fake, tu_fake_stream, D(qkv), NH, NKV, HD, D(inv), 0, D(&hdr), D(kh), D(vh),
+    assert_int_equal(tu_op_rope_kv(&tu_fake, tu_fake_stream, D(qkv), NH, NKV, HD, D(inv), 0, D(&hdr), D(kh), D(vh),
                                     D(qkv), CTX, 3),
                      PPN_EINVAL);
     assert_int_equal(tu_cap.calls, 0);

@@ -153,10 +153,10 @@ static void decode_tokens(const shape *s, float *qkv, int n, const float *inv, v
         float *x = qkv + t * row;
         ppn_kp_rope r = {.x = D(x), .inv_freq = D(inv), .hdr = D(&hdr), .kc = D(kc), .vc = D(vc),
                          .v = D(x + (size_t)(s->nq + s->nkv) * hd), .n_heads = s->nq + s->nkv, .head_dim = s->hd,
-                         .interleaved = s->interleaved, .n_kv = s->nkv, .ctx = s->ctx, .kvdt = s->kvdt};
+                         .interleaved = s->interleaved, .n_kv = s->nkv, .cap = s->ctx, .kvdt = s->kvdt};
         tu_kernel_run(PPN_K_ROPE, &r);
         ppn_kp_attn a = {.out = D(out + t * s->nq * hd), .q = D(x), .kc = D(kc), .vc = D(vc), .hdr = D(&hdr),
-                         .n_heads = s->nq, .n_kv = s->nkv, .head_dim = s->hd, .ctx = s->ctx, .n_split = 1,
+                         .n_heads = s->nq, .n_kv = s->nkv, .head_dim = s->hd, .cap = s->ctx, .n_split = 1,
                          .kvdt = s->kvdt, .scale = scale};
         tu_kernel_run(PPN_K_ATTN, &a);
     }
@@ -172,9 +172,9 @@ static void prefill_chunks(const shape *s, float *qkv, const int *chunks, int nc
     for (int k = 0; k < nchunks; k++) {
         int c = chunks[k];
         float *x = qkv + pos0 * row, *o = out + (size_t)pos0 * s->nq * s->hd;
-        EXPECT_ST(PPN_OK, ppn_op_rope_kv_rows(&tu_fake, tu_fake_stream, D(x), s->nq, s->nkv, s->hd, D(inv),
+        EXPECT_ST(PPN_OK, tu_op_rope_kv_rows(&tu_fake, tu_fake_stream, D(x), s->nq, s->nkv, s->hd, D(inv),
                                               s->interleaved, D(kc), D(vc), s->ctx, s->kvdt, pos0, c));
-        EXPECT_ST(PPN_OK, ppn_op_attn_rows(&tu_fake, tu_fake_stream, D(o), D(x), D(kc), D(vc), s->nq, s->nkv, s->hd,
+        EXPECT_ST(PPN_OK, tu_op_attn_rows(&tu_fake, tu_fake_stream, D(o), D(x), D(kc), D(vc), s->nq, s->nkv, s->hd,
                                            s->ctx, s->kvdt, scale, pos0, c));
         pos0 += c;
     }
@@ -257,13 +257,13 @@ static void test_attn_rows_reference_per_position(void **state)
         void *kc = tu_wrand(kvdt, (size_t)nkv * ctx * hd, NULL), *vc = tu_wrand(kvdt, (size_t)nkv * ctx * hd, NULL);
         float *qkv = tu_frand((size_t)c * row, -2, 2), *out = zmem((size_t)c * nq * hd * 4), want[6 * 40];
         ppn_kp_attn_rows p = {.out = D(out), .qkv = D(qkv), .kc = D(kc), .vc = D(vc), .n_heads = nq, .n_kv = nkv,
-                              .head_dim = hd, .ctx = ctx, .kvdt = kvdt, .pos0 = pos0, .c = c, .scale = 0.3f};
+                              .head_dim = hd, .cap = ctx, .kvdt = kvdt, .pos0 = pos0, .c = c, .scale = 0.3f};
         tu_kernel_run(kvdt == PPN_DTYPE_F32 ? PPN_K_ATTN_ROWS : kvdt == PPN_DTYPE_BF16 ? PPN_K_ATTN_ROWS_BF16
                                                                                      : PPN_K_ATTN_ROWS_F16, &p);
         for (int i = 0; i < c; i++) {
             ppn_step_hdr hdr = {.pos = pos0 + i};
             ppn_kp_attn a = {.out = D(want), .q = D(qkv + i * row), .kc = D(kc), .vc = D(vc), .hdr = D(&hdr),
-                             .n_heads = nq, .n_kv = nkv, .head_dim = hd, .ctx = ctx, .n_split = 7, .kvdt = kvdt,
+                             .n_heads = nq, .n_kv = nkv, .head_dim = hd, .cap = ctx, .n_split = 7, .kvdt = kvdt,
                              .scale = 0.3f};
             tu_kernel_run(PPN_K_ATTN, &a);
             for (int k = 0; k < nq * hd; k++)
@@ -297,7 +297,7 @@ static void test_rows_ops_accesses(void **state)
     float inv[4], *qkv = tu_frand((size_t)c * row, -1, 1);
     inv_freq_fill(inv, hd);
     uint16_t *kc = zmem((size_t)nkv * ctx * hd * es), *vc = zmem((size_t)nkv * ctx * hd * es);
-    EXPECT_ST(PPN_OK, ppn_op_rope_kv_rows(&tu_fake, tu_fake_stream, D(qkv), nq, nkv, hd, D(inv), 0, D(kc), D(vc), ctx,
+    EXPECT_ST(PPN_OK, tu_op_rope_kv_rows(&tu_fake, tu_fake_stream, D(qkv), nq, nkv, hd, D(inv), 0, D(kc), D(vc), ctx,
                                           PPN_DTYPE_BF16, pos0, c));
     size_t first = (size_t)pos0 * hd, span = ((size_t)(nkv - 1) * ctx + pos0 + c) * hd - first;
     tu_expect_acc(0, qkv, (size_t)c * row * 4, PPN_ACC_RW);
@@ -309,12 +309,12 @@ static void test_rows_ops_accesses(void **state)
     assert_int_equal(tu_cap.l.block[0] % (hd / 2), 0); /* each thread keeps one pair (and its angle) */
     /* attention: q of every row, the caches' positions 0 .. pos0 + c - 1, out */
     float *ao = zmem((size_t)c * nq * hd * 4);
-    EXPECT_ST(PPN_OK, ppn_op_attn_rows(&tu_fake, tu_fake_stream, D(ao), D(qkv), D(kc), D(vc), nq, nkv, hd, ctx,
+    EXPECT_ST(PPN_OK, tu_op_attn_rows(&tu_fake, tu_fake_stream, D(ao), D(qkv), D(kc), D(vc), nq, nkv, hd, ctx,
                                        PPN_DTYPE_BF16, 0.5f, pos0, c));
     tu_expect_acc(0, qkv, ((c - 1) * row + (size_t)nq * hd) * 4, PPN_ACC_R);
-    tu_expect_acc(1, kc, (first + span) * es, PPN_ACC_R);
-    tu_expect_acc(2, vc, (first + span) * es, PPN_ACC_R);
-    tu_expect_acc(3, ao, (size_t)c * nq * hd * 4, PPN_ACC_W);
+    tu_expect_acc(1, ao, (size_t)c * nq * hd * 4, PPN_ACC_W);
+    tu_expect_acc(2, kc, (first + span) * es, PPN_ACC_R);
+    tu_expect_acc(3, vc, (first + span) * es, PPN_ACC_R);
     assert_true(tu_cap.l.block[0] % 32 == 0 && tu_cap.l.block[0] <= 1024);
     assert_true(tu_cap.l.smem <= PPN_DYN_SMEM_MAX);
     /* head norms: the span from the first normed head of row 0 to the last of row c - 1 */
@@ -351,7 +351,7 @@ static void test_attn_rows_op_geometry(void **state)
     tu_cap.dry = 1;
     for (size_t k = 0; k < TU_LEN(cases); k++) {
         const int c = 4096, ctx = 8192;
-        EXPECT_ST(PPN_OK, ppn_op_attn_rows(&tu_fake, tu_fake_stream, 1u << 30, 1u << 20, 2u << 30, 3u << 30,
+        EXPECT_ST(PPN_OK, tu_op_attn_rows(&tu_fake, tu_fake_stream, 1u << 30, 1u << 20, 2u << 30, 3u << 30,
                                            cases[k].nq, cases[k].nkv, cases[k].hd, ctx, cases[k].kvdt, 0.1f, 17, c));
         assert_int_equal(tu_cap.l.kernel, cases[k].kernel);
         assert_true(tu_cap.l.smem <= PPN_DYN_SMEM_MAX);
@@ -368,7 +368,7 @@ static void test_attn_rows_op_geometry(void **state)
         }
     }
     /* the SIMT path takes any alignment */
-    EXPECT_ST(PPN_OK, ppn_op_attn_rows(&tu_fake, tu_fake_stream, 1u << 30, 1u << 20, (2u << 30) + 2, 3u << 30, 8, 4, 48,
+    EXPECT_ST(PPN_OK, tu_op_attn_rows(&tu_fake, tu_fake_stream, 1u << 30, 1u << 20, (2u << 30) + 2, 3u << 30, 8, 4, 48,
                                        64, PPN_DTYPE_BF16, 0.1f, 0, 9));
     tu_cap.dry = 0;
 }
@@ -391,28 +391,28 @@ static void test_rows_ops_refusals(void **state)
     MSG_HAS("stride 64");
     EXPECT_ST(PPN_EINVAL, ppn_op_head_rmsnorm_rows(g, s, a, 64, 0, 4, 16, k, PPN_DTYPE_F32, 1e-6f, 0));
     /* rope: the span, the head_dim */
-    EXPECT_ST(PPN_EINVAL, ppn_op_rope_kv_rows(g, s, a, 4, 2, 16, b, 0, k, v, 32, PPN_DTYPE_F32, 30, 3));
-    MSG_HAS("ctx 32");
-    EXPECT_ST(PPN_EINVAL, ppn_op_rope_kv_rows(g, s, a, 4, 2, 16, b, 0, k, v, 32, PPN_DTYPE_F32, -1, 3));
-    EXPECT_ST(PPN_EINVAL, ppn_op_rope_kv_rows(g, s, a, 4, 2, 16, b, 0, k, v, 32, PPN_DTYPE_F32, 0, 0));
-    EXPECT_ST(PPN_EINVAL, ppn_op_rope_kv_rows(g, s, a, 4, 2, 15, b, 0, k, v, 32, PPN_DTYPE_F32, 0, 3));
+    EXPECT_ST(PPN_EINVAL, tu_op_rope_kv_rows(g, s, a, 4, 2, 16, b, 0, k, v, 32, PPN_DTYPE_F32, 30, 3));
+    MSG_HAS("the 32 positions");
+    EXPECT_ST(PPN_EINVAL, tu_op_rope_kv_rows(g, s, a, 4, 2, 16, b, 0, k, v, 32, PPN_DTYPE_F32, -1, 3));
+    EXPECT_ST(PPN_EINVAL, tu_op_rope_kv_rows(g, s, a, 4, 2, 16, b, 0, k, v, 32, PPN_DTYPE_F32, 0, 0));
+    EXPECT_ST(PPN_EINVAL, tu_op_rope_kv_rows(g, s, a, 4, 2, 15, b, 0, k, v, 32, PPN_DTYPE_F32, 0, 3));
     MSG_HAS("got 15");
-    EXPECT_ST(PPN_EINVAL, ppn_op_rope_kv_rows(g, s, a, 4, 2, 16, 0, 0, k, v, 32, PPN_DTYPE_F32, 0, 3));
+    EXPECT_ST(PPN_EINVAL, tu_op_rope_kv_rows(g, s, a, 4, 2, 16, 0, 0, k, v, 32, PPN_DTYPE_F32, 0, 3));
     MSG_HAS("inv_freq");
-    EXPECT_ST(PPN_EINVAL, ppn_op_rope_kv_rows(g, s, a, 4, 2, 16, b, 0, k, v, 32, 9, 0, 3));
+    EXPECT_ST(PPN_EINVAL, tu_op_rope_kv_rows(g, s, a, 4, 2, 16, b, 0, k, v, 32, 9, 0, 3));
     /* attention */
-    EXPECT_ST(PPN_EINVAL, ppn_op_attn_rows(g, s, a, b, k, v, 4, 2, 16, 32, PPN_DTYPE_F32, 0.25f, 31, 2));
+    EXPECT_ST(PPN_EINVAL, tu_op_attn_rows(g, s, a, b, k, v, 4, 2, 16, 32, PPN_DTYPE_F32, 0.25f, 31, 2));
     MSG_HAS("do not fit");
-    EXPECT_ST(PPN_EINVAL, ppn_op_attn_rows(g, s, a, b, k, v, 4, 2, 16, 32, PPN_DTYPE_F32, 0.25f, 0, 0));
-    EXPECT_ST(PPN_EINVAL, ppn_op_attn_rows(g, s, a, b, k, v, 6, 4, 16, 32, PPN_DTYPE_F32, 0.25f, 0, 2));
+    EXPECT_ST(PPN_EINVAL, tu_op_attn_rows(g, s, a, b, k, v, 4, 2, 16, 32, PPN_DTYPE_F32, 0.25f, 0, 0));
+    EXPECT_ST(PPN_EINVAL, tu_op_attn_rows(g, s, a, b, k, v, 6, 4, 16, 32, PPN_DTYPE_F32, 0.25f, 0, 2));
     MSG_HAS("multiple of n_kv");
-    EXPECT_ST(PPN_EINVAL, ppn_op_attn_rows(g, s, a, b, k, v, 4, 2, 258, 32, PPN_DTYPE_F32, 0.25f, 0, 2));
+    EXPECT_ST(PPN_EINVAL, tu_op_attn_rows(g, s, a, b, k, v, 4, 2, 258, 32, PPN_DTYPE_F32, 0.25f, 0, 2));
     MSG_HAS("got 258");
-    EXPECT_ST(PPN_EINVAL, ppn_op_attn_rows(g, s, a, b, k, v, 4, 2, 17, 32, PPN_DTYPE_BF16, 0.25f, 0, 2));
-    EXPECT_ST(PPN_EINVAL, ppn_op_attn_rows(g, s, a, a + 64, k, v, 4, 2, 16, 32, PPN_DTYPE_F32, 0.25f, 0, 2));
+    EXPECT_ST(PPN_EINVAL, tu_op_attn_rows(g, s, a, b, k, v, 4, 2, 17, 32, PPN_DTYPE_BF16, 0.25f, 0, 2));
+    EXPECT_ST(PPN_EINVAL, tu_op_attn_rows(g, s, a, a + 64, k, v, 4, 2, 16, 32, PPN_DTYPE_F32, 0.25f, 0, 2));
     MSG_HAS("overlaps");
-    EXPECT_ST(PPN_EINVAL, ppn_op_attn_rows(g, s, a, b, k, v, 4, 2, 16, 32, 5, 0.25f, 0, 2));
-    EXPECT_ST(PPN_EINVAL, ppn_op_attn_rows(g, s, a, b, k + 8, v, 4, 2, 64, 32, PPN_DTYPE_BF16, 0.25f, 0, 2));
+    EXPECT_ST(PPN_EINVAL, tu_op_attn_rows(g, s, a, b, k, v, 4, 2, 16, 32, 5, 0.25f, 0, 2));
+    EXPECT_ST(PPN_EINVAL, tu_op_attn_rows(g, s, a, b, k + 8, v, 4, 2, 64, 32, PPN_DTYPE_BF16, 0.25f, 0, 2));
     MSG_HAS("16-byte aligned");
     /* swiglu: separate buffers */
     EXPECT_ST(PPN_EINVAL, ppn_op_swiglu_rows(g, s, a, a, 8, 2));
@@ -458,9 +458,9 @@ static void test_rows_sim_chunks(void **state)
     for (int pos0 = 0; pos0 < n; pos0 = c0) {
         int c = pos0 ? n - c0 : c0;
         ppn_dptr x = dq + (size_t)pos0 * row * 4, o = dout + (size_t)pos0 * sh.nq * sh.hd * 4;
-        EXPECT_ST(PPN_OK, ppn_op_rope_kv_rows(d.g, d.s, x, sh.nq, sh.nkv, sh.hd, dinv, 0, dkc, dvc, sh.ctx, sh.kvdt,
+        EXPECT_ST(PPN_OK, tu_op_rope_kv_rows(d.g, d.s, x, sh.nq, sh.nkv, sh.hd, dinv, 0, dkc, dvc, sh.ctx, sh.kvdt,
                                               pos0, c));
-        EXPECT_ST(PPN_OK, ppn_op_attn_rows(d.g, d.s, o, x, dkc, dvc, sh.nq, sh.nkv, sh.hd, sh.ctx, sh.kvdt, scale,
+        EXPECT_ST(PPN_OK, tu_op_attn_rows(d.g, d.s, o, x, dkc, dvc, sh.nq, sh.nkv, sh.hd, sh.ctx, sh.kvdt, scale,
                                            pos0, c));
         if (pos0) break;
     }

@@ -25,5 +25,8 @@ ppn_status ppn_gpu_check_launch(const ppn_gpu *g, const ppn_launch *l)
     if (l->nacc < 0 || l->nacc > PPN_LAUNCH_MAX_ACC)
         return ppn_err(PPN_EINVAL, "%s: launch of %s: %d accesses (at most %d)", g->ops->name, k->name, l->nacc,
                        PPN_LAUNCH_MAX_ACC);
+    if (l->nxacc < 0 || (l->nxacc > 0 && !l->xacc))
+        return ppn_err(PPN_EINVAL, "%s: launch of %s: %d further accesses at %p", g->ops->name, k->name, l->nxacc,
+                       (const void *)l->xacc);
     return PPN_OK;
 }

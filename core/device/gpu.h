@@ -72,6 +72,10 @@ typedef struct ppn_launch {
     size_t params_size;
     ppn_access acc[PPN_LAUNCH_MAX_ACC];
     int nacc;
+    /* More accesses beyond the fixed list (a paged KV cache declares a range per held block and KV head): host
+     * memory read during the launch call only (a backend that keeps them copies them); NULL with nxacc 0. */
+    const ppn_access *xacc;
+    int nxacc;
 } ppn_launch;
 
 /* mem_annotate ops: the pool tells the sim checker which ranges are live blocks. */

@@ -776,6 +776,7 @@ static double cu_launch_bytes(const ppn_launch *l)
 {
     double bytes = 0;
     for (int i = 0; i < l->nacc && i < PPN_LAUNCH_MAX_ACC; i++) bytes += (double)l->acc[i].bytes;
+    for (int i = 0; i < l->nxacc; i++) bytes += (double)l->xacc[i].bytes;
     return bytes;
 }
 

@@ -259,6 +259,8 @@ static sim_op *op_new(ppn_gstream *s, int kind, const char *what, const char *na
     if (!op) return NULL;
     op->kind = kind;
     op->ref = (sim_opref){s->id, s->dev, 0, what, name};
+    op->acc = op->acc_in;
+    op->cap_acc = PPN_LAUNCH_MAX_ACC;
     return op;
 }
 
@@ -269,12 +271,26 @@ static void op_free(sim_op *op)
     if (op->kind == SIM_OP_RECORD || op->kind == SIM_OP_WAIT) rec_unref(op->u.ev.rec);
     rec_unref(op->hsnap);
     free(op->report);
+    if (op->acc != op->acc_in) free(op->acc);
     free(op);
+}
+
+/* Room for n accesses (a launch's fixed list and its further ones); 0 when out of host memory. */
+static int op_acc_reserve(sim_op *op, int n)
+{
+    if (n <= op->cap_acc) return 1;
+    sim_acc *a = malloc((size_t)n * sizeof *a);
+    if (!a) return 0;
+    memcpy(a, op->acc, (size_t)op->nacc * sizeof *a);
+    if (op->acc != op->acc_in) free(op->acc);
+    op->acc = a;
+    op->cap_acc = n;
+    return 1;
 }
 
 static void op_acc(sim_op *op, ppn_dptr p, size_t n, int mode, int want_dev, int peer_ok)
 {
-    PPN_ASSERT(op->nacc < PPN_LAUNCH_MAX_ACC);
+    PPN_ASSERT(op->nacc < op->cap_acc);
     op->acc[op->nacc++] = (sim_acc){p, n, mode, want_dev, peer_ok, 0, NULL};
 }
 
@@ -956,17 +972,20 @@ static ppn_status check_launch(const ppn_gpu *g, const ppn_launch *l)
     PPN_CHECK(ppn_gpu_check_launch(g, l));
     const ppn_gpu_kernel *k = &g->kern.k[l->kernel];
     if (!k->cpu) return ppn_err(PPN_EUNSUPPORTED, "sim: launch of %s: it has no CPU reference", k->name);
-    for (int i = 0; i < l->nacc; i++)
-        if (l->acc[i].mode < PPN_ACC_R || l->acc[i].mode > PPN_ACC_RW)
-            return ppn_err(PPN_EINVAL, "sim: launch of %s: access %d has mode %d", k->name, i, l->acc[i].mode);
+    for (int i = 0; i < l->nacc + l->nxacc; i++) {
+        const ppn_access *a = i < l->nacc ? &l->acc[i] : &l->xacc[i - l->nacc];
+        if (a->mode < PPN_ACC_R || a->mode > PPN_ACC_RW)
+            return ppn_err(PPN_EINVAL, "sim: launch of %s: access %d has mode %d", k->name, i, a->mode);
+    }
     return PPN_OK;
 }
 
 /* A captured graph: the launches, params copied at capture. Replay checks and runs them as ordinary ops, so
  * the checker sees every kernel of every replay (a graph is no blind spot). */
 typedef struct sim_glaunch {
-    ppn_launch l;    /* l.params points at params */
+    ppn_launch l;    /* l.params points at params, l.xacc at xacc */
     void *params;
+    ppn_access *xacc;
 } sim_glaunch;
 
 struct sim_graph {
@@ -981,7 +1000,7 @@ struct ppn_ggraph { /* the executable is the recording itself */
 static void graph_free(struct sim_graph *gr)
 {
     if (!gr) return;
-    for (int i = 0; i < gr->n; i++) free(gr->k[i].params);
+    for (int i = 0; i < gr->n; i++) free(gr->k[i].params), free(gr->k[i].xacc);
     free(gr->k);
     free(gr);
 }
@@ -999,8 +1018,18 @@ static ppn_status graph_record(const ppn_gpu *g, struct sim_graph *gr, const ppn
     void *params = malloc(l->params_size ? l->params_size : 1);
     if (!params) return ppn_err(PPN_ENOMEM, "sim: capturing %s: out of host memory", name);
     memcpy(params, l->params, l->params_size);
-    gr->k[gr->n] = (sim_glaunch){*l, params};
+    ppn_access *xacc = NULL;
+    if (l->nxacc) {
+        xacc = malloc((size_t)l->nxacc * sizeof *xacc);
+        if (!xacc) {
+            free(params);
+            return ppn_err(PPN_ENOMEM, "sim: capturing %s: out of host memory", name);
+        }
+        memcpy(xacc, l->xacc, (size_t)l->nxacc * sizeof *xacc);
+    }
+    gr->k[gr->n] = (sim_glaunch){*l, params, xacc};
     gr->k[gr->n].l.params = params;
+    gr->k[gr->n].l.xacc = xacc;
     gr->n++;
     return PPN_OK;
 }
@@ -1024,8 +1053,8 @@ static ppn_status launch_submit(sim_gpu *g, ppn_gstream *s, const ppn_launch *l,
     const ppn_gpu_kernel *k = &g->base.kern.k[l->kernel];
     sim_op *op = op_new(s, SIM_OP_LAUNCH, "kernel", k->name);
     void *params = malloc(l->params_size ? l->params_size : 1);
-    if (!op || !params) {
-        free(op);
+    if (!op || !params || !op_acc_reserve(op, l->nacc + l->nxacc)) {
+        op_free(op);
         free(params);
         return ppn_err(PPN_ENOMEM, "sim: launch of %s: out of host memory", k->name);
     }
@@ -1034,8 +1063,10 @@ static ppn_status launch_submit(sim_gpu *g, ppn_gstream *s, const ppn_launch *l,
     op->u.k.cpu = k->cpu;
     op->u.k.params = params;
     op->model_ns = model_ns;
-    for (int i = 0; i < l->nacc; i++)
-        if (l->acc[i].bytes) op_acc(op, l->acc[i].ptr, l->acc[i].bytes, l->acc[i].mode, s->dev, 1);
+    for (int i = 0; i < l->nacc + l->nxacc; i++) {
+        const ppn_access *a = i < l->nacc ? &l->acc[i] : &l->xacc[i - l->nacc];
+        if (a->bytes) op_acc(op, a->ptr, a->bytes, a->mode, s->dev, 1);
+    }
     return submit(g, s, op, SIM_FAIL_LAUNCH, NULL);
 }
 

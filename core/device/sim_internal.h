@@ -120,8 +120,9 @@ typedef struct sim_op {
     struct sim_op *next;
     int kind;
     sim_opref ref;
-    sim_acc acc[PPN_LAUNCH_MAX_ACC];
-    int nacc;
+    sim_acc *acc;                      /* acc_in, or a heap array for a launch with further accesses */
+    sim_acc acc_in[PPN_LAUNCH_MAX_ACC];
+    int nacc, cap_acc;
     ppn_status verdict; /* a finding made at enqueue (bounds, use after free, placement, double free) */
     char *report;       /* its report, printed when the op executes */
     sim_rec *hsnap;     /* host clock to merge before the op, or NULL */

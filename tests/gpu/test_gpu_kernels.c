@@ -568,7 +568,7 @@ static void rope_case(int nq, int nkv, int hd, int ctx, int interleaved, int32_t
              interleaved ? "interleaved" : "hf", nq, nkv, hd, ctx, pos, ppn_dtype_name(kd));
     for (int run = 0; run < 2; run++) {
         put(dx, x, n * 4), put(dkc, c0, cb), put(dvc, c0, cb);
-        EXPECT_OK(ppn_op_rope_kv(G, S, dx, nq, nkv, hd, dinv, interleaved, dh, dkc, dvc, dv, ctx, kd));
+        EXPECT_OK(tu_op_rope_kv(G, S, dx, nq, nkv, hd, dinv, interleaved, dh, dkc, dvc, dv, ctx, kd));
         sync_ok();
         get(run ? g2 : g1, dx, n * 4), get(run ? k2 : k1, dkc, cb), get(run ? v2 : v1, dvc, cb);
     }
@@ -639,8 +639,8 @@ static void attn_case(int nh, int nkv, int hd, int ctx, int32_t pos, int ns, int
     char what[96];
     snprintf(what, sizeof what, "attn %s heads=%d kv=%d head_dim=%d ctx=%d pos=%d n_split=%d", ppn_dtype_name(kd), nh,
              nkv, hd, ctx, pos, ns);
-    EXPECT_OK(ppn_op_attn(G, S, dout1, dq, dkc, dvc, nh, nkv, hd, ctx, scale, dh, dpart, ns, kd));
-    EXPECT_OK(ppn_op_attn(G, S, dout2, dq, dkc, dvc, nh, nkv, hd, ctx, scale, dh, dpart, ns, kd));
+    EXPECT_OK(tu_op_attn(G, S, dout1, dq, dkc, dvc, nh, nkv, hd, ctx, scale, dh, dpart, ns, kd));
+    EXPECT_OK(tu_op_attn(G, S, dout2, dq, dkc, dvc, nh, nkv, hd, ctx, scale, dh, dpart, ns, kd));
     sync_ok();
     get(g1, dout1, qn * 4);
     get(g2, dout2, qn * 4);
@@ -650,7 +650,7 @@ static void attn_case(int nh, int nkv, int hd, int ctx, int32_t pos, int ns, int
         if (cnt[h]) fail_msg("%s: arrival counter %d (of %d KV heads) is %u after the launches, not 0", what, h, nkv,
                              cnt[h]);
     ppn_kp_attn p = {.out = D(ref), .q = D(q), .kc = D(kc), .vc = D(vc), .hdr = D(&hdr), .n_heads = nh,
-                     .n_kv = nkv, .head_dim = hd, .ctx = ctx, .n_split = ns, .kvdt = kd, .scale = scale};
+                     .n_kv = nkv, .head_dim = hd, .cap = ctx, .n_split = ns, .kvdt = kd, .scale = scale};
     tu_kernel_run(PPN_K_ATTN, &p);
     compare(what, g1, ref, qn, NULL, 0.0, 1e-5);
     free(q), free(kc), free(vc), free(ref), free(g1), free(g2), free(cnt);
@@ -672,10 +672,10 @@ static void attn_time(int nh, int nkv, int hd, int ctx, int ns, int kd)
     float ms = 0;
     EXPECT_OK(G->ops->memset_d8(G, S, dpart, 0, pb));
     for (int i = 0; i < 2; i++) EXPECT_OK(G->ops->event_create(G, 0, 1, &ev[i]));
-    EXPECT_OK(ppn_op_attn(G, S, dout, dq, dkc, dvc, nh, nkv, hd, ctx, 0.1f, dh, dpart, ns, kd)); /* warm */
+    EXPECT_OK(tu_op_attn(G, S, dout, dq, dkc, dvc, nh, nkv, hd, ctx, 0.1f, dh, dpart, ns, kd)); /* warm */
     EXPECT_OK(G->ops->event_record(G, ev[0], S));
     for (int r = 0; r < REPS; r++)
-        EXPECT_OK(ppn_op_attn(G, S, dout, dq, dkc, dvc, nh, nkv, hd, ctx, 0.1f, dh, dpart, ns, kd));
+        EXPECT_OK(tu_op_attn(G, S, dout, dq, dkc, dvc, nh, nkv, hd, ctx, 0.1f, dh, dpart, ns, kd));
     EXPECT_OK(G->ops->event_record(G, ev[1], S));
     sync_ok();
     EXPECT_OK(G->ops->event_elapsed(G, ev[0], ev[1], &ms));
@@ -959,10 +959,10 @@ static void attn_rope_case(int nh, int nkv, int hd, int ctx, int32_t pos, int ns
              dx2 = up(x, qkvn * 4), dk1 = up(c, cb), dk2 = up(c, cb), dv1 = up(c, cb), dv2 = up(c, cb), dout1 = dalloc(on * 4), dout2 = dalloc(on * 4), dp1 = dalloc(pb), dp2 = dalloc(pb);
     EXPECT_OK(G->ops->memset_d8(G, S, dp1, 0, pb));
     EXPECT_OK(G->ops->memset_d8(G, S, dp2, 0, pb));
-    EXPECT_OK(ppn_op_attn_rope(G, S, dout1, dx1, dk1, dv1, nh, nkv, hd, ctx, scale, dh, dp1, ns, dinv, il, kd));
-    EXPECT_OK(ppn_op_rope_kv(G, S, dx2, nh, nkv, hd, dinv, il, dh, dk2, dv2, dx2 + (qkvn - (size_t)nkv * hd) * 4, ctx,
+    EXPECT_OK(tu_op_attn_rope(G, S, dout1, dx1, dk1, dv1, nh, nkv, hd, ctx, scale, dh, dp1, ns, dinv, il, kd));
+    EXPECT_OK(tu_op_rope_kv(G, S, dx2, nh, nkv, hd, dinv, il, dh, dk2, dv2, dx2 + (qkvn - (size_t)nkv * hd) * 4, ctx,
                              kd));
-    EXPECT_OK(ppn_op_attn(G, S, dout2, dx2, dk2, dv2, nh, nkv, hd, ctx, scale, dh, dp2, ns, kd));
+    EXPECT_OK(tu_op_attn(G, S, dout2, dx2, dk2, dv2, nh, nkv, hd, ctx, scale, dh, dp2, ns, kd));
     sync_ok();
     get(o1, dout1, on * 4), get(o2, dout2, on * 4), get(k1, dk1, cb), get(k2, dk2, cb),
         get(v1, dv1, cb), get(v2, dv2, cb), get(x1, dx1, qkvn * 4);
@@ -993,15 +993,15 @@ static void attn_rope_time(int nh, int nkv, int hd, int ctx, int32_t pos, int ns
     float ms[2] = {0, 0};
     EXPECT_OK(G->ops->memset_d8(G, S, dp, 0, pb));
     for (int i = 0; i < 3; i++) EXPECT_OK(G->ops->event_create(G, 0, 1, &ev[i]));
-    EXPECT_OK(ppn_op_attn_rope(G, S, dout, dx, dk, dv, nh, nkv, hd, ctx, 0.1f, dh, dp, ns, dinv, 0, kd)); /* warm */
+    EXPECT_OK(tu_op_attn_rope(G, S, dout, dx, dk, dv, nh, nkv, hd, ctx, 0.1f, dh, dp, ns, dinv, 0, kd)); /* warm */
     EXPECT_OK(G->ops->event_record(G, ev[0], S));
     for (int r = 0; r < REPS; r++)
-        EXPECT_OK(ppn_op_attn_rope(G, S, dout, dx, dk, dv, nh, nkv, hd, ctx, 0.1f, dh, dp, ns, dinv, 0, kd));
+        EXPECT_OK(tu_op_attn_rope(G, S, dout, dx, dk, dv, nh, nkv, hd, ctx, 0.1f, dh, dp, ns, dinv, 0, kd));
     EXPECT_OK(G->ops->event_record(G, ev[1], S));
     for (int r = 0; r < REPS; r++) {
-        EXPECT_OK(ppn_op_rope_kv(G, S, dx, nh, nkv, hd, dinv, 0, dh, dk, dv, dx + (qkvn - (size_t)nkv * hd) * 4, ctx,
+        EXPECT_OK(tu_op_rope_kv(G, S, dx, nh, nkv, hd, dinv, 0, dh, dk, dv, dx + (qkvn - (size_t)nkv * hd) * 4, ctx,
                                  kd));
-        EXPECT_OK(ppn_op_attn(G, S, dout, dx, dk, dv, nh, nkv, hd, ctx, 0.1f, dh, dp, ns, kd));
+        EXPECT_OK(tu_op_attn(G, S, dout, dx, dk, dv, nh, nkv, hd, ctx, 0.1f, dh, dp, ns, kd));
     }
     EXPECT_OK(G->ops->event_record(G, ev[2], S));
     sync_ok();

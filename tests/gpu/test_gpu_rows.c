@@ -219,13 +219,13 @@ static void rope_case(const mshape *m, int c, int pos0, int kvdt, int interleave
     ppn_dptr dq = up(qkv, qb), dinv = up(inv, sizeof inv), dw = up(w, (size_t)hd * 2);
     ppn_dptr dkc = up(kc, cb), dvc = up(vc, cb);
     OK(ppn_op_head_rmsnorm_rows(G, S, dq, (int)row, nq, nkv, hd, dw, PPN_DTYPE_BF16, 1e-6f, c));
-    OK(ppn_op_rope_kv_rows(G, S, dq, nq, nkv, hd, dinv, interleaved, dkc, dvc, ctx, kvdt, pos0, c));
+    OK(tu_op_rope_kv_rows(G, S, dq, nq, nkv, hd, dinv, interleaved, dkc, dvc, ctx, kvdt, pos0, c));
     get(got, dq, qb), get(kg, dkc, cb), get(vg, dvc, cb);
     ppn_kp_head_rmsnorm_rows ph = {.x = D(ref), .w = D(w), .stride = (int)row, .h0 = nq, .n_heads = nkv,
                                    .head_dim = hd, .wdt = PPN_DTYPE_BF16, .c = c, .eps = 1e-6f};
     tu_kernel_run(PPN_K_HEAD_RMSNORM_ROWS, &ph);
     ppn_kp_rope_kv_rows pr = {.qkv = D(ref), .inv_freq = D(inv), .kc = D(kc), .vc = D(vc), .n_q = nq, .n_kv = nkv,
-                              .head_dim = hd, .interleaved = interleaved, .ctx = ctx, .kvdt = kvdt, .pos0 = pos0, .c = c};
+                              .head_dim = hd, .interleaved = interleaved, .cap = ctx, .kvdt = kvdt, .pos0 = pos0, .c = c};
     tu_kernel_run(PPN_K_ROPE_KV_ROWS, &pr);
     cmp cq = {0}, ck = {0};
     /* the norm's f32 sum and the rotation's sincosf: 1e-5 relative to the row's scale */
@@ -251,12 +251,12 @@ static void rope_case(const mshape *m, int c, int pos0, int kvdt, int interleave
     OK(G->ops->memset_d8(G, S, dvc2, 0, cb));
     OK(G->ops->memset_d8(G, S, dkc, 0, cb));
     OK(G->ops->memset_d8(G, S, dvc, 0, cb));
-    OK(ppn_op_rope_kv_rows(G, S, dq, nq, nkv, hd, dinv, interleaved, dkc, dvc, ctx, kvdt, pos0, c));
+    OK(tu_op_rope_kv_rows(G, S, dq, nq, nkv, hd, dinv, interleaved, dkc, dvc, ctx, kvdt, pos0, c));
     ppn_dptr dn = up(normed, qb);
     for (int i = 0; i < c; i++) {
         ppn_dptr x = dn + (size_t)i * row * 4;
         OK(ppn_op_set_hdr(G, S, hdr, pos0 + i, 0, 0, i));
-        OK(ppn_op_rope_kv(G, S, x, nq, nkv, hd, dinv, interleaved, hdr, dkc2, dvc2, x + (size_t)(nq + nkv) * hd * 4,
+        OK(tu_op_rope_kv(G, S, x, nq, nkv, hd, dinv, interleaved, hdr, dkc2, dvc2, x + (size_t)(nq + nkv) * hd * 4,
                           ctx, kvdt));
     }
     float *dec = hmem(qb);
@@ -325,10 +325,10 @@ static void attn_case(const ashape *a, int c, int pos0, int kvdt)
     attn_inputs(a, c, pos0, ctx, kvdt, &qkv, &kc, &vc);
     ppn_dptr dq = up(qkv, (size_t)c * row * 4), dkc = up(kc, cb), dvc = up(vc, cb), dout = dalloc(ob);
     float scale = 1.0f / sqrtf((float)hd);
-    OK(ppn_op_attn_rows(G, S, dout, dq, dkc, dvc, a->nq, a->nkv, hd, ctx, kvdt, scale, pos0, c));
+    OK(tu_op_attn_rows(G, S, dout, dq, dkc, dvc, a->nq, a->nkv, hd, ctx, kvdt, scale, pos0, c));
     get(out, dout, ob);
     OK(G->ops->memset_d8(G, S, dout, 0xff, ob));
-    OK(ppn_op_attn_rows(G, S, dout, dq, dkc, dvc, a->nq, a->nkv, hd, ctx, kvdt, scale, pos0, c));
+    OK(tu_op_attn_rows(G, S, dout, dq, dkc, dvc, a->nq, a->nkv, hd, ctx, kvdt, scale, pos0, c));
     get(out2, dout, ob);
     snprintf(what, sizeof what, "%s attn_rows c=%d pos0=%d %s", a->name, c, pos0, ppn_dtype_name(kvdt));
     if (memcmp(out, out2, ob)) fail_msg("%s: two launches gave different bits", what);
@@ -338,7 +338,7 @@ static void attn_case(const ashape *a, int c, int pos0, int kvdt)
     for (int i = 0; i < c; i = i + step < c || i == c - 1 ? i + step : c - 1) {
         ppn_step_hdr hdr = {.pos = pos0 + i};
         ppn_kp_attn p = {.out = D(want), .q = D(qkv + i * row), .kc = D(kc), .vc = D(vc), .hdr = D(&hdr),
-                         .n_heads = a->nq, .n_kv = a->nkv, .head_dim = hd, .ctx = ctx, .n_split = 1, .kvdt = kvdt,
+                         .n_heads = a->nq, .n_kv = a->nkv, .head_dim = hd, .cap = ctx, .n_split = 1, .kvdt = kvdt,
                          .scale = scale};
         tu_kernel_run(PPN_K_ATTN, &p);
         for (size_t k = 0; k < orow; k++) cmp_add(&cm, out[i * orow + k], want[k], tol, i * orow + k);
@@ -418,7 +418,7 @@ typedef struct attn_run {
 static ppn_status attn_launch(void *arg)
 {
     attn_run *r = arg;
-    return ppn_op_attn_rows(G, S, r->out, r->qkv, r->kc, r->vc, r->a->nq, r->a->nkv, r->a->hd, r->ctx, r->kvdt,
+    return tu_op_attn_rows(G, S, r->out, r->qkv, r->kc, r->vc, r->a->nq, r->a->nkv, r->a->hd, r->ctx, r->kvdt,
                             1.0f / sqrtf((float)r->a->hd), r->pos0, r->c);
 }
 
@@ -435,7 +435,7 @@ static ppn_status rows_launch(void *arg)
     switch (r->which) {
     case 0: return ppn_op_embed_rows(G, S, r->a, r->w, PPN_DTYPE_BF16, 1000, m->dim, r->tok, r->c);
     case 1: return ppn_op_rmsnorm_rows(G, S, r->a, r->b, r->w, PPN_DTYPE_BF16, m->dim, 1e-5f, r->c);
-    case 2: return ppn_op_rope_kv_rows(G, S, r->b, m->nq, m->nkv, m->hd, r->inv, 0, r->kc, r->vc, r->c,
+    case 2: return tu_op_rope_kv_rows(G, S, r->b, m->nq, m->nkv, m->hd, r->inv, 0, r->kc, r->vc, r->c,
                                        PPN_DTYPE_BF16, 0, r->c);
     default: return ppn_op_swiglu_rows(G, S, r->a, r->b, m->ffn, r->c);
     }
@@ -507,6 +507,190 @@ static void test_gpu_rows_attn_timing(void **state)
     }
 }
 
+/* ---------------------------------------------------------------------------------------------------------
+ * Paged KV: the same values behind a scrambled block table (blocks of 1, 16, 64 positions; pool blocks nobody
+ * holds full of NaN) must give the identity layout's bits on the GPU (the kernels' reduction order never depends
+ * on where a row lives), and so match the CPU reference as the identity layout does (checked on the last row).
+ * Then the batched decode ops: attn_batch's rows are ppn_op_attn's bits at their positions, whatever the batch,
+ * and rope_kv_batch's are rope_kv_rows's. */
+
+typedef struct pgv {
+    int L, n_tbl, n_blocks, cap;
+    int32_t *tbl;
+} pgv;
+
+static pgv pgv_new(int L, int ctx)
+{
+    pgv p = {.L = L, .n_tbl = (ctx + (1 << L) - 1) >> L};
+    p.n_blocks = p.n_tbl + 3;
+    if (p.n_blocks % 7 == 0) p.n_blocks++;
+    p.cap = p.n_blocks << L;
+    p.tbl = hmem((size_t)p.n_tbl * 4);
+    for (int b = 0; b < p.n_tbl; b++) p.tbl[b] = (int32_t)((7 * b + 3) % p.n_blocks);
+    return p;
+}
+
+static size_t pgv_row(const pgv *p, int g, int t, int hd)
+{
+    int32_t pp = (p->tbl[t >> p->L] << p->L) | (t & ((1 << p->L) - 1));
+    return ((size_t)g * p->cap + (size_t)pp) * hd;
+}
+
+/* identity [nkv, ctx, hd] <-> pool [nkv, cap, hd] through the table (to_pool: scatter, else gather) */
+static void pgv_move(const pgv *p, int nkv, int ctx, int hd, size_t es, void *id, void *pool, int to_pool)
+{
+    for (int g = 0; g < nkv; g++)
+        for (int t = 0; t < ctx; t++) {
+            unsigned char *a = (unsigned char *)id + ((size_t)g * ctx + t) * hd * es;
+            unsigned char *b = (unsigned char *)pool + pgv_row(p, g, t, hd) * es;
+            if (to_pool) memcpy(b, a, (size_t)hd * es);
+            else memcpy(a, b, (size_t)hd * es);
+        }
+}
+
+static void paged_case(const ashape *a, int c, int pos0, int kvdt, int L)
+{
+    char what[160];
+    const int ctx = pos0 + c + 1, hd = a->hd; /* one more position: decode attention at pos0 + c */
+    pgv pg = pgv_new(L, ctx);
+    size_t row = (size_t)(a->nq + 2 * a->nkv) * hd, orow = (size_t)a->nq * hd, es = ppn_dtype_size(kvdt);
+    size_t cb = (size_t)a->nkv * ctx * hd * es, pb = (size_t)a->nkv * pg.cap * hd * es, ob = (size_t)c * orow * 4;
+    float *qkv, *o1 = hmem(ob), *o2 = hmem(ob), *q1 = hmem((size_t)c * row * 4), *q2 = hmem((size_t)c * row * 4);
+    void *kc, *vc, *pk = hmem(pb), *pv = hmem(pb), *k1 = hmem(cb), *k2 = hmem(cb), *v1 = hmem(cb), *v2 = hmem(cb);
+    attn_inputs(a, c, pos0, ctx, kvdt, &qkv, &kc, &vc);
+    memset(pk, 0xff, pb), memset(pv, 0xff, pb); /* NaN in every dtype */
+    pgv_move(&pg, a->nkv, ctx, hd, es, kc, pk, 1), pgv_move(&pg, a->nkv, ctx, hd, es, vc, pv, 1);
+    float inv[128];
+    for (int i = 0; i < hd / 2; i++) inv[i] = (float)(1.0 / pow(10000.0, (2.0 * i) / hd));
+    ppn_dptr dq1 = up(qkv, (size_t)c * row * 4), dq2 = up(qkv, (size_t)c * row * 4), dinv = up(inv, sizeof inv);
+    ppn_dptr dkc = up(kc, cb), dvc = up(vc, cb), dpk = up(pk, pb), dpv = up(pv, pb), dtbl = up(pg.tbl, pg.n_tbl * 4);
+    ppn_dptr do1 = dalloc(ob), do2 = dalloc(ob);
+    ppn_kv_view id = ppn_kv_view_identity(dkc, dvc, ctx, kvdt);
+    ppn_kv_view pv_ = {.pool = {.k = dpk, .v = dpv, .cap = pg.cap, .block_log2 = L, .kvdt = kvdt}, .tbl = dtbl,
+                       .tbl_h = pg.tbl, .n_tbl = pg.n_tbl};
+    float scale = 1.0f / sqrtf((float)hd);
+    OK(ppn_op_rope_kv_rows(G, S, dq1, a->nq, a->nkv, hd, dinv, 0, &id, pos0, c));
+    OK(ppn_op_rope_kv_rows(G, S, dq2, a->nq, a->nkv, hd, dinv, 0, &pv_, pos0, c));
+    OK(ppn_op_attn_rows(G, S, do1, dq1, &id, a->nq, a->nkv, hd, scale, pos0, c));
+    OK(ppn_op_attn_rows(G, S, do2, dq2, &pv_, a->nq, a->nkv, hd, scale, pos0, c));
+    get(q1, dq1, (size_t)c * row * 4), get(q2, dq2, (size_t)c * row * 4), get(o1, do1, ob), get(o2, do2, ob);
+    get(k1, dkc, cb), get(v1, dvc, cb), get(pk, dpk, pb), get(pv, dpv, pb);
+    pgv_move(&pg, a->nkv, ctx, hd, es, k2, pk, 0), pgv_move(&pg, a->nkv, ctx, hd, es, v2, pv, 0);
+    snprintf(what, sizeof what, "%s paged rows c=%d pos0=%d %s block %d", a->name, c, pos0, ppn_dtype_name(kvdt), 1 << L);
+    if (memcmp(q1, q2, (size_t)c * row * 4) || memcmp(o1, o2, ob) || memcmp(k1, k2, cb) || memcmp(v1, v2, cb))
+        fail_msg("%s: the paged layout's bits differ from the identity layout's", what);
+    /* the CPU reference on the pool as the GPU left it, the chunk's last row */
+    cmp cm = {0};
+    float *want = hmem(orow * 4);
+    ppn_step_hdr hdr = {.pos = pos0 + c - 1};
+    ppn_kp_attn p = {.out = D(want), .q = D(q2 + (size_t)(c - 1) * row), .kc = D(pk), .vc = D(pv), .hdr = D(&hdr),
+                     .tbl = D(pg.tbl), .n_heads = a->nq, .n_kv = a->nkv, .head_dim = hd, .cap = pg.cap, .n_split = 1,
+                     .kvdt = kvdt, .block_log2 = L, .scale = scale};
+    tu_kernel_run(PPN_K_ATTN, &p);
+    for (size_t k = 0; k < orow; k++) cmp_add(&cm, o2[(size_t)(c - 1) * orow + k], want[k], attn_tol(kvdt, hd), k);
+    cmp_done(&cm, what);
+    /* decode attention at pos0 + c - 1 (hdr on the device), split: the same bits through either layout */
+    int ns = 8;
+    size_t sb = ppn_op_attn_scratch_bytes(a->nq, ns, hd);
+    ppn_dptr dh = up(&hdr, sizeof hdr), dpart = dalloc(sb);
+    OK(G->ops->memset_d8(G, S, dpart, 0, sb));
+    OK(ppn_op_attn(G, S, do1, dq1 + (size_t)(c - 1) * row * 4, &id, a->nq, a->nkv, hd, scale, dh, dpart, ns));
+    OK(ppn_op_attn(G, S, do2, dq2 + (size_t)(c - 1) * row * 4, &pv_, a->nq, a->nkv, hd, scale, dh, dpart, ns));
+    get(o1, do1, orow * 4), get(o2, do2, orow * 4);
+    if (memcmp(o1, o2, orow * 4)) fail_msg("%s: decode attention's bits differ between the layouts", what);
+    cmp cd = {0};
+    for (size_t k = 0; k < orow; k++) cmp_add(&cd, o2[k], want[k], 1e-5, k);
+    snprintf(what, sizeof what, "%s paged decode attn pos=%d %s block %d", a->name, pos0 + c - 1, ppn_dtype_name(kvdt),
+             1 << L);
+    cmp_done(&cd, what);
+    free(qkv), free(kc), free(vc), free(o1), free(o2), free(q1), free(q2), free(pk), free(pv), free(k1), free(k2);
+    free(v1), free(v2), free(want), free(pg.tbl);
+    dfree_all();
+}
+
+/* B rows of different sequences in one pool: attn_batch's row i is ppn_op_attn's bits on row i's view, in a batch
+ * of B and alone; rope_kv_batch's row i is rope_kv_rows's. */
+static void batch_case(const ashape *a, int kvdt, int L, int B)
+{
+    char what[160];
+    const int hd = a->hd, ns = 8, maxpos = 700;
+    int per = (maxpos + (1 << L) - 1) >> L; /* blocks a sequence holds */
+    pgv pg = pgv_new(L, B * (per << L)); /* one table cut into B sequences' tables of per blocks */
+    size_t row = (size_t)(a->nq + 2 * a->nkv) * hd, orow = (size_t)a->nq * hd, es = ppn_dtype_size(kvdt);
+    size_t pb = (size_t)a->nkv * pg.cap * hd * es, ob = (size_t)B * orow * 4;
+    void *pk = tu_wrand(kvdt, pb / es, NULL), *pv = tu_wrand(kvdt, pb / es, NULL);
+    float *qkv = tu_frand((size_t)B * row, -3, 3), *ob_ = hmem(ob), *one = hmem(orow * 4), *q1 = hmem((size_t)B * row * 4);
+    float *q2 = hmem((size_t)B * row * 4);
+    ppn_kseg *segs = hmem((size_t)B * sizeof(ppn_kseg));
+    const int32_t **tb = hmem((size_t)B * sizeof(int32_t *));
+    int *nt = hmem((size_t)B * sizeof(int));
+    ppn_dptr dpk = up(pk, pb), dpv = up(pv, pb), dtbl = up(pg.tbl, (size_t)pg.n_tbl * 4), dq = up(qkv, (size_t)B * row * 4);
+    ppn_dptr dq2 = up(qkv, (size_t)B * row * 4), dout = dalloc(ob), d1 = dalloc(orow * 4);
+    ppn_dptr dpart = dalloc(ppn_op_attn_batch_scratch_bytes(B, a->nq, ns, hd)), dsegs = dalloc((size_t)B * sizeof(ppn_kseg));
+    ppn_dptr dh = dalloc(sizeof(ppn_step_hdr));
+    OK(G->ops->memset_d8(G, S, dpart, 0, ppn_op_attn_batch_scratch_bytes(B, a->nq, ns, hd)));
+    for (int i = 0; i < B; i++) {
+        segs[i] = (ppn_kseg){.pos = (int32_t)((i * 997 + 13) % maxpos), .tbl = dtbl + (size_t)i * per * 4};
+        tb[i] = pg.tbl + (size_t)i * per, nt[i] = per;
+    }
+    put(dsegs, segs, (size_t)B * sizeof(ppn_kseg));
+    ppn_kv_pool pool = {.k = dpk, .v = dpv, .cap = pg.cap, .block_log2 = L, .kvdt = kvdt};
+    float scale = 1.0f / sqrtf((float)hd), inv[128];
+    for (int i = 0; i < hd / 2; i++) inv[i] = (float)(1.0 / pow(10000.0, (2.0 * i) / hd));
+    ppn_dptr dinv = up(inv, sizeof inv);
+    /* the rotary: batch vs one row chunk per sequence */
+    OK(ppn_op_rope_kv_batch(G, S, dq, a->nq, a->nkv, hd, dinv, 0, &pool, dsegs, segs, tb, nt, B));
+    get(q1, dq, (size_t)B * row * 4);
+    for (int i = 0; i < B; i++) {
+        ppn_kv_view w = {.pool = pool, .tbl = segs[i].tbl, .tbl_h = tb[i], .n_tbl = nt[i]};
+        OK(ppn_op_rope_kv_rows(G, S, dq2 + (size_t)i * row * 4, a->nq, a->nkv, hd, dinv, 0, &w, segs[i].pos, 1));
+    }
+    get(q2, dq2, (size_t)B * row * 4);
+    snprintf(what, sizeof what, "%s batch B=%d %s block %d", a->name, B, ppn_dtype_name(kvdt), 1 << L);
+    if (memcmp(q1, q2, (size_t)B * row * 4)) fail_msg("%s: rope_kv_batch differs from rope_kv_rows", what);
+    OK(ppn_op_attn_batch(G, S, dout, dq, a->nq, a->nkv, hd, scale, &pool, dsegs, segs, tb, nt, B, dpart, ns));
+    get(ob_, dout, ob);
+    get(pk, dpk, pb), get(pv, dpv, pb);
+    cmp cm = {0};
+    float *want = hmem(orow * 4);
+    for (int i = 0; i < B; i++) {
+        ppn_kv_view w = {.pool = pool, .tbl = segs[i].tbl, .tbl_h = tb[i], .n_tbl = nt[i]};
+        ppn_step_hdr hdr = {.pos = segs[i].pos};
+        put(dh, &hdr, sizeof hdr);
+        OK(ppn_op_attn(G, S, d1, dq + (size_t)i * row * 4, &w, a->nq, a->nkv, hd, scale, dh, dpart, ns));
+        get(one, d1, orow * 4);
+        if (memcmp(one, ob_ + (size_t)i * orow, orow * 4)) fail_msg("%s: row %d differs from ppn_op_attn", what, i);
+        ppn_kp_attn p = {.out = D(want), .q = D(q1 + (size_t)i * row), .kc = D(pk), .vc = D(pv), .hdr = D(&hdr),
+                         .tbl = D(tb[i]), .n_heads = a->nq, .n_kv = a->nkv, .head_dim = hd, .cap = pg.cap,
+                         .n_split = 1, .kvdt = kvdt, .block_log2 = L, .scale = scale};
+        tu_kernel_run(PPN_K_ATTN, &p);
+        for (size_t k = 0; k < orow; k++) cmp_add(&cm, ob_[(size_t)i * orow + k], want[k], 1e-5, k);
+    }
+    cmp_done(&cm, what);
+    free(pk), free(pv), free(qkv), free(ob_), free(one), free(q1), free(q2), free(segs), free(tb), free(nt), free(want);
+    free(pg.tbl);
+    dfree_all();
+}
+
+static void test_gpu_rows_paged(void **state)
+{
+    (void)state;
+    static const ashape shapes[] = {{"llama-8b", 32, 8, 128}, {"llama-1b", 32, 8, 64}, {"odd", 8, 1, 72}};
+    static const int dts[] = {PPN_DTYPE_BF16, PPN_DTYPE_F16, PPN_DTYPE_F32};
+    static const int Ls[] = {0, 4, 6};
+    for (size_t k = 0; k < TU_LEN(shapes); k++)
+        for (size_t d = 0; d < TU_LEN(dts); d++)
+            for (size_t l = 0; l < TU_LEN(Ls); l++) {
+                paged_case(&shapes[k], 77, 130, dts[d], Ls[l]);
+                if (l == 1) paged_case(&shapes[k], 5, 0, dts[d], Ls[l]);
+            }
+    for (size_t k = 0; k < TU_LEN(shapes); k++) {
+        batch_case(&shapes[k], PPN_DTYPE_BF16, 4, 1);
+        batch_case(&shapes[k], PPN_DTYPE_BF16, 4, 17);
+        batch_case(&shapes[k], PPN_DTYPE_F32, 0, 3);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -514,6 +698,7 @@ int main(void)
         cmocka_unit_test(test_gpu_rows_attn_models),
         cmocka_unit_test(test_gpu_rows_attn_fixtures),
         cmocka_unit_test(test_gpu_rows_attn_timing),
+        cmocka_unit_test(test_gpu_rows_paged),
     };
     const char *f = getenv("PPN_GPU_TEST_FILTER");
     if (f && *f) cmocka_set_test_filter(f);

@@ -21,8 +21,9 @@ void tu_check_close(double got, double want, double tol, const char *what, size_
 /* The fake device: tu_fake's launch copies the launch and its params into tu_cap, counts it, and (unless dry)
  * runs the kernel's CPU reference. */
 typedef struct tu_capture {
-    ppn_launch l; /* the last launch; l.params points at params */
+    ppn_launch l; /* the last launch; l.params points at params, l.xacc at xacc (a copy) */
     unsigned char params[256];
+    ppn_access *xacc; /* the further accesses (l.nxacc of them) */
     int calls;
     int dry; /* capture only: the pointers are not real buffers (geometry checks of model-sized shapes) */
 } tu_capture;
@@ -30,10 +31,28 @@ extern tu_capture tu_cap;
 extern ppn_gpu tu_fake;
 extern ppn_gstream *const tu_fake_stream;
 
-/* The captured launch's access i is exactly (p, bytes, mode). */
+/* The captured launch's access i is exactly (p, bytes, mode): i < l.nacc indexes the fixed list, then xacc. */
 void tu_expect_acc(int i, const void *p, size_t bytes, int mode);
 /* 1 when [p, p + bytes) is covered by one declared access with this mode bit. */
 int tu_declared(const void *p, size_t bytes, int mode);
+/* The captured launch's access i of all l.nacc + l.nxacc. */
+const ppn_access *tu_acc(int i);
+
+/* The KV ops on an identity view of caches kc, vc [n_kv, ctx, head_dim] of kvdt: the signatures before paging,
+ * for the tests written against them. */
+ppn_status tu_op_rope_kv(ppn_gpu *g, ppn_gstream *s, ppn_dptr qk, int n_q, int n_kv, int head_dim, ppn_dptr inv_freq,
+                         int interleaved, ppn_dptr hdr, ppn_dptr kc, ppn_dptr vc, ppn_dptr v, int ctx, int kvdt);
+ppn_status tu_op_attn(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr q, ppn_dptr kc, ppn_dptr vc, int n_heads,
+                      int n_kv, int head_dim, int ctx, float scale, ppn_dptr hdr, ppn_dptr part, int n_split, int kvdt);
+ppn_status tu_op_attn_rope(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr qkv, ppn_dptr kc, ppn_dptr vc,
+                           int n_heads, int n_kv, int head_dim, int ctx, float scale, ppn_dptr hdr, ppn_dptr part,
+                           int n_split, ppn_dptr inv_freq, int interleaved, int kvdt);
+ppn_status tu_op_rope_kv_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr qkv, int n_q, int n_kv, int head_dim,
+                              ppn_dptr inv_freq, int interleaved, ppn_dptr kc, ppn_dptr vc, int ctx, int kvdt, int pos0,
+                              int c);
+ppn_status tu_op_attn_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr qkv, ppn_dptr kc, ppn_dptr vc,
+                           int n_heads, int n_kv, int head_dim, int ctx, int kvdt, float scale, int pos0, int c);
+
 /* A 1-D geometry within the kernels' contract (whole warps, at most 1024 threads) with at least min_threads. */
 void tu_expect_geometry(unsigned min_threads);
 
