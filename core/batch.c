@@ -88,6 +88,9 @@ typedef struct batch_plan {
     ppn_step_cmd cmds[PPN_MAX_INFLIGHT];
     ppn_rowseg *segs;
     int32_t *tok_h, *ids_h;
+    ppn_kseg *ksegs;           /* pinned: micro-batch k's [n_stages][its rows] at n_stages * its first row */
+    const int32_t **tbl_hs;    /* row i's host block table and blocks (the ops' declarations) */
+    int *n_tbls;
     int mb;
 } batch_plan;
 
@@ -96,13 +99,22 @@ static ppn_status plan_build(ppn_model *m, ppn_seq *const *seqs, const int *toke
 {
     memset(pl, 0, sizeof *pl);
     pl->mb = mb;
+    const ppn_stage_map *map = m->map;
+    int ns = map->n_stages;
     pl->segs = ppn_hcalloc((size_t)n, sizeof *pl->segs);
-    if (!pl->segs) return ppn_err(PPN_ENOMEM, "ppn_decode_batch: host out of memory for %d rows", n);
+    pl->tbl_hs = ppn_hcalloc((size_t)n, sizeof *pl->tbl_hs);
+    pl->n_tbls = ppn_hcalloc((size_t)n, sizeof *pl->n_tbls);
+    if (!pl->segs || !pl->tbl_hs || !pl->n_tbls)
+        return ppn_err(PPN_ENOMEM, "ppn_decode_batch: host out of memory for %d rows", n);
     PPN_CHECK(ppn_pinned_alloc(m->rt->pinned, sizeof(int32_t) * (size_t)n, (void **)&pl->tok_h));
+    PPN_CHECK(ppn_pinned_alloc(m->rt->pinned, sizeof(ppn_kseg) * (size_t)n * (size_t)ns, (void **)&pl->ksegs));
     if (want_ids) PPN_CHECK(ppn_pinned_alloc(m->rt->pinned, sizeof(int32_t) * (size_t)n, (void **)&pl->ids_h));
     for (int i = 0; i < n; i++) {
+        ppn_seq *q = seqs[i];
         pl->tok_h[i] = tokens[i];
-        pl->segs[i] = (ppn_rowseg){.seq = seqs[i], .pos0 = seqs[i]->pos, .n = 1};
+        pl->segs[i] = (ppn_rowseg){.seq = q, .pos0 = q->pos, .n = 1, .n_tbl = q->n_blk};
+        pl->tbl_hs[i] = q->tbl_h;
+        pl->n_tbls[i] = q->n_blk;
     }
     size_t vocab = (size_t)m->cfg.vocab;
     for (int k = 0; k < mb; k++) {
@@ -116,7 +128,15 @@ static ppn_status plan_build(ppn_model *m, ppn_seq *const *seqs, const int *toke
         c->seq = seqs[r0]; /* its ring entry marks the walk's end */
         c->logits_h = logits ? logits + (size_t)r0 * vocab : NULL;
         c->ids_h = pl->ids_h ? pl->ids_h + r0 : NULL;
-        for (int i = r0; i < r1; i++) pl->segs[i].r0 = i - r0;
+        c->tbl_hs = pl->tbl_hs + r0;
+        c->n_tbls = pl->n_tbls + r0;
+        c->ksegs_h = pl->ksegs + (size_t)ns * (size_t)r0;
+        for (int i = r0; i < r1; i++) {
+            pl->segs[i].r0 = i - r0;
+            for (int s = 0; s < ns; s++) /* stage s's row i - r0: its position, its table on s's device */
+                pl->ksegs[(size_t)ns * (size_t)r0 + (size_t)s * (size_t)(r1 - r0) + (size_t)(i - r0)] =
+                    (ppn_kseg){.pos = seqs[i]->pos, .tbl = seqs[i]->scr[s].kvt};
+        }
     }
     return PPN_OK;
 }
@@ -124,6 +144,9 @@ static ppn_status plan_build(ppn_model *m, ppn_seq *const *seqs, const int *toke
 static void plan_free(ppn_model *m, batch_plan *pl)
 {
     ppn_hfree(pl->segs);
+    ppn_hfree(pl->tbl_hs);
+    ppn_hfree(pl->n_tbls);
+    ppn_pinned_free(m->rt->pinned, pl->ksegs);
     ppn_pinned_free(m->rt->pinned, pl->tok_h);
     ppn_pinned_free(m->rt->pinned, pl->ids_h);
 }
@@ -144,7 +167,13 @@ ppn_status ppn_decode_batch_ex(ppn_seq *const *seqs, const int *tokens, int n, c
     int mb = o.micro ? o.micro : (unsplit ? 1 : map_devices(map));
     if (mb > PPN_MAX_INFLIGHT) mb = PPN_MAX_INFLIGHT;
     if (mb > n) mb = n;
-    ppn_status st = ppn_map_reserve_rows(m, (n + mb - 1) / mb);
+    int *end = ppn_hcalloc((size_t)n, sizeof *end);
+    if (!end) return ppn_err(PPN_ENOMEM, "ppn_decode_batch: host out of memory for %d rows", n);
+    for (int i = 0; i < n; i++) end[i] = seqs[i]->pos + 1;
+    ppn_status st = ppn_kv_reserve(seqs, end, n); /* all or none: a refusal names the sequence, nothing moved */
+    ppn_hfree(end);
+    PPN_CHECK(st);
+    st = ppn_map_reserve_batch(m, (n + mb - 1) / mb);
     if (st != PPN_OK) { /* the slots may be half rebuilt: the model is refused from here on, cleanly */
         ppn_model_fail(m, st);
         return st;

@@ -49,7 +49,8 @@ ppn_status ppn_fwd_layer(ppn_seq *q, ppn_gstream *s, int dev, ppn_stage_scratch 
         PPN_CHECK(ppn_op_head_rmsnorm(g, s, kv, nkv, hd, w->k_norm, wdt, c->norm_eps));
     }
     float scale = 1.0f / sqrtf((float)hd);
-    ppn_kv_view cache = ppn_kv_view_identity(q->kc[l], q->vc[l], m->ctx, m->kvdt); /* per-sequence caches for now */
+    /* the pools of layer l through this stage's copy of the block table (the stage syncs it before the walk) */
+    ppn_kv_view cache = {.pool = ppn_kv_pool_of(m, l), .tbl = r->kvt, .tbl_h = q->tbl_h, .n_tbl = r->kvt_synced};
     if (m->map->door.fuse && ppn_op_attn_rope_fits(hd, c->rope_interleaved)) { /* the rotary and the k/v store inside */
         PPN_CHECK(ppn_op_attn_rope(g, s, r->att, qv, &cache, nh, nkv, hd, scale, hdr, r->attp, m->attn_split,
                                    m->inv_freq[dev], c->rope_interleaved));
@@ -84,18 +85,38 @@ ppn_status ppn_fwd_rows_embed(ppn_model *m, ppn_gstream *s, const ppn_rows_scrat
     return ppn_op_embed_rows(m->rt->g, s, x, m->embed, m->wdt, m->cfg.vocab, m->cfg.dim, r->tok, c);
 }
 
+/* A batch (one row per sequence): the rotary with the KV store and attention of every row in one launch each,
+ * through the row descriptors the walk uploaded: this stage's in the first slot of r->segs in the split, stage
+ * st's in slot st of stage 0's in the unsplit walk (r is then stage 0's scratch). */
+static ppn_status batch_attention(ppn_model *m, ppn_gstream *s, int dev, const ppn_rows_scratch *r,
+                                  const ppn_step_cmd *c, int l)
+{
+    const ppn_model_config *cf = &m->cfg;
+    int hd = cf->head_dim, nh = cf->n_heads, nkv = cf->n_kv_heads, st = ppn_layer_stage(m->map, l);
+    int slot = r == &m->stages[st].rs ? 0 : st;
+    float scale = 1.0f / sqrtf((float)hd);
+    ppn_kv_pool pool = ppn_kv_pool_of(m, l);
+    ppn_dptr segs_d = r->segs + sizeof(ppn_kseg) * (size_t)slot * (size_t)c->rows;
+    const ppn_kseg *segs_h = c->ksegs_h + (size_t)st * (size_t)c->rows;
+    PPN_CHECK(ppn_op_rope_kv_batch(m->rt->g, s, r->qkv, nh, nkv, hd, m->inv_freq[dev], cf->rope_interleaved, &pool,
+                                   segs_d, segs_h, c->tbl_hs, c->n_tbls, c->rows));
+    return ppn_op_attn_batch(m->rt->g, s, r->att, r->qkv, nh, nkv, hd, scale, &pool, segs_d, segs_h, c->tbl_hs,
+                             c->n_tbls, c->rows, r->attp, m->attn_split);
+}
+
 /* The rotary with the KV store, then causal attention over the sequence's cache, for each segment. */
 static ppn_status rows_attention(ppn_model *m, ppn_gstream *s, int dev, const ppn_rows_scratch *r,
-                                 const ppn_rowseg *sg, int nseg, int l)
+                                 const ppn_step_cmd *cmd, int l)
 {
+    if (cmd->kind == PPN_ROWS_BATCH) return batch_attention(m, s, dev, r, cmd, l);
     const ppn_model_config *c = &m->cfg;
-    int hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
+    int hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads, st = ppn_layer_stage(m->map, l);
     size_t stride = (size_t)(nh + 2 * nkv) * (size_t)hd;
     float scale = 1.0f / sqrtf((float)hd);
-    for (int i = 0; i < nseg; i++) {
-        const ppn_rowseg *g = &sg[i];
+    for (int i = 0; i < cmd->nseg; i++) {
+        const ppn_rowseg *g = &cmd->segs[i];
         ppn_dptr qkv = row_at(r->qkv, g->r0, stride);
-        ppn_kv_view cache = ppn_kv_view_identity(g->seq->kc[l], g->seq->vc[l], m->ctx, m->kvdt);
+        ppn_kv_view cache = ppn_kv_view_of(m, g->seq, st, l, g->n_tbl);
         PPN_CHECK(ppn_op_rope_kv_rows(m->rt->g, s, qkv, nh, nkv, hd, m->inv_freq[dev], c->rope_interleaved, &cache,
                                       g->pos0, g->n));
         PPN_CHECK(ppn_op_attn_rows(m->rt->g, s, row_at(r->att, g->r0, (size_t)nh * (size_t)hd), qkv, &cache, nh,
@@ -105,8 +126,9 @@ static ppn_status rows_attention(ppn_model *m, ppn_gstream *s, int dev, const pp
 }
 
 ppn_status ppn_fwd_rows_layer(ppn_model *m, ppn_gstream *s, int dev, const ppn_rows_scratch *r, ppn_dptr x,
-                              const ppn_rowseg *sg, int nseg, int rows, int l)
+                              const ppn_step_cmd *cmd, int l)
 {
+    int rows = cmd->rows;
     const ppn_model_config *c = &m->cfg;
     const ppn_dev_layer *w = &m->layers[l];
     ppn_gpu *g = m->rt->g;
@@ -118,7 +140,7 @@ ppn_status ppn_fwd_rows_layer(ppn_model *m, ppn_gstream *s, int dev, const ppn_r
         PPN_CHECK(ppn_op_head_rmsnorm_rows(g, s, r->qkv, qkv_cols, 0, nh, hd, w->q_norm, wdt, c->norm_eps, rows));
         PPN_CHECK(ppn_op_head_rmsnorm_rows(g, s, r->qkv, qkv_cols, nh, nkv, hd, w->k_norm, wdt, c->norm_eps, rows));
     }
-    PPN_CHECK(rows_attention(m, s, dev, r, sg, nseg, l));
+    PPN_CHECK(rows_attention(m, s, dev, r, cmd, l));
     PPN_CHECK(ppn_op_gemm(g, s, x, w->wo, wdt, r->att, rows, dim, nh * hd, 0, x));
     PPN_CHECK(ppn_op_rmsnorm_rows(g, s, r->xb, x, w->ffn_norm, wdt, dim, c->norm_eps, rows));
     PPN_CHECK(ppn_op_gemm(g, s, r->gu, w->wgu, wdt, r->xb, rows, 2 * ffn, dim, 0, 0));

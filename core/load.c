@@ -15,14 +15,16 @@ static void place_weights(ppn_model *m, const ppn_stage_map *map)
     m->head_dev = shard ? map->dev[map->n_stages - 1] : m->primary;
 }
 
-/* KV positions that fit next to the weights on every device where map puts KV, leaving room for scratch. */
-static ppn_status choose_ctx(ppn_model *m, const ppn_stage_map *map, int want)
+/* A sequence's context (want, or the model's maximum capped to what fits) and the paged pools' positions
+ * (kv_want, or 4 contexts capped to what fits, at least one context), from the room next to the weights on every
+ * device where map puts KV, leaving room for scratch. */
+static ppn_status choose_ctx(ppn_model *m, const ppn_stage_map *map, int want, int kv_want)
 {
     const ppn_model_config *c = &m->cfg;
     if (want > c->max_pos)
         return ppn_err(PPN_EINVAL, "ctx %d exceeds the model's max_position_embeddings %d", want, c->max_pos);
     size_t per_layer = 2 * ppn_op_kv_cache_bytes(c->n_kv_heads, c->head_dim, 1, m->kvdt); /* k and v, a position */
-    size_t reserve = (size_t)64 << 20;
+    size_t reserve = (size_t)64 << 20, room = SIZE_MAX;
     int ctx = want > 0 ? want : c->max_pos;
     for (int s = 0; s < map->n_stages; s++) {
         int dev = map->dev[s];
@@ -34,18 +36,26 @@ static ppn_status choose_ctx(ppn_model *m, const ppn_stage_map *map, int want)
         if (!layers) continue;
         PPN_CHECK(m->rt->g->ops->mem_get_info(m->rt->g, dev, &free_b, &total_b));
         size_t fit = free_b > reserve ? (free_b - reserve) / (layers * per_layer) : 0;
+        if (fit < room) room = fit;
         if (want == 0 && (size_t)ctx > fit) ctx = (int)fit;
         if (ctx < 1 || (size_t)ctx > fit)
             return ppn_err(PPN_ENOMEM, "device %d: a KV cache of %d positions for %zu layers needs %zu B; %zu B free",
                            dev, ctx < 1 ? 1 : ctx, layers, (size_t)(ctx < 1 ? 1 : ctx) * layers * per_layer, free_b);
     }
     m->ctx = ctx;
-    return PPN_OK;
+    size_t kv = kv_want > 0 ? (size_t)kv_want : 4 * (size_t)ctx;
+    if (kv_want == 0 && kv < PPN_KV_DEFAULT_MIN) kv = PPN_KV_DEFAULT_MIN; /* short contexts: room for many */
+    if (kv_want == 0 && kv > room) kv = room < (size_t)ctx ? (size_t)ctx : room;
+    kv = (kv + PPN_KV_BLOCK - 1) / PPN_KV_BLOCK * PPN_KV_BLOCK;
+    if (kv > room || kv > (size_t)INT32_MAX / 2)
+        return ppn_err(PPN_ENOMEM, "kv_tokens %zu: the KV pools of that many positions do not fit next to the weights "
+                                   "(room for %zu)", kv, room);
+    return ppn_kv_init(m, (int)kv);
 }
 
 ppn_load_opts ppn_load_opts_default(void)
 {
-    return (ppn_load_opts){.dtype = PPN_DTYPE_DEFAULT, .ctx = 0, .device = 0, .door = NULL};
+    return (ppn_load_opts){.dtype = PPN_DTYPE_DEFAULT, .ctx = 0, .kv_tokens = 0, .device = 0, .door = NULL};
 }
 
 static ppn_status check_opts(ppn_rt *rt, const ppn_load_opts *o)
@@ -53,6 +63,7 @@ static ppn_status check_opts(ppn_rt *rt, const ppn_load_opts *o)
     if (o->dtype < PPN_DTYPE_DEFAULT || o->dtype > PPN_DTYPE_F16)
         return ppn_err(PPN_EINVAL, "dtype %d is not f32, bf16 or f16", o->dtype);
     if (o->ctx < 0) return ppn_err(PPN_EINVAL, "ctx %d is negative", o->ctx);
+    if (o->kv_tokens < 0) return ppn_err(PPN_EINVAL, "kv_tokens %d is negative", o->kv_tokens);
     if (o->device < 0 || o->device >= rt->n_dev)
         return ppn_err(PPN_EINVAL, "device %d does not exist (%d devices)", o->device, rt->n_dev);
     return PPN_OK;
@@ -100,6 +111,7 @@ static void model_release(ppn_model *m)
     if (!m) return;
     ppn_gpu *g = m->rt->g;
     ppn_map_teardown(m);
+    ppn_kv_fini(m);
     for (int b = 0; b < m->n_weight_blocks; b++) {
         ppn_gstream *s;
         ppn_pool *pool;
@@ -139,10 +151,11 @@ ppn_status ppn_model_load(ppn_rt *rt, const char *path, const ppn_load_opts *opt
     place_weights(m, map);
     PPN_CHECK_GOTO(ppn_upload_weights(m, c, &o), s, fail);
     ppn_trace("weights uploaded: %zu B", m->weight_bytes);
-    PPN_CHECK_GOTO(choose_ctx(m, map, o.ctx), s, fail);
+    PPN_CHECK_GOTO(choose_ctx(m, map, o.ctx, o.kv_tokens), s, fail);
     PPN_CHECK_GOTO(ppn_map_install(m, map, ppn_stage_thread_fn), s, fail);
     map = NULL; /* the model's now */
-    ppn_trace("ctx %d, %d stage(s), attention in %d split(s)", m->ctx, m->map->n_stages, m->attn_split);
+    ppn_trace("ctx %d, KV pools of %d positions, %d stage(s), attention in %d split(s)", m->ctx, m->kv.cap,
+              m->map->n_stages, m->attn_split);
     ppn_ckpt_close(c);
     rt->n_models++;
     *out = m;

@@ -59,6 +59,7 @@ ppn_status ppn_decode_greedy(ppn_seq *q, int token, int n, int *ids)
     if (n > m->ctx - q->pos)
         return ppn_err(PPN_ESTATE, "ppn_decode_greedy: %d steps from position %d exceed the sequence's %d positions "
                        "(ctx)", n, q->pos, m->ctx);
+    PPN_CHECK(ppn_kv_reserve_one(q, q->pos + n));
     ppn_pend pend[PPN_MAX_INFLIGHT];
     ppn_greedy_link gl = {-1, 0};
     int issued = 0, waited = 0;

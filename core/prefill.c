@@ -63,6 +63,7 @@ static ppn_status plan_build(ppn_model *m, ppn_seq *const *seqs, const int *cons
         for (int r = 0; r < c->rows;) {
             int take = n[i] - j < c->rows - r ? n[i] - j : c->rows - r;
             pl->segs[nseg++] = (ppn_rowseg){.seq = seqs[i], .pos0 = seqs[i]->pos + j, .r0 = r, .n = take,
+                                            .n_tbl = seqs[i]->n_blk,
                                             .out = seg_out(logits, o->all_logits, vocab, i, base, j, take, n[i]),
                                             .all_rows = o->all_logits};
             memcpy(pl->tok_h + row + r, ids[i] + j, sizeof(int32_t) * (size_t)take);
@@ -126,6 +127,12 @@ ppn_status ppn_prefill_batch(ppn_seq *const *seqs, const int *const *ids, const 
     int unsplit = map->n_stages > 1 && (!map->door.streams || !map->door.prime_pp);
     if (unsplit) /* refused before anything moves */
         PPN_CHECK(ppn_rows_unsplit_reachable(m, "prefill (MEMRA_PRIME_PP=0)", "the split (MEMRA_PRIME_PP=1)"));
+    int *end = ppn_hcalloc((size_t)count, sizeof *end);
+    if (!end) return ppn_err(PPN_ENOMEM, "prefill: host out of memory");
+    for (int i = 0; i < count; i++) end[i] = seqs[i]->pos + n[i];
+    ppn_status kst = ppn_kv_reserve(seqs, end, count); /* all or none: a refusal names the sequence */
+    ppn_hfree(end);
+    PPN_CHECK(kst);
     ppn_status st = ppn_map_reserve_rows(m, chunk);
     if (st != PPN_OK) { /* the slots may be half rebuilt: the model is refused from here on, cleanly */
         ppn_model_fail(m, st);

@@ -54,6 +54,7 @@ ppn_status ppn_rows_run_unsplit(ppn_model *m, const ppn_step_cmd *cmds, int n)
     const ppn_stage_map *map = m->map;
     ppn_stage_rt *s0 = &m->stages[0];
     PPN_CHECK(ppn_model_drain(m));
+    for (int k = 0; k < n; k++) PPN_CHECK(ppn_rows_inputs_unsplit(m, &cmds[k]));
     for (int s = 0; s < map->n_stages; s++) PPN_CHECK(g->ops->stream_sync(g, m->stages[s].stream));
     for (int k = 0; k < n; k++) {
         const ppn_step_cmd *c = &cmds[k];

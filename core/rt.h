@@ -5,7 +5,7 @@
  * Ownership (the seed's multi-stream law):
  *   - weights of layer l live on layer_dev[l], fixed at load (the owning stage's device, or the primary with
  *     MEMRA_PP_SHARD=0); the embed table with stage 0, final norm + lm head with the last stage;
- *   - a sequence's KV cache of layer l is allocated by the owning stage's pool on that stage's device;
+ *   - layer l's KV pools (paged, shared by every sequence: kvpool.c) live on the owning stage's device;
  *   - per-stage scratch is allocated and used only on that stage's stream;
  *   - everything that crosses stages flows through the boundary slots, ordered by ev_tx / ev_rx;
  *   - the logits of a step are read back on a dedicated readback stream behind the step's done event.
@@ -24,9 +24,13 @@
 #include "sched/issue.h"
 #include "sched/topo.h"
 #include "transport/boundary.h"
+#include "kernels/ops.h"
 
 #define PPN_MAX_DEVICES 64
 #define PPN_CMD_RING 64      /* preallocated commands per stage */
+#define PPN_KV_BLOCK_LOG2 4  /* paged KV: positions per block = 16 */
+#define PPN_KV_BLOCK (1 << PPN_KV_BLOCK_LOG2)
+#define PPN_KV_DEFAULT_MIN 1024 /* the pools' positions by default: 4 contexts, at least this many */
 
 struct ppn_rt {
     ppn_gpu *g;
@@ -67,6 +71,7 @@ typedef struct ppn_dev_layer {
 typedef struct ppn_rowseg {
     struct ppn_seq *seq;
     int pos0, r0, n;
+    int n_tbl;                 /* the sequence's KV blocks when the walk was planned (it holds pos0 + n) */
     float *out;
     int all_rows;
 } ppn_rowseg;
@@ -91,6 +96,12 @@ typedef struct ppn_step_cmd {
     int kind;                            /* a many-rows walk's purpose: PPN_ROWS_* (counters and head) */
     float *logits_h;                     /* PPN_ROWS_BATCH: every row's logits, [rows, vocab] host (NULL: none) */
     int32_t *ids_h;                      /* PPN_ROWS_BATCH: every row's argmax, [rows] pinned (NULL: none) */
+    int n_tbl;                           /* a decode step: the sequence's KV blocks when it was issued */
+    /* PPN_ROWS_BATCH: every stage's row descriptors [n_stages][rows] (pinned: stage s uploads its own), and each
+     * row's host table and blocks (the ops' declarations) */
+    const ppn_kseg *ksegs_h;
+    const int32_t *const *tbl_hs;
+    const int *n_tbls;
     int used;                            /* caller: handed to the thread at least once */
 } ppn_step_cmd;
 
@@ -103,6 +114,11 @@ typedef struct ppn_rows_scratch {
     ppn_dptr lrow;             /* [vocab]: one row's logits (the last stage's head) */
     ppn_dptr lall;             /* [rows, vocab]: every row's logits, allocated on first use (all_rows, batches) */
     ppn_dptr ids;              /* int32 [rows]: every row's argmax (the last stage of a greedy batch) */
+    ppn_dptr segs;             /* ppn_kseg [segs_stages][rows]: a batch's row descriptors (the unsplit walk's on
+                                * stage 0 for every stage's layers, else this stage's in the first [rows]) */
+    int segs_stages;
+    ppn_dptr attp;             /* batched attention's split partials for batch_rows rows (counters zeroed) */
+    int batch_rows;
 } ppn_rows_scratch;
 
 /* One stage's execution home. */
@@ -151,6 +167,7 @@ struct ppn_model {
     _Atomic uint64_t graph_captures;     /* stage bodies captured (PPN_GRAPHS=1) */
     int max_rows;              /* rows a boundary slot holds (1 until a prefill asks for more) */
     int rows_cap;              /* rows each stage's rows scratch holds (0 until the first prefill) */
+    int batch_cap;             /* rows a batch may have: batched attention's scratch (0 until the first batch) */
     _Atomic int prime_walkers;           /* prefill walkers issuing right now, on any stage */
     _Atomic uint64_t prime_split_chunks; /* liveness: prefill chunks that walked the per-stage split */
     _Atomic uint64_t prime_pipe_overlaps;/* liveness: a stage's prefill walker entered while another's ran */
@@ -166,6 +183,12 @@ struct ppn_model {
     char err_msg[1024];
     int attn_split;            /* attention's position splits (ppn_op_attn_split of the primary), fixed at
                                 * load: every stage and every map reduce in the same shape, so same bits */
+    struct ppn_kv_pools {      /* paged KV (kvpool.c) */
+        int n_blocks, cap;     /* blocks, and positions (n_blocks << PPN_KV_BLOCK_LOG2) of every pool */
+        int *free, n_free;     /* free block ids (a stack; the caller's thread) */
+        ppn_dptr *k, *v;       /* per layer: the pools [n_kv, cap, head_dim] */
+        int *dev;              /* per layer: their device (-1: none) */
+    } kv;
 };
 
 /* Scratch of one stage for one sequence, on the stage's device. io = [hdr][x] (the boundary layout). */
@@ -176,7 +199,9 @@ typedef struct ppn_stage_scratch {
     ppn_dptr gu;               /* [gate: ffn][up: ffn]; SwiGLU writes its result over gate */
     ppn_dptr ulogits;          /* stage 0 only: logits of the unsplit (batch) walk */
     ppn_dptr attp;
-    ppn_dptr tokin;            /* stage 0 only: the previous step's greedy token, copied in from the last stage */             /* attention's split partials and arrival counters (zeroed at allocation) */
+    ppn_dptr tokin;            /* stage 0 only: the previous step's greedy token, copied in from the last stage */
+    ppn_dptr kvt;              /* int32 [ppn_kv_max_blocks]: the sequence's KV block table on this device */
+    int kvt_synced;            /* entries kvt holds (the stage's issuing thread; the caller between drains) */             /* attention's split partials and arrival counters (zeroed at allocation) */
 } ppn_stage_scratch;
 
 /* One captured stage body of one sequence (step.c): valid for one map generation, io and logits buffer. */
@@ -193,8 +218,8 @@ struct ppn_seq {
     struct ppn_seq *next;      /* model's live list */
     int id;
     int pos;
-    int *kv_dev;
-    ppn_dptr *kc, *vc;         /* per layer */
+    int32_t *tbl_h;            /* pinned [ppn_kv_max_blocks]: the KV block table (entry b: positions b*16 ..) */
+    int n_blk;                 /* blocks held: positions < n_blk * PPN_KV_BLOCK have a home */
     ppn_stage_scratch scr[PPN_MAX_STAGES];
     /* the logits ring, on the last stage's device */
     int ring_dev;
@@ -232,6 +257,24 @@ ppn_status ppn_model_drain(ppn_model *m);
 ppn_status ppn_model_block_alloc(ppn_model *m, int dev, size_t n, const char *tag, ppn_dptr *out);
 void ppn_model_block_free(ppn_model *m, int dev, ppn_dptr *p); /* *p = 0 after; 0 is nothing to free */
 
+/* kvpool.c: paged KV */
+int ppn_kv_max_blocks(const ppn_model *m);          /* blocks of one full-context sequence */
+ppn_status ppn_kv_init(ppn_model *m, int tokens);   /* the host side, for tokens positions (no pools yet) */
+void ppn_kv_fini(ppn_model *m);
+/* PPN_ESTATE when a sequence holds blocks of a layer map would move (checked before anything changes). */
+ppn_status ppn_kv_check_map(const ppn_model *m, const ppn_stage_map *map);
+ppn_status ppn_kv_fit_map(ppn_model *m, const ppn_stage_map *map); /* pools where map runs each layer */
+/* Blocks for positions < end[i] of seqs[i], all or none: PPN_ENOMEM naming a sequence when too few are free. */
+ppn_status ppn_kv_need(ppn_seq *const *seqs, const int *end, int n);
+ppn_status ppn_kv_reserve(ppn_seq *const *seqs, const int *end, int n);
+ppn_status ppn_kv_reserve_one(ppn_seq *q, int end);
+void ppn_kv_release(ppn_seq *q, int keep_pos);      /* blocks past keep_pos back to the pool (between drains) */
+/* Stage s's device table of q holds its first n_tbl entries: the missing ones copied on stream. */
+ppn_status ppn_kv_sync(ppn_model *m, ppn_seq *q, int s, ppn_gstream *stream, int n_tbl);
+ppn_kv_pool ppn_kv_pool_of(const ppn_model *m, int l);
+/* q's view of layer l's pools through stage s's device table, n_tbl blocks held. */
+ppn_kv_view ppn_kv_view_of(const ppn_model *m, const ppn_seq *q, int s, int l, int n_tbl);
+
 /* seq.c */
 /* Scratch on every stage's device and the logits ring on the last one's, as map places them. */
 ppn_status ppn_seq_fit_map(ppn_seq *q, const ppn_stage_map *map);
@@ -254,6 +297,8 @@ void ppn_map_teardown(ppn_model *m);
 /* Room for many-rows walks of up to rows rows: boundary slots and every stage's rows scratch grown (after a
  * quiesce) when they hold fewer. @return PPN_OK, PPN_ENOMEM (the device named), PPN_EDRIVER. */
 ppn_status ppn_map_reserve_rows(ppn_model *m, int rows);
+/* ppn_map_reserve_rows, and batched attention's scratch for batches of up to rows rows on every stage. */
+ppn_status ppn_map_reserve_batch(ppn_model *m, int rows);
 
 /* forward.c: the pieces of a step, enqueued on stream s. io = [hdr][x]. */
 ppn_status ppn_fwd_embed(ppn_model *m, ppn_gstream *s, ppn_stage_scratch *r, ppn_dptr io);
@@ -264,7 +309,7 @@ ppn_status ppn_fwd_head(ppn_model *m, ppn_gstream *s, ppn_stage_scratch *r, ppn_
  * host, ordered on s (the caller syncs before reading them). */
 ppn_status ppn_fwd_rows_embed(ppn_model *m, ppn_gstream *s, const ppn_rows_scratch *r, ppn_dptr x, int rows);
 ppn_status ppn_fwd_rows_layer(ppn_model *m, ppn_gstream *s, int dev, const ppn_rows_scratch *r, ppn_dptr x,
-                              const ppn_rowseg *sg, int nseg, int rows, int l);
+                              const struct ppn_step_cmd *cmd, int l);
 ppn_status ppn_fwd_rows_head(ppn_model *m, ppn_gstream *s, ppn_rows_scratch *r, ppn_dptr x, const ppn_rowseg *sg,
                              int nseg, int rows);
 /* A batch's head: every row's logits by one GEMM over the lm head, then to logits_h ([rows, vocab], host; NULL:
@@ -300,6 +345,9 @@ ppn_status ppn_step_issue_deferred(ppn_seq *q, int token, const ppn_greedy_link 
  * marks the walk's end; the caller found the entry free. *out is set whatever the status. The positions are the
  * caller's to advance. */
 ppn_status ppn_step_issue_rows(const ppn_step_cmd *tmpl, ppn_pend *out);
+/* The unsplit walk's inputs, after the stages drained: every stage's KV block tables of c's sequences on that
+ * stage's stream, and a batch's row descriptors of every stage into stage 0's rows scratch on stage 0's stream. */
+ppn_status ppn_rows_inputs_unsplit(ppn_model *m, const ppn_step_cmd *c);
 /* The chunk's token ids (c->tok_h, pinned host memory that outlives the walk) into stage 0's rows scratch, on q. */
 ppn_status ppn_rows_tokens(ppn_model *m, ppn_gstream *q, const ppn_step_cmd *c);
 /* Layers [f0, f1) of c's rows over x on stream q of device dev with scratch r (embedding first, head last when

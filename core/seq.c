@@ -9,7 +9,7 @@
 static const size_t scratch_off[] = {
     offsetof(ppn_stage_scratch, io),  offsetof(ppn_stage_scratch, xb), offsetof(ppn_stage_scratch, att),
     offsetof(ppn_stage_scratch, qkv), offsetof(ppn_stage_scratch, gu), offsetof(ppn_stage_scratch, ulogits),
-    offsetof(ppn_stage_scratch, attp), offsetof(ppn_stage_scratch, tokin),
+    offsetof(ppn_stage_scratch, attp), offsetof(ppn_stage_scratch, tokin), offsetof(ppn_stage_scratch, kvt),
 };
 
 /* Every block is freed on its device's stream after the caller drained the stages (host-ordered). */
@@ -48,6 +48,9 @@ static ppn_status scratch_alloc(ppn_model *m, ppn_stage_scratch *r, int dev, int
     PPN_CHECK(ppn_model_block_alloc(m, dev, 2 * f * (size_t)c->ffn_dim, "gate|up", &r->gu));
     if (first) PPN_CHECK(ppn_model_block_alloc(m, dev, f * (size_t)c->vocab, "unsplit logits", &r->ulogits));
     if (first) PPN_CHECK(ppn_model_block_alloc(m, dev, sizeof(int32_t), "greedy token in", &r->tokin));
+    size_t tb = sizeof(int32_t) * (size_t)ppn_kv_max_blocks(m);
+    PPN_CHECK(ppn_model_block_alloc(m, dev, tb, "KV block table", &r->kvt));
+    r->kvt_synced = 0; /* a new home: the next walk on this stage copies the whole table */
     return attn_scratch_alloc(m, r, dev);
 }
 
@@ -121,17 +124,12 @@ static void seq_release(ppn_seq *q)
 {
     ppn_model *m = q->m;
     ppn_seq_drop_graphs(q);
-    for (int l = 0; l < m->cfg.n_layers && q->kc; l++) {
-        ppn_model_block_free(m, q->kv_dev[l], &q->kc[l]);
-        ppn_model_block_free(m, q->kv_dev[l], &q->vc[l]);
-    }
+    if (q->tbl_h) ppn_kv_release(q, 0);
     for (int s = 0; s < PPN_MAX_STAGES; s++) scratch_free(m, &q->scr[s]);
     ring_free(q);
     for (int i = 0; i < PPN_MAX_INFLIGHT; i++) ppn_pinned_free(m->rt->pinned, q->logits_h[i]);
     ppn_pinned_free(m->rt->pinned, q->tok_h);
-    ppn_hfree(q->kc);
-    ppn_hfree(q->vc);
-    ppn_hfree(q->kv_dev);
+    ppn_pinned_free(m->rt->pinned, q->tbl_h);
     ppn_hfree(q);
 }
 
@@ -144,22 +142,10 @@ ppn_status ppn_seq_create(ppn_model *m, ppn_seq **out)
     q->m = m;
     q->ring_dev = -1;
     for (int s = 0; s < PPN_MAX_STAGES; s++) q->scr[s].dev = -1;
-    const ppn_model_config *c = &m->cfg;
     const ppn_stage_map *map = m->map;
     ppn_status st;
-    q->kc = ppn_hcalloc((size_t)c->n_layers, sizeof *q->kc);
-    q->vc = ppn_hcalloc((size_t)c->n_layers, sizeof *q->vc);
-    q->kv_dev = ppn_hcalloc((size_t)c->n_layers, sizeof *q->kv_dev);
-    if (!q->kc || !q->vc || !q->kv_dev) {
-        st = ppn_err(PPN_ENOMEM, "sequence: host out of memory");
-        goto fail;
-    }
-    size_t kv = ppn_op_kv_cache_bytes(c->n_kv_heads, c->head_dim, m->ctx, m->kvdt);
-    for (int l = 0; l < c->n_layers; l++) { /* the owning stage's pool, on its device */
-        q->kv_dev[l] = map->dev[ppn_layer_stage(map, l)];
-        PPN_CHECK_GOTO(ppn_model_block_alloc(m, q->kv_dev[l], kv, "k cache", &q->kc[l]), st, fail);
-        PPN_CHECK_GOTO(ppn_model_block_alloc(m, q->kv_dev[l], kv, "v cache", &q->vc[l]), st, fail);
-    }
+    PPN_CHECK_GOTO(ppn_pinned_alloc(m->rt->pinned, sizeof(int32_t) * (size_t)ppn_kv_max_blocks(m), (void **)&q->tbl_h),
+                   st, fail);
     PPN_CHECK_GOTO(ppn_seq_fit_map(q, map), st, fail);
     PPN_CHECK_GOTO(ppn_model_drain(m), st, fail);
     for (int d = 0; d < PPN_MAX_DEVICES; d++) /* allocations are ordered on the device streams: finish them */
@@ -217,6 +203,7 @@ ppn_status ppn_seq_reset(ppn_seq *s)
 {
     ppn_status st = ppn_seq_drop_inflight(s);
     s->pos = 0;
+    ppn_kv_release(s, 0);
     return st;
 }
 

@@ -19,6 +19,7 @@ ppn_status ppn_seq_truncate(ppn_seq *q, int pos)
                        q->pos, q->id);
     ppn_status st = ppn_seq_drop_inflight(q);
     q->pos = pos;
+    ppn_kv_release(q, pos);
     return st;
 }
 
@@ -56,6 +57,7 @@ ppn_status ppn_spec_verify(ppn_seq *q, int token, const int *draft, int k, int *
         PPN_CHECK(ppn_rows_unsplit_reachable(m, "ppn_spec_verify (MEMRA_SPEC_PP=0)", "the verify split"));
     }
     int rows = k + 1;
+    PPN_CHECK(ppn_kv_reserve_one(q, q->pos + rows));
     ppn_status st = ppn_map_reserve_rows(m, rows);
     if (st != PPN_OK) { /* the slots may be half rebuilt: the model is refused from here on, cleanly */
         ppn_model_fail(m, st);
@@ -67,7 +69,7 @@ ppn_status ppn_spec_verify(ppn_seq *q, int token, const int *draft, int k, int *
     if (st == PPN_OK) {
         tok_h[0] = token;
         for (int j = 0; j < k; j++) tok_h[j + 1] = draft[j];
-        ppn_rowseg seg = {.seq = q, .pos0 = q->pos, .r0 = 0, .n = rows};
+        ppn_rowseg seg = {.seq = q, .pos0 = q->pos, .r0 = 0, .n = rows, .n_tbl = q->n_blk};
         ppn_step_cmd c = {.kind = PPN_ROWS_VERIFY, .seq = q, .rows = rows, .nseg = 1, .segs = &seg, .tok_h = tok_h,
                           .ids_h = ids_h};
         int pos0 = q->pos;
@@ -80,7 +82,8 @@ ppn_status ppn_spec_verify(ppn_seq *q, int token, const int *draft, int k, int *
             while (acc < k && draft[acc] == ids_h[acc]) acc++;
             for (int j = 0; j <= acc; j++) out[j] = ids_h[j];
             *n_out = acc + 1;
-            q->pos = pos0 + 1 + acc; /* the rejected rows roll back: their KV is overwritten by the next feed */
+            q->pos = pos0 + 1 + acc; /* the rejected rows roll back: blocks past the last accepted row go back */
+            ppn_kv_release(q, q->pos);
             atomic_fetch_add_explicit(&m->spec_verifies, 1, memory_order_relaxed);
             atomic_fetch_add_explicit(&m->spec_drafted, (uint64_t)k, memory_order_relaxed);
             atomic_fetch_add_explicit(&m->spec_accepted, (uint64_t)acc, memory_order_relaxed);

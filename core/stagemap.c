@@ -120,13 +120,7 @@ static ppn_status check_placement(ppn_model *m, const ppn_stage_map *map)
     if ((shard ? map->dev[0] : m->primary) != m->embed_dev || (shard ? map->dev[n - 1] : m->primary) != m->head_dev)
         return ppn_err(PPN_EINVAL, "stage map: the embed table / lm head live on devices %d / %d; the new map "
                                    "needs them elsewhere (moving weights needs a reload)", m->embed_dev, m->head_dev);
-    for (ppn_seq *q = m->seqs; q; q = q->next)
-        for (int l = 0; l < m->cfg.n_layers; l++)
-            if (q->kv_dev[l] != map->dev[ppn_layer_stage(map, l)])
-                return ppn_err(PPN_ESTATE, "stage map: live sequence %d holds layer %d's KV cache on device %d; the "
-                                           "new map runs that layer on device %d (destroy the sequence first)",
-                               q->id, l, q->kv_dev[l], map->dev[ppn_layer_stage(map, l)]);
-    return PPN_OK;
+    return ppn_kv_check_map(m, map);
 }
 
 /* Peer (and pool) access between every distinct pair of devices in use: the stages' and the primary. */
@@ -215,7 +209,7 @@ static const size_t rows_off[] = {
     offsetof(ppn_rows_scratch, io),  offsetof(ppn_rows_scratch, xb),  offsetof(ppn_rows_scratch, qkv),
     offsetof(ppn_rows_scratch, att), offsetof(ppn_rows_scratch, gu),  offsetof(ppn_rows_scratch, act),
     offsetof(ppn_rows_scratch, tok), offsetof(ppn_rows_scratch, lrow), offsetof(ppn_rows_scratch, lall),
-    offsetof(ppn_rows_scratch, ids),
+    offsetof(ppn_rows_scratch, ids),  offsetof(ppn_rows_scratch, segs), offsetof(ppn_rows_scratch, attp),
 };
 
 static void rows_scratch_free(ppn_model *m, ppn_rows_scratch *r)
@@ -228,7 +222,7 @@ static void rows_scratch_free(ppn_model *m, ppn_rows_scratch *r)
 
 /* Scratch for chunks of up to rows rows on dev: the layer's activations, the chunk's tokens, one logits row
  * (lall, every row's logits, is allocated by the first walk that asks for them). */
-static ppn_status rows_scratch_alloc(ppn_model *m, ppn_rows_scratch *r, int dev, int rows)
+static ppn_status rows_scratch_alloc(ppn_model *m, ppn_rows_scratch *r, int dev, int rows, int stages)
 {
     const ppn_model_config *c = &m->cfg;
     size_t f = sizeof(float) * (size_t)rows, hd = (size_t)c->head_dim;
@@ -242,6 +236,16 @@ static ppn_status rows_scratch_alloc(ppn_model *m, ppn_rows_scratch *r, int dev,
     PPN_CHECK(ppn_model_block_alloc(m, dev, f * (size_t)c->ffn_dim, "rows act", &r->act));
     PPN_CHECK(ppn_model_block_alloc(m, dev, sizeof(int32_t) * (size_t)rows, "rows tokens", &r->tok));
     PPN_CHECK(ppn_model_block_alloc(m, dev, sizeof(int32_t) * (size_t)rows, "rows argmax", &r->ids));
+    r->segs_stages = stages;
+    PPN_CHECK(ppn_model_block_alloc(m, dev, sizeof(ppn_kseg) * (size_t)rows * (size_t)stages, "batch rows", &r->segs));
+    r->batch_rows = m->batch_cap;
+    if (m->batch_cap > 0) { /* zeroed once: every launch leaves its arrival counters zero */
+        size_t n = ppn_op_attn_batch_scratch_bytes(m->batch_cap, c->n_heads, m->attn_split, c->head_dim);
+        ppn_gstream *ds;
+        PPN_CHECK(ppn_model_block_alloc(m, dev, n, "batch attn partials", &r->attp));
+        PPN_CHECK(ppn_model_dev_stream(m, dev, &ds));
+        PPN_CHECK(m->rt->g->ops->memset_d8(m->rt->g, ds, r->attp, 0, n));
+    }
     return ppn_model_block_alloc(m, dev, sizeof(float) * (size_t)c->vocab, "rows logits row", &r->lrow);
 }
 
@@ -251,9 +255,11 @@ static ppn_status rows_scratch_fit(ppn_model *m, const ppn_stage_map *map)
     for (int s = 0; s < PPN_MAX_STAGES; s++) {
         ppn_rows_scratch *r = &m->stages[s].rs;
         int want = s < map->n_stages && m->rows_cap > 0 ? map->dev[s] : -1;
-        if (r->rows && r->dev == want && r->rows >= m->rows_cap) continue;
+        if (r->rows && r->dev == want && r->rows >= m->rows_cap && r->segs_stages >= map->n_stages &&
+            r->batch_rows >= m->batch_cap)
+            continue;
         rows_scratch_free(m, r);
-        if (want >= 0) PPN_CHECK(rows_scratch_alloc(m, r, want, m->rows_cap));
+        if (want >= 0) PPN_CHECK(rows_scratch_alloc(m, r, want, m->rows_cap, map->n_stages));
     }
     return PPN_OK;
 }
@@ -313,6 +319,7 @@ ppn_status ppn_map_install(ppn_model *m, ppn_stage_map *map, ppn_issue_fn stage_
     PPN_CHECK(stage_streams(m, map));
     PPN_CHECK(boundaries_init(m, map));
     PPN_CHECK(rows_scratch_fit(m, map));
+    PPN_CHECK(ppn_kv_fit_map(m, map));
     for (ppn_seq *q = m->seqs; q; q = q->next) PPN_CHECK(ppn_seq_fit_map(q, map));
     rcu_assign_pointer(m->map, map); /* fully built before it is visible */
     PPN_CHECK(stage_threads(m, map, stage_fn));
@@ -360,6 +367,19 @@ ppn_status ppn_map_reserve_rows(ppn_model *m, int rows)
     PPN_CHECK(rows_scratch_fit(m, map));
     ppn_gpu *g = m->rt->g;
     for (int d = 0; d < PPN_MAX_DEVICES; d++) /* allocations are ordered on the device streams: finish them */
+        if (m->dev_stream[d]) PPN_CHECK(g->ops->stream_sync(g, m->dev_stream[d]));
+    return PPN_OK;
+}
+
+ppn_status ppn_map_reserve_batch(ppn_model *m, int rows)
+{
+    PPN_CHECK(ppn_map_reserve_rows(m, rows));
+    if (rows <= m->batch_cap) return PPN_OK;
+    PPN_CHECK(quiesce(m));
+    m->batch_cap = rows;
+    PPN_CHECK(rows_scratch_fit(m, m->map));
+    ppn_gpu *g = m->rt->g;
+    for (int d = 0; d < PPN_MAX_DEVICES; d++)
         if (m->dev_stream[d]) PPN_CHECK(g->ops->stream_sync(g, m->dev_stream[d]));
     return PPN_OK;
 }

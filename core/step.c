@@ -159,7 +159,7 @@ ppn_status ppn_rows_body(ppn_model *m, ppn_gstream *q, int dev, ppn_rows_scratch
                          const ppn_step_cmd *c, int f0, int f1, int embed, int head)
 {
     if (embed) PPN_CHECK(ppn_fwd_rows_embed(m, q, r, x, c->rows));
-    for (int l = f0; l < f1; l++) PPN_CHECK(ppn_fwd_rows_layer(m, q, dev, r, x, c->segs, c->nseg, c->rows, l));
+    for (int l = f0; l < f1; l++) PPN_CHECK(ppn_fwd_rows_layer(m, q, dev, r, x, c, l));
     if (head && (c->kind == PPN_ROWS_BATCH || c->kind == PPN_ROWS_VERIFY))
         return ppn_fwd_rows_head_batch(m, q, r, x, c->rows, c->logits_h, c->ids_h);
     if (head) PPN_CHECK(ppn_fwd_rows_head(m, q, r, x, c->segs, c->nseg, c->rows));
@@ -212,6 +212,30 @@ ppn_status ppn_rows_tokens(ppn_model *m, ppn_gstream *q, const ppn_step_cmd *c)
     return g->ops->copy_htod(g, q, m->stages[0].rs.tok, c->tok_h, sizeof(int32_t) * (size_t)c->rows);
 }
 
+/* Stage s's copy of what c's walk reads from the host, on q before the walk: each sequence's new KV block table
+ * entries and, for a batch, its row descriptors (pinned memory the call owns until the walk is done). */
+static ppn_status stage_inputs(ppn_model *m, int s, ppn_gstream *q, const ppn_step_cmd *c)
+{
+    if (!c->rows) return ppn_kv_sync(m, c->seq, s, q, c->n_tbl);
+    for (int i = 0; i < c->nseg; i++) PPN_CHECK(ppn_kv_sync(m, c->segs[i].seq, s, q, c->segs[i].n_tbl));
+    if (c->kind != PPN_ROWS_BATCH) return PPN_OK;
+    ppn_gpu *g = m->rt->g;
+    size_t n = sizeof(ppn_kseg) * (size_t)c->rows;
+    return g->ops->copy_htod(g, q, m->stages[s].rs.segs, c->ksegs_h + (size_t)s * (size_t)c->rows, n);
+}
+
+ppn_status ppn_rows_inputs_unsplit(ppn_model *m, const ppn_step_cmd *c)
+{
+    const ppn_stage_map *map = m->map;
+    for (int s = 0; s < map->n_stages; s++)
+        for (int i = 0; i < c->nseg; i++)
+            PPN_CHECK(ppn_kv_sync(m, c->segs[i].seq, s, m->stages[s].stream, c->segs[i].n_tbl));
+    if (c->kind != PPN_ROWS_BATCH) return PPN_OK;
+    ppn_gpu *g = m->rt->g;
+    size_t n = sizeof(ppn_kseg) * (size_t)c->rows * (size_t)map->n_stages;
+    return g->ops->copy_htod(g, m->stages[0].stream, m->stages[0].rs.segs, c->ksegs_h, n);
+}
+
 static ppn_status stage_issue(ppn_model *m, const ppn_stage_map *map, int s, const ppn_step_cmd *c, step_posts *p)
 {
     ppn_gpu *g = m->rt->g;
@@ -219,6 +243,7 @@ static ppn_status stage_issue(ppn_model *m, const ppn_stage_map *map, int s, con
     ppn_seq *seq = c->seq;
     int n = map->n_stages, spin = map->door.spin, rows = c->rows ? c->rows : 1;
     ppn_dptr local = c->rows ? m->stages[s].rs.io : seq->scr[s].io, io = local;
+    PPN_CHECK(stage_inputs(m, s, q, c));
     if (s == 0) {
         PPN_CHECK(c->rows ? ppn_rows_tokens(m, q, c) : step_header(m, map, q, c, io, n == 1));
     } else {
@@ -280,6 +305,7 @@ static ppn_status one_stream_issue(ppn_model *m, const ppn_stage_map *map, const
     int n = map->n_stages;
     for (int s = 0; s < n; s++) {
         ppn_dptr io = seq->scr[s].io;
+        PPN_CHECK(ppn_kv_sync(m, seq, s, q, c->n_tbl));
         if (s == 0) PPN_CHECK(step_header(m, map, q, c, io, 1));
         else PPN_CHECK(ppn_boundary_get_plain(&m->bnd[s - 1], g, q, io, 1));
         /* every stage is on stage 0's device here */
@@ -344,7 +370,7 @@ static ppn_status issue_cmd(ppn_model *m, ppn_step_cmd *c)
 static ppn_status issue_step(ppn_seq *q, int token, int ring, const ppn_greedy_link *gl, uint32_t *step_out)
 {
     ppn_step_cmd c = {.seq = q, .pos = q->pos, .token = token, .ring = ring, .tok_ring = gl ? gl->tok_ring : -1,
-                      .tok_step = gl ? gl->tok_step : 0, .argmax = gl != NULL};
+                      .tok_step = gl ? gl->tok_step : 0, .argmax = gl != NULL, .n_tbl = q->n_blk};
     ppn_status st = issue_cmd(q->m, &c);
     *step_out = c.step;
     return st;
@@ -389,6 +415,7 @@ ppn_status ppn_decode_step_deferred(ppn_seq *q, int token, ppn_step_id *out)
     if (!q || !out) return ppn_err(PPN_EINVAL, "ppn_decode_step_deferred: %s is NULL", !q ? "seq" : "out");
     *out = 0;
     PPN_CHECK(ppn_step_checks(q, token));
+    PPN_CHECK(ppn_kv_reserve_one(q, q->pos + 1));
     ppn_pend p;
     ppn_status st = ppn_step_issue_deferred(q, token, NULL, &p);
     *out = ppn_pend_id(p);

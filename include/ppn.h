@@ -135,7 +135,10 @@ const char *ppn_dtype_name(ppn_dtype dt);
 
 typedef struct ppn_load_opts {
     int dtype;      /* PPN_DTYPE_*: weight storage; default bf16 on cuda, f32 on sim */
-    int ctx;        /* KV positions; 0 = the model's maximum, capped to what fits on the device */
+    int ctx;        /* KV positions of one sequence; 0 = the model's maximum, capped to what fits on the device */
+    int kv_tokens;  /* paged KV: positions the pools hold for all sequences together (rounded up to blocks of
+                     * 16); 0 = 4 * ctx (at least 1024), capped to what fits next to the weights (at least
+                     * ctx) */
     int device;     /* the primary device (default 0): stages go here unless the door places them */
     const ppn_door *door; /* NULL: read the door from the environment (MEMRA_PP_*) */
     /* Called as the weights upload (done/total bytes); may be NULL. */
@@ -143,7 +146,7 @@ typedef struct ppn_load_opts {
     void *progress_arg;
 } ppn_load_opts;
 
-/* Default options: dtype default, ctx 0, device 0, no progress. */
+/* Default options: dtype default, ctx 0, kv_tokens 0, device 0, no progress. */
 ppn_load_opts ppn_load_opts_default(void);
 
 /* Load a checkpoint (HF directory or llama2.c .bin) onto the runtime's device(s). Every file is untrusted input:
@@ -170,17 +173,34 @@ typedef struct ppn_model_info {
 /* The loaded model's shape and storage, as placed. Never fails. */
 void ppn_model_get_info(const ppn_model *m, ppn_model_info *out);
 
-/* A sequence with its own KV cache of info.ctx positions.
+/* A sequence of up to info.ctx positions; its KV lives in blocks of the model's paged pools, taken as it grows
+ * (ppn_kv_info). A step that finds no free block is refused with PPN_ENOMEM naming the sequence.
  * @return PPN_OK, PPN_ENOMEM (device full: message says how much was asked; nothing stays allocated),
  *         PPN_EDRIVER, the model's sticky failure. */
 ppn_status ppn_seq_create(ppn_model *m, ppn_seq **out);
 /* Destroy a sequence (NULL: nothing to do). Its steps still in flight are drained first and their results
  * dropped; its ppn_step_id values die with it. Never fails. */
 void ppn_seq_destroy(ppn_seq *s);
-/* Start over at position 0 (the cache is overwritten as positions are fed again). Deferred steps still in flight
- * are drained first and their results dropped, so their in-flight room is free again.
+/* Start over at position 0 (its KV blocks go back to the pools). Deferred steps still in flight are drained
+ * first and their results dropped, so their in-flight room is free again.
  * @return PPN_OK, or the failure one of those steps met (the sequence is reset all the same). */
 ppn_status ppn_seq_reset(ppn_seq *s);
+/* KV blocks s holds (each PPN_KV_BLOCK_POSITIONS positions; taken as it grows, returned by reset, truncate and
+ * destroy). 0 for NULL. */
+int ppn_seq_kv_blocks(const ppn_seq *s);
+
+#define PPN_KV_BLOCK_POSITIONS 16
+
+/* The paged KV pools: one pool per layer on its stage's device, shared by every sequence in blocks. A step that
+ * needs a block when none is free is refused with PPN_ENOMEM naming the sequence, before anything is issued. */
+typedef struct ppn_kv_info {
+    int block_positions;   /* positions per block */
+    int blocks_total, blocks_used;
+    int positions;         /* blocks_total * block_positions */
+    size_t bytes;          /* device memory of every layer's K and V pools */
+} ppn_kv_info;
+/* Never fails. */
+void ppn_model_get_kv_info(const ppn_model *m, ppn_kv_info *out);
 /* Positions fed so far (steps issued, waited or not). */
 int ppn_seq_pos(const ppn_seq *s);
 

@@ -272,13 +272,70 @@ static void test_batch_refusals(void **state)
     free(ids);
 }
 
+/* Paged KV: sequences share the pools; running out refuses the step by name before anything moves, and blocks
+ * come back on reset, truncate and destroy. */
+static void test_batch_kv_exhaustion(void **state)
+{
+    (void)state;
+    char dir[4096];
+    int n;
+    int *ids = fixture_ids("llama-tiny", dir, sizeof dir, &n);
+    ppn_load_opts o = ppn_load_opts_default();
+    o.ctx = 40;
+    o.kv_tokens = 40; /* rounded up to 3 blocks of 16 */
+    ppn_model *m = tu_model_load(rt, dir, &o);
+    ppn_kv_info ki;
+    ppn_model_get_kv_info(m, &ki);
+    assert_int_equal(ki.block_positions, PPN_KV_BLOCK_POSITIONS);
+    assert_int_equal(ki.blocks_total, 3);
+    assert_int_equal(ki.blocks_used, 0);
+    assert_int_equal(ki.positions, 48);
+    ppn_seq *q[3];
+    for (int i = 0; i < 3; i++) assert_int_equal(ppn_seq_create(m, &q[i]), PPN_OK);
+    assert_int_equal(ppn_prefill(q[0], ids, 17, NULL, NULL), PPN_OK); /* 2 blocks */
+    assert_int_equal(ppn_seq_kv_blocks(q[0]), 2);
+    int tok[3] = {1, 2, 3};
+    assert_int_equal(ppn_decode_batch_ex(q, tok, 3, NULL, NULL, NULL), PPN_ENOMEM); /* 2 more blocks, 1 free */
+    assert_non_null(strstr(ppn_last_error(), "KV blocks exhausted"));
+    assert_non_null(strstr(ppn_last_error(), "sequence"));
+    for (int i = 0; i < 3; i++) assert_int_equal(ppn_seq_pos(q[i]), i == 0 ? 17 : 0); /* nothing moved */
+    ppn_model_get_kv_info(m, &ki);
+    assert_int_equal(ki.blocks_used, 2); /* all or none: the refusal took nothing */
+    assert_int_equal(ppn_decode_step(q[1], 5, NULL), PPN_OK); /* the last block */
+    assert_int_equal(ppn_decode_step(q[2], 5, NULL), PPN_ENOMEM);
+    assert_int_equal(ppn_seq_truncate(q[0], 16), PPN_OK); /* back to one block */
+    assert_int_equal(ppn_seq_kv_blocks(q[0]), 1);
+    assert_int_equal(ppn_decode_step(q[2], 5, NULL), PPN_OK);
+    assert_int_equal(ppn_seq_reset(q[1]), PPN_OK);
+    assert_int_equal(ppn_seq_kv_blocks(q[1]), 0);
+    ppn_seq_destroy(q[2]);
+    ppn_model_get_kv_info(m, &ki);
+    assert_int_equal(ki.blocks_used, 1);
+    /* the freed blocks serve the others, and the cache they held is rewritten: the first run's logits again */
+    ppn_model_info mi;
+    ppn_model_get_info(m, &mi);
+    float *a = malloc(sizeof(float) * (size_t)mi.vocab), *b = malloc(sizeof(float) * (size_t)mi.vocab);
+    assert_int_equal(ppn_prefill(q[1], ids, 30, NULL, a), PPN_OK);
+    assert_int_equal(ppn_seq_reset(q[1]), PPN_OK);
+    assert_int_equal(ppn_seq_reset(q[0]), PPN_OK);
+    assert_int_equal(ppn_decode_step(q[0], 9, NULL), PPN_OK); /* q[0] takes a block q[1] held */
+    assert_int_equal(ppn_prefill(q[1], ids, 30, NULL, b), PPN_OK);
+    assert_memory_equal(a, b, sizeof(float) * (size_t)mi.vocab);
+    ppn_seq_destroy(q[0]);
+    ppn_seq_destroy(q[1]);
+    assert_int_equal(ppn_model_free(m), PPN_OK);
+    free(a);
+    free(b);
+    free(ids);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batch_argmax_rows_kernel), cmocka_unit_test(test_batch_llama_tiny),
         cmocka_unit_test(test_batch_qwen2_tiny),         cmocka_unit_test(test_batch_qwen3_tiny),
         cmocka_unit_test(test_batch_stories),            cmocka_unit_test(test_batch_split_unsplit_micro),
-        cmocka_unit_test(test_batch_refusals),
+        cmocka_unit_test(test_batch_refusals),           cmocka_unit_test(test_batch_kv_exhaustion),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
