@@ -3,7 +3,7 @@
  * and the render's ids through the family's tokenizer fixture equal the recorded ids; the refusals (an unknown
  * filter, test, method, function or statement named with its line, malformed syntax, raise_exception's message,
  * an undefined operand); loading from a checkpoint folder (tokenizer_config.json's chat_template and special
- * tokens, chat_template.jinja before it); the Jinja details the six templates do not reach. */
+ * tokens, chat_template.jinja before it); the Jinja details the six templates do not reach; `ppn template`. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -271,6 +271,89 @@ static void test_template_load(void **state)
     assert_int_equal(ppn_template_load(NULL, &t), PPN_EINVAL);
 }
 
+static void write_file(const char *dir, const char *name, const char *text)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* The first case of cases.jsonl named name (the caller decrefs it). */
+static json_t *fixture_case(const char *name)
+{
+    size_t len;
+    char *text = tu_read_file(tu_fixture("chat/cases.jsonl"), &len);
+    assert_non_null(text);
+    json_t *found = NULL;
+    for (char *line = strtok(text, "\n"); line && !found; line = strtok(NULL, "\n")) {
+        json_t *c = json_loads(line, 0, NULL);
+        if (c && !strcmp(json_string_value(json_object_get(c, "name")), name)) found = c;
+        else json_decref(c);
+    }
+    free(text);
+    if (!found) fail_msg("cases.jsonl has no case '%s'", name);
+    return found;
+}
+
+/* `ppn template`: a checkpoint folder with Llama 2's template and its tokens; the conversation on stdin (a list,
+ * or an object with extra variables); the template's own error exits 1 with its message; usage errors exit 2. */
+static void test_template_cli(void **state)
+{
+    (void)state;
+    char *dir = tu_tmpdir(), args[8192], *out = NULL, *err = NULL;
+    size_t len;
+    char *src = tu_read_file(tu_fixture("chat/llama2.jinja"), &len);
+    assert_non_null(src);
+    json_t *cfg = json_pack("{ssssss}", "bos_token", "<s>", "eos_token", "</s>", "chat_template", src);
+    free(src);
+    char *cfg_text = json_dumps(cfg, 0);
+    write_file(dir, "tokenizer_config.json", cfg_text);
+    free(cfg_text);
+    json_decref(cfg);
+    json_t *c = fixture_case("llama2/multi_turn");
+    char *msgs = json_dumps(json_object_get(c, "messages"), 0);
+    write_file(dir, "conv.json", msgs);
+    free(msgs);
+    snprintf(args, sizeof args, "template --model %s %s < %s/conv.json", dir,
+             json_is_true(json_object_get(c, "add_generation_prompt")) ? "--add-generation-prompt" : "", dir);
+    int rc = tu_run_ppn("", args, &out, &err, NULL);
+    if (rc) fail_msg("ppn template: exit %d: %s", rc, err);
+    assert_string_equal(out, json_string_value(json_object_get(c, "rendered")));
+    free(out), free(err);
+    json_decref(c);
+    /* an object with messages and a variable the template reads */
+    write_file(dir, "conv.json", "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"bos_token\": \"B\"}");
+    snprintf(args, sizeof args, "template --model %s < %s/conv.json", dir, dir);
+    assert_int_equal(tu_run_ppn("", args, &out, &err, NULL), 0);
+    assert_string_equal(out, "B[INST] x [/INST]");
+    free(out), free(err);
+    c = fixture_case("llama2/error_user_user");
+    msgs = json_dumps(json_object_get(c, "messages"), 0);
+    write_file(dir, "conv.json", msgs);
+    free(msgs);
+    assert_int_equal(tu_run_ppn("", args, &out, &err, NULL), 1);
+    assert_string_equal(out, "");
+    if (!strstr(err, json_string_value(json_object_get(c, "error")))) fail_msg("stderr '%s'", err);
+    free(out), free(err);
+    json_decref(c);
+    snprintf(args, sizeof args, "template --model %s --bogus < /dev/null", dir);
+    assert_int_equal(tu_run_ppn("", args, &out, &err, NULL), 2);
+    assert_non_null(strstr(err, "unknown option '--bogus'"));
+    free(out), free(err);
+    assert_int_equal(tu_run_ppn("", "template < /dev/null", &out, &err, NULL), 2);
+    free(out), free(err);
+    assert_int_equal(tu_run_ppn("", "template --model /nonexistent < /dev/null", &out, &err, NULL), 1);
+    free(out), free(err);
+    snprintf(args, sizeof args, "template --model %s < /dev/null", dir);
+    assert_int_equal(tu_run_ppn("", args, &out, &err, NULL), 1);   /* no JSON on stdin */
+    free(out), free(err);
+    tu_rmrf(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -278,7 +361,7 @@ int main(void)
         cmocka_unit_test(test_template_mistral),  cmocka_unit_test(test_template_qwen2),
         cmocka_unit_test(test_template_llama31),  cmocka_unit_test(test_template_qwen25),
         cmocka_unit_test(test_template_refusals), cmocka_unit_test(test_template_semantics),
-        cmocka_unit_test(test_template_load),
+        cmocka_unit_test(test_template_load),     cmocka_unit_test(test_template_cli),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
