@@ -332,7 +332,7 @@ void ppn_rt_kernel_profile_reset(ppn_rt *rt);
  * Tokenizer: a checkpoint's tokenizer.json (Hugging Face `tokenizers` format) and tokenizer_config.json. Handled:
  * BPE models (byte-level, as Llama 3, Qwen2 and GPT-2-style; SentencePiece-style with byte fallback, as Llama 2
  * and Mistral), added and special tokens (matched in the text before anything else, as tokenizers does), the
- * NFC / Prepend / Replace normalizers, the Split / ByteLevel / Metaspace pre-tokenizers, the template
+ * NFC / Prepend / Replace normalizers, the Split / ByteLevel / Metaspace / Digits pre-tokenizers, the template
  * post-processor. The ids are those tokenizers produces. A tokenizer is read-only once loaded: several threads
  * may encode and decode with it at once; a ppn_detok_stream is used by one thread at a time. A model does not
  * need one: ppn_model_load and the decode calls work with ids alone. */
