@@ -89,7 +89,7 @@ static ppn_status read_specials(ppn_template *t, json_t *config, const char *dir
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/special_tokens_map.json", dir);
-    json_t *map = is_file(path) ? json_load_file(path, 0, NULL) : NULL;
+    json_t *map = is_file(path) ? json_load_file(path, JSON_DECODE_INT_AS_REAL, NULL) : NULL;
     ppn_status st = PPN_OK;
     for (size_t i = 0; st == PPN_OK && i < PPN_ARRAY_LEN(special_names); i++) {
         const char *s = token_text(json_object_get(config, special_names[i]));
@@ -130,7 +130,7 @@ ppn_status ppn_template_load(const char *model_dir, ppn_template **out)
     json_t *config = NULL;
     if (is_file(cfg_path)) {
         json_error_t je;
-        if (!(config = json_load_file(cfg_path, 0, &je)))
+        if (!(config = json_load_file(cfg_path, JSON_DECODE_INT_AS_REAL, &je)))   /* model_max_length may be 1e30 */
             return ppn_err(PPN_EFORMAT, "%s line %d: %s", cfg_path, je.line, je.text);
     }
     ppn_status st = PPN_OK;
