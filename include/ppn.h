@@ -408,7 +408,7 @@ void ppn_rt_kernel_profile_reset(ppn_rt *rt);
  * Tokenizer: a checkpoint's tokenizer.json (Hugging Face `tokenizers` format) and tokenizer_config.json. Handled:
  * BPE models (byte-level, as Llama 3, Qwen2 and GPT-2-style; SentencePiece-style with byte fallback, as Llama 2
  * and Mistral), added and special tokens (matched in the text before anything else, as tokenizers does), the
- * NFC / Prepend / Replace normalizers, the Split / ByteLevel / Metaspace pre-tokenizers, the template
+ * NFC / Prepend / Replace normalizers, the Split / ByteLevel / Metaspace / Digits pre-tokenizers, the template
  * post-processor. The ids are those tokenizers produces. A tokenizer is read-only once loaded: several threads
  * may encode and decode with it at once; a ppn_detok_stream is used by one thread at a time. A model does not
  * need one: ppn_model_load and the decode calls work with ids alone. */
@@ -458,6 +458,57 @@ ppn_status ppn_detok_stream_push(ppn_detok_stream *s, int id, const char **text,
 ppn_status ppn_detok_stream_flush(ppn_detok_stream *s, const char **text, size_t *len);
 /* Accepts NULL. */
 void ppn_detok_stream_free(ppn_detok_stream *s);
+
+/* ---------------------------------------------------------------------------------------------------------
+ * Chat templates: a checkpoint's Jinja chat_template rendered as transformers' apply_chat_template renders it
+ * (jinja2 with trim_blocks, lstrip_blocks, no trailing newline; raise_exception, namespace, range, dict,
+ * strftime_now; tojson as Python's json.dumps). The Jinja subset: {{ }}, {# #}, if/elif/else, for (with else,
+ * `if` filter, unpacking, loop.index/index0/first/last/length/revindex/previtem/nextitem), set (names,
+ * namespace attributes, blocks), break/continue, generation; literals, lists, dicts, attribute, subscript and
+ * slice access, arithmetic, ~, comparisons, in / not in, and/or/not, inline if; the filters trim, length, count,
+ * tojson, default, join, lower, upper, capitalize, string, safe, first, last, list, items, select, reject,
+ * selectattr, rejectattr, map(attribute=), int, float, replace, abs; the tests defined, undefined, none,
+ * boolean, true, false, number, integer, float, string, mapping, iterable, sequence, odd, even, divisibleby, eq,
+ * equalto, ne, in; the string methods strip, lstrip, rstrip, split, startswith, endswith, lower, upper,
+ * capitalize, replace, join and the dict methods items, keys, values, get. A template using anything else is
+ * refused when it is loaded, by name and line. A template is read-only once loaded: threads may share it. */
+typedef struct ppn_template ppn_template;
+typedef struct ppn_chat_msg {
+    const char *role;      /* UTF-8; NULL leaves the key out */
+    const char *content;   /* UTF-8; NULL leaves the key out */
+} ppn_chat_msg;
+
+/* Load model_dir's chat template: chat_template.jinja when present, else tokenizer_config.json's
+ * "chat_template" (a string, or the entry named "default" of a list), with the special tokens the config sets
+ * (bos_token, eos_token, unk_token, pad_token, sep_token, cls_token, mask_token; special_tokens_map.json fills
+ * those it leaves out) as variables.
+ * @return PPN_OK, PPN_EINVAL (NULL argument), PPN_EIO (no template there, or a file cannot be read: named),
+ *         PPN_EFORMAT (malformed JSON or template syntax: file, line and what was found), PPN_EUNSUPPORTED (a
+ *         statement, filter, test, method, function or syntax outside the subset: named with its line),
+ *         PPN_ENOMEM. On failure *out is NULL. */
+ppn_status ppn_template_load(const char *model_dir, ppn_template **out);
+/* A template from its source text (len bytes of UTF-8), with no variables of its own; name is used in
+ * messages (NULL: "chat template").
+ * @return PPN_OK, PPN_EINVAL (NULL source or out), PPN_EFORMAT (not UTF-8, a NUL byte, bad syntax),
+ *         PPN_EUNSUPPORTED (outside the subset, named), PPN_ENOMEM. On failure *out is NULL. */
+ppn_status ppn_template_parse(const char *source, size_t len, const char *name, ppn_template **out);
+/* Render n messages (role and content) into *out, a NUL-terminated malloc'd string the caller frees with free().
+ * @return PPN_OK, PPN_EINVAL (NULL t or out, n < 0, NULL msgs with n > 0, text not UTF-8; n == 0: transformers'
+ *         "Cannot apply chat template to an empty conversation. Provide at least one message."; the template's
+ *         raise_exception: exactly its message; an error while rendering, e.g. an undefined value in an
+ *         operator: the line), PPN_EUNSUPPORTED (a value the subset does not handle, e.g. '%' formatting: named
+ *         with its line), PPN_ENOMEM. On failure *out is NULL. */
+ppn_status ppn_template_render(const ppn_template *t, const ppn_chat_msg *msgs, int n, int add_generation_prompt,
+                               char **out);
+/* The same with the messages as a JSON list of objects (any keys: tool_calls, tool results ...; keys whose
+ * value is null are dropped, as transformers does) and vars_json, NULL or a JSON object of extra variables
+ * (tools, documents, date_string ...; they replace the config's special tokens of the same name).
+ * @return as ppn_template_render, and PPN_EINVAL for malformed JSON (the line), messages that are not a list of
+ *         objects, vars that are not an object or set messages / add_generation_prompt. */
+ppn_status ppn_template_render_json(const ppn_template *t, const char *messages_json, const char *vars_json,
+                                    int add_generation_prompt, char **out);
+/* Accepts NULL. */
+void ppn_template_free(ppn_template *t);
 
 /* Sampling on the host from a logits row. temperature 0 = greedy (lowest index on ties). top_k 0 = off;
  * top_p 1 = off. rng: caller-owned state, seeded by ppn_sampler_init; the same seed gives the same ids. */

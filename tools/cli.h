@@ -77,5 +77,6 @@ int cmd_transport_bench(int argc, char **argv);
 int cmd_sched_bench(int argc, char **argv);
 int cmd_env(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);   /* tokenize and detokenize (argv[0] says which) */
+int cmd_template(int argc, char **argv);
 
 #endif

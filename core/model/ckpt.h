@@ -75,4 +75,14 @@ ppn_status ppn_mkmodel(const char *shape, int dtype, const char *dir, uint64_t s
  * listing the known ones, or bad dtype), PPN_EIO (naming the file), PPN_ENOMEM. */
 ppn_status ppn_mkmodel_ex(const char *shape, int dtype, const char *dir, uint64_t seed, size_t shard_bytes);
 
+/* A tokenizer's numbers for a model made to go with it: one past its largest id, its BOS and EOS ids (-1: none). */
+typedef struct ppn_mk_tok {
+    int vocab, bos, eos;
+} ppn_mk_tok;
+/* ppn_mkmodel_ex with tok's vocabulary size (the embedding and head rows) and BOS / EOS ids in config.json in
+ * place of the shape's (tok NULL: the shape's own). Returns as ppn_mkmodel_ex, and PPN_EINVAL for a vocabulary
+ * outside [1, 2^24] or an id outside it. */
+ppn_status ppn_mkmodel_tok(const char *shape, int dtype, const char *dir, uint64_t seed, size_t shard_bytes,
+                           const ppn_mk_tok *tok);
+
 #endif

@@ -514,16 +514,40 @@ static ppn_status write_all(mk_writer *w, const char *dir, const mk_tensor *t, s
     return PPN_OK;
 }
 
+/* The shape with a tokenizer's vocabulary size and BOS / EOS ids in place of its own (tok NULL: unchanged). */
+static ppn_status shape_with_tok(const mk_shape *base, const ppn_mk_tok *tok, mk_shape *s)
+{
+    *s = *base;
+    if (!tok) return PPN_OK;
+    if (tok->vocab < 1 || tok->vocab > (1 << 24) || tok->bos < -1 || tok->bos >= tok->vocab || tok->eos < -1 ||
+        tok->eos >= tok->vocab)
+        return ppn_err(PPN_EINVAL, "mkmodel: tokenizer vocabulary %d with bos %d, eos %d is out of range", tok->vocab,
+                       tok->bos, tok->eos);
+    s->vocab = tok->vocab;
+    s->bos = tok->bos;
+    s->n_eos = tok->eos >= 0;
+    s->eos[0] = tok->eos;
+    return PPN_OK;
+}
+
 ppn_status ppn_mkmodel_ex(const char *shape, int dtype, const char *dir, uint64_t seed, size_t shard_bytes)
+{
+    return ppn_mkmodel_tok(shape, dtype, dir, seed, shard_bytes, NULL);
+}
+
+ppn_status ppn_mkmodel_tok(const char *shape, int dtype, const char *dir, uint64_t seed, size_t shard_bytes,
+                           const ppn_mk_tok *tok)
 {
     ppn_status st;
     ppn_model_config cfg;
     mk_tensor *t = NULL;
     size_t n = 0;
-    const mk_shape *s = shape ? shape_find(shape) : NULL;
-    if (!s)
+    const mk_shape *found = shape ? shape_find(shape) : NULL;
+    if (!found)
         return ppn_err(PPN_EINVAL, "mkmodel: unknown shape '%s' (known: tiny, qwen3-tiny, llama-1b, llama-8b, "
                        "qwen2-7b)", shape ? shape : "(null)");
+    mk_shape shape_tok, *s = &shape_tok;
+    PPN_CHECK(shape_with_tok(found, tok, s));
     if (dtype != PPN_DTYPE_F32 && dtype != PPN_DTYPE_BF16 && dtype != PPN_DTYPE_F16)
         return ppn_err(PPN_EINVAL, "mkmodel: dtype %d is not PPN_DTYPE_F32, PPN_DTYPE_BF16 or PPN_DTYPE_F16", dtype);
     if (!dir) return ppn_err(PPN_EINVAL, "mkmodel: no output directory");

@@ -368,12 +368,17 @@ static ppn_status pre_step(load_ctx *c, const json_t *step, ppn_tok_pre *p)
         if (use && !json_is_true(use)) return PPN_OK;
         return ppn_err_ctx(ppn_tok_regex_compile(ppn_tok_gpt2_regex, p), "%s: pre-tokenizer ByteLevel", c->path);
     }
+    if (!strcmp(type, "Digits")) {   /* numeric characters (Rust's char::is_numeric: \p{N}) split off, alone or runs */
+        p->kind = PPN_PRE_SPLIT;
+        const char *pat = json_is_true(json_object_get(step, "individual_digits")) ? "\\p{N}" : "\\p{N}+";
+        return ppn_err_ctx(ppn_tok_regex_compile(pat, p), "%s: pre-tokenizer Digits", c->path);
+    }
     if (!strcmp(type, "Metaspace")) {
         p->kind = PPN_PRE_METASPACE;
         p->prefix_space = metaspace_scheme(step);
         return metaspace_check(c, step);
     }
-    return ppn_err(PPN_EUNSUPPORTED, "%s: pre-tokenizer '%s' (handled: Split, ByteLevel, Metaspace)", c->path,
+    return ppn_err(PPN_EUNSUPPORTED, "%s: pre-tokenizer '%s' (handled: Split, ByteLevel, Metaspace, Digits)", c->path,
                    type);
 }
 
