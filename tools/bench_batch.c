@@ -101,3 +101,47 @@ int bench_batch(ppn_model *m, const ppn_model_info *mi, const bench_batch_opts *
     if (o->json) fputc(']', out);
     return rc;
 }
+
+int bench_spec(ppn_model *m, const ppn_model_info *mi, const bench_batch_opts *o, int k, FILE *out)
+{
+    int nd = o->reps * o->n_new, rc = 0;
+    double *dec = malloc(sizeof(double) * (size_t)nd), *ver = malloc(sizeof(double) * (size_t)nd);
+    int *ids = malloc(sizeof(int) * (size_t)o->prompt), draft[PPN_SPEC_MAX_DRAFT], got[PPN_SPEC_MAX_DRAFT + 1];
+    if (!dec || !ver || !ids) rc = cli_fail("bench: out of memory");
+    for (int t = 0; rc == 0 && t < o->prompt; t++) ids[t] = prompt_id(t, mi->vocab);
+    for (int r = -o->warmup; r < o->reps && rc == 0; r++) {
+        ppn_seq *q = NULL;
+        ppn_status st = ppn_seq_create(m, &q);
+        ppn_prefill_opts po = {.chunk = o->chunk};
+        if (st == PPN_OK && o->prompt > 1) st = ppn_prefill(q, ids, o->prompt - 1, &po, NULL);
+        int tok = ids[o->prompt - 1];
+        for (int t = 0; st == PPN_OK && t < o->n_new; t++) {
+            double t0 = cli_now_us();
+            st = ppn_decode_greedy(q, tok, 1, &tok);
+            double t1 = cli_now_us();
+            for (int j = 0; j < k; j++) draft[j] = (tok + 1 + j) % mi->vocab; /* never the argmax of a row 0 */
+            int n = 0;
+            if (st == PPN_OK) st = ppn_spec_verify(q, tok, draft, k, got, &n);
+            double t2 = cli_now_us();
+            if (st == PPN_OK) tok = got[n - 1];
+            if (r >= 0) dec[r * o->n_new + t] = (t1 - t0) / 1e3, ver[r * o->n_new + t] = (t2 - t1) / 1e3;
+        }
+        if (st != PPN_OK) rc = cli_fail_status(st, "bench: --spec");
+        ppn_seq_destroy(q);
+    }
+    if (rc == 0) {
+        cli_sort(dec, nd);
+        cli_sort(ver, nd);
+        double d = cli_median(dec, nd), v = cli_median(ver, nd);
+        if (o->json)
+            fprintf(out, "{\"k\":%d,\"rows\":%d,\"decode_step_ms\":%.6g,\"verify_ms\":%.6g,\"ratio\":%.6g}", k,
+                    k + 1, d, v, d > 0 ? v / d : 0);
+        else
+            printf("speculative verify: k = %d drafts (%d rows): verify %.4f ms, greedy decode step %.4f ms (median of "
+                   "%d each): %.3fx a decode step\n", k, k + 1, v, d, nd, d > 0 ? v / d : 0);
+    }
+    free(dec);
+    free(ver);
+    free(ids);
+    return rc;
+}

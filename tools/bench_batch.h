@@ -17,5 +17,10 @@ typedef struct bench_batch_opts {
  * ids: the argmax on the device), each step timed. Prints a table (or, with json, writes a JSON array to out:
  * the caller places it). 0, or 1 after the message. */
 int bench_batch(ppn_model *m, const ppn_model_info *mi, const bench_batch_opts *o, FILE *out);
+/* The verify step's cost: reps sequences primed with prompt ids, then n_new rounds each of one greedy decode step
+ * (ppn_decode_greedy of 1) and one verify of k drafts (ppn_spec_verify; drafts that will be rejected, so each
+ * verify is a full k + 1 rows), both timed to their ids on the host. Prints (or writes JSON to out) the medians
+ * and their ratio. 0, or 1 after the message. */
+int bench_spec(ppn_model *m, const ppn_model_info *mi, const bench_batch_opts *o, int k, FILE *out);
 
 #endif

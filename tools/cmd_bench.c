@@ -45,6 +45,7 @@ typedef struct bench_args {
     int *sweep, n_sweep;      /* --stages-sweep (malloc'd), else NULL */
     int kprof;                /* PPN_KPROF=1 (the runtime has validated the variable) */
     int *batch, n_batch;      /* --batch B1,B2,..: batched decode per B instead of the one-sequence reps */
+    int spec;                 /* --spec K: the verify step's cost against a decode step */
 } bench_args;
 
 /* The kernel account of one configuration: totals over its timed decode steps, one entry per kernel name. */
@@ -74,7 +75,7 @@ static void bench_usage(FILE *f)
           "                 [--splits c1,..] [--devices d0,..] [--overlap 0|1] [--streams 0|1] [--shard 0|1] [--spin 0|1]\n"
           "                 [--graphs 0|1] [--fuse 0|1]\n"
           "                 [-n 128] [--prompt 16 | --prompt 512,4096] [--chunk 2048] [--ctx C] [--reps 3] [--warmup 1]\n"
-          "                 [--bw-gbs 4280] [--json] [--device-greedy] [--batch 1,4,16,64]\n"
+          "                 [--bw-gbs 4280] [--json] [--device-greedy] [--batch 1,4,16,64] [--spec K]\n"
           "--shape writes a random checkpoint (seed 1; bf16 unless --dtype) into a temporary directory, removed at exit.\n"
           "Each rep: a fresh sequence, the first --prompt length of fixed ids primed --chunk rows at a time (ppn_prefill;\n"
           "--chunk 0: token by token) and timed, then -n greedy decode steps, each timed. Every --prompt length is also\n"
@@ -82,7 +83,8 @@ static void bench_usage(FILE *f)
           "floor = weight bytes / --bw-gbs (default 4280 GB/s: the measured H200 device-to-device copy bandwidth).\n"
           "--stages-sweep publishes each N in-process, all stages on the primary device (no --devices, no --splits).\n"
           "--batch: for each B, B sequences primed together with --prompt ids, then -n batched greedy steps timed (like\n"
-          "llama-batched-bench's S_TG): aggregate tok/s = B / median step, per-sequence tok/s, and the weight floor.\n",
+          "llama-batched-bench's S_TG): aggregate tok/s = B / median step, per-sequence tok/s, and the weight floor.\n"
+          "--spec K: -n rounds of one greedy decode step and one verify of K drafts (K + 1 rows), medians and ratio.\n",
           f);
 }
 
@@ -120,6 +122,11 @@ static int parse_value(bench_args *a, const char *f, const char *v)
             if (a->batch[k] < 1 || a->batch[k] > 4096) return cli_fail("%s: '%s': each B in [1, 4096]", f, v), 2;
         return 0;
     }
+    if (!strcmp(f, "--spec")) {
+        if ((rc = cli_int(f, v, 1, PPN_SPEC_MAX_DRAFT, &x))) return rc;
+        a->spec = (int)x;
+        return 0;
+    }
     if (!strcmp(f, "--stages-sweep")) {
         free(a->sweep);
         a->sweep = NULL;
@@ -141,7 +148,7 @@ static int parse_value(bench_args *a, const char *f, const char *v)
 static int parse_check(const bench_args *a)
 {
     if (!a->model == !a->shape) return cli_fail("bench: give exactly one of --model PATH and --shape NAME"), 2;
-    if (a->batch && (a->sweep || a->device_greedy || a->n_lens > 1))
+    if ((a->batch || a->spec) && (a->sweep || a->device_greedy || a->n_lens > 1))
         return cli_fail("bench: --batch takes one configuration and one --prompt length (no --stages-sweep, "
                         "--device-greedy: its steps are greedy on the device already)"), 2;
     if (!a->sweep) return 0;
@@ -646,7 +653,9 @@ static int load(ppn_rt *rt, const bench_args *a, ppn_model **m)
     lo.dtype = a->dtype;
     int longest = a->prompt;
     for (int k = 0; k < a->n_lens; k++) longest = a->lens[k] > longest ? a->lens[k] : longest;
-    lo.ctx = a->ctx ? a->ctx : longest + a->n_new; /* the KV the reps use, no more */
+    lo.ctx = a->ctx ? a->ctx : longest + a->n_new + (a->spec ? a->n_new * a->spec + 1 : 0); /* the KV the reps use */
+    for (int k = 0; k < a->n_batch; k++) /* every sequence of the largest batch at full length */
+        if ((long)a->batch[k] * lo.ctx > lo.kv_tokens) lo.kv_tokens = a->batch[k] * lo.ctx;
     lo.door = &d;
     if (!a->json) lo.progress = cli_progress;
     ppn_status st = ppn_model_load(rt, a->model ? a->model : g_tmpdir, &lo, m);
@@ -724,7 +733,7 @@ int cmd_bench(int argc, char **argv)
         goto out;
     }
     if ((rc = sweep_check(rt, &a, &mi))) goto out;
-    if (a.batch) {
+    if (a.batch || a.spec) {
         bench_batch_opts bo = {.sizes = a.batch, .n_sizes = a.n_batch, .prompt = a.prompt, .n_new = a.n_new,
                                .reps = a.reps, .warmup = a.warmup, .chunk = a.chunk ? a.chunk : PPN_PREFILL_CHUNK,
                                .json = a.json, .bw_gbs = a.bw_gbs};
@@ -742,7 +751,10 @@ int cmd_bench(int argc, char **argv)
                    model_name(&a, name, sizeof name), mi.arch, mi.n_layers, ppn_rt_backend(rt), ppn_dtype_name(mi.dtype),
                    ppn_dtype_name(mi.kv_dtype), (double)mi.weight_bytes / 1e9, mi.ctx);
         }
-        rc = bench_batch(m, &mi, &bo, stdout);
+        if (a.json && !a.batch) printf("null");
+        if (a.batch) rc = bench_batch(m, &mi, &bo, stdout);
+        if (a.json && a.spec) printf(",\"spec\":");
+        if (rc == 0 && a.spec) rc = bench_spec(m, &mi, &bo, a.spec, stdout);
         if (a.json && rc == 0) printf("}\n");
         if (!a.json && rc == 0) fputs("       ", stdout), cli_print_stage_map(stdout, m);
         goto out;
