@@ -15,11 +15,11 @@ for ph in $PHASES; do
     check)
         for t in test_gpu_batch test_gpu_kernels; do
             log "tests/gpu $t"
-            build/gpu/gpu_$t > "$OUT/$t.txt" 2>&1 || { fail=1; log "FAIL $t"; }
+            ${GPUBIN:-build/gpu}/gpu_$t > "$OUT/$t.txt" 2>&1 || { fail=1; log "FAIL $t"; }
             grep -E '^#|PASSED|FAILED' "$OUT/$t.txt" | tee -a "$S"
         done
         log "tests/gpu test_gpu_rows (paged)"
-        PPN_GPU_TEST_FILTER='*paged*' build/gpu/gpu_test_gpu_rows > "$OUT/test_gpu_rows_paged.txt" 2>&1 || { fail=1; log "FAIL rows paged"; }
+        PPN_GPU_TEST_FILTER='*paged*' ${GPUBIN:-build/gpu}/gpu_test_gpu_rows > "$OUT/test_gpu_rows_paged.txt" 2>&1 || { fail=1; log "FAIL rows paged"; }
         grep -E 'PASSED|FAILED' "$OUT/test_gpu_rows_paged.txt" | tee -a "$S"
         ;;
     gate)
