@@ -8,6 +8,7 @@
 # Results: $OUT/summary.txt and one file per run; env: PHASES, REPS (default 3).
 . "$(dirname "$0")/common.sh"
 PHASES=${PHASES:-check gate bench}
+export PPN_FIXTURES=$FIX
 REPS=${REPS:-3}
 begin -h name,driver_version,memory.total
 for ph in $PHASES; do
@@ -35,22 +36,24 @@ for ph in $PHASES; do
         tail -1 "$OUT/gate_llama1b.txt" | tee -a "$S"
         ;;
     bench)
-        for shape in llama-1b llama-8b; do
+        for shape in ${SHAPES:-llama-1b llama-8b}; do
+            [ -d /tmp/m-$shape ] || $PPN mkmodel --shape $shape --out /tmp/m-$shape --dtype bf16 > /dev/null
             log "bench --batch $shape"
-            $PPN bench --shape $shape --backend cuda --batch 1,4,16,64 --prompt 128 -n 128 --reps "$REPS" --json \
+            $PPN bench --model /tmp/m-$shape --backend cuda --batch 1,4,16,64 --prompt 128 -n 128 --reps "$REPS" --json \
                 > "$OUT/batch_$shape.json" 2> "$OUT/batch_$shape.err" || { fail=1; log "FAIL bench $shape"; }
             python3 -c "import json,sys; d=json.load(open(sys.argv[1])); [print(sys.argv[2], r) for r in d['batch']]" \
                 "$OUT/batch_$shape.json" $shape | tee -a "$S"
             log "bench single-sequence device greedy $shape"
-            $PPN bench --shape $shape --backend cuda --prompt 128 -n 128 --reps "$REPS" --device-greedy --json \
+            $PPN bench --model /tmp/m-$shape --backend cuda --prompt 128 -n 128 --reps "$REPS" --device-greedy --json \
                 > "$OUT/single_$shape.json" 2>&1 || { fail=1; log "FAIL single $shape"; }
             summarize "$OUT/single_$shape.json"
             log "bench --spec 7 $shape"
-            $PPN bench --shape $shape --backend cuda --spec 7 --prompt 128 -n 64 --reps "$REPS" > "$OUT/spec_$shape.txt" 2>&1 || { fail=1; log "FAIL spec $shape"; }
+            $PPN bench --model /tmp/m-$shape --backend cuda --spec 7 --prompt 128 -n 64 --reps "$REPS" > "$OUT/spec_$shape.txt" 2>&1 || { fail=1; log "FAIL spec $shape"; }
             grep verify "$OUT/spec_$shape.txt" | tee -a "$S"
         done
         log "bench --batch 16 llama-8b, 4 stages on one GPU"
-        $PPN bench --shape llama-8b --backend cuda --batch 16 --prompt 128 -n 128 --reps "$REPS" --stages 4 --json \
+        [ -d /tmp/m-llama-8b ] || $PPN mkmodel --shape llama-8b --out /tmp/m-llama-8b --dtype bf16 > /dev/null
+        $PPN bench --model /tmp/m-llama-8b --backend cuda --batch 16 --prompt 128 -n 128 --reps "$REPS" --stages 4 --json \
             > "$OUT/batch_8b_n4.json" 2>&1 || { fail=1; log "FAIL bench 8b N=4"; }
         python3 -c "import json,sys; d=json.load(open(sys.argv[1])); [print('8b N=4', r) for r in d['batch']]" "$OUT/batch_8b_n4.json" | tee -a "$S"
         ;;
