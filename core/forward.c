@@ -148,32 +148,31 @@ ppn_status ppn_fwd_rows_layer(ppn_model *m, ppn_gstream *s, int dev, const ppn_r
     return ppn_op_gemm(g, s, x, w->w_down, wdt, r->act, rows, dim, ffn, 0, x);
 }
 
+ppn_status ppn_fwd_rows_lall(ppn_model *m, ppn_rows_scratch *r)
+{
+    if (r->lall) return PPN_OK;
+    ppn_gpu *g = m->rt->g;
+    size_t n = sizeof(float) * (size_t)r->rows * (size_t)m->cfg.vocab;
+    PPN_CHECK(ppn_model_block_alloc(m, r->dev, n, "rows logits (every row)", &r->lall));
+    ppn_gstream *ds;
+    PPN_CHECK(ppn_model_dev_stream(m, r->dev, &ds));
+    return g->ops->stream_sync(g, ds); /* the allocation is ordered on the device stream */
+}
+
 /* Every row's logits into r->lall [rows, vocab] (allocated on first use, on this stage's device). */
 static ppn_status rows_head_all(ppn_model *m, ppn_gstream *s, ppn_rows_scratch *r, ppn_dptr x, int rows)
 {
     const ppn_model_config *c = &m->cfg;
     ppn_gpu *g = m->rt->g;
-    if (!r->lall) {
-        size_t n = sizeof(float) * (size_t)r->rows * (size_t)c->vocab;
-        PPN_CHECK(ppn_model_block_alloc(m, r->dev, n, "rows logits (every row)", &r->lall));
-        ppn_gstream *ds;
-        PPN_CHECK(ppn_model_dev_stream(m, r->dev, &ds));
-        PPN_CHECK(g->ops->stream_sync(g, ds)); /* the allocation is ordered on the device stream */
-    }
+    PPN_CHECK(ppn_fwd_rows_lall(m, r));
     PPN_CHECK(ppn_op_rmsnorm_rows(g, s, r->xb, x, m->final_norm, m->wdt, c->dim, c->norm_eps, rows));
     return ppn_op_gemm(g, s, r->lall, m->lm_head, m->wdt, r->xb, rows, c->vocab, c->dim, 0, 0);
 }
 
-ppn_status ppn_fwd_rows_head_batch(ppn_model *m, ppn_gstream *s, ppn_rows_scratch *r, ppn_dptr x, int rows,
-                                   float *logits_h, int32_t *ids_h)
+ppn_status ppn_fwd_rows_head_batch(ppn_model *m, ppn_gstream *s, ppn_rows_scratch *r, ppn_dptr x, int rows, int ids)
 {
-    ppn_gpu *g = m->rt->g;
-    size_t v = (size_t)m->cfg.vocab;
     PPN_CHECK(rows_head_all(m, s, r, x, rows));
-    if (logits_h) PPN_CHECK(g->ops->copy_dtoh(g, s, logits_h, r->lall, sizeof(float) * v * (size_t)rows));
-    if (!ids_h) return PPN_OK;
-    PPN_CHECK(ppn_op_argmax_rows(g, s, r->ids, r->lall, m->cfg.vocab, rows));
-    return g->ops->copy_dtoh(g, s, ids_h, r->ids, sizeof(int32_t) * (size_t)rows);
+    return ids ? ppn_op_argmax_rows(m->rt->g, s, r->ids, r->lall, m->cfg.vocab, rows) : PPN_OK;
 }
 
 ppn_status ppn_fwd_rows_head(ppn_model *m, ppn_gstream *s, ppn_rows_scratch *r, ppn_dptr x,

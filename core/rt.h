@@ -121,6 +121,16 @@ typedef struct ppn_rows_scratch {
     int batch_rows;
 } ppn_rows_scratch;
 
+/* One captured batch walk of a stage (step.c): the embedding (stage 0), its layers, the head's GEMM and argmax
+ * (last stage) for rows rows; valid for one map generation and one rows scratch. */
+#define PPN_BATCH_GRAPHS 8
+typedef struct ppn_batch_graph {
+    ppn_ggraph *exec;          /* NULL: an empty entry */
+    uint64_t gen;
+    ppn_dptr io;
+    int rows, ids, dev;
+} ppn_batch_graph;
+
 /* One stage's execution home. */
 typedef struct ppn_stage_rt {
     _Alignas(64) struct ppn_model *m;
@@ -133,6 +143,8 @@ typedef struct ppn_stage_rt {
     _Atomic uint64_t walker_runs;        /* liveness: steps this stage's walker executed */
     ppn_rows_scratch rs;                 /* many-rows walks on this stage (prefill chunks, batches) */
     _Atomic uint64_t batch_walks;        /* liveness: batched decode steps (or micro-batches) this stage walked */
+    ppn_batch_graph bg[PPN_BATCH_GRAPHS];/* captured batch walks (PPN_GRAPHS=1): this stage's issuing thread only */
+    unsigned bg_next;
 } ppn_stage_rt;
 
 struct ppn_model {
@@ -294,6 +306,8 @@ ppn_status ppn_map_build(ppn_model *m, const ppn_door *d, ppn_stage_map **out);
  * threads, each running stage_fn on its commands. On success the model owns map. */
 ppn_status ppn_map_install(ppn_model *m, ppn_stage_map *map, ppn_issue_fn stage_fn);
 void ppn_map_teardown(ppn_model *m);
+/* Destroy stage s's captured batch walks (its rows scratch or map is about to change; between drained steps). */
+void ppn_stage_drop_batch_graphs(ppn_model *m, int s);
 /* Room for many-rows walks of up to rows rows: boundary slots and every stage's rows scratch grown (after a
  * quiesce) when they hold fewer. @return PPN_OK, PPN_ENOMEM (the device named), PPN_EDRIVER. */
 ppn_status ppn_map_reserve_rows(ppn_model *m, int rows);
@@ -312,10 +326,11 @@ ppn_status ppn_fwd_rows_layer(ppn_model *m, ppn_gstream *s, int dev, const ppn_r
                               const struct ppn_step_cmd *cmd, int l);
 ppn_status ppn_fwd_rows_head(ppn_model *m, ppn_gstream *s, ppn_rows_scratch *r, ppn_dptr x, const ppn_rowseg *sg,
                              int nseg, int rows);
-/* A batch's head: every row's logits by one GEMM over the lm head, then to logits_h ([rows, vocab], host; NULL:
- * none) and their argmax to ids_h ([rows], pinned; NULL: none), ordered on s. */
-ppn_status ppn_fwd_rows_head_batch(ppn_model *m, ppn_gstream *s, ppn_rows_scratch *r, ppn_dptr x, int rows,
-                                   float *logits_h, int32_t *ids_h);
+/* A batch's head: every row's logits by one GEMM over the lm head into r->lall, and with ids their argmax into
+ * r->ids (only launches: a graph may capture it; r->lall must exist: ppn_fwd_rows_lall). */
+ppn_status ppn_fwd_rows_head_batch(ppn_model *m, ppn_gstream *s, ppn_rows_scratch *r, ppn_dptr x, int rows, int ids);
+/* r->lall [r->rows, vocab], allocated (and its allocation finished) if it is not yet. */
+ppn_status ppn_fwd_rows_lall(ppn_model *m, ppn_rows_scratch *r);
 
 /* step.c: one step through the stages */
 /* A deferred step inside ppn: its logits ring entry and global step number (ppn_step_id is its public name). */

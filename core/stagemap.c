@@ -258,6 +258,7 @@ static ppn_status rows_scratch_fit(ppn_model *m, const ppn_stage_map *map)
         if (r->rows && r->dev == want && r->rows >= m->rows_cap && r->segs_stages >= map->n_stages &&
             r->batch_rows >= m->batch_cap)
             continue;
+        ppn_stage_drop_batch_graphs(m, s); /* they name the scratch about to go */
         rows_scratch_free(m, r);
         if (want >= 0) PPN_CHECK(rows_scratch_alloc(m, r, want, m->rows_cap, map->n_stages));
     }
@@ -340,7 +341,7 @@ void ppn_map_teardown(ppn_model *m)
         sr->thr_started = 0;
     }
     boundaries_fini(m);
-    for (int s = 0; s < PPN_MAX_STAGES; s++) rows_scratch_free(m, &m->stages[s].rs);
+    for (int s = 0; s < PPN_MAX_STAGES; s++) ppn_stage_drop_batch_graphs(m, s), rows_scratch_free(m, &m->stages[s].rs);
     for (int s = 0; s < PPN_MAX_STAGES; s++) {
         stream_drop(m, &m->stages[s].stream, m->stages[s].dev);
         m->stages[s].dev = -1;

@@ -161,9 +161,73 @@ ppn_status ppn_rows_body(ppn_model *m, ppn_gstream *q, int dev, ppn_rows_scratch
     if (embed) PPN_CHECK(ppn_fwd_rows_embed(m, q, r, x, c->rows));
     for (int l = f0; l < f1; l++) PPN_CHECK(ppn_fwd_rows_layer(m, q, dev, r, x, c, l));
     if (head && (c->kind == PPN_ROWS_BATCH || c->kind == PPN_ROWS_VERIFY))
-        return ppn_fwd_rows_head_batch(m, q, r, x, c->rows, c->logits_h, c->ids_h);
+        return ppn_fwd_rows_head_batch(m, q, r, x, c->rows, c->ids_h != NULL);
     if (head) PPN_CHECK(ppn_fwd_rows_head(m, q, r, x, c->segs, c->nseg, c->rows));
     return PPN_OK;
+}
+
+/* A batch's (or a verify's) results to the host, after its head: every row's logits and argmax. */
+static ppn_status rows_results(ppn_model *m, ppn_gstream *q, ppn_rows_scratch *r, const ppn_step_cmd *c)
+{
+    ppn_gpu *g = m->rt->g;
+    size_t v = (size_t)m->cfg.vocab, n = (size_t)c->rows;
+    if (c->logits_h) PPN_CHECK(g->ops->copy_dtoh(g, q, c->logits_h, r->lall, sizeof(float) * v * n));
+    if (c->ids_h) PPN_CHECK(g->ops->copy_dtoh(g, q, c->ids_h, r->ids, sizeof(int32_t) * n));
+    return PPN_OK;
+}
+
+void ppn_stage_drop_batch_graphs(ppn_model *m, int s)
+{
+    ppn_gpu *g = m->rt->g;
+    ppn_stage_rt *sr = &m->stages[s];
+    for (int i = 0; i < PPN_BATCH_GRAPHS; i++) {
+        if (sr->bg[i].exec && g->ops->graph_destroy(g, sr->bg[i].exec) != PPN_OK)
+            fprintf(stderr, "ppn: destroying a captured batch graph: %s\n", ppn_last_error());
+        sr->bg[i].exec = NULL;
+    }
+}
+
+/* Stage s's part of a batch on q: its captured walk for (map, io, rows, ids) replayed, captured the first time
+ * (PPN_GRAPHS=1), or issued launch by launch. The row descriptors, tables and tokens were copied in before
+ * (their contents change per step, their places do not), the results are copied out after. */
+static ppn_status batch_body(ppn_model *m, const ppn_stage_map *map, int s, ppn_gstream *q, const ppn_step_cmd *c,
+                             ppn_dptr x, int head)
+{
+    ppn_stage_rt *sr = &m->stages[s];
+    ppn_rows_scratch *r = &sr->rs;
+    int f0 = map->fence[s], f1 = map->fence[s + 1];
+    if (head) PPN_CHECK(ppn_fwd_rows_lall(m, r)); /* no allocation inside a capture */
+    if (!map->door.graphs) return ppn_rows_body(m, q, map->dev[s], r, x, c, f0, f1, s == 0, head);
+    ppn_gpu *g = m->rt->g;
+    ppn_dptr io = x - PPN_IO_HDR_BYTES;
+    int ids = c->ids_h != NULL;
+    ppn_batch_graph *e = NULL;
+    for (int i = 0; i < PPN_BATCH_GRAPHS && !e; i++) {
+        ppn_batch_graph *b = &sr->bg[i];
+        if (b->exec && b->gen == map->gen && b->io == io && b->rows == c->rows && b->ids == ids && b->dev == map->dev[s])
+            e = b;
+    }
+    if (!e) {
+        e = &sr->bg[sr->bg_next++ % PPN_BATCH_GRAPHS];
+        if (e->exec) {
+            ppn_ggraph *old = e->exec;
+            e->exec = NULL;
+            PPN_CHECK(g->ops->graph_destroy(g, old));
+        }
+        PPN_CHECK(g->ops->capture_begin(g, q));
+        ppn_status st = ppn_rows_body(m, q, map->dev[s], r, x, c, f0, f1, s == 0, head);
+        if (st != PPN_OK) {
+            char why[1024];
+            snprintf(why, sizeof why, "%s", ppn_last_error());
+            (void)g->ops->capture_end(g, q, NULL);
+            return ppn_err(st, "%s (while capturing stage %d's batch graph)", why, s);
+        }
+        ppn_ggraph *gx = NULL;
+        PPN_CHECK(g->ops->capture_end(g, q, &gx));
+        *e = (ppn_batch_graph){gx, map->gen, io, c->rows, ids, map->dev[s]};
+        atomic_fetch_add_explicit(&m->graph_captures, 1, memory_order_relaxed);
+    }
+    return g->ops->graph_launch(g, e->exec, q);
 }
 
 /* A chunk holds rows of more than one sequence (a cross-request prime batch). */
@@ -190,8 +254,10 @@ static ppn_status rows_walk(ppn_model *m, const ppn_stage_map *map, int s, ppn_g
     if (atomic_fetch_add_explicit(walkers, 1, memory_order_relaxed) > 0)
         atomic_fetch_add_explicit(batch ? &m->batch_pipe_overlaps : &m->prime_pipe_overlaps, 1, memory_order_relaxed);
     int last = s == map->n_stages - 1;
-    ppn_status st = ppn_rows_body(m, q, map->dev[s], &sr->rs, io + PPN_IO_HDR_BYTES, c, map->fence[s],
-                                  map->fence[s + 1], s == 0, last);
+    ppn_status st = batch ? batch_body(m, map, s, q, c, io + PPN_IO_HDR_BYTES, last)
+                          : ppn_rows_body(m, q, map->dev[s], &sr->rs, io + PPN_IO_HDR_BYTES, c, map->fence[s],
+                                          map->fence[s + 1], s == 0, last);
+    if (st == PPN_OK && last && (batch || c->kind == PPN_ROWS_VERIFY)) st = rows_results(m, q, &sr->rs, c);
     atomic_fetch_sub_explicit(walkers, 1, memory_order_relaxed);
     if (st != PPN_OK || !last || map->n_stages < 2) return st;
     if (batch) {
