@@ -14,7 +14,9 @@
  *                    weights are sharded over several devices (the seed's 28x peer-read regime) unless
  *                    MEMRA_PP_ALLOW_UNSPLIT_BATCH=1, which is for measurement.
  * The head computes every row's logits with one GEMM and, for greedy steps, their argmax on the device: the host
- * reads back B ids, never the logits. */
+ * reads back B ids, never the logits. A batch of one on the split (or one stage) is a decode step: it goes through
+ * ppn_decode_step / ppn_decode_greedy (the matvec kernels, which read the weights at the bandwidth floor where the
+ * GEMMs of one row do not). */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -38,6 +40,15 @@ ppn_status ppn_refuse_unsplit_if_remote(const ppn_model *m, const char *path, co
     return ppn_err(PPN_EREFUSED, "%s has no stage split: it would walk the whole trunk on one stream and read the "
                                  "weights of the other stages' devices over the link every step; use %s "
                                  "(MEMRA_PP_ALLOW_UNSPLIT_BATCH=1 overrides, for measurement)", path, alt);
+}
+
+/* ppn_op_argmax_rows's rule on the host: the lowest index of the largest non-NaN value, -1 when all are NaN. */
+static int argmax_rule(const float *x, int n)
+{
+    int best = -1;
+    for (int i = 0; i < n; i++)
+        if (x[i] == x[i] && (best < 0 || x[i] > x[best])) best = i;
+    return best;
 }
 
 ppn_batch_opts ppn_batch_opts_default(void) { return (ppn_batch_opts){.micro = 0}; }
@@ -163,6 +174,13 @@ ppn_status ppn_decode_batch_ex(ppn_seq *const *seqs, const int *tokens, int n, c
         PPN_CHECK(ppn_refuse_unsplit_if_remote(m, "ppn_decode_batch with MEMRA_BATCH_PP=0",
                                                "the batched split (MEMRA_BATCH_PP=1)"));
         PPN_CHECK(ppn_rows_unsplit_reachable(m, "ppn_decode_batch (MEMRA_BATCH_PP=0)", "the batched split"));
+    }
+    if (n == 1 && !unsplit) { /* a decode step; with logits and ids both, the ids are their argmax (the rule) */
+        ppn_status st = ids && !logits ? ppn_decode_greedy(seqs[0], tokens[0], 1, ids)
+                                       : ppn_decode_step(seqs[0], tokens[0], logits);
+        if (st == PPN_OK && ids && logits) ids[0] = argmax_rule(logits, m->cfg.vocab);
+        if (st == PPN_OK) atomic_fetch_add_explicit(&m->batch_steps, 1, memory_order_relaxed);
+        return st;
     }
     int mb = o.micro ? o.micro : (unsplit ? 1 : map_devices(map));
     if (mb > PPN_MAX_INFLIGHT) mb = PPN_MAX_INFLIGHT;

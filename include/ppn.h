@@ -303,6 +303,7 @@ ppn_batch_opts ppn_batch_opts_default(void);
  * (docs/VALIDATION.md says which kernels differ in bits).
  * logits: NULL or n * vocab floats (row i's at i * vocab); ids: NULL or n ints, row i's argmax taken on the
  * device (lowest index on ties, NaN never chosen): only those 4 bytes a row are read back. o: NULL for defaults.
+ * A batch of one (on the split or one stage) is issued as a decode step: ppn_decode_step's kernels and bits.
  * @return PPN_OK, PPN_EINVAL (NULL, n <= 0, a token, a sequence given twice, sequences of different models,
  *         micro out of range), PPN_ESTATE (a sequence full or with deferred steps in flight: named, nothing
  *         issued), PPN_EREFUSED (MEMRA_BATCH_PP=0 while the door places weights on several devices, so the walk
