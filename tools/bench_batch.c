@@ -13,9 +13,29 @@ typedef struct batch_row {
 
 static int prompt_id(int t, int vocab) { return (int)(((long long)t * 7919 + 13) % vocab); }
 
+/* The kernel account (PPN_KPROF=1) of the timed steps: totals per kernel name. */
+typedef struct kacct {
+    ppn_kernel_time k[PPN_KERNEL_PROFILE_MAX];
+    int n;
+} kacct;
+
+static void kacct_add(kacct *a, ppn_rt *rt, int sign)
+{
+    ppn_kernel_time e[PPN_KERNEL_PROFILE_MAX];
+    int n = ppn_rt_kernel_profile(rt, e, PPN_KERNEL_PROFILE_MAX);
+    for (int i = 0; i < n; i++) {
+        int j = 0;
+        while (j < a->n && strcmp(a->k[j].name, e[i].name)) j++;
+        if (j == a->n && a->n < PPN_KERNEL_PROFILE_MAX) a->k[a->n++] = (ppn_kernel_time){.name = e[i].name};
+        if (j == a->n) continue;
+        a->k[j].calls += sign > 0 ? e[i].calls : -e[i].calls;
+        a->k[j].ms += sign * e[i].ms;
+    }
+}
+
 /* One rep: B sequences primed together, then n_new timed batched steps into dec (NULL: a warm-up). */
 static int one_rep(ppn_model *m, const ppn_model_info *mi, const bench_batch_opts *o, int B, double *dec,
-                   double *prime_ms)
+                   double *prime_ms, kacct *ka)
 {
     ppn_seq **q = calloc((size_t)B, sizeof *q);
     int *ids = malloc(sizeof(int) * (size_t)B * (size_t)o->prompt), *n = malloc(sizeof(int) * (size_t)B);
@@ -34,11 +54,13 @@ static int one_rep(ppn_model *m, const ppn_model_info *mi, const bench_batch_opt
     if (rc == 0 && o->prompt > 1 && (st = ppn_prefill_batch(q, pp, n, B, &po, NULL)) != PPN_OK)
         rc = cli_fail_status(st, "bench: batched prime");
     if (prime_ms) *prime_ms = (cli_now_us() - t0) / 1e3;
+    if (ka && rc == 0) kacct_add(ka, o->rt, -1);
     for (int t = 0; t < o->n_new && rc == 0; t++) {
         double s0 = cli_now_us();
         if ((st = ppn_decode_batch_ex(q, tok, B, NULL, NULL, tok)) != PPN_OK) rc = cli_fail_status(st, "bench: batched step");
         if (dec) dec[t] = (cli_now_us() - s0) / 1e3;
     }
+    if (ka && rc == 0) kacct_add(ka, o->rt, +1); /* every step was synchronised: its kernels are counted */
     for (int i = 0; q && i < B; i++) ppn_seq_destroy(q[i]);
     free(q);
     free(ids);
@@ -53,9 +75,15 @@ static int measure(ppn_model *m, const ppn_model_info *mi, const bench_batch_opt
     int nd = o->reps * o->n_new, rc = 0;
     double *dec = malloc(sizeof(double) * (size_t)nd), pr[64];
     if (!dec) return cli_fail("bench: out of memory");
-    for (int w = 0; w < o->warmup && rc == 0; w++) rc = one_rep(m, mi, o, B, NULL, NULL);
+    kacct ka = {0};
+    for (int w = 0; w < o->warmup && rc == 0; w++) rc = one_rep(m, mi, o, B, NULL, NULL, NULL);
+    if (o->kprof) ppn_rt_kernel_profile_reset(o->rt);
     for (int k = 0; k < o->reps && rc == 0; k++)
-        rc = one_rep(m, mi, o, B, dec + (size_t)k * o->n_new, &pr[k < 64 ? k : 63]);
+        rc = one_rep(m, mi, o, B, dec + (size_t)k * o->n_new, &pr[k < 64 ? k : 63], o->kprof ? &ka : NULL);
+    for (int i = 0; rc == 0 && o->kprof && !o->json && i < ka.n; i++) {
+        double steps = (double)nd, us = 1e3 * ka.k[i].ms / steps;
+        printf("       B=%d %-16s %8.2f calls/step %10.2f us/step\n", B, ka.k[i].name, (double)ka.k[i].calls / steps, us);
+    }
     if (rc == 0) {
         int np = o->reps < 64 ? o->reps : 64;
         cli_sort(dec, nd);

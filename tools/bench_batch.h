@@ -10,6 +10,8 @@ typedef struct bench_batch_opts {
     int n_sizes;
     int prompt, n_new, reps, warmup, chunk, json;
     double bw_gbs;                 /* the floor's bandwidth, GB/s */
+    ppn_rt *rt;                    /* with kprof (PPN_KPROF=1): the kernel account of the timed steps, per B */
+    int kprof;
 } bench_batch_opts;
 
 /* For each batch size B: --warmup then --reps reps of B fresh sequences primed together with prompt ids each

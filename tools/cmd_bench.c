@@ -736,7 +736,7 @@ int cmd_bench(int argc, char **argv)
     if (a.batch || a.spec) {
         bench_batch_opts bo = {.sizes = a.batch, .n_sizes = a.n_batch, .prompt = a.prompt, .n_new = a.n_new,
                                .reps = a.reps, .warmup = a.warmup, .chunk = a.chunk ? a.chunk : PPN_PREFILL_CHUNK,
-                               .json = a.json, .bw_gbs = a.bw_gbs};
+                               .json = a.json, .bw_gbs = a.bw_gbs, .rt = rt, .kprof = a.kprof};
         char name[600];
         if (a.json) {
             printf("{\"model\":");
