@@ -103,13 +103,20 @@ ppn_status ppn_kv_need(ppn_seq *const *seqs, const int *end, int n)
         if (want > 0) need += want;
     }
     if (need <= m->kv.n_free) return PPN_OK;
-    for (int i = 0; i < n; i++)
-        if (blocks_for_pos(end[i]) > seqs[i]->n_blk)
-            return ppn_err(PPN_ENOMEM, "KV blocks exhausted: sequence %d needs %d more block(s) of %d positions to reach "
-                                       "position %d; %d of %d blocks are free (ppn_model_get_kv_info; load with a larger "
-                                       "kv_tokens, or reset or destroy sequences)", seqs[i]->id,
-                           blocks_for_pos(end[i]) - seqs[i]->n_blk, PPN_KV_BLOCK, end[i], m->kv.n_free, m->kv.n_blocks);
-    return PPN_OK;
+    int first = 0; /* the first sequence the free blocks do not reach, in the call's order */
+    for (int i = 0, left = m->kv.n_free; i < n; i++) {
+        int want = blocks_for_pos(end[i]) - seqs[i]->n_blk;
+        if (want > left) {
+            first = i;
+            break;
+        }
+        if (want > 0) left -= want;
+    }
+    return ppn_err(PPN_ENOMEM, "KV blocks exhausted: sequence %d needs %d more block(s) of %d positions to reach "
+                               "position %d, and this call's %d sequence(s) need %d in all; %d of %d blocks are free "
+                               "(ppn_model_get_kv_info; load with a larger kv_tokens, or reset or destroy sequences)",
+                   seqs[first]->id, blocks_for_pos(end[first]) - seqs[first]->n_blk, PPN_KV_BLOCK, end[first], n, need,
+                   m->kv.n_free, m->kv.n_blocks);
 }
 
 ppn_status ppn_kv_reserve(ppn_seq *const *seqs, const int *end, int n)

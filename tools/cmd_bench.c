@@ -654,8 +654,10 @@ static int load(ppn_rt *rt, const bench_args *a, ppn_model **m)
     int longest = a->prompt;
     for (int k = 0; k < a->n_lens; k++) longest = a->lens[k] > longest ? a->lens[k] : longest;
     lo.ctx = a->ctx ? a->ctx : longest + a->n_new + (a->spec ? a->n_new * a->spec + 1 : 0); /* the KV the reps use */
-    for (int k = 0; k < a->n_batch; k++) /* every sequence of the largest batch at full length */
-        if ((long)a->batch[k] * lo.ctx > lo.kv_tokens) lo.kv_tokens = a->batch[k] * lo.ctx;
+    for (int k = 0; k < a->n_batch; k++) { /* every sequence of the largest batch at full length, in whole blocks */
+        int per = (lo.ctx + PPN_KV_BLOCK_POSITIONS - 1) / PPN_KV_BLOCK_POSITIONS * PPN_KV_BLOCK_POSITIONS;
+        if ((long)a->batch[k] * per > lo.kv_tokens) lo.kv_tokens = a->batch[k] * per;
+    }
     lo.door = &d;
     if (!a->json) lo.progress = cli_progress;
     ppn_status st = ppn_model_load(rt, a->model ? a->model : g_tmpdir, &lo, m);
