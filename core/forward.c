@@ -87,7 +87,11 @@ ppn_status ppn_fwd_rows_embed(ppn_model *m, ppn_gstream *s, const ppn_rows_scrat
 
 /* A batch (one row per sequence): the rotary with the KV store and attention of every row in one launch each,
  * through the row descriptors the walk uploaded: this stage's in the first slot of r->segs in the split, stage
- * st's in slot st of stage 0's in the unsplit walk (r is then stage 0's scratch). */
+ * st's in slot st of stage 0's in the unsplit walk (r is then stage 0's scratch).
+ * Attention's position splits: the model's (the decode step's, so a row's bits are its single step's) while the
+ * rows' (row, KV head) blocks leave SMs idle; one when they fill the SMs (B x n_kv >= SMs), where the split's
+ * mostly idle blocks cost more than they hide (H200, llama-1b at B = 64: docs/PERF.md). A function of B alone: a
+ * captured graph never meets another; the scratch's counters are untouched with one split. */
 static ppn_status batch_attention(ppn_model *m, ppn_gstream *s, int dev, const ppn_rows_scratch *r,
                                   const ppn_step_cmd *c, int l)
 {
@@ -100,8 +104,9 @@ static ppn_status batch_attention(ppn_model *m, ppn_gstream *s, int dev, const p
     const ppn_kseg *segs_h = c->ksegs_h + (size_t)st * (size_t)c->rows;
     PPN_CHECK(ppn_op_rope_kv_batch(m->rt->g, s, r->qkv, nh, nkv, hd, m->inv_freq[dev], cf->rope_interleaved, &pool,
                                    segs_d, segs_h, c->tbl_hs, c->n_tbls, c->rows));
+    int split = m->sm_count > 0 && c->rows * nkv >= m->sm_count ? 1 : m->attn_split;
     return ppn_op_attn_batch(m->rt->g, s, r->att, r->qkv, nh, nkv, hd, scale, &pool, segs_d, segs_h, c->tbl_hs,
-                             c->n_tbls, c->rows, r->attp, m->attn_split);
+                             c->n_tbls, c->rows, r->attp, split);
 }
 
 /* The rotary with the KV store, then causal attention over the sequence's cache, for each segment. */

@@ -75,6 +75,7 @@ static ppn_status attn_split_choose(ppn_model *m)
     ppn_device_info di;
     PPN_CHECK(m->rt->g->ops->device_info(m->rt->g, m->primary, &di));
     m->attn_split = ppn_op_attn_split(m->cfg.n_kv_heads, di.sm_count);
+    m->sm_count = di.sm_count;
     return PPN_OK;
 }
 

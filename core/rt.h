@@ -195,6 +195,7 @@ struct ppn_model {
     char err_msg[1024];
     int attn_split;            /* attention's position splits (ppn_op_attn_split of the primary), fixed at
                                 * load: every stage and every map reduce in the same shape, so same bits */
+    int sm_count;              /* the primary's SMs (batched attention takes one split when rows x n_kv fill them) */
     struct ppn_kv_pools {      /* paged KV (kvpool.c) */
         int n_blocks, cap;     /* blocks, and positions (n_blocks << PPN_KV_BLOCK_LOG2) of every pool */
         int *free, n_free;     /* free block ids (a stack; the caller's thread) */
