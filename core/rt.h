@@ -129,6 +129,8 @@ typedef struct ppn_batch_graph {
     uint64_t gen;
     ppn_dptr io;
     int rows, ids, dev;
+    struct ppn_seq **who;      /* the rows' sequences at capture: the sim keeps the launches' declared accesses,
+                                * which name their tables, so the graph dies with any of them (ppn_seq_destroy) */
 } ppn_batch_graph;
 
 /* One stage's execution home. */
@@ -309,6 +311,8 @@ ppn_status ppn_map_install(ppn_model *m, ppn_stage_map *map, ppn_issue_fn stage_
 void ppn_map_teardown(ppn_model *m);
 /* Destroy stage s's captured batch walks (its rows scratch or map is about to change; between drained steps). */
 void ppn_stage_drop_batch_graphs(ppn_model *m, int s);
+/* Destroy every stage's captured batch walks whose rows included q (q is being destroyed; between drains). */
+void ppn_drop_batch_graphs_of(ppn_model *m, const struct ppn_seq *q);
 /* Room for many-rows walks of up to rows rows: boundary slots and every stage's rows scratch grown (after a
  * quiesce) when they hold fewer. @return PPN_OK, PPN_ENOMEM (the device named), PPN_EDRIVER. */
 ppn_status ppn_map_reserve_rows(ppn_model *m, int rows);

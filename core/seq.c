@@ -124,6 +124,7 @@ static void seq_release(ppn_seq *q)
 {
     ppn_model *m = q->m;
     ppn_seq_drop_graphs(q);
+    ppn_drop_batch_graphs_of(m, q);
     if (q->tbl_h) ppn_kv_release(q, 0);
     for (int s = 0; s < PPN_MAX_STAGES; s++) scratch_free(m, &q->scr[s]);
     ring_free(q);

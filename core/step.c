@@ -176,15 +176,32 @@ static ppn_status rows_results(ppn_model *m, ppn_gstream *q, ppn_rows_scratch *r
     return PPN_OK;
 }
 
-void ppn_stage_drop_batch_graphs(ppn_model *m, int s)
+static void batch_graph_drop(ppn_model *m, ppn_batch_graph *b)
 {
     ppn_gpu *g = m->rt->g;
-    ppn_stage_rt *sr = &m->stages[s];
-    for (int i = 0; i < PPN_BATCH_GRAPHS; i++) {
-        if (sr->bg[i].exec && g->ops->graph_destroy(g, sr->bg[i].exec) != PPN_OK)
-            fprintf(stderr, "ppn: destroying a captured batch graph: %s\n", ppn_last_error());
-        sr->bg[i].exec = NULL;
-    }
+    if (b->exec && g->ops->graph_destroy(g, b->exec) != PPN_OK)
+        fprintf(stderr, "ppn: destroying a captured batch graph: %s\n", ppn_last_error());
+    b->exec = NULL;
+    ppn_hfree(b->who);
+    b->who = NULL;
+}
+
+void ppn_stage_drop_batch_graphs(ppn_model *m, int s)
+{
+    for (int i = 0; i < PPN_BATCH_GRAPHS; i++) batch_graph_drop(m, &m->stages[s].bg[i]);
+}
+
+void ppn_drop_batch_graphs_of(ppn_model *m, const ppn_seq *q)
+{
+    for (int s = 0; s < PPN_MAX_STAGES; s++)
+        for (int i = 0; i < PPN_BATCH_GRAPHS; i++) {
+            ppn_batch_graph *b = &m->stages[s].bg[i];
+            for (int r = 0; b->exec && b->who && r < b->rows; r++)
+                if (b->who[r] == q) {
+                    batch_graph_drop(m, b);
+                    break;
+                }
+        }
 }
 
 /* Stage s's part of a batch on q: its captured walk for (map, io, rows, ids) replayed, captured the first time
@@ -202,6 +219,8 @@ static ppn_status batch_body(ppn_model *m, const ppn_stage_map *map, int s, ppn_
     ppn_dptr io = x - PPN_IO_HDR_BYTES;
     int ids = c->ids_h != NULL;
     ppn_batch_graph *e = NULL;
+    ppn_seq **who = NULL;
+    ppn_status st0;
     for (int i = 0; i < PPN_BATCH_GRAPHS && !e; i++) {
         ppn_batch_graph *b = &sr->bg[i];
         if (b->exec && b->gen == map->gen && b->io == io && b->rows == c->rows && b->ids == ids && b->dev == map->dev[s])
@@ -209,25 +228,28 @@ static ppn_status batch_body(ppn_model *m, const ppn_stage_map *map, int s, ppn_
     }
     if (!e) {
         e = &sr->bg[sr->bg_next++ % PPN_BATCH_GRAPHS];
-        if (e->exec) {
-            ppn_ggraph *old = e->exec;
-            e->exec = NULL;
-            PPN_CHECK(g->ops->graph_destroy(g, old));
-        }
-        PPN_CHECK(g->ops->capture_begin(g, q));
+        batch_graph_drop(m, e);
+        who = ppn_hcalloc((size_t)c->rows, sizeof *who);
+        if (!who) return ppn_err(PPN_ENOMEM, "batch graph: host out of memory for %d rows", c->rows);
+        for (int i = 0; i < c->nseg; i++) who[c->segs[i].r0] = c->segs[i].seq;
+        PPN_CHECK_GOTO(g->ops->capture_begin(g, q), st0, fail_who);
         ppn_status st = ppn_rows_body(m, q, map->dev[s], r, x, c, f0, f1, s == 0, head);
         if (st != PPN_OK) {
             char why[1024];
             snprintf(why, sizeof why, "%s", ppn_last_error());
             (void)g->ops->capture_end(g, q, NULL);
+            ppn_hfree(who);
             return ppn_err(st, "%s (while capturing stage %d's batch graph)", why, s);
         }
         ppn_ggraph *gx = NULL;
-        PPN_CHECK(g->ops->capture_end(g, q, &gx));
-        *e = (ppn_batch_graph){gx, map->gen, io, c->rows, ids, map->dev[s]};
+        PPN_CHECK_GOTO(g->ops->capture_end(g, q, &gx), st0, fail_who);
+        *e = (ppn_batch_graph){gx, map->gen, io, c->rows, ids, map->dev[s], who};
         atomic_fetch_add_explicit(&m->graph_captures, 1, memory_order_relaxed);
     }
     return g->ops->graph_launch(g, e->exec, q);
+fail_who:
+    ppn_hfree(who);
+    return st0;
 }
 
 /* A chunk holds rows of more than one sequence (a cross-request prime batch). */

@@ -329,6 +329,115 @@ static void test_batch_kv_exhaustion(void **state)
     free(ids);
 }
 
+/* Paged KV soak: sequences created, grown (steps, prefills, batches, verifies), truncated, reset and destroyed at
+ * random for 2,000 operations over 3 stages on 3 devices with the checker on; every so often a sequence's next
+ * logits are checked against its whole history replayed token by token on a fresh sequence of a door-shut model
+ * (so blocks reused after others freed them hold the right K/V; within rounding, as the history was fed through
+ * GEMMs and matvecs alike); the block count always equals what the sequences hold, and nothing is left when they
+ * are gone. */
+#define SOAK_SEQS 6
+static void test_batch_kv_soak(void **state)
+{
+    (void)state;
+    char dir[4096];
+    int n;
+    int *ids = fixture_ids("qwen3-tiny", dir, sizeof dir, &n);
+    ppn_door d = ppn_door_default();
+    d.n_stages = d.n_devices = 3;
+    for (int s = 0; s < 3; s++) d.devices[s] = s;
+    ppn_load_opts o = ppn_load_opts_default();
+    o.ctx = 64;
+    o.kv_tokens = 64; /* 4 blocks for 6 sequences of up to 4: exhaustion happens */
+    o.door = &d;
+    ppn_model *m = tu_model_load(rt, dir, &o);
+    ppn_model *ref = load(dir, NULL, 64);
+    ppn_model_info mi;
+    ppn_model_get_info(m, &mi);
+    ppn_stats s0;
+    ppn_model_get_stats(m, &s0);
+    ppn_seq *q[SOAK_SEQS] = {0};
+    int hist[SOAK_SEQS][64], len[SOAK_SEQS] = {0}, refused = 0, checks = 0;
+    float *a = malloc(sizeof(float) * (size_t)mi.vocab), *b = malloc(sizeof(float) * (size_t)mi.vocab);
+    uint64_t r = 12345;
+    for (int it = 0; it < 2000; it++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        int i = (int)((r >> 33) % SOAK_SEQS), op = (int)((r >> 40) % 8), tok = (int)((r >> 20) % (uint64_t)mi.vocab);
+        ppn_status st = PPN_OK;
+        if (!q[i]) {
+            assert_int_equal(ppn_seq_create(m, &q[i]), PPN_OK);
+            len[i] = 0;
+            continue;
+        }
+        int room = 64 - len[i];
+        if (op == 0 && room > 0) { /* one step, its logits checked against the replayed history now and then */
+            float *out = (r >> 50) % 3 == 0 ? a : NULL;
+            st = ppn_decode_step(q[i], tok, out);
+            if (st == PPN_OK) hist[i][len[i]++] = tok;
+            if (st == PPN_OK && out) {
+                ppn_seq *c;
+                assert_int_equal(ppn_seq_create(ref, &c), PPN_OK);
+                for (int t = 0; t < len[i]; t++) assert_int_equal(ppn_decode_step(c, hist[i][t], t + 1 == len[i] ? b : NULL), PPN_OK);
+                ppn_seq_destroy(c);
+                tu_cmp cm = {0}; /* the history was fed by GEMMs and matvecs alike: rounding apart */
+                tu_cmp_row(&cm, 0, a, b, mi.vocab, TOL_ROUNDING, -1);
+                assert_true(cm.worst_ratio <= 1.0);
+                checks++;
+            }
+        } else if (op == 1 && room > 8) { /* a prefill */
+            int k = 1 + (int)((r >> 12) % 8);
+            st = ppn_prefill(q[i], ids, k, NULL, NULL);
+            for (int t = 0; st == PPN_OK && t < k; t++) hist[i][len[i]++] = ids[t];
+        } else if (op == 2) { /* a batch of every live sequence with room */
+            ppn_seq *bq[SOAK_SEQS];
+            int bt[SOAK_SEQS], who[SOAK_SEQS], nb = 0;
+            for (int j = 0; j < SOAK_SEQS; j++)
+                if (q[j] && len[j] < 64) bq[nb] = q[j], bt[nb] = (tok + j) % mi.vocab, who[nb++] = j;
+            st = nb ? ppn_decode_batch_ex(bq, bt, nb, NULL, NULL, NULL) : PPN_OK;
+            for (int j = 0; st == PPN_OK && j < nb; j++) hist[who[j]][len[who[j]]++] = bt[j];
+        } else if (op == 3 && room > 4) { /* a verify of 3 made-up drafts */
+            int dr[3] = {tok, (tok + 1) % mi.vocab, (tok + 2) % mi.vocab}, out[4], no = 0;
+            st = ppn_spec_verify(q[i], tok, dr, 3, out, &no);
+            if (st == PPN_OK) {
+                hist[i][len[i]++] = tok;
+                for (int j = 0; j + 1 < no; j++) hist[i][len[i]++] = dr[j];
+            }
+        } else if (op == 4 && len[i] > 0) {
+            int keep = (int)((r >> 8) % (uint64_t)len[i]);
+            assert_int_equal(ppn_seq_truncate(q[i], keep), PPN_OK);
+            len[i] = keep;
+        } else if (op == 5) {
+            assert_int_equal(ppn_seq_reset(q[i]), PPN_OK);
+            len[i] = 0;
+        } else if (op == 6) {
+            ppn_seq_destroy(q[i]);
+            q[i] = NULL;
+        }
+        if (st == PPN_ENOMEM) refused++;
+        else assert_int_equal(st, PPN_OK);
+        if (q[i]) assert_int_equal(ppn_seq_pos(q[i]), len[i]);
+        ppn_kv_info ki;
+        ppn_model_get_kv_info(m, &ki);
+        int held = 0;
+        for (int j = 0; j < SOAK_SEQS; j++) held += q[j] ? ppn_seq_kv_blocks(q[j]) : 0;
+        assert_int_equal(ki.blocks_used, held);
+    }
+    printf("# soak: 2,000 operations, %d refused for want of blocks, %d logits checks against a replay\n", refused,
+           checks);
+    assert_true(refused > 0 && checks > 0);
+    for (int j = 0; j < SOAK_SEQS; j++) ppn_seq_destroy(q[j]);
+    ppn_kv_info ki;
+    ppn_model_get_kv_info(m, &ki);
+    assert_int_equal(ki.blocks_used, 0);
+    ppn_stats s1;
+    ppn_model_get_stats(m, &s1);
+    assert_true(s1.pool_in_use <= s0.pool_in_use + (size_t)(64u << 20)); /* rows scratch grew once, nothing per step */
+    assert_int_equal(ppn_model_free(m), PPN_OK);
+    assert_int_equal(ppn_model_free(ref), PPN_OK);
+    free(a);
+    free(b);
+    free(ids);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -336,6 +445,7 @@ int main(void)
         cmocka_unit_test(test_batch_qwen2_tiny),         cmocka_unit_test(test_batch_qwen3_tiny),
         cmocka_unit_test(test_batch_stories),            cmocka_unit_test(test_batch_split_unsplit_micro),
         cmocka_unit_test(test_batch_refusals),           cmocka_unit_test(test_batch_kv_exhaustion),
+        cmocka_unit_test(test_batch_kv_soak),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
