@@ -604,7 +604,7 @@ extern "C" __global__ void __launch_bounds__(PPN_GEMM_TC_S_THREADS, 1) ppn_k_gem
 // Few tokens (batched decode, m up to a few dozen): the time is reading W once, so the kernel is built for
 // weight bandwidth. A CTA owns BN = 64 weight rows (a warp 16 of them, the M of m16n8k16: W is the A operand,
 // from shared memory through ldmatrix) and a group of up to MG tokens (the N: n8 tiles, only those holding
-// tokens computed), and streams its k-range of the tile through a cp.async ring of STAGES k-tiles (W, and x as
+// tokens computed), and streams its k-range of the tile through a cp.async ring of STAGES(m) k-tiles (W, and x as
 // f32, rounded to W's dtype as the B fragments are built). A cluster of CLUSTER CTAs holds CLUSTER / ks tiles,
 // each split over K into ks ranges (ks = KS(rows), kparams.h: 8 for the 1B's 2048-row matrices, so they still
 // spread over 256 CTAs; 1 for the lm heads). x (read once per CTA from L2) costs 2 MG / BN of W's bytes at most.
@@ -649,9 +649,9 @@ __device__ __forceinline__ float4 gemm_ld_peer(uint32_t a, unsigned r)
     return v;
 }
 
-template <bool BF16> struct gemm_k {
+template <bool BF16, int S> struct gemm_k {
     static constexpr int BN = PPN_GEMM_TC_K_BN, MG = PPN_GEMM_TC_K_MG, KT = PPN_GEMM_TC_K_KT;
-    static constexpr int THREADS = PPN_GEMM_TC_K_THREADS, XROW = PPN_GEMM_TC_K_XROW, S = PPN_GEMM_TC_K_STAGES;
+    static constexpr int THREADS = PPN_GEMM_TC_K_THREADS, XROW = PPN_GEMM_TC_K_XROW;
     static constexpr int CL = PPN_GEMM_TC_K_CLUSTER;
     static constexpr int NT = MG / 8, W_BYTES = BN * KT * 2, WPT = BN * KT / 8 / THREADS;
     static_assert(BN == 16 * (THREADS / 32) && KT == 64 && WPT * THREADS * 8 == BN * KT, "a warp's 16 rows");
@@ -797,17 +797,24 @@ template <bool BF16> struct gemm_k {
     }
 };
 
+template <int S> __device__ __forceinline__ void gemm_k_run(const ppn_kp_gemm &p, int rank)
+{
+    static_assert(PPN_GEMM_TC_K_STAGES(8) == 4 && PPN_GEMM_TC_K_STAGES(9) == 3, "the depths instantiated");
+    if (p.wdt == PPN_DTYPE_BF16) {
+        gemm_k<true, S> k(p, gemm_dyn_smem, rank);
+        k.run();
+    } else {
+        gemm_k<false, S> k(p, gemm_dyn_smem, rank);
+        k.run();
+    }
+}
+
 extern "C" __global__ void GEMM_K_CLUSTER_DIMS __launch_bounds__(PPN_GEMM_TC_K_THREADS)
     ppn_k_gemm_tc_k(const ppn_kp_gemm_tc_k p)
 {
     ppn_pdl_trigger();
     int rank = (int)(blockIdx.x % PPN_GEMM_TC_K_CLUSTER); // = %cluster_ctarank: clusters are CLUSTER x 1 x 1
     if (!GEMM_K_CLUSTER && rank % PPN_GEMM_TC_K_KS(p.rows) != 0) return; // the tile's first CTA sums all of K
-    if (p.wdt == PPN_DTYPE_BF16) {
-        gemm_k<true> k(p, gemm_dyn_smem, rank);
-        k.run();
-    } else {
-        gemm_k<false> k(p, gemm_dyn_smem, rank);
-        k.run();
-    }
+    if (PPN_GEMM_TC_K_STAGES(p.m) == 4) gemm_k_run<4>(p, rank); // the ring's depth, as the op sized it
+    else gemm_k_run<3>(p, rank);
 }

@@ -100,16 +100,18 @@ typedef ppn_kp_gemm ppn_kp_gemm_tc_k;
  * up to 264; above, waves of shorter CTAs beat one long wave (llama-8b gate|up, 448 tiles: 94% of the copy
  * floor at KS 4, 79% at KS 2; H200, 2026-12-01), so 4, and 1 from 1024 tiles (the lm heads: 96% either way, and
  * KS 1 gives the other tiles' bits). A 1-D grid of ceil(ceil(rows / BN) / (CLUSTER / KS)) x ceil(m / MG)
- * clusters (the token group fastest); shared memory: STAGES x (a W k-tile of BN x KT 16-bit elements, then an
+ * clusters (the token group fastest); shared memory: STAGES(m) x (a W k-tile of BN x KT 16-bit elements, then an
  * x k-tile of MP(m) = ceil8(min(m, MG)) rows of XROW f32). */
 #define PPN_GEMM_TC_K_BN 64
 #define PPN_GEMM_TC_K_MG 32
 #define PPN_GEMM_TC_K_KT 64
 #define PPN_GEMM_TC_K_THREADS 128
-#define PPN_GEMM_TC_K_STAGES 4
 #define PPN_GEMM_TC_K_CLUSTER 8
 #define PPN_GEMM_TC_K_XROW (PPN_GEMM_TC_K_KT + 8) /* 72 = 8 mod 32 words: the fragments' float2 reads miss no bank */
 #define PPN_GEMM_TC_K_MP(m) ((((m) < PPN_GEMM_TC_K_MG ? (unsigned)(m) : (unsigned)PPN_GEMM_TC_K_MG) + 7u) & ~7u)
+/* The ring's depth: 4 k-tiles up to 8 tokens (42 KB: 5 CTAs a multiprocessor), 3 above (38 KB at 16 tokens:
+ * still 5, so KS's 512-CTA waves stay whole; 52 KB at 32: 4). */
+#define PPN_GEMM_TC_K_STAGES(m) (PPN_GEMM_TC_K_MP(m) <= 8u ? 4u : 3u)
 #define PPN_GEMM_TC_K_TILES(rows) (((unsigned)(rows) + PPN_GEMM_TC_K_BN - 1u) / PPN_GEMM_TC_K_BN)
 #define PPN_GEMM_TC_K_KS(rows)                                                                                    \
     (PPN_GEMM_TC_K_TILES(rows) <= 66u    ? 8u                                                                     \
@@ -117,7 +119,7 @@ typedef ppn_kp_gemm ppn_kp_gemm_tc_k;
      : PPN_GEMM_TC_K_TILES(rows) <= 264u ? 2u                                                                     \
      : PPN_GEMM_TC_K_TILES(rows) < 1024u ? 4u : 1u)
 #define PPN_GEMM_TC_K_SMEM(m)                                                                                     \
-    (PPN_GEMM_TC_K_STAGES *                                                                                     \
+    (PPN_GEMM_TC_K_STAGES(m) *                                                                                  \
      ((unsigned)PPN_GEMM_TC_K_BN * PPN_GEMM_TC_K_KT * 2u + PPN_GEMM_TC_K_MP(m) * PPN_GEMM_TC_K_XROW * 4u))
 
 /* Rotary embedding in place on x[n_heads, head_dim] at position hdr->pos.

@@ -51,10 +51,11 @@ static size_t gemm_k_ctas(const ppn_kp_gemm *p)
 }
 
 /* Up to how many tokens gemm_tc_k, the split-K tile built for weight bandwidth, beats the middle tile (H200,
- * tests/gpu/test_gpu_gemm.c's decode table, 2026-12-01): at m <= 16 on every llama-1b / 8b shape (or within 3%:
- * the lm heads and 8b gate|up at m = 16); at m = 32 on up to 8192 rows (8b q|k|v: 29% of the copy floor against
- * 23%), losing on the wide ones (gate|up 43% against 67%), where its x traffic (as many bytes as W's at m = 32)
- * tells; at m = 64 on up to 4096 rows (8b o 19% against 17%, down 24% against 17%). */
+ * tests/gpu/test_gpu_gemm.c's decode table, 2026-12-01 15:30 UTC; docs/PERF.md): at m <= 16 on every llama-1b /
+ * 8b shape (the closest: the lm heads, 86-88% of the copy floor against 84-87%); at m = 32 on up to 8192 rows
+ * (8b q|k|v 45% against 23%), not on the wide ones (8b gate|up 56% against 72%, lm head 59% against 86%), where
+ * its x traffic (as many bytes as W's at m = 32) tells; at m = 64 on up to 4096 rows (8b o 20% against 17%,
+ * down 25% against 16%). */
 static int gemm_k_max_m(int rows) { return rows <= 4096 ? 64 : rows <= 8192 ? 32 : 16; }
 
 static int gemm_kernel(const ppn_kp_gemm *p)
