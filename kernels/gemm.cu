@@ -12,7 +12,9 @@
 //                     through ldmatrix from rows of 64 bytes whose four 16-byte chunks are XOR-swizzled by
 //                     (row / 2) % 4, so every 8-row ldmatrix phase hits 8 distinct bank groups.
 //
-// Determinism: no atomics, no split over K. Each output is one thread's sum in k order: a fmaf chain (SIMT),
+// Few tokens (batched decode): ppn_k_gemm_tc_k, at the end of this file (split K over a cluster).
+//
+// Determinism: no atomics. Each output of the tiles above is one thread's sum in k order: a fmaf chain (SIMT),
 // or one f32 accumulator through k16 steps in k order (tensor cores; the zero-filled tail adds exact zeros).
 // On the H200 both tiles, and mma.sync against wgmma, gave the same bits (tests/gpu/test_gpu_gemm.c). CTAs
 // walk the output in groups of GEMM_GROUP tile rows (tokens) so that the CTAs resident together share their x
@@ -596,4 +598,223 @@ extern "C" __global__ void __launch_bounds__(PPN_GEMM_TC_S_THREADS, 1) ppn_k_gem
     static_assert(PPN_GEMM_TC_S_THREADS == 2 * 4 * 32, "2 x 4 warps of 64 x 32");
     gemm_tc_run<PPN_GEMM_TC_S_BM, PPN_GEMM_TC_S_BN, 2, 4, PPN_GEMM_TC_S_STAGES>(p);
 #endif
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Few tokens (batched decode, m up to a few dozen): the time is reading W once, so the kernel is built for
+// weight bandwidth. A CTA owns BN = 64 weight rows (a warp 16 of them, the M of m16n8k16: W is the A operand,
+// from shared memory through ldmatrix) and a group of up to MG tokens (the N: n8 tiles, only those holding
+// tokens computed), and streams its k-range of the tile through a cp.async ring of STAGES(m) k-tiles (W, and x as
+// f32, rounded to W's dtype as the B fragments are built). A cluster of CLUSTER CTAs holds CLUSTER / ks tiles,
+// each split over K into ks ranges (ks = KS(rows), kparams.h: 8 for the 1B's 2048-row matrices, so they still
+// spread over 256 CTAs; 1 for the lm heads). x (read once per CTA from L2) costs 2 MG / BN of W's bytes at most.
+// Partial sums meet in k order: each CTA writes its own to shared memory; after a cluster barrier each of a
+// tile's ks CTAs adds a 1 / ks share of the outputs from all ks (distributed shared memory), and a second
+// barrier keeps every CTA's memory alive until all have read it. The k-ranges are whole k-tiles,
+// ceil(ceil(cols / KT) / ks) a range: they depend on rows and cols alone, so a token's bits do not depend on m;
+// with ks = 1 the sum is the tiles' (one accumulator, k16 steps in k order). Without clusters (the sm_80 SASS)
+// the first CTA of each tile sums all of K and the others return.
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define GEMM_K_CLUSTER 1
+#define GEMM_K_CLUSTER_DIMS __cluster_dims__(PPN_GEMM_TC_K_CLUSTER, 1, 1)
+#else
+#define GEMM_K_CLUSTER 0
+#define GEMM_K_CLUSTER_DIMS
+#endif
+
+__device__ __forceinline__ void gemm_cluster_sync(void)
+{
+#if GEMM_K_CLUSTER
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+
+// The float4 at shared address a in cluster rank r's shared memory.
+__device__ __forceinline__ float4 gemm_ld_peer(uint32_t a, unsigned r)
+{
+    float4 v;
+#if GEMM_K_CLUSTER
+    uint32_t ra;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(ra) : "r"(a), "r"(r));
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(ra)
+                 : "memory");
+#else
+    (void)r;
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(a)
+                 : "memory");
+#endif
+    return v;
+}
+
+template <bool BF16, int S> struct gemm_k {
+    static constexpr int BN = PPN_GEMM_TC_K_BN, MG = PPN_GEMM_TC_K_MG, KT = PPN_GEMM_TC_K_KT;
+    static constexpr int THREADS = PPN_GEMM_TC_K_THREADS, XROW = PPN_GEMM_TC_K_XROW;
+    static constexpr int CL = PPN_GEMM_TC_K_CLUSTER;
+    static constexpr int NT = MG / 8, W_BYTES = BN * KT * 2, WPT = BN * KT / 8 / THREADS;
+    static_assert(BN == 16 * (THREADS / 32) && KT == 64 && WPT * THREADS * 8 == BN * KT, "a warp's 16 rows");
+    static_assert(XROW % 32 == 8 && MG % 8 == 0, "x rows 8 mod 32 words apart; whole n8 tiles");
+    static_assert(NT * (THREADS / 32) * 32 * 16 <= S * W_BYTES && S >= 2, "partials fit in the ring");
+
+    const ppn_kp_gemm &p;
+    uint32_t s0, stage_bytes;
+    int ks, part, lead, r0, i0, mg, kt0, kt1; // k-ranges a tile, this CTA's, its tile's first rank; tile; ranges
+
+    __device__ gemm_k(const ppn_kp_gemm &p_, unsigned char *smem, int rank) : p(p_), s0(gemm_smem_addr(smem))
+    {
+        const int kl = (int)PPN_GEMM_TC_K_KS(p.rows); // the grid's layout; without clusters one CTA sums all
+        ks = GEMM_K_CLUSTER ? kl : 1;
+        int groups = (p.m + MG - 1) / MG, c = (int)blockIdx.x / CL;
+        part = rank % ks, lead = rank - rank % kl;
+        r0 = (c / groups * (CL / kl) + rank / kl) * BN, i0 = c % groups * MG, mg = min(p.m - i0, MG);
+        stage_bytes = (uint32_t)W_BYTES + PPN_GEMM_TC_K_MP(p.m) * XROW * 4u;
+        int kts = (p.cols + KT - 1) / KT, per = (kts + ks - 1) / ks;
+        kt0 = min(kts, part * per), kt1 = min(kts, kt0 + per);
+        if (r0 >= p.rows) kt1 = kt0; // a cluster's tiles past the matrix: no loads, only the barriers
+    }
+
+    // W k-tile kt into stage st: 64 rows of 128 bytes, 16-byte chunk c of row r at c ^ (r % 8).
+    __device__ __forceinline__ void load_w(int st, int kt)
+    {
+#pragma unroll
+        for (int e = 0; e < WPT; e++) {
+            int idx = (int)threadIdx.x + e * THREADS, r = idx >> 3, c = idx & 7, gk = kt * KT + c * 8;
+            bool ok = r0 + r < p.rows && gk < p.cols;
+            const unsigned short *src = (const unsigned short *)p.w;
+            if (ok) src += (size_t)(r0 + r) * (size_t)p.cols + (size_t)gk;
+            gemm_cp16(s0 + (uint32_t)st * stage_bytes + (uint32_t)(r * 128 + ((c ^ (r & 7)) << 4)), src, ok);
+        }
+    }
+
+    // x k-tile kt into stage st as f32: ceil8(mg) rows of XROW (zeros past mg and cols; cols % 8 == 0).
+    __device__ __forceinline__ void load_x(int st, int kt)
+    {
+        const int n = ((mg + 7) & ~7) * (KT / 4);
+        const uint32_t xs = s0 + (uint32_t)st * stage_bytes + (uint32_t)W_BYTES;
+        for (int idx = (int)threadIdx.x; idx < n; idx += THREADS) {
+            int r = idx >> 4, q = idx & 15, gk = kt * KT + q * 4;
+            bool ok = r < mg && gk < p.cols;
+            const float *src = (const float *)p.x;
+            if (ok) src += (size_t)(i0 + r) * (size_t)p.cols + (size_t)gk;
+            gemm_cp16(xs + (uint32_t)(r * XROW * 4 + q * 16), src, ok);
+        }
+    }
+
+    // Stage st's four k16 steps into acc (n8 tiles below nt only).
+    __device__ __forceinline__ void compute(int st, int nt, float (&acc)[NT][4])
+    {
+        const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
+        const uint32_t sw = s0 + (uint32_t)st * stage_bytes;
+        const float *xs = (const float *)(gemm_dyn_smem + (size_t)st * stage_bytes + W_BYTES);
+        const int row = warp * 16 + (lane & 15), tok = lane >> 2, kq = (lane & 3) * 2;
+#pragma unroll
+        for (int kk = 0; kk < KT / 16; kk++) {
+            uint32_t a[4];
+            int c = kk * 2 + (lane >> 4);
+            gemm_ldsm4(sw + (uint32_t)(row * 128 + ((c ^ (row & 7)) << 4)), a[0], a[1], a[2], a[3]);
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                if (j < nt) {
+                    const float *xr = xs + (j * 8 + tok) * XROW + kk * 16 + kq;
+                    float2 lo = *(const float2 *)xr, hi = *(const float2 *)(xr + 8);
+                    uint32_t b[2] = {gemm_pack<BF16>(lo.x, lo.y), gemm_pack<BF16>(hi.x, hi.y)};
+                    gemm_mma<BF16>(acc[j], a, b);
+                }
+            }
+        }
+    }
+
+    __device__ __forceinline__ void run(void)
+    {
+        const int n = kt1 - kt0, nt = (mg + 7) >> 3;
+        float acc[NT][4];
+#pragma unroll
+        for (int j = 0; j < NT; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+        // the ring's first S - 1 weight tiles before the wait (weights are immutable), each its own group; then
+        // their x tiles as one group, so the first k-tile waits for all of them
+#pragma unroll
+        for (int s = 0; s < S - 1; s++) {
+            if (s < n) load_w(s, kt0 + s);
+            gemm_cp_commit();
+        }
+        ppn_pdl_wait();
+        for (int s = 0; s < S - 1 && s < n; s++) load_x(s, kt0 + s);
+        gemm_cp_commit();
+        for (int i = 0; i < n; i++) {
+            if (i == 0) gemm_cp_wait<0>();
+            else gemm_cp_wait<S - 2>(); // k-tile i's group is the oldest of the S - 1 in flight
+            __syncthreads();            // everyone's copies landed; stage (i - 1) % S is free again
+            int ni = i + S - 1;
+            if (ni < n) load_w(ni % S, kt0 + ni), load_x(ni % S, kt0 + ni);
+            gemm_cp_commit();
+            compute(i % S, nt, acc);
+        }
+        gemm_cp_wait<0>();
+        if (ks == 1) { // the whole sum is here: no partials
+            if (r0 < p.rows) store(acc, nt);
+            return;
+        }
+        __syncthreads(); // the ring is free: the partial sums go there, [n8 tile][warp][lane] float4s
+        const int warp = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31;
+        float4 *pp = (float4 *)gemm_dyn_smem;
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+            if (j < nt) pp[(j * (THREADS / 32) + warp) * 32 + lane] = make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
+        gemm_cluster_sync(); // every CTA's partials written
+        const int per = nt * THREADS / ks; // float4s a CTA adds: a contiguous share of its tile's
+        for (int e = part * per + (int)threadIdx.x; e < (part + 1) * per && r0 < p.rows; e += THREADS) {
+            uint32_t a = s0 + (uint32_t)e * 16u;
+            float4 v = gemm_ld_peer(a, (unsigned)lead);
+            for (int q = 1; q < ks; q++) {
+                float4 u = gemm_ld_peer(a, (unsigned)(lead + q));
+                v.x += u.x, v.y += u.y, v.z += u.z, v.w += u.w;
+            }
+            int j = e / THREADS, w = e / 32 % (THREADS / 32), l = e % 32;
+            put(j, w, l, v);
+        }
+        gemm_cluster_sync(); // no CTA leaves while a peer may still read its partials
+    }
+
+    // Float4 (n8 tile j, warp w, lane l) of the tile: tokens 2 (l % 4) + {0, 1} of tile j, rows l / 4 + {0, 8}
+    // of warp w's 16 (the m16n8 accumulator's layout, W rows as M).
+    __device__ __forceinline__ void put(int j, int w, int l, float4 v)
+    {
+        int r = r0 + w * 16 + (l >> 2), i = i0 + j * 8 + (l & 3) * 2;
+        gemm_store(p, i, r, v.x);
+        gemm_store(p, i + 1, r, v.y);
+        gemm_store(p, i, r + 8, v.z);
+        gemm_store(p, i + 1, r + 8, v.w);
+    }
+
+    __device__ __forceinline__ void store(const float (&acc)[NT][4], int nt)
+    {
+        const int warp = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31;
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+            if (j < nt) put(j, warp, lane, make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]));
+    }
+};
+
+template <int S> __device__ __forceinline__ void gemm_k_run(const ppn_kp_gemm &p, int rank)
+{
+    static_assert(PPN_GEMM_TC_K_STAGES(8) == 4 && PPN_GEMM_TC_K_STAGES(9) == 3, "the depths instantiated");
+    if (p.wdt == PPN_DTYPE_BF16) {
+        gemm_k<true, S> k(p, gemm_dyn_smem, rank);
+        k.run();
+    } else {
+        gemm_k<false, S> k(p, gemm_dyn_smem, rank);
+        k.run();
+    }
+}
+
+extern "C" __global__ void GEMM_K_CLUSTER_DIMS __launch_bounds__(PPN_GEMM_TC_K_THREADS)
+    ppn_k_gemm_tc_k(const ppn_kp_gemm_tc_k p)
+{
+    ppn_pdl_trigger();
+    int rank = (int)(blockIdx.x % PPN_GEMM_TC_K_CLUSTER); // = %cluster_ctarank: clusters are CLUSTER x 1 x 1
+    if (!GEMM_K_CLUSTER && rank % PPN_GEMM_TC_K_KS(p.rows) != 0) return; // the tile's first CTA sums all of K
+    if (PPN_GEMM_TC_K_STAGES(p.m) == 4) gemm_k_run<4>(p, rank); // the ring's depth, as the op sized it
+    else gemm_k_run<3>(p, rank);
 }

@@ -61,13 +61,19 @@ typedef struct { uint64_t out, w, x, bias, res; int32_t rows, cols, m, wdt; } pp
  *   gemm_tc_m  the same, 64 x 128 tiles (small m, or too few larger tiles to fill the GPU)
  *   gemm_tc_s  the same, 128 x 128 ("square") tiles: correct, timed by tests/gpu, not chosen by the op (on the
  *              H200 the better of the other two won all but one shape; ops_gemm.c)
- * No kernel splits a sum over K: every output is one thread's sum in k order (SIMT: a fmaf chain; tensor cores:
- * one f32 accumulator through k16 steps in k order, which on the H200 gave the same bits from both tiles and
- * both instruction families). */
+ *   gemm_tc_k  the same, for few tokens (batched decode): 64 weight rows x up to 32 tokens per CTA, K split
+ *              over KS(rows) CTAs of a cluster whose partial sums are added in k order (sm_90; elsewhere the
+ *              first CTA of each tile sums all of K and the others return)
+ * Only gemm_tc_k splits a sum over K: elsewhere every output is one thread's sum in k order (SIMT: a fmaf chain;
+ * tensor cores: one f32 accumulator through k16 steps in k order, which on the H200 gave the same bits from both
+ * tiles and both instruction families). gemm_tc_k sums each of KS(rows) k-ranges so (the ranges depend on rows
+ * and cols alone), then adds the partial sums in k order: its bits are the same for every m, and where KS is 1
+ * (the lm heads) they are the tiles' bits. */
 typedef struct { uint64_t out, w, x, bias, res; int32_t m, rows, cols, wdt; } ppn_kp_gemm;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_l;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_m;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_s;
+typedef ppn_kp_gemm ppn_kp_gemm_tc_k;
 /* Each gemm kernel's tile (BM tokens x BN weight rows of out per CTA), threads and pipeline: the contract
  * between ops_gemm.c's geometry and gemm.cu. A 1-D grid of ceil(m / BM) * ceil(rows / BN) CTAs; the tensor-core
  * kernels take PPN_GEMM_TC_SMEM(BM, BN, STAGES) bytes of dynamic shared memory, the SIMT one none. */
@@ -88,6 +94,33 @@ typedef ppn_kp_gemm ppn_kp_gemm_tc_s;
 #define PPN_GEMM_TC_S_THREADS 256
 #define PPN_GEMM_TC_S_STAGES 4
 #define PPN_GEMM_TC_SMEM(bm, bn, stages) ((unsigned)((bm) + (bn)) * PPN_GEMM_TC_BK * 2u * (unsigned)(stages))
+/* gemm_tc_k: clusters of CLUSTER CTAs; a cluster holds CLUSTER / KS(rows) weight tiles of BN rows, each summed
+ * over K in KS(rows) k-ranges by as many CTAs. KS fills about one wave (528 CTAs: 4 a multiprocessor on the
+ * H200's 132, as many as fit at m = 16) where the tiles alone leave SMs idle: 8 up to 66 tiles, 4 up to 132, 2
+ * up to 264; above, waves of shorter CTAs beat one long wave (llama-8b gate|up, 448 tiles: 94% of the copy
+ * floor at KS 4, 79% at KS 2; H200, 2026-12-01), so 4, and 1 from 1024 tiles (the lm heads: 96% either way, and
+ * KS 1 gives the other tiles' bits). A 1-D grid of ceil(ceil(rows / BN) / (CLUSTER / KS)) x ceil(m / MG)
+ * clusters (the token group fastest); shared memory: STAGES(m) x (a W k-tile of BN x KT 16-bit elements, then an
+ * x k-tile of MP(m) = ceil8(min(m, MG)) rows of XROW f32). */
+#define PPN_GEMM_TC_K_BN 64
+#define PPN_GEMM_TC_K_MG 32
+#define PPN_GEMM_TC_K_KT 64
+#define PPN_GEMM_TC_K_THREADS 128
+#define PPN_GEMM_TC_K_CLUSTER 8
+#define PPN_GEMM_TC_K_XROW (PPN_GEMM_TC_K_KT + 8) /* 72 = 8 mod 32 words: the fragments' float2 reads miss no bank */
+#define PPN_GEMM_TC_K_MP(m) ((((m) < PPN_GEMM_TC_K_MG ? (unsigned)(m) : (unsigned)PPN_GEMM_TC_K_MG) + 7u) & ~7u)
+/* The ring's depth: 4 k-tiles up to 8 tokens (42 KB: 5 CTAs a multiprocessor), 3 above (38 KB at 16 tokens:
+ * still 5, so KS's 512-CTA waves stay whole; 52 KB at 32: 4). */
+#define PPN_GEMM_TC_K_STAGES(m) (PPN_GEMM_TC_K_MP(m) <= 8u ? 4u : 3u)
+#define PPN_GEMM_TC_K_TILES(rows) (((unsigned)(rows) + PPN_GEMM_TC_K_BN - 1u) / PPN_GEMM_TC_K_BN)
+#define PPN_GEMM_TC_K_KS(rows)                                                                                    \
+    (PPN_GEMM_TC_K_TILES(rows) <= 66u    ? 8u                                                                     \
+     : PPN_GEMM_TC_K_TILES(rows) <= 132u ? 4u                                                                     \
+     : PPN_GEMM_TC_K_TILES(rows) <= 264u ? 2u                                                                     \
+     : PPN_GEMM_TC_K_TILES(rows) < 1024u ? 4u : 1u)
+#define PPN_GEMM_TC_K_SMEM(m)                                                                                     \
+    (PPN_GEMM_TC_K_STAGES(m) *                                                                                  \
+     ((unsigned)PPN_GEMM_TC_K_BN * PPN_GEMM_TC_K_KT * 2u + PPN_GEMM_TC_K_MP(m) * PPN_GEMM_TC_K_XROW * 4u))
 
 /* Rotary embedding in place on x[n_heads, head_dim] at position hdr->pos.
  * inv_freq: f32 [head_dim/2], precomputed on the host (default, llama3 scaling...).

@@ -119,7 +119,9 @@ ppn_status ppn_op_rmsnorm_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dpt
  * products accumulate in f32 on tensor cores; f32 W: f32 throughout (the f32 fixtures' accuracy).
  * Any m, rows, cols >= 1 (kernels/ops_gemm.c): bf16 / f16 with cols % 8 == 0 and w, x 16-byte aligned run on
  * tensor cores, anything else (f32 W, odd cols such as stories260K's 172) on a SIMT fallback; the choice is a
- * function of the shape, dtype and that alignment (on the H200 a token's row had the same bits at every m).
+ * function of the shape, dtype and that alignment. Deterministic; on tensor cores a token's row has the same bits
+ * at every m up to 16, 32 or 64 by rows (the split-K kernel for few tokens) and at every m above (the prefill
+ * tiles), not across (ops_gemm.c).
  * PPN_EINVAL also when out overlaps x. */
 ppn_status ppn_op_gemm(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x, int m, int rows,
                        int cols, ppn_dptr bias, ppn_dptr res);

@@ -27,6 +27,7 @@ static void test_table_kernels(void **state)
         [PPN_K_MATMAT] = sizeof(ppn_kp_matmat),
         [PPN_K_GEMM] = sizeof(ppn_kp_gemm),       [PPN_K_GEMM_TC_L] = sizeof(ppn_kp_gemm_tc_l),
         [PPN_K_GEMM_TC_M] = sizeof(ppn_kp_gemm_tc_m), [PPN_K_GEMM_TC_S] = sizeof(ppn_kp_gemm_tc_s),
+        [PPN_K_GEMM_TC_K] = sizeof(ppn_kp_gemm_tc_k),
         [PPN_K_EMBED_ROWS] = sizeof(ppn_kp_embed_rows), [PPN_K_RMSNORM_ROWS] = sizeof(ppn_kp_rmsnorm_rows),
         [PPN_K_HEAD_RMSNORM_ROWS] = sizeof(ppn_kp_head_rmsnorm_rows),
         [PPN_K_ROPE_KV_ROWS] = sizeof(ppn_kp_rope_kv_rows), [PPN_K_ATTN_ROWS] = sizeof(ppn_kp_attn_rows),
@@ -38,8 +39,8 @@ static void test_table_kernels(void **state)
     static const char *const names[PPN_K_COUNT] = {
         "ppn_k_embed", "ppn_k_rmsnorm", "ppn_k_matvec", "ppn_k_rope", "ppn_k_head_rmsnorm", "ppn_k_attn",
         "ppn_k_attn_bf16", "ppn_k_attn_f16", "ppn_k_swiglu", "ppn_k_add", "ppn_k_argmax", "ppn_k_fill", "ppn_k_set_hdr",
-        "ppn_k_matmat", "ppn_k_gemm", "ppn_k_gemm_tc_l", "ppn_k_gemm_tc_m", "ppn_k_gemm_tc_s", "ppn_k_embed_rows",
-        "ppn_k_rmsnorm_rows", "ppn_k_head_rmsnorm_rows", "ppn_k_rope_kv_rows", "ppn_k_attn_rows",
+        "ppn_k_matmat", "ppn_k_gemm", "ppn_k_gemm_tc_l", "ppn_k_gemm_tc_m", "ppn_k_gemm_tc_s", "ppn_k_gemm_tc_k",
+        "ppn_k_embed_rows", "ppn_k_rmsnorm_rows", "ppn_k_head_rmsnorm_rows", "ppn_k_rope_kv_rows", "ppn_k_attn_rows",
         "ppn_k_attn_rows_bf16", "ppn_k_attn_rows_f16", "ppn_k_swiglu_rows", "ppn_k_argmax_rows", "ppn_k_rope_kv_batch",
         "ppn_k_attn_batch", "ppn_k_attn_batch_bf16", "ppn_k_attn_batch_f16",
     };

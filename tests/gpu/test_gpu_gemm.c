@@ -12,8 +12,11 @@
  * launches; each launch reads another copy of W from a pool (a small W is not served from L2 by its previous
  * launch). TFLOP/s = 2 m rows cols / time. The op's choice is timed, and each tensor-core tile forced.
  *
+ * Decode timing (few tokens, m = 1 .. 128): launches back to back in bursts, as a decode step issues them, each
+ * as weight bandwidth (W bytes / time) against a device-to-device copy's (bytes read + written / time).
+ *
  * Runs only where a CUDA driver and GPU exist. PPN_GPU_TEST_FILTER=<cmocka pattern> picks tests
- * (test_gpu_gemm_correct, test_gpu_gemm_timing).
+ * (test_gpu_gemm_correct, test_gpu_gemm_timing, test_gpu_gemm_decode).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -250,9 +253,9 @@ static void gg_check(const gg_case *c)
     gg_run(c, -1, &p, t, ns, g2);
     int same = !memcmp(g1, g2, n * 4), chosen = op_choice(&p);
     double max_abs, worst = err_ratio(g1, ref, scale, n, &wi, &max_abs), tile_worst = 0;
-    char tiles[96] = "";
+    char tiles[128] = "";
     int tc = c->dt != PPN_DTYPE_F32 && c->cols % 8 == 0 && c->xoff % 4 == 0;
-    for (int k = PPN_K_GEMM_TC_L; tc && k <= PPN_K_GEMM_TC_S; k++) {
+    for (int k = PPN_K_GEMM_TC_L; tc && k <= PPN_K_GEMM_TC_K; k++) {
         gg_run(c, k, &p, t, ns, g2);
         size_t wk;
         double ak, rk = err_ratio(g2, ref, scale, n, &wk, &ak);
@@ -260,7 +263,22 @@ static void gg_check(const gg_case *c)
         snprintf(tiles + strlen(tiles), sizeof tiles - strlen(tiles), " %s%s%.3f", kname(k) + 8,
                  memcmp(g1, g2, n * 4) ? "!=" : "=", rk);
     }
-    int ok = same && worst <= 1.0 && tile_worst <= 1.0;
+    /* A token's row alone (m = 1) gives its bits in this batch when the op takes gemm_tc_k both times (its
+     * k-split depends on cols alone); checked on the first sampled row, where res does not alias out. */
+    int alone = 1;
+    if (chosen == PPN_K_GEMM_TC_K && !c->alias) {
+        ppn_kp_gemm q = p;
+        q.m = 1, q.x = p.x + (size_t)t[0] * C * 4, q.res = c->res ? B.res + (size_t)t[0] * R * 4 : 0;
+        q.out = B.out + (size_t)c->m * R * 4; /* past the batch's rows */
+        if (op_choice(&q) == PPN_K_GEMM_TC_K) {
+            EXPECT_OK(run_gemm(-1, &q));
+            EXPECT_OK(G->ops->stream_sync(G, S));
+            tu_download(G, S, g2, q.out, R * 4);
+            alone = !memcmp(g1, g2, R * 4);
+            snprintf(tiles + strlen(tiles), sizeof tiles - strlen(tiles), " m=1%s", alone ? "=" : "!=");
+        }
+    }
+    int ok = same && alone && worst <= 1.0 && tile_worst <= 1.0;
     printf("  %-14s %-4s m=%-4d %6dx%-5d%s%s%s%s  %-9s max|err| %.2e err/tol %.3f  %s%s%s\n", c->name,
            ppn_dtype_name(c->dt), c->m, c->rows, c->cols, c->bias ? " +bias" : "", c->res ? " +res" : "",
            c->alias ? "=out" : "", c->xoff ? " x+4B" : "", kname(chosen), max_abs, worst,
@@ -293,6 +311,10 @@ static void test_gpu_gemm_correct(void **state)
         {"x+4B", 100, 300, 256, bf, 1, 0, 0, 1},           {"odd cols", 77, 300, 1001, bf, 1, 1, 0, 0},
         {"odd cols", 77, 300, 1001, f32, 1, 1, 0, 0},      {"tiny", 1, 1, 8, bf, 1, 1, 0, 0},
         {"tiny", 1, 1, 1, fh, 1, 1, 1, 0},
+        /* few tokens (gemm_tc_k): token groups, k-ranges and weight tiles partly out */
+        {"8b qkv", 4, 6144, 4096, bf, 0, 0, 0, 0},         {"1b gate|up", 32, 16384, 2048, bf, 1, 0, 0, 0},
+        {"tails", 33, 1000, 4104, bf, 1, 1, 0, 0},         {"tails", 5, 1000, 4104, fh, 1, 1, 1, 0},
+        {"tails", 8, 100, 72, bf, 0, 1, 0, 0},             {"1b down", 17, 2048, 8192, bf, 0, 1, 0, 0},
     };
     static const int fx[][2] = {{96, 64}, {64, 64}, {352, 64}, {64, 176}, {128, 64}, {64, 128}, {320, 64},
                                 {64, 160}, {256, 64}, {344, 64}, {64, 172}, {512, 64}};
@@ -368,7 +390,7 @@ static double time_line(const gg_shape *s, int m, int dt)
     char line[256];
     int n = snprintf(line, sizeof line, "  %-11s %-4s m=%-4d %6dx%-5d  %-9s %8.3f ms %6.1f TFLOP/s |", s->name,
                      ppn_dtype_name(dt), m, s->rows, s->cols, kname(op_choice(&p)), op, tflops(m, s->rows, s->cols, op));
-    for (int k = PPN_K_GEMM_TC_L; dt != PPN_DTYPE_F32 && k <= PPN_K_GEMM_TC_S; k++) {
+    for (int k = PPN_K_GEMM_TC_L; dt != PPN_DTYPE_F32 && k <= PPN_K_GEMM_TC_K; k++) {
         double t = time_ms(k, p);
         n += snprintf(line + n, sizeof line - (size_t)n, " %s %6.1f", kname(k) + 8, tflops(m, s->rows, s->cols, t));
     }
@@ -415,6 +437,82 @@ static void test_gpu_gemm_timing(void **state)
     for (int i = 0; i < 2 * GG_TIMED; i++) G->ops->event_destroy(G, ev[i]);
 }
 
+/* ---------------------------------------------------------------------------------------------------------
+ * few tokens (batched decode): weight bandwidth against a device-to-device copy */
+
+#define GD_BURST 20 /* launches between one event pair, as a decode step issues them */
+#define GD_REPS 5
+
+/* Median device ms a launch of kernel k (< 0: the op) takes in bursts of GD_BURST back to back (each on another
+ * copy of W where the pool holds several), programmatic dependent launch as the runtime has it. */
+static double burst_ms(int k, ppn_kp_gemm p)
+{
+    size_t wb = (size_t)p.rows * p.cols * ppn_dtype_size(p.wdt), slots = B.wn[p.wdt] * ppn_dtype_size(p.wdt) / wb;
+    unsigned turn = 0;
+    ppn_dptr w0 = B.w[p.wdt];
+    float ms[GD_REPS];
+    for (int r = -1; r < GD_REPS; r++) { /* r = -1: warm-up */
+        EXPECT_OK(G->ops->event_record(G, ev[0], S));
+        for (int i = 0; i < GD_BURST; i++) {
+            p.w = w0 + (size_t)(turn++ % slots) * wb;
+            EXPECT_OK(run_gemm(k, &p));
+        }
+        EXPECT_OK(G->ops->event_record(G, ev[1], S));
+        EXPECT_OK(G->ops->stream_sync(G, S));
+        if (r >= 0) EXPECT_OK(G->ops->event_elapsed(G, ev[0], ev[1], &ms[r]));
+    }
+    qsort(ms, GD_REPS, sizeof ms[0], cmp_float);
+    return ms[GD_REPS / 2] / GD_BURST;
+}
+
+/* The copy floor: GB/s of a device-to-device copy of n bytes (read + written), median of GD_REPS. */
+static double copy_gbs(size_t n)
+{
+    float ms[GD_REPS];
+    for (int r = -1; r < GD_REPS; r++) {
+        EXPECT_OK(G->ops->event_record(G, ev[0], S));
+        EXPECT_OK(G->ops->copy_dtod(G, S, B.out, B.w[PPN_DTYPE_BF16], n));
+        EXPECT_OK(G->ops->event_record(G, ev[1], S));
+        EXPECT_OK(G->ops->stream_sync(G, S));
+        if (r >= 0) EXPECT_OK(G->ops->event_elapsed(G, ev[0], ev[1], &ms[r]));
+    }
+    qsort(ms, GD_REPS, sizeof ms[0], cmp_float);
+    return 2.0 * (double)n / (ms[GD_REPS / 2] * 1e6);
+}
+
+static void test_gpu_gemm_decode(void **state)
+{
+    (void)state;
+    for (int i = 0; i < 2; i++) ev[i] = tu_event(G, 0, 1);
+    double floor_gbs = copy_gbs((size_t)512 << 20);
+    printf("  copy floor: device-to-device copy of 512 MiB, %.0f GB/s (read + written); same-size copies of 8 / 32 MiB "
+           "%.0f / %.0f GB/s\n", floor_gbs, copy_gbs((size_t)8 << 20), copy_gbs((size_t)32 << 20));
+    printf("  per launch in bursts of %d (median of %d): us, weight GB/s (W bytes / time), %% of the copy floor; "
+           "then the tiles forced\n", GD_BURST, GD_REPS);
+    static const int ms[] = {1, 4, 8, 16, 32, 64, 128};
+    const gg_shape *all[] = {shapes_1b, shapes_8b};
+    for (size_t j = 0; j < TU_LEN(ms); j++)
+        for (int a = 0; a < 2; a++)
+            for (int i = 0; i < 5; i++) {
+                const gg_shape *sh = &all[a][i];
+                ppn_kp_gemm p = {.out = B.out, .w = B.w[PPN_DTYPE_BF16], .x = B.x, .m = ms[j], .rows = sh->rows,
+                                 .cols = sh->cols, .wdt = PPN_DTYPE_BF16};
+                double wb = (double)sh->rows * sh->cols * 2, op = burst_ms(-1, p);
+                char line[256];
+                int n = snprintf(line, sizeof line, "  decode %-11s m=%-4d %-9s %8.2f us %6.0f GB/s %5.1f%% |",
+                                 sh->name, ms[j], kname(op_choice(&p)), op * 1e3, wb / (op * 1e6),
+                                 100.0 * wb / (op * 1e6) / floor_gbs);
+                static const int ks[] = {PPN_K_GEMM_TC_M, PPN_K_GEMM_TC_K};
+                for (size_t q = 0; q < TU_LEN(ks); q++) {
+                    double t = burst_ms(ks[q], p);
+                    n += snprintf(line + n, sizeof line - (size_t)n, " %s %7.2f us %5.1f%%", kname(ks[q]) + 8,
+                                  t * 1e3, 100.0 * wb / (t * 1e6) / floor_gbs);
+                }
+                printf("%s\n", line);
+            }
+    for (int i = 0; i < 2; i++) G->ops->event_destroy(G, ev[i]);
+}
+
 int main(void)
 {
     ppn_status st = ppn_gpu_open(GG_BACKEND, ppn_kernel_set(), &G);
@@ -434,6 +532,7 @@ int main(void)
         cmocka_unit_test(test_gpu_gemm_correct),
 #ifndef GG_SMOKE
         cmocka_unit_test(test_gpu_gemm_timing),
+        cmocka_unit_test(test_gpu_gemm_decode),
 #endif
     };
     int rc = cmocka_run_group_tests(tests, setup, teardown);
