@@ -401,6 +401,7 @@ static void finish_req(ppn_engine *e, req *r, int finish, ppn_status why, const 
         e->reserved -= r->reserve;
         run_remove(e, r);
     }
+    int polled = !r->cb; /* then r may be freed by its poller as soon as mu is released */
     pthread_mutex_lock(&e->mu);
     r->done = 1, r->finish = finish, r->why = why;
     snprintf(r->err, sizeof r->err, "%s", err ? err : "");
@@ -410,7 +411,7 @@ static void finish_req(ppn_engine *e, req *r, int finish, ppn_status why, const 
     if (r->cb) live_unlink(e, r);
     pthread_cond_broadcast(&e->polled);
     pthread_mutex_unlock(&e->mu);
-    if (!r->cb) return;
+    if (polled) return;
     emit(r, -1, r->held, r->held_len, finish, why, r->err);
     req_free(r);
 }
@@ -472,7 +473,7 @@ static void on_token(ppn_engine *e, req *r, int tok)
     ppn_status st = r->ds ? ppn_detok_stream_push(r->ds, tok, &t, &tl) : PPN_OK;
     if (st == PPN_OK && !held_grow(r, tl)) st = ppn_err(PPN_ENOMEM, "engine: held text");
     if (st != PPN_OK) return fail_req(e, r, st);
-    memcpy(r->held + r->held_len, t, tl);
+    if (tl) memcpy(r->held + r->held_len, t, tl);
     r->held_len += tl;
     int hit;
     size_t go = held_release(r, &hit);

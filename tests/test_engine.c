@@ -348,8 +348,8 @@ static void test_engine_kv_exhaustion_and_refusals(void **state)
         SUBMIT_OK(e, &q, &id);
         n++;
     }
-    int big[300];
-    for (int i = 0; i < 300; i++) big[i] = 7;
+    int big[600];
+    for (int i = 0; i < 600; i++) big[i] = 7;
     ppn_request q = ppn_request_default();
     q.ids = big, q.n_ids = 300;
     assert_int_equal(ppn_engine_submit(e, &q, &id), PPN_ENOMEM); /* 19 blocks > 16 */
