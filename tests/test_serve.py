@@ -3,7 +3,7 @@
 with Llama 2's tokenizer and chat template; completions and chat, with and without streaming; 32 concurrent
 clients x 4 requests, every answer checked against the same request run alone (temperature 0); a client that
 disconnects mid-stream cancels its request; the bad-input list answers 400 and the server keeps serving; SIGTERM
-under load stops it cleanly. Usage: test_serve.py PPN_BIN FIXTURES"""
+under load stops it cleanly; tools/serve_bench.py reports on a short load. Usage: test_serve.py PPN_BIN FIXTURES"""
 import http.client
 import json
 import os
@@ -94,6 +94,7 @@ def main():
     srv, port = start(model, "--max-batch", "16", "--chunk", "64")
     try:
         run_all(port)
+        bench(port)
         shutdown_under_load(srv, port)
     finally:
         if srv.poll() is None:
@@ -205,6 +206,16 @@ def run_all(port):
                  "ppn_requests_queued", "ppn_requests_running", "ppn_kv_blocks_used",
                  "ppn_generation_tokens_per_second"):
         check(name in out, "metrics has " + name)
+
+
+def bench(port):
+    """tools/serve_bench.py against the server, briefly: its JSON report counts every request."""
+    tool = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools", "serve_bench.py")
+    r = subprocess.run([sys.executable, tool, "--url", "http://127.0.0.1:%d" % port, "--clients", "3", "--requests",
+                        "6", "--prompt-len", "40", "--output-len", "6"], capture_output=True, text=True, timeout=300)
+    out = json.loads(r.stdout) if r.returncode == 0 else {}
+    check(out.get("completed") == 6 and out["itl_ms"]["p50"] is not None and out["output_tok_per_s"] > 0,
+          "serve_bench: %s %s" % (r.stdout[-300:], r.stderr[-300:]))
 
 
 def shutdown_under_load(srv, port):
