@@ -37,7 +37,7 @@ def start(model, *extra):
     raise SystemExit("ppn serve did not start: exit %s" % p.wait())
 
 
-def request(port, method, path, body=None, raw=None, timeout=60):
+def request(port, method, path, body=None, raw=None, timeout=300):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
     c.request(method, path, body=data, headers={"Content-Type": "application/json"})
@@ -54,7 +54,7 @@ def post(port, path, body):
 
 def stream(port, path, body):
     """The concatenated text of a streamed answer, its finish reason and whether [DONE] came."""
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
     c.request("POST", path, body=json.dumps(dict(body, stream=True)), headers={"Content-Type": "application/json"})
     r = c.getresponse()
     text, finish, done = "", None, False
@@ -136,6 +136,12 @@ def run_all(port):
     errs = []
 
     def client(c):
+        try:
+            client_requests(c)
+        except Exception as e:  # a timeout or a closed connection is a failure, never a silent thread exit
+            errs.append((c, "exception", repr(e)))
+
+    def client_requests(c):
         for j in range(4):
             k = (c * 4 + j) % len(reqs)
             path, body = reqs[k]

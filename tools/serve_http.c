@@ -227,9 +227,10 @@ static int sse_refill(conn *c)
     free(piece);
     if (!done || rc) return rc;
     if (finish == PPN_FINISH_ERROR || finish == PPN_FINISH_CANCELLED) {
-        json_t *err = json_loads(serve_error_json(finish == PPN_FINISH_ERROR ? c->err : "the request was cancelled",
-                                                  "server_error", NULL), 0, NULL);
-        rc = sse_add(c, err);
+        char *es = serve_error_json(finish == PPN_FINISH_ERROR ? c->err : "the request was cancelled", "server_error",
+                                    NULL);
+        rc = sse_add(c, es ? json_loads(es, 0, NULL) : NULL);
+        free(es);
     } else {
         json_t *o = envelope(c, choice(c, c->req.chat ? NULL : "", finish_reason(finish), 1), 1);
         json_object_set_new(o, "usage", usage(c));
