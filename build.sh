@@ -19,11 +19,11 @@ set -euo pipefail
 CALLER_PWD=$PWD
 cd "$(dirname "$0")"
 JOBS=${JOBS:-$(nproc)}
-DEBS="cmake make gcc pkg-config libjemalloc-dev liburcu-dev libhwloc-dev libudev-dev libcmocka-dev libjansson-dev libpcre2-dev libutf8proc-dev"
+DEBS="cmake make gcc pkg-config libjemalloc-dev liburcu-dev libhwloc-dev libudev-dev libcmocka-dev libjansson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev curl python3"
 
 have_deps() {
-    command -v cmake >/dev/null && command -v gcc >/dev/null && command -v pkg-config >/dev/null || return 1
-    for h in hwloc.h urcu/urcu-qsbr.h jemalloc/jemalloc.h jansson.h cmocka.h libudev.h pcre2.h utf8proc.h; do
+    command -v cmake >/dev/null && command -v gcc >/dev/null && command -v pkg-config >/dev/null && command -v curl >/dev/null && command -v python3 >/dev/null || return 1
+    for h in hwloc.h urcu/urcu-qsbr.h jemalloc/jemalloc.h jansson.h cmocka.h libudev.h pcre2.h utf8proc.h microhttpd.h; do
         [ -e "/usr/include/$h" ] || return 1
     done
 }

@@ -47,6 +47,7 @@ typedef enum ppn_status {
     PPN_EREFUSED,      /* a guard refused a path (named in the message) */
     PPN_EMISMATCH,     /* a gate found different results */
     PPN_ESTATE,        /* call made in the wrong state (e.g. sequence full) */
+    PPN_EBUSY,         /* a bounded queue is full: try again later (nothing was taken) */
 } ppn_status;
 
 /* The message of the last failing call on this thread ("" if none); valid until the next failure on this thread. */
@@ -510,6 +511,143 @@ ppn_status ppn_template_render_json(const ppn_template *t, const char *messages_
                                     int add_generation_prompt, char **out);
 /* Accepts NULL. */
 void ppn_template_free(ppn_template *t);
+
+/* ---------------------------------------------------------------------------------------------------------
+ * The engine: a thread-safe server core over one loaded model. Requests are submitted from any thread; ONE
+ * scheduler thread owns every sequence and runs continuous batching: each iteration it admits queued requests
+ * as KV blocks allow, primes up to opts.chunk prompt rows (several prompts in one ppn_prefill_batch, long ones
+ * over several iterations), decodes every running request with one ppn_decode_batch_ex (greedy rows take the
+ * device's argmax, sampled rows their logits through ppn_sample) and retires the finished ones alone; their
+ * sequences are reset and reused. Between engine create and destroy the model belongs to the engine: no other
+ * calls on it or its sequences.
+ *
+ * KV policy (no preemption): a request is admitted only when the blocks of its prompt + max_tokens positions are
+ * free of every running request's reservation, so a running request never runs out of KV. A request waits in
+ * the queue (FIFO: a large one at the head is not overtaken) until finished requests return their blocks; one
+ * that could never fit, even alone, is refused at submit with PPN_ENOMEM.
+ *
+ * Every accepted request gets exactly one final event (finish != PPN_FINISH_NONE): stopped, at its length,
+ * cancelled, or failed on its own (its status and message; the other requests continue). A failure of the model
+ * itself (sticky: a device error) fails every request and every later submit with that status.
+ * --------------------------------------------------------------------------------------------------------- */
+
+typedef struct ppn_engine ppn_engine;
+
+typedef enum ppn_finish {
+    PPN_FINISH_NONE = 0,   /* a token event: the request goes on */
+    PPN_FINISH_STOP,       /* a stop id, the EOS id or a stop string (none of which is delivered) */
+    PPN_FINISH_LENGTH,     /* max_tokens generated, or the context is full */
+    PPN_FINISH_CANCELLED,  /* ppn_engine_cancel, or the engine destroyed */
+    PPN_FINISH_ERROR,      /* the request failed on its own: event status and error say why */
+} ppn_finish;
+/* "none", "stop", "length", "cancelled", "error" ("?" outside the enum). Static storage. */
+const char *ppn_finish_name(int finish);
+
+typedef struct ppn_engine_event {
+    uint64_t id;           /* the request's, as submit returned it */
+    int token;             /* the generated id; -1 on the final event */
+    const char *text;      /* the text the token adds (the incremental detokenizer: never a split UTF-8
+                            * character; held back while it may begin a stop string); on the final event
+                            * whatever was held. "" without a tokenizer. Valid during the callback only. */
+    size_t text_len;
+    int finish;            /* PPN_FINISH_*: NONE on every token event, set on the final one */
+    ppn_status status;     /* PPN_FINISH_ERROR: the failure; else PPN_OK */
+    const char *error;     /* PPN_FINISH_ERROR: its message; else "" */
+    int n_prompt, n_generated; /* prompt ids; ids delivered so far */
+} ppn_engine_event;
+
+/* Called on the scheduler thread, never with an engine lock held. It may call ppn_engine_submit, _cancel,
+ * _poll and _get_stats, never ppn_engine_destroy; it should return quickly (it delays every running request). */
+typedef void (*ppn_engine_cb)(void *arg, const ppn_engine_event *ev);
+
+typedef struct ppn_request {
+    /* The prompt: exactly one of ids, text, msgs or messages_json. text, msgs and messages_json need the
+     * engine's tokenizer; msgs and messages_json its template (rendered with the generation prompt, then
+     * tokenized without adding specials: the template places them). */
+    const int *ids; int n_ids;
+    const char *text; int add_special; /* text: add BOS/EOS as the tokenizer's config says */
+    const ppn_chat_msg *msgs; int n_msgs;
+    const char *messages_json;         /* a JSON list of message objects (ppn_template_render_json) */
+    float temperature;     /* 0: greedy (the device's argmax) */
+    int top_k;             /* 0: off */
+    float top_p;           /* 1: off; (0, 1] */
+    uint64_t seed;
+    int max_tokens;        /* ids to generate at most; 0: until the context is full */
+    const int *stop_ids; int n_stop_ids;  /* generated ids that end the request (not delivered) */
+    const char *const *stop; int n_stop;  /* strings that end it (needs the tokenizer; not delivered); at most
+                                           * PPN_ENGINE_MAX_STOP of them, each 1 .. 256 bytes */
+    int ignore_eos;        /* 1: the model's EOS id does not end the request */
+    ppn_engine_cb cb;      /* NULL: poll the request with ppn_engine_poll instead */
+    void *cb_arg;
+} ppn_request;
+
+#define PPN_ENGINE_MAX_STOP 16
+
+/* Everything empty or off: temperature 0, top_k 0, top_p 1, max_tokens 0, no callback. */
+ppn_request ppn_request_default(void);
+
+typedef struct ppn_engine_opts {
+    int max_batch;         /* requests decoded together, 1 .. 256; 0: 16 */
+    int max_queue;         /* requests waiting for admission; 0: 256; a submit past it gets PPN_EBUSY */
+    int chunk;             /* prompt rows primed per iteration (over every priming prompt), 1 ..
+                            * PPN_PREFILL_MAX_CHUNK; 0: 256 */
+    const ppn_tokenizer *tok;  /* NULL: ids only. Borrowed: must outlive the engine */
+    const ppn_template *tmpl;  /* NULL: no chat. Borrowed: must outlive the engine */
+} ppn_engine_opts;
+
+/* All defaults, no tokenizer, no template. */
+ppn_engine_opts ppn_engine_opts_default(void);
+
+/* Start an engine on m (its scheduler thread).
+ * @return PPN_OK, PPN_EINVAL (NULL, an option out of range: named), PPN_ENOMEM (host memory, or the thread). */
+ppn_status ppn_engine_create(ppn_model *m, const ppn_engine_opts *opts, ppn_engine **out);
+/* Stop the engine (NULL: nothing to do): no more submits (they get PPN_ESTATE); every queued and running request
+ * is cancelled and gets its final event before this returns; the thread is joined, the sequences destroyed.
+ * The model is the caller's again. Call it from one thread, never from a callback. */
+void ppn_engine_destroy(ppn_engine *e);
+
+/* Queue a request; *id names it (never 0). The prompt is tokenized (or rendered) on the caller's thread, and
+ * everything the request points to may be freed when this returns.
+ * @return PPN_OK, PPN_EINVAL (NULL, no prompt or two, an empty prompt, an id outside the vocabulary, text or
+ *         chat without a tokenizer or template, a sampling value out of range, max_tokens < 0, stop strings
+ *         out of range or without a tokenizer; the template's own errors), PPN_ESTATE (the prompt leaves no
+ *         position to generate in the context: named with both lengths; or the engine is stopping),
+ *         PPN_ENOMEM (the request's KV blocks exceed the pools even alone; or host memory), PPN_EBUSY (the
+ *         queue holds max_queue requests), the model's sticky failure. Nothing is queued on failure. */
+ppn_status ppn_engine_submit(ppn_engine *e, const ppn_request *r, uint64_t *id);
+/* Cancel a request, queued or running, from any thread: it ends with PPN_FINISH_CANCELLED at the scheduler's
+ * next iteration (ids already generated stay delivered).
+ * @return PPN_OK, PPN_EINVAL (no such request: never submitted, or already finished and forgotten). */
+ppn_status ppn_engine_cancel(ppn_engine *e, uint64_t id);
+/* A callback-less request's ids generated since the last poll: waits up to timeout_ms (0: not at all; < 0:
+ * forever) until there is at least one id or the request has ended; copies up to cap of them into ids, *n
+ * their count. *finish: PPN_FINISH_NONE while it runs, its finish once every id was taken (the request is then
+ * forgotten: a later poll gets PPN_EINVAL); why (may be NULL): its failure, or PPN_OK.
+ * @return PPN_OK (also on a timeout: *n 0, *finish NONE), PPN_EINVAL (NULL, cap < 0, no such request, or one
+ *         with a callback). */
+ppn_status ppn_engine_poll(ppn_engine *e, uint64_t id, int timeout_ms, int *ids, int cap, int *n, int *finish,
+                           ppn_status *why);
+
+/* Latency histograms: cumulative buckets at these upper bounds in milliseconds, then +Inf. */
+#define PPN_ENGINE_HIST_BOUNDS_MS {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000}
+#define PPN_ENGINE_HIST_N 14
+typedef struct ppn_engine_hist {
+    uint64_t bucket[PPN_ENGINE_HIST_N]; /* observations <= bound i (not cumulative); the last: above them all */
+    uint64_t count;
+    double sum_s;
+} ppn_engine_hist;
+
+typedef struct ppn_engine_stats {
+    int queued, running;               /* now */
+    int kv_blocks_used, kv_blocks_total, kv_blocks_reserved;
+    uint64_t submitted, finished, cancelled, failed, refused; /* requests (refused: at submit) */
+    uint64_t prompt_tokens, generated_tokens;
+    uint64_t iterations, decode_batches, prefill_chunks;
+    ppn_engine_hist ttft, itl;         /* submit to first id; between two ids of one request */
+    double uptime_s;
+} ppn_engine_stats;
+/* A snapshot (as of the scheduler's last iteration). Never fails. */
+void ppn_engine_get_stats(ppn_engine *e, ppn_engine_stats *out);
 
 /* Sampling on the host from a logits row. temperature 0 = greedy (lowest index on ties). top_k 0 = off;
  * top_p 1 = off. rng: caller-owned state, seeded by ppn_sampler_init; the same seed gives the same ids. */

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "tools/cli.h"
+#include "tools/serve.h"
 
 static void usage(FILE *f)
 {
@@ -17,6 +18,7 @@ static void usage(FILE *f)
           "  env       every environment variable ppn reads, and the values set here checked: ppn env [--json]\n"
           "  tokenize  UTF-8 text on stdin to comma-separated ids: ppn tokenize --model DIR [--special]\n"
           "  detokenize  ids to text: ppn detokenize --model DIR --ids 1,2,3\n"
+          "  serve     OpenAI-compatible HTTP over the engine: ppn serve --model DIR [--host 127.0.0.1] [--port 8080]\n"
           "  template  a JSON conversation on stdin through the chat template: ppn template --model DIR [--add-generation-prompt]\n"
           "run 'ppn <command> --help' for its options\n"
           "exit status: 2 for a usage or syntax error (a flag, a value, an environment variable), 1 for a failure\n"
@@ -51,6 +53,7 @@ static const struct command {
     {"tokenize", cmd_tokenize, 0, 0},
     {"detokenize", cmd_tokenize, 0, 0},
     {"template", cmd_template, 0, 0},
+    {"serve", cmd_serve, 1, 1},
 };
 
 int main(int argc, char **argv)

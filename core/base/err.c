@@ -75,6 +75,7 @@ const char *ppn_status_name(ppn_status st)
         [PPN_EREFUSED] = "PPN_EREFUSED",
         [PPN_EMISMATCH] = "PPN_EMISMATCH",
         [PPN_ESTATE] = "PPN_ESTATE",
+        [PPN_EBUSY] = "PPN_EBUSY",
     };
     if ((unsigned)st < PPN_ARRAY_LEN(names) && names[st]) return names[st];
     return "PPN_E?";
