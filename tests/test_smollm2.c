@@ -296,6 +296,10 @@ static void test_smollm2_cli(void **state)
 {
     (void)state;
     if (!g.dir) skip();
+    ppn_template *tp = NULL;   /* how run finds the end of a turn: ChatML's <|im_end|>, the config's EOS too */
+    EXPECT_OK(ppn_template_load(g.dir, &tp));
+    assert_int_equal(ppn_template_end_of_turn(tp, g.tok), EOS);
+    ppn_template_free(tp);
     char args[8192];
     const char *stages[] = {"", "--stages 4", "--stages 4 --devices 0,1,2,3"};
     for (int i = 0; i < 3; i++) {
