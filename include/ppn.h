@@ -509,6 +509,13 @@ ppn_status ppn_template_render(const ppn_template *t, const ppn_chat_msg *msgs, 
  *         objects, vars that are not an object or set messages / add_generation_prompt. */
 ppn_status ppn_template_render_json(const ppn_template *t, const char *messages_json, const char *vars_json,
                                     int add_generation_prompt, char **out);
+/* The token that ends an assistant's turn under this template: the first special token of tok (an added token
+ * marked special) that the template writes after an assistant message's content, found by rendering a user
+ * message and an assistant message (no generation prompt). E.g. <|im_end|> for ChatML, <|eot_id|> for Llama 3,
+ * </s> for Llama 2, <end_of_turn> for Gemma. Generation under the template stops there (besides the model's EOS).
+ * @return the id; -1 when the template writes no special token there, cannot render that conversation, or an
+ *         argument is NULL. Never fails otherwise. */
+int ppn_template_end_of_turn(const ppn_template *t, const ppn_tokenizer *tok);
 /* Accepts NULL. */
 void ppn_template_free(ppn_template *t);
 

@@ -330,6 +330,68 @@ static void test_cli_mkmodel_tokenizer(void **state)
     free(out);
 }
 
+/* `ppn run --prompt`: refused without a tokenizer beside the model (exit 1, naming the file), with --ids or
+ * --spec, and --chat / --system without it (exit 2); on a random model carrying Llama 2's tokenizer and chat
+ * template, the text printed is the detokenized ids (the end token left out), the same bytes through 4 stages,
+ * and --json holds the prompt ids the template and tokenizer make. */
+static void test_cli_run_prompt(void **state)
+{
+    (void)state;
+    char args[8192], *o = NULL, *e = NULL;
+    snprintf(args, sizeof args, "run --model '%s' --backend sim --prompt hi", g_model);
+    free(expect_exit("", args, 1, "ppn: error: run: --prompt needs the checkpoint's tokenizer", "/tiny/tokenizer.json",
+                     "--ids", NULL));
+    run_refused("", "--chat", "--chat and --system need --prompt");
+    run_refused("", "--prompt hi --ids 1,2", "takes no --ids");
+    run_refused("", "--prompt hi --spec 2", "takes no --ids, --ids-file, --spec");
+    run_refused("", "--prompt hi --system x", "--system needs --chat");
+    char *tok = tu_tmpdir(), *dir = tu_tmpdir(), fx[4096], cmd[16384];
+    snprintf(fx, sizeof fx, "%s", tu_fixture("tok/llama2"));
+    snprintf(cmd, sizeof cmd, "cp '%s/tokenizer.json' '%s/tokenizer_config.json' '%s/special_tokens_map.json' '%s/'"
+             " && cp '%s' '%s/chat_template.jinja'", fx, fx, fx, tok, tu_fixture("chat/llama2.jinja"), tok);
+    assert_int_equal(tu_run(cmd, &o, &e), 0);
+    free(o), free(e);
+    snprintf(args, sizeof args, "mkmodel --shape tiny --out '%s/m' --tokenizer '%s'", dir, tok);
+    assert_int_equal(tu_run_ppn("", args, &o, &e, NULL), 0);
+    free(o), free(e);
+    char text[2][4096];
+    for (int stages = 1; stages <= 4; stages += 3) {
+        snprintf(args, sizeof args, "run --model '%s/m' --backend sim --prompt 'Hello there' --chat -n 12 --stages %d",
+                 dir, stages);
+        int rc = tu_run_ppn("", args, &o, &e, NULL);
+        if (rc) fail_msg("ppn %s: exit %d: %s", args, rc, e);
+        snprintf(text[stages > 1], sizeof text[0], "%s", o);
+        free(o), free(e);
+    }
+    assert_string_equal(text[0], text[1]);
+    snprintf(args, sizeof args, "run --model '%s/m' --backend sim --prompt 'Hello there' --chat -n 12 --json", dir);
+    assert_int_equal(tu_run_ppn("", args, &o, &e, NULL), 0);
+    json_error_t je;
+    json_t *j = json_loads(o, 0, &je), *ids = json_object_get(j, "ids");
+    if (!j) fail_msg("--json: %s: %s", je.text, o);
+    /* "<s>[INST] Hello there [/INST]": BOS from the template, no second one from the tokenizer */
+    json_t *pids = json_object_get(j, "prompt_ids");
+    assert_int_equal(json_integer_value(json_array_get(pids, 0)), 1);
+    assert_int_not_equal(json_integer_value(json_array_get(pids, 1)), 1);
+    assert_int_equal(json_integer_value(json_array_get(json_object_get(j, "stop_ids"), 0)), 2);
+    size_t n = json_array_size(ids);
+    int v[64], stopped = json_is_true(json_object_get(j, "stopped"));
+    for (size_t i = 0; i < n; i++) v[i] = (int)json_integer_value(json_array_get(ids, i));
+    ppn_tokenizer *t = NULL;
+    EXPECT_OK(ppn_tokenizer_load(tok, &t));
+    char want[4096];
+    size_t len;
+    EXPECT_OK(ppn_detokenize(t, v, (int)n - stopped, want, sizeof want, &len));
+    ppn_tokenizer_free(t);
+    assert_string_equal(json_string_value(json_object_get(j, "text")), want);
+    strcat(want, "\n");
+    assert_string_equal(text[0], want);
+    json_decref(j);
+    free(o), free(e);
+    tu_rmrf(tok), tu_rmrf(dir);
+    free(tok), free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -341,6 +403,7 @@ int main(void)
         cmocka_unit_test(test_cli_door_env_notice),
         cmocka_unit_test(test_cli_transport_bench_sim_defaults),
         cmocka_unit_test(test_cli_mkmodel_tokenizer),
+        cmocka_unit_test(test_cli_run_prompt),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

