@@ -888,7 +888,8 @@ template <bool BF16> __device__ __forceinline__ void gemm_kw_run(const ppn_kp_ge
     const int t = (int)threadIdx.x;
     float4 *pp = (float4 *)gemm_dyn_smem;
 #pragma unroll
-    for (int j = 0; j < NQ; j++) pp[j * T + t] = make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
+    for (int j = 0; j < NQ; j++)
+        pp[j * T + t] = make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
     gemm_cluster_sync(); // every CTA's partials written
     const int share = NQ * T / ks;
     const uint32_t s0 = gemm_smem_addr(gemm_dyn_smem);

@@ -67,11 +67,12 @@ typedef struct { uint64_t out, w, x, bias, res; int32_t rows, cols, m, wdt; } pp
  *   gemm_tc_kw the same, for a few dozen tokens: the middle tile (64 tokens x 128 weight rows, warpgroup MMA on
  *              sm_90a) with K split over KW_KS(rows) CTAs of a cluster as gemm_tc_k splits it (elsewhere the
  *              first CTA of each tile sums all of K on mma.sync and the others return)
- * Only gemm_tc_k and gemm_tc_kw split a sum over K: elsewhere every output is one thread's sum in k order (SIMT: a fmaf chain;
- * tensor cores: one f32 accumulator through k16 steps in k order, which on the H200 gave the same bits from both
- * tiles and both instruction families). gemm_tc_k sums each of KS(rows) k-ranges so (the ranges depend on rows
- * and cols alone), then adds the partial sums in k order: its bits are the same for every m, and where KS is 1
- * (the lm heads) they are the tiles' bits. */
+ * Only gemm_tc_k and gemm_tc_kw split a sum over K: elsewhere every output is one thread's sum in k order (SIMT:
+ * a fmaf chain; tensor cores: one f32 accumulator through k16 steps in k order, which on the H200 gave the same
+ * bits from both tiles and both instruction families). gemm_tc_k sums each of KS(rows) k-ranges so (the ranges
+ * depend on rows and cols alone), then adds the partial sums in k order: its bits are the same for every m, and
+ * where KS is 1 (the lm heads) they are the tiles' bits. gemm_tc_kw does the same over its own KW_KS(rows)
+ * ranges (its bits: the same for every m, not gemm_tc_k's). */
 typedef struct { uint64_t out, w, x, bias, res; int32_t m, rows, cols, wdt; } ppn_kp_gemm;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_l;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_m;

@@ -203,13 +203,23 @@ static void test_gemm_op_choice(void **state)
         assert_int_equal(op_kernel(dt, 512, 128256, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_L);
         assert_int_equal(op_kernel(dt, 1024, 4096, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_L); /* 128 tiles */
         assert_int_equal(op_kernel(dt, 1024, 3072, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_M); /* 96 large tiles */
-        /* few tokens (batched decode): the split-K tile built for weight bandwidth, up to 16 or 32 by rows; then
-         * the middle tile split over K, up to 128 tokens where its split is 2 or more (up to 264 tiles) */
+        /* few tokens (batched decode): the split-K tile built for weight bandwidth, up to 16 or 32 by shape; then
+         * the middle tile split over K where its split is 2 or more (up to 264 tiles), up to 64 or 128 tokens */
         assert_int_equal(op_kernel(dt, 16, 128256, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_K);
         expect_launch(PPN_K_GEMM_TC_K, 16, 128256);
         assert_int_equal(op_kernel(dt, 17, 128256, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_M);
         assert_int_equal(op_kernel(dt, 65, 128256, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_L);
-        assert_int_equal(op_kernel(dt, 32, 6144, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_K);
+        assert_int_equal(op_kernel(dt, 32, 6144, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW); /* cols >= 4096 */
+        assert_int_equal(op_kernel(dt, 32, 3072, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_K);
+        assert_int_equal(op_kernel(dt, 33, 3072, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
+        assert_int_equal(op_kernel(dt, 32, 16384, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW); /* rows > 8192 */
+        assert_int_equal(op_kernel(dt, 16, 4096, 14336, FAKE_W, FAKE_X), PPN_K_GEMM_TC_K);
+        assert_int_equal(op_kernel(dt, 17, 4096, 14336, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
+        assert_int_equal(op_kernel(dt, 128, 3072, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW); /* KW_KS 8 */
+        assert_int_equal(op_kernel(dt, 64, 16384, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
+        assert_int_equal(op_kernel(dt, 65, 16384, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_M); /* KW_KS 4, cols < 4096 */
+        assert_int_equal(op_kernel(dt, 128, 28672, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_L); /* 112 large tiles */
+        assert_int_equal(op_kernel(dt, 64, 28672, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
         assert_int_equal(op_kernel(dt, 33, 6144, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
         expect_launch(PPN_K_GEMM_TC_KW, 33, 6144);
         assert_int_equal(tu_cap.l.grid[0], 48 * 8); /* the 6144 rows' 48 tiles, each over 8 k-ranges */
