@@ -865,12 +865,12 @@ extern "C" __global__ void GEMM_K_CLUSTER_DIMS __launch_bounds__(PPN_GEMM_TC_K_T
 template <bool BF16> __device__ __forceinline__ void gemm_kw_run(const ppn_kp_gemm &p)
 {
     constexpr int BM = PPN_GEMM_TC_M_BM, BN = PPN_GEMM_TC_M_BN, CL = PPN_GEMM_TC_K_CLUSTER;
-    constexpr int T = PPN_GEMM_TC_M_THREADS, NQ = BN / 8; // float4s of partial sums a thread holds
     const int rank = (int)(blockIdx.x % CL), kl = (int)PPN_GEMM_TC_KW_KS(p.rows); // = %cluster_ctarank
     const int groups = (p.m + BM - 1) / BM, c = (int)blockIdx.x / CL;
     const int part = rank % kl, lead = rank - part;
     const int i0 = c % groups * BM, r0 = (c / groups * (CL / kl) + rank / kl) * BN;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int T = PPN_GEMM_TC_M_THREADS, NQ = BN / 8; // float4s of partial sums a thread holds
     static_assert(T == 128 && BM == 64 && NQ * T * 16 <= GEMM_H_STAGES * BN * GEMM_H_BK * 2, "partials fit the ring");
     const int ks = kl, kts = (p.cols + GEMM_H_BK - 1) / GEMM_H_BK, per = (kts + ks - 1) / ks;
     int kt0 = min(kts, part * per), kt1 = min(kts, kt0 + per);
@@ -909,6 +909,7 @@ template <bool BF16> __device__ __forceinline__ void gemm_kw_run(const ppn_kp_ge
     }
     gemm_cluster_sync(); // no CTA leaves while a peer may still read its partials
 #else
+    (void)lead;
     if (part != 0) return; // the tile's first CTA sums all of K
     gemm_tc<BM, BN, 2, 2, PPN_GEMM_TC_M_STAGES, BF16> k(p, gemm_dyn_smem, i0, r0);
     k.run();
