@@ -391,7 +391,7 @@ const char *ppn_transport_name(int xport);
  * 1 = on, anything else makes ppn_rt_create fail with PPN_EINVAL naming the variable). On cuda each launch is
  * bracketed by a pair of timing events (this slows steps: profiled step times are not the record); on sim
  * the time is the CPU wall time of the reference kernel, not a device time. */
-#define PPN_KERNEL_PROFILE_MAX 32 /* at least the number of kernels */
+#define PPN_KERNEL_PROFILE_MAX 48 /* at least the number of kernels */
 typedef struct ppn_kernel_time {
     const char *name; /* the kernel's name (static storage) */
     uint64_t calls;   /* launches completed and counted */

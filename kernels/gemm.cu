@@ -181,6 +181,12 @@ template <int BM, int BN, int WM, int WN, int STAGES, bool BF16> struct gemm_tc 
         i0 = tm * BM, r0 = tn * BN;
     }
 
+    // The tile at token i0_, weight row r0_ (gemm_tc_kw's fallback lays out its own grid).
+    __device__ gemm_tc(const ppn_kp_gemm &p_, unsigned char *smem, int i0_, int r0_)
+        : p(p_), s0(gemm_smem_addr(smem)), i0(i0_), r0(r0_)
+    {
+    }
+
     // W k-tile kt into stage st; rows past the matrix and chunks past cols are zero-filled.
     __device__ __forceinline__ void load_w(int st, int kt)
     {
@@ -456,13 +462,27 @@ template <int WGS, int BN, bool BF16> struct gemm_h {
     const ppn_kp_gemm &p;
     uint32_t s0;
     int i0, r0, row; // row: this thread's first token (its fragment rows are row and row + 8)
+    int kt0, kt1;    // the k-tiles summed: all of K, or gemm_tc_kw's range
     float2 raw[16];  // the next k-tile's x: [k16 step][k half][row half]
 
     __device__ gemm_h(const ppn_kp_gemm &p_, unsigned char *smem) : p(p_), s0(gemm_smem_addr(smem))
     {
-        int tm, tn, t = (int)threadIdx.x;
+        int tm, tn;
         gemm_tile(p.m, p.rows, BM, BN, &tm, &tn);
-        i0 = tm * BM, r0 = tn * BN;
+        init(tm * BM, tn * BN, 0, (p.cols + BK - 1) / BK);
+    }
+
+    // The tile at token i0_, weight row r0_, k-tiles [kt0_, kt1_) (gemm_tc_kw).
+    __device__ gemm_h(const ppn_kp_gemm &p_, unsigned char *smem, int i0_, int r0_, int kt0_, int kt1_)
+        : p(p_), s0(gemm_smem_addr(smem))
+    {
+        init(i0_, r0_, kt0_, kt1_);
+    }
+
+    __device__ __forceinline__ void init(int i0_, int r0_, int kt0_, int kt1_)
+    {
+        int t = (int)threadIdx.x;
+        i0 = i0_, r0 = r0_, kt0 = kt0_, kt1 = kt1_;
         row = i0 + (t >> 7) * 64 + ((t >> 5) & 3) * 16 + ((t & 31) >> 2);
     }
 
@@ -496,38 +516,40 @@ template <int WGS, int BN, bool BF16> struct gemm_h {
                 }
     }
 
-    __device__ __forceinline__ void run(void)
+    // k-tiles [kt0, kt1) into acc (zeroed by the caller).
+    __device__ __forceinline__ void mainloop(float (&acc)[NACC])
     {
-        const int kts = (p.cols + BK - 1) / BK;
+        const int n = kt1 - kt0;
         if (s0 & 1023u) __trap(); // the swizzle atoms must sit on 1024-byte boundaries
-        float acc[NACC];
-#pragma unroll
-        for (int j = 0; j < NACC; j++) acc[j] = 0.0f;
 #pragma unroll
         for (int s = 0; s < S - 1; s++) {
-            if (s < kts) load_w(s, s);
+            if (s < n) load_w(s, kt0 + s);
             gemm_cp_commit();
         }
         ppn_pdl_wait();
-        load_x(0);
-        for (int kt = 0; kt < kts; kt++) {
+        if (n > 0) load_x(kt0);
+        for (int i = 0; i < n; i++) {
             gemm_cp_wait<S - 2>();
             gemm_fence_async(); // the cp.async writes (generic proxy) before wgmma's reads (async proxy)
-            __syncthreads();    // every thread's copies of k-tile kt landed; every warp's wgmma of kt - 1 done
-            int nk = kt + S - 1;
-            if (nk < kts) load_w(nk % S, nk);
+            __syncthreads();    // every thread's copies of k-tile i landed; every warp's wgmma of i - 1 done
+            int ni = i + S - 1;
+            if (ni < n) load_w(ni % S, kt0 + ni);
             gemm_cp_commit();
             uint32_t a[16];
 #pragma unroll
             for (int j = 0; j < 16; j++) a[j] = gemm_pack<BF16>(raw[j].x, raw[j].y);
-            if (kt + 1 < kts) load_x(kt + 1); // lands while the tensor cores work on kt
-            const uint32_t sb = s0 + (uint32_t)((kt % S) * STAGE_BYTES);
+            if (i + 1 < n) load_x(kt0 + i + 1); // lands while the tensor cores work on this one
+            const uint32_t sb = s0 + (uint32_t)((i % S) * STAGE_BYTES);
             gemm_wg_fence();
 #pragma unroll
             for (int s = 0; s < 4; s++) gemm_wgmma<BN, BF16>(acc, a + 4 * s, gemm_desc(sb + 32u * (uint32_t)s));
             gemm_wg_commit_wait();
         }
         gemm_cp_wait<0>();
+    }
+
+    __device__ __forceinline__ void store(const float (&acc)[NACC])
+    {
         const int r = r0 + ((int)threadIdx.x & 3) * 2;
 #pragma unroll
         for (int j = 0; j < BN / 8; j++) {
@@ -536,6 +558,15 @@ template <int WGS, int BN, bool BF16> struct gemm_h {
             gemm_store(p, row + 8, r + 8 * j, acc[4 * j + 2]);
             gemm_store(p, row + 8, r + 8 * j + 1, acc[4 * j + 3]);
         }
+    }
+
+    __device__ __forceinline__ void run(void)
+    {
+        float acc[NACC];
+#pragma unroll
+        for (int j = 0; j < NACC; j++) acc[j] = 0.0f;
+        mainloop(acc);
+        store(acc);
     }
 };
 
@@ -817,4 +848,78 @@ extern "C" __global__ void GEMM_K_CLUSTER_DIMS __launch_bounds__(PPN_GEMM_TC_K_T
     if (!GEMM_K_CLUSTER && rank % PPN_GEMM_TC_K_KS(p.rows) != 0) return; // the tile's first CTA sums all of K
     if (PPN_GEMM_TC_K_STAGES(p.m) == 4) gemm_k_run<4>(p, rank); // the ring's depth, as the op sized it
     else gemm_k_run<3>(p, rank);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// A few dozen tokens (batched decode at m = 32 .. 128): the middle tile's warpgroup MMA (64 tokens x 128 weight
+// rows, gemm_h<1, 128>), its K split over the CTAs of a cluster as gemm_tc_k splits it, so narrow matrices still
+// spread over about a wave of CTAs, and x is read once per CTA for 128 weight rows (gemm_tc_k: 64). A cluster
+// holds CLUSTER / ks tiles (ks = KW_KS(rows), kparams.h), each summed over ks k-ranges of whole 64-column
+// k-tiles (they depend on rows and cols alone, so a token's bits do not depend on m). Each CTA writes its
+// partial sums to its ring ([float4 j][thread], the accumulator's layout); after a cluster barrier each of a
+// tile's ks CTAs adds a 1 / ks share of them from all ks in k order (distributed shared memory), and a second
+// barrier keeps every CTA's memory alive until all have read it. Without warpgroup MMA (the sm_80 SASS, the
+// PTX) the first CTA of each tile sums all of K on mma.sync (gemm_tc, the middle tile's warps) and the others
+// return.
+
+template <bool BF16> __device__ __forceinline__ void gemm_kw_run(const ppn_kp_gemm &p)
+{
+    constexpr int BM = PPN_GEMM_TC_M_BM, BN = PPN_GEMM_TC_M_BN, CL = PPN_GEMM_TC_K_CLUSTER;
+    const int rank = (int)(blockIdx.x % CL), kl = (int)PPN_GEMM_TC_KW_KS(p.rows); // = %cluster_ctarank
+    const int groups = (p.m + BM - 1) / BM, c = (int)blockIdx.x / CL;
+    const int part = rank % kl, lead = rank - part;
+    const int i0 = c % groups * BM, r0 = (c / groups * (CL / kl) + rank / kl) * BN;
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int T = PPN_GEMM_TC_M_THREADS, NQ = BN / 8; // float4s of partial sums a thread holds
+    static_assert(T == 128 && BM == 64 && NQ * T * 16 <= GEMM_H_STAGES * BN * GEMM_H_BK * 2, "partials fit the ring");
+    const int ks = kl, kts = (p.cols + GEMM_H_BK - 1) / GEMM_H_BK, per = (kts + ks - 1) / ks;
+    int kt0 = min(kts, part * per), kt1 = min(kts, kt0 + per);
+    if (r0 >= p.rows) kt1 = kt0; // a cluster's tiles past the matrix: no loads, only the barriers
+    gemm_h<1, BN, BF16> k(p, gemm_dyn_smem, i0, r0, kt0, kt1);
+    float acc[NQ * 4];
+#pragma unroll
+    for (int j = 0; j < NQ * 4; j++) acc[j] = 0.0f;
+    k.mainloop(acc);
+    if (ks == 1) { // the whole sum is here: no partials
+        if (r0 < p.rows) k.store(acc);
+        return;
+    }
+    __syncthreads(); // the ring is free (every warp's wgmma waited for): the partial sums go there
+    const int t = (int)threadIdx.x;
+    float4 *pp = (float4 *)gemm_dyn_smem;
+#pragma unroll
+    for (int j = 0; j < NQ; j++)
+        pp[j * T + t] = make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
+    gemm_cluster_sync(); // every CTA's partials written
+    const int share = NQ * T / ks;
+    const uint32_t s0 = gemm_smem_addr(gemm_dyn_smem);
+    for (int e = part * share + t; e < (part + 1) * share && r0 < p.rows; e += T) {
+        uint32_t a = s0 + (uint32_t)e * 16u;
+        float4 v = gemm_ld_peer(a, (unsigned)lead);
+        for (int q = 1; q < ks; q++) {
+            float4 u = gemm_ld_peer(a, (unsigned)(lead + q));
+            v.x += u.x, v.y += u.y, v.z += u.z, v.w += u.w;
+        }
+        // float4 j of thread u: tokens row, row + 8; weight rows r, r + 1 (gemm_h's accumulator layout)
+        int j = e / T, u = e % T, row = i0 + (u >> 5) * 16 + ((u & 31) >> 2), r = r0 + (u & 3) * 2 + 8 * j;
+        gemm_store(p, row, r, v.x);
+        gemm_store(p, row, r + 1, v.y);
+        gemm_store(p, row + 8, r, v.z);
+        gemm_store(p, row + 8, r + 1, v.w);
+    }
+    gemm_cluster_sync(); // no CTA leaves while a peer may still read its partials
+#else
+    (void)lead;
+    if (part != 0) return; // the tile's first CTA sums all of K
+    gemm_tc<BM, BN, 2, 2, PPN_GEMM_TC_M_STAGES, BF16> k(p, gemm_dyn_smem, i0, r0);
+    k.run();
+#endif
+}
+
+extern "C" __global__ void GEMM_K_CLUSTER_DIMS __launch_bounds__(PPN_GEMM_TC_M_THREADS)
+    ppn_k_gemm_tc_kw(const ppn_kp_gemm_tc_kw p)
+{
+    ppn_pdl_trigger();
+    if (p.wdt == PPN_DTYPE_BF16) gemm_kw_run<true>(p);
+    else gemm_kw_run<false>(p);
 }

@@ -83,3 +83,4 @@ void ppn_cpu_gemm_tc_l(const void *params) { ppn_cpu_gemm(params); }
 void ppn_cpu_gemm_tc_m(const void *params) { ppn_cpu_gemm(params); }
 void ppn_cpu_gemm_tc_s(const void *params) { ppn_cpu_gemm(params); }
 void ppn_cpu_gemm_tc_k(const void *params) { ppn_cpu_gemm(params); }
+void ppn_cpu_gemm_tc_kw(const void *params) { ppn_cpu_gemm(params); }

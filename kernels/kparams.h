@@ -64,16 +64,21 @@ typedef struct { uint64_t out, w, x, bias, res; int32_t rows, cols, m, wdt; } pp
  *   gemm_tc_k  the same, for few tokens (batched decode): 64 weight rows x up to 32 tokens per CTA, K split
  *              over KS(rows) CTAs of a cluster whose partial sums are added in k order (sm_90; elsewhere the
  *              first CTA of each tile sums all of K and the others return)
- * Only gemm_tc_k splits a sum over K: elsewhere every output is one thread's sum in k order (SIMT: a fmaf chain;
- * tensor cores: one f32 accumulator through k16 steps in k order, which on the H200 gave the same bits from both
- * tiles and both instruction families). gemm_tc_k sums each of KS(rows) k-ranges so (the ranges depend on rows
- * and cols alone), then adds the partial sums in k order: its bits are the same for every m, and where KS is 1
- * (the lm heads) they are the tiles' bits. */
+ *   gemm_tc_kw the same, for a few dozen tokens: the middle tile (64 tokens x 128 weight rows, warpgroup MMA on
+ *              sm_90a) with K split over KW_KS(rows) CTAs of a cluster as gemm_tc_k splits it (elsewhere the
+ *              first CTA of each tile sums all of K on mma.sync and the others return)
+ * Only gemm_tc_k and gemm_tc_kw split a sum over K: elsewhere every output is one thread's sum in k order (SIMT:
+ * a fmaf chain; tensor cores: one f32 accumulator through k16 steps in k order, which on the H200 gave the same
+ * bits from both tiles and both instruction families). gemm_tc_k sums each of KS(rows) k-ranges so (the ranges
+ * depend on rows and cols alone), then adds the partial sums in k order: its bits are the same for every m, and
+ * where KS is 1 (the lm heads) they are the tiles' bits. gemm_tc_kw does the same over its own KW_KS(rows)
+ * ranges (its bits: the same for every m, not gemm_tc_k's). */
 typedef struct { uint64_t out, w, x, bias, res; int32_t m, rows, cols, wdt; } ppn_kp_gemm;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_l;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_m;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_s;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_k;
+typedef ppn_kp_gemm ppn_kp_gemm_tc_kw;
 /* Each gemm kernel's tile (BM tokens x BN weight rows of out per CTA), threads and pipeline: the contract
  * between ops_gemm.c's geometry and gemm.cu. A 1-D grid of ceil(m / BM) * ceil(rows / BN) CTAs; the tensor-core
  * kernels take PPN_GEMM_TC_SMEM(BM, BN, STAGES) bytes of dynamic shared memory, the SIMT one none. */
@@ -121,6 +126,17 @@ typedef ppn_kp_gemm ppn_kp_gemm_tc_k;
 #define PPN_GEMM_TC_K_SMEM(m)                                                                                     \
     (PPN_GEMM_TC_K_STAGES(m) *                                                                                  \
      ((unsigned)PPN_GEMM_TC_K_BN * PPN_GEMM_TC_K_KT * 2u + PPN_GEMM_TC_K_MP(m) * PPN_GEMM_TC_K_XROW * 4u))
+/* gemm_tc_kw: the middle tile's BM x BN (64 tokens x 128 weight rows), threads and shared memory, in clusters of
+ * CLUSTER CTAs laid out as gemm_tc_k's: a cluster holds CLUSTER / KW_KS(rows) weight tiles, each summed over K in
+ * KW_KS(rows) k-ranges of whole 64-column k-tiles, ceil(ceil(cols / 64) / KS) a range, whose partial sums are
+ * added in k order through distributed shared memory. KS fills about one wave (4 CTAs an SM fit: 528 on the
+ * H200): 8 up to 66 tiles, 4 up to 132, 2 up to 264, 1 above. A 1-D grid of
+ * ceil(ceil(rows / BN) / (CLUSTER / KW_KS)) x ceil(m / BM) clusters (the token group fastest). */
+#define PPN_GEMM_TC_KW_TILES(rows) (((unsigned)(rows) + PPN_GEMM_TC_M_BN - 1u) / PPN_GEMM_TC_M_BN)
+#define PPN_GEMM_TC_KW_KS(rows)                                                                                   \
+    (PPN_GEMM_TC_KW_TILES(rows) <= 66u    ? 8u                                                                    \
+     : PPN_GEMM_TC_KW_TILES(rows) <= 132u ? 4u                                                                    \
+     : PPN_GEMM_TC_KW_TILES(rows) <= 264u ? 2u : 1u)
 
 /* Rotary embedding in place on x[n_heads, head_dim] at position hdr->pos.
  * inv_freq: f32 [head_dim/2], precomputed on the host (default, llama3 scaling...).

@@ -29,6 +29,7 @@ const ppn_gpu_kernel ppn_kernels[PPN_K_COUNT] = {
     PPN_KDESC(PPN_K_GEMM_TC_M, gemm_tc_m),
     PPN_KDESC(PPN_K_GEMM_TC_S, gemm_tc_s),
     PPN_KDESC(PPN_K_GEMM_TC_K, gemm_tc_k),
+    PPN_KDESC(PPN_K_GEMM_TC_KW, gemm_tc_kw),
     PPN_KDESC(PPN_K_EMBED_ROWS, embed_rows),
     PPN_KDESC(PPN_K_RMSNORM_ROWS, rmsnorm_rows),
     PPN_KDESC(PPN_K_HEAD_RMSNORM_ROWS, head_rmsnorm_rows),

@@ -4,11 +4,13 @@
  * The choice is a function of (m, rows, cols, wdt) and the 16-byte alignment of w and x alone, so a given
  * shape always runs the same kernel and gives the same bits. The prefill tiles (l, m, s) sum each output in the
  * same order (k16 steps in k order into one f32 accumulator), so among them the tile never shows in the bits.
- * Few tokens (m <= gemm_k_max_m(rows): 64, 32 or 16; batched decode) take gemm_tc_k, which splits K over a
+ * Few tokens (m <= gemm_k_max_m(rows, cols): 32 or 16; batched decode) take gemm_tc_k, which splits K over a
  * cluster of CTAs and adds the partial sums in a fixed order: the same bits run to run, and a token's row has
  * the same bits at every m up to that bound (the k-ranges depend on rows and cols alone), but not the bits the
  * prefill tiles give it above, except where gemm_tc_k does not split (1024 weight tiles or more: the lm heads).
- * So for bf16 / f16 weights a token's row depends on whether its chunk has more rows than that bound.
+ * Above that bound, up to 64 or 128 tokens, matrices of up to 264 middle tiles of rows take gemm_tc_kw, the middle
+ * tile split over K the same way (its own k-ranges: again the same bits at every m it is taken for).
+ * So for bf16 / f16 weights a token's row depends on which of those ranges of m its chunk falls in.
  */
 #include "core/base/dtype.h"
 #include "core/base/err.h"
@@ -50,20 +52,43 @@ static size_t gemm_k_ctas(const ppn_kp_gemm *p)
            PPN_GEMM_TC_K_CLUSTER;
 }
 
-/* Up to how many tokens gemm_tc_k, the split-K tile built for weight bandwidth, beats the middle tile (H200,
- * tests/gpu/test_gpu_gemm.c's decode table, 2026-12-01 15:30 UTC; docs/PERF.md): at m <= 16 on every llama-1b /
- * 8b shape (the closest: the lm heads, 86-88% of the copy floor against 84-87%); at m = 32 on up to 8192 rows
- * (8b q|k|v 45% against 23%), not on the wide ones (8b gate|up 56% against 72%, lm head 59% against 86%), where
- * its x traffic (as many bytes as W's at m = 32) tells; at m = 64 on up to 4096 rows (8b o 20% against 17%,
- * down 25% against 16%). */
-static int gemm_k_max_m(int rows) { return rows <= 4096 ? 64 : rows <= 8192 ? 32 : 16; }
+/* gemm_tc_kw's CTAs: clusters of CLUSTER / KW_KS middle tiles, for each group of 64 tokens (kparams.h). */
+static size_t gemm_kw_ctas(const ppn_kp_gemm *p)
+{
+    unsigned per = PPN_GEMM_TC_K_CLUSTER / PPN_GEMM_TC_KW_KS(p->rows);
+    return (size_t)blocks_for((int)PPN_GEMM_TC_KW_TILES(p->rows), per) * blocks_for(p->m, PPN_GEMM_TC_M_BM) *
+           PPN_GEMM_TC_K_CLUSTER;
+}
+
+/* Up to how many tokens gemm_tc_k, the split-K tile built for weight bandwidth, is taken (H200,
+ * tests/gpu/test_gpu_gemm.c's decode table, 2026-12-01 15:30 and 16:15 UTC; docs/PERF.md): at m <= 16 on every
+ * llama-1b / 8b shape (gemm_tc_kw within 5% of it or behind); at m = 32 only on the 1B's narrow, short q|k|v
+ * and o (up to 8192 rows, cols < 4096: q|k|v 29% of the copy floor against 25%; o 20% against 22%, noise),
+ * where gemm_tc_kw's 64-token tile is mostly padding over few k-tiles; elsewhere gemm_tc_k's x traffic (f32,
+ * once per 64-row CTA: as many bytes as W's at m = 32) tells. */
+static int gemm_k_max_m(int rows, int cols) { return rows <= 8192 && cols < 4096 ? 32 : 16; }
+
+/* Above that, up to 128 tokens, gemm_tc_kw (the middle tile split over K in a cluster) where its K split is 2 or
+ * more (up to 264 middle tiles of weight rows; the lm heads keep the middle / large tile). Same table: at m = 32
+ * 8B q|k|v 58% against 45% (gemm_tc_k), o 44% against 31%, down 62% against 39%, 1B down 38% against 31%, 1B and
+ * 8B gate|up 48% / 83% against 43% / 73% (the middle tile); at m = 64 every such shape (1B 19-43%, 8B 36-77%,
+ * against 12-35% / 20-59% for the better of the others); at m = 128 all but the 1B gate|up (KS 4 over 2048 cols:
+ * 27% against the middle tile's 31%), so above 64 tokens it needs KS 8 or cols >= 4096, and it yields to the
+ * large tile where that one is taken (8B gate|up at m = 128: 43% against the large tile's 54% at 15:30). */
+#define GEMM_KW_MAX_M 128
+static int gemm_kw_fits(int m, int rows, int cols)
+{
+    unsigned ks = PPN_GEMM_TC_KW_KS(rows);
+    return m <= GEMM_KW_MAX_M && ks >= 2 && (m <= 64 || ks == 8 || cols >= 4096);
+}
 
 static int gemm_kernel(const ppn_kp_gemm *p)
 {
     if (!gemm_tc_fits(p)) return PPN_K_GEMM;
-    if (p->m <= gemm_k_max_m(p->rows)) return PPN_K_GEMM_TC_K;
+    if (p->m <= gemm_k_max_m(p->rows, p->cols)) return PPN_K_GEMM_TC_K;
     if (p->m >= GEMM_L_MIN_M && gemm_tiles(p->m, p->rows, PPN_GEMM_TC_L_BM, PPN_GEMM_TC_L_BN) >= GEMM_L_MIN_TILES)
         return PPN_K_GEMM_TC_L;
+    if (gemm_kw_fits(p->m, p->rows, p->cols)) return PPN_K_GEMM_TC_KW;
     return PPN_K_GEMM_TC_M;
 }
 
@@ -88,6 +113,11 @@ static ppn_launch gemm_geometry(int kernel, const ppn_kp_gemm *p)
         PPN_ASSERT(PPN_GEMM_TC_K_SMEM(p->m) <= PPN_DYN_SMEM_MAX);
         ppn_launch l = launch_init(kernel, p, (unsigned)gemm_k_ctas(p), PPN_GEMM_TC_K_THREADS);
         l.smem = PPN_GEMM_TC_K_SMEM(p->m);
+        return l;
+    }
+    case PPN_K_GEMM_TC_KW: {
+        ppn_launch l = launch_init(kernel, p, (unsigned)gemm_kw_ctas(p), PPN_GEMM_TC_M_THREADS);
+        l.smem = PPN_GEMM_TC_SMEM(PPN_GEMM_TC_M_BM, PPN_GEMM_TC_M_BN, PPN_GEMM_TC_M_STAGES);
         return l;
     }
     default: break;
@@ -144,10 +174,13 @@ ppn_status ppn_op_gemm_tile(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_kp
 {
     static const char op[] = "ppn_op_gemm_tile";
     if (kernel != PPN_K_GEMM && kernel != PPN_K_GEMM_TC_L && kernel != PPN_K_GEMM_TC_M && kernel != PPN_K_GEMM_TC_S &&
-        kernel != PPN_K_GEMM_TC_K)
+        kernel != PPN_K_GEMM_TC_K && kernel != PPN_K_GEMM_TC_KW)
         return ppn_err(PPN_EINVAL, "%s: kernel %d is not a gemm kernel", op, kernel);
     PPN_CHECK(gemm_check(op, p));
     if (kernel == PPN_K_GEMM_TC_K && gemm_k_ctas(p) > GEMM_MAX_CTAS)
+        return ppn_err(PPN_EINVAL, "%s: m %d x rows %d needs more than 2^31 - 1 CTAs of %s", op, p->m, p->rows,
+                       ppn_kernels[kernel].name);
+    if (kernel == PPN_K_GEMM_TC_KW && gemm_kw_ctas(p) > GEMM_MAX_CTAS)
         return ppn_err(PPN_EINVAL, "%s: m %d x rows %d needs more than 2^31 - 1 CTAs of %s", op, p->m, p->rows,
                        ppn_kernels[kernel].name);
     if (kernel != PPN_K_GEMM && !gemm_tc_fits(p))

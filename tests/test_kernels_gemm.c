@@ -170,6 +170,9 @@ static void expect_launch(int k, int m, int rows)
     if (k == PPN_K_GEMM_TC_K) /* clusters of 8 CTAs: 8 / KS weight tiles of 64 rows, per 32 tokens */
         th = PPN_GEMM_TC_K_THREADS, smem = PPN_GEMM_TC_K_SMEM(m),
         grid = tiles(m, rows * (int)PPN_GEMM_TC_K_KS(rows), PPN_GEMM_TC_K_MG, PPN_GEMM_TC_K_BN * 8) * 8;
+    if (k == PPN_K_GEMM_TC_KW) /* clusters of 8 CTAs: 8 / KW_KS middle tiles of 128 rows, per 64 tokens */
+        th = PPN_GEMM_TC_M_THREADS, smem = PPN_GEMM_TC_SMEM(PPN_GEMM_TC_M_BM, PPN_GEMM_TC_M_BN, PPN_GEMM_TC_M_STAGES),
+        grid = tiles(m, rows * (int)PPN_GEMM_TC_KW_KS(rows), PPN_GEMM_TC_M_BM, PPN_GEMM_TC_M_BN * 8) * 8;
     assert_int_equal(tu_cap.l.kernel, k);
     assert_int_equal(tu_cap.l.block[0], th);
     assert_int_equal(tu_cap.l.grid[0], grid);
@@ -200,22 +203,46 @@ static void test_gemm_op_choice(void **state)
         assert_int_equal(op_kernel(dt, 512, 128256, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_L);
         assert_int_equal(op_kernel(dt, 1024, 4096, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_L); /* 128 tiles */
         assert_int_equal(op_kernel(dt, 1024, 3072, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_M); /* 96 large tiles */
-        /* few tokens (batched decode): the split-K tile built for weight bandwidth, up to 16, 32 or 64 by rows */
+        /* few tokens (batched decode): the split-K tile built for weight bandwidth, up to 16 or 32 by shape; then
+         * the middle tile split over K where its split is 2 or more (up to 264 tiles), up to 64 or 128 tokens */
         assert_int_equal(op_kernel(dt, 16, 128256, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_K);
         expect_launch(PPN_K_GEMM_TC_K, 16, 128256);
         assert_int_equal(op_kernel(dt, 17, 128256, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_M);
         assert_int_equal(op_kernel(dt, 65, 128256, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_L);
-        assert_int_equal(op_kernel(dt, 32, 6144, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_K);
-        assert_int_equal(op_kernel(dt, 33, 6144, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_M);
-        assert_int_equal(op_kernel(dt, 64, 4096, 14336, FAKE_W, FAKE_X), PPN_K_GEMM_TC_K);
-        assert_int_equal(op_kernel(dt, 65, 4096, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_M);
+        assert_int_equal(op_kernel(dt, 32, 6144, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW); /* cols >= 4096 */
+        assert_int_equal(op_kernel(dt, 32, 3072, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_K);
+        assert_int_equal(op_kernel(dt, 33, 3072, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
+        assert_int_equal(op_kernel(dt, 32, 16384, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW); /* rows > 8192 */
+        assert_int_equal(op_kernel(dt, 16, 4096, 14336, FAKE_W, FAKE_X), PPN_K_GEMM_TC_K);
+        assert_int_equal(op_kernel(dt, 17, 4096, 14336, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
+        assert_int_equal(op_kernel(dt, 128, 3072, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW); /* KW_KS 8 */
+        assert_int_equal(op_kernel(dt, 64, 16384, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
+        assert_int_equal(op_kernel(dt, 65, 16384, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_M); /* KW_KS 4, cols < 4096 */
+        assert_int_equal(op_kernel(dt, 128, 28672, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_L); /* 112 large tiles */
+        assert_int_equal(op_kernel(dt, 64, 28672, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
+        assert_int_equal(op_kernel(dt, 33, 6144, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
+        expect_launch(PPN_K_GEMM_TC_KW, 33, 6144);
+        assert_int_equal(tu_cap.l.grid[0], 48 * 8); /* the 6144 rows' 48 tiles, each over 8 k-ranges */
+        assert_int_equal(op_kernel(dt, 64, 4096, 14336, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
+        expect_launch(PPN_K_GEMM_TC_KW, 64, 4096);
+        assert_int_equal(op_kernel(dt, 128, 4096, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
+        expect_launch(PPN_K_GEMM_TC_KW, 128, 4096);
+        assert_int_equal(tu_cap.l.grid[0], 2 * 32 * 8); /* two token groups */
+        assert_int_equal(op_kernel(dt, 64, 28672, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
+        expect_launch(PPN_K_GEMM_TC_KW, 64, 28672);
+        assert_int_equal(op_kernel(dt, 64, 128256, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_M); /* KW_KS 1 */
+        assert_int_equal(op_kernel(dt, 129, 4096, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_M);
         assert_int_equal(op_kernel(dt, 16, 4096, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_K);
         expect_launch(PPN_K_GEMM_TC_K, 16, 4096);
         assert_int_equal(op_kernel(dt, 1, 2048, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_K);
         expect_launch(PPN_K_GEMM_TC_K, 1, 2048);
-        assert_int_equal(op_kernel(dt, 33, 2048, 8192, FAKE_W, FAKE_X), PPN_K_GEMM_TC_K);
-        expect_launch(PPN_K_GEMM_TC_K, 33, 2048); /* two token groups */
-        assert_int_equal(tu_cap.l.grid[0], 2 * 32 * 8); /* the 2048 rows' 32 tiles, each over 8 k-ranges */
+        assert_int_equal(op_kernel(dt, 33, 2048, 8192, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
+        expect_launch(PPN_K_GEMM_TC_KW, 33, 2048);
+        assert_int_equal(tu_cap.l.grid[0], 16 * 8); /* the 2048 rows' 16 middle tiles, each over 8 k-ranges */
+        assert_int_equal(PPN_GEMM_TC_KW_KS(128256), 1);
+        assert_int_equal(PPN_GEMM_TC_KW_KS(28672), 2);
+        assert_int_equal(PPN_GEMM_TC_KW_KS(16384), 4);
+        assert_int_equal(PPN_GEMM_TC_KW_KS(6144), 8);
         assert_int_equal(PPN_GEMM_TC_K_KS(128256), 1); /* the k-ranges a weight tile is summed in, by rows */
         assert_int_equal(PPN_GEMM_TC_K_KS(28672), 4);
         assert_int_equal(PPN_GEMM_TC_K_KS(16384), 2);
@@ -242,7 +269,7 @@ static void test_gemm_op_tile_forced(void **state)
     tu_cap.dry = 1;
     ppn_kp_gemm p = {.out = FAKE_OUT, .w = FAKE_W, .x = FAKE_X, .m = 512, .rows = 2048, .cols = 2048,
                      .wdt = PPN_DTYPE_BF16};
-    for (int k = PPN_K_GEMM; k <= PPN_K_GEMM_TC_K; k++) {
+    for (int k = PPN_K_GEMM; k <= PPN_K_GEMM_TC_KW; k++) {
         tu_cap.calls = 0;
         assert_int_equal(ppn_op_gemm_tile(&tu_fake, tu_fake_stream, k, &p), PPN_OK);
         assert_int_equal(tu_cap.calls, 1);
@@ -263,8 +290,10 @@ static void test_gemm_op_tile_forced(void **state)
         assert_int_equal(ppn_op_gemm_tile(&tu_fake, tu_fake_stream, PPN_K_GEMM, bad[i]), PPN_OK); /* SIMT takes any */
     }
     assert_int_equal(tu_cap.calls, 3); /* the refusals launched nothing */
-    for (size_t i = 0; i < TU_LEN(bad); i++)
+    for (size_t i = 0; i < TU_LEN(bad); i++) {
         assert_int_equal(ppn_op_gemm_tile(&tu_fake, tu_fake_stream, PPN_K_GEMM_TC_K, bad[i]), PPN_EINVAL);
+        assert_int_equal(ppn_op_gemm_tile(&tu_fake, tu_fake_stream, PPN_K_GEMM_TC_KW, bad[i]), PPN_EINVAL);
+    }
     assert_int_equal(tu_cap.calls, 3);
     tu_cap.dry = 0;
 }

@@ -51,7 +51,7 @@ typedef struct ppn_gpu_kernel {
     void (*cpu)(const void *params); /* the CPU reference the sim backend runs */
 } ppn_gpu_kernel;
 
-#define PPN_GPU_MAX_KERNELS 32
+#define PPN_GPU_MAX_KERNELS 48
 
 /* The kernels a backend may launch: launch ids index k. */
 typedef struct ppn_gpu_kernels {

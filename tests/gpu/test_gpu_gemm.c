@@ -255,7 +255,7 @@ static void gg_check(const gg_case *c)
     double max_abs, worst = err_ratio(g1, ref, scale, n, &wi, &max_abs), tile_worst = 0;
     char tiles[128] = "";
     int tc = c->dt != PPN_DTYPE_F32 && c->cols % 8 == 0 && c->xoff % 4 == 0;
-    for (int k = PPN_K_GEMM_TC_L; tc && k <= PPN_K_GEMM_TC_K; k++) {
+    for (int k = PPN_K_GEMM_TC_L; tc && k <= PPN_K_GEMM_TC_KW; k++) {
         gg_run(c, k, &p, t, ns, g2);
         size_t wk;
         double ak, rk = err_ratio(g2, ref, scale, n, &wk, &ak);
@@ -263,15 +263,16 @@ static void gg_check(const gg_case *c)
         snprintf(tiles + strlen(tiles), sizeof tiles - strlen(tiles), " %s%s%.3f", kname(k) + 8,
                  memcmp(g1, g2, n * 4) ? "!=" : "=", rk);
     }
-    /* A token's row alone (m = 1) gives its bits in this batch when the op takes gemm_tc_k both times (its
-     * k-split depends on cols alone); checked on the first sampled row, where res does not alias out. */
+    /* A token's row alone (m = 1) gives its bits in this batch on the split-K tile the op took (gemm_tc_k or
+     * gemm_tc_kw, forced at m = 1: their k-splits depend on rows and cols alone); checked on the first sampled
+     * row, where res does not alias out. */
     int alone = 1;
-    if (chosen == PPN_K_GEMM_TC_K && !c->alias) {
+    if ((chosen == PPN_K_GEMM_TC_K || chosen == PPN_K_GEMM_TC_KW) && !c->alias) {
         ppn_kp_gemm q = p;
         q.m = 1, q.x = p.x + (size_t)t[0] * C * 4, q.res = c->res ? B.res + (size_t)t[0] * R * 4 : 0;
         q.out = B.out + (size_t)c->m * R * 4; /* past the batch's rows */
-        if (op_choice(&q) == PPN_K_GEMM_TC_K) {
-            EXPECT_OK(run_gemm(-1, &q));
+        {
+            EXPECT_OK(run_gemm(chosen, &q));
             EXPECT_OK(G->ops->stream_sync(G, S));
             tu_download(G, S, g2, q.out, R * 4);
             alone = !memcmp(g1, g2, R * 4);
@@ -315,6 +316,9 @@ static void test_gpu_gemm_correct(void **state)
         {"8b qkv", 4, 6144, 4096, bf, 0, 0, 0, 0},         {"1b gate|up", 32, 16384, 2048, bf, 1, 0, 0, 0},
         {"tails", 33, 1000, 4104, bf, 1, 1, 0, 0},         {"tails", 5, 1000, 4104, fh, 1, 1, 1, 0},
         {"tails", 8, 100, 72, bf, 0, 1, 0, 0},             {"1b down", 17, 2048, 8192, bf, 0, 1, 0, 0},
+        /* a few dozen tokens (gemm_tc_kw): two token groups, a last k-range short, tiles past the matrix */
+        {"tails", 100, 1000, 4104, bf, 1, 1, 0, 0},       {"tails", 65, 1000, 4104, fh, 1, 0, 0, 0},
+        {"8b qkv", 48, 6144, 4096, bf, 0, 0, 0, 0},        {"1b gate|up", 128, 16384, 2048, bf, 0, 1, 0, 0},
     };
     static const int fx[][2] = {{96, 64}, {64, 64}, {352, 64}, {64, 176}, {128, 64}, {64, 128}, {320, 64},
                                 {64, 160}, {256, 64}, {344, 64}, {64, 172}, {512, 64}};
@@ -390,7 +394,7 @@ static double time_line(const gg_shape *s, int m, int dt)
     char line[256];
     int n = snprintf(line, sizeof line, "  %-11s %-4s m=%-4d %6dx%-5d  %-9s %8.3f ms %6.1f TFLOP/s |", s->name,
                      ppn_dtype_name(dt), m, s->rows, s->cols, kname(op_choice(&p)), op, tflops(m, s->rows, s->cols, op));
-    for (int k = PPN_K_GEMM_TC_L; dt != PPN_DTYPE_F32 && k <= PPN_K_GEMM_TC_K; k++) {
+    for (int k = PPN_K_GEMM_TC_L; dt != PPN_DTYPE_F32 && k <= PPN_K_GEMM_TC_KW; k++) {
         double t = time_ms(k, p);
         n += snprintf(line + n, sizeof line - (size_t)n, " %s %6.1f", kname(k) + 8, tflops(m, s->rows, s->cols, t));
     }
@@ -502,7 +506,7 @@ static void test_gpu_gemm_decode(void **state)
                 int n = snprintf(line, sizeof line, "  decode %-11s m=%-4d %-9s %8.2f us %6.0f GB/s %5.1f%% |",
                                  sh->name, ms[j], kname(op_choice(&p)), op * 1e3, wb / (op * 1e6),
                                  100.0 * wb / (op * 1e6) / floor_gbs);
-                static const int ks[] = {PPN_K_GEMM_TC_M, PPN_K_GEMM_TC_K};
+                static const int ks[] = {PPN_K_GEMM_TC_M, PPN_K_GEMM_TC_K, PPN_K_GEMM_TC_KW};
                 for (size_t q = 0; q < TU_LEN(ks); q++) {
                     double t = burst_ms(ks[q], p);
                     n += snprintf(line + n, sizeof line - (size_t)n, " %s %7.2f us %5.1f%%", kname(ks[q]) + 8,
