@@ -3,6 +3,7 @@
  * rendered with transformers' variables: messages (null-valued keys dropped), add_generation_prompt, tools and
  * documents (none unless given), the special tokens the config sets, then the caller's extra variables. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,10 @@
 struct ppn_template {
     ppn_tmpl tmpl;
     json_t *vars;   /* the special tokens from the config: bos_token, eos_token ... */
+    /* Renders take references to the parsed template's JSON constants and vars, and jansson's reference check
+     * (json_incref reads the count without an atomic) races with another thread's atomic decrement: one render
+     * at a time (ThreadSanitizer found it under ppn serve's concurrent chat requests). */
+    pthread_mutex_t mu;
 };
 
 static const char *const special_names[] = {"bos_token", "eos_token", "unk_token", "pad_token",
@@ -24,6 +29,7 @@ static ppn_status nomem(void) { return ppn_err(PPN_ENOMEM, "chat template: out o
 static ppn_status make(const char *src, size_t len, const char *name, ppn_template **out)
 {
     ppn_template *t = calloc(1, sizeof *t);
+    if (t) pthread_mutex_init(&t->mu, NULL);
     if (!t || !(t->vars = json_object()) || !(t->tmpl.name = strdup(name))) {
         ppn_template_free(t);
         return nomem();
@@ -164,6 +170,7 @@ void ppn_template_free(ppn_template *t)
     if (!t) return;
     ppn_tmpl_clear(&t->tmpl);
     json_decref(t->vars);
+    pthread_mutex_destroy(&t->mu);
     free(t);
 }
 
@@ -192,7 +199,7 @@ static ppn_status clean_messages(json_t *msgs, json_t **out)
     return PPN_OK;
 }
 
-static ppn_status render(const ppn_template *t, json_t *msgs, json_t *extra, int agp, char **out)
+static ppn_status render_locked(const ppn_template *t, json_t *msgs, json_t *extra, int agp, char **out)
 {
     json_t *vars = json_pack("{sOsbsnsn}", "messages", msgs, "add_generation_prompt", agp != 0, "tools", "documents");
     if (!vars) return nomem();
@@ -214,6 +221,15 @@ static ppn_status render(const ppn_template *t, json_t *msgs, json_t *extra, int
     }
     *out = b.p;
     return PPN_OK;
+}
+
+static ppn_status render(const ppn_template *t, json_t *msgs, json_t *extra, int agp, char **out)
+{
+    pthread_mutex_t *mu = (pthread_mutex_t *)&t->mu; /* the render's only mutable state: the JSON references */
+    pthread_mutex_lock(mu);
+    ppn_status st = render_locked(t, msgs, extra, agp, out);
+    pthread_mutex_unlock(mu);
+    return st;
 }
 
 ppn_status ppn_template_render(const ppn_template *t, const ppn_chat_msg *msgs, int n, int add_generation_prompt,
