@@ -26,7 +26,6 @@
  */
 #include <string.h>
 #include "core/base/env.h"
-#include <stdatomic.h>
 #include <stdio.h>
 #include "core/base/err.h"
 
@@ -84,17 +83,6 @@ static ppn_status env_seams(ppn_door *t)
     return PPN_OK;
 }
 
-/* The seed's warn_unwired_once for the speculative seam: set with the door open, it changes nothing yet, and
- * says so once rather than being ignored silently. */
-static void note_unwired_spec(void)
-{
-    static atomic_flag said = ATOMIC_FLAG_INIT;
-    const char *v = NULL;
-    if (ppn_env_str("MEMRA_SPEC_PP", &v) != PPN_OK || !v || atomic_flag_test_and_set(&said)) return;
-    fprintf(stderr, "ppn: note: MEMRA_SPEC_PP=%s is accepted but not wired: ppn has no speculative verify path "
-                    "yet, so it changes nothing\n", v);
-}
-
 /* @return PPN_OK, PPN_EINVAL (d is NULL, or a variable breaks its rule: named with its value and the rule).
  * *d is replaced only on success. */
 ppn_status ppn_door_from_env(ppn_door *d)
@@ -109,7 +97,6 @@ ppn_status ppn_door_from_env(ppn_door *d)
         PPN_CHECK(env_cuts(&t));
         PPN_CHECK(ppn_env_ints("MEMRA_PP_DEVICES", t.devices, (int)PPN_ARRAY_LEN(t.devices), &t.n_devices));
         PPN_CHECK(env_seams(&t));
-        note_unwired_spec();
     }
     *d = t;
     return PPN_OK;

@@ -42,9 +42,10 @@ static const ppn_env_var env_table[] = {
     FLAG("MEMRA_PP_STREAMS", PPN_ENV_DOOR, 1, "1", "0: rollback to one stream, plain copies, no per-stage threads"),
     FLAG("MEMRA_PP_OVERLAP", PPN_ENV_DOOR, 1, "0", "1: alternate the double-buffered boundary slots per step"),
     FLAG("MEMRA_BATCH_PP", PPN_ENV_DOOR, 1, "1",
-         "0: A/B seam of the batched path (not wired yet: ppn_decode_batch walks unsplit, with a one-time note)"),
+         "0: the batched decode step walks every layer on stage 0's stream (refused across devices unless "
+         "MEMRA_PP_ALLOW_UNSPLIT_BATCH=1); 1: the batched stage split"),
     FLAG("MEMRA_SPEC_PP", PPN_ENV_DOOR, 1, "1",
-         "0: A/B seam of the speculative path (not wired yet: there is no verify path; a one-time note if set)"),
+         "0: the speculative verify walks every layer on stage 0's stream (the same refusal); 1: the verify split"),
     FLAG("MEMRA_PRIME_PP", PPN_ENV_DOOR, 1, "1", "0: A/B seam of the prime path"),
     FLAG("MEMRA_PRIME_PIPE", PPN_ENV_DOOR, 1, "1", "0: A/B seam of the pipelined prime"),
     FLAG("MEMRA_PP_ALLOW_UNSPLIT_BATCH", PPN_ENV_DOOR, 1, "0",
