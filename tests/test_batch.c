@@ -75,24 +75,6 @@ static void test_batch_argmax_rows_kernel(void **state)
     free(x);
 }
 
-/* A fixture's ids (its reference prompt, reused as every sequence's text). */
-static int *fixture_ids(const char *name, char *dir, size_t cap, int *n)
-{
-    char refp[4200];
-    if (strstr(name, ".bin")) {
-        snprintf(dir, cap, "%s/%s", tu_fixture("llama2c"), name);
-        snprintf(refp, sizeof refp, "%s/stories260K.bos.ids", tu_fixture("llama2c"));
-        int *ids = tu_read_ids_text(refp, n);
-        if (!ids) fail_msg("fixture missing: %s", refp);
-        return ids;
-    }
-    snprintf(dir, cap, "%s/%s", tu_fixture("hf"), name);
-    snprintf(refp, sizeof refp, "%s/reference.json", dir);
-    int *ids = tu_ref_ids(refp, "all_ids", n);
-    if (!ids) fail_msg("fixture missing: %s", refp);
-    return ids;
-}
-
 #define B 5
 static const int prompt_len[B] = {1, 3, 7, 12, 20};
 
@@ -121,7 +103,7 @@ static void check_rows_alone(const char *name, int steps)
 {
     char dir[4096];
     int n;
-    int *ids = fixture_ids(name, dir, sizeof dir, &n);
+    int *ids = tu_fixture_ids(name, dir, sizeof dir, &n);
     assert_true(n >= prompt_len[B - 1] + steps);
     ppn_model *m = load(dir, NULL, 64);
     ppn_model_info info;
@@ -174,7 +156,7 @@ static void test_batch_split_unsplit_micro(void **state)
     (void)state;
     char dir[4096];
     int n;
-    int *ids = fixture_ids("qwen2-tiny", dir, sizeof dir, &n);
+    int *ids = tu_fixture_ids("qwen2-tiny", dir, sizeof dir, &n);
     const int steps = 5;
     ppn_model *shut = load(dir, NULL, 64);
     ppn_model_info info;
@@ -236,7 +218,7 @@ static void test_batch_refusals(void **state)
     (void)state;
     char dir[4096];
     int n;
-    int *ids = fixture_ids("llama-tiny", dir, sizeof dir, &n);
+    int *ids = tu_fixture_ids("llama-tiny", dir, sizeof dir, &n);
     ppn_model *m = load(dir, NULL, 8);
     ppn_model_info info;
     ppn_model_get_info(m, &info);
@@ -279,7 +261,7 @@ static void test_batch_kv_exhaustion(void **state)
     (void)state;
     char dir[4096];
     int n;
-    int *ids = fixture_ids("llama-tiny", dir, sizeof dir, &n);
+    int *ids = tu_fixture_ids("llama-tiny", dir, sizeof dir, &n);
     ppn_load_opts o = ppn_load_opts_default();
     o.ctx = 40;
     o.kv_tokens = 40; /* rounded up to 3 blocks of 16 */
@@ -341,7 +323,7 @@ static void test_batch_kv_soak(void **state)
     (void)state;
     char dir[4096];
     int n;
-    int *ids = fixture_ids("qwen3-tiny", dir, sizeof dir, &n);
+    int *ids = tu_fixture_ids("qwen3-tiny", dir, sizeof dir, &n);
     ppn_door d = ppn_door_default();
     d.n_stages = d.n_devices = 3;
     for (int s = 0; s < 3; s++) d.devices[s] = s;

@@ -97,28 +97,11 @@ static void spec_greedy(ppn_model *m, const int *ids, int n, int steps, int k, c
     ppn_seq_destroy(q);
 }
 
-static int *fixture_ids(const char *name, char *dir, size_t cap, int *n)
-{
-    char refp[4200];
-    if (strstr(name, ".bin")) {
-        snprintf(dir, cap, "%s/%s", tu_fixture("llama2c"), name);
-        snprintf(refp, sizeof refp, "%s/stories260K.bos.ids", tu_fixture("llama2c"));
-        int *ids = tu_read_ids_text(refp, n);
-        if (!ids) fail_msg("fixture missing: %s", refp);
-        return ids;
-    }
-    snprintf(dir, cap, "%s/%s", tu_fixture("hf"), name);
-    snprintf(refp, sizeof refp, "%s/reference.json", dir);
-    int *ids = tu_ref_ids(refp, "all_ids", n);
-    if (!ids) fail_msg("fixture missing: %s", refp);
-    return ids;
-}
-
 static void check_fixture(const char *name)
 {
     char dir[4096];
     int n, steps = 40, prompt = 6;
-    int *ids = fixture_ids(name, dir, sizeof dir, &n);
+    int *ids = tu_fixture_ids(name, dir, sizeof dir, &n);
     int *want = malloc(sizeof(int) * (size_t)steps), *got = malloc(sizeof(int) * (size_t)steps);
     assert_true(want && got && n >= prompt);
     ppn_model *ref = load(dir, NULL, 128);
@@ -165,7 +148,7 @@ static void test_spec_truncate(void **state)
     (void)state;
     char dir[4096];
     int n;
-    int *ids = fixture_ids("qwen3-tiny", dir, sizeof dir, &n);
+    int *ids = tu_fixture_ids("qwen3-tiny", dir, sizeof dir, &n);
     ppn_model *m = load(dir, NULL, 64);
     ppn_model_info mi;
     ppn_model_get_info(m, &mi);
@@ -192,7 +175,7 @@ static void test_spec_refusals(void **state)
     (void)state;
     char dir[4096];
     int n;
-    int *ids = fixture_ids("llama-tiny", dir, sizeof dir, &n);
+    int *ids = tu_fixture_ids("llama-tiny", dir, sizeof dir, &n);
     ppn_model *m = load(dir, NULL, 8);
     ppn_model_info mi;
     ppn_model_get_info(m, &mi);

@@ -252,3 +252,20 @@ ppn_model *tu_model_load(ppn_rt *rt, const char *path, const ppn_load_opts *o)
     if (st != PPN_OK) fail_msg("load %s: %s: %s", path, ppn_status_name(st), ppn_last_error());
     return m;
 }
+
+int *tu_fixture_ids(const char *name, char *dir, size_t cap, int *n)
+{
+    char refp[4200];
+    if (strstr(name, ".bin")) {
+        snprintf(dir, cap, "%s/%s", tu_fixture("llama2c"), name);
+        snprintf(refp, sizeof refp, "%s/stories260K.bos.ids", tu_fixture("llama2c"));
+        int *ids = tu_read_ids_text(refp, n);
+        if (!ids) fail_msg("fixture missing: %s", refp);
+        return ids;
+    }
+    snprintf(dir, cap, "%s/%s", tu_fixture("hf"), name);
+    snprintf(refp, sizeof refp, "%s/reference.json", dir);
+    int *ids = tu_ref_ids(refp, "all_ids", n);
+    if (!ids) fail_msg("fixture missing: %s", refp);
+    return ids;
+}

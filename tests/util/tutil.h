@@ -14,6 +14,9 @@ void *tu_read_file(const char *path, size_t *n);
 int *tu_ref_ids(const char *ref_json_path, const char *key, int *n);
 /* llama2.c ids file: whitespace- or comma-separated integers. */
 int *tu_read_ids_text(const char *path, int *n);
+/* A fixture's model folder (hf/NAME, or llama2c/NAME for a name ending in .bin) into dir, and its reference ids
+ * (reference.json's all_ids, or stories260K.bos.ids); fails the test when the fixture is missing. */
+int *tu_fixture_ids(const char *name, char *dir, size_t cap, int *n);
 
 typedef struct tu_cmp {
     double worst_ratio;   /* max over rows of max|x-ref| / (tol_rel * max(1, max|ref|)) (<= 1 passes) */
