@@ -13,6 +13,9 @@
  *   the unsplit walk (MEMRA_BATCH_PP=0, or MEMRA_PP_STREAMS=0) every layer on stage 0's stream: refused when the
  *                    weights are sharded over several devices (the seed's 28x peer-read regime) unless
  *                    MEMRA_PP_ALLOW_UNSPLIT_BATCH=1, which is for measurement.
+ * A mixed step (ppn_batch_opts.n_prime) also feeds prompt slices: their rows first, then the decode rows, one
+ * walk (PPN_ROWS_MIXED) that reads each weight once for all of them: chunked prefill beside running decodes. Its
+ * prompt segments take the prefill chunk's attention, its decode rows the batch's.
  * The head computes every row's logits with one GEMM and, for greedy steps, their argmax on the device: the host
  * reads back B ids, never the logits. A batch of one on the split (or one stage) is a decode step: it goes through
  * ppn_decode_step / ppn_decode_greedy (the matvec kernels, which read the weights at the bandwidth floor where the
@@ -51,7 +54,7 @@ static int argmax_rule(const float *x, int n)
     return best;
 }
 
-ppn_batch_opts ppn_batch_opts_default(void) { return (ppn_batch_opts){.micro = 0}; }
+ppn_batch_opts ppn_batch_opts_default(void) { return (ppn_batch_opts){.micro = 0, .n_prime = 0}; }
 
 /* Distinct devices among the map's stages. */
 static int map_devices(const ppn_stage_map *map)
@@ -63,6 +66,49 @@ static int map_devices(const ppn_stage_map *map)
         n += !seen;
     }
     return n;
+}
+
+/* A mixed step's prompt slices: each a distinct sequence of the model, none a decode row's, its ids in the
+ * vocabulary and within its context; all rows together within PPN_PREFILL_MAX_CHUNK. */
+static ppn_status check_prime(ppn_model *m, ppn_seq *const *seqs, int n, const ppn_batch_opts *o)
+{
+    static const char fn[] = "ppn_decode_batch";
+    if (o->n_prime < 0) return ppn_err(PPN_EINVAL, "%s: n_prime %d is negative", fn, o->n_prime);
+    if (!o->n_prime) return PPN_OK;
+    if (!o->prime_seqs || !o->prime_ids || !o->prime_n)
+        return ppn_err(PPN_EINVAL, "%s: n_prime %d with NULL prime_seqs, prime_ids or prime_n", fn, o->n_prime);
+    if (o->micro > 1)
+        return ppn_err(PPN_EINVAL, "%s: a mixed step is one walk: micro %d with prompt slices", fn, o->micro);
+    long rows = n;
+    for (int i = 0; i < o->n_prime; i++) {
+        ppn_seq *q = o->prime_seqs[i];
+        int k = o->prime_n[i];
+        if (!q || !o->prime_ids[i] || k < 1)
+            return ppn_err(PPN_EINVAL, "%s: prompt slice %d: %s", fn, i, !q ? "NULL sequence" : !o->prime_ids[i]
+                                                                            ? "NULL ids" : "no ids");
+        if (q->m != m) return ppn_err(PPN_EINVAL, "%s: prompt slice %d: a sequence of another model", fn, i);
+        for (int j = 0; j < n; j++)
+            if (seqs[j] == q)
+                return ppn_err(PPN_EINVAL, "%s: sequence %d is both decode row %d and prompt slice %d", fn, q->id,
+                               j, i);
+        for (int j = 0; j < i; j++)
+            if (o->prime_seqs[j] == q)
+                return ppn_err(PPN_EINVAL, "%s: sequence %d is prompt slices %d and %d", fn, q->id, j, i);
+        if (q->issued != q->waited)
+            return ppn_err(PPN_ESTATE, "%s: prompt slice %d: sequence %d has deferred steps in flight", fn, i, q->id);
+        if (k > m->ctx - q->pos)
+            return ppn_err(PPN_ESTATE, "%s: prompt slice %d: %d ids from position %d exceed sequence %d's context of "
+                                       "%d positions", fn, i, k, q->pos, q->id, m->ctx);
+        for (int t = 0; t < k; t++)
+            if (o->prime_ids[i][t] < 0 || o->prime_ids[i][t] >= m->cfg.vocab)
+                return ppn_err(PPN_EINVAL, "%s: prompt slice %d, id %d at %d is outside the vocabulary [0, %d)", fn,
+                               i, o->prime_ids[i][t], t, m->cfg.vocab);
+        rows += k;
+    }
+    if (rows > PPN_PREFILL_MAX_CHUNK)
+        return ppn_err(PPN_EINVAL, "%s: %ld rows (%d decode, the rest prompt) exceed PPN_PREFILL_MAX_CHUNK (%d)", fn,
+                       rows, n, PPN_PREFILL_MAX_CHUNK);
+    return PPN_OK;
 }
 
 static ppn_status check_call(ppn_seq *const *seqs, const int *tokens, int n, const ppn_batch_opts *o)
@@ -90,11 +136,12 @@ static ppn_status check_call(ppn_seq *const *seqs, const int *tokens, int n, con
             return ppn_err(st, "%s: row %d: %s", fn, i, why);
         }
     }
-    return PPN_OK;
+    return check_prime(m, seqs, n, o);
 }
 
 /* The step's walks: micro-batch k holds rows [k n / mb, (k + 1) n / mb), one segment per row; its ids land in
- * ids_h and its logits in logits at its first row. */
+ * ids_h and its logits in logits at its first row. A mixed step (o->n_prime) is one walk whose first rows are
+ * the prompt slices, one segment each, and whose decode rows follow from brow0. */
 typedef struct batch_plan {
     ppn_step_cmd cmds[PPN_MAX_INFLIGHT];
     ppn_rowseg *segs;
@@ -106,24 +153,33 @@ typedef struct batch_plan {
 } batch_plan;
 
 static ppn_status plan_build(ppn_model *m, ppn_seq *const *seqs, const int *tokens, int n, int mb, float *logits,
-                             int want_ids, batch_plan *pl)
+                             int want_ids, const ppn_batch_opts *o, batch_plan *pl)
 {
     memset(pl, 0, sizeof *pl);
     pl->mb = mb;
     const ppn_stage_map *map = m->map;
-    int ns = map->n_stages;
-    pl->segs = ppn_hcalloc((size_t)n, sizeof *pl->segs);
+    int ns = map->n_stages, np = o->n_prime, P = 0;
+    for (int i = 0; i < np; i++) P += o->prime_n[i];
+    pl->segs = ppn_hcalloc((size_t)(n + np), sizeof *pl->segs);
     pl->tbl_hs = ppn_hcalloc((size_t)n, sizeof *pl->tbl_hs);
     pl->n_tbls = ppn_hcalloc((size_t)n, sizeof *pl->n_tbls);
     if (!pl->segs || !pl->tbl_hs || !pl->n_tbls)
         return ppn_err(PPN_ENOMEM, "ppn_decode_batch: host out of memory for %d rows", n);
-    PPN_CHECK(ppn_pinned_alloc(m->rt->pinned, sizeof(int32_t) * (size_t)n, (void **)&pl->tok_h));
+    PPN_CHECK(ppn_pinned_alloc(m->rt->pinned, sizeof(int32_t) * (size_t)(P + n), (void **)&pl->tok_h));
     PPN_CHECK(ppn_pinned_alloc(m->rt->pinned, sizeof(ppn_kseg) * (size_t)n * (size_t)ns, (void **)&pl->ksegs));
     if (want_ids) PPN_CHECK(ppn_pinned_alloc(m->rt->pinned, sizeof(int32_t) * (size_t)n, (void **)&pl->ids_h));
+    for (int i = 0, r = 0; i < np; r += o->prime_n[i], i++) {
+        ppn_seq *q = o->prime_seqs[i];
+        memcpy(pl->tok_h + r, o->prime_ids[i], sizeof(int32_t) * (size_t)o->prime_n[i]);
+        pl->segs[i] = (ppn_rowseg){.seq = q, .pos0 = q->pos, .r0 = r, .n = o->prime_n[i], .n_tbl = q->n_blk,
+                                   .out = o->prime_logits ? o->prime_logits[i] : NULL};
+    }
+    int32_t *tok_h = pl->tok_h + P;
+    ppn_rowseg *segs = pl->segs + np;
     for (int i = 0; i < n; i++) {
         ppn_seq *q = seqs[i];
-        pl->tok_h[i] = tokens[i];
-        pl->segs[i] = (ppn_rowseg){.seq = q, .pos0 = q->pos, .n = 1, .n_tbl = q->n_blk};
+        tok_h[i] = tokens[i];
+        segs[i] = (ppn_rowseg){.seq = q, .pos0 = q->pos, .n = 1, .n_tbl = q->n_blk};
         pl->tbl_hs[i] = q->tbl_h;
         pl->n_tbls[i] = q->n_blk;
     }
@@ -131,19 +187,20 @@ static ppn_status plan_build(ppn_model *m, ppn_seq *const *seqs, const int *toke
     for (int k = 0; k < mb; k++) {
         int r0 = (int)((long)k * n / mb), r1 = (int)((long)(k + 1) * n / mb);
         ppn_step_cmd *c = &pl->cmds[k];
-        c->kind = PPN_ROWS_BATCH;
-        c->rows = r1 - r0;
-        c->nseg = r1 - r0;
-        c->segs = pl->segs + r0;
-        c->tok_h = pl->tok_h + r0;
-        c->seq = seqs[r0]; /* its ring entry marks the walk's end */
+        c->kind = np ? PPN_ROWS_MIXED : PPN_ROWS_BATCH;
+        c->brow0 = P; /* 0 unless mixed, which is one walk (mb 1) */
+        c->rows = P + r1 - r0;
+        c->nseg = np + r1 - r0;
+        c->segs = np ? pl->segs : segs + r0;
+        c->tok_h = np ? pl->tok_h : tok_h + r0;
+        c->seq = c->segs[0].seq; /* its ring entry marks the walk's end */
         c->logits_h = logits ? logits + (size_t)r0 * vocab : NULL;
         c->ids_h = pl->ids_h ? pl->ids_h + r0 : NULL;
         c->tbl_hs = pl->tbl_hs + r0;
         c->n_tbls = pl->n_tbls + r0;
         c->ksegs_h = pl->ksegs + (size_t)ns * (size_t)r0;
         for (int i = r0; i < r1; i++) {
-            pl->segs[i].r0 = i - r0;
+            segs[i].r0 = P + i - r0;
             for (int s = 0; s < ns; s++) /* stage s's row i - r0: its position, its table on s's device */
                 pl->ksegs[(size_t)ns * (size_t)r0 + (size_t)s * (size_t)(r1 - r0) + (size_t)(i - r0)] =
                     (ppn_kseg){.pos = seqs[i]->pos, .tbl = seqs[i]->scr[s].kvt};
@@ -175,34 +232,45 @@ ppn_status ppn_decode_batch_ex(ppn_seq *const *seqs, const int *tokens, int n, c
                                                "the batched split (MEMRA_BATCH_PP=1)"));
         PPN_CHECK(ppn_rows_unsplit_reachable(m, "ppn_decode_batch (MEMRA_BATCH_PP=0)", "the batched split"));
     }
-    if (n == 1 && !unsplit) { /* a decode step; with logits and ids both, the ids are their argmax (the rule) */
+    int np = o.n_prime, P = 0;
+    for (int i = 0; i < np; i++) P += o.prime_n[i];
+    if (n == 1 && !unsplit && !np) { /* a decode step; with logits and ids both, the ids are their argmax (the rule) */
         ppn_status st = ids && !logits ? ppn_decode_greedy(seqs[0], tokens[0], 1, ids)
                                        : ppn_decode_step(seqs[0], tokens[0], logits);
         if (st == PPN_OK && ids && logits) ids[0] = argmax_rule(logits, m->cfg.vocab);
         if (st == PPN_OK) atomic_fetch_add_explicit(&m->batch_steps, 1, memory_order_relaxed);
         return st;
     }
-    int mb = o.micro ? o.micro : (unsplit ? 1 : map_devices(map));
+    int mb = o.micro ? o.micro : (unsplit || np ? 1 : map_devices(map));
     if (mb > PPN_MAX_INFLIGHT) mb = PPN_MAX_INFLIGHT;
     if (mb > n) mb = n;
-    int *end = ppn_hcalloc((size_t)n, sizeof *end);
-    if (!end) return ppn_err(PPN_ENOMEM, "ppn_decode_batch: host out of memory for %d rows", n);
-    for (int i = 0; i < n; i++) end[i] = seqs[i]->pos + 1;
-    ppn_status st = ppn_kv_reserve(seqs, end, n); /* all or none: a refusal names the sequence, nothing moved */
+    int *end = ppn_hcalloc((size_t)(n + np), sizeof *end);
+    ppn_seq **all = ppn_hcalloc((size_t)(n + np), sizeof *all);
+    if (!end || !all) {
+        ppn_hfree(end);
+        ppn_hfree(all);
+        return ppn_err(PPN_ENOMEM, "ppn_decode_batch: host out of memory for %d rows", n + np);
+    }
+    for (int i = 0; i < n; i++) all[i] = seqs[i], end[i] = seqs[i]->pos + 1;
+    for (int i = 0; i < np; i++) all[n + i] = o.prime_seqs[i], end[n + i] = o.prime_seqs[i]->pos + o.prime_n[i];
+    ppn_status st = ppn_kv_reserve(all, end, n + np); /* all or none: a refusal names the sequence, nothing moved */
     ppn_hfree(end);
+    ppn_hfree(all);
     PPN_CHECK(st);
-    st = ppn_map_reserve_batch(m, (n + mb - 1) / mb);
+    st = np ? ppn_map_reserve_rows(m, P + n) : PPN_OK;
+    if (st == PPN_OK) st = ppn_map_reserve_batch(m, (n + mb - 1) / mb);
     if (st != PPN_OK) { /* the slots may be half rebuilt: the model is refused from here on, cleanly */
         ppn_model_fail(m, st);
         return st;
     }
     batch_plan pl;
-    st = plan_build(m, seqs, tokens, n, mb, logits, ids != NULL, &pl);
+    st = plan_build(m, seqs, tokens, n, mb, logits, ids != NULL, &o, &pl);
     if (st == PPN_OK) { /* from here a failure leaves caches half written: the model's failure, sticky */
         for (int i = 0; i < n; i++) seqs[i]->pos++;
+        for (int i = 0; i < np; i++) o.prime_seqs[i]->pos += o.prime_n[i];
         st = unsplit ? ppn_rows_run_unsplit(m, pl.cmds, mb) : ppn_rows_run_staged(m, pl.cmds, mb, mb);
         if (st != PPN_OK) ppn_model_fail(m, st);
-        else atomic_fetch_add_explicit(&m->batch_steps, 1, memory_order_relaxed);
+        else atomic_fetch_add_explicit(np ? &m->mixed_steps : &m->batch_steps, 1, memory_order_relaxed);
         if (st == PPN_OK && ids)
             for (int i = 0; i < n; i++) ids[i] = pl.ids_h[i];
     }

@@ -51,7 +51,7 @@ struct ppn_engine {
     ppn_model *m;
     const ppn_tokenizer *tok;
     const ppn_template *tmpl;
-    int max_batch, max_queue, chunk, vocab, ctx, eos;
+    int max_batch, max_queue, chunk, separate, vocab, ctx, eos;
     int blocks_total;
     double t0;
     pthread_t thread;
@@ -71,12 +71,15 @@ struct ppn_engine {
     int n_run, reserved;
     ppn_seq **free_seqs;
     int n_free;
-    float *logits;                 /* max_batch rows of vocab */
+    float *logits;                 /* max_batch rows of vocab: the decode rows', then the prompt slices' */
     int *ids_out, *toks;
-    ppn_seq **bseqs;
+    ppn_seq **bseqs;               /* prompt slices: sequence, ids, count, request, where their logits go */
     const int **bids;
     int *bn;
     req **who;
+    float **plog;
+    ppn_seq **dseqs;               /* decode rows: sequence, request (toks: their tokens) */
+    req **dwho;
 };
 
 static const double hist_bounds_ms[PPN_ENGINE_HIST_N - 1] = PPN_ENGINE_HIST_BOUNDS_MS;
@@ -563,14 +566,15 @@ static void sample_token(ppn_engine *e, req *r, const float *logits)
 
 /* A batched call failed before anything was issued: find the culprits by running each row alone (retry(i)),
  * fail those alone; if every row fails, the model itself is broken. Returns how many rows succeeded alone. */
-static int isolate(ppn_engine *e, int n, ppn_status (*retry)(ppn_engine *, int), void (*ok)(ppn_engine *, int))
+static int isolate(ppn_engine *e, req *const *who, int n, ppn_status (*retry)(ppn_engine *, int),
+                   void (*ok)(ppn_engine *, int))
 {
     int good = 0;
     ppn_status last = PPN_OK;
     for (int i = 0; i < n; i++) {
         ppn_status st = retry(e, i);
         if (st == PPN_OK) good++, ok(e, i);
-        else fail_req(e, e->who[i], last = st);
+        else fail_req(e, who[i], last = st);
     }
     if (!good && last != PPN_OK && last != PPN_EINVAL && last != PPN_ESTATE && last != PPN_ENOMEM)
         fail_model(e, last);
@@ -580,18 +584,19 @@ static int isolate(ppn_engine *e, int n, ppn_status (*retry)(ppn_engine *, int),
 static ppn_status prime_one(ppn_engine *e, int i)
 {
     ppn_prefill_opts o = {.chunk = e->chunk};
-    return ppn_prefill(e->bseqs[i], e->bids[i], e->bn[i], &o, e->logits + (size_t)i * (size_t)e->vocab);
+    return ppn_prefill(e->bseqs[i], e->bids[i], e->bn[i], &o, e->plog[i]);
 }
 
 static void primed(ppn_engine *e, int i)
 {
     req *r = e->who[i];
     r->primed += e->bn[i];
-    if (r->primed == r->n_prompt) sample_token(e, r, e->logits + (size_t)i * (size_t)e->vocab);
+    if (r->primed == r->n_prompt) sample_token(e, r, e->plog[i]);
 }
 
-/* Up to chunk prompt rows, over the priming requests in admission order, in one ppn_prefill_batch. */
-static void prime(ppn_engine *e)
+/* Up to chunk prompt rows over the priming requests, in admission order; their logits (only where a slice ends
+ * its prompt) at e->logits rows base + i. Returns the slices. */
+static int collect_prime(ppn_engine *e, int base, int *rows)
 {
     int count = 0, budget = e->chunk;
     for (int i = 0; i < e->n_run && budget > 0; i++) {
@@ -599,18 +604,46 @@ static void prime(ppn_engine *e)
         if (r->state != R_PRIME) continue;
         int take = r->n_prompt - r->primed < budget ? r->n_prompt - r->primed : budget;
         e->bseqs[count] = r->seq, e->bids[count] = r->prompt + r->primed, e->bn[count] = take;
+        e->plog[count] = r->primed + take == r->n_prompt ? e->logits + (size_t)(base + count) * (size_t)e->vocab : NULL;
         e->who[count++] = r;
         budget -= take;
     }
-    if (!count) return;
-    ppn_prefill_opts o = {.chunk = e->chunk};
-    ppn_status st = ppn_prefill_batch(e->bseqs, e->bids, e->bn, count, &o, e->logits);
+    *rows = e->chunk - budget;
+    return count;
+}
+
+/* Every decoding request's next token. Returns the rows; *sampled: some row samples (needs its logits). */
+static int collect_decode(ppn_engine *e, int *sampled)
+{
+    int n = 0;
+    *sampled = 0;
+    for (int i = 0; i < e->n_run; i++) {
+        req *r = e->run[i];
+        if (r->state != R_DECODE) continue;
+        e->dseqs[n] = r->seq, e->toks[n] = r->next_token, e->dwho[n++] = r;
+        *sampled |= !r->greedy;
+    }
+    return n;
+}
+
+static void count_prime(ppn_engine *e, int rows)
+{
     pthread_mutex_lock(&e->mu);
     e->st.prefill_chunks++;
-    e->st.prompt_tokens += (uint64_t)(e->chunk - budget);
+    e->st.prompt_tokens += (uint64_t)rows;
     pthread_mutex_unlock(&e->mu);
+}
+
+/* The slices in one ppn_prefill_batch (each slice's logits only where it ends its prompt: a batch call writes
+ * every slice's, so it gets the rows and the slices that do not end take them for nothing). */
+static void prime_run(ppn_engine *e, int count, int rows)
+{
+    ppn_prefill_opts o = {.chunk = e->chunk};
+    ppn_status st = ppn_prefill_batch(e->bseqs, e->bids, e->bn, count, &o, e->logits);
+    count_prime(e, rows);
+    for (int i = 0; i < count; i++) e->plog[i] = e->logits + (size_t)i * (size_t)e->vocab;
     if (st != PPN_OK) {
-        isolate(e, count, prime_one, primed);
+        isolate(e, e->who, count, prime_one, primed);
         return;
     }
     for (int i = 0; i < count; i++) primed(e, i);
@@ -618,38 +651,59 @@ static void prime(ppn_engine *e)
 
 static ppn_status decode_one(ppn_engine *e, int i)
 {
-    req *r = e->who[i];
-    return ppn_decode_batch_ex(&e->bseqs[i], &e->toks[i], 1, NULL,
+    req *r = e->dwho[i];
+    return ppn_decode_batch_ex(&e->dseqs[i], &e->toks[i], 1, NULL,
                                r->greedy ? NULL : e->logits + (size_t)i * (size_t)e->vocab, &e->ids_out[i]);
 }
 
 static void decoded(ppn_engine *e, int i)
 {
-    req *r = e->who[i];
+    req *r = e->dwho[i];
     if (r->greedy) return on_token(e, r, e->ids_out[i]);
     sample_token(e, r, e->logits + (size_t)i * (size_t)e->vocab);
 }
 
-/* One token for every decoding request, in one ppn_decode_batch_ex. */
-static void decode(ppn_engine *e)
+static void count_decode(ppn_engine *e, int mixed)
 {
-    int n = 0, sampled = 0;
-    for (int i = 0; i < e->n_run; i++) {
-        req *r = e->run[i];
-        if (r->state != R_DECODE) continue;
-        e->bseqs[n] = r->seq, e->toks[n] = r->next_token, e->who[n++] = r;
-        sampled |= !r->greedy;
-    }
-    if (!n) return;
-    ppn_status st = ppn_decode_batch_ex(e->bseqs, e->toks, n, NULL, sampled ? e->logits : NULL, e->ids_out);
     pthread_mutex_lock(&e->mu);
     e->st.decode_batches++;
+    e->st.mixed_steps += (uint64_t)mixed;
     pthread_mutex_unlock(&e->mu);
+}
+
+static void decode_run(ppn_engine *e, int n, int sampled)
+{
+    ppn_status st = ppn_decode_batch_ex(e->dseqs, e->toks, n, NULL, sampled ? e->logits : NULL, e->ids_out);
+    count_decode(e, 0);
     if (st != PPN_OK) {
-        isolate(e, n, decode_one, decoded);
+        isolate(e, e->dwho, n, decode_one, decoded);
         return;
     }
     for (int i = 0; i < n; i++) decoded(e, i);
+}
+
+/* One iteration's forward(s): the prompt rows and the decode rows in one mixed step when there are both (the
+ * decode rows' logits at e->logits rows [0, n), the slices' after them), else whichever there is. A mixed step
+ * refused before anything moved (a sequence out of KV, a bad row) falls back to the two calls, whose isolation
+ * finds the culprit; a model failure fails them too. */
+static void step(ppn_engine *e)
+{
+    int sampled, n = collect_decode(e, &sampled), rows, count = collect_prime(e, n, &rows);
+    if (count && n && !e->separate) {
+        ppn_batch_opts o = ppn_batch_opts_default();
+        o.n_prime = count, o.prime_seqs = e->bseqs, o.prime_ids = e->bids, o.prime_n = e->bn, o.prime_logits = e->plog;
+        ppn_status st = ppn_decode_batch_ex(e->dseqs, e->toks, n, &o, sampled ? e->logits : NULL, e->ids_out);
+        if (st == PPN_OK) {
+            count_prime(e, rows);
+            count_decode(e, 1);
+            for (int i = 0; i < count; i++) primed(e, i);
+            for (int i = 0; i < n; i++) decoded(e, i);
+            return;
+        }
+        count = collect_prime(e, 0, &rows); /* the two calls' layout: slices' logits from row 0 */
+    }
+    if (count) prime_run(e, count, rows);
+    if (n) decode_run(e, n, sampled);
 }
 
 static void cancel_running(ppn_engine *e, int all)
@@ -710,8 +764,7 @@ static int iterate(ppn_engine *e)
     cancel_running(e, stopping);
     if (stopping) return 0;
     start_admitted(e, adm);
-    prime(e);
-    decode(e);
+    step(e);
     publish_stats(e);
     return 1;
 }
@@ -731,9 +784,11 @@ static ppn_status engine_opts(ppn_engine *e, const ppn_engine_opts *o)
     e->max_batch = o->max_batch ? o->max_batch : 16;
     e->max_queue = o->max_queue ? o->max_queue : 256;
     e->chunk = o->chunk ? o->chunk : 256;
+    e->separate = o->separate;
     e->tok = o->tok, e->tmpl = o->tmpl;
     if (e->max_batch < 1 || e->max_batch > 256) return ppn_err(PPN_EINVAL, "engine: max_batch %d outside 1 .. 256", e->max_batch);
     if (e->max_queue < 1) return ppn_err(PPN_EINVAL, "engine: max_queue %d < 1", e->max_queue);
+    if (e->separate < 0 || e->separate > 1) return ppn_err(PPN_EINVAL, "engine: separate %d is not 0 or 1", e->separate);
     if (e->chunk < 1 || e->chunk > PPN_PREFILL_MAX_CHUNK)
         return ppn_err(PPN_EINVAL, "engine: chunk %d outside 1 .. %d", e->chunk, PPN_PREFILL_MAX_CHUNK);
     return PPN_OK;
@@ -756,6 +811,9 @@ static void engine_free(ppn_engine *e)
     free(e->bids);
     free(e->bn);
     free(e->who);
+    free(e->plog);
+    free(e->dseqs);
+    free(e->dwho);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->wake);
     pthread_cond_destroy(&e->polled);
@@ -792,7 +850,11 @@ ppn_status ppn_engine_create(ppn_model *m, const ppn_engine_opts *opts, ppn_engi
     e->bids = calloc(b, sizeof(int *));
     e->bn = calloc(b, sizeof(int));
     e->who = calloc(b, sizeof(req *));
-    if (!e->run || !e->free_seqs || !e->logits || !e->ids_out || !e->toks || !e->bseqs || !e->bids || !e->bn || !e->who)
+    e->plog = calloc(b, sizeof(float *));
+    e->dseqs = calloc(b, sizeof(ppn_seq *));
+    e->dwho = calloc(b, sizeof(req *));
+    if (!e->run || !e->free_seqs || !e->logits || !e->ids_out || !e->toks || !e->bseqs || !e->bids || !e->bn || !e->who ||
+        !e->plog || !e->dseqs || !e->dwho)
         return engine_free(e), ppn_err(PPN_ENOMEM, "engine: batch buffers for %d rows", e->max_batch);
     e->st.kv_blocks_total = kv.blocks_total;
     if (pthread_create(&e->thread, NULL, sched_main, e) != 0)

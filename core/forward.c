@@ -85,9 +85,9 @@ ppn_status ppn_fwd_rows_embed(ppn_model *m, ppn_gstream *s, const ppn_rows_scrat
     return ppn_op_embed_rows(m->rt->g, s, x, m->embed, m->wdt, m->cfg.vocab, m->cfg.dim, r->tok, c);
 }
 
-/* A batch (one row per sequence): the rotary with the KV store and attention of every row in one launch each,
- * through the row descriptors the walk uploaded: this stage's in the first slot of r->segs in the split, stage
- * st's in slot st of stage 0's in the unsplit walk (r is then stage 0's scratch).
+/* A batch's rows (one per sequence; a mixed walk's rows [brow0, rows)): the rotary with the KV store and attention
+ * of every row in one launch each, through the row descriptors the walk uploaded: this stage's in the first slot
+ * of r->segs in the split, stage st's in slot st of stage 0's in the unsplit walk (r is then stage 0's scratch).
  * Attention's position splits: the model's (the decode step's, so a row's bits are its single step's) while the
  * rows' (row, KV head) blocks leave SMs idle; one when they fill the SMs (B x n_kv >= SMs), where the split's
  * mostly idle blocks cost more than they hide (H200, llama-1b at B = 64: docs/PERF.md). A function of B alone: a
@@ -97,19 +97,22 @@ static ppn_status batch_attention(ppn_model *m, ppn_gstream *s, int dev, const p
 {
     const ppn_model_config *cf = &m->cfg;
     int hd = cf->head_dim, nh = cf->n_heads, nkv = cf->n_kv_heads, st = ppn_layer_stage(m->map, l);
-    int slot = r == &m->stages[st].rs ? 0 : st;
+    int slot = r == &m->stages[st].rs ? 0 : st, b0 = c->brow0, nb = c->rows - c->brow0;
+    size_t stride = (size_t)(nh + 2 * nkv) * (size_t)hd;
+    ppn_dptr qkv = row_at(r->qkv, b0, stride), att = row_at(r->att, b0, (size_t)nh * (size_t)hd);
     float scale = 1.0f / sqrtf((float)hd);
     ppn_kv_pool pool = ppn_kv_pool_of(m, l);
-    ppn_dptr segs_d = r->segs + sizeof(ppn_kseg) * (size_t)slot * (size_t)c->rows;
-    const ppn_kseg *segs_h = c->ksegs_h + (size_t)st * (size_t)c->rows;
-    PPN_CHECK(ppn_op_rope_kv_batch(m->rt->g, s, r->qkv, nh, nkv, hd, m->inv_freq[dev], cf->rope_interleaved, &pool,
-                                   segs_d, segs_h, c->tbl_hs, c->n_tbls, c->rows));
-    int split = m->sm_count > 0 && c->rows * nkv >= m->sm_count ? 1 : m->attn_split;
-    return ppn_op_attn_batch(m->rt->g, s, r->att, r->qkv, nh, nkv, hd, scale, &pool, segs_d, segs_h, c->tbl_hs,
-                             c->n_tbls, c->rows, r->attp, split);
+    ppn_dptr segs_d = r->segs + sizeof(ppn_kseg) * (size_t)slot * (size_t)nb;
+    const ppn_kseg *segs_h = c->ksegs_h + (size_t)st * (size_t)nb;
+    PPN_CHECK(ppn_op_rope_kv_batch(m->rt->g, s, qkv, nh, nkv, hd, m->inv_freq[dev], cf->rope_interleaved, &pool,
+                                   segs_d, segs_h, c->tbl_hs, c->n_tbls, nb));
+    int split = m->sm_count > 0 && nb * nkv >= m->sm_count ? 1 : m->attn_split;
+    return ppn_op_attn_batch(m->rt->g, s, att, qkv, nh, nkv, hd, scale, &pool, segs_d, segs_h, c->tbl_hs,
+                             c->n_tbls, nb, r->attp, split);
 }
 
-/* The rotary with the KV store, then causal attention over the sequence's cache, for each segment. */
+/* The rotary with the KV store, then causal attention over the sequence's cache, for each segment; a batch's
+ * rows (and a mixed walk's decode rows, after its prompt segments) in one launch each. */
 static ppn_status rows_attention(ppn_model *m, ppn_gstream *s, int dev, const ppn_rows_scratch *r,
                                  const ppn_step_cmd *cmd, int l)
 {
@@ -118,7 +121,9 @@ static ppn_status rows_attention(ppn_model *m, ppn_gstream *s, int dev, const pp
     int hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads, st = ppn_layer_stage(m->map, l);
     size_t stride = (size_t)(nh + 2 * nkv) * (size_t)hd;
     float scale = 1.0f / sqrtf((float)hd);
-    for (int i = 0; i < cmd->nseg; i++) {
+    int mixed = cmd->kind == PPN_ROWS_MIXED;
+    int nseg = mixed ? cmd->nseg - (cmd->rows - cmd->brow0) : cmd->nseg; /* the decode rows' segments come last */
+    for (int i = 0; i < nseg; i++) {
         const ppn_rowseg *g = &cmd->segs[i];
         ppn_dptr qkv = row_at(r->qkv, g->r0, stride);
         ppn_kv_view cache = ppn_kv_view_of(m, g->seq, st, l, g->n_tbl);
@@ -127,7 +132,7 @@ static ppn_status rows_attention(ppn_model *m, ppn_gstream *s, int dev, const pp
         PPN_CHECK(ppn_op_attn_rows(m->rt->g, s, row_at(r->att, g->r0, (size_t)nh * (size_t)hd), qkv, &cache, nh,
                                    nkv, hd, scale, g->pos0, g->n));
     }
-    return PPN_OK;
+    return mixed ? batch_attention(m, s, dev, r, cmd, l) : PPN_OK;
 }
 
 ppn_status ppn_fwd_rows_layer(ppn_model *m, ppn_gstream *s, int dev, const ppn_rows_scratch *r, ppn_dptr x,

@@ -59,11 +59,11 @@ ppn_status ppn_rows_run_unsplit(ppn_model *m, const ppn_step_cmd *cmds, int n)
     for (int k = 0; k < n; k++) {
         const ppn_step_cmd *c = &cmds[k];
         PPN_CHECK(ppn_rows_tokens(m, s0->stream, c));
-        if (c->kind == PPN_ROWS_BATCH || c->kind == PPN_ROWS_VERIFY) PPN_CHECK(ppn_fwd_rows_lall(m, &s0->rs));
+        if (c->kind != PPN_ROWS_PRIME) PPN_CHECK(ppn_fwd_rows_lall(m, &s0->rs));
         PPN_CHECK(ppn_rows_body(m, s0->stream, map->dev[0], &s0->rs, s0->rs.io + PPN_IO_HDR_BYTES, c, 0,
                                 m->cfg.n_layers, 1, 1));
         ppn_gpu *gg = m->rt->g;
-        size_t v = (size_t)m->cfg.vocab, nr = (size_t)c->rows;
+        size_t v = (size_t)m->cfg.vocab, nr = (size_t)(c->rows - c->brow0);
         if (c->logits_h) PPN_CHECK(gg->ops->copy_dtoh(gg, s0->stream, c->logits_h, s0->rs.lall, sizeof(float) * v * nr));
         if (c->ids_h) PPN_CHECK(gg->ops->copy_dtoh(gg, s0->stream, c->ids_h, s0->rs.ids, sizeof(int32_t) * nr));
     }

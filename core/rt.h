@@ -76,8 +76,9 @@ typedef struct ppn_rowseg {
     int all_rows;
 } ppn_rowseg;
 
-/* What a many-rows walk is for. */
-enum { PPN_ROWS_PRIME, PPN_ROWS_BATCH, PPN_ROWS_VERIFY };
+/* What a many-rows walk is for. A mixed walk holds prompt rows [0, brow0) (prefill segments, as a prime chunk's)
+ * and one decode row per sequence in [brow0, rows) (as a batch's): one forward reads each weight once for both. */
+enum { PPN_ROWS_PRIME, PPN_ROWS_BATCH, PPN_ROWS_VERIFY, PPN_ROWS_MIXED };
 
 typedef struct ppn_step_cmd {
     ppn_cmd cmd;
@@ -94,11 +95,14 @@ typedef struct ppn_step_cmd {
     const ppn_rowseg *segs;
     const int32_t *tok_h;
     int kind;                            /* a many-rows walk's purpose: PPN_ROWS_* (counters and head) */
-    float *logits_h;                     /* PPN_ROWS_BATCH: every row's logits, [rows, vocab] host (NULL: none) */
-    int32_t *ids_h;                      /* PPN_ROWS_BATCH: every row's argmax, [rows] pinned (NULL: none) */
+    int brow0;                           /* the first decode row: 0 in a batch, the prompt rows in a mixed walk */
+    float *logits_h;                     /* batch / mixed: every decode row's logits, [rows - brow0, vocab] host
+                                          * (NULL: none) */
+    int32_t *ids_h;                      /* batch / mixed: every decode row's argmax, [rows - brow0] pinned (NULL:
+                                          * none) */
     int n_tbl;                           /* a decode step: the sequence's KV blocks when it was issued */
-    /* PPN_ROWS_BATCH: every stage's row descriptors [n_stages][rows] (pinned: stage s uploads its own), and each
-     * row's host table and blocks (the ops' declarations) */
+    /* batch / mixed: every stage's decode-row descriptors [n_stages][rows - brow0] (pinned: stage s uploads its
+     * own), and each decode row's host table and blocks (the ops' declarations) */
     const ppn_kseg *ksegs_h;
     const int32_t *const *tbl_hs;
     const int *n_tbls;
@@ -191,6 +195,7 @@ struct ppn_model {
     _Atomic uint64_t batch_steps;        /* batched decode steps (ppn_decode_batch*) done */
     _Atomic uint64_t batch_split_steps;  /* liveness: micro-batches that walked the per-stage split */
     _Atomic uint64_t batch_pipe_overlaps;/* liveness: a stage's batch walker entered while another's ran */
+    _Atomic uint64_t mixed_steps;        /* batched steps with prompt slices */
     _Atomic uint64_t spec_verifies, spec_drafted, spec_accepted; /* ppn_spec_verify calls, drafts, accepted */
     _Atomic uint64_t spec_split_verifies;/* liveness: verify walks that walked the per-stage split */
     _Atomic int err;           /* first failure inside a stage thread (sticky for the model) */

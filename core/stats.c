@@ -47,6 +47,7 @@ void ppn_model_get_stats(const ppn_model *m, ppn_stats *o)
     for (int s = 0; s < PPN_MAX_STAGES; s++)
         o->batch_walks[s] = atomic_load_explicit(&m->stages[s].batch_walks, memory_order_relaxed);
     o->batch_steps = atomic_load_explicit(&m->batch_steps, memory_order_relaxed);
+    o->mixed_steps = atomic_load_explicit(&m->mixed_steps, memory_order_relaxed);
     o->batch_split_steps = atomic_load_explicit(&m->batch_split_steps, memory_order_relaxed);
     o->batch_pipe_overlaps = atomic_load_explicit(&m->batch_pipe_overlaps, memory_order_relaxed);
     o->spec_verifies = atomic_load_explicit(&m->spec_verifies, memory_order_relaxed);

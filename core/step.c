@@ -163,14 +163,18 @@ ppn_status ppn_rows_body(ppn_model *m, ppn_gstream *q, int dev, ppn_rows_scratch
     if (head && (c->kind == PPN_ROWS_BATCH || c->kind == PPN_ROWS_VERIFY))
         return ppn_fwd_rows_head_batch(m, q, r, x, c->rows, c->ids_h != NULL);
     if (head) PPN_CHECK(ppn_fwd_rows_head(m, q, r, x, c->segs, c->nseg, c->rows));
+    if (head && c->kind == PPN_ROWS_MIXED) /* the decode rows' logits and ids as a batch's, by one GEMM */
+        return ppn_fwd_rows_head_batch(m, q, r, x + sizeof(float) * (size_t)m->cfg.dim * (size_t)c->brow0,
+                                       c->rows - c->brow0, c->ids_h != NULL);
     return PPN_OK;
 }
 
-/* A batch's (or a verify's) results to the host, after its head: every row's logits and argmax. */
+/* A batch's (a verify's, a mixed walk's) results to the host, after its head: every decode row's logits and
+ * argmax. */
 static ppn_status rows_results(ppn_model *m, ppn_gstream *q, ppn_rows_scratch *r, const ppn_step_cmd *c)
 {
     ppn_gpu *g = m->rt->g;
-    size_t v = (size_t)m->cfg.vocab, n = (size_t)c->rows;
+    size_t v = (size_t)m->cfg.vocab, n = (size_t)(c->rows - c->brow0);
     if (c->logits_h) PPN_CHECK(g->ops->copy_dtoh(g, q, c->logits_h, r->lall, sizeof(float) * v * n));
     if (c->ids_h) PPN_CHECK(g->ops->copy_dtoh(g, q, c->ids_h, r->ids, sizeof(int32_t) * n));
     return PPN_OK;
@@ -264,26 +268,31 @@ static int rows_batched(const ppn_step_cmd *c)
  * Prime: a walker entered while another stage's ran (PRIME_PIPE_OVERLAPS), and on the last stage of a split,
  * one chunk that walked the per-stage split (PRIME_SPLIT_CHUNKS; STEP35_PRIME_BATCH_SPLITS when it held several
  * sequences' rows). Batch: this stage's batch walks, a batch walker entered while another stage's ran
- * (micro-batch pipelining), and on the last stage of a split, one (micro-)batch that walked the split. */
+ * (micro-batch pipelining), and on the last stage of a split, one (micro-)batch that walked the split. A mixed
+ * walk counts as a batch walk and, on the split, as a prime chunk too. */
 static ppn_status rows_walk(ppn_model *m, const ppn_stage_map *map, int s, ppn_gstream *q, const ppn_step_cmd *c,
                             ppn_dptr io)
 {
     ppn_stage_rt *sr = &m->stages[s];
-    int batch = c->kind == PPN_ROWS_BATCH;
+    int batch = c->kind == PPN_ROWS_BATCH || c->kind == PPN_ROWS_MIXED;
     _Atomic int *walkers = batch ? &m->batch_walkers : &m->prime_walkers;
     atomic_fetch_add_explicit(&sr->walker_runs, 1, memory_order_relaxed);
     if (batch) atomic_fetch_add_explicit(&sr->batch_walks, 1, memory_order_relaxed);
     if (atomic_fetch_add_explicit(walkers, 1, memory_order_relaxed) > 0)
         atomic_fetch_add_explicit(batch ? &m->batch_pipe_overlaps : &m->prime_pipe_overlaps, 1, memory_order_relaxed);
     int last = s == map->n_stages - 1;
-    ppn_status st = batch ? batch_body(m, map, s, q, c, io + PPN_IO_HDR_BYTES, last)
-                          : ppn_rows_body(m, q, map->dev[s], &sr->rs, io + PPN_IO_HDR_BYTES, c, map->fence[s],
-                                          map->fence[s + 1], s == 0, last);
+    /* a mixed walk is issued launch by launch (its prompt segments change every call): no graph */
+    ppn_status st = last && c->kind == PPN_ROWS_MIXED ? ppn_fwd_rows_lall(m, &sr->rs) : PPN_OK;
+    if (st == PPN_OK)
+        st = c->kind == PPN_ROWS_BATCH ? batch_body(m, map, s, q, c, io + PPN_IO_HDR_BYTES, last)
+                                       : ppn_rows_body(m, q, map->dev[s], &sr->rs, io + PPN_IO_HDR_BYTES, c,
+                                                       map->fence[s], map->fence[s + 1], s == 0, last);
     if (st == PPN_OK && last && (batch || c->kind == PPN_ROWS_VERIFY)) st = rows_results(m, q, &sr->rs, c);
     atomic_fetch_sub_explicit(walkers, 1, memory_order_relaxed);
     if (st != PPN_OK || !last || map->n_stages < 2) return st;
     if (batch) {
         atomic_fetch_add_explicit(&m->batch_split_steps, 1, memory_order_relaxed);
+        if (c->kind == PPN_ROWS_MIXED) atomic_fetch_add_explicit(&m->prime_split_chunks, 1, memory_order_relaxed);
     } else if (c->kind == PPN_ROWS_VERIFY) {
         atomic_fetch_add_explicit(&m->spec_split_verifies, 1, memory_order_relaxed);
     } else if (c->kind == PPN_ROWS_PRIME) {
@@ -306,10 +315,10 @@ static ppn_status stage_inputs(ppn_model *m, int s, ppn_gstream *q, const ppn_st
 {
     if (!c->rows) return ppn_kv_sync(m, c->seq, s, q, c->n_tbl);
     for (int i = 0; i < c->nseg; i++) PPN_CHECK(ppn_kv_sync(m, c->segs[i].seq, s, q, c->segs[i].n_tbl));
-    if (c->kind != PPN_ROWS_BATCH) return PPN_OK;
+    if (c->kind != PPN_ROWS_BATCH && c->kind != PPN_ROWS_MIXED) return PPN_OK;
     ppn_gpu *g = m->rt->g;
-    size_t n = sizeof(ppn_kseg) * (size_t)c->rows;
-    return g->ops->copy_htod(g, q, m->stages[s].rs.segs, c->ksegs_h + (size_t)s * (size_t)c->rows, n);
+    size_t nb = (size_t)(c->rows - c->brow0), n = sizeof(ppn_kseg) * nb;
+    return g->ops->copy_htod(g, q, m->stages[s].rs.segs, c->ksegs_h + (size_t)s * nb, n);
 }
 
 ppn_status ppn_rows_inputs_unsplit(ppn_model *m, const ppn_step_cmd *c)
@@ -318,9 +327,9 @@ ppn_status ppn_rows_inputs_unsplit(ppn_model *m, const ppn_step_cmd *c)
     for (int s = 0; s < map->n_stages; s++)
         for (int i = 0; i < c->nseg; i++)
             PPN_CHECK(ppn_kv_sync(m, c->segs[i].seq, s, m->stages[s].stream, c->segs[i].n_tbl));
-    if (c->kind != PPN_ROWS_BATCH) return PPN_OK;
+    if (c->kind != PPN_ROWS_BATCH && c->kind != PPN_ROWS_MIXED) return PPN_OK;
     ppn_gpu *g = m->rt->g;
-    size_t n = sizeof(ppn_kseg) * (size_t)c->rows * (size_t)map->n_stages;
+    size_t n = sizeof(ppn_kseg) * (size_t)(c->rows - c->brow0) * (size_t)map->n_stages;
     return g->ops->copy_htod(g, m->stages[0].stream, m->stages[0].rs.segs, c->ksegs_h, n);
 }
 

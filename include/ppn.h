@@ -291,9 +291,20 @@ ppn_status ppn_prefill_batch(ppn_seq *const *seqs, const int *const *ids, const 
 typedef struct ppn_batch_opts {
     int micro; /* micro-batches the rows are cut into, 1 .. PPN_MAX_INFLIGHT; 0: one per distinct device of the
                 * stage map (1 on one device, where more would only read the weights more often) */
+    /* A mixed step: n_prime prompt slices fed in the same forward as the decode rows (chunked prefill beside
+     * running decodes, so every weight is read once for both). prime_seqs[i] (distinct, none of them a decode
+     * row's sequence) takes the prime_n[i] ids prime_ids[i] at its next positions, as ppn_prefill_batch would;
+     * prime_logits: NULL, or an entry per slice, NULL or vocab floats for the logits after that slice's last id.
+     * The prompt rows come first in the walk; with them the step is one walk (micro 0 or 1), never captured as a
+     * graph, and all its rows together are at most PPN_PREFILL_MAX_CHUNK. n_prime 0: a plain batch. */
+    int n_prime;
+    ppn_seq *const *prime_seqs;
+    const int *const *prime_ids;
+    const int *prime_n;
+    float *const *prime_logits;
 } ppn_batch_opts;
 
-/* micro 0. */
+/* micro 0, no prompt slices. */
 ppn_batch_opts ppn_batch_opts_default(void);
 
 /* Decode one token for each of n distinct sequences of one model in one forward: row i feeds tokens[i] to seqs[i]
@@ -304,10 +315,14 @@ ppn_batch_opts ppn_batch_opts_default(void);
  * (docs/VALIDATION.md says which kernels differ in bits).
  * logits: NULL or n * vocab floats (row i's at i * vocab); ids: NULL or n ints, row i's argmax taken on the
  * device (lowest index on ties, NaN never chosen): only those 4 bytes a row are read back. o: NULL for defaults.
- * A batch of one (on the split or one stage) is issued as a decode step: ppn_decode_step's kernels and bits.
+ * A batch of one (on the split or one stage) without prompt slices is issued as a decode step: ppn_decode_step's
+ * kernels and bits. With prompt slices (o->n_prime) a decode row's logits are the batch's within the fixture
+ * tolerance, not its bits: the GEMMs' tiles follow the walk's row count.
  * @return PPN_OK, PPN_EINVAL (NULL, n <= 0, a token, a sequence given twice, sequences of different models,
- *         micro out of range), PPN_ESTATE (a sequence full or with deferred steps in flight: named, nothing
- *         issued), PPN_EREFUSED (MEMRA_BATCH_PP=0 while the door places weights on several devices, so the walk
+ *         micro out of range; a prompt slice: NULL, empty, an id outside the vocabulary, its sequence also a
+ *         decode row's or given twice, micro above 1, more than PPN_PREFILL_MAX_CHUNK rows in all: named),
+ *         PPN_ESTATE (a sequence full or with deferred steps in flight, or a slice past its context: named,
+ *         nothing issued), PPN_EREFUSED (MEMRA_BATCH_PP=0 while the door places weights on several devices, so the walk
  *         would read them over the link every step; MEMRA_PP_ALLOW_UNSPLIT_BATCH=1 overrides, for measurement),
  *         PPN_ENOMEM (growing the rows room failed: the model is refused afterwards), the model's sticky failure,
  *         PPN_EDRIVER, the sim checker's statuses. A failure after rows were issued is sticky for the model. */
@@ -365,6 +380,7 @@ typedef struct ppn_stats {
     uint64_t batch_steps;                      /* batched decode steps done */
     uint64_t batch_split_steps;                /* micro-batches that walked the per-stage split */
     uint64_t batch_pipe_overlaps;              /* a stage's batch walker entered while another stage's ran */
+    uint64_t mixed_steps;                      /* batched steps that also fed prompt slices (ppn_batch_opts) */
     uint64_t spec_verifies, spec_drafted, spec_accepted; /* ppn_spec_verify calls, draft ids given, accepted */
     uint64_t spec_split_verifies;              /* verify forwards that walked the per-stage split */
 } ppn_stats;
@@ -522,9 +538,11 @@ void ppn_template_free(ppn_template *t);
 /* ---------------------------------------------------------------------------------------------------------
  * The engine: a thread-safe server core over one loaded model. Requests are submitted from any thread; ONE
  * scheduler thread owns every sequence and runs continuous batching: each iteration it admits queued requests
- * as KV blocks allow, primes up to opts.chunk prompt rows (several prompts in one ppn_prefill_batch, long ones
- * over several iterations), decodes every running request with one ppn_decode_batch_ex (greedy rows take the
- * device's argmax, sampled rows their logits through ppn_sample) and retires the finished ones alone; their
+ * as KV blocks allow, primes up to opts.chunk prompt rows (several prompts' slices, long prompts over several
+ * iterations) and decodes one token of every running request, both in one forward (a mixed ppn_decode_batch_ex:
+ * each weight read once for the prompt rows and the decode rows, so prompts are chunked in beside the decodes
+ * instead of stalling them; greedy rows take the device's argmax, sampled rows their logits through
+ * ppn_sample) and retires the finished ones alone; their
  * sequences are reset and reused. Between engine create and destroy the model belongs to the engine: no other
  * calls on it or its sequences.
  *
@@ -598,6 +616,8 @@ typedef struct ppn_engine_opts {
     int max_queue;         /* requests waiting for admission; 0: 256; a submit past it gets PPN_EBUSY */
     int chunk;             /* prompt rows primed per iteration (over every priming prompt), 1 ..
                             * PPN_PREFILL_MAX_CHUNK; 0: 256 */
+    int separate;          /* 1: an iteration primes and decodes in two forwards (for measurement); 0: in one
+                            * mixed step (ppn_batch_opts.n_prime) whenever it has both */
     const ppn_tokenizer *tok;  /* NULL: ids only. Borrowed: must outlive the engine */
     const ppn_template *tmpl;  /* NULL: no chat. Borrowed: must outlive the engine */
 } ppn_engine_opts;
@@ -650,6 +670,7 @@ typedef struct ppn_engine_stats {
     uint64_t submitted, finished, cancelled, failed, refused; /* requests (refused: at submit) */
     uint64_t prompt_tokens, generated_tokens;
     uint64_t iterations, decode_batches, prefill_chunks;
+    uint64_t mixed_steps;              /* iterations that primed and decoded in one forward */
     ppn_engine_hist ttft, itl;         /* submit to first id; between two ids of one request */
     double uptime_s;
 } ppn_engine_stats;

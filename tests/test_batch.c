@@ -254,6 +254,154 @@ static void test_batch_refusals(void **state)
     free(ids);
 }
 
+/* Mixed steps (ppn_batch_opts.n_prime): a prompt fed in two slices beside three decoding sequences, then all four
+ * decoding. Against the same calls made apart (ppn_prefill for the slice, ppn_decode_batch_ex for the rows) on
+ * the same arm: the decode rows' logits and ids, the slices' logits and the step after (which reads the KV the
+ * mixed walks wrote) are bit-identical on the sim (its GEMM rows do not depend on the walk's row count). Arms: one
+ * stage, the split over 4 devices, 2 stages on one device, and the unsplit walk; the counters show the path. */
+#define MIX_D 3
+static const int mix_len[MIX_D] = {3, 7, 12};
+static const int mix_slice[2] = {5, 4};
+
+/* mixed 0: the calls apart. Fills logits [3 steps][MIX_D + 1][vocab] (row MIX_D of steps 0, 1: the slice's),
+ * ids [3][MIX_D + 1]. */
+static void run_mixed(ppn_model *m, const int *ids, int vocab, int mixed, float *logits, int *gid)
+{
+    ppn_seq *q[MIX_D + 1];
+    for (int i = 0; i <= MIX_D; i++) assert_int_equal(ppn_seq_create(m, &q[i]), PPN_OK);
+    for (int i = 0; i < MIX_D; i++)
+        if (ppn_prefill(q[i], ids, mix_len[i], NULL, NULL) != PPN_OK) fail_msg("prefill: %s", ppn_last_error());
+    size_t row = (size_t)vocab;
+    int fed = 0;
+    for (int t = 0; t < 2; t++) {
+        int tok[MIX_D];
+        for (int i = 0; i < MIX_D; i++) tok[i] = ids[mix_len[i] + t];
+        float *out = logits + (size_t)t * (MIX_D + 1) * row, *pout = out + MIX_D * row;
+        const int *pid = ids + 20 + fed; /* the prompt: ids from 20 on */
+        if (mixed) {
+            ppn_seq *ps = q[MIX_D];
+            ppn_batch_opts o = {.n_prime = 1, .prime_seqs = &ps, .prime_ids = &pid, .prime_n = &mix_slice[t],
+                                .prime_logits = &pout};
+            if (ppn_decode_batch_ex(q, tok, MIX_D, &o, out, gid + t * (MIX_D + 1)) != PPN_OK)
+                fail_msg("mixed step %d: %s", t, ppn_last_error());
+        } else {
+            if (ppn_prefill(q[MIX_D], pid, mix_slice[t], NULL, pout) != PPN_OK) fail_msg("prefill: %s", ppn_last_error());
+            if (ppn_decode_batch_ex(q, tok, MIX_D, NULL, out, gid + t * (MIX_D + 1)) != PPN_OK)
+                fail_msg("batch: %s", ppn_last_error());
+        }
+        gid[t * (MIX_D + 1) + MIX_D] = -1;
+        fed += mix_slice[t];
+    }
+    assert_int_equal(ppn_seq_pos(q[MIX_D]), fed);
+    for (int i = 0; i < MIX_D; i++) assert_int_equal(ppn_seq_pos(q[i]), mix_len[i] + 2);
+    int tok[MIX_D + 1];
+    for (int i = 0; i < MIX_D; i++) tok[i] = ids[mix_len[i] + 2];
+    tok[MIX_D] = ids[20 + fed];
+    ppn_batch_opts one = {.micro = 1}; /* one walk on every arm: the counters below count it once */
+    if (ppn_decode_batch_ex(q, tok, MIX_D + 1, &one, logits + 2 * (MIX_D + 1) * row, gid + 2 * (MIX_D + 1)) != PPN_OK)
+        fail_msg("batch after: %s", ppn_last_error());
+    for (int i = 0; i <= MIX_D; i++) ppn_seq_destroy(q[i]);
+}
+
+static void test_batch_mixed(void **state)
+{
+    (void)state;
+    char dir[4096];
+    int n;
+    int *ids = tu_fixture_ids("qwen2-tiny", dir, sizeof dir, &n);
+    assert_true(n >= 20 + mix_slice[0] + mix_slice[1] + 1);
+    static const struct { int n_stages, devs[4], batch_pp; } arms[] = {
+        {1, {0}, 1}, {4, {0, 1, 2, 3}, 1}, {2, {0, 0}, 1}, {4, {0, 1, 2, 3}, 0},
+    };
+    for (size_t k = 0; k < sizeof arms / sizeof arms[0]; k++) {
+        ppn_door d = ppn_door_default();
+        d.n_stages = arms[k].n_stages;
+        d.n_devices = arms[k].n_stages;
+        for (int s = 0; s < d.n_stages; s++) d.devices[s] = arms[k].devs[s];
+        d.batch_pp = arms[k].batch_pp;
+        d.allow_unsplit_batch = !arms[k].batch_pp;
+        ppn_model *m = load(dir, arms[k].n_stages > 1 ? &d : NULL, 64);
+        ppn_model_info info;
+        ppn_model_get_info(m, &info);
+        size_t bytes = sizeof(float) * 3 * (MIX_D + 1) * (size_t)info.vocab;
+        float *want = calloc(1, bytes), *got = calloc(1, bytes);
+        int wid[3 * (MIX_D + 1)], gid[3 * (MIX_D + 1)];
+        assert_true(want && got);
+        run_mixed(m, ids, info.vocab, 0, want, wid);
+        ppn_stats a, b;
+        ppn_model_get_stats(m, &a);
+        run_mixed(m, ids, info.vocab, 1, got, gid);
+        ppn_model_get_stats(m, &b);
+        printf("# mixed arm %zu (%d stages, batch_pp %d): mixed steps %llu, split walks %llu, split chunks %llu\n", k,
+               arms[k].n_stages, arms[k].batch_pp, (unsigned long long)(b.mixed_steps - a.mixed_steps),
+               (unsigned long long)(b.batch_split_steps - a.batch_split_steps),
+               (unsigned long long)(b.prime_split_chunks - a.prime_split_chunks));
+        assert_memory_equal(want, got, bytes);
+        assert_memory_equal(wid, gid, sizeof wid);
+        for (int t = 0; t < 3; t++) /* the ids are the logits' argmax */
+            for (int i = 0; i < MIX_D + (t == 2); i++)
+                assert_int_equal(gid[t * (MIX_D + 1) + i],
+                                 argmax_host(got + ((size_t)t * (MIX_D + 1) + (size_t)i) * (size_t)info.vocab, info.vocab));
+        assert_true(b.mixed_steps - a.mixed_steps == 2);
+        assert_true(b.batch_steps - a.batch_steps == 1); /* the step after: a plain batch */
+        if (arms[k].n_stages > 1 && arms[k].batch_pp) {
+            assert_true(b.batch_split_steps - a.batch_split_steps == 3);
+            /* the decode rows' prompts (one chunk each), then the two mixed walks */
+            assert_true(b.prime_split_chunks - a.prime_split_chunks == MIX_D + 2);
+            for (int s = 0; s < arms[k].n_stages; s++) assert_true(b.batch_walks[s] - a.batch_walks[s] == 3);
+        } else {
+            assert_true(b.batch_split_steps == a.batch_split_steps);
+        }
+        free(want);
+        free(got);
+        assert_int_equal(ppn_model_free(m), PPN_OK);
+    }
+    free(ids);
+}
+
+/* A mixed step's bad prompt slices are refused before anything moves, by name; the model stays usable. */
+static void test_batch_mixed_refusals(void **state)
+{
+    (void)state;
+    char dir[4096];
+    int n;
+    int *ids = tu_fixture_ids("llama-tiny", dir, sizeof dir, &n);
+    ppn_model *m = load(dir, NULL, 16);
+    ppn_model_info info;
+    ppn_model_get_info(m, &info);
+    ppn_seq *q[3];
+    for (int i = 0; i < 3; i++) assert_int_equal(ppn_seq_create(m, &q[i]), PPN_OK);
+    int tok[2] = {1, 2}, pn = 4, p17 = 17, bad_ids[4] = {1, 2, info.vocab, 3};
+    const int *pid = ids, *pbad = bad_ids;
+    ppn_batch_opts o = {.n_prime = 1, .prime_seqs = &q[0], .prime_ids = &pid, .prime_n = &pn};
+    assert_int_equal(ppn_decode_batch_ex(q, tok, 2, &o, NULL, NULL), PPN_EINVAL); /* q[0] both */
+    assert_non_null(strstr(ppn_last_error(), "both decode row 0 and prompt slice 0"));
+    o.prime_seqs = &q[2];
+    o.micro = 2;
+    assert_int_equal(ppn_decode_batch_ex(q, tok, 2, &o, NULL, NULL), PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "micro 2"));
+    o.micro = 0;
+    o.prime_ids = &pbad;
+    assert_int_equal(ppn_decode_batch_ex(q, tok, 2, &o, NULL, NULL), PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "prompt slice 0, id"));
+    o.prime_ids = &pid;
+    o.prime_n = &p17; /* past the context of 16 */
+    assert_int_equal(ppn_decode_batch_ex(q, tok, 2, &o, NULL, NULL), PPN_ESTATE);
+    assert_non_null(strstr(ppn_last_error(), "prompt slice 0"));
+    o.prime_seqs = NULL;
+    assert_int_equal(ppn_decode_batch_ex(q, tok, 2, &o, NULL, NULL), PPN_EINVAL);
+    for (int i = 0; i < 3; i++) assert_int_equal(ppn_seq_pos(q[i]), 0); /* nothing fed */
+    o.prime_seqs = &q[2];
+    o.prime_n = &pn;
+    int got[2];
+    assert_int_equal(ppn_decode_batch_ex(q, tok, 2, &o, NULL, got), PPN_OK); /* still usable */
+    assert_int_equal(ppn_seq_pos(q[0]), 1);
+    assert_int_equal(ppn_seq_pos(q[2]), 4);
+    for (int i = 0; i < 3; i++) ppn_seq_destroy(q[i]);
+    assert_int_equal(ppn_model_free(m), PPN_OK);
+    free(ids);
+}
+
 /* Paged KV: sequences share the pools; running out refuses the step by name before anything moves, and blocks
  * come back on reset, truncate and destroy. */
 static void test_batch_kv_exhaustion(void **state)
@@ -427,7 +575,8 @@ int main(void)
         cmocka_unit_test(test_batch_qwen2_tiny),         cmocka_unit_test(test_batch_qwen3_tiny),
         cmocka_unit_test(test_batch_stories),            cmocka_unit_test(test_batch_split_unsplit_micro),
         cmocka_unit_test(test_batch_refusals),           cmocka_unit_test(test_batch_kv_exhaustion),
-        cmocka_unit_test(test_batch_kv_soak),
+        cmocka_unit_test(test_batch_kv_soak),            cmocka_unit_test(test_batch_mixed),
+        cmocka_unit_test(test_batch_mixed_refusals),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

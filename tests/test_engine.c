@@ -140,13 +140,18 @@ static int group_teardown(void **state)
     return ppn_rt_destroy(rt) == PPN_OK ? 0 : -1;
 }
 
-static ppn_engine *engine(ppn_model *m, int max_batch, int max_queue, int chunk)
+static ppn_engine *engine_sep(ppn_model *m, int max_batch, int max_queue, int chunk, int separate)
 {
     ppn_engine_opts o = ppn_engine_opts_default();
-    o.max_batch = max_batch, o.max_queue = max_queue, o.chunk = chunk;
+    o.max_batch = max_batch, o.max_queue = max_queue, o.chunk = chunk, o.separate = separate;
     ppn_engine *e = NULL;
     if (ppn_engine_create(m, &o, &e) != PPN_OK) fail_msg("engine: %s", ppn_last_error());
     return e;
+}
+
+static ppn_engine *engine(ppn_model *m, int max_batch, int max_queue, int chunk)
+{
+    return engine_sep(m, max_batch, max_queue, chunk, 0);
 }
 
 #define SUBMIT_OK(e, q, id)                                                                                  \
@@ -165,12 +170,12 @@ static void check_ref(const rec *r, int p, int n)
 }
 
 /* Every prompt at once (batch 8, chunks of 40 rows: long prompts over several iterations beside the decodes),
- * then one at a time: the plain API's ids both ways. */
-static void test_engine_concurrent_equals_alone(void **state)
+ * then one at a time: the plain API's ids both ways; with the prompt rows and the decode rows in one forward
+ * (mixed steps, the default) and in two. */
+static void concurrent_equals_alone(int separate)
 {
-    (void)state;
     ppn_model *m = load(128, 0);
-    ppn_engine *e = engine(m, 8, 0, 40);
+    ppn_engine *e = engine_sep(m, 8, 0, 40, separate);
     rec r[NP];
     uint64_t id;
     for (int p = 0; p < NP; p++) {
@@ -196,9 +201,20 @@ static void test_engine_concurrent_equals_alone(void **state)
     assert_int_equal(st.ttft.count, 2 * NP);
     assert_int_equal(st.itl.count, 2 * NP * (NEW - 1));
     assert_true(st.decode_batches < 2 * NP * NEW); /* rows were batched */
+    ppn_stats ms;
+    ppn_model_get_stats(m, &ms);
+    printf("# separate %d: %llu iterations, %llu decode batches, %llu prompt chunks, %llu mixed (model: %llu)\n",
+           separate, (unsigned long long)st.iterations, (unsigned long long)st.decode_batches,
+           (unsigned long long)st.prefill_chunks, (unsigned long long)st.mixed_steps,
+           (unsigned long long)ms.mixed_steps);
+    if (separate) assert_true(st.mixed_steps == 0 && ms.mixed_steps == 0);
+    else assert_true(st.mixed_steps > 0 && ms.mixed_steps == st.mixed_steps);
     ppn_engine_destroy(e);
     assert_int_equal(ppn_model_free(m), PPN_OK); /* every sequence destroyed */
 }
+
+static void test_engine_concurrent_equals_alone(void **s) { (void)s, concurrent_equals_alone(0); }
+static void test_engine_concurrent_separate(void **s) { (void)s, concurrent_equals_alone(1); }
 
 /* 8 threads submit 6 requests each; every other one is cancelled at once or from its callback after 3 ids. */
 typedef struct thr {
@@ -539,6 +555,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_engine_concurrent_equals_alone),
+        cmocka_unit_test(test_engine_concurrent_separate),
         cmocka_unit_test(test_engine_threads),
         cmocka_unit_test(test_engine_cancel_stop_length),
         cmocka_unit_test(test_engine_kv_exhaustion_and_refusals),

@@ -11,7 +11,7 @@
 
 typedef struct serve_args {
     const char *model, *backend, *host, *name;
-    int dtype, ctx, kv_tokens, port, max_batch, max_queue, chunk;
+    int dtype, ctx, kv_tokens, port, max_batch, max_queue, chunk, separate;
     long max_body;
     double drain;
     ppn_door door;
@@ -21,12 +21,13 @@ static void serve_usage(FILE *f)
 {
     fputs("usage: ppn serve --model PATH [--host 127.0.0.1] [--port 8080] [--name NAME] [--backend auto|sim|cuda]\n"
           "                 [--dtype f32|bf16|f16] [--ctx C] [--kv-tokens T] [--max-batch 16] [--max-queue 256]\n"
-          "                 [--chunk 256] [--max-body 1048576] [--drain 5] [door flags as for ppn run]\n"
+          "                 [--chunk 256] [--separate] [--max-body 1048576] [--drain 5] [door flags as for ppn run]\n"
           "OpenAI-compatible HTTP: POST /v1/completions and /v1/chat/completions (\"stream\": true for server-sent\n"
           "events), GET /v1/models, /health, /metrics (Prometheus). --port 0 takes a free port; the address is printed\n"
           "on stderr as 'ppn serve: listening on http://HOST:PORT'. SIGINT or SIGTERM stops it: no new connections,\n"
           "--drain seconds for the requests in flight, then the rest cancelled.\n"
-          "--max-batch: requests decoded together; --chunk: prompt rows primed per engine iteration; --kv-tokens: KV\n"
+          "--max-batch: requests decoded together; --chunk: prompt rows primed per engine iteration, in the same\n"
+          "forward as the decodes (--separate: in a forward of their own, for measurement); --kv-tokens: KV\n"
           "positions for all requests together (a request waits until its prompt + max_tokens fit).\n",
           f);
 }
@@ -44,6 +45,9 @@ static int parse(int argc, char **argv, serve_args *a)
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
             serve_usage(stdout);
             exit(0);
+        } else if (!strcmp(f, "--separate")) {
+            a->separate = 1;
+            continue;
         } else if (!(v = cli_value(argc, argv, &i))) return 2;
         else if (!strcmp(f, "--model")) a->model = v;
         else if (!strcmp(f, "--host")) a->host = v;
@@ -115,7 +119,8 @@ static int serve(const serve_args *a, ppn_model *m, ppn_tokenizer *tok, ppn_temp
     pthread_mutex_init(&s.mu, NULL);
     s.t0 = s.last_scrape_s = serve_now_s();
     ppn_engine_opts eo = ppn_engine_opts_default();
-    eo.max_batch = a->max_batch, eo.max_queue = a->max_queue, eo.chunk = a->chunk, eo.tok = tok, eo.tmpl = tmpl;
+    eo.max_batch = a->max_batch, eo.max_queue = a->max_queue, eo.chunk = a->chunk, eo.separate = a->separate;
+    eo.tok = tok, eo.tmpl = tmpl;
     ppn_status st = ppn_engine_create(m, &eo, &s.engine);
     if (st != PPN_OK) return cli_fail_status(st, "engine");
     int port = 0;

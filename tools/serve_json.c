@@ -208,6 +208,8 @@ char *serve_metrics(serve_ctx *s)
     gauge(f, "ppn_generation_tokens_total", "counter", "tokens generated", (double)st.generated_tokens);
     gauge(f, "ppn_decode_batches_total", "counter", "batched decode steps", (double)st.decode_batches);
     gauge(f, "ppn_prefill_chunks_total", "counter", "prompt chunks primed", (double)st.prefill_chunks);
+    gauge(f, "ppn_mixed_steps_total", "counter", "iterations that primed and decoded in one forward",
+          (double)st.mixed_steps);
     fprintf(f, "# HELP ppn_requests_total requests by outcome\n# TYPE ppn_requests_total counter\n"
                "ppn_requests_total{outcome=\"finished\"} %llu\nppn_requests_total{outcome=\"cancelled\"} %llu\n"
                "ppn_requests_total{outcome=\"failed\"} %llu\nppn_requests_total{outcome=\"refused\"} %llu\n",

@@ -5,6 +5,7 @@
 #   gate    ppn gate batch spec on qwen2-tiny (f32, bf16) and the llama-1b shape (bf16), cuda backend
 #   bench   ppn bench --batch 1,4,16,64 (128-token prompts, 128 steps) on the llama-1b and llama-8b shapes, one GPU,
 #           N = 1 and N = 4 stages on it (8b: B = 16); the single-sequence device-greedy bench beside it; --spec 7
+#   kprof   the kernel account of the timed batch steps (PPN_KPROF=1, graphs off): llama-8b B = 16, 64, llama-1b B = 64
 #   old     the single-sequence device-greedy bench with $OLD (a build from before paged KV) and with ppn, one
 #           after the other, 3 times each (the paged batch-1 path against the contiguous caches)
 # Results: $OUT/summary.txt and one file per run; env: PHASES, REPS (default 3).
@@ -58,6 +59,15 @@ for ph in $PHASES; do
         $PPN bench --model /tmp/m-llama-8b --backend cuda --batch 16 --prompt 128 -n 128 --reps "$REPS" --stages 4 --json \
             > "$OUT/batch_8b_n4.json" 2>&1 || { fail=1; log "FAIL bench 8b N=4"; }
         python3 -c "import json,sys; d=json.load(open(sys.argv[1])); [print('8b N=4', r) for r in d['batch']]" "$OUT/batch_8b_n4.json" | tee -a "$S"
+        ;;
+    kprof)
+        for spec in llama-8b:16,64 llama-1b:64; do
+            shape=${spec%%:*} bs=${spec##*:}
+            [ -d /tmp/m-$shape ] || $PPN mkmodel --shape $shape --out /tmp/m-$shape --dtype bf16 > /dev/null
+            log "kernel account $shape B=$bs"
+            PPN_KPROF=1 $PPN bench --model /tmp/m-$shape --backend cuda --batch "$bs" --prompt 128 -n 64 --reps 1 \
+                > "$OUT/kprof_$shape.txt" 2>&1 || { fail=1; log "FAIL kprof $shape"; }
+        done
         ;;
     old)
         for shape in ${SHAPES:-llama-1b llama-8b}; do
