@@ -51,7 +51,7 @@ struct ppn_engine {
     ppn_model *m;
     const ppn_tokenizer *tok;
     const ppn_template *tmpl;
-    int max_batch, max_queue, chunk, separate, vocab, ctx, eos;
+    int max_batch, max_queue, chunk, separate, step_rows, vocab, ctx, eos;
     int blocks_total;
     double t0;
     pthread_t thread;
@@ -594,11 +594,19 @@ static void primed(ppn_engine *e, int i)
     if (r->primed == r->n_prompt) sample_token(e, r, e->plog[i]);
 }
 
-/* Up to chunk prompt rows over the priming requests, in admission order; their logits (only where a slice ends
- * its prompt) at e->logits rows base + i. Returns the slices. */
+/* An iteration's prompt rows: chunk, cut beside base decode rows to step_rows - base (at least min(16, chunk)). */
+static int prime_budget(const ppn_engine *e, int base)
+{
+    if (!base || !e->step_rows || e->step_rows - base >= e->chunk) return e->chunk;
+    int least = e->chunk < 16 ? e->chunk : 16;
+    return e->step_rows - base > least ? e->step_rows - base : least;
+}
+
+/* Up to prime_budget prompt rows over the priming requests, in admission order; their logits (only where a slice
+ * ends its prompt) at e->logits rows base + i. Returns the slices. */
 static int collect_prime(ppn_engine *e, int base, int *rows)
 {
-    int count = 0, budget = e->chunk;
+    int count = 0, full = prime_budget(e, base), budget = full;
     for (int i = 0; i < e->n_run && budget > 0; i++) {
         req *r = e->run[i];
         if (r->state != R_PRIME) continue;
@@ -608,7 +616,7 @@ static int collect_prime(ppn_engine *e, int base, int *rows)
         e->who[count++] = r;
         budget -= take;
     }
-    *rows = e->chunk - budget;
+    *rows = full - budget;
     return count;
 }
 
@@ -700,7 +708,7 @@ static void step(ppn_engine *e)
             for (int i = 0; i < n; i++) decoded(e, i);
             return;
         }
-        count = collect_prime(e, 0, &rows); /* the two calls' layout: slices' logits from row 0 */
+        count = collect_prime(e, 0, &rows); /* the two calls' layout: slices' logits from row 0 (the full chunk) */
     }
     if (count) prime_run(e, count, rows);
     if (n) decode_run(e, n, sampled);
@@ -785,10 +793,13 @@ static ppn_status engine_opts(ppn_engine *e, const ppn_engine_opts *o)
     e->max_queue = o->max_queue ? o->max_queue : 256;
     e->chunk = o->chunk ? o->chunk : 256;
     e->separate = o->separate;
+    e->step_rows = o->step_rows < 0 ? 0 : o->step_rows ? o->step_rows : 80; /* 0 inside: off */
     e->tok = o->tok, e->tmpl = o->tmpl;
     if (e->max_batch < 1 || e->max_batch > 256) return ppn_err(PPN_EINVAL, "engine: max_batch %d outside 1 .. 256", e->max_batch);
     if (e->max_queue < 1) return ppn_err(PPN_EINVAL, "engine: max_queue %d < 1", e->max_queue);
     if (e->separate < 0 || e->separate > 1) return ppn_err(PPN_EINVAL, "engine: separate %d is not 0 or 1", e->separate);
+    if (o->step_rows < -1 || o->step_rows > PPN_PREFILL_MAX_CHUNK)
+        return ppn_err(PPN_EINVAL, "engine: step_rows %d outside -1 .. %d", o->step_rows, PPN_PREFILL_MAX_CHUNK);
     if (e->chunk < 1 || e->chunk > PPN_PREFILL_MAX_CHUNK)
         return ppn_err(PPN_EINVAL, "engine: chunk %d outside 1 .. %d", e->chunk, PPN_PREFILL_MAX_CHUNK);
     return PPN_OK;

@@ -618,6 +618,12 @@ typedef struct ppn_engine_opts {
                             * PPN_PREFILL_MAX_CHUNK; 0: 256 */
     int separate;          /* 1: an iteration primes and decodes in two forwards (for measurement); 0: in one
                             * mixed step (ppn_batch_opts.n_prime) whenever it has both */
+    int step_rows;         /* with decodes running, an iteration's prompt rows are cut to step_rows minus its
+                            * decode rows (at least min(16, chunk)), so a mixed step stays near step_rows rows and
+                            * the decodes' inter-token time near one such step; 0: 80; -1: off (chunk rows
+                            * always). docs/PERF.md measures the trade: on the H200's 8B load, no cut gave the
+                            * most tokens/s and the worst inter-token p99, 80 rows the time to first token and
+                            * p99 a latency-bound server wants */
     const ppn_tokenizer *tok;  /* NULL: ids only. Borrowed: must outlive the engine */
     const ppn_template *tmpl;  /* NULL: no chat. Borrowed: must outlive the engine */
 } ppn_engine_opts;

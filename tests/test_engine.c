@@ -140,10 +140,10 @@ static int group_teardown(void **state)
     return ppn_rt_destroy(rt) == PPN_OK ? 0 : -1;
 }
 
-static ppn_engine *engine_sep(ppn_model *m, int max_batch, int max_queue, int chunk, int separate)
+static ppn_engine *engine_sep(ppn_model *m, int max_batch, int max_queue, int chunk, int separate, int step_rows)
 {
     ppn_engine_opts o = ppn_engine_opts_default();
-    o.max_batch = max_batch, o.max_queue = max_queue, o.chunk = chunk, o.separate = separate;
+    o.max_batch = max_batch, o.max_queue = max_queue, o.chunk = chunk, o.separate = separate, o.step_rows = step_rows;
     ppn_engine *e = NULL;
     if (ppn_engine_create(m, &o, &e) != PPN_OK) fail_msg("engine: %s", ppn_last_error());
     return e;
@@ -151,7 +151,7 @@ static ppn_engine *engine_sep(ppn_model *m, int max_batch, int max_queue, int ch
 
 static ppn_engine *engine(ppn_model *m, int max_batch, int max_queue, int chunk)
 {
-    return engine_sep(m, max_batch, max_queue, chunk, 0);
+    return engine_sep(m, max_batch, max_queue, chunk, 0, 0);
 }
 
 #define SUBMIT_OK(e, q, id)                                                                                  \
@@ -171,11 +171,12 @@ static void check_ref(const rec *r, int p, int n)
 
 /* Every prompt at once (batch 8, chunks of 40 rows: long prompts over several iterations beside the decodes),
  * then one at a time: the plain API's ids both ways; with the prompt rows and the decode rows in one forward
- * (mixed steps, the default) and in two. */
-static void concurrent_equals_alone(int separate)
+ * (mixed steps, the default) and in two; with the prompt rows cut beside the decodes (step_rows 20: 16 to 19
+ * rows beside 1 to 4 decodes) or not (-1). Returns the prompt chunks. */
+static uint64_t concurrent_equals_alone(int separate, int step_rows)
 {
     ppn_model *m = load(128, 0);
-    ppn_engine *e = engine_sep(m, 8, 0, 40, separate);
+    ppn_engine *e = engine_sep(m, 8, 0, 40, separate, step_rows);
     rec r[NP];
     uint64_t id;
     for (int p = 0; p < NP; p++) {
@@ -203,18 +204,25 @@ static void concurrent_equals_alone(int separate)
     assert_true(st.decode_batches < 2 * NP * NEW); /* rows were batched */
     ppn_stats ms;
     ppn_model_get_stats(m, &ms);
-    printf("# separate %d: %llu iterations, %llu decode batches, %llu prompt chunks, %llu mixed (model: %llu)\n",
-           separate, (unsigned long long)st.iterations, (unsigned long long)st.decode_batches,
+    printf("# separate %d, step_rows %d: %llu iterations, %llu decode batches, %llu prompt chunks, %llu mixed "
+           "(model: %llu)\n", separate, step_rows, (unsigned long long)st.iterations, (unsigned long long)st.decode_batches,
            (unsigned long long)st.prefill_chunks, (unsigned long long)st.mixed_steps,
            (unsigned long long)ms.mixed_steps);
     if (separate) assert_true(st.mixed_steps == 0 && ms.mixed_steps == 0);
     else assert_true(st.mixed_steps > 0 && ms.mixed_steps == st.mixed_steps);
     ppn_engine_destroy(e);
     assert_int_equal(ppn_model_free(m), PPN_OK); /* every sequence destroyed */
+    return st.prefill_chunks;
 }
 
-static void test_engine_concurrent_equals_alone(void **s) { (void)s, concurrent_equals_alone(0); }
-static void test_engine_concurrent_separate(void **s) { (void)s, concurrent_equals_alone(1); }
+static void test_engine_concurrent_equals_alone(void **s) { (void)s, concurrent_equals_alone(0, 0); }
+static void test_engine_concurrent_separate(void **s) { (void)s, concurrent_equals_alone(1, 0); }
+static void test_engine_concurrent_step_rows(void **s)
+{
+    (void)s;
+    uint64_t whole = concurrent_equals_alone(0, -1), cut = concurrent_equals_alone(0, 20);
+    assert_true(cut > whole); /* the same prompt rows in smaller chunks */
+}
 
 /* 8 threads submit 6 requests each; every other one is cancelled at once or from its callback after 3 ids. */
 typedef struct thr {
@@ -556,6 +564,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_engine_concurrent_equals_alone),
         cmocka_unit_test(test_engine_concurrent_separate),
+        cmocka_unit_test(test_engine_concurrent_step_rows),
         cmocka_unit_test(test_engine_threads),
         cmocka_unit_test(test_engine_cancel_stop_length),
         cmocka_unit_test(test_engine_kv_exhaustion_and_refusals),

@@ -11,7 +11,7 @@
 
 typedef struct serve_args {
     const char *model, *backend, *host, *name;
-    int dtype, ctx, kv_tokens, port, max_batch, max_queue, chunk, separate;
+    int dtype, ctx, kv_tokens, port, max_batch, max_queue, chunk, separate, step_rows;
     long max_body;
     double drain;
     ppn_door door;
@@ -21,13 +21,15 @@ static void serve_usage(FILE *f)
 {
     fputs("usage: ppn serve --model PATH [--host 127.0.0.1] [--port 8080] [--name NAME] [--backend auto|sim|cuda]\n"
           "                 [--dtype f32|bf16|f16] [--ctx C] [--kv-tokens T] [--max-batch 16] [--max-queue 256]\n"
-          "                 [--chunk 256] [--separate] [--max-body 1048576] [--drain 5] [door flags as for ppn run]\n"
+          "                 [--chunk 256] [--step-rows 80] [--separate] [--max-body 1048576] [--drain 5]\n"
+          "                 [door flags as for ppn run]\n"
           "OpenAI-compatible HTTP: POST /v1/completions and /v1/chat/completions (\"stream\": true for server-sent\n"
           "events), GET /v1/models, /health, /metrics (Prometheus). --port 0 takes a free port; the address is printed\n"
           "on stderr as 'ppn serve: listening on http://HOST:PORT'. SIGINT or SIGTERM stops it: no new connections,\n"
           "--drain seconds for the requests in flight, then the rest cancelled.\n"
           "--max-batch: requests decoded together; --chunk: prompt rows primed per engine iteration, in the same\n"
-          "forward as the decodes (--separate: in a forward of their own, for measurement); --kv-tokens: KV\n"
+          "forward as the decodes (--separate: in a forward of their own, for measurement), cut beside running\n"
+          "decodes to --step-rows minus their rows (at least 16; 0: no cut); --kv-tokens: KV\n"
           "positions for all requests together (a request waits until its prompt + max_tokens fit).\n",
           f);
 }
@@ -60,6 +62,8 @@ static int parse(int argc, char **argv, serve_args *a)
         else if (!strcmp(f, "--max-batch")) rc = cli_int(f, v, 1, 256, &x), a->max_batch = (int)x;
         else if (!strcmp(f, "--max-queue")) rc = cli_int(f, v, 1, 1 << 20, &x), a->max_queue = (int)x;
         else if (!strcmp(f, "--chunk")) rc = cli_int(f, v, 1, PPN_PREFILL_MAX_CHUNK, &x), a->chunk = (int)x;
+        else if (!strcmp(f, "--step-rows"))
+            rc = cli_int(f, v, 0, PPN_PREFILL_MAX_CHUNK, &x), a->step_rows = x ? (int)x : -1; /* 0 here: off */
         else if (!strcmp(f, "--max-body")) rc = cli_int(f, v, 64, 1L << 30, &a->max_body);
         else if (!strcmp(f, "--drain")) rc = cli_float(f, v, 0, 3600, &a->drain);
         else return cli_fail("serve: unknown option '%s'", f), 2;
@@ -120,6 +124,7 @@ static int serve(const serve_args *a, ppn_model *m, ppn_tokenizer *tok, ppn_temp
     s.t0 = s.last_scrape_s = serve_now_s();
     ppn_engine_opts eo = ppn_engine_opts_default();
     eo.max_batch = a->max_batch, eo.max_queue = a->max_queue, eo.chunk = a->chunk, eo.separate = a->separate;
+    eo.step_rows = a->step_rows;
     eo.tok = tok, eo.tmpl = tmpl;
     ppn_status st = ppn_engine_create(m, &eo, &s.engine);
     if (st != PPN_OK) return cli_fail_status(st, "engine");

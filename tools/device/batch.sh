@@ -65,7 +65,7 @@ for ph in $PHASES; do
             shape=${spec%%:*} bs=${spec##*:}
             [ -d /tmp/m-$shape ] || $PPN mkmodel --shape $shape --out /tmp/m-$shape --dtype bf16 > /dev/null
             log "kernel account $shape B=$bs"
-            PPN_KPROF=1 $PPN bench --model /tmp/m-$shape --backend cuda --batch "$bs" --prompt 128 -n 64 --reps 1 \
+            PPN_KPROF=1 PPN_GRAPHS=0 $PPN bench --model /tmp/m-$shape --backend cuda --batch "$bs" --prompt 128 -n 64 --reps 1 \
                 > "$OUT/kprof_$shape.txt" 2>&1 || { fail=1; log "FAIL kprof $shape"; }
         done
         ;;

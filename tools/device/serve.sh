@@ -13,17 +13,20 @@ PORT=18080
 begin -h name,driver_version,memory.total
 M=/tmp/serve-$SHAPE
 [ -d "$M" ] || $PPN mkmodel --shape "$SHAPE" --out "$M" --dtype bf16 --tokenizer "$TOK" > /dev/null
-# CONFIGS: the servers to run one after another, each CHUNK or CHUNK:sep (--separate: prompt rows and decode
-# rows in two forwards an iteration); 1 client only on the first.
+# CONFIGS: the servers to run one after another, each CHUNK[:sep][:rN] (sep: --separate, prompt rows and decode
+# rows in two forwards an iteration; rN: --step-rows N, r0 no cut); 1 client only on the first.
 CONFIGS=${CONFIGS:-$CHUNK}
 first=1
 for cfg in $CONFIGS; do
-    chunk=${cfg%%:*} sep=
-    [ "$cfg" != "$chunk" ] && sep=--separate
-    tag=c$chunk${sep:+-sep}
-    log "serve $SHAPE (chunk $chunk ${sep:-mixed})"
+    IFS=: read -r chunk opt1 opt2 <<< "$cfg"
+    flags=()
+    for o in $opt1 $opt2; do
+        case $o in sep) flags+=(--separate) ;; r*) flags+=(--step-rows "${o#r}") ;; esac
+    done
+    tag=c${cfg//:/-}
+    log "serve $SHAPE (chunk $chunk ${flags[*]})"
     $PPN serve --model "$M" --backend cuda --port $PORT --ctx 1024 --kv-tokens 24576 --max-batch 64 --chunk "$chunk" \
-        $sep > "$OUT/server_$tag.log" 2>&1 &
+        "${flags[@]}" > "$OUT/server_$tag.log" 2>&1 &
     srv=$!
     for _ in $(seq 1 300); do curl -sf "http://127.0.0.1:$PORT/health" > /dev/null && break; sleep 1; done
     curl -sf "http://127.0.0.1:$PORT/health" > /dev/null || { log "FAIL server did not come up"; fail=1; kill $srv; finish; }
