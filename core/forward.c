@@ -88,10 +88,11 @@ ppn_status ppn_fwd_rows_embed(ppn_model *m, ppn_gstream *s, const ppn_rows_scrat
 /* A batch's rows (one per sequence; a mixed walk's rows [brow0, rows)): the rotary with the KV store and attention
  * of every row in one launch each, through the row descriptors the walk uploaded: this stage's in the first slot
  * of r->segs in the split, stage st's in slot st of stage 0's in the unsplit walk (r is then stage 0's scratch).
- * Attention's position splits: the model's (the decode step's, so a row's bits are its single step's) while the
- * rows' (row, KV head) blocks leave SMs idle; one when they fill the SMs (B x n_kv >= SMs), where the split's
- * mostly idle blocks cost more than they hide (H200, llama-1b at B = 64: docs/PERF.md). A function of B alone: a
- * captured graph never meets another; the scratch's counters are untouched with one split. */
+ * Attention's position splits: as many as leave about one (row, KV head, split) block per SM, SMs / (B x n_kv),
+ * at most the model's (the decode step's) and at least one: more are mostly idle blocks (a split takes 64
+ * positions at least) that cost more than they hide (H200: llama-1b at B = 64, and the 8B at B = 16, where the
+ * model's 33 splits took 1.5x one's time: docs/PERF.md). A function of B alone: a captured graph never meets
+ * another; the scratch's counters are untouched with one split. */
 static ppn_status batch_attention(ppn_model *m, ppn_gstream *s, int dev, const ppn_rows_scratch *r,
                                   const ppn_step_cmd *c, int l)
 {
@@ -106,7 +107,9 @@ static ppn_status batch_attention(ppn_model *m, ppn_gstream *s, int dev, const p
     const ppn_kseg *segs_h = c->ksegs_h + (size_t)st * (size_t)nb;
     PPN_CHECK(ppn_op_rope_kv_batch(m->rt->g, s, qkv, nh, nkv, hd, m->inv_freq[dev], cf->rope_interleaved, &pool,
                                    segs_d, segs_h, c->tbl_hs, c->n_tbls, nb));
-    int split = m->sm_count > 0 && nb * nkv >= m->sm_count ? 1 : m->attn_split;
+    int split = m->attn_split;
+    if (m->sm_count > 0 && split > m->sm_count / (nb * nkv)) /* about one (row, KV head, split) block an SM */
+        split = m->sm_count / (nb * nkv) > 1 ? m->sm_count / (nb * nkv) : 1;
     return ppn_op_attn_batch(m->rt->g, s, att, qkv, nh, nkv, hd, scale, &pool, segs_d, segs_h, c->tbl_hs,
                              c->n_tbls, nb, r->attp, split);
 }

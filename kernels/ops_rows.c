@@ -13,7 +13,7 @@
 #include "kernels/ops_internal.h"
 
 #define ROWS_ELEM_BLOCK 256u  /* embed, swiglu: one element per thread, a row's columns over grid.y */
-#define ROWS_NORM_BLOCK 256u  /* rmsnorm: one block per row */
+#define ROWS_NORM_BLOCK 1024u /* rmsnorm: one block per row (256 took 2x as long at 16..64 rows of 4096: PERF.md) */
 #define ROWS_HEAD_WARPS 8u    /* head norms: one warp per (row, head), 8 a block */
 #define ROWS_ROPE_BLOCK 256u  /* rope: one block per row, a thread per (head, rotated pair) */
 #define ROWS_ATTN_BLOCK 128u  /* attention: 4 warps (rows.cu PPN_RA_WARPS) */
