@@ -568,6 +568,37 @@ static void test_cli_reports(void **s)
     free(xml);
 }
 
+/* The node dimension of the benchmarks: on this machine (one node) transport-bench measures the rule's
+ * placement only and says why in one line; on the 2-package file it measures the three placements and reads
+ * each slot's node back; sched-bench runs its slot-* arms and says when they cannot differ. */
+static void test_bench_node_dimension(void **s)
+{
+    char *xml = xml_two(), env[400], *out = NULL, *err = NULL;
+    const char *tb = "transport-bench --backend sim --devices 1,0 --sizes 4K --iters 3 --warmup 1 --batch 2 --json";
+    assert_int_equal(tu_run_ppn("PPN_SIM_PEER=none", tb, &out, &err, NULL), 0);
+    if (!strstr(out, "\"one_numa_node\":\"one NUMA node here") || count_of(out, "\"host_slot\":") != 1 ||
+        !strstr(out, "\"host_slot\":\"consumer\",\"host_slot_node\":0"))
+        fail_msg("transport-bench on one node: %s", out);
+    free(out);
+    free(err);
+    snprintf(env, sizeof env, "PPN_TOPO_XML=%s PPN_SIM_PEER=none", xml);
+    assert_int_equal(tu_run_ppn(env, tb, &out, &err, NULL), 0);
+    if (strstr(out, "one_numa_node") || !strstr(out, "\"host_slot\":\"consumer\",\"host_slot_node\":1") ||
+        !strstr(out, "\"host_slot\":\"producer\"") || !strstr(out, "\"host_slot\":\"interleave\""))
+        fail_msg("transport-bench on 2 packages: %s", out);
+    free(out);
+    free(err);
+    assert_int_equal(tu_run_ppn("PPN_SIM_PEER=none", "sched-bench --backend sim --shape tiny --stages 2 -n 2 "
+                                "--warmup 0 --json", &out, &err, NULL), 0);
+    if (!strstr(out, "\"slot_note\":\"one NUMA node here: slot-producer and slot-interleave place the same memory") ||
+        !strstr(out, "\"name\":\"slot-producer\"") || !strstr(out, "\"name\":\"slot-interleave\""))
+        fail_msg("sched-bench's slot arms: %s", out);
+    free(out);
+    free(err);
+    unlink(xml);
+    free(xml);
+}
+
 static int teardown(void **s)
 {
     tu_env_restore();
@@ -585,6 +616,7 @@ int main(void)
         cmocka_unit_test_teardown(test_stages_named_pinned_and_buffers_local, teardown),
         cmocka_unit_test_teardown(test_readback_on_last_stage_node, teardown),
         cmocka_unit_test_teardown(test_cli_reports, teardown),
+        cmocka_unit_test_teardown(test_bench_node_dimension, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
