@@ -472,12 +472,13 @@ ppn_status ppn_model_get_stage_place(ppn_model *m, int stage, ppn_stage_place *o
     out->dev = map->dev[stage];
     snprintf(out->pci, sizeof out->pci, "%s", pl.pci);
     out->dev_node = pl.numa_node;
-    out->thread_node = map->node[stage];
+    out->thread_node = -1;
     ppn_stage_rt *sr = &m->stages[stage];
     int tid = map_uses_threads(map) && sr->thr_started ? ppn_issue_tid(&sr->thr) : 0;
     if (tid > 0) {
         out->threaded = 1;
         ppn_issue_name(&sr->thr, out->thread_name, sizeof out->thread_name);
+        out->thread_node = ppn_issue_mem_node(&sr->thr);
         PPN_CHECK(ppn_topo_thread_cpus(t, (pid_t)tid, out->thread_cpus, sizeof out->thread_cpus));
     }
     PPN_CHECK(stage_host_pages(m, t, stage, &hp));

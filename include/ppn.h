@@ -396,7 +396,8 @@ typedef struct ppn_stage_place {
     int threaded;           /* 1: the stage has its own issue thread; 0: the caller's thread issues */
     char thread_name[16];   /* ppn-s<stage>-dev<device> ("" without a thread) */
     char thread_cpus[64];   /* the PUs the thread is bound to, as the OS says (hwloc list, "" without a thread) */
-    int thread_node;        /* the node its memory is bound to (-1: default policy) */
+    int thread_node;        /* the node its memory is bound to, as the thread read back from the OS after binding
+                             * (-1: the default policy, or a binding the OS refused) */
     int host_buffers;       /* the stage's pinned host buffers: host-staged slots it receives through, and on
                              * the last stage every sequence's logits and token readback */
     int host_node;          /* where their resident pages are, as the OS says: a node; -1 none resident (or no

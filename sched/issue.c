@@ -87,6 +87,9 @@ static void apply_place(ppn_issue_thread *t)
         fprintf(stderr, "ppn: notice: %s: %s\n", name, ppn_last_error());
     else if (st != PPN_OK)
         fprintf(stderr, "ppn: warning: %s: %s (issue thread stays where it is)\n", name, ppn_last_error());
+    int got = -1;
+    if (ppn_topo_self_mem_node(t->topo, &got) != PPN_OK) got = -1;
+    atomic_store_explicit(&t->mem_node, got, memory_order_relaxed); /* published by ready / the next command */
 }
 
 static void *issue_main(void *arg)
@@ -94,6 +97,7 @@ static void *issue_main(void *arg)
     ppn_issue_thread *t = arg;
     urcu_qsbr_register_thread();
     atomic_store_explicit(&t->tid, (int)syscall(SYS_gettid), memory_order_relaxed);
+    atomic_store_explicit(&t->mem_node, -1, memory_order_relaxed);
     apply_place(t);
     ppn_gen_post(&t->ready, 1); /* pairs with the wait in ppn_issue_start(): tid and the place are set */
     for (;;) {
@@ -167,6 +171,8 @@ void ppn_issue_repin(ppn_issue_thread *t, const ppn_issue_place *pl)
 }
 
 int ppn_issue_tid(ppn_issue_thread *t) { return atomic_load_explicit(&t->tid, memory_order_relaxed); }
+
+int ppn_issue_mem_node(ppn_issue_thread *t) { return atomic_load_explicit(&t->mem_node, memory_order_relaxed); }
 
 void ppn_issue_name(ppn_issue_thread *t, char *buf, size_t cap)
 {

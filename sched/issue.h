@@ -53,6 +53,7 @@ typedef struct ppn_issue_thread {
     int bound;                        /* thread-private: a binding was applied (a later -1 must undo it) */
     _Atomic int tid;                  /* the thread's kernel id (gettid), 0 until it runs */
     _Atomic uint32_t ready;           /* 1 once tid is set and the first place taken (ppn_issue_start waits) */
+    _Atomic int mem_node;             /* its memory binding as the OS said after the last place (-1: none) */
     ppn_topo *topo;
     _Atomic int stop;
     int started;
@@ -70,6 +71,9 @@ void ppn_issue_stop(ppn_issue_thread *t);
 void ppn_issue_repin(ppn_issue_thread *t, const ppn_issue_place *pl);
 /* The thread's kernel id (0 before it started running). */
 int ppn_issue_tid(ppn_issue_thread *t);
+/* The node its memory is bound to, as the thread read it back from the OS after taking its place (only the
+ * thread itself can ask the kernel); -1: the default policy, several nodes, or no topology. */
+int ppn_issue_mem_node(ppn_issue_thread *t);
 /* The thread's name as the kernel holds it (pthread_getname_np); "" when it cannot be read. */
 void ppn_issue_name(ppn_issue_thread *t, char *buf, size_t cap);
 

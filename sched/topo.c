@@ -268,11 +268,31 @@ ppn_status ppn_topo_bind_self(ppn_topo *t, int pu, int node)
         rc = hwloc_set_membind(t->h, ns, n ? HWLOC_MEMBIND_BIND : HWLOC_MEMBIND_DEFAULT,
                                HWLOC_MEMBIND_THREAD | HWLOC_MEMBIND_BYNODESET | (n ? HWLOC_MEMBIND_STRICT : 0));
         e = errno;
+        if (rc != 0) /* not left bound to an earlier place's node: back to the default policy */
+            hwloc_set_membind(t->h, hwloc_topology_get_topology_nodeset(t->h), HWLOC_MEMBIND_DEFAULT,
+                              HWLOC_MEMBIND_THREAD | HWLOC_MEMBIND_BYNODESET);
         if (rc != 0)
             st = ppn_err(PPN_EIO, "topo: thread pinned to PU %d, but binding its memory to NUMA node %d (OS node "
                          "%u) failed: %s", pu, node, n ? n->os_index : 0u, strerror(e));
     } else if (st == PPN_OK) st = ppn_err(PPN_EINVAL, "topo: NUMA node %d does not exist", node);
     hwloc_bitmap_free(set);
+    return st;
+}
+
+ppn_status ppn_topo_self_mem_node(ppn_topo *t, int *node)
+{
+    hwloc_nodeset_t ns = hwloc_bitmap_alloc();
+    hwloc_membind_policy_t pol;
+    *node = -1;
+    if (!ns) return ppn_err(PPN_ENOMEM, "topo: host out of memory");
+    ppn_status st = PPN_OK;
+    if (hwloc_get_membind(t->h, ns, &pol, HWLOC_MEMBIND_THREAD | HWLOC_MEMBIND_BYNODESET) != 0)
+        st = ppn_err(PPN_EIO, "topo: reading this thread's memory binding failed: %s", strerror(errno));
+    else if (pol == HWLOC_MEMBIND_BIND && hwloc_bitmap_weight(ns) == 1) {
+        hwloc_obj_t o = hwloc_get_numanode_obj_by_os_index(t->h, (unsigned)hwloc_bitmap_first(ns));
+        if (o) *node = (int)o->logical_index;
+    }
+    hwloc_bitmap_free(ns);
     return st;
 }
 

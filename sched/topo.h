@@ -62,8 +62,14 @@ int ppn_topo_pu_node(ppn_topo *t, int pu);
 
 /* Pin the calling thread to PU pu (< 0: the whole machine) and bind its memory to node (< 0: the default
  * policy). Returns PPN_OK, PPN_EINVAL (the CPU binding failed), PPN_EIO (the CPU binding held, the memory
- * binding failed: e.g. a node of PPN_TOPO_XML this machine lacks); the message says which. */
+ * binding failed: e.g. a node of PPN_TOPO_XML this machine lacks, and the thread's memory is back on the default
+ * policy, not left on an earlier node); the message says which. */
 ppn_status ppn_topo_bind_self(ppn_topo *t, int pu, int node);
+
+/* The calling thread's memory binding as the OS says (hwloc_get_membind: get_mempolicy): *node = the node's
+ * logical index when bound to exactly one node, else -1 (the default policy, several nodes, or a node the topology
+ * does not know). Returns PPN_OK or PPN_EIO. */
+ppn_status ppn_topo_self_mem_node(ppn_topo *t, int *node);
 
 /* Bind [p, p + n) (page aligned) to node (HWLOC_MEMBIND_BIND, strict: MPOL_BIND): pages are taken there when
  * first touched.

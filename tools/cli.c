@@ -249,8 +249,9 @@ void cli_print_stage_map(FILE *f, const ppn_model *m)
         }
         fprintf(f, "       stage %d: dev%d%s%s, NUMA node %s", s, p.dev, p.pci[0] ? " pci " : "", p.pci,
                 p.dev_node >= 0 ? (snprintf(node, sizeof node, "%d", p.dev_node), node) : "any (not located)");
-        if (p.threaded)
+        if (p.threaded && p.thread_node >= 0)
             fprintf(f, "; thread %s on PUs %s, memory node %d", p.thread_name, p.thread_cpus, p.thread_node);
+        else if (p.threaded) fprintf(f, "; thread %s on PUs %s, memory not bound", p.thread_name, p.thread_cpus);
         fprintf(f, "; host buffers: %s\n", cli_host_node(&p, node, sizeof node));
     }
 }
