@@ -52,7 +52,7 @@ static ppn_status plan_build(ppn_model *m, ppn_seq *const *seqs, const int *cons
     pl->cmds = ppn_hcalloc((size_t)max_cmds, sizeof *pl->cmds);
     pl->segs = ppn_hcalloc((size_t)(max_cmds + count), sizeof *pl->segs);
     if (!pl->cmds || !pl->segs) return ppn_err(PPN_ENOMEM, "prefill: host out of memory for %d chunks", max_cmds);
-    PPN_CHECK(ppn_pinned_alloc(m->rt->pinned, sizeof(int32_t) * (size_t)pl->rows, (void **)&pl->tok_h));
+    PPN_CHECK(ppn_rt_pinned_alloc(m->rt, m->map->dev[0], sizeof(int32_t) * (size_t)pl->rows, (void **)&pl->tok_h));
     size_t vocab = (size_t)m->cfg.vocab;
     int i = 0, j = 0, row = 0, base = 0, nseg = 0;
     while (row < pl->rows) {

@@ -27,6 +27,7 @@
 #include "kernels/ops.h"
 
 #define PPN_MAX_DEVICES 64
+#define PPN_MAX_NUMA 64      /* NUMA nodes with a pinned arena of their own; more share the unbound one */
 #define PPN_CMD_RING 64      /* preallocated commands per stage */
 #define PPN_KV_BLOCK_LOG2 4  /* paged KV: positions per block = 16 */
 #define PPN_KV_BLOCK (1 << PPN_KV_BLOCK_LOG2)
@@ -37,14 +38,29 @@ struct ppn_rt {
     int n_models;                        /* loaded and not yet freed: ppn_rt_destroy refuses while > 0 */
     int n_dev;
     ppn_pool *pool[PPN_MAX_DEVICES];     /* created on first use of a device */
-    ppn_pinned_arena *pinned;
+    ppn_pinned_arena *pinned;            /* bound to no node: buffers that every stage's device touches */
+    pthread_mutex_t place_mu;            /* protects topo's first load and pinned_node[]'s creation */
     ppn_topo *topo;                      /* loaded on first use */
+    ppn_pinned_arena *pinned_node[PPN_MAX_NUMA]; /* per NUMA node (logical index), created on first use */
+    ppn_pinned_arena *pinned_interleave; /* pages spread over every node (a measurement arm), on first use */
 };
 
 /* runtime.c: the pool of device dev, created on first use. Returns PPN_OK, PPN_EINVAL, PPN_ENOMEM. */
 ppn_status ppn_rt_pool(ppn_rt *rt, int dev, ppn_pool **out);
 /* The topology, loaded on first use (with I/O objects on cuda, to find each GPU's PCI device). */
 ppn_status ppn_rt_topo(ppn_rt *rt, ppn_topo **out);
+/* Host memory placement (docs/PIPELINE.md): a pinned buffer comes from the arena of the NUMA node of the device
+ * that touches it; the arena's memory is bound to that node before it is pinned. *out = the arena of node
+ * (created on first use), the interleaved one for PPN_PINNED_INTERLEAVE, or the unbound one for another node < 0
+ * (or beyond PPN_MAX_NUMA).
+ * Returns PPN_OK, PPN_ENOMEM, PPN_EDRIVER, PPN_EIO (the topology). */
+ppn_status ppn_rt_pinned_on(ppn_rt *rt, int node, ppn_pinned_arena **out);
+/* The local NUMA node of device dev (-1: not located, every node). Returns PPN_OK, PPN_EINVAL, PPN_EIO. */
+ppn_status ppn_rt_dev_node(ppn_rt *rt, int dev, int *node);
+/* ppn_rt_pinned_on(the node of dev). */
+ppn_status ppn_rt_pinned_for(ppn_rt *rt, int dev, ppn_pinned_arena **out);
+/* A pinned buffer of n bytes from ppn_rt_pinned_for(dev); free it with ppn_pinned_free(rt->pinned, p). */
+ppn_status ppn_rt_pinned_alloc(ppn_rt *rt, int dev, size_t n, void **out);
 
 /* The stage map: immutable once published (rcu_assign_pointer); replaced whole, never edited. */
 typedef struct ppn_stage_map {
@@ -53,6 +69,7 @@ typedef struct ppn_stage_map {
     int dev[PPN_MAX_STAGES];
     int xport[PPN_MAX_STAGES];           /* boundary b: stage b -> b+1 */
     int pu[PPN_MAX_STAGES];              /* the core each stage's issue thread is pinned to */
+    int node[PPN_MAX_STAGES];            /* the NUMA node its memory is bound to (that core's; -1: none) */
     int shared_cores;                    /* 1: fewer cores than stages */
     ppn_door door;                       /* the flags it was built from */
     uint64_t gen;

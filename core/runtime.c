@@ -1,5 +1,6 @@
-/* runtime.c - the runtime's lifetime: the backend (with the kernel table), the pinned host arena, the device
- * pools and the topology, each created on first use; the kernel profile. */
+/* runtime.c - the runtime's lifetime: the backend (with the kernel table), the pinned host arenas (one bound to
+ * no node, one per NUMA node in use), the device pools and the topology, each created on first use; the kernel
+ * profile. */
 #include <stdlib.h>
 #include <string.h>
 #include "core/rt.h"
@@ -14,9 +15,10 @@ ppn_status ppn_rt_create(const char *backend, ppn_rt **out)
     ppn_status st;
     PPN_CHECK_GOTO(ppn_gpu_open(backend, ppn_kernel_set(), &rt->g), st, fail);
     ppn_trace("backend %s open", rt->g->ops->name);
+    pthread_mutex_init(&rt->place_mu, NULL);
     rt->n_dev = rt->g->ops->device_count(rt->g);
     if (rt->n_dev > PPN_MAX_DEVICES) rt->n_dev = PPN_MAX_DEVICES;
-    PPN_CHECK_GOTO(ppn_pinned_arena_create(rt->g, &rt->pinned), st, fail);
+    PPN_CHECK_GOTO(ppn_pinned_arena_create(rt->g, NULL, &rt->pinned), st, fail);
     ppn_trace("pinned arena ready");
     *out = rt;
     return PPN_OK;
@@ -31,9 +33,12 @@ ppn_status ppn_rt_destroy(ppn_rt *rt)
     if (rt->n_models > 0)
         return ppn_err(PPN_ESTATE, "ppn_rt_destroy: %d model(s) still loaded on this runtime: free them first",
                        rt->n_models);
-    ppn_topo_destroy(rt->topo);
     for (int d = 0; d < PPN_MAX_DEVICES; d++) ppn_pool_destroy(rt->pool[d]);
+    for (int n = 0; n < PPN_MAX_NUMA; n++) ppn_pinned_arena_destroy(rt->pinned_node[n]);
+    ppn_pinned_arena_destroy(rt->pinned_interleave);
     ppn_pinned_arena_destroy(rt->pinned);
+    ppn_topo_destroy(rt->topo);
+    if (rt->g) pthread_mutex_destroy(&rt->place_mu);
     ppn_gpu_close(rt->g);
     ppn_hfree(rt);
     return PPN_OK;
@@ -61,11 +66,69 @@ ppn_status ppn_rt_pool(ppn_rt *rt, int dev, ppn_pool **out)
     return PPN_OK;
 }
 
-ppn_status ppn_rt_topo(ppn_rt *rt, ppn_topo **out)
+static ppn_status topo_locked(ppn_rt *rt, ppn_topo **out)
 {
     if (!rt->topo) PPN_CHECK(ppn_topo_load(&rt->topo, strcmp(rt->g->ops->name, "sim") != 0));
     *out = rt->topo;
     return PPN_OK;
+}
+
+ppn_status ppn_rt_topo(ppn_rt *rt, ppn_topo **out)
+{
+    pthread_mutex_lock(&rt->place_mu);
+    ppn_status st = topo_locked(rt, out);
+    pthread_mutex_unlock(&rt->place_mu);
+    return st;
+}
+
+static ppn_status bind_to_node(void *ctx, void *p, size_t n, int node)
+{
+    if (node == PPN_PINNED_INTERLEAVE) return ppn_topo_interleave_area((ppn_topo *)ctx, p, n);
+    return ppn_topo_bind_area((ppn_topo *)ctx, p, n, node);
+}
+
+ppn_status ppn_rt_pinned_on(ppn_rt *rt, int node, ppn_pinned_arena **out)
+{
+    *out = rt->pinned;
+    int ilv = node == PPN_PINNED_INTERLEAVE;
+    if (!ilv && (node < 0 || node >= PPN_MAX_NUMA)) return PPN_OK;
+    pthread_mutex_lock(&rt->place_mu);
+    ppn_pinned_arena **slot = ilv ? &rt->pinned_interleave : &rt->pinned_node[node];
+    ppn_topo *t;
+    ppn_status st = topo_locked(rt, &t);
+    if (st == PPN_OK && !*slot) {
+        ppn_pinned_bind b = {.bind = bind_to_node, .ctx = t, .node = node};
+        st = ppn_pinned_arena_create(rt->g, &b, slot);
+        if (st == PPN_OK) ppn_trace("pinned arena of NUMA node %d ready (-2: interleaved)", node);
+    }
+    if (st == PPN_OK) *out = *slot;
+    pthread_mutex_unlock(&rt->place_mu);
+    return st;
+}
+
+ppn_status ppn_rt_dev_node(ppn_rt *rt, int dev, int *node)
+{
+    ppn_topo *t;
+    ppn_dev_place pl;
+    PPN_CHECK(ppn_rt_topo(rt, &t));
+    PPN_CHECK(ppn_topo_place_device(t, rt->g, dev, &pl));
+    *node = pl.numa_node;
+    return PPN_OK;
+}
+
+ppn_status ppn_rt_pinned_for(ppn_rt *rt, int dev, ppn_pinned_arena **out)
+{
+    int node;
+    PPN_CHECK(ppn_rt_dev_node(rt, dev, &node));
+    return ppn_rt_pinned_on(rt, node, out);
+}
+
+ppn_status ppn_rt_pinned_alloc(ppn_rt *rt, int dev, size_t n, void **out)
+{
+    ppn_pinned_arena *a;
+    *out = NULL;
+    PPN_CHECK(ppn_rt_pinned_for(rt, dev, &a));
+    return ppn_pinned_alloc(a, n, out);
 }
 
 _Static_assert(PPN_K_COUNT <= PPN_KERNEL_PROFILE_MAX, "PPN_KERNEL_PROFILE_MAX must cover every kernel");

@@ -81,7 +81,7 @@ static ppn_status tok_alloc(ppn_seq *q, int dev)
     PPN_CHECK(ppn_model_block_alloc(m, dev, n, "argmax scratch", &q->amx));
     PPN_CHECK(ppn_model_dev_stream(m, dev, &s));
     PPN_CHECK(g->ops->memset_d8(g, s, q->amx, 0, n));
-    if (!q->tok_h) PPN_CHECK(ppn_pinned_alloc(m->rt->pinned, sizeof(int32_t) * PPN_MAX_INFLIGHT, (void **)&q->tok_h));
+    if (!q->tok_h) PPN_CHECK(ppn_rt_pinned_alloc(m->rt, dev, sizeof(int32_t) * PPN_MAX_INFLIGHT, (void **)&q->tok_h));
     return g->ops->stream_sync(g, s);
 }
 
@@ -95,7 +95,7 @@ static ppn_status ring_alloc(ppn_seq *q, int dev)
         PPN_CHECK(g->ops->event_create(g, dev, 0, &q->done_ev[i]));
         PPN_CHECK(g->ops->event_create(g, dev, 0, &q->rb_ev[i]));
         if (!q->logits_h[i])
-            PPN_CHECK(ppn_pinned_alloc(m->rt->pinned, sizeof(float) * (size_t)m->cfg.vocab, (void **)&q->logits_h[i]));
+            PPN_CHECK(ppn_rt_pinned_alloc(m->rt, dev, sizeof(float) * (size_t)m->cfg.vocab, (void **)&q->logits_h[i]));
     }
     return tok_alloc(q, dev);
 }

@@ -64,8 +64,10 @@ ppn_status ppn_spec_verify(ppn_seq *q, int token, const int *draft, int k, int *
         return st;
     }
     int32_t *tok_h = NULL, *ids_h = NULL;
-    st = ppn_pinned_alloc(m->rt->pinned, sizeof(int32_t) * (size_t)rows, (void **)&tok_h);
-    if (st == PPN_OK) st = ppn_pinned_alloc(m->rt->pinned, sizeof(int32_t) * (size_t)rows, (void **)&ids_h);
+    /* ids in on stage 0's device, argmax ids out of the last stage's: each from that device's node */
+    st = ppn_rt_pinned_alloc(m->rt, map->dev[0], sizeof(int32_t) * (size_t)rows, (void **)&tok_h);
+    if (st == PPN_OK)
+        st = ppn_rt_pinned_alloc(m->rt, map->dev[map->n_stages - 1], sizeof(int32_t) * (size_t)rows, (void **)&ids_h);
     if (st == PPN_OK) {
         tok_h[0] = token;
         for (int j = 0; j < k; j++) tok_h[j + 1] = draft[j];

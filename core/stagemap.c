@@ -64,14 +64,16 @@ static ppn_status pin_mode(int *out) { return ppn_env_enum("PPN_PIN", out); }
 static ppn_status pick_cores(ppn_model *m, ppn_stage_map *map)
 {
     int mode;
-    for (int s = 0; s < map->n_stages; s++) map->pu[s] = -1;
+    for (int s = 0; s < map->n_stages; s++) map->pu[s] = map->node[s] = -1;
     PPN_CHECK(pin_mode(&mode));
     if (map->n_stages < 2 || !map->door.streams) return PPN_OK; /* the caller's thread issues */
     if (mode == PIN_NONE) return PPN_OK;
     ppn_topo *t;
     PPN_CHECK(ppn_rt_topo(m->rt, &t));
     PPN_CHECK(ppn_topo_pick_cores(t, m->rt->g, map->dev, map->n_stages, map->pu, &map->shared_cores));
-    return mode == PIN_FAR ? ppn_topo_pick_far(t, m->rt->g, map->dev, map->n_stages, map->pu) : PPN_OK;
+    if (mode == PIN_FAR) PPN_CHECK(ppn_topo_pick_far(t, m->rt->g, map->dev, map->n_stages, map->pu));
+    for (int s = 0; s < map->n_stages; s++) map->node[s] = ppn_topo_pu_node(t, map->pu[s]); /* memory with the core */
+    return PPN_OK;
 }
 
 ppn_status ppn_map_build(ppn_model *m, const ppn_door *d, ppn_stage_map **out)
@@ -188,16 +190,32 @@ static void boundaries_fini(ppn_model *m)
 }
 
 /* Slots are allocated and freed on their device's own stream (never a stage stream, which a later map may
- * destroy); the stages' use of them is ordered by the host syncs in quiesce() before any free. */
+ * destroy); the stages' use of them is ordered by the host syncs in quiesce() before any free.
+ * A host-staged slot lives on the consumer's NUMA node (docs/PIPELINE.md): the producer's device-to-host copy is
+ * a stream of posted PCIe writes, which cross the socket link without waiting for it; the consumer's
+ * host-to-device copy is DMA reads, each a round trip, which pay the link's latency when the memory is remote. */
+enum { SLOT_CONSUMER, SLOT_PRODUCER, SLOT_INTERLEAVE }; /* the table's words for PPN_HOST_SLOT, in order */
+
+/* The arena of boundary b's host-staged slots, as PPN_HOST_SLOT says (default: the consumer's node). */
+static ppn_status host_slot_arena(ppn_model *m, const ppn_stage_map *map, int b, ppn_pinned_arena **out)
+{
+    int mode;
+    PPN_CHECK(ppn_env_enum("PPN_HOST_SLOT", &mode));
+    if (mode == SLOT_INTERLEAVE) return ppn_rt_pinned_on(m->rt, PPN_PINNED_INTERLEAVE, out);
+    return ppn_rt_pinned_for(m->rt, map->dev[mode == SLOT_PRODUCER ? b : b + 1], out);
+}
+
 static ppn_status boundaries_init(ppn_model *m, const ppn_stage_map *map)
 {
     for (int b = 0; b + 1 < map->n_stages; b++) {
         ppn_pool *pool;
         ppn_gstream *ds;
+        ppn_pinned_arena *host = m->rt->pinned;
         PPN_CHECK(ppn_rt_pool(m->rt, map->dev[b], &pool));
         PPN_CHECK(ppn_model_dev_stream(m, map->dev[b], &ds));
+        if (map->xport[b] == PPN_XPORT_HOST) PPN_CHECK(host_slot_arena(m, map, b, &host));
         PPN_CHECK(ppn_boundary_init(&m->bnd[b], m->rt->g, pool, ds, map->dev[b + 1], map->xport[b], m->cfg.dim,
-                                    m->max_rows, m->rt->pinned));
+                                    m->max_rows, host));
         m->n_bnd = b + 1;
     }
     return PPN_OK;
@@ -280,11 +298,12 @@ static ppn_status stage_threads(ppn_model *m, const ppn_stage_map *map, ppn_issu
             sr->thr_started = 0;
         }
         if (s >= want) continue;
+        ppn_issue_place pl = {.stage = s, .dev = map->dev[s], .pu = map->pu[s], .node = map->node[s]};
         if (sr->thr_started) {
-            ppn_issue_repin(&sr->thr, map->pu[s]);
+            ppn_issue_repin(&sr->thr, &pl);
             continue;
         }
-        PPN_CHECK(ppn_issue_start(&sr->thr, stage_fn, sr, topo, map->pu[s], map->door.spin));
+        PPN_CHECK(ppn_issue_start(&sr->thr, stage_fn, sr, topo, &pl, map->door.spin));
         sr->thr_started = 1;
     }
     return PPN_OK;
@@ -396,4 +415,75 @@ int ppn_multi_stream_same_device(const ppn_stage_map *map)
         for (int t = 0; t < s; t++)
             if (map->dev[s] == map->dev[t]) return 1;
     return 0;
+}
+
+/* Placement read back ------------------------------------------------------------------------------------------ */
+
+typedef struct host_pages {
+    int n_buf;          /* buffers looked at */
+    int node;           /* -1 none resident yet, -2 several, -3 unknown, else the one node */
+    char os[32];        /* OS node indexes seen (the last non-empty list) */
+} host_pages;
+
+static ppn_status host_pages_add(ppn_topo *t, host_pages *hp, const void *p, size_t n)
+{
+    int node;
+    char os[32];
+    if (!p) return PPN_OK;
+    hp->n_buf++;
+    PPN_CHECK(ppn_topo_area_node(t, p, n, &node, os, sizeof os));
+    if (node == -1) return PPN_OK; /* nothing resident in this one */
+    if (hp->node == -1) hp->node = node;
+    else if (hp->node != node) hp->node = -2;
+    if (os[0] && strcmp(hp->os, os) != 0) {
+        if (!hp->os[0]) snprintf(hp->os, sizeof hp->os, "%s", os);
+        else snprintf(hp->os + strlen(hp->os), sizeof hp->os - strlen(hp->os), ",%s", os);
+    }
+    return PPN_OK;
+}
+
+/* The stage's pinned host buffers: the host-staged slots it receives through; the last stage's readback. */
+static ppn_status stage_host_pages(ppn_model *m, ppn_topo *t, int s, host_pages *hp)
+{
+    const ppn_stage_map *map = m->map;
+    *hp = (host_pages){.node = -1};
+    if (s > 0 && s - 1 < m->n_bnd && m->bnd[s - 1].xport == PPN_XPORT_HOST)
+        for (int k = 0; k < 2; k++) PPN_CHECK(host_pages_add(t, hp, m->bnd[s - 1].slot[k].host, m->bnd[s - 1].bytes));
+    if (s != map->n_stages - 1) return PPN_OK;
+    for (ppn_seq *q = m->seqs; q; q = q->next) {
+        for (int i = 0; i < PPN_MAX_INFLIGHT; i++)
+            PPN_CHECK(host_pages_add(t, hp, q->logits_h[i], sizeof(float) * (size_t)m->cfg.vocab));
+        PPN_CHECK(host_pages_add(t, hp, q->tok_h, sizeof(int32_t) * PPN_MAX_INFLIGHT));
+    }
+    return PPN_OK;
+}
+
+ppn_status ppn_model_get_stage_place(ppn_model *m, int stage, ppn_stage_place *out)
+{
+    const ppn_stage_map *map = m->map;
+    memset(out, 0, sizeof *out);
+    if (!map || stage < 0 || stage >= map->n_stages)
+        return ppn_err(PPN_EINVAL, "stage place: stage %d does not exist (%d stages)", stage, map ? map->n_stages : 0);
+    ppn_topo *t;
+    ppn_dev_place pl;
+    host_pages hp;
+    PPN_CHECK(ppn_rt_topo(m->rt, &t));
+    PPN_CHECK(ppn_topo_place_device(t, m->rt->g, map->dev[stage], &pl));
+    out->dev = map->dev[stage];
+    snprintf(out->pci, sizeof out->pci, "%s", pl.pci);
+    out->dev_node = pl.numa_node;
+    out->thread_node = -1;
+    ppn_stage_rt *sr = &m->stages[stage];
+    int tid = map_uses_threads(map) && sr->thr_started ? ppn_issue_tid(&sr->thr) : 0;
+    if (tid > 0) {
+        out->threaded = 1;
+        ppn_issue_name(&sr->thr, out->thread_name, sizeof out->thread_name);
+        out->thread_node = ppn_issue_mem_node(&sr->thr);
+        PPN_CHECK(ppn_topo_thread_cpus(t, (pid_t)tid, out->thread_cpus, sizeof out->thread_cpus));
+    }
+    PPN_CHECK(stage_host_pages(m, t, stage, &hp));
+    out->host_buffers = hp.n_buf;
+    out->host_node = hp.node;
+    snprintf(out->host_os_nodes, sizeof out->host_os_nodes, "%s", hp.os);
+    return PPN_OK;
 }

@@ -13,6 +13,7 @@
 typedef struct uploader {
     ppn_model *m;
     void *buf[2];          /* pinned staging, double-buffered */
+    ppn_pinned_arena *buf_arena[2]; /* the arena of buf[i]: the node of the device it last fed */
     ppn_gevent *ev[2];     /* recorded after the copy out of buf[i], on device ev_dev[i] */
     int ev_dev[2];
     int cur;
@@ -60,11 +61,19 @@ static ppn_status model_track_block(ppn_model *m, ppn_dptr p, int dev)
 }
 
 /* Staging buffer i is free once its last copy is done; its event moves to the device of the next copy
- * (an event is recorded only on a stream of its own device). */
+ * (an event is recorded only on a stream of its own device), and the buffer to that device's NUMA node. */
 static ppn_status staging_ready(uploader *u, int i, int dev)
 {
     ppn_gpu *g = u->m->rt->g;
+    ppn_pinned_arena *a;
     if (u->ev[i]) PPN_CHECK(g->ops->event_sync(g, u->ev[i]));
+    PPN_CHECK(ppn_rt_pinned_for(u->m->rt, dev, &a));
+    if (a != u->buf_arena[i]) {
+        ppn_pinned_free(a, u->buf[i]);
+        u->buf[i] = NULL;
+        PPN_CHECK(ppn_pinned_alloc(a, STAGING_BYTES, &u->buf[i]));
+        u->buf_arena[i] = a;
+    }
     if (u->ev[i] && u->ev_dev[i] == dev) return PPN_OK;
     if (u->ev[i]) g->ops->event_destroy(g, u->ev[i]);
     u->ev[i] = NULL;
@@ -205,12 +214,6 @@ static ppn_status upload_rope_all(uploader *u)
     return s;
 }
 
-static ppn_status uploader_open(uploader *u, ppn_model *m)
-{
-    for (int i = 0; i < 2; i++) PPN_CHECK(ppn_pinned_alloc(m->rt->pinned, STAGING_BYTES, &u->buf[i]));
-    return PPN_OK;
-}
-
 static void uploader_close(uploader *u)
 {
     ppn_gpu *g = u->m->rt->g;
@@ -230,7 +233,6 @@ ppn_status ppn_upload_weights(ppn_model *m, const ppn_ckpt *c, const ppn_load_op
     uploader u = {.m = m, .total = upload_total(c, m->wdt), .progress = o->progress,
                   .progress_arg = o->progress_arg};
     ppn_status s;
-    PPN_CHECK_GOTO(uploader_open(&u, m), s, out);
     PPN_CHECK_GOTO(upload(&u, m->embed_dev, &c->embed, "embed", &m->embed), s, out);
     for (int l = 0; l < c->cfg.n_layers; l++)
         PPN_CHECK_GOTO(upload_layer(&u, m->layer_dev[l], &c->layers[l], &m->layers[l]), s, out);

@@ -403,6 +403,27 @@ void ppn_model_get_stage_map(const ppn_model *m, ppn_stage_info *out);
 /* "inplace", "dtod", "peer" or "host". */
 const char *ppn_transport_name(int xport);
 
+/* Where a stage of the published map runs, read back from the OS when asked (docs/PIPELINE.md, host memory).
+ * Nodes are hwloc logical indexes of NUMA nodes. */
+typedef struct ppn_stage_place {
+    int dev;
+    char pci[32];           /* the device's PCI bus id ("" when it has none) */
+    int dev_node;           /* the device's local NUMA node; -1: not located (every node) */
+    int threaded;           /* 1: the stage has its own issue thread; 0: the caller's thread issues */
+    char thread_name[16];   /* ppn-s<stage>-dev<device> ("" without a thread) */
+    char thread_cpus[64];   /* the PUs the thread is bound to, as the OS says (hwloc list, "" without a thread) */
+    int thread_node;        /* the node its memory is bound to, as the thread read back from the OS after binding
+                             * (-1: the default policy, or a binding the OS refused) */
+    int host_buffers;       /* the stage's pinned host buffers: host-staged slots it receives through, and on
+                             * the last stage every sequence's logits and token readback */
+    int host_node;          /* where their resident pages are, as the OS says: a node; -1 none resident (or no
+                             * buffer); -2 on several nodes; -3 on a node the topology does not know */
+    char host_os_nodes[32]; /* the OS node indexes of those pages (hwloc list) */
+} ppn_stage_place;
+/* Stage stage's place. @return PPN_OK, PPN_EINVAL (no such stage), PPN_EIO (the OS refused a query: message
+ * says which), PPN_ENOMEM. */
+ppn_status ppn_model_get_stage_place(ppn_model *m, int stage, ppn_stage_place *out);
+
 /* The kernel-by-kernel account (PPN_KPROF=1, read once when the runtime is created: unset, empty or 0 = off,
  * 1 = on, anything else makes ppn_rt_create fail with PPN_EINVAL naming the variable). On cuda each launch is
  * bracketed by a pair of timing events (this slows steps: profiled step times are not the record); on sim

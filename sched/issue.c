@@ -1,5 +1,10 @@
 /* issue.c - per-stage issue threads (see issue.h). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* pthread_setname_np */
+#endif
 #include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <linux/futex.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -61,24 +66,44 @@ static struct cds_wfcq_node *next_cmd(ppn_issue_thread *t)
     return n;
 }
 
-static void apply_pin(ppn_issue_thread *t)
+/* Take the place repin (or start) left, once per generation: name, then CPU and memory binding. */
+static void apply_place(ppn_issue_thread *t)
 {
-    int pu = atomic_load_explicit(&t->pu, memory_order_acquire);
-    if (pu == t->pinned_pu || !t->topo) return; /* a fresh thread is unpinned: pinned_pu starts at -1 */
-    if (ppn_topo_bind_self(t->topo, pu) != PPN_OK)
-        fprintf(stderr, "ppn: warning: %s (issue thread stays where it is)\n", ppn_last_error());
-    t->pinned_pu = pu;
+    /* acquire pairs with the release in set_place(): the fields written before the bump are visible */
+    uint32_t gen = atomic_load_explicit(&t->place_gen, memory_order_acquire);
+    if (gen == t->applied_gen) return;
+    t->applied_gen = gen;
+    int stage = atomic_load_explicit(&t->stage, memory_order_relaxed);
+    int dev = atomic_load_explicit(&t->dev, memory_order_relaxed);
+    int pu = atomic_load_explicit(&t->pu, memory_order_relaxed);
+    int node = atomic_load_explicit(&t->node, memory_order_relaxed);
+    char name[16]; /* the kernel keeps 15 characters and the NUL */
+    snprintf(name, sizeof name, "ppn-s%d-dev%d", stage, dev);
+    pthread_setname_np(pthread_self(), name); /* before the binding: its notices name the thread */
+    if (!t->topo || (pu < 0 && node < 0 && !t->bound)) return; /* unpinned from birth: keeps the creator's mask */
+    t->bound = pu >= 0 || node >= 0;
+    ppn_status st = ppn_topo_bind_self(t->topo, pu, node);
+    if (st == PPN_EIO) /* pinned, memory not bound: a node this machine lacks (PPN_TOPO_XML) */
+        fprintf(stderr, "ppn: notice: %s: %s\n", name, ppn_last_error());
+    else if (st != PPN_OK)
+        fprintf(stderr, "ppn: warning: %s: %s (issue thread stays where it is)\n", name, ppn_last_error());
+    int got = -1;
+    if (ppn_topo_self_mem_node(t->topo, &got) != PPN_OK) got = -1;
+    atomic_store_explicit(&t->mem_node, got, memory_order_relaxed); /* published by ready / the next command */
 }
 
 static void *issue_main(void *arg)
 {
     ppn_issue_thread *t = arg;
     urcu_qsbr_register_thread();
-    t->pinned_pu = -1;
+    atomic_store_explicit(&t->tid, (int)syscall(SYS_gettid), memory_order_relaxed);
+    atomic_store_explicit(&t->mem_node, -1, memory_order_relaxed);
+    apply_place(t);
+    ppn_gen_post(&t->ready, 1); /* pairs with the wait in ppn_issue_start(): tid and the place are set */
     for (;;) {
-        apply_pin(t);
         struct cds_wfcq_node *n = next_cmd(t);
         if (!n) break;
+        apply_place(t); /* a repin while the thread slept is taken before the command it was woken for */
         ppn_cmd *c = caa_container_of(n, ppn_cmd, node);
         /* acquire pairs with the release in ppn_issue_post(): the command's fields are visible. The queue's own
          * barriers already order them; this pair states it in C11 terms (and lets TSan see it). */
@@ -91,7 +116,17 @@ static void *issue_main(void *arg)
     return NULL;
 }
 
-ppn_status ppn_issue_start(ppn_issue_thread *t, ppn_issue_fn fn, void *ctx, ppn_topo *topo, int pu, int spin)
+static void set_place(ppn_issue_thread *t, const ppn_issue_place *pl)
+{
+    atomic_store_explicit(&t->stage, pl->stage, memory_order_relaxed);
+    atomic_store_explicit(&t->dev, pl->dev, memory_order_relaxed);
+    atomic_store_explicit(&t->pu, pl->pu, memory_order_relaxed);
+    atomic_store_explicit(&t->node, pl->node, memory_order_relaxed);
+    atomic_fetch_add_explicit(&t->place_gen, 1, memory_order_release); /* pairs with apply_place()'s acquire */
+}
+
+ppn_status ppn_issue_start(ppn_issue_thread *t, ppn_issue_fn fn, void *ctx, ppn_topo *topo,
+                           const ppn_issue_place *pl, int spin)
 {
     memset(t, 0, sizeof *t);
     cds_wfcq_init(&t->head, &t->tail);
@@ -99,10 +134,11 @@ ppn_status ppn_issue_start(ppn_issue_thread *t, ppn_issue_fn fn, void *ctx, ppn_
     t->ctx = ctx;
     t->topo = topo;
     t->spin = spin;
-    atomic_store(&t->pu, pu);
+    set_place(t, pl);
     int rc = pthread_create(&t->th, NULL, issue_main, t);
     if (rc != 0) return ppn_err(PPN_ENOMEM, "issue thread: pthread_create failed: %s", strerror(rc));
     t->started = 1;
+    ppn_gen_wait(&t->ready, 1, 0);
     return PPN_OK;
 }
 
@@ -126,4 +162,22 @@ void ppn_issue_stop(ppn_issue_thread *t)
     t->started = 0;
 }
 
-void ppn_issue_repin(ppn_issue_thread *t, int pu) { atomic_store_explicit(&t->pu, pu, memory_order_release); }
+void ppn_issue_repin(ppn_issue_thread *t, const ppn_issue_place *pl)
+{
+    char name[16];
+    set_place(t, pl);
+    snprintf(name, sizeof name, "ppn-s%d-dev%d", pl->stage, pl->dev);
+    pthread_setname_np(t->th, name); /* at once, for reports before its next command (it renames itself too) */
+}
+
+int ppn_issue_tid(ppn_issue_thread *t) { return atomic_load_explicit(&t->tid, memory_order_relaxed); }
+
+int ppn_issue_mem_node(ppn_issue_thread *t) { return atomic_load_explicit(&t->mem_node, memory_order_relaxed); }
+
+void ppn_issue_name(ppn_issue_thread *t, char *buf, size_t cap)
+{
+    char name[16];
+    if (!cap) return;
+    buf[0] = '\0';
+    if (t->started && pthread_getname_np(t->th, name, sizeof name) == 0) snprintf(buf, cap, "%s", name);
+}

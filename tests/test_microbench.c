@@ -243,7 +243,8 @@ static void test_transport_bad_device(void **state)
 /* sched-bench ---------------------------------------------------------------------------------------------- */
 
 static const char *const configs[] = {"one-thread", "unsplit", "unsplit-no-graphs", "unpinned", "pinned-near",
-                                      "pinned-far", "spin", "no-graphs"};
+                                      "pinned-far", "spin", "no-graphs", "slot-producer",
+                                      "slot-interleave"};
 #define N_CONFIGS (sizeof configs / sizeof configs[0])
 
 static json_t *find_config(json_t *root, const char *name)

@@ -240,6 +240,30 @@ void cli_print_stage_map(FILE *f, const ppn_model *m)
     fprintf(f, "%s%s%s%s\n", si.door.overlap ? "; overlap" : "", si.door.streams ? "" : "; one stream",
             si.door.shard ? "" : "; unsharded", si.door.graphs ? "; graphs" : "; no graphs");
     if (!si.door.fuse) fprintf(f, "       (PPN_FUSE=0: the norms and the rotary in their own launches)\n");
+    for (int s = 0; s < si.n_stages; s++) {
+        ppn_stage_place p;
+        char node[64];
+        if (ppn_model_get_stage_place((ppn_model *)m, s, &p) != PPN_OK) {
+            fprintf(f, "       stage %d: placement unreadable: %s\n", s, ppn_last_error());
+            continue;
+        }
+        fprintf(f, "       stage %d: dev%d%s%s, NUMA node %s", s, p.dev, p.pci[0] ? " pci " : "", p.pci,
+                p.dev_node >= 0 ? (snprintf(node, sizeof node, "%d", p.dev_node), node) : "any (not located)");
+        if (p.threaded && p.thread_node >= 0)
+            fprintf(f, "; thread %s on PUs %s, memory node %d", p.thread_name, p.thread_cpus, p.thread_node);
+        else if (p.threaded) fprintf(f, "; thread %s on PUs %s, memory not bound", p.thread_name, p.thread_cpus);
+        fprintf(f, "; host buffers: %s\n", cli_host_node(&p, node, sizeof node));
+    }
+}
+
+const char *cli_host_node(const ppn_stage_place *p, char *buf, size_t cap)
+{
+    if (!p->host_buffers) snprintf(buf, cap, "none");
+    else if (p->host_node >= 0) snprintf(buf, cap, "%d on node %d", p->host_buffers, p->host_node);
+    else if (p->host_node == -1) snprintf(buf, cap, "%d, no page resident yet", p->host_buffers);
+    else if (p->host_node == -2) snprintf(buf, cap, "%d on nodes (OS) %s", p->host_buffers, p->host_os_nodes);
+    else snprintf(buf, cap, "%d on OS node %s (not in the topology)", p->host_buffers, p->host_os_nodes);
+    return buf;
 }
 
 void cli_json_stage_map(FILE *f, const ppn_model *m)
@@ -254,9 +278,22 @@ void cli_json_stage_map(FILE *f, const ppn_model *m)
     for (int s = 0; s + 1 < si.n_stages; s++) fprintf(f, "%s\"%s\"", s ? "," : "", ppn_transport_name(si.xport[s]));
     fprintf(f, "],\"cores\":[");
     for (int s = 0; s < si.n_stages; s++) fprintf(f, "%s%d", s ? "," : "", si.pu[s]);
-    fprintf(f, "],\"threads\":%s,\"overlap\":%d,\"streams\":%d,\"shard\":%d,\"graphs\":%d,\"fuse\":%d}",
+    fprintf(f, "],\"threads\":%s,\"overlap\":%d,\"streams\":%d,\"shard\":%d,\"graphs\":%d,\"fuse\":%d",
             si.threads ? "true" : "false", si.door.overlap, si.door.streams, si.door.shard, si.door.graphs,
             si.door.fuse);
+    fprintf(f, ",\"placement\":[");
+    for (int s = 0; s < si.n_stages; s++) {
+        ppn_stage_place p;
+        if (ppn_model_get_stage_place((ppn_model *)m, s, &p) != PPN_OK) {
+            fprintf(f, "%snull", s ? "," : "");
+            continue;
+        }
+        fprintf(f, "%s{\"stage\":%d,\"dev\":%d,\"pci\":\"%s\",\"dev_node\":%d,\"thread\":\"%s\",\"thread_cpus\":\"%s\","
+                   "\"thread_node\":%d,\"host_buffers\":%d,\"host_node\":%d,\"host_os_nodes\":\"%s\"}",
+                s ? "," : "", s, p.dev, p.pci, p.dev_node, p.thread_name, p.thread_cpus, p.thread_node, p.host_buffers,
+                p.host_node, p.host_os_nodes);
+    }
+    fprintf(f, "]}");
 }
 
 double cli_now_us(void)

@@ -58,6 +58,8 @@ int cli_door_flag(ppn_door *d, int argc, char **argv, int *i);
 void cli_print_stage_map(FILE *f, const ppn_model *m);
 /* The stage map as a JSON object (no trailing newline). */
 void cli_json_stage_map(FILE *f, const ppn_model *m);
+/* A stage's host buffers in words ("none", "2 on node 0", ...), into buf. */
+const char *cli_host_node(const ppn_stage_place *p, char *buf, size_t cap);
 
 /* Timing and statistics shared by the benchmarks. */
 double cli_now_us(void);                            /* CLOCK_MONOTONIC, microseconds */

@@ -15,6 +15,10 @@
  *   no-graphs    pinned near, PPN_GRAPHS=0: every kernel launched through the stream, not replayed from the
  *                stage's captured graph (every arm above replays graphs, the runtime's default)
  *   unsplit-no-graphs   the door shut, PPN_GRAPHS=0: the one-stage reference without graphs
+ *   slot-producer / slot-interleave   pinned near, PPN_HOST_SLOT=producer|interleave: host-staged boundary
+ *                slots on the producer's NUMA node, or interleaved over every node, instead of the consumer's (the
+ *                rule, every other arm). They differ only where boundaries are host-staged (no peer access, e.g.
+ *                PPN_SIM_PEER=none) on a machine of several nodes: the report says when they cannot differ
  * The threaded arms place stage s on device s % devices (or --devices); a configuration the runtime refuses is
  * reported as refused, with the runtime's reason.
  *
@@ -43,24 +47,29 @@ typedef struct sb_arm {
     int group;      /* G_ONE: every stage on one device; G_SPREAD: stage s on its own device */
     int streams, spin, shut, graphs;
     const char *pin;
+    const char *host_slot; /* PPN_HOST_SLOT (NULL: consumer, the rule) */
 } sb_arm;
 
 static const sb_arm sb_arms[] = {
     {"one-thread", "MEMRA_PP_STREAMS=0: the caller's thread issues every stage on stage 0's stream", G_ONE, 0, 0, 0,
-     1, "near"},
-    {"unsplit", "door shut (N=1): one stage, no boundary (reference)", G_ONE, 1, 0, 1, 1, "near"},
+     1, "near", NULL},
+    {"unsplit", "door shut (N=1): one stage, no boundary (reference)", G_ONE, 1, 0, 1, 1, "near", NULL},
     {"unsplit-no-graphs", "door shut (N=1), PPN_GRAPHS=0: every kernel launched through the stream", G_ONE, 1, 0, 1,
-     0, "near"},
+     0, "near", NULL},
     /* unpinned runs first in its group, while the threads are as the load started them (a later repin to -1
      * also unpins them: it binds to the whole machine). */
-    {"unpinned", "one issue thread per stage, unpinned (PPN_PIN=none), futex wake", G_SPREAD, 1, 0, 0, 1, "none"},
+    {"unpinned", "one issue thread per stage, unpinned (PPN_PIN=none), futex wake", G_SPREAD, 1, 0, 0, 1, "none", NULL},
     {"pinned-near", "one issue thread per stage, pinned near its device (PPN_PIN=near), futex wake", G_SPREAD, 1, 0,
-     0, 1, "near"},
+     0, 1, "near", NULL},
     {"pinned-far", "one issue thread per stage, pinned outside its device's cpuset (PPN_PIN=far), futex wake",
-     G_SPREAD, 1, 0, 0, 1, "far"},
-    {"spin", "one issue thread per stage, pinned near, busy-poll wake (PPN_SPIN=1)", G_SPREAD, 1, 1, 0, 1, "near"},
+     G_SPREAD, 1, 0, 0, 1, "far", NULL},
+    {"spin", "one issue thread per stage, pinned near, busy-poll wake (PPN_SPIN=1)", G_SPREAD, 1, 1, 0, 1, "near", NULL},
     {"no-graphs", "one issue thread per stage, pinned near, futex wake, PPN_GRAPHS=0: every kernel launched "
-     "through the stream", G_SPREAD, 1, 0, 0, 0, "near"},
+     "through the stream", G_SPREAD, 1, 0, 0, 0, "near", NULL},
+    {"slot-producer", "pinned near, host-staged slots on the producer's NUMA node (PPN_HOST_SLOT=producer)",
+     G_SPREAD, 1, 0, 0, 1, "near", "producer"},
+    {"slot-interleave", "pinned near, host-staged slots interleaved over every node (PPN_HOST_SLOT=interleave)",
+     G_SPREAD, 1, 0, 0, 1, "near", "interleave"},
 };
 #define SB_N_ARMS ((int)(sizeof sb_arms / sizeof sb_arms[0]))
 
@@ -260,6 +269,8 @@ static ppn_status run_arm(sb_run *run, ppn_model *m, int i)
     ppn_door d;
     door_of(run, arm, &d);
     PPN_CHECK(set_pin(arm->pin));
+    if (setenv("PPN_HOST_SLOT", arm->host_slot ? arm->host_slot : "consumer", 1) != 0)
+        return ppn_err(PPN_ENOMEM, "sched-bench: setenv PPN_HOST_SLOT failed");
     ppn_status st = ppn_model_publish_door(m, &d);
     if (st == PPN_OK) st = measure(run, m, r);
     if (st == PPN_EREFUSED) {
@@ -371,6 +382,30 @@ static const char *far_note(const sb_run *run)
     return note;
 }
 
+static int host_staged(const ppn_stage_info *m)
+{
+    for (int b = 0; b + 1 < m->n_stages; b++)
+        if (!strcmp(ppn_transport_name(m->xport[b]), "host")) return 1;
+    return 0;
+}
+
+static const char *slot_note(const sb_run *run)
+{
+    static char note[256];
+    const ppn_stage_info *m = NULL;
+    for (int i = 0; i < SB_N_ARMS; i++)
+        if (!strcmp(sb_arms[i].name, "pinned-near")) m = &run->res[i].map;
+    if (run->numa_nodes == 1)
+        snprintf(note, sizeof note, "one NUMA node here: slot-producer and slot-interleave place the same memory as "
+                 "pinned-near");
+    else if (m && !host_staged(m))
+        snprintf(note, sizeof note, "no boundary is host-staged (peer access): slot-producer and slot-interleave "
+                 "run as pinned-near");
+    else snprintf(note, sizeof note, "slot-*: host-staged slots on the producer's node / interleaved; the other "
+                  "arms put them on the consumer's");
+    return note;
+}
+
 static void print_table(const sb_run *run)
 {
     const sb_args *a = run->a;
@@ -392,8 +427,8 @@ static void print_table(const sb_run *run)
                r->steps_per_s, r->wall_us, r->issue.mean, r->issue.p99, r->wait.mean, r->wait.p99, r->other_us, c);
     }
     printf("notes: one-thread = %s; it keeps the %d-stage cut and its boundary copies but runs on one device.\n"
-           "       %s.\n",
-           sb_arms[0].what, a->n_stages, far_note(run));
+           "       %s.\n       %s.\n",
+           sb_arms[0].what, a->n_stages, far_note(run), slot_note(run));
 }
 
 static json_t *stat_json(const sb_stat *s)
@@ -451,6 +486,7 @@ static int print_json(const sb_run *run)
     json_object_set_new(root, "numa_nodes", json_integer(run->numa_nodes));
     json_object_set_new(root, "far_equals_near", json_boolean(run->far_equals_near));
     json_object_set_new(root, "far_note", json_string(far_note(run)));
+    json_object_set_new(root, "slot_note", json_string(slot_note(run)));
     for (int i = 0; i < SB_N_ARMS; i++) json_array_append_new(cfgs, result_json(i, &run->res[i]));
     json_object_set_new(root, "configs", cfgs);
     int rc = json_dumpf(root, stdout, JSON_COMPACT | JSON_REAL_PRECISION(6));

@@ -1,4 +1,5 @@
-/* cmd_topo.c - `ppn topo`: the backend, each device with its cpuset and NUMA node, the peer-grant matrix. */
+/* cmd_topo.c - `ppn topo`: the backend, the machine (or PPN_TOPO_XML's), each device with its PCI id, package,
+ * cpuset and NUMA node (or why it has none), the peer-grant matrix. */
 #include <stdio.h>
 #include <string.h>
 #include "tools/cli.h"
@@ -9,10 +10,11 @@
 static int topo_print(ppn_gpu *g, ppn_topo *t, int json)
 {
     int n = g->ops->device_count(g);
-    if (json) printf("{\"backend\":\"%s\",\"cores\":%d,\"numa_nodes\":%d,\"devices\":[", g->ops->name,
-                     ppn_topo_n_cores(t), ppn_topo_n_numa(t));
-    else printf("backend: %s   machine: %d cores, %d NUMA node(s)\n", g->ops->name, ppn_topo_n_cores(t),
-                ppn_topo_n_numa(t));
+    if (json) printf("{\"backend\":\"%s\",\"topology\":\"%s\",\"cores\":%d,\"numa_nodes\":%d,\"packages\":%d,"
+                     "\"devices\":[", g->ops->name, ppn_topo_source(t), ppn_topo_n_cores(t), ppn_topo_n_numa(t),
+                     ppn_topo_n_packages(t));
+    else printf("backend: %s   machine (%s): %d cores, %d NUMA node(s), %d package(s)\n", g->ops->name,
+                ppn_topo_source(t), ppn_topo_n_cores(t), ppn_topo_n_numa(t), ppn_topo_n_packages(t));
     for (int d = 0; d < n; d++) {
         ppn_device_info di;
         ppn_dev_place pl;
@@ -21,14 +23,14 @@ static int topo_print(ppn_gpu *g, ppn_topo *t, int json)
         if (st != PPN_OK) return cli_fail_status(st, "topo");
         if (json)
             printf("%s{\"id\":%d,\"name\":\"%s\",\"mem_bytes\":%zu,\"sim\":%s,\"pci\":\"%s\",\"cpuset\":\"%s\","
-                   "\"numa\":%d,\"located\":%s}",
+                   "\"numa\":%d,\"package\":%d,\"located\":%s}",
                    d ? "," : "", d, di.name, di.mem_total, di.sim ? "true" : "false", di.pci_bus_id, pl.cpuset,
-                   pl.numa_node, pl.located ? "true" : "false");
+                   pl.numa_node, pl.package, pl.located ? "true" : "false");
         else
-            printf("device %d: %s (%s), %.1f GiB%s%s, cpuset %s (%d PUs), NUMA node %d%s\n", d, di.name,
+            printf("device %d: %s (%s), %.1f GiB%s%s, cpuset %s (%d PUs), NUMA node %d, package %d%s\n", d, di.name,
                    di.sim ? "sim" : "real", (double)di.mem_total / (1 << 30), di.pci_bus_id[0] ? ", pci " : "",
-                   di.pci_bus_id, pl.cpuset, pl.n_pus, pl.numa_node,
-                   di.sim ? " (spread)" : pl.located ? "" : " (not located: whole machine)");
+                   di.pci_bus_id, pl.cpuset, pl.n_pus, pl.numa_node, pl.package,
+                   pl.located ? "" : " (not located: whole machine, every node)");
     }
     if (json) printf("],\"peer\":[");
     else printf("peer grants possible (row can access column):\n     ");

@@ -12,6 +12,9 @@
  *   peer/host  different devices: peer when both devices can access each other (peer_can_access, exactly as
  *              the stage map decides), and always host-staged, the runtime's fallback without a peer grant
  *              (PPN_SIM_PEER=none leaves only it on sim)
+ * Host-staged slots, the node dimension (--host-slot): the slot's pinned memory on the consumer's NUMA node (the
+ * runtime's rule), the producer's, or interleaved over every node. On a machine of one node the three are the
+ * same memory: only the rule's is measured, and the output says so in one line.
  * Driving: one host thread plays both sides alternately (send, then recv, then release), so the host-side
  * generation waits never block: what is measured is the device-side chain and the copies, without the
  * cross-thread wake-up of a real pipeline (ppn sched-bench measures that).
@@ -54,8 +57,13 @@ static const int tb_xport[TB_KINDS] = {PPN_XPORT_INPLACE, PPN_XPORT_DTOD, PPN_XP
 #define TB_STR_(x) #x
 #define TB_STR(x) TB_STR_(x)
 
+enum { SLOT_CONSUMER, SLOT_PRODUCER, SLOT_INTERLEAVE, SLOT_KINDS };
+static const char *const slot_names[SLOT_KINDS] = {"consumer", "producer", "interleave"};
+
 typedef struct tb_args {
     const char *backend, *plot;
+    int slots;                                       /* bit k: measure host-staging with slot placement k */
+    int set_slots, one_node;                         /* --host-slot given; the machine has one NUMA node */
     int json, iters, warmup, batch;
     size_t sizes[TB_MAX_SIZES];
     int n_sizes;
@@ -66,6 +74,8 @@ typedef struct tb_args {
 
 typedef struct tb_result {
     int kind, from, to;
+    int slot;                                   /* SLOT_* for host-staging, -1 otherwise */
+    int slot_node;                              /* where the slot's pages are, read back (-1 none, -2 several) */
     size_t size, bytes;
     double lat_min, lat_med, lat_p99, lat_mean; /* us */
     double tput_us;                             /* us per hand-off, back to back */
@@ -92,6 +102,8 @@ static void tb_usage(FILE *f)
           "  --iters N      latency samples per case (default 200, sim 50); --warmup W hand-offs first\n"
           "                 (default 10, sim 2)\n"
           "  --batch K      hand-offs queued per throughput sample (default 32, sim 8)\n"
+          "  --host-slot W  where a host-staged slot lives: consumer (the runtime's rule), producer, interleave,\n"
+          "                 or all (default: all on a machine of several NUMA nodes; consumer on one node)\n"
           "One host thread drives producer and consumer alternately through the real boundary code\n"
           "(ppn_boundary_send/recv/release with the ev_tx/ev_rx chain): latency = one hand-off + a consumer\n"
           "stream sync; throughput = K queued hand-offs then one sync; bandwidth = slot bytes / that time.\n",
@@ -170,6 +182,33 @@ static int parse_devs(tb_args *a, const char *v)
     return 0;
 }
 
+static int parse_slots(tb_args *a, const char *v)
+{
+    a->set_slots = 1;
+    a->slots = 0;
+    if (!strcmp(v, "all")) a->slots = (1 << SLOT_KINDS) - 1;
+    for (int k = 0; k < SLOT_KINDS; k++)
+        if (!strcmp(v, slot_names[k])) a->slots = 1 << k;
+    if (a->slots) return 0;
+    return cli_fail("--host-slot '%s': want consumer, producer, interleave or all", v), 2;
+}
+
+/* The node dimension: every placement where there are nodes to choose from, the rule's alone on one node. */
+static ppn_status slot_defaults(tb_args *a, ppn_rt *rt)
+{
+    ppn_topo *t;
+    PPN_CHECK(ppn_rt_topo(rt, &t));
+    a->one_node = ppn_topo_n_numa(t) == 1;
+    if (!a->set_slots) a->slots = a->one_node ? 1 << SLOT_CONSUMER : (1 << SLOT_KINDS) - 1;
+    return PPN_OK;
+}
+
+static const char *one_node_note(void)
+{
+    return "one NUMA node here: a host-staged slot on the producer's node, the consumer's or interleaved is the "
+           "same memory (measured once, as the runtime places it: the consumer's node)";
+}
+
 static int tb_parse(int argc, char **argv, tb_args *a)
 {
     *a = (tb_args){.iters = TB_ITERS, .warmup = TB_WARMUP, .batch = TB_BATCH};
@@ -190,6 +229,7 @@ static int tb_parse(int argc, char **argv, tb_args *a)
         else if (!strcmp(f, "--iters")) rc = cli_int(f, v, 1, 1 << 24, &x), a->iters = (int)x, a->set_iters = 1;
         else if (!strcmp(f, "--warmup")) rc = cli_int(f, v, 0, 1 << 24, &x), a->warmup = (int)x, a->set_warmup = 1;
         else if (!strcmp(f, "--batch")) rc = cli_int(f, v, 1, 1 << 16, &x), a->batch = (int)x, a->set_batch = 1;
+        else if (!strcmp(f, "--host-slot")) rc = parse_slots(a, v);
         else return cli_fail("transport-bench: unknown option '%s'", f), 2;
         if (rc) return rc;
     }
@@ -247,11 +287,22 @@ static ppn_status handoff(tb_case *c, int k)
     return ppn_boundary_release(&c->b, g, c->cons, k, step);
 }
 
-static ppn_status case_setup(tb_case *c, ppn_rt *rt, size_t size)
+/* The arena of a host-staged slot placed as slot says (the unbound one for the device transports). */
+static ppn_status slot_arena(tb_case *c, ppn_rt *rt, int slot, ppn_pinned_arena **out)
+{
+    *out = rt->pinned;
+    if (c->kind != TB_HOST) return PPN_OK;
+    if (slot == SLOT_INTERLEAVE) return ppn_rt_pinned_on(rt, PPN_PINNED_INTERLEAVE, out);
+    return ppn_rt_pinned_for(rt, ppn_pool_device(slot == SLOT_PRODUCER ? c->pfrom : c->pto), out);
+}
+
+static ppn_status case_setup(tb_case *c, ppn_rt *rt, size_t size, int slot)
 {
     ppn_gpu *g = c->g;
+    ppn_pinned_arena *host;
+    PPN_CHECK(slot_arena(c, rt, slot, &host));
     PPN_CHECK(ppn_boundary_init(&c->b, g, c->pfrom, c->prod, ppn_pool_device(c->pto), tb_xport[c->kind],
-                                (int)(size / 4), 1, rt->pinned));
+                                (int)(size / 4), 1, host));
     c->b_init = 1;
     size_t n = c->b.bytes;
     PPN_CHECK(ppn_pool_alloc(c->pfrom, n, c->prod, "transport-bench io", &c->io));
@@ -335,24 +386,44 @@ static ppn_status push_result(tb_run *run, const tb_result *r)
     return PPN_OK;
 }
 
-/* Every size of one transport kind between the streams of c. */
-static ppn_status bench_kind(tb_run *run, tb_case *c, int kind)
+/* Where the slot's pages are after the measurement, as the OS says (host-staging only). */
+static int slot_node(tb_case *c, ppn_rt *rt)
+{
+    ppn_topo *t;
+    int node = -1;
+    if (c->kind != TB_HOST || ppn_rt_topo(rt, &t) != PPN_OK) return -1;
+    if (ppn_topo_area_node(t, c->b.slot[0].host, c->b.bytes, &node, NULL, 0) != PPN_OK) return -1;
+    return node;
+}
+
+/* Every size of one transport kind (and slot placement) between the streams of c. */
+static ppn_status bench_sizes(tb_run *run, tb_case *c, int kind, int slot)
 {
     c->kind = kind;
     for (int i = 0; i < run->a->n_sizes; i++) {
         size_t size = run->a->sizes[i];
-        tb_result r = {.kind = kind, .from = ppn_pool_device(c->pfrom), .to = ppn_pool_device(c->pto), .size = size};
+        tb_result r = {.kind = kind, .from = ppn_pool_device(c->pfrom), .to = ppn_pool_device(c->pto), .size = size,
+                       .slot = kind == TB_HOST ? slot : -1, .slot_node = -1};
         if (isatty(STDERR_FILENO)) /* progress: a case can take seconds; \r overwrites the line */
-            fprintf(stderr, "\rtransport-bench: case %d: %-10s %d->%d %9zu B ...  ", ++run->n_cases, tb_names[kind],
-                    r.from, r.to, size);
-        ppn_status st = case_setup(c, run->rt, size);
+            fprintf(stderr, "\rtransport-bench: case %d: %-10s %d->%d %9zu B %-10s ...  ", ++run->n_cases,
+                    tb_names[kind], r.from, r.to, size, kind == TB_HOST ? slot_names[slot] : "");
+        ppn_status st = case_setup(c, run->rt, size, slot);
         if (st == PPN_OK) st = measure(c, run->a, &r);
         r.bytes = c->b.bytes;
+        r.slot_node = slot_node(c, run->rt);
         ppn_status st2 = case_teardown(c);
         if (st == PPN_OK) st = st2;
         if (st != PPN_OK) return ppn_err_ctx(st, "%s %d->%d, %zu B", tb_names[kind], r.from, r.to, size);
         PPN_CHECK(push_result(run, &r));
     }
+    return PPN_OK;
+}
+
+static ppn_status bench_kind(tb_run *run, tb_case *c, int kind)
+{
+    if (kind != TB_HOST) return bench_sizes(run, c, kind, -1);
+    for (int k = 0; k < SLOT_KINDS; k++)
+        if (run->a->slots & (1 << k)) PPN_CHECK(bench_sizes(run, c, kind, k));
     return PPN_OK;
 }
 
@@ -407,15 +478,20 @@ static void print_table(const tb_run *run)
            "kernel_add: ppn has no copy kernel; ppn_op_add(dst, slot, zeros) stands in (1.5x a copy's traffic)\n",
            ppn_rt_backend(run->rt), ppn_rt_device_count(run->rt), run->a->batch);
     if (run->a->sim_defaults) printf("%s\n", sim_note());
-    printf("%-10s %-6s %8s %10s %10s %10s %10s %10s %12s %10s\n", "transport", "pair", "size", "slot B", "lat min",
-           "median", "p99", "mean", "us/handoff", "GB/s");
+    if (run->a->one_node) printf("%s\n", one_node_note());
+    printf("%-10s %-6s %-10s %5s %8s %10s %10s %10s %10s %10s %12s %10s\n", "transport", "pair", "host slot", "node",
+           "size", "slot B", "lat min", "median", "p99", "mean", "us/handoff", "GB/s");
     for (int i = 0; i < run->n_res; i++) {
         const tb_result *r = &run->res[i];
         char pair[16];
         plot_fmt_bytes((double)r->size, sz, sizeof sz);
         snprintf(pair, sizeof pair, "%d->%d", r->from, r->to);
-        printf("%-10s %-6s %8s %10zu %10.2f %10.2f %10.2f %10.2f %12.2f %10.3f\n", tb_names[r->kind], pair, sz,
-               r->bytes, r->lat_min, r->lat_med, r->lat_p99, r->lat_mean, r->tput_us, gbps(r));
+        char node[16] = "-";
+        if (r->slot >= 0 && r->slot_node >= 0) snprintf(node, sizeof node, "%d", r->slot_node);
+        else if (r->slot >= 0) snprintf(node, sizeof node, "%s", r->slot_node == -2 ? "many" : "?");
+        printf("%-10s %-6s %-10s %5s %8s %10zu %10.2f %10.2f %10.2f %10.2f %12.2f %10.3f\n", tb_names[r->kind], pair,
+               r->slot >= 0 ? slot_names[r->slot] : "-", node, sz, r->bytes, r->lat_min, r->lat_med, r->lat_p99,
+               r->lat_mean, r->tput_us, gbps(r));
     }
 }
 
@@ -429,6 +505,7 @@ static int print_json(const tb_run *run)
     json_object_set_new(root, "warmup", json_integer(run->a->warmup));
     json_object_set_new(root, "batch", json_integer(run->a->batch));
     if (run->a->sim_defaults) json_object_set_new(root, "sim_defaults", json_string(sim_note()));
+    if (run->a->one_node) json_object_set_new(root, "one_numa_node", json_string(one_node_note()));
     json_object_set_new(root, "driver", json_string("one host thread drives producer and consumer alternately "
                                                     "(send, recv, release): the device-side chain, no cross-thread "
                                                     "wake-up"));
@@ -441,6 +518,10 @@ static int print_json(const tb_run *run)
         json_object_set_new(o, "from", json_integer(r->from));
         json_object_set_new(o, "to", json_integer(r->to));
         json_object_set_new(o, "size", json_integer((json_int_t)r->size));
+        if (r->slot >= 0) {
+            json_object_set_new(o, "host_slot", json_string(slot_names[r->slot]));
+            json_object_set_new(o, "host_slot_node", json_integer(r->slot_node));
+        }
         json_object_set_new(o, "bytes", json_integer((json_int_t)r->bytes));
         json_object_set_new(lat, "min", json_real(r->lat_min));
         json_object_set_new(lat, "median", json_real(r->lat_med));
@@ -475,8 +556,12 @@ static int write_plot(const tb_run *run)
         const tb_result *r = &run->res[i];
         x[i] = (double)r->size;
         y[i] = r->lat_med;
-        if (i == 0 || r->kind != run->res[i - 1].kind || r->from != run->res[i - 1].from || r->to != run->res[i - 1].to) {
-            snprintf(names[ns], sizeof names[ns], "%s %d->%d", tb_names[r->kind], r->from, r->to);
+        if (i == 0 || r->kind != run->res[i - 1].kind || r->from != run->res[i - 1].from || r->to != run->res[i - 1].to ||
+            r->slot != run->res[i - 1].slot) {
+            if (r->slot >= 0 && run->a->slots != 1 << SLOT_CONSUMER)
+                snprintf(names[ns], sizeof names[ns], "%s(%s) %d->%d", tb_names[r->kind], slot_names[r->slot], r->from,
+                         r->to);
+            else snprintf(names[ns], sizeof names[ns], "%s %d->%d", tb_names[r->kind], r->from, r->to);
             s[ns] = (plot_series){.name = names[ns], .x = x + i, .y = y + i};
             ns++;
         }
@@ -523,7 +608,8 @@ int cmd_transport_bench(int argc, char **argv)
     tb_run run = {.a = &a};
     if ((rc = cli_rt_create(a.backend, &run.rt)) != 0) return rc;
     sim_defaults(&a, run.rt);
-    ppn_status st = bench_all(&run);
+    ppn_status st = slot_defaults(&a, run.rt);
+    if (st == PPN_OK) st = bench_all(&run);
     if (isatty(STDERR_FILENO)) fputc('\n', stderr);
     if (st != PPN_OK) rc = cli_fail_status(st, "transport-bench");
     else if (a.json) rc = print_json(&run);

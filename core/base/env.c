@@ -18,6 +18,7 @@
 
 static const char *const pin_words[] = {"near", "far", "none", NULL};
 static const char *const xport_words[] = {"inplace", "dtod", NULL};
+static const char *const host_slot_words[] = {"consumer", "producer", "interleave", NULL};
 static const char *const backend_words[] = {"auto", "cuda", "sim", NULL};
 
 #define FLAG(n, area, gated, def, doc) {n, PPN_ENV_FLAG, area, gated, 0, 1, NULL, def, NULL, doc}
@@ -60,6 +61,12 @@ static const ppn_env_var env_table[] = {
          "stage issue threads pinned near their device, far from it, or not at all (far, none: measurement arms)"),
     ENUM("PPN_XPORT_SAME", PPN_ENV_SCHED, xport_words, "inplace",
          "hand-off between stages on one device: in place, or a device copy (the rollback, a benchmark arm)"),
+    ENUM("PPN_HOST_SLOT", PPN_ENV_SCHED, host_slot_words, "consumer",
+         "where a host-staged boundary slot lives: the consumer's NUMA node (the rule), the producer's, or "
+         "interleaved over every node (producer, interleave: measurement arms)"),
+    TEXT("PPN_TOPO_XML", PPN_ENV_SCHED, "this machine's own discovery", "an hwloc XML topology file",
+         "the topology from this file, taken as this machine's (binding reaches the OS): tests of multi-socket "
+         "placement"),
     /* The device layer, read when a backend is created. */
     ENUM("PPN_BACKEND", PPN_ENV_DEVICE, backend_words, "auto",
          "the backend when none is named; auto: cuda when a driver, a device and kernels are present, else sim"),

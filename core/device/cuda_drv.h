@@ -40,6 +40,8 @@
     X(cuMemFree, 3020)                     \
     X(cuMemHostAlloc, 2020)                \
     X(cuMemFreeHost, 2000)                 \
+    X(cuMemHostRegister, 6050)             \
+    X(cuMemHostUnregister, 4000)           \
     X(cuStreamCreate, 2000)                \
     X(cuStreamDestroy, 4000)               \
     X(cuStreamSynchronize, 2000)           \

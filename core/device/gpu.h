@@ -26,7 +26,7 @@ typedef struct ppn_ggraph ppn_ggraph;   /* backend-defined: an executable graph 
 
 typedef struct ppn_device_info {
     char name[128];
-    char pci_bus_id[32]; /* "0000:00:06.0" on cuda; "" on sim */
+    char pci_bus_id[32]; /* "0000:00:06.0" on cuda; on sim "0000:<dev + 1>:00.0" (a place in PPN_TOPO_XML) */
     size_t mem_total;
     int sim;             /* 1 for a simulated device */
     int cc_major, cc_minor;
@@ -111,6 +111,10 @@ struct ppn_gpu_ops {
     /* Pinned host memory (cuMemHostAlloc, portable; mmap on sim). */
     ppn_status (*host_alloc)(ppn_gpu *g, size_t bytes, void **out);
     ppn_status (*host_free)(ppn_gpu *g, void *p, size_t bytes);
+    /* Pin (and unpin) host memory the caller mapped itself, page aligned (cuMemHostRegister, portable; sim:
+     * checked and accepted): how memory bound to a NUMA node first becomes pinned. */
+    ppn_status (*host_register)(ppn_gpu *g, void *p, size_t bytes);
+    ppn_status (*host_unregister)(ppn_gpu *g, void *p);
 
     ppn_status (*stream_create)(ppn_gpu *g, int dev, ppn_gstream **out); /* non-blocking stream */
     ppn_status (*stream_destroy)(ppn_gpu *g, ppn_gstream *s);             /* after draining it */

@@ -259,6 +259,24 @@ static ppn_status cu_host_free(ppn_gpu *g, void *p, size_t bytes)
     return PPN_CU(&b->drv, cuMemFreeHost, p);
 }
 
+/* Like host_alloc: device 0's context serves, PORTABLE pins the pages for every context. */
+static ppn_status cu_host_register(ppn_gpu *g, void *p, size_t bytes)
+{
+    cu_gpu *b = cu_of(g);
+    if (!p || bytes == 0) return ppn_err(PPN_EINVAL, "cuda: host_register(%p, %zu B)", p, bytes);
+    PPN_CHECK(cu_use_dev(b, 0, "host_register"));
+    ppn_status st = PPN_CU(&b->drv, cuMemHostRegister, p, bytes, CU_MEMHOSTREGISTER_PORTABLE);
+    return st == PPN_OK ? PPN_OK : ppn_err_ctx(st, "pinning %zu host bytes at %p", bytes, p);
+}
+
+static ppn_status cu_host_unregister(ppn_gpu *g, void *p)
+{
+    cu_gpu *b = cu_of(g);
+    if (!p) return PPN_OK;
+    PPN_CHECK(cu_use_dev(b, 0, "host_unregister"));
+    return PPN_CU(&b->drv, cuMemHostUnregister, p);
+}
+
 /* PPN_PDL: unset, empty or 1 = programmatic dependent launch on every device of compute capability 9.0 or
  * newer (older ones launch plainly); 0 = never; anything else is refused by name. */
 static ppn_status cu_pdl_env(cu_gpu *b)
@@ -966,6 +984,8 @@ static const struct ppn_gpu_ops cu_ops = {
     .mem_free = cu_mem_free,
     .host_alloc = cu_host_alloc,
     .host_free = cu_host_free,
+    .host_register = cu_host_register,
+    .host_unregister = cu_host_unregister,
     .stream_create = cu_stream_create,
     .stream_destroy = cu_stream_destroy,
     .stream_sync = cu_stream_sync,

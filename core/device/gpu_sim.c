@@ -498,6 +498,8 @@ static ppn_status sim_device_info(ppn_gpu *gg, int dev, ppn_device_info *out)
     if (!out) return ppn_err(PPN_EINVAL, "sim: device_info: out is NULL");
     memset(out, 0, sizeof *out);
     snprintf(out->name, sizeof out->name, "ppn-sim device %d", dev);
+    /* A PCI location, so that a topology given by PPN_TOPO_XML can place the device (sched/topo.h). */
+    snprintf(out->pci_bus_id, sizeof out->pci_bus_id, "0000:%02x:00.0", dev + 1);
     out->mem_total = g->cap;
     out->sim = 1;
     out->sm_count = 1;
@@ -643,6 +645,22 @@ static ppn_status sim_host_free(ppn_gpu *gg, void *p, size_t bytes)
     if (!p) return PPN_OK;
     if (munmap(p, bytes))
         return ppn_err(PPN_EINVAL, "sim: host_free(%p, %zu B): munmap failed: %s", p, bytes, strerror(errno));
+    return PPN_OK;
+}
+
+/* Nothing to pin on sim: the checks a driver makes (a page-aligned, non-empty range) and nothing else. */
+static ppn_status sim_host_register(ppn_gpu *gg, void *p, size_t bytes)
+{
+    (void)gg;
+    if (!p || bytes == 0 || (uintptr_t)p % 4096 || bytes % 4096)
+        return ppn_err(PPN_EINVAL, "sim: host_register(%p, %zu B): not a non-empty page-aligned range", p, bytes);
+    return PPN_OK;
+}
+
+static ppn_status sim_host_unregister(ppn_gpu *gg, void *p)
+{
+    (void)gg;
+    (void)p;
     return PPN_OK;
 }
 
@@ -1311,6 +1329,8 @@ static const struct ppn_gpu_ops sim_ops = {
     .mem_free = sim_mem_free,
     .host_alloc = sim_host_alloc,
     .host_free = sim_host_free,
+    .host_register = sim_host_register,
+    .host_unregister = sim_host_unregister,
     .stream_create = sim_stream_create,
     .stream_destroy = sim_stream_destroy,
     .stream_sync = sim_stream_sync,
