@@ -165,9 +165,12 @@ static ppn_status plan_build(ppn_model *m, ppn_seq *const *seqs, const int *toke
     pl->n_tbls = ppn_hcalloc((size_t)n, sizeof *pl->n_tbls);
     if (!pl->segs || !pl->tbl_hs || !pl->n_tbls)
         return ppn_err(PPN_ENOMEM, "ppn_decode_batch: host out of memory for %d rows", n);
-    PPN_CHECK(ppn_pinned_alloc(m->rt->pinned, sizeof(int32_t) * (size_t)(P + n), (void **)&pl->tok_h));
+    /* host memory on the node of the device that reads it (docs/PIPELINE.md): the tokens stage 0's, the ids the
+     * last stage's; the row descriptors every stage's (one slice each), so the unbound arena */
+    PPN_CHECK(ppn_rt_pinned_alloc(m->rt, map->dev[0], sizeof(int32_t) * (size_t)(P + n), (void **)&pl->tok_h));
     PPN_CHECK(ppn_pinned_alloc(m->rt->pinned, sizeof(ppn_kseg) * (size_t)n * (size_t)ns, (void **)&pl->ksegs));
-    if (want_ids) PPN_CHECK(ppn_pinned_alloc(m->rt->pinned, sizeof(int32_t) * (size_t)n, (void **)&pl->ids_h));
+    if (want_ids)
+        PPN_CHECK(ppn_rt_pinned_alloc(m->rt, map->dev[ns - 1], sizeof(int32_t) * (size_t)n, (void **)&pl->ids_h));
     for (int i = 0, r = 0; i < np; r += o->prime_n[i], i++) {
         ppn_seq *q = o->prime_seqs[i];
         memcpy(pl->tok_h + r, o->prime_ids[i], sizeof(int32_t) * (size_t)o->prime_n[i]);
