@@ -483,6 +483,7 @@ ppn_status ppn_step_issue_deferred(ppn_seq *q, int token, const ppn_greedy_link 
 {
     int ring = ring_free_entry(q);
     uint32_t step;
+    q->ring_pos[ring] = q->pos;
     ppn_status st = issue_step(q, token, ring, gl, &step);
     q->issued++;
     q->pos++;

@@ -5,7 +5,8 @@
  *     comes first), and a failed model stays refused with that cause;
  *   - the failed model and its sequence free cleanly, and a fresh model loaded on the same runtime runs the
  *     workload to the same bits as a run that never failed (the runtime recovers: 100% of the K).
- * The sweep of a kind ends when STREAK consecutive K pass without a failure (K past the workload's calls). */
+ * The sweep of a kind ends when STREAK consecutive K pass without a failure (K past the workload's calls).
+ * Also the non-finite scan that guards weights and logits (core/base/dtype.c): every position, every dtype. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "ppn.h"
+#include "core/base/dtype.h"
 #include "tests/util/tutil.h"
 
 enum { PROMPT = 3, GREEDY = 4, DEFERRED = 2, STREAK = 24, MAX_K = 4000 };
@@ -187,9 +189,50 @@ static void test_faults_copy(void **state) { sweep_kind(state, "copy", 30); }
 static void test_faults_launch(void **state) { sweep_kind(state, "launch", 30); }
 static void test_faults_alloc(void **state) { sweep_kind(state, "alloc", 3); }
 
+/* ppn_copy_nonfinite / ppn_first_nonfinite: NaN, +Inf and -Inf found at every position of rows of every length
+ * up to 70 (the vector body and each tail), for f32, bf16 and f16, the copy exact; the largest finite values of
+ * each dtype, both signs, are not flagged. */
+static void test_faults_nonfinite_scan(void **state)
+{
+    (void)state;
+    static const struct {
+        int dt;
+        uint32_t bad[3], big[2];
+    } kinds[] = {
+        {PPN_DTYPE_F32, {0x7fc00000u, 0x7f800000u, 0xff800000u}, {0x7f7fffffu, 0xff7fffffu}},
+        {PPN_DTYPE_BF16, {0x7fc0u, 0x7f80u, 0xff80u}, {0x7f7fu, 0xff7fu}},
+        {PPN_DTYPE_F16, {0x7e00u, 0x7c00u, 0xfc00u}, {0x7bffu, 0xfbffu}},
+    };
+    unsigned char src[70 * 4], dst[70 * 4];
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        int dt = kinds[k].dt;
+        size_t esz = ppn_dtype_size(dt);
+        for (size_t n = 1; n <= 70; n++) {
+            for (size_t i = 0; i < n; i++) memcpy(src + i * esz, &kinds[k].big[i & 1], esz); /* little-endian */
+            memset(dst, 0, sizeof dst);
+            assert_int_equal(ppn_copy_nonfinite(dst, src, n, dt), 0);
+            assert_memory_equal(dst, src, n * esz);
+            assert_int_equal(ppn_first_nonfinite(src, n, dt), n);
+            for (size_t p = 0; p < n; p++)
+                for (int b = 0; b < 3; b++) {
+                    unsigned char keep[4];
+                    memcpy(keep, src + p * esz, esz);
+                    memcpy(src + p * esz, &kinds[k].bad[b], esz);
+                    if (!ppn_copy_nonfinite(dst, src, n, dt) || ppn_first_nonfinite(src, n, dt) != p)
+                        fail_msg("dtype %s, n %zu: 0x%x at %zu not found", ppn_dtype_name((ppn_dtype)dt), n,
+                                 kinds[k].bad[b], p);
+                    assert_memory_equal(dst, src, n * esz);
+                    assert_int_equal(ppn_copy_nonfinite(NULL, src, n, dt), 1);
+                    memcpy(src + p * esz, keep, esz);
+                }
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_faults_nonfinite_scan),
         cmocka_unit_test(test_faults_record),
         cmocka_unit_test(test_faults_copy),
         cmocka_unit_test(test_faults_launch),
