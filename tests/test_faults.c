@@ -3,6 +3,8 @@
  * deferred steps waited out of order. For each K:
  *   - the first error any call reports names the injected failure (no checker report and no secondary error
  *     comes first), and a failed model stays refused with that cause;
+ *   - the deferred steps a failure left unwaited (up to the whole in-flight room) are dropped by ppn_seq_reset
+ *     without hanging on what a failed stage abandoned (test_api checks the room they free on a sound model);
  *   - the failed model and its sequence free cleanly, and a fresh model loaded on the same runtime runs the
  *     workload to the same bits as a run that never failed (the runtime recovers: 100% of the K).
  * The sweep of a kind ends when STREAK consecutive K pass without a failure (K past the workload's calls).
@@ -19,7 +21,7 @@
 #include "core/base/dtype.h"
 #include "tests/util/tutil.h"
 
-enum { PROMPT = 3, GREEDY = 4, DEFERRED = 2, STREAK = 24, MAX_K = 4000 };
+enum { PROMPT = 3, GREEDY = 4, DEFERRED = PPN_MAX_INFLIGHT, STREAK = 24, MAX_K = 4000 };
 
 typedef struct wl_out { /* what the workload computes */
     int ids[GREEDY];
@@ -64,7 +66,7 @@ static ppn_seq *wl_steps(ppn_model *m, int vocab, wl_out *out, wl_err *e)
     wl_note(e, ppn_prefill(q, prompt, PROMPT, NULL, out->logits), "prefill");
     if (e->st == PPN_OK) wl_note(e, ppn_decode_greedy(q, 5, GREEDY, out->ids), "greedy");
     ppn_step_id id[DEFERRED] = {0};
-    for (int t = 0; t < DEFERRED && e->st == PPN_OK; t++)
+    for (int t = 0; t < DEFERRED && e->st == PPN_OK; t++) /* the room filled; after a failure, left unwaited */
         wl_note(e, ppn_decode_step_deferred(q, 7 + t, &id[t]), "deferred");
     for (int t = DEFERRED - 1; t >= 0 && e->st == PPN_OK; t--) /* newest first */
         wl_note(e, ppn_pending_wait(q, id[t], out->logits + (size_t)(1 + t) * (size_t)vocab), "pending_wait");
@@ -81,7 +83,8 @@ static int wl_run(ppn_rt *rt, const char *path, int vocab, wl_out *out, wl_err *
     wl_note(e, st, "load");
     if (st != PPN_OK) return 1;
     ppn_seq *q = wl_steps(m, vocab, out, e);
-    if (e->st != PPN_OK && q) { /* a failed model stays refused, with its cause */
+    if (e->st != PPN_OK && q) { /* a failed model stays refused, with its cause; the reset frees the room */
+        (void)ppn_seq_reset(q);
         ppn_step_id id = 0;
         ppn_status again = ppn_decode_step_deferred(q, 1, &id);
         if (again == PPN_OK || !strstr(ppn_last_error(), "injected failure"))
