@@ -1,6 +1,7 @@
 /* test_faults.c - fault paths on the sim backend: every injected failure (PPN_SIM_FAIL kind:K for each kind and
- * each K the workload reaches) on a 4-stage pipelined split with overlap, through a prime, greedy decode and
- * deferred steps waited out of order. For each K:
+ * each K the workload reaches) on three placements: 4 stages on 4 devices with overlap (peer copies), 3 stages
+ * on one device (in-place slots, released after the walk) and 2 stages on 2 devices without peer access
+ * (host-staged), through a prime, greedy decode and deferred steps waited out of order. For each K:
  *   - the first error any call reports names the injected failure (no checker report and no secondary error
  *     comes first), and a failed model stays refused with that cause;
  *   - the deferred steps a failure left unwaited (up to the whole in-flight room) are dropped by ppn_seq_reset
@@ -42,13 +43,25 @@ static void wl_note(wl_err *e, ppn_status st, const char *where)
     snprintf(e->msg, sizeof e->msg, "%s", ppn_last_error());
 }
 
-static ppn_load_opts split_opts(ppn_door *d)
+typedef struct placement {
+    const char *name, *peer; /* peer: PPN_SIM_PEER */
+    int n, spread, overlap;  /* spread: stage s on device s (else all on device 0) */
+} placement;
+
+static const placement k_places[] = {
+    {"4 stages on 4 devices, overlap", "all", 4, 1, 1},
+    {"3 stages on device 0, in place", "all", 3, 0, 0},
+    {"2 stages on 2 devices, host-staged", "none", 2, 1, 1},
+};
+enum { N_PLACES = sizeof k_places / sizeof k_places[0] };
+
+static ppn_load_opts split_opts(const placement *pl, ppn_door *d)
 {
     *d = ppn_door_default();
-    d->n_stages = 4;
-    d->n_devices = 4;
-    for (int s = 0; s < 4; s++) d->devices[s] = s;
-    d->overlap = 1;
+    d->n_stages = pl->n;
+    d->n_devices = pl->spread ? pl->n : 0;
+    for (int s = 0; pl->spread && s < pl->n; s++) d->devices[s] = s;
+    d->overlap = pl->overlap;
     ppn_load_opts o = ppn_load_opts_default();
     o.ctx = 64;
     o.door = d;
@@ -74,10 +87,10 @@ static ppn_seq *wl_steps(ppn_model *m, int vocab, wl_out *out, wl_err *e)
 }
 
 /* Load, run, and free; e records the first failure. Returns 1 when the model freed. */
-static int wl_run(ppn_rt *rt, const char *path, int vocab, wl_out *out, wl_err *e)
+static int wl_run(ppn_rt *rt, const placement *pl, const char *path, int vocab, wl_out *out, wl_err *e)
 {
     ppn_door d;
-    ppn_load_opts o = split_opts(&d);
+    ppn_load_opts o = split_opts(pl, &d);
     ppn_model *m = NULL;
     ppn_status st = ppn_model_load(rt, path, &o, &m);
     wl_note(e, st, "load");
@@ -97,8 +110,17 @@ static int wl_run(ppn_rt *rt, const char *path, int vocab, wl_out *out, wl_err *
 typedef struct sweep_fix {
     char path[4096];
     int vocab;
-    wl_out ref;
+    wl_out ref[N_PLACES]; /* a run that never failed, per placement */
 } sweep_fix;
+
+static ppn_status rt_for(const placement *pl, const char *fail, ppn_rt **rt)
+{
+    tu_env_set("PPN_SIM_PEER", pl->peer);
+    tu_env_set("PPN_SIM_FAIL", fail);
+    ppn_status st = ppn_rt_create("sim", rt);
+    tu_env_restore();
+    return st;
+}
 
 static int setup(void **state)
 {
@@ -113,12 +135,17 @@ static int setup(void **state)
     ppn_model_get_info(m, &mi);
     f->vocab = mi.vocab;
     ppn_model_free(m);
-    f->ref.logits = calloc((size_t)(1 + DEFERRED) * (size_t)f->vocab, sizeof(float));
-    wl_err e = {PPN_OK, "", NULL};
-    int freed = wl_run(rt, f->path, f->vocab, &f->ref, &e);
-    if (e.st != PPN_OK || !freed || ppn_rt_destroy(rt) != PPN_OK) {
-        fprintf(stderr, "reference run failed at %s: %s\n", e.where ? e.where : "free", e.msg);
-        return -1;
+    if (ppn_rt_destroy(rt) != PPN_OK) return -1;
+    for (int p = 0; p < N_PLACES; p++) {
+        f->ref[p].logits = calloc((size_t)(1 + DEFERRED) * (size_t)f->vocab, sizeof(float));
+        wl_err e = {PPN_OK, "", NULL};
+        if (rt_for(&k_places[p], NULL, &rt) != PPN_OK) return -1;
+        int freed = wl_run(rt, &k_places[p], f->path, f->vocab, &f->ref[p], &e);
+        if (e.st != PPN_OK || !freed || ppn_rt_destroy(rt) != PPN_OK) {
+            fprintf(stderr, "%s: reference run failed at %s: %s\n", k_places[p].name, e.where ? e.where : "free",
+                    e.msg);
+            return -1;
+        }
     }
     *state = f;
     return 0;
@@ -128,20 +155,20 @@ static int teardown(void **state)
 {
     sweep_fix *f = *state;
     tu_env_restore();
-    free(f->ref.logits);
+    for (int p = 0; p < N_PLACES; p++) free(f->ref[p].logits);
     free(f);
     return 0;
 }
 
 /* One K of one kind: returns 1 when the fault was met (the workload failed), 0 when it ran clean. */
-static int sweep_one(const sweep_fix *f, const char *kind, int k)
+static int sweep_one(const sweep_fix *f, int p, const char *kind, int k)
 {
-    char spec[64];
-    snprintf(spec, sizeof spec, "%s:%d", kind, k);
-    tu_env_set("PPN_SIM_FAIL", spec);
+    const placement *pl = &k_places[p];
+    const wl_out *ref = &f->ref[p];
+    char spec[128];
+    snprintf(spec, sizeof spec, "%s, %s:%d", pl->name, kind, k);
     ppn_rt *rt = NULL;
-    ppn_status st = ppn_rt_create("sim", &rt);
-    tu_env_restore();
+    ppn_status st = rt_for(pl, spec + strlen(pl->name) + 2, &rt);
     if (st != PPN_OK) { /* the fault hit the runtime's own setup: it must say so, and nothing stays */
         if (!strstr(ppn_last_error(), "injected failure"))
             fail_msg("%s: ppn_rt_create: %s: %s", spec, ppn_status_name(st), ppn_last_error());
@@ -150,21 +177,21 @@ static int sweep_one(const sweep_fix *f, const char *kind, int k)
     size_t lb = sizeof(float) * (size_t)(1 + DEFERRED) * (size_t)f->vocab;
     wl_out got = {{0}, calloc(1, lb)};
     wl_err e = {PPN_OK, "", NULL};
-    if (!wl_run(rt, f->path, f->vocab, &got, &e)) fail_msg("%s: the failed model did not free: %s", spec, ppn_last_error());
+    if (!wl_run(rt, pl, f->path, f->vocab, &got, &e)) fail_msg("%s: the failed model did not free: %s", spec, ppn_last_error());
     int hit = e.st != PPN_OK;
     if (hit && !strstr(e.msg, "injected failure"))
         fail_msg("%s: the first error (%s, at %s) is not the injected one: %s", spec, ppn_status_name(e.st), e.where,
                  e.msg);
-    if (!hit && (memcmp(got.ids, f->ref.ids, sizeof got.ids) || memcmp(got.logits, f->ref.logits, lb)))
+    if (!hit && (memcmp(got.ids, ref->ids, sizeof got.ids) || memcmp(got.logits, ref->logits, lb)))
         fail_msg("%s: a run the fault left alone differs from the reference", spec);
     if (hit) { /* the same runtime, a fresh model: the reference's bits */
         wl_err e2 = {PPN_OK, "", NULL};
         memset(got.logits, 0, lb);
         memset(got.ids, 0, sizeof got.ids);
-        if (!wl_run(rt, f->path, f->vocab, &got, &e2) || e2.st != PPN_OK)
+        if (!wl_run(rt, pl, f->path, f->vocab, &got, &e2) || e2.st != PPN_OK)
             fail_msg("%s: after '%s', a fresh model on the same runtime failed at %s: %s: %s", spec, e.msg,
                      e2.where ? e2.where : "free", ppn_status_name(e2.st), e2.msg);
-        if (memcmp(got.ids, f->ref.ids, sizeof got.ids) || memcmp(got.logits, f->ref.logits, lb))
+        if (memcmp(got.ids, ref->ids, sizeof got.ids) || memcmp(got.logits, ref->logits, lb))
             fail_msg("%s: after '%s', the fresh model's results differ from the reference", spec, e.msg);
     }
     free(got.logits);
@@ -175,16 +202,18 @@ static int sweep_one(const sweep_fix *f, const char *kind, int k)
 static void sweep_kind(void **state, const char *kind, int min_hits)
 {
     const sweep_fix *f = *state;
-    int hits = 0, clean = 0, k = 1;
-    for (; k <= MAX_K && clean < STREAK; k++) {
-        int hit = sweep_one(f, kind, k);
-        hits += hit;
-        clean = hit ? 0 : clean + 1;
+    for (int p = 0; p < N_PLACES; p++) {
+        int hits = 0, clean = 0, k = 1;
+        for (; k <= MAX_K && clean < STREAK; k++) {
+            int hit = sweep_one(f, p, kind, k);
+            hits += hit;
+            clean = hit ? 0 : clean + 1;
+        }
+        printf("%s: PPN_SIM_FAIL=%s:1..%d: %d failures injected, every one reported first and recovered\n",
+               k_places[p].name, kind, k - 1, hits);
+        assert_true(clean == STREAK); /* the sweep reached past the workload's calls */
+        assert_true(hits >= min_hits); /* and was not vacuous */
     }
-    printf("PPN_SIM_FAIL=%s:1..%d: %d failures injected, every one reported first and recovered\n", kind, k - 1,
-           hits);
-    assert_true(clean == STREAK); /* the sweep reached past the workload's calls */
-    assert_true(hits >= min_hits); /* and was not vacuous */
 }
 
 static void test_faults_record(void **state) { sweep_kind(state, "record", 30); }
