@@ -19,6 +19,25 @@ ppn_status ppn_logits_nonfinite(const ppn_model *m, const char *what, size_t i, 
                    "overflows", what, i, (double)v, s, map->n_stages, map->fence[s], map->fence[s + 1] - 1);
 }
 
+static ppn_status argmax_nan(const ppn_model *m, const char *what)
+{
+    return ppn_err(PPN_ENONFINITE, "%s: the device argmax found every logit NaN, computed by stage %d of %d (the "
+                   "final norm and the head): NaN or Inf weights, or a config value that overflows", what,
+                   m->map->n_stages - 1, m->map->n_stages);
+}
+
+ppn_status ppn_row_checked(const ppn_model *m, const char *fn, const ppn_seq *q, int pos, const float *logits,
+                           const int32_t *id)
+{
+    size_t v = (size_t)m->cfg.vocab;
+    if ((!logits || !ppn_copy_nonfinite(NULL, logits, v, PPN_DTYPE_F32)) && (!id || *id >= 0)) return PPN_OK;
+    char what[160];
+    snprintf(what, sizeof what, "%s: sequence %d, the row at position %d", fn, q->id, pos);
+    if (!logits || !ppn_copy_nonfinite(NULL, logits, v, PPN_DTYPE_F32)) return argmax_nan(m, what);
+    size_t i = ppn_logits_first_nonfinite(logits, v);
+    return ppn_logits_nonfinite(m, what, i, logits[i]);
+}
+
 /* The step on ring entry ring of q, for messages. */
 static void step_name(const ppn_seq *q, int ring, char *buf, size_t cap)
 {
@@ -42,9 +61,7 @@ static ppn_status readback_checked(ppn_seq *q, int ring, float *logits, int *id)
     *id = q->tok_h[ring];
     if (*id >= 0) return PPN_OK;
     step_name(q, ring, what, sizeof what);
-    return ppn_err(PPN_ENONFINITE, "%s: the device argmax found every logit NaN, computed by stage %d of %d (the "
-                   "final norm and the head): NaN or Inf weights, or a config value that overflows", what,
-                   m->map->n_stages - 1, m->map->n_stages);
+    return argmax_nan(m, what);
 }
 
 /* p names a step of q still in flight: its ring entry holds that step. */

@@ -385,6 +385,11 @@ size_t ppn_logits_first_nonfinite(const float *x, size_t n);
 /* PPN_ENONFINITE for logits[i] = v of what (e.g. "sequence 3, the step at position 7"), naming the stage that
  * computed them (the last of m's map: the final norm and the head). */
 ppn_status ppn_logits_nonfinite(const ppn_model *m, const char *what, size_t i, float v);
+/* A row a many-rows walk returned for q at pos (fn names the call): its logits (vocab floats; NULL: none)
+ * finite and its device argmax (NULL: none) not -1, else PPN_ENONFINITE naming fn, the sequence, the position
+ * and the stage. */
+ppn_status ppn_row_checked(const ppn_model *m, const char *fn, const ppn_seq *q, int pos, const float *logits,
+                           const int32_t *id);
 
 /* rows_run.c: a list of many-rows walks run to the end */
 /* Each walk issued through the stages (the split or the one stage), up to depth (1 .. PPN_MAX_INFLIGHT) in

@@ -231,7 +231,8 @@ static void test_api_nonfinite_weights_refused(void **state)
 }
 
 /* Finite weights whose products overflow (the final norm's weights at 3e38): the logits are NaN or Inf. Every
- * path that returns them (a step's readback, a prime's rows, device greedy's ids) fails with PPN_ENONFINITE
+ * path that returns them (a step's readback, a prime's rows, device greedy's ids, a batch's rows or ids, a
+ * verify's ids) fails with PPN_ENONFINITE
  * naming the sequence, the position and the stage that computed them; the model itself is not failed. */
 static void test_api_nonfinite_logits_named(void **state)
 {
@@ -262,6 +263,24 @@ static void test_api_nonfinite_logits_named(void **state)
     assert_int_equal(ppn_prefill(q, prompt, 3, NULL, row), PPN_ENONFINITE);
     assert_non_null(strstr(ppn_last_error(), "prefill: prompt 0"));
     assert_non_null(strstr(ppn_last_error(), "position 2"));
+    ppn_seq *two[2] = {q, NULL}; /* a batch of two: every row's logits, then ids only */
+    assert_int_equal(ppn_seq_create(m, &two[1]), PPN_OK);
+    static const int toks[2] = {4, 5};
+    assert_int_equal(ppn_decode_batch_ex(two, toks, 2, NULL, row, NULL), PPN_ENONFINITE);
+    assert_non_null(strstr(ppn_last_error(), "ppn_decode_batch: sequence"));
+    assert_non_null(strstr(ppn_last_error(), "stage 1 of 2"));
+    ppn_status st = PPN_OK;
+    int got[2];
+    for (int t = 0; t < 8 && st == PPN_OK; t++) st = ppn_decode_batch_ex(two, toks, 2, NULL, NULL, got);
+    assert_int_equal(st, PPN_ENONFINITE);
+    assert_non_null(strstr(ppn_last_error(), "device argmax found every logit NaN"));
+    ppn_seq_destroy(two[1]);
+    assert_int_equal(ppn_seq_reset(q), PPN_OK); /* verify rounds of no draft: the id of each row */
+    int out[1], n_out = 0;
+    st = PPN_OK;
+    for (int t = 0; t < 8 && st == PPN_OK; t++) st = ppn_spec_verify(q, 1, NULL, 0, out, &n_out);
+    assert_int_equal(st, PPN_ENONFINITE);
+    assert_non_null(strstr(ppn_last_error(), "ppn_spec_verify: sequence"));
     ppn_seq_destroy(q);
     free(row);
     assert_int_equal(ppn_model_free(m), PPN_OK);
