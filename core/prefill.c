@@ -172,6 +172,8 @@ ppn_status ppn_prefill_batch(ppn_seq *const *seqs, const int *const *ids, const 
     }
     plan_free(m, &pl);
     if (st == PPN_OK && logits) st = logits_checked(m, seqs, n, count, o.all_logits, logits);
+    /* several prompts ran together: a caller cannot retry some of them alone, so the failure is the model's */
+    if (st == PPN_ENONFINITE && count > 1) ppn_model_fail(m, st);
     return st;
 }
 

@@ -281,7 +281,8 @@ ppn_prefill_opts ppn_prefill_opts_default(void);
  *         PPN_EUNSUPPORTED (MEMRA_PRIME_PP=0 over devices without peer access), PPN_ENOMEM (growing the chunk
  *         room failed: the model is refused afterwards), the model's sticky failure, PPN_EDRIVER, the sim
  *         checker's statuses. A failure after rows were issued is sticky for the model. PPN_ENONFINITE: a row
- *         of logits returned holds NaN or Inf (named: prompt, sequence, position, stage; the prompt was fed). */
+ *         of logits returned holds NaN or Inf (named: prompt, sequence, position, stage; the prompt was fed;
+ *         sticky for the model when several prompts were primed together, as after any failure once issued). */
 ppn_status ppn_prefill(ppn_seq *s, const int *ids, int n, const ppn_prefill_opts *o, float *logits);
 /* Several sequences' prompts (count, of one model) primed together: chunks hold rows of different sequences, each
  * attending only to its own cache, so every weight is read once per chunk for all of them. ids[i] holds n[i]
@@ -317,7 +318,9 @@ ppn_batch_opts ppn_batch_opts_default(void);
  *         issued), PPN_EREFUSED (MEMRA_BATCH_PP=0 while the door places weights on several devices, so the walk
  *         would read them over the link every step; MEMRA_PP_ALLOW_UNSPLIT_BATCH=1 overrides, for measurement),
  *         PPN_ENOMEM (growing the rows room failed: the model is refused afterwards), the model's sticky failure,
- *         PPN_EDRIVER, the sim checker's statuses. A failure after rows were issued is sticky for the model. */
+ *         PPN_EDRIVER, the sim checker's statuses. A failure after rows were issued is sticky for the model:
+ *         so is PPN_ENONFINITE (a row's logits or its device argmax were NaN or Inf: named) for n > 1; a batch of
+ *         one reports it as ppn_decode_step does. */
 ppn_status ppn_decode_batch_ex(ppn_seq *const *seqs, const int *tokens, int n, const ppn_batch_opts *o,
                                float *logits, int *ids);
 /* ppn_decode_batch_ex with the default options and no ids. */

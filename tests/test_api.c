@@ -263,25 +263,47 @@ static void test_api_nonfinite_logits_named(void **state)
     assert_int_equal(ppn_prefill(q, prompt, 3, NULL, row), PPN_ENONFINITE);
     assert_non_null(strstr(ppn_last_error(), "prefill: prompt 0"));
     assert_non_null(strstr(ppn_last_error(), "position 2"));
-    ppn_seq *two[2] = {q, NULL}; /* a batch of two: every row's logits, then ids only */
+    ppn_seq *two[2] = {q, NULL};
     assert_int_equal(ppn_seq_create(m, &two[1]), PPN_OK);
     static const int toks[2] = {4, 5};
-    assert_int_equal(ppn_decode_batch_ex(two, toks, 2, NULL, row, NULL), PPN_ENONFINITE);
-    assert_non_null(strstr(ppn_last_error(), "ppn_decode_batch: sequence"));
-    assert_non_null(strstr(ppn_last_error(), "stage 1 of 2"));
     ppn_status st = PPN_OK;
-    int got[2];
-    for (int t = 0; t < 8 && st == PPN_OK; t++) st = ppn_decode_batch_ex(two, toks, 2, NULL, NULL, got);
-    assert_int_equal(st, PPN_ENONFINITE);
-    assert_non_null(strstr(ppn_last_error(), "device argmax found every logit NaN"));
-    ppn_seq_destroy(two[1]);
-    assert_int_equal(ppn_seq_reset(q), PPN_OK); /* verify rounds of no draft: the id of each row */
     int out[1], n_out = 0;
-    st = PPN_OK;
+    assert_int_equal(ppn_seq_reset(q), PPN_OK); /* verify rounds of no draft: the id of each row */
     for (int t = 0; t < 8 && st == PPN_OK; t++) st = ppn_spec_verify(q, 1, NULL, 0, out, &n_out);
     assert_int_equal(st, PPN_ENONFINITE);
     assert_non_null(strstr(ppn_last_error(), "ppn_spec_verify: sequence"));
+    assert_int_equal(ppn_seq_reset(q), PPN_OK);
+    /* a batch of two ran before its rows were checked: the failure is the model's (no caller can retry rows) */
+    assert_int_equal(ppn_decode_batch_ex(two, toks, 2, NULL, NULL, (int[2]){0}), PPN_ENONFINITE);
+    assert_non_null(strstr(ppn_last_error(), "ppn_decode_batch: sequence"));
+    assert_non_null(strstr(ppn_last_error(), "device argmax found every logit NaN"));
+    assert_int_equal(ppn_decode_step(q, 1, NULL), PPN_ENONFINITE);
+    assert_non_null(strstr(ppn_last_error(), "earlier failure"));
+    ppn_seq_destroy(two[1]);
     ppn_seq_destroy(q);
+    assert_int_equal(ppn_model_free(m), PPN_OK);
+    /* the same with the logits returned, on a fresh model */
+    assert_int_equal(load_at(rt, dir, PPN_DTYPE_F32, 2, &m), PPN_OK);
+    assert_int_equal(ppn_seq_create(m, &two[0]), PPN_OK);
+    assert_int_equal(ppn_seq_create(m, &two[1]), PPN_OK);
+    assert_int_equal(ppn_decode_batch_ex(two, toks, 2, NULL, row, NULL), PPN_ENONFINITE);
+    assert_non_null(strstr(ppn_last_error(), "ppn_decode_batch: sequence"));
+    assert_non_null(strstr(ppn_last_error(), "stage 1 of 2"));
+    ppn_seq_destroy(two[0]);
+    ppn_seq_destroy(two[1]);
+    assert_int_equal(ppn_model_free(m), PPN_OK);
+    /* two prompts primed together: named, and the model's failure */
+    assert_int_equal(load_at(rt, dir, PPN_DTYPE_F32, 2, &m), PPN_OK);
+    assert_int_equal(ppn_seq_create(m, &two[0]), PPN_OK);
+    assert_int_equal(ppn_seq_create(m, &two[1]), PPN_OK);
+    const int *ps[2] = {prompt, prompt};
+    static const int pn[2] = {3, 2};
+    assert_int_equal(ppn_prefill_batch(two, ps, pn, 2, NULL, row), PPN_ENONFINITE);
+    assert_non_null(strstr(ppn_last_error(), "prefill: prompt 0"));
+    assert_int_equal(ppn_decode_step(two[1], 1, NULL), PPN_ENONFINITE);
+    assert_non_null(strstr(ppn_last_error(), "earlier failure"));
+    ppn_seq_destroy(two[0]);
+    ppn_seq_destroy(two[1]);
     free(row);
     assert_int_equal(ppn_model_free(m), PPN_OK);
     assert_int_equal(ppn_rt_destroy(rt), PPN_OK);
