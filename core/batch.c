@@ -276,6 +276,10 @@ ppn_status ppn_decode_batch_ex(ppn_seq *const *seqs, const int *tokens, int n, c
         else atomic_fetch_add_explicit(np ? &m->mixed_steps : &m->batch_steps, 1, memory_order_relaxed);
         if (st == PPN_OK && ids)
             for (int i = 0; i < n; i++) ids[i] = pl.ids_h[i];
+        for (int i = 0; st == PPN_OK && i < n; i++) /* NaN or Inf: named, the model's failure (the batch ran) */
+            st = ppn_row_checked(m, "ppn_decode_batch", seqs[i], seqs[i]->pos - 1,
+                                 logits ? logits + (size_t)i * (size_t)m->cfg.vocab : NULL, ids ? &pl.ids_h[i] : NULL);
+        if (st == PPN_ENONFINITE) ppn_model_fail(m, st);
     }
     plan_free(m, &pl);
     return st;

@@ -1,8 +1,68 @@
 /* pending.c - the caller's side of deferred steps: a step drained through the dedicated readback stream (or
  * dropped), greedy decode with the argmax on the device, and the eager step (issue, then drain at once). */
+#include <stdio.h>
 #include <string.h>
 #include "core/rt.h"
+#include "core/base/dtype.h"
 #include "core/base/err.h"
+
+/* Non-finite logits ------------------------------------------------------------------------------------ */
+
+size_t ppn_logits_first_nonfinite(const float *x, size_t n) { return ppn_first_nonfinite(x, n, PPN_DTYPE_F32); }
+
+ppn_status ppn_logits_nonfinite(const ppn_model *m, const char *what, size_t i, float v)
+{
+    const ppn_stage_map *map = m->map;
+    int s = map->n_stages - 1;
+    return ppn_err(PPN_ENONFINITE, "%s: the logits are not finite (logits[%zu] = %g), computed by stage %d of %d "
+                   "(layers %d-%d, the final norm and the head): NaN or Inf weights, or a config value that "
+                   "overflows", what, i, (double)v, s, map->n_stages, map->fence[s], map->fence[s + 1] - 1);
+}
+
+static ppn_status argmax_nan(const ppn_model *m, const char *what)
+{
+    return ppn_err(PPN_ENONFINITE, "%s: the device argmax found every logit NaN, computed by stage %d of %d (the "
+                   "final norm and the head): NaN or Inf weights, or a config value that overflows", what,
+                   m->map->n_stages - 1, m->map->n_stages);
+}
+
+ppn_status ppn_row_checked(const ppn_model *m, const char *fn, const ppn_seq *q, int pos, const float *logits,
+                           const int32_t *id)
+{
+    size_t v = (size_t)m->cfg.vocab;
+    if ((!logits || !ppn_copy_nonfinite(NULL, logits, v, PPN_DTYPE_F32)) && (!id || *id >= 0)) return PPN_OK;
+    char what[160];
+    snprintf(what, sizeof what, "%s: sequence %d, the row at position %d", fn, q->id, pos);
+    if (!logits || !ppn_copy_nonfinite(NULL, logits, v, PPN_DTYPE_F32)) return argmax_nan(m, what);
+    size_t i = ppn_logits_first_nonfinite(logits, v);
+    return ppn_logits_nonfinite(m, what, i, logits[i]);
+}
+
+/* The step on ring entry ring of q, for messages. */
+static void step_name(const ppn_seq *q, int ring, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "sequence %d, the step at position %d", q->id, q->ring_pos[ring]);
+}
+
+/* The readback of a step of q: its logits row copied out and checked, or its device argmax checked (-1: every
+ * logit was NaN, the argmax kernels' rule). */
+static ppn_status readback_checked(ppn_seq *q, int ring, float *logits, int *id)
+{
+    ppn_model *m = q->m;
+    char what[96];
+    size_t v = (size_t)m->cfg.vocab;
+    /* the copy to the caller checks as it goes: about a memcpy's cost, and nothing on the device */
+    if (logits && ppn_copy_nonfinite(logits, q->logits_h[ring], v, PPN_DTYPE_F32)) {
+        size_t i = ppn_logits_first_nonfinite(logits, v);
+        step_name(q, ring, what, sizeof what);
+        return ppn_logits_nonfinite(m, what, i, logits[i]);
+    }
+    if (!id) return PPN_OK;
+    *id = q->tok_h[ring];
+    if (*id >= 0) return PPN_OK;
+    step_name(q, ring, what, sizeof what);
+    return argmax_nan(m, what);
+}
 
 /* p names a step of q still in flight: its ring entry holds that step. */
 static int pend_live(const ppn_seq *q, ppn_pend p)
@@ -25,14 +85,14 @@ ppn_status ppn_pend_wait(ppn_seq *q, ppn_pend p, float *logits, int *id)
         st = g->ops->copy_dtoh(g, m->rb_stream, &q->tok_h[p.ring], q->tok[p.ring], sizeof(int32_t));
     if (st == PPN_OK) st = g->ops->event_record(g, q->rb_ev[p.ring], m->rb_stream);
     if (st == PPN_OK) st = g->ops->stream_sync(g, m->rb_stream);
-    ppn_seq_retire(q, p.ring);
     if (st != PPN_OK) {
+        ppn_seq_retire(q, p.ring);
         ppn_model_fail(m, st);
         return st;
     }
-    if (logits) memcpy(logits, q->logits_h[p.ring], bytes);
-    if (id) *id = q->tok_h[p.ring];
-    return PPN_OK;
+    st = readback_checked(q, p.ring, logits, id); /* not the model's failure: the device did what it was told */
+    ppn_seq_retire(q, p.ring);
+    return st;
 }
 
 ppn_status ppn_pending_wait(ppn_seq *q, ppn_step_id step, float *logits)

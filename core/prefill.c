@@ -13,6 +13,7 @@
  * Every chunk's rows, segment list and token ids live in host memory this call owns until its last chunk is
  * done; the logits reach the caller's buffer through copies ordered before the last chunk's done event. */
 #include <string.h>
+#include "core/base/dtype.h"
 #include "core/rt.h"
 #include "core/base/err.h"
 
@@ -113,6 +114,28 @@ static ppn_status check_call(ppn_seq *const *seqs, const int *const *ids, const 
     return PPN_OK;
 }
 
+/* The logits prefill wrote (each prompt's last row, or all_logits: every row, prompts in order), checked once
+ * the walks are done: NaN or Inf is PPN_ENONFINITE naming the prompt, its sequence and the row's position. The
+ * sequences' positions have advanced past the prompts already. */
+static ppn_status logits_checked(ppn_model *m, ppn_seq *const *seqs, const int *n, int count, int all,
+                                 const float *logits)
+{
+    size_t v = (size_t)m->cfg.vocab;
+    const float *row = logits;
+    for (int i = 0; i < count; i++) {
+        int rows = all ? n[i] : 1, pos0 = seqs[i]->pos - rows;
+        for (int r = 0; r < rows; r++, row += v) {
+            if (!ppn_copy_nonfinite(NULL, row, v, PPN_DTYPE_F32)) continue; /* vectorised: a memcpy's cost */
+            size_t j = ppn_logits_first_nonfinite(row, v);
+            char what[128];
+            snprintf(what, sizeof what, "prefill: prompt %d (sequence %d), the row at position %d", i, seqs[i]->id,
+                     pos0 + r);
+            return ppn_logits_nonfinite(m, what, j, row[j]);
+        }
+    }
+    return PPN_OK;
+}
+
 ppn_status ppn_prefill_batch(ppn_seq *const *seqs, const int *const *ids, const int *n, int count,
                              const ppn_prefill_opts *opts, float *logits)
 {
@@ -148,6 +171,9 @@ ppn_status ppn_prefill_batch(ppn_seq *const *seqs, const int *const *ids, const 
         else if (count > 1) atomic_fetch_add_explicit(&m->prime_batches, 1, memory_order_relaxed);
     }
     plan_free(m, &pl);
+    if (st == PPN_OK && logits) st = logits_checked(m, seqs, n, count, o.all_logits, logits);
+    /* several prompts ran together: a caller cannot retry some of them alone, so the failure is the model's */
+    if (st == PPN_ENONFINITE && count > 1) ppn_model_fail(m, st);
     return st;
 }
 

@@ -270,6 +270,7 @@ struct ppn_seq {
     int32_t *tok_h;            /* pinned [PPN_MAX_INFLIGHT]: the ids read back */
     _Atomic uint32_t done_gen[PPN_MAX_INFLIGHT]; /* step+1 whose done event the last stage recorded */
     uint32_t ring_step[PPN_MAX_INFLIGHT];        /* caller: step+1 issued on the ring entry (0: free) */
+    int ring_pos[PPN_MAX_INFLIGHT];              /* caller: a decode step's position (for its messages) */
     uint64_t issued, waited;   /* caller: deferred steps issued / retired (waited or dropped) */
     /* each stage's captured bodies: touched only by that stage's issuing thread, dropped between drained steps */
     ppn_stage_graph graphs[PPN_MAX_STAGES][PPN_STAGE_GRAPHS];
@@ -401,6 +402,16 @@ ppn_status ppn_rows_body(ppn_model *m, ppn_gstream *q, int dev, ppn_rows_scratch
 /* Wait for step p of q (issued and not yet waited) and read back its logits (logits != NULL) or its device argmax
  * (id != NULL); the ring entry is free after. */
 ppn_status ppn_pend_wait(ppn_seq *q, ppn_pend p, float *logits, int *id);
+/* The index of the first NaN or Inf of x[0..n), or n when every value is finite. */
+size_t ppn_logits_first_nonfinite(const float *x, size_t n);
+/* PPN_ENONFINITE for logits[i] = v of what (e.g. "sequence 3, the step at position 7"), naming the stage that
+ * computed them (the last of m's map: the final norm and the head). */
+ppn_status ppn_logits_nonfinite(const ppn_model *m, const char *what, size_t i, float v);
+/* A row a many-rows walk returned for q at pos (fn names the call): its logits (vocab floats; NULL: none)
+ * finite and its device argmax (NULL: none) not -1, else PPN_ENONFINITE naming fn, the sequence, the position
+ * and the stage. */
+ppn_status ppn_row_checked(const ppn_model *m, const char *fn, const ppn_seq *q, int pos, const float *logits,
+                           const int32_t *id);
 
 /* rows_run.c: a list of many-rows walks run to the end */
 /* Each walk issued through the stages (the split or the one stage), up to depth (1 .. PPN_MAX_INFLIGHT) in

@@ -89,6 +89,8 @@ ppn_status ppn_spec_verify(ppn_seq *q, int token, const int *draft, int k, int *
             atomic_fetch_add_explicit(&m->spec_verifies, 1, memory_order_relaxed);
             atomic_fetch_add_explicit(&m->spec_drafted, (uint64_t)k, memory_order_relaxed);
             atomic_fetch_add_explicit(&m->spec_accepted, (uint64_t)acc, memory_order_relaxed);
+            for (int j = 0; st == PPN_OK && j <= acc; j++) /* an id of -1: every logit of that row was NaN */
+                st = ppn_row_checked(m, "ppn_spec_verify", q, pos0 + j, NULL, &ids_h[j]);
         }
     }
     ppn_pinned_free(m->rt->pinned, tok_h);

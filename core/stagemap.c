@@ -76,6 +76,8 @@ static ppn_status pick_cores(ppn_model *m, ppn_stage_map *map)
     return PPN_OK;
 }
 
+static ppn_status peers_pass(ppn_model *m, const ppn_stage_map *map, int enable);
+
 ppn_status ppn_map_build(ppn_model *m, const ppn_door *d, ppn_stage_map **out)
 {
     *out = NULL;
@@ -97,6 +99,7 @@ ppn_status ppn_map_build(ppn_model *m, const ppn_door *d, ppn_stage_map **out)
                                  "PPN_GRAPHS=0 (or --graphs 0)");
         goto fail;
     }
+    PPN_CHECK_GOTO(peers_pass(m, map, 0), st, fail);
     PPN_CHECK_GOTO(choose_xports(m, map), st, fail);
     PPN_CHECK_GOTO(pick_cores(m, map), st, fail);
     map->gen = ++m->map_gen;
@@ -125,8 +128,10 @@ static ppn_status check_placement(ppn_model *m, const ppn_stage_map *map)
     return ppn_kv_check_map(m, map);
 }
 
-/* Peer (and pool) access between every distinct pair of devices in use: the stages' and the primary. */
-static ppn_status grant_peers(ppn_model *m, const ppn_stage_map *map)
+/* Peer (and pool) access between every distinct pair of devices in use: the stages' and the primary. enable 0
+ * only asks (ppn_map_build, before any weight is uploaded): an unsharded map whose stages cannot reach the
+ * primary's weights is refused there, not after the upload. */
+static ppn_status peers_pass(ppn_model *m, const ppn_stage_map *map, int enable)
 {
     ppn_gpu *g = m->rt->g;
     int used[PPN_MAX_STAGES + 1], n = 0;
@@ -141,13 +146,15 @@ static ppn_status grant_peers(ppn_model *m, const ppn_stage_map *map)
             int can = 0;
             if (a == b) continue;
             PPN_CHECK(g->ops->peer_can_access(g, used[a], used[b], &can));
-            if (can) PPN_CHECK(g->ops->peer_enable(g, used[a], used[b]));
-            else if (!map->door.shard && used[b] == m->primary)
+            if (can && enable) PPN_CHECK(g->ops->peer_enable(g, used[a], used[b]));
+            else if (!can && !map->door.shard && used[b] == m->primary)
                 return ppn_err(PPN_EINVAL, "MEMRA_PP_SHARD=0 keeps every weight on device %d, but device %d cannot "
                                            "access it (no peer grant possible)", m->primary, used[a]);
         }
     return PPN_OK;
 }
+
+static ppn_status grant_peers(ppn_model *m, const ppn_stage_map *map) { return peers_pass(m, map, 1); }
 
 /* Stage homes ---------------------------------------------------------------------------------------------- */
 

@@ -142,6 +142,9 @@ static ppn_status step_header(ppn_model *m, const ppn_stage_map *map, ppn_gstrea
     ppn_dptr tok = seq->tok[c->tok_ring];
     if (!same_stream) {
         ppn_gen_wait(&seq->done_gen[c->tok_ring], c->tok_step + 1, map->door.spin);
+        /* a failed last stage posts the generation without recording done_ev: the stream wait would bind to
+         * an older record and the token read race its writer (the failure is published before the post) */
+        PPN_CHECK(ppn_model_failed(m));
         PPN_CHECK(g->ops->stream_wait_event(g, q, seq->done_ev[c->tok_ring]));
     }
     if (seq->ring_dev != map->dev[0]) {
@@ -489,6 +492,7 @@ ppn_status ppn_step_issue_deferred(ppn_seq *q, int token, const ppn_greedy_link 
 {
     int ring = ring_free_entry(q);
     uint32_t step;
+    q->ring_pos[ring] = q->pos;
     ppn_status st = issue_step(q, token, ring, gl, &step);
     q->issued++;
     q->pos++;

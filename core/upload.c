@@ -31,18 +31,29 @@ static float load_f32(const void *src, int dt, size_t i)
     }
 }
 
-static void convert(void *dst, int ddt, const void *src, int sdt, size_t n)
+/* Convert n values; returns nonzero when the result holds NaN or Inf (a NaN or Inf in the source, or a finite
+ * value past the range of the destination dtype). */
+static int convert(void *dst, int ddt, const void *src, int sdt, size_t n)
 {
-    if (ddt == sdt) {
-        memcpy(dst, src, n * ppn_dtype_size(ddt));
-        return;
-    }
+    if (ddt == sdt) return ppn_copy_nonfinite(dst, src, n, ddt);
     for (size_t i = 0; i < n; i++) {
         float f = load_f32(src, sdt, i);
         if (ddt == PPN_DTYPE_F32) ((float *)dst)[i] = f;
         else if (ddt == PPN_DTYPE_BF16) ((uint16_t *)dst)[i] = ppn_f32_to_bf16(f);
         else ((uint16_t *)dst)[i] = ppn_f32_to_f16(f);
     }
+    return ppn_copy_nonfinite(NULL, dst, n, ddt); /* the result: a source NaN, or a value past ddt's range */
+}
+
+/* The refusal of a tensor whose element at (of n, dtype sdt at src; converted to ddt) is not finite. */
+static ppn_status nonfinite_refused(const void *src, int sdt, int ddt, size_t at, size_t n)
+{
+    float f = load_f32(src, sdt, at);
+    if (!isfinite(f))
+        return ppn_err(PPN_EFORMAT, "element %zu of %zu is %s: a weight that is NaN or Inf makes every logit NaN",
+                       at, n, isnan(f) ? "NaN" : "Inf");
+    return ppn_err(PPN_EUNSUPPORTED, "element %zu of %zu, %g, is past the range of %s: load with a wider dtype",
+                   at, n, (double)f, ppn_dtype_name((ppn_dtype)ddt));
 }
 
 static ppn_status model_track_block(ppn_model *m, ppn_dptr p, int dev)
@@ -92,7 +103,9 @@ static ppn_status stage_copy(uploader *u, int dev, ppn_dptr dst, int ddt, const 
     for (size_t i = 0; i < n; i += per) {
         size_t k = n - i < per ? n - i : per;
         PPN_CHECK(staging_ready(u, u->cur, dev));
-        convert(u->buf[u->cur], ddt, (const char *)src + i * ppn_dtype_size(sdt), sdt, k);
+        const char *from = (const char *)src + i * ppn_dtype_size(sdt);
+        if (convert(u->buf[u->cur], ddt, from, sdt, k))
+            return nonfinite_refused(src, sdt, ddt, i + ppn_first_nonfinite(u->buf[u->cur], k, ddt), n);
         PPN_CHECK(g->ops->copy_htod(g, s, dst + i * esz, u->buf[u->cur], k * esz));
         PPN_CHECK(g->ops->event_record(g, u->ev[u->cur], s));
         u->cur ^= 1;
@@ -234,8 +247,13 @@ ppn_status ppn_upload_weights(ppn_model *m, const ppn_ckpt *c, const ppn_load_op
                   .progress_arg = o->progress_arg};
     ppn_status s;
     PPN_CHECK_GOTO(upload(&u, m->embed_dev, &c->embed, "embed", &m->embed), s, out);
-    for (int l = 0; l < c->cfg.n_layers; l++)
-        PPN_CHECK_GOTO(upload_layer(&u, m->layer_dev[l], &c->layers[l], &m->layers[l]), s, out);
+    for (int l = 0; l < c->cfg.n_layers; l++) {
+        s = upload_layer(&u, m->layer_dev[l], &c->layers[l], &m->layers[l]);
+        if (s != PPN_OK) {
+            ppn_err_ctx(s, "layer %d", l);
+            goto out;
+        }
+    }
     PPN_CHECK_GOTO(upload(&u, m->head_dev, &c->final_norm, "final_norm", &m->final_norm), s, out);
     if (c->cfg.tied_embeddings && m->embed_dev == m->head_dev) m->lm_head = m->embed;
     else PPN_CHECK_GOTO(upload(&u, m->head_dev, &c->lm_head, "lm_head", &m->lm_head), s, out);

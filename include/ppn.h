@@ -48,6 +48,7 @@ typedef enum ppn_status {
     PPN_EMISMATCH,     /* a gate found different results */
     PPN_ESTATE,        /* call made in the wrong state (e.g. sequence full) */
     PPN_EBUSY,         /* a bounded queue is full: try again later (nothing was taken) */
+    PPN_ENONFINITE,    /* a step's logits hold NaN or Inf (message names the sequence, position and stage) */
 } ppn_status;
 
 /* The message of the last failing call on this thread ("" if none); valid until the next failure on this thread. */
@@ -152,7 +153,8 @@ ppn_load_opts ppn_load_opts_default(void);
 
 /* Load a checkpoint (HF directory or llama2.c .bin) onto the runtime's device(s). Every file is untrusted input:
  * anything but a regular file is refused (PPN_EIO), and so is a tensor the config does not use (PPN_EFORMAT:
- * layers past num_hidden_layers, biases or norms the architecture has not, unknown names).
+ * layers past num_hidden_layers, biases or norms the architecture has not, unknown names), and so is a weight
+ * that is NaN or Inf (PPN_EFORMAT) or that the chosen dtype cannot hold (PPN_EUNSUPPORTED: 1e30 as f16).
  * @return PPN_OK, PPN_EIO / PPN_EFORMAT / PPN_EUNSUPPORTED (the checkpoint; message names file and tensor),
  *         PPN_EINVAL (bad option: dtype, ctx, device), PPN_ENOMEM (device or host full: message names which
  *         and how much; nothing stays allocated), PPN_EDRIVER, PPN_ENOKERNELS. */
@@ -209,7 +211,9 @@ int ppn_seq_pos(const ppn_seq *s);
  * logits: vocab floats written on return (NULL: skip the readback).
  * @return PPN_OK, PPN_EINVAL (token outside [0, vocab)), PPN_ESTATE (the sequence is full: ctx positions),
  *         PPN_EDRIVER (a device call failed: message names it), PPN_ERACE / PPN_EPLACEMENT / PPN_EUSEAFTERFREE /
- *         PPN_EBOUNDS / PPN_EDOUBLEFREE (sim checker report, printed and in the message). */
+ *         PPN_EBOUNDS / PPN_EDOUBLEFREE (sim checker report, printed and in the message), PPN_ENONFINITE (the
+ *         logits read back hold NaN or Inf: the message names the sequence, the step's position and the stage
+ *         that computed them; the logits are written all the same, and the model is not failed). */
 ppn_status ppn_decode_step(ppn_seq *s, int token, float *logits);
 
 
@@ -237,7 +241,7 @@ ppn_status ppn_decode_step_deferred(ppn_seq *s, int token, ppn_step_id *out);
 /* Drain a deferred step of s through the dedicated readback stream; logits (vocab floats) may be NULL.
  * @return PPN_OK, PPN_EINVAL (not a step of s in flight: already waited, dropped, or never issued), a stage's
  *         failure (sticky for the model: the message names the stage, the step and the cause), the sim
- *         checker's statuses. */
+ *         checker's statuses, PPN_ENONFINITE (as ppn_decode_step). */
 ppn_status ppn_pending_wait(ppn_seq *s, ppn_step_id step, float *logits);
 
 /* Greedy decode without a host round trip per token: feed token, then n - 1 more steps, each fed the argmax of
@@ -245,7 +249,9 @@ ppn_status ppn_pending_wait(ppn_seq *s, ppn_step_id step, float *logits);
  * after step i, so ids[n - 1] is the next token to feed. The host keeps up to 4 steps in flight and reads back
  * 4 bytes per step, never the logits. Through the same stages, transports and graphs as the other steps.
  * @return PPN_OK, PPN_EINVAL (NULL, n <= 0, token), PPN_ESTATE (deferred steps in flight, or fewer than n
- *         positions left: nothing is issued then), a stage's failure (sticky), PPN_EDRIVER. */
+ *         positions left: nothing is issued then), a stage's failure (sticky), PPN_EDRIVER, PPN_ENONFINITE (a
+ *         step whose logits were all NaN: its id would be -1; the message names the position and the stage; a
+ *         NaN among numbers, or an Inf, is not seen on this path, where the logits never reach the host). */
 ppn_status ppn_decode_greedy(ppn_seq *s, int token, int n, int *ids);
 
 /* ---------------------------------------------------------------------------------------------------------
@@ -274,7 +280,9 @@ ppn_prefill_opts ppn_prefill_opts_default(void);
  *         PPN_ESTATE (deferred steps in flight on s, or n positions past its context: named, nothing fed),
  *         PPN_EUNSUPPORTED (MEMRA_PRIME_PP=0 over devices without peer access), PPN_ENOMEM (growing the chunk
  *         room failed: the model is refused afterwards), the model's sticky failure, PPN_EDRIVER, the sim
- *         checker's statuses. A failure after rows were issued is sticky for the model. */
+ *         checker's statuses. A failure after rows were issued is sticky for the model. PPN_ENONFINITE: a row
+ *         of logits returned holds NaN or Inf (named: prompt, sequence, position, stage; the prompt was fed;
+ *         sticky for the model when several prompts were primed together, as after any failure once issued). */
 ppn_status ppn_prefill(ppn_seq *s, const int *ids, int n, const ppn_prefill_opts *o, float *logits);
 /* Several sequences' prompts (count, of one model) primed together: chunks hold rows of different sequences, each
  * attending only to its own cache, so every weight is read once per chunk for all of them. ids[i] holds n[i]
@@ -325,7 +333,9 @@ ppn_batch_opts ppn_batch_opts_default(void);
  *         nothing issued), PPN_EREFUSED (MEMRA_BATCH_PP=0 while the door places weights on several devices, so the walk
  *         would read them over the link every step; MEMRA_PP_ALLOW_UNSPLIT_BATCH=1 overrides, for measurement),
  *         PPN_ENOMEM (growing the rows room failed: the model is refused afterwards), the model's sticky failure,
- *         PPN_EDRIVER, the sim checker's statuses. A failure after rows were issued is sticky for the model. */
+ *         PPN_EDRIVER, the sim checker's statuses. A failure after rows were issued is sticky for the model:
+ *         so is PPN_ENONFINITE (a row's logits or its device argmax were NaN or Inf: named) for n > 1; a batch of
+ *         one reports it as ppn_decode_step does. */
 ppn_status ppn_decode_batch_ex(ppn_seq *const *seqs, const int *tokens, int n, const ppn_batch_opts *o,
                                float *logits, int *ids);
 /* ppn_decode_batch_ex with the default options and no ids. */

@@ -6,6 +6,9 @@
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "ppn.h"
@@ -144,6 +147,170 @@ static void test_api_dtype_names(void **state)
     assert_string_equal(ppn_dtype_name((ppn_dtype)7), "?");
 }
 
+/* A copy of the llama-tiny fixture in a fresh directory (returned, malloc'd) whose tensor name has its first
+ * count float32 values set to v. */
+static char *patched_tiny(const char *name, float v, int count)
+{
+    const char *src = tu_fixture("hf/llama-tiny");
+    char *dir = tu_tmpdir(), path[4200];
+    size_t n = 0;
+    assert_non_null(dir);
+    snprintf(path, sizeof path, "%s/config.json", src);
+    char *cfg = tu_read_file(path, &n);
+    assert_non_null(cfg);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(cfg, 1, n, f), n);
+    fclose(f);
+    free(cfg);
+    snprintf(path, sizeof path, "%s/model.safetensors", src);
+    unsigned char *st = tu_read_file(path, &n);
+    assert_non_null(st);
+    uint64_t hl = 0;
+    memcpy(&hl, st, 8);
+    json_error_t e;
+    json_t *h = json_loadb((const char *)st + 8, (size_t)hl, 0, &e), *t = json_object_get(h, name);
+    assert_non_null(t);
+    assert_string_equal(json_string_value(json_object_get(t, "dtype")), "F32");
+    size_t off = 8 + (size_t)hl + (size_t)json_integer_value(json_array_get(json_object_get(t, "data_offsets"), 0));
+    for (int i = 0; i < count; i++) memcpy(st + off + sizeof(float) * (size_t)i, &v, sizeof v);
+    json_decref(h);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(st, 1, n, f), n);
+    fclose(f);
+    free(st);
+    return dir;
+}
+
+static ppn_status load_at(ppn_rt *rt, const char *dir, int dtype, int stages, ppn_model **m)
+{
+    ppn_door d = ppn_door_default();
+    d.n_stages = stages;
+    ppn_load_opts o = ppn_load_opts_default();
+    o.ctx = 64;
+    o.dtype = dtype;
+    o.door = &d;
+    return ppn_model_load(rt, dir, &o, m);
+}
+
+/* A weight that is NaN or Inf is refused at load, naming the tensor, its layer and the element; so is a finite
+ * weight that the chosen dtype cannot hold. Nothing stays loaded (the runtime frees). */
+static void test_api_nonfinite_weights_refused(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *tensor;
+        float v;
+        int dtype;
+        ppn_status st;
+        const char *says[3];
+    } cases[] = {
+        {"model.norm.weight", NAN, PPN_DTYPE_F32, PPN_EFORMAT, {"final_norm", "element 0 of 64 is NaN", NULL}},
+        {"model.layers.2.mlp.down_proj.weight", INFINITY, PPN_DTYPE_F32, PPN_EFORMAT, {"layer 2", "w_down", "is Inf"}},
+        {"model.layers.1.self_attn.k_proj.weight", -INFINITY, PPN_DTYPE_BF16, PPN_EFORMAT, {"layer 1", "wq|wk|wv", "Inf"}},
+        {"model.norm.weight", 1e30f, PPN_DTYPE_F16, PPN_EUNSUPPORTED, {"final_norm", "past the range of f16", NULL}},
+    };
+    ppn_rt *rt = NULL;
+    assert_int_equal(ppn_rt_create("sim", &rt), PPN_OK);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *dir = patched_tiny(cases[i].tensor, cases[i].v, 1);
+        ppn_model *m = NULL;
+        ppn_status st = load_at(rt, dir, cases[i].dtype, 1, &m);
+        if (st != cases[i].st) fail_msg("case %zu: %s, want %s: %s", i, ppn_status_name(st), ppn_status_name(cases[i].st),
+                                       ppn_last_error());
+        for (int k = 0; k < 3 && cases[i].says[k]; k++)
+            if (!strstr(ppn_last_error(), cases[i].says[k]))
+                fail_msg("case %zu: the message lacks '%s': %s", i, cases[i].says[k], ppn_last_error());
+        tu_rmrf(dir);
+        free(dir);
+    }
+    assert_int_equal(ppn_rt_destroy(rt), PPN_OK); /* no model stayed loaded */
+}
+
+/* Finite weights whose products overflow (the final norm's weights at 3e38): the logits are NaN or Inf. Every
+ * path that returns them (a step's readback, a prime's rows, device greedy's ids, a batch's rows or ids, a
+ * verify's ids) fails with PPN_ENONFINITE
+ * naming the sequence, the position and the stage that computed them; the model itself is not failed. */
+static void test_api_nonfinite_logits_named(void **state)
+{
+    (void)state;
+    char *dir = patched_tiny("model.norm.weight", 3e38f, 64);
+    ppn_rt *rt = NULL;
+    ppn_model *m = NULL;
+    ppn_seq *q = NULL;
+    assert_int_equal(ppn_rt_create("sim", &rt), PPN_OK);
+    assert_int_equal(load_at(rt, dir, PPN_DTYPE_F32, 2, &m), PPN_OK);
+    ppn_model_info mi;
+    ppn_model_get_info(m, &mi);
+    float *row = malloc(sizeof(float) * (size_t)mi.vocab * 3);
+    assert_int_equal(ppn_seq_create(m, &q), PPN_OK);
+    assert_int_equal(ppn_decode_step(q, 1, NULL), PPN_OK); /* nothing read back, nothing to check */
+    assert_int_equal(ppn_decode_step(q, 2, row), PPN_ENONFINITE);
+    const char *e = ppn_last_error();
+    assert_non_null(strstr(e, "the step at position 1"));
+    assert_non_null(strstr(e, "stage 1 of 2"));
+    assert_non_null(strstr(e, "not finite"));
+    assert_int_equal(ppn_seq_reset(q), PPN_OK); /* not the model's failure */
+    int ids[4];
+    assert_int_equal(ppn_decode_greedy(q, 1, 4, ids), PPN_ENONFINITE);
+    assert_non_null(strstr(ppn_last_error(), "device argmax found every logit NaN"));
+    assert_non_null(strstr(ppn_last_error(), "stage 1 of 2"));
+    assert_int_equal(ppn_seq_reset(q), PPN_OK);
+    static const int prompt[3] = {1, 2, 3};
+    assert_int_equal(ppn_prefill(q, prompt, 3, NULL, row), PPN_ENONFINITE);
+    assert_non_null(strstr(ppn_last_error(), "prefill: prompt 0"));
+    assert_non_null(strstr(ppn_last_error(), "position 2"));
+    ppn_seq *two[2] = {q, NULL};
+    assert_int_equal(ppn_seq_create(m, &two[1]), PPN_OK);
+    static const int toks[2] = {4, 5};
+    ppn_status st = PPN_OK;
+    int out[1], n_out = 0;
+    assert_int_equal(ppn_seq_reset(q), PPN_OK); /* verify rounds of no draft: the id of each row */
+    for (int t = 0; t < 8 && st == PPN_OK; t++) st = ppn_spec_verify(q, 1, NULL, 0, out, &n_out);
+    assert_int_equal(st, PPN_ENONFINITE);
+    assert_non_null(strstr(ppn_last_error(), "ppn_spec_verify: sequence"));
+    assert_int_equal(ppn_seq_reset(q), PPN_OK);
+    /* a batch of two ran before its rows were checked: the failure is the model's (no caller can retry rows) */
+    assert_int_equal(ppn_decode_batch_ex(two, toks, 2, NULL, NULL, (int[2]){0}), PPN_ENONFINITE);
+    assert_non_null(strstr(ppn_last_error(), "ppn_decode_batch: sequence"));
+    assert_non_null(strstr(ppn_last_error(), "device argmax found every logit NaN"));
+    assert_int_equal(ppn_decode_step(q, 1, NULL), PPN_ENONFINITE);
+    assert_non_null(strstr(ppn_last_error(), "earlier failure"));
+    ppn_seq_destroy(two[1]);
+    ppn_seq_destroy(q);
+    assert_int_equal(ppn_model_free(m), PPN_OK);
+    /* the same with the logits returned, on a fresh model */
+    assert_int_equal(load_at(rt, dir, PPN_DTYPE_F32, 2, &m), PPN_OK);
+    assert_int_equal(ppn_seq_create(m, &two[0]), PPN_OK);
+    assert_int_equal(ppn_seq_create(m, &two[1]), PPN_OK);
+    assert_int_equal(ppn_decode_batch_ex(two, toks, 2, NULL, row, NULL), PPN_ENONFINITE);
+    assert_non_null(strstr(ppn_last_error(), "ppn_decode_batch: sequence"));
+    assert_non_null(strstr(ppn_last_error(), "stage 1 of 2"));
+    ppn_seq_destroy(two[0]);
+    ppn_seq_destroy(two[1]);
+    assert_int_equal(ppn_model_free(m), PPN_OK);
+    /* two prompts primed together: named, and the model's failure */
+    assert_int_equal(load_at(rt, dir, PPN_DTYPE_F32, 2, &m), PPN_OK);
+    assert_int_equal(ppn_seq_create(m, &two[0]), PPN_OK);
+    assert_int_equal(ppn_seq_create(m, &two[1]), PPN_OK);
+    const int *ps[2] = {prompt, prompt};
+    static const int pn[2] = {3, 2};
+    assert_int_equal(ppn_prefill_batch(two, ps, pn, 2, NULL, row), PPN_ENONFINITE);
+    assert_non_null(strstr(ppn_last_error(), "prefill: prompt 0"));
+    assert_int_equal(ppn_decode_step(two[1], 1, NULL), PPN_ENONFINITE);
+    assert_non_null(strstr(ppn_last_error(), "earlier failure"));
+    ppn_seq_destroy(two[0]);
+    ppn_seq_destroy(two[1]);
+    free(row);
+    assert_int_equal(ppn_model_free(m), PPN_OK);
+    assert_int_equal(ppn_rt_destroy(rt), PPN_OK);
+    tu_rmrf(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -152,6 +319,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_api_dropped_steps_free_their_room, setup, teardown),
         cmocka_unit_test_setup_teardown(test_api_destroy_with_steps_in_flight, setup, teardown),
         cmocka_unit_test(test_api_dtype_names),
+        cmocka_unit_test(test_api_nonfinite_weights_refused),
+        cmocka_unit_test(test_api_nonfinite_logits_named),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -333,6 +333,60 @@ static void test_cli_mkmodel_tokenizer(void **state)
  * --spec, and --chat / --system without it (exit 2); on a random model carrying Llama 2's tokenizer and chat
  * template, the text printed is the detokenized ids (the end token left out), the same bytes through 4 stages,
  * and --json holds the prompt ids the template and tokenizer make. */
+/* Rows of out (lines) that start with arm and hold word. */
+static int arm_rows(const char *out, const char *arm, const char *word)
+{
+    int n = 0;
+    for (const char *l = out; l && *l;) {
+        const char *e = strchr(l, '\n');
+        size_t len = e ? (size_t)(e - l) : strlen(l);
+        char row[4096];
+        snprintf(row, sizeof row, "%.*s", (int)(len < sizeof row ? len : sizeof row - 1), l);
+        n += !strncmp(row, arm, strlen(arm)) && row[strlen(arm)] == ' ' && strstr(row, word);
+        l = e ? e + 1 : l + len;
+    }
+    return n;
+}
+
+/* A fault injected into a step of the split arm: that arm stops at one FAIL row naming the injected failure (no
+ * cascade of rows repeating it), the gate says so, the next arm runs all its rows on fresh models and passes,
+ * and the last line names the failed arm. The K that lands in a split step is searched (the loads' record
+ * counts are the code's business, not this test's). */
+static void test_cli_gate_fault_stops_its_arm(void **state)
+{
+    (void)state;
+    char args[2048];
+    snprintf(args, sizeof args, "gate --model '%s' --backend sim split pipelined --steps 4 --prompt 2 --max-stages 3",
+             g_model);
+    char *out = NULL, *err = NULL;
+    assert_int_equal(tu_run_ppn("", args, &out, &err, NULL), 0);
+    int clean_split = arm_rows(out, "split", "PASS"), clean_pipe = arm_rows(out, "pipelined", "PASS");
+    assert_true(clean_split > 4 && clean_pipe > 4);
+    free(out);
+    free(err);
+    int found = 0;
+    for (int k = 100; k <= 600 && !found; k += 10) {
+        char env[64];
+        snprintf(env, sizeof env, "PPN_SIM_FAIL=record:%d", k);
+        int rc = tu_run_ppn(env, args, &out, &err, NULL);
+        found = arm_rows(out, "split", "stage") == 1; /* a step's failure names its stage */
+        if (found) {
+            if (rc != 1) fail_msg("%s: exit %d, want 1:\n%s%s", env, rc, out, err);
+            if (arm_rows(out, "split", "FAIL") != 1 || arm_rows(out, "split", "injected failure") != 1)
+                fail_msg("%s: want one FAIL row naming the injected failure in the split arm:\n%s", env, out);
+            if (!strstr(out, "arm 'split' stopped at its first error"))
+                fail_msg("%s: the gate does not say the split arm stopped:\n%s", env, out);
+            if (arm_rows(out, "pipelined", "PASS") != clean_pipe || arm_rows(out, "pipelined", "FAIL"))
+                fail_msg("%s: the pipelined arm did not run clean after the split arm's failure:\n%s", env, out);
+            if (!strstr(out, "FAIL (1 failure; failed arms: split)"))
+                fail_msg("%s: the last line does not name the failed arm:\n%s", env, out);
+        }
+        free(out);
+        free(err);
+    }
+    assert_true(found);
+}
+
 static void test_cli_run_prompt(void **state)
 {
     (void)state;
@@ -403,6 +457,7 @@ int main(void)
         cmocka_unit_test(test_cli_transport_bench_sim_defaults),
         cmocka_unit_test(test_cli_mkmodel_tokenizer),
         cmocka_unit_test(test_cli_run_prompt),
+        cmocka_unit_test(test_cli_gate_fault_stops_its_arm),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

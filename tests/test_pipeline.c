@@ -463,6 +463,51 @@ static void test_pipeline_stage_thread_failure_is_sticky_and_clean(void **s)
     ppn_rt_destroy(frt);
 }
 
+static void count_progress(void *arg, size_t done, size_t total)
+{
+    (void)done, (void)total;
+    (*(int *)arg)++;
+}
+
+/* An unsharded split whose stage devices have no peer access to the primary's weights is refused before a byte
+ * of weight is uploaded (the progress callback never runs), naming the rule; the same map with a peer grant
+ * loads and uploads. */
+static void test_pipeline_unsharded_without_peer_refused_before_upload(void **s)
+{
+    (void)s;
+    ppn_door d = ppn_door_default();
+    d.n_stages = 2;
+    d.n_devices = 2;
+    d.devices[0] = 0;
+    d.devices[1] = 1;
+    d.shard = 0;
+    ppn_load_opts o = ppn_load_opts_default();
+    o.ctx = 64;
+    o.door = &d;
+    int calls = 0;
+    o.progress = count_progress;
+    o.progress_arg = &calls;
+    for (int peer = 0; peer < 2; peer++) {
+        ppn_rt *prt = NULL;
+        tu_env_set("PPN_SIM_PEER", peer ? "all" : "none");
+        assert_int_equal(ppn_rt_create("sim", &prt), PPN_OK);
+        tu_env_restore();
+        ppn_model *m = NULL;
+        calls = 0;
+        ppn_status st = ppn_model_load(prt, tu_fixture("hf/llama-tiny"), &o, &m);
+        if (!peer) {
+            assert_int_equal(st, PPN_EINVAL);
+            assert_non_null(strstr(ppn_last_error(), "no peer grant possible"));
+            assert_int_equal(calls, 0);
+        } else {
+            assert_int_equal(st, PPN_OK);
+            assert_true(calls > 0);
+            assert_int_equal(ppn_model_free(m), PPN_OK);
+        }
+        assert_int_equal(ppn_rt_destroy(prt), PPN_OK);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -482,6 +527,7 @@ int main(void)
         cmocka_unit_test(test_pipeline_publish_in_process_and_refusals),
         cmocka_unit_test(test_pipeline_counters_advance_and_step_path_never_allocates),
         cmocka_unit_test(test_pipeline_stage_thread_failure_is_sticky_and_clean),
+        cmocka_unit_test(test_pipeline_unsharded_without_peer_refused_before_upload),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include "tests/util/tutil.h"
 
 #define MAX_IDS 4096
@@ -239,8 +240,8 @@ static void write_file(const char *path, const char *text)
     fclose(f);
 }
 
-/* A missing tokenizer.json is PPN_EIO, a malformed one PPN_EFORMAT, an unknown model PPN_EUNSUPPORTED; each
- * message names the file. */
+/* A missing tokenizer.json is PPN_EIO, a malformed one PPN_EFORMAT, an unknown model PPN_EUNSUPPORTED, a FIFO as
+ * tokenizer.json or tokenizer_config.json PPN_EIO without blocking; each message names the file. */
 static void test_tok_errors(void **state)
 {
     (void)state;
@@ -275,6 +276,19 @@ static void test_tok_errors(void **state)
     write_file(path, "{\"bos_token\": \"zz\"}");
     EXPECT_ST(PPN_EFORMAT, ppn_tokenizer_load(dir, &t));
     MSG_HAS("tokenizer_config.json");
+    /* a FIFO as either file is refused at once (opening it would wait for a writer: the alarm fails the test) */
+    alarm(20);
+    unlink(path);
+    assert_int_equal(mkfifo(path, 0644), 0);
+    EXPECT_ST(PPN_EIO, ppn_tokenizer_load(dir, &t));
+    MSG_HAS("tokenizer_config.json: is a FIFO, not a regular file");
+    unlink(path);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    unlink(path);
+    assert_int_equal(mkfifo(path, 0644), 0);
+    EXPECT_ST(PPN_EIO, ppn_tokenizer_load(dir, &t));
+    MSG_HAS("tokenizer.json: is a FIFO, not a regular file");
+    alarm(0);
     tu_rmrf(dir);
     free(dir);
 }

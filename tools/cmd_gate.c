@@ -28,6 +28,10 @@
  *              (the same many-rows kernels: their GEMMs round activations to the weight dtype, the single-row
  *              matvec keeps them f32, so a near-tie may fall the other way), with plain greedy's agreement shown
  * A table on stdout; exit status 1 on any mismatch or on a liveness counter that did not advance.
+ * An error (a status, not a mismatch) stops its arm at that row, which names the cause: a failed model stays
+ * refused, so the rows after it would only repeat the failure. The gate then frees both models and loads them
+ * again (on a new runtime if the old one refuses), and the next arm runs on those. The last line names the arms
+ * that failed.
  * Maps that keep every weight on the primary are published in-process against one loaded model (the seed's
  * in-process A/B); placements over several devices load the model again with that door.
  */
@@ -48,6 +52,7 @@ typedef struct gate {
     ppn_model *ref, *work; /* work: loaded with every weight on the primary */
     ppn_model_info mi;
     int n_dev, fails, rows;
+    ppn_status broken;     /* the first error of the arm running (PPN_OK: none): the arm stops there */
 } gate;
 
 typedef struct config {
@@ -173,6 +178,7 @@ static int run_config(gate *G, const char *arm, const config *c, const int *ids,
     if (st != PPN_OK) {
         ok = 0;
         snprintf(detail, sizeof detail, "%s: %s", ppn_status_name(st), ppn_last_error());
+        G->broken = st;
     }
     for (int t = 0; ok && t < G->rows; t++)
         if (memcmp(rows + (size_t)t * vocab, ref + (size_t)t * vocab, sizeof(float) * vocab)) {
@@ -228,18 +234,18 @@ static void arm_maps(gate *G, const char *arm, const int *ids, const float *ref,
 {
     uint64_t overlap = 0;
     int top = G->mi.n_layers < G->a.max_stages ? G->mi.n_layers : G->a.max_stages;
-    for (int n = 2; n <= top; n++) {
+    for (int n = 2; n <= top && !G->broken; n++) {
         config pl[3];
         int np = placements(G, n, pl);
-        for (int p = 0; p < np; p++)
-            for (int i = 0; i < 4; i++) {
+        for (int p = 0; p < np && !G->broken; p++)
+            for (int i = 0; i < 4 && !G->broken; i++) {
                 config c = pl[p];
                 seams(&c, i);
                 if (deferred && !c.overlap && i != 0) continue; /* pipelined: default and overlap maps */
                 run_config(G, arm, &c, ids, ref, deferred, &overlap);
             }
     }
-    if (deferred) {
+    if (deferred && !G->broken) {
         int ok = overlap > 0;
         printf("%-10s      pipeline overlap observed %llu times: %s\n", arm, (unsigned long long)overlap,
                ok ? "PASS" : "FAIL (the stages never issued concurrently)");
@@ -267,12 +273,13 @@ static ppn_status reference(gate *G, uint64_t seed, int *ids, float *ref)
 
 static void arm_soak(gate *G, int *ids, float *ref)
 {
-    for (int r = 0; r < G->a.runs; r++) {
+    for (int r = 0; r < G->a.runs && !G->broken; r++) {
         uint64_t seed = (uint64_t)r + 1, h = mix(seed ^ 0xabcdef);
         ppn_status st = reference(G, seed, ids, ref);
         if (st != PPN_OK) {
             printf("soak       run %d: reference failed: %s\n", r, ppn_last_error());
             G->fails++;
+            G->broken = st;
             continue;
         }
         int top = G->mi.n_layers < G->a.max_stages ? G->mi.n_layers : G->a.max_stages;
@@ -340,6 +347,7 @@ static int run_prime(gate *G, const config *c, const int *ids, const float *ref,
     if (st != PPN_OK) {
         ok = 0;
         snprintf(detail, sizeof detail, "%s: %s", ppn_status_name(st), ppn_last_error());
+        G->broken = st;
     }
     for (int t = 0; ok && t < G->rows; t++)
         if (memcmp(rows + (size_t)t * v, ref + (size_t)t * v, sizeof(float) * v)) {
@@ -382,7 +390,7 @@ static void run_prime_batch(gate *G, const config *c, const int *ids)
         st = prime_rows(G, m, ids, 3, 1, all);
         ppn_model_get_stats(m, &after);
     }
-    if (st != PPN_OK) ok = 0, snprintf(detail, sizeof detail, "%s: %s", ppn_status_name(st), ppn_last_error());
+    if (st != PPN_OK) ok = 0, G->broken = st, snprintf(detail, sizeof detail, "%s: %s", ppn_status_name(st), ppn_last_error());
     if (ok && memcmp(one, all, bytes)) ok = 0, snprintf(detail, sizeof detail, "batched rows differ from one by one");
     if (ok && after.prime_batches == before.prime_batches)
         ok = 0, snprintf(detail, sizeof detail, "liveness: STEP35_PRIME_BATCHES did not advance");
@@ -407,22 +415,27 @@ static void arm_prime(gate *G, const int *ids)
     if (st != PPN_OK) {
         printf("prime      reference (door shut) failed: %s\n", ppn_last_error());
         G->fails++;
+        G->broken = st;
         free(ref);
         return;
     }
     uint64_t overlaps = 0;
     int top = G->mi.n_layers < G->a.max_stages ? G->mi.n_layers : G->a.max_stages;
-    for (int n = 2; n <= top; n++) {
+    for (int n = 2; n <= top && !G->broken; n++) {
         config pl[3];
         int np = placements(G, n, pl);
-        for (int p = 0; p < np; p++)
-            for (int i = 0; i < 3; i++) {
+        for (int p = 0; p < np && !G->broken; p++)
+            for (int i = 0; i < 3 && !G->broken; i++) {
                 config c = pl[p];
                 seams(&c, 0);
                 c.prime_pp = i != 2;
                 c.prime_pipe = i == 1;
                 run_prime(G, &c, ids, ref, &overlaps);
             }
+    }
+    if (G->broken) {
+        free(ref);
+        return;
     }
     int chunks = (G->rows + G->a.chunk - 1) / G->a.chunk, ok = overlaps > 0 || chunks < 2;
     printf("%-10s      prime pipeline overlap observed %llu times: %s\n", "prime", (unsigned long long)overlaps,
@@ -433,7 +446,7 @@ static void arm_prime(gate *G, const int *ids)
     c1.prime_pp = c1.prime_pipe = 1;
     run_prime_batch(G, &c1, ids);
     int np = placements(G, 2, c2);
-    for (int p = 0; p < np; p++) {
+    for (int p = 0; p < np && !G->broken; p++) {
         seams(&c2[p], 0);
         c2[p].prime_pp = c2[p].prime_pipe = 1;
         run_prime_batch(G, &c2[p], ids);
@@ -503,7 +516,7 @@ static int run_batch(gate *G, const config *c, const int *ids, const float *ref,
         st = batch_rows(G, m, ids, &o, rows);
         ppn_model_get_stats(m, &after);
     }
-    if (st != PPN_OK) ok = 0, snprintf(detail, sizeof detail, "%s: %s", ppn_status_name(st), ppn_last_error());
+    if (st != PPN_OK) ok = 0, G->broken = st, snprintf(detail, sizeof detail, "%s: %s", ppn_status_name(st), ppn_last_error());
     for (int t = 0; ok && t < steps; t++)
         if (memcmp(rows + (size_t)t * GATE_B * G->mi.vocab, ref + (size_t)t * GATE_B * G->mi.vocab,
                    sizeof(float) * GATE_B * (size_t)G->mi.vocab))
@@ -544,16 +557,17 @@ static void arm_batch(gate *G, const int *ids)
     if (st != PPN_OK) {
         printf("batch      reference (door shut) failed: %s\n", ppn_last_error());
         G->fails++;
+        G->broken = st;
         free(ref);
         return;
     }
     uint64_t overlaps = 0;
     int spread = 0, top = G->mi.n_layers < G->a.max_stages ? G->mi.n_layers : G->a.max_stages;
-    for (int n = 2; n <= top; n++) {
+    for (int n = 2; n <= top && !G->broken; n++) {
         config pl[3];
         int np = placements(G, n, pl);
-        for (int p = 0; p < np; p++)
-            for (int i = 0; i < 3; i++) {
+        for (int p = 0; p < np && !G->broken; p++)
+            for (int i = 0; i < 3 && !G->broken; i++) {
                 config c = pl[p];
                 seams(&c, 0);
                 c.batch_pp = i != 2;
@@ -561,6 +575,10 @@ static void arm_batch(gate *G, const int *ids)
                 spread |= c.batch_pp && !c.micro && config_devices(&c) > 1;
                 run_batch(G, &c, ids, ref, &overlaps);
             }
+    }
+    if (G->broken) {
+        free(ref);
+        return;
     }
     int ok = overlaps > 0 || !spread;
     printf("%-10s      micro-batch overlap observed %llu times: %s\n", "batch", (unsigned long long)overlaps,
@@ -623,7 +641,7 @@ static void run_spec(gate *G, const config *c, const int *ids, const int *truth)
         st = spec_ids(G, m, ids, truth, got, &drafted, &accepted);
         ppn_model_get_stats(m, &after);
     }
-    if (st != PPN_OK) ok = 0, snprintf(detail, sizeof detail, "%s: %s", ppn_status_name(st), ppn_last_error());
+    if (st != PPN_OK) ok = 0, G->broken = st, snprintf(detail, sizeof detail, "%s: %s", ppn_status_name(st), ppn_last_error());
     for (int t = 0; ok && t < steps; t++)
         if (got[t] != truth[t]) ok = 0, snprintf(detail, sizeof detail, "id %d: %d, plain greedy %d", t, got[t], truth[t]);
     uint64_t verifies = after.spec_verifies - before.spec_verifies;
@@ -678,6 +696,7 @@ static void arm_spec(gate *G, const int *ids)
     if (st != PPN_OK || steps < 3) {
         printf("spec       reference (door shut, plain greedy) failed: %s\n", steps < 3 ? "needs --steps >= 3" : ppn_last_error());
         G->fails++;
+        G->broken = st;
         free(truth);
         return;
     }
@@ -685,11 +704,11 @@ static void arm_spec(gate *G, const int *ids)
     seams(&c1, 0);
     run_spec(G, &c1, ids, truth);
     int top = G->mi.n_layers < G->a.max_stages ? G->mi.n_layers : G->a.max_stages;
-    for (int n = 2; n <= top; n++) {
+    for (int n = 2; n <= top && !G->broken; n++) {
         config pl[3];
         int np = placements(G, n, pl);
-        for (int p = 0; p < np; p++)
-            for (int i = 0; i < 2; i++) {
+        for (int p = 0; p < np && !G->broken; p++)
+            for (int i = 0; i < 2 && !G->broken; i++) {
                 config c = pl[p];
                 seams(&c, 0);
                 c.spec_pp = i == 0;
@@ -735,9 +754,9 @@ static int parse(int argc, char **argv, gate_args *a)
     return 0;
 }
 
-static ppn_status gate_open(gate *G)
+/* The reference (door shut, eager) and work (door shut) models on G->rt. */
+static ppn_status gate_models(gate *G)
 {
-    PPN_CHECK(ppn_rt_create(G->a.backend, &G->rt));
     ppn_door shut = ppn_door_default(), eager = shut;
     eager.graphs = 0;
     ppn_load_opts lo = ppn_load_opts_default();
@@ -749,7 +768,72 @@ static ppn_status gate_open(gate *G)
     lo.door = &shut;
     PPN_CHECK(ppn_model_load(G->rt, G->a.model, &lo, &G->work));
     ppn_model_get_info(G->ref, &G->mi);
+    return PPN_OK;
+}
+
+static ppn_status gate_open(gate *G)
+{
+    PPN_CHECK(ppn_rt_create(G->a.backend, &G->rt));
     G->n_dev = ppn_rt_device_count(G->rt);
+    return gate_models(G);
+}
+
+static void gate_close(gate *G)
+{
+    ppn_model_free(G->work);
+    ppn_model_free(G->ref);
+    ppn_rt_destroy(G->rt);
+    G->work = G->ref = NULL;
+    G->rt = NULL;
+}
+
+/* After an arm stopped at an error: fresh models for the next arm, on the same runtime when it still loads them
+ * (a failed model does not spoil its runtime), else on a new one. */
+static ppn_status gate_reopen(gate *G, const char *arm)
+{
+    printf("ppn gate: arm '%s' stopped at its first error (the FAIL row above names it); the next arm runs on "
+           "freshly loaded models\n", arm);
+    fflush(stdout);
+    G->broken = PPN_OK;
+    ppn_model_free(G->work);
+    ppn_model_free(G->ref);
+    G->work = G->ref = NULL;
+    if (gate_models(G) == PPN_OK) return PPN_OK;
+    fprintf(stderr, "ppn gate: the runtime refused the fresh models (%s): opening a new runtime\n", ppn_last_error());
+    gate_close(G);
+    return gate_open(G);
+}
+
+typedef void (*gate_arm_fn)(gate *G, const char *arm, int *ids, float *ref);
+
+static void arm_split(gate *G, const char *arm, int *ids, float *ref) { arm_maps(G, arm, ids, ref, 0); }
+static void arm_pipelined(gate *G, const char *arm, int *ids, float *ref) { arm_maps(G, arm, ids, ref, 1); }
+static void arm_soak_fn(gate *G, const char *arm, int *ids, float *ref) { (void)arm, arm_soak(G, ids, ref); }
+static void arm_prime_fn(gate *G, const char *arm, int *ids, float *ref) { (void)arm, (void)ref, arm_prime(G, ids); }
+static void arm_batch_fn(gate *G, const char *arm, int *ids, float *ref) { (void)arm, (void)ref, arm_batch(G, ids); }
+static void arm_spec_fn(gate *G, const char *arm, int *ids, float *ref) { (void)arm, (void)ref, arm_spec(G, ids); }
+
+/* Run the chosen arms in order; failed (cap bytes) lists the arms with a failure. Returns PPN_OK, or the error
+ * that left no runtime to run the next arm on. */
+static ppn_status gate_arms(gate *G, int *ids, float *ref, char *failed, size_t cap)
+{
+    const struct { const char *name; int on; gate_arm_fn fn; } arms[] = {
+        {"split", G->a.split, arm_split},  {"pipelined", G->a.pipelined, arm_pipelined},
+        {"soak", G->a.soak, arm_soak_fn},  {"prime", G->a.prime, arm_prime_fn},
+        {"batch", G->a.batch, arm_batch_fn}, {"spec", G->a.spec, arm_spec_fn},
+    };
+    int n = (int)(sizeof arms / sizeof arms[0]), last = n - 1;
+    while (last >= 0 && !arms[last].on) last--;
+    for (int i = 0; i <= last; i++) {
+        if (!arms[i].on) continue;
+        int before = G->fails;
+        arms[i].fn(G, arms[i].name, ids, ref);
+        if (G->fails > before) {
+            size_t used = strlen(failed);
+            snprintf(failed + used, cap - used, "%s%s", used ? ", " : "", arms[i].name);
+        }
+        if (G->broken && i < last) PPN_CHECK(gate_reopen(G, arms[i].name));
+    }
     return PPN_OK;
 }
 
@@ -778,19 +862,18 @@ int cmd_gate(int argc, char **argv)
         free(ref);
         goto out;
     }
-    if (G.a.split) arm_maps(&G, "split", ids, ref, 0);
-    if (G.a.pipelined) arm_maps(&G, "pipelined", ids, ref, 1);
-    if (G.a.soak) arm_soak(&G, ids, ref);
-    if (G.a.prime) arm_prime(&G, ids);
-    if (G.a.batch) arm_batch(&G, ids);
-    if (G.a.spec) arm_spec(&G, ids);
+    char failed[128] = "";
+    st = gate_arms(&G, ids, ref, failed, sizeof failed);
     free(ids);
     free(ref);
-    printf("ppn gate: %s (%d failure%s)\n", G.fails ? "FAIL" : "PASS", G.fails, G.fails == 1 ? "" : "s");
+    if (st != PPN_OK) {
+        rc = cli_fail_status(st, "gate: no runtime for the next arm");
+        goto out;
+    }
+    printf("ppn gate: %s (%d failure%s%s%s)\n", G.fails ? "FAIL" : "PASS", G.fails, G.fails == 1 ? "" : "s",
+           G.fails ? "; failed arms: " : "", failed);
     rc = G.fails ? 1 : 0;
 out:
-    ppn_model_free(G.work);
-    ppn_model_free(G.ref);
-    ppn_rt_destroy(G.rt);
+    gate_close(&G);
     return rc;
 }

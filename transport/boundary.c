@@ -70,6 +70,15 @@ void ppn_boundary_fini(ppn_boundary *b, ppn_gpu *g)
     }
 }
 
+/* After a host wait: was the generation posted by an abandon? The acquire in ppn_gen_wait pairs with the
+ * release in the abandon's post, which follows its poison store, so a relaxed load sees it. */
+static ppn_status poison_check(const ppn_boundary *b, const char *side)
+{
+    if (!atomic_load_explicit(&b->poisoned, memory_order_relaxed)) return PPN_OK;
+    return ppn_err(PPN_ESTATE, "boundary %d->%d: %s refused: a failed stage abandoned the hand-off", b->from_dev,
+                   b->to_dev, side);
+}
+
 /* The bytes a hand-off of rows moves: the header and those rows. */
 static size_t sent_bytes(const ppn_boundary *b, int rows)
 {
@@ -84,6 +93,7 @@ ppn_status ppn_boundary_send(ppn_boundary *b, ppn_gpu *g, ppn_gstream *s, int k,
     size_t n = sent_bytes(b, rows);
     if (sl->last_step) { /* the slot's previous step must have been released by the consumer */
         ppn_gen_wait(&sl->rx_gen, sl->last_step, spin);
+        PPN_CHECK(poison_check(b, "send"));
         PPN_CHECK(wait_event(g, s, sl->ev_rx));
     }
     if (b->xport == PPN_XPORT_HOST) PPN_CHECK(g->ops->copy_dtoh(g, s, sl->host, io, n));
@@ -110,6 +120,7 @@ ppn_status ppn_boundary_recv(ppn_boundary *b, ppn_gpu *g, ppn_gstream *s, int k,
     ppn_slot *sl = &b->slot[k];
     size_t n = sent_bytes(b, rows);
     ppn_gen_wait(&sl->tx_gen, step + 1, spin); /* the producer recorded ev_tx for this step */
+    PPN_CHECK(poison_check(b, "recv"));
     PPN_CHECK(wait_event(g, s, sl->ev_tx));
     switch (b->xport) {
     case PPN_XPORT_INPLACE:
@@ -129,11 +140,13 @@ void ppn_boundary_abandon_send(ppn_boundary *b, int k, uint32_t step)
 {
     ppn_slot *sl = &b->slot[k];
     sl->last_step = step + 1;
+    atomic_store_explicit(&b->poisoned, 1, memory_order_relaxed); /* published by the release below */
     ppn_gen_post(&sl->tx_gen, step + 1); /* release: pairs with the acquire in the consumer's recv */
 }
 
 void ppn_boundary_abandon_recv(ppn_boundary *b, int k, uint32_t step)
 {
+    atomic_store_explicit(&b->poisoned, 1, memory_order_relaxed); /* published by the release below */
     ppn_gen_post(&b->slot[k].rx_gen, step + 1); /* release: pairs with the acquire in the producer's send */
 }
 

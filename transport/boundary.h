@@ -55,6 +55,8 @@ typedef struct ppn_boundary {
     ppn_pinned_arena *pinned;
     uint64_t overlap_steps;   /* steps sent on slot 1 (the overlap step counter); producer thread only */
     uint64_t sends;           /* producer thread only */
+    _Atomic int poisoned;     /* set by an abandon before its generation is posted; never cleared (the model's
+                               * failure is sticky; a new map builds new boundaries) */
 } ppn_boundary;
 
 /* Create the boundary's slots. Returns PPN_OK, PPN_ENOMEM, PPN_EDRIVER, PPN_EINVAL (bad transport). */
@@ -83,7 +85,10 @@ void ppn_boundary_test_skip_waits(int skip);
 /* 1 when the consumer computes on the slot itself (release it with ppn_boundary_release after its last read). */
 int ppn_boundary_in_place(const ppn_boundary *b);
 /* After a failed stage: post the generations the step owes without the stream work, so no stage waits forever
- * (the model's sticky failure stops every later step). send: the producer's side; recv: the consumer's. */
+ * (the model's sticky failure stops every later step). send: the producer's side; recv: the consumer's.
+ * An abandon poisons the boundary first: the event it owed was never recorded (or its record failed), so a
+ * stream wait on it would bind to an older record and order nothing. Every send or recv whose host wait then
+ * returns finds the poison and fails with PPN_ESTATE before issuing any stream work on the slot. */
 void ppn_boundary_abandon_send(ppn_boundary *b, int k, uint32_t step);
 void ppn_boundary_abandon_recv(ppn_boundary *b, int k, uint32_t step);
 /* MEMRA_PP_STREAMS=0: every stage on one stream, so the stream orders everything: plain copies of io into and

@@ -86,3 +86,69 @@ const char *ppn_dtype_name(ppn_dtype dt)
     }
     return "?";
 }
+
+/* Non-finite values ------------------------------------------------------------------------------------- *
+ * NaN and Inf have every exponent bit set; adding one at the exponent's lowest bit then carries into the
+ * sign bit, and into nothing above it. So an OR of ((word & exponent) + lowest) over the data collects, in the
+ * sign bits, whether any element was NaN or Inf. A 32-bit word holds one f32 or two 16-bit elements, whose
+ * fields do not carry into each other, so one loop of 32-bit lanes serves every dtype. The lanes are GCC/Clang
+ * vector extensions: plain -O2 does not vectorise the reduction on its own (6x slower than memcpy). */
+
+typedef uint32_t ppn_u32x4 __attribute__((vector_size(16)));
+
+typedef struct nf_consts {
+    uint32_t exp, low, sign;
+} nf_consts;
+
+static nf_consts nf_of(int dt)
+{
+    if (dt == PPN_DTYPE_F32) return (nf_consts){0x7f800000u, 0x00800000u, 0x80000000u};
+    if (dt == PPN_DTYPE_F16) return (nf_consts){0x7c007c00u, 0x04000400u, 0x80008000u};
+    return (nf_consts){0x7f807f80u, 0x00800080u, 0x80008000u}; /* bf16 */
+}
+
+int ppn_copy_nonfinite(void *dst, const void *src, size_t n, int dt)
+{
+    nf_consts c = nf_of(dt);
+    size_t bytes = n * ppn_dtype_size(dt), i = 0;
+    const unsigned char *s = src;
+    unsigned char *d = dst;
+    const ppn_u32x4 exp = {c.exp, c.exp, c.exp, c.exp}, low = {c.low, c.low, c.low, c.low};
+    ppn_u32x4 a0 = {0, 0, 0, 0}, a1 = a0, a2 = a0, a3 = a0;
+    for (; i + 64 <= bytes; i += 64) {
+        ppn_u32x4 v[4];
+        memcpy(v, s + i, sizeof v);
+        if (d) memcpy(d + i, v, sizeof v);
+        a0 |= (v[0] & exp) + low;
+        a1 |= (v[1] & exp) + low;
+        a2 |= (v[2] & exp) + low;
+        a3 |= (v[3] & exp) + low;
+    }
+    ppn_u32x4 a = a0 | a1 | a2 | a3;
+    uint32_t bad = a[0] | a[1] | a[2] | a[3];
+    for (; i + 4 <= bytes; i += 4) {
+        uint32_t w;
+        memcpy(&w, s + i, 4);
+        if (d) memcpy(d + i, &w, 4);
+        bad |= (w & c.exp) + c.low;
+    }
+    if (i < bytes) { /* one 16-bit element left: in the low half of a word */
+        uint16_t h;
+        memcpy(&h, s + i, 2);
+        if (d) memcpy(d + i, &h, 2);
+        bad |= ((uint32_t)h & c.exp) + c.low;
+    }
+    return (bad & c.sign) != 0;
+}
+
+size_t ppn_first_nonfinite(const void *x, size_t n, int dt)
+{
+    nf_consts c = nf_of(dt);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t w = 0;
+        if (dt == PPN_DTYPE_F32) memcpy(&w, (const char *)x + 4 * i, 4);
+        else memcpy(&w, (const char *)x + 2 * i, 2); /* the low half (little-endian) */
+        if (((w & c.exp) + c.low) & c.sign) return i; /* a 16-bit word's empty high half never carries */
+    }
+    return n;
+}

@@ -13,5 +13,10 @@ float ppn_f16_to_f32(uint16_t h);
 uint16_t ppn_f32_to_f16(float f);
 /* Bytes of one element of dt (a PPN_DTYPE_* other than DEFAULT); 0 for anything else. */
 size_t ppn_dtype_size(int dt);
+/* dst = src, n elements of dt (f32, bf16 or f16); returns 1 when any of them is NaN or Inf. One pass, vectorised:
+ * about the cost of the memcpy it replaces. dst may be NULL (only check src). */
+int ppn_copy_nonfinite(void *dst, const void *src, size_t n, int dt);
+/* The index of the first NaN or Inf among x[0..n) of dt, or n. */
+size_t ppn_first_nonfinite(const void *x, size_t n, int dt);
 
 #endif

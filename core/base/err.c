@@ -76,6 +76,7 @@ const char *ppn_status_name(ppn_status st)
         [PPN_EMISMATCH] = "PPN_EMISMATCH",
         [PPN_ESTATE] = "PPN_ESTATE",
         [PPN_EBUSY] = "PPN_EBUSY",
+        [PPN_ENONFINITE] = "PPN_ENONFINITE",
     };
     if ((unsigned)st < PPN_ARRAY_LEN(names) && names[st]) return names[st];
     return "PPN_E?";

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include "core/base/err.h"
 #include "core/tok/tok.h"
 
@@ -517,6 +518,22 @@ static ppn_status config_token(load_ctx *c, const json_t *cfg, const char *key, 
     return PPN_OK;
 }
 
+/* 1 when path is a regular file, else -errno of the stat, or -EINVAL for anything but a regular file: checked
+ * before jansson opens it, since opening a FIFO for reading waits for a writer (forever, for a stray mkfifo). */
+static int regular_file(const char *path)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0) return -errno;
+    return S_ISREG(sb.st_mode) ? 1 : S_ISFIFO(sb.st_mode) ? -ESPIPE : -EINVAL;
+}
+
+static ppn_status not_regular(const char *path, int reg)
+{
+    if (reg == -ESPIPE) return ppn_err(PPN_EIO, "%s: is a FIFO, not a regular file", path);
+    if (reg == -EINVAL) return ppn_err(PPN_EIO, "%s: is not a regular file", path);
+    return ppn_err(PPN_EIO, "%s: cannot open (%s)", path, strerror(-reg));
+}
+
 /* BOS and EOS, and add_bos_token / add_eos_token where the config says them (they replace the template, as
  * transformers' Llama tokenizers rebuild the post-processor from them). A missing file: the template alone. */
 static ppn_status read_config(load_ctx *c, const char *dir)
@@ -524,9 +541,9 @@ static ppn_status read_config(load_ctx *c, const char *dir)
     ppn_tokenizer *t = c->t;
     snprintf(c->path, sizeof c->path, "%s/tokenizer_config.json", dir);
     t->bos_id = t->eos_id = -1;
-    FILE *f = fopen(c->path, "rb");
-    if (!f) return PPN_OK;
-    fclose(f);
+    int reg = regular_file(c->path);
+    if (reg == -ENOENT) return PPN_OK;
+    if (reg < 0) return not_regular(c->path, reg);
     json_error_t je;
     /* Numbers as reals: model_max_length is often 1e30, beyond jansson's integers (ppn reads none of them). */
     json_t *cfg = json_load_file(c->path, JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &je);
@@ -563,9 +580,8 @@ ppn_status ppn_tok_load_json(ppn_tokenizer *t, const char *dir)
 {
     load_ctx c = {.t = t};
     snprintf(c.path, sizeof c.path, "%s/tokenizer.json", dir);
-    FILE *f = fopen(c.path, "rb");
-    if (!f) return ppn_err(PPN_EIO, "%s: cannot open (%s)", c.path, strerror(errno));
-    fclose(f);
+    int reg = regular_file(c.path);
+    if (reg < 0) return not_regular(c.path, reg);
     json_error_t je;
     json_t *root = json_load_file(c.path, JSON_ALLOW_NUL, &je);
     if (!root) return ppn_err(PPN_EFORMAT, "%s:%d:%d: %s", c.path, je.line, je.column, je.text);
