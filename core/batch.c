@@ -279,6 +279,10 @@ ppn_status ppn_decode_batch_ex(ppn_seq *const *seqs, const int *tokens, int n, c
         for (int i = 0; st == PPN_OK && i < n; i++) /* NaN or Inf: named, the model's failure (the batch ran) */
             st = ppn_row_checked(m, "ppn_decode_batch", seqs[i], seqs[i]->pos - 1,
                                  logits ? logits + (size_t)i * (size_t)m->cfg.vocab : NULL, ids ? &pl.ids_h[i] : NULL);
+        for (int i = 0; st == PPN_OK && o.prime_logits && i < np; i++) /* the slices' last rows alike */
+            if (o.prime_logits[i])
+                st = ppn_row_checked(m, "ppn_decode_batch (prompt slice)", o.prime_seqs[i], o.prime_seqs[i]->pos - 1,
+                                     o.prime_logits[i], NULL);
         if (st == PPN_ENONFINITE) ppn_model_fail(m, st);
     }
     plan_free(m, &pl);

@@ -292,6 +292,23 @@ static void test_api_nonfinite_logits_named(void **state)
     ppn_seq_destroy(two[0]);
     ppn_seq_destroy(two[1]);
     assert_int_equal(ppn_model_free(m), PPN_OK);
+    /* a mixed step's prompt slice, its decode row's ids unasked: the slice's logits named, the model's failure */
+    assert_int_equal(load_at(rt, dir, PPN_DTYPE_F32, 2, &m), PPN_OK);
+    assert_int_equal(ppn_seq_create(m, &two[0]), PPN_OK);
+    assert_int_equal(ppn_seq_create(m, &two[1]), PPN_OK);
+    {
+        const int *pid = prompt;
+        static const int p3 = 3;
+        float *plog = row;
+        ppn_batch_opts o = {.n_prime = 1, .prime_seqs = &two[1], .prime_ids = &pid, .prime_n = &p3,
+                            .prime_logits = &plog};
+        assert_int_equal(ppn_decode_batch_ex(two, toks, 1, &o, NULL, NULL), PPN_ENONFINITE);
+        assert_non_null(strstr(ppn_last_error(), "ppn_decode_batch (prompt slice): sequence"));
+        assert_non_null(strstr(ppn_last_error(), "position 2"));
+    }
+    ppn_seq_destroy(two[0]);
+    ppn_seq_destroy(two[1]);
+    assert_int_equal(ppn_model_free(m), PPN_OK);
     /* two prompts primed together: named, and the model's failure */
     assert_int_equal(load_at(rt, dir, PPN_DTYPE_F32, 2, &m), PPN_OK);
     assert_int_equal(ppn_seq_create(m, &two[0]), PPN_OK);
