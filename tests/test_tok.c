@@ -326,6 +326,25 @@ static void test_tok_added_longest(void **state)
     free(dir);
 }
 
+/* No ids through a ByteLevel decoder is the empty text (fuzz_tokenizer: the decoder's one empty piece had no text
+ * buffer, and the decode added its offset to a NULL pointer, which UBSan reports). */
+static void test_tok_decode_empty(void **state)
+{
+    (void)state;
+    char *dir = tiny_tokenizer("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"x\": 0}, \"merges\": []},"
+                               " \"decoder\": {\"type\": \"ByteLevel\"}}");
+    ppn_tokenizer *t;
+    EXPECT_OK(ppn_tokenizer_load(dir, &t));
+    char buf[8] = "?";
+    size_t len = 1;
+    EXPECT_OK(ppn_detokenize(t, NULL, 0, buf, sizeof buf, &len));
+    assert_int_equal(len, 0);
+    assert_string_equal(buf, "");
+    ppn_tokenizer_free(t);
+    tu_rmrf(dir);
+    free(dir);
+}
+
 /* GPT-2's pre-tokenizer (ByteLevel with use_regex, as SmolLM2's tokenizer.json has it): words split before the
  * model, so with ignore_merges each whole word in the vocabulary is one token; the byte-level decoder undoes
  * the mapping (Ġ is the space). */
@@ -477,6 +496,7 @@ int main(void)
         cmocka_unit_test(test_tok_errors),
         cmocka_unit_test(test_tok_nfc),
         cmocka_unit_test(test_tok_added_longest),
+        cmocka_unit_test(test_tok_decode_empty),
         cmocka_unit_test(test_tok_gpt2_regex),
         cmocka_unit_test(test_tok_digits),
         cmocka_unit_test(test_tok_smollm2),
