@@ -256,6 +256,12 @@ static void test_tok_errors(void **state)
     write_file(path, "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}");
     EXPECT_ST(PPN_EUNSUPPORTED, ppn_tokenizer_load(dir, &t));
     MSG_HAS("WordPiece");
+    /* fuzz_tokenizer: a refused normalizer left the freed step list for the pre-tokenizer's loop to read and free
+     * again (heap-use-after-free, double free) */
+    write_file(path, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []},"
+                     " \"normalizer\": {\"type\": \"Lowercase\"}, \"pre_tokenizer\": null}");
+    EXPECT_ST(PPN_EUNSUPPORTED, ppn_tokenizer_load(dir, &t));
+    MSG_HAS("Lowercase");
     write_file(path, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": [\"a b\"]}}");
     EXPECT_ST(PPN_EFORMAT, ppn_tokenizer_load(dir, &t));
     MSG_HAS("merges[0]");

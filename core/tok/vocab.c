@@ -431,6 +431,7 @@ static ppn_status read_stages(load_ctx *c, const json_t *root)
         else st = norm_step(c, v, &t->norm[t->n_norm++]);
     }
     json_decref(list);
+    list = NULL;   /* a refused normalizer skips the next steps_of: the loop and decref below must see no list */
     if (st == PPN_OK) st = steps_of(c, json_object_get(root, "pre_tokenizer"), "pretokenizers", &list);
     json_array_foreach(list, i, v) {
         if (st != PPN_OK) break;
