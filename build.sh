@@ -91,6 +91,11 @@ fuzz() { # seconds
     return $fail
 }
 
+# The sanitizer builds: -O1 as the sanitizers' documentation advises (at -O0 the CPU kernels are so slow that
+# test_smollm2 and test_pipeline ran past their 900 s limit under ASan); nvcc is not run (the sanitizers see no
+# device code, and it is slow).
+SAN_FLAGS=(-DCMAKE_BUILD_TYPE=Debug "-DCMAKE_C_FLAGS_DEBUG=-g -O1" -DPPN_CUDA_KERNELS=OFF)
+
 configure_build() { # dir, extra cmake args...
     local dir=$1; shift
     have_deps || deps
@@ -98,11 +103,23 @@ configure_build() { # dir, extra cmake args...
     cmake --build "$dir" -j "$JOBS"
 }
 
-run_tests() { # dir
+run_tests() { # dir [ctest args...]
+    local dir=$1
+    shift
     if [ "${PPN_SMOLLM2_UNAVAILABLE:-0}" != 1 ] && [ ! -f .whl/smollm2/model.safetensors ]; then
         tools/smollm2_fetch.sh .whl/smollm2
     fi
-    (cd "$1" && ctest --output-on-failure -j "${TEST_JOBS:-2}")
+    (cd "$dir" && ctest --output-on-failure -j "${TEST_JOBS:-2}" "$@")
+}
+
+# What the sanitizer runs leave out: the two tests that compute SmolLM2-135M on the CPU reference kernels
+# (test_smollm2 ran past its 900 s limit under ASan at -O1 on a 2-core machine: 176 s for the first of its three
+# prompts in the first of its four tests). They add arithmetic, not code: the loader, tokenizer, template, forward
+# pass, stage threads and ppn serve they run are the ones every other test runs under the sanitizers on the tiny
+# fixtures, and test_tok reads SmolLM2's own tokenizer.json and chat template (test_tok_smollm2).
+# PPN_SAN_ALL=1 runs them too (allow hours).
+san_skip() {
+    [ "${PPN_SAN_ALL:-0}" = 1 ] || echo "-E ^(test_smollm2|test_serve_smollm2)\$"
 }
 
 case "${1:-build}" in
@@ -114,11 +131,11 @@ case "${1:-build}" in
         [[ $prefix = /* ]] || prefix=$CALLER_PWD/$prefix
         configure_build build -DCMAKE_BUILD_TYPE=Release
         cmake --install build --prefix "$prefix" ;;
-    asan) configure_build build-asan -DCMAKE_BUILD_TYPE=Debug -DPPN_SANITIZE=address &&
+    asan) configure_build build-asan "${SAN_FLAGS[@]}" -DPPN_SANITIZE=address &&
           ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-          run_tests build-asan ;;
-    tsan) configure_build build-tsan -DCMAKE_BUILD_TYPE=Debug -DPPN_SANITIZE=thread &&
-          TSAN_OPTIONS=halt_on_error=1 run_tests build-tsan ;;
+          run_tests build-asan $(san_skip) ;;
+    tsan) configure_build build-tsan "${SAN_FLAGS[@]}" -DPPN_SANITIZE=thread &&
+          TSAN_OPTIONS=halt_on_error=1 run_tests build-tsan $(san_skip) ;;
     fuzz) fuzz "${2:-60}" ;;
     gputest)
         configure_build build -DCMAKE_BUILD_TYPE=Release
