@@ -77,7 +77,7 @@ fuzz() { # seconds
         [[ $t = replay_* ]] && continue
         mkdir -p "$scratch/$t"
         echo "== fuzz $t: ${secs}s"
-        if ! "$bin" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+        if ! "$bin" -max_total_time="$secs" -timeout=25 -rss_limit_mb=2048 -print_final_stats=1 \
                -artifact_prefix="build-fuzz/findings/$t-" "$scratch/$t" "tests/fuzz/corpus/$t" \
                >"build-fuzz/findings/$t.log" 2>&1; then
             fail=1
