@@ -256,6 +256,10 @@ static void test_tok_errors(void **state)
     write_file(path, "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}");
     EXPECT_ST(PPN_EUNSUPPORTED, ppn_tokenizer_load(dir, &t));
     MSG_HAS("WordPiece");
+    /* fuzz_tokenizer: one token with a huge id sized the token table by it (12 GB for id 2^30) */
+    write_file(path, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 16777216}, \"merges\": []}}");
+    EXPECT_ST(PPN_EFORMAT, ppn_tokenizer_load(dir, &t));
+    MSG_HAS("no valid id");
     /* fuzz_tokenizer: a refused normalizer left the freed step list for the pre-tokenizer's loop to read and free
      * again (heap-use-after-free, double free) */
     write_file(path, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []},"
