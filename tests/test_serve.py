@@ -26,13 +26,20 @@ def check(cond, what):
         print("FAIL:", what, flush=True)
 
 
+def relay(stream):
+    """The server's stderr after startup, passed on: a sanitizer's report (ASan, TSan) must reach the test log."""
+    for line in stream:
+        sys.stdout.write("serve: " + line)
+        sys.stdout.flush()
+
+
 def start(model, *extra):
     p = subprocess.Popen([PPN, "serve", "--model", model, "--port", "0", "--ctx", "256", "--max-body", "4096",
                           "--backend", "sim", *extra], stderr=subprocess.PIPE, text=True)
     for line in p.stderr:
         if "listening on http://" in line:
             port = int(line.split("http://")[1].split()[0].rsplit(":", 1)[1])
-            threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
+            threading.Thread(target=relay, args=(p.stderr,), daemon=True).start()
             return p, port
     raise SystemExit("ppn serve did not start: exit %s" % p.wait())
 

@@ -31,7 +31,11 @@ def main():
     for line in p.stderr:
         if "listening on http://" in line:
             port = int(line.split("http://")[1].split()[0].rsplit(":", 1)[1])
-            threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
+            def relay():  # the server's stderr after startup: a sanitizer's report must reach the test log
+                for ln in p.stderr:
+                    sys.stdout.write("serve: " + ln)
+                    sys.stdout.flush()
+            threading.Thread(target=relay, daemon=True).start()
             break
     if port is None:
         print("FAIL: ppn serve did not start (exit %s)" % p.wait())

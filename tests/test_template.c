@@ -180,6 +180,8 @@ static void test_template_refusals(void **state)
     expect_refused("{{ raise_exception('No ' ~ 'way') }}", PPN_EINVAL, "No way", NULL);
     expect_refused("x\n{{ undefined_thing + 'a' }}", PPN_EINVAL, "line 2", "undefined", NULL);
     expect_refused("{{ messages[0].role.strip.x }}", PPN_EINVAL, "undefined", NULL);
+    /* fuzz_template: the keyword arguments evaluated before the misplaced positional one leaked */
+    expect_refused("{{ namespace(n=0, s=[1], 2) }}", PPN_EINVAL, "positional argument follows keyword", NULL);
     ppn_status st;
     char *out = render("{{ 1 }}", "[]", NULL, 0, &st);
     assert_int_equal(st, PPN_EINVAL);

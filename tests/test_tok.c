@@ -257,6 +257,16 @@ static void test_tok_errors(void **state)
     write_file(path, "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}");
     EXPECT_ST(PPN_EUNSUPPORTED, ppn_tokenizer_load(dir, &t));
     MSG_HAS("WordPiece");
+    /* fuzz_tokenizer: one token with a huge id sized the token table by it (12 GB for id 2^30) */
+    write_file(path, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 16777216}, \"merges\": []}}");
+    EXPECT_ST(PPN_EFORMAT, ppn_tokenizer_load(dir, &t));
+    MSG_HAS("no valid id");
+    /* fuzz_tokenizer: a refused normalizer left the freed step list for the pre-tokenizer's loop to read and free
+     * again (heap-use-after-free, double free) */
+    write_file(path, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []},"
+                     " \"normalizer\": {\"type\": \"Lowercase\"}, \"pre_tokenizer\": null}");
+    EXPECT_ST(PPN_EUNSUPPORTED, ppn_tokenizer_load(dir, &t));
+    MSG_HAS("Lowercase");
     write_file(path, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": [\"a b\"]}}");
     EXPECT_ST(PPN_EFORMAT, ppn_tokenizer_load(dir, &t));
     MSG_HAS("merges[0]");
@@ -335,6 +345,25 @@ static void test_tok_added_longest(void **state)
     EXPECT_OK(ppn_tokenizer_load(dir, &t));
     int want[] = {0, 3, 2, 0, -2};
     expect_ids(t, "x<xy<xx", 0, want);
+    ppn_tokenizer_free(t);
+    tu_rmrf(dir);
+    free(dir);
+}
+
+/* No ids through a ByteLevel decoder is the empty text (fuzz_tokenizer: the decoder's one empty piece had no text
+ * buffer, and the decode added its offset to a NULL pointer, which UBSan reports). */
+static void test_tok_decode_empty(void **state)
+{
+    (void)state;
+    char *dir = tiny_tokenizer("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"x\": 0}, \"merges\": []},"
+                               " \"decoder\": {\"type\": \"ByteLevel\"}}");
+    ppn_tokenizer *t;
+    EXPECT_OK(ppn_tokenizer_load(dir, &t));
+    char buf[8] = "?";
+    size_t len = 1;
+    EXPECT_OK(ppn_detokenize(t, NULL, 0, buf, sizeof buf, &len));
+    assert_int_equal(len, 0);
+    assert_string_equal(buf, "");
     ppn_tokenizer_free(t);
     tu_rmrf(dir);
     free(dir);
@@ -491,6 +520,7 @@ int main(void)
         cmocka_unit_test(test_tok_errors),
         cmocka_unit_test(test_tok_nfc),
         cmocka_unit_test(test_tok_added_longest),
+        cmocka_unit_test(test_tok_decode_empty),
         cmocka_unit_test(test_tok_gpt2_regex),
         cmocka_unit_test(test_tok_digits),
         cmocka_unit_test(test_tok_smollm2),

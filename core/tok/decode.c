@@ -82,9 +82,12 @@ static ppn_status tok_add(ppn_tok_pieces *out, const char *s, size_t n)
     return ppn_tok_buf_put(&out->text, s, n);
 }
 
-/* Close the token started at start (its text is what was appended since). */
+/* Close the token started at start (its text is what was appended since). The text buffer is made even when
+ * nothing was appended: readers add a piece's offset to text.p, and NULL + 0 is undefined (UBSan, fuzz_tokenizer:
+ * a ByteLevel decoder over no ids). */
 static ppn_status tok_close(ppn_tok_pieces *out, size_t start)
 {
+    PPN_CHECK(ppn_tok_buf_put(&out->text, "", 0));
     PPN_CHECK(ppn_tok_ints_push(&out->off, (int)start));
     return ppn_tok_ints_push(&out->off, (int)(out->text.len - start));
 }

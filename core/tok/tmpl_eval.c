@@ -283,7 +283,10 @@ static ppn_status eval_args(rctx *c, const tmpl_expr *e, int first, args *a)
     if (e->n_args - first > MAX_ARGS) return refuse(c, e->line, "a call with more than 8 arguments");
     for (int i = first; i < e->n_args; i++) {
         const char *kw = e->kw ? e->kw[i] : NULL;
-        if (!kw && a->n > a->n_pos) return fail(c, e->line, "positional argument follows keyword argument");
+        if (!kw && a->n > a->n_pos) {
+            args_free(a);   /* the keyword arguments already evaluated (LeakSanitizer, fuzz_template) */
+            return fail(c, e->line, "positional argument follows keyword argument");
+        }
         ppn_status st = eval(c, e->args[i], &a->v[a->n]);
         if (st != PPN_OK) {
             args_free(a);

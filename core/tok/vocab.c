@@ -121,6 +121,11 @@ static ppn_status set_piece(load_ctx *c, int id, const char *s, size_t n)
 }
 
 /* The largest id named by model.vocab and added_tokens, checking both are well formed. */
+/* Ids are below 2^24 (ppn_mkmodel_tok's limit too): the token table is sized by the largest id, so a file naming
+ * one token with id 2^30 asked for 12 GB of tables (fuzz_tokenizer, out of memory); real vocabularies stay
+ * under 2^18. */
+#define MAX_TOKEN_ID (1 << 24)
+
 static ppn_status max_id(load_ctx *c, const json_t *vocab, const json_t *added, int *out)
 {
     const char *k;
@@ -128,15 +133,16 @@ static ppn_status max_id(load_ctx *c, const json_t *vocab, const json_t *added, 
     long long hi = -1;
     if (!json_is_object(vocab)) return bad(c, PPN_EFORMAT, "model.vocab is not an object");
     json_object_foreach((json_t *)vocab, k, v) {
-        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= (1 << 30))
-            return ppn_err(PPN_EFORMAT, "%s: model.vocab: token '%.64s' has no valid id", c->path, k);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= MAX_TOKEN_ID)
+            return ppn_err(PPN_EFORMAT, "%s: model.vocab: token '%.64s' has no valid id (0 to %d)", c->path, k,
+                           MAX_TOKEN_ID - 1);
         if (json_integer_value(v) > hi) hi = json_integer_value(v);
     }
     size_t i;
     json_array_foreach(added, i, v) {
         json_t *id = json_object_get(v, "id");
         size_t n;
-        if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) >= (1 << 30) ||
+        if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) >= MAX_TOKEN_ID ||
             !jstr(json_object_get(v, "content"), &n) || !n)
             return ppn_err(PPN_EFORMAT, "%s: added_tokens[%zu]: needs an id and a non-empty content", c->path, i);
         if (json_integer_value(id) > hi) hi = json_integer_value(id);
@@ -432,6 +438,7 @@ static ppn_status read_stages(load_ctx *c, const json_t *root)
         else st = norm_step(c, v, &t->norm[t->n_norm++]);
     }
     json_decref(list);
+    list = NULL;   /* a refused normalizer skips the next steps_of: the loop and decref below must see no list */
     if (st == PPN_OK) st = steps_of(c, json_object_get(root, "pre_tokenizer"), "pretokenizers", &list);
     json_array_foreach(list, i, v) {
         if (st != PPN_OK) break;
