@@ -117,7 +117,8 @@ run_tests() { # dir [ctest args...]
 # prompts in the first of its four tests). They add arithmetic, not code: the loader, tokenizer, template, forward
 # pass, stage threads and ppn serve they run are the ones every other test runs under the sanitizers on the tiny
 # fixtures, and test_tok reads SmolLM2's own tokenizer.json and chat template (test_tok_smollm2).
-# PPN_SAN_ALL=1 runs them too (allow hours).
+# PPN_SAN_ALL=1 runs them too (allow hours). test_faults sweeps every 5th fault point under ASan and every 15th
+# under TSan (PPN_TEST_FAULT_STRIDE; the plain suite sweeps them all): each point loads a model twice.
 san_skip() {
     [ "${PPN_SAN_ALL:-0}" = 1 ] || echo "-E ^(test_smollm2|test_serve_smollm2)\$"
 }
@@ -133,9 +134,10 @@ case "${1:-build}" in
         cmake --install build --prefix "$prefix" ;;
     asan) configure_build build-asan "${SAN_FLAGS[@]}" -DPPN_SANITIZE=address &&
           ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-          run_tests build-asan $(san_skip) ;;
+          PPN_TEST_FAULT_STRIDE=${PPN_TEST_FAULT_STRIDE:-5} run_tests build-asan $(san_skip) ;;
     tsan) configure_build build-tsan "${SAN_FLAGS[@]}" -DPPN_SANITIZE=thread &&
-          TSAN_OPTIONS=halt_on_error=1 run_tests build-tsan $(san_skip) ;;
+          TSAN_OPTIONS=halt_on_error=1 PPN_TEST_FAULT_STRIDE=${PPN_TEST_FAULT_STRIDE:-15} \
+          run_tests build-tsan $(san_skip) ;;
     fuzz) fuzz "${2:-60}" ;;
     gputest)
         configure_build build -DCMAKE_BUILD_TYPE=Release
