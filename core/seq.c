@@ -170,7 +170,10 @@ void ppn_seq_retire(ppn_seq *q, int ring)
 
 /* Drop every step of q in flight: the host waits until each one's done event is recorded (a failed stage still
  * posts it), no readback is issued, and the ring entry is free. The device finishes them in stream order
- * before anything later on the same streams. Returns the model's failure, if any. */
+ * before anything later on the same streams. On a failed model the last stage may post a step's done while an
+ * earlier stage's thread is still inside that step (reading the sequence's block table, say): the stage threads
+ * are drained too, so the caller may release what the step read (ThreadSanitizer found ppn_seq_reset's KV
+ * release racing stage 1's table sync in test_faults). Returns the model's failure, if any. */
 ppn_status ppn_seq_drop_inflight(ppn_seq *q)
 {
     ppn_model *m = q->m;
@@ -179,7 +182,9 @@ ppn_status ppn_seq_drop_inflight(ppn_seq *q)
         ppn_gen_wait(&q->done_gen[ring], q->ring_step[ring], m->map->door.spin);
         ppn_seq_retire(q, ring);
     }
-    return ppn_model_failed(m);
+    ppn_status st = ppn_model_failed(m);
+    if (st != PPN_OK) ppn_model_drain(m);
+    return st;
 }
 
 void ppn_seq_destroy(ppn_seq *q)
