@@ -833,6 +833,14 @@ static ppn_status cu_mem_annotate(ppn_gpu *g, ppn_gstream *s, int dev, ppn_dptr 
     return PPN_OK;
 }
 
+/* A block's address is its address: generations are the sim's alone. */
+static ppn_status cu_mem_issue(ppn_gpu *g, int dev, ppn_dptr p, size_t n, ppn_dptr *out)
+{
+    (void)g, (void)dev, (void)n;
+    *out = p;
+    return PPN_OK;
+}
+
 /* ---------------------------------------------------------------------------------------------------------
  * Graphs */
 
@@ -987,6 +995,7 @@ static const struct ppn_gpu_ops cu_ops = {
     .launch = cu_launch,
     .host_fn = cu_host_fn,
     .mem_annotate = cu_mem_annotate,
+    .mem_issue = cu_mem_issue,
     .kprof_read = cu_kprof_read,
     .kprof_reset = cu_kprof_reset,
     .capture_begin = cu_capture_begin,

@@ -30,6 +30,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 #include "core/base/env.h"
 #include "core/base/err.h"
 #include "core/device/gpu.h"
@@ -37,8 +38,6 @@
 
 typedef unsigned long long ull;
 
-#define SIM_MMAP_MIN (1u << 20) /* allocations from this size are mmapped (lazily zeroed pages) */
-#define SIM_ALIGN 256           /* like cuMemAlloc */
 
 static const struct ppn_gpu_ops sim_ops;
 
@@ -516,26 +515,26 @@ static ppn_status sim_mem_get_info(ppn_gpu *gg, int dev, size_t *free_b, size_t 
     return PPN_OK;
 }
 
-static void *host_mem_get(size_t bytes, size_t *map_bytes)
+/* Device memory: SIM_VIEWS windows of stride bytes are reserved, window 0 maps the memory (shared, lazily
+ * zeroed pages), the others stay inaccessible until sim_ck_issue maps one as an alias of the same pages. */
+static void *host_mem_get(size_t bytes, size_t *map_bytes, size_t *stride)
 {
-    size_t rounded = (bytes + SIM_ALIGN - 1) / SIM_ALIGN * SIM_ALIGN;
-    *map_bytes = 0;
-    if (rounded >= SIM_MMAP_MIN) {
-        void *p = mmap(NULL, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (p == MAP_FAILED) return NULL;
-        *map_bytes = rounded;
-        return p;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t st = (bytes + page - 1) / page * page, total;
+    if (__builtin_mul_overflow(st, (size_t)SIM_VIEWS, &total)) return NULL;
+    void *p = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    if (mmap(p, st, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) ==
+        MAP_FAILED) {
+        munmap(p, total);
+        return NULL;
     }
-    void *p = aligned_alloc(SIM_ALIGN, rounded);
-    if (p) memset(p, 0, rounded);
+    *map_bytes = total;
+    *stride = st;
     return p;
 }
 
-static void host_mem_put(void *p, size_t map_bytes)
-{
-    if (map_bytes) munmap(p, map_bytes);
-    else free(p);
-}
+static void host_mem_put(void *p, size_t map_bytes) { munmap(p, map_bytes); }
 
 /* Reserve capacity, take host memory, register the allocation.
  * Returns PPN_OK, PPN_EINVAL (device, size), PPN_ENOMEM (capacity, host memory, injected). */
@@ -558,14 +557,15 @@ static ppn_status sim_mem_alloc(ppn_gpu *gg, int dev, size_t bytes, ppn_dptr *ou
     else g->used[dev] += bytes;
     pthread_mutex_unlock(&g->ck);
     if (st != PPN_OK) return st;
-    mem = host_mem_get(bytes, &map_bytes);
+    size_t stride = 0;
+    mem = host_mem_get(bytes, &map_bytes, &stride);
     raw = calloc(1, sizeof *raw);
     if (!mem || !raw) {
         st = ppn_err(PPN_ENOMEM, "sim: mem_alloc of %zu B on device %d: out of host memory", bytes, dev);
         goto fail;
     }
     *raw = (sim_raw){.base = (ppn_dptr)(uintptr_t)mem, .bytes = bytes, .dev = dev, .live = 1,
-                     .map_bytes = map_bytes};
+                     .map_bytes = map_bytes, .stride = stride, .mapped = 1};
     pthread_mutex_lock(&g->ck);
     raw->serial = ++g->next_serial;
     st = sim_raw_insert(g, raw);
@@ -1187,6 +1187,30 @@ static ppn_status sim_mem_annotate(ppn_gpu *gg, ppn_gstream *s, int dev, ppn_dpt
     return submit(g, s, fop, -1, NULL);
 }
 
+/* Returns PPN_OK, PPN_EINVAL (not a live block of dev), PPN_ENOMEM (mapping the window). */
+static ppn_status sim_mem_issue(ppn_gpu *gg, int dev, ppn_dptr p, size_t n, ppn_dptr *out)
+{
+    sim_gpu *g = sim_of(gg);
+    if (!valid_dev(g, dev)) return bad_dev(g, "mem_issue", dev);
+    if (!out) return ppn_err(PPN_EINVAL, "sim: mem_issue: out is NULL");
+    pthread_mutex_lock(&g->ck);
+    ppn_status st = sim_ck_issue(g, dev, p, n, out);
+    pthread_mutex_unlock(&g->ck);
+    return st;
+}
+
+ppn_dptr ppn_gpu_sim_canonical(ppn_gpu *gg, ppn_dptr p)
+{
+    if (!gg || gg->ops != &sim_ops) return p;
+    sim_gpu *g = sim_of(gg);
+    sim_raw *raw;
+    unsigned w;
+    pthread_mutex_lock(&g->ck);
+    ppn_dptr c = sim_canonical(g, p, &raw, &w);
+    pthread_mutex_unlock(&g->ck);
+    return c;
+}
+
 /* ---- lifetime ------------------------------------------------------------------------------------------ */
 
 static void sim_destroy(ppn_gpu *gg)
@@ -1272,6 +1296,8 @@ void ppn_gpu_sim_counts(ppn_gpu *gg, struct ppn_sim_counts *out)
     out->use_after_free = g->counts[2];
     out->double_free = g->counts[3];
     out->bounds = g->counts[4];
+    out->stale = g->counts[SIM_REP_STALE];
+    out->undeclared = g->counts[SIM_REP_UNDECLARED];
     pthread_mutex_unlock(&g->ck);
 }
 
@@ -1332,6 +1358,7 @@ static const struct ppn_gpu_ops sim_ops = {
     .launch = sim_launch,
     .host_fn = sim_host_fn,
     .mem_annotate = sim_mem_annotate,
+    .mem_issue = sim_mem_issue,
     .kprof_read = sim_kprof_read,
     .kprof_reset = sim_kprof_reset,
     .capture_begin = sim_capture_begin,

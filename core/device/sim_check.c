@@ -12,7 +12,9 @@
  *   USE AFTER FREE  an access to a freed pool block or to a raw allocation after mem_free;
  *   DOUBLE FREE     PPN_ANN_FREE of anything but a live block; mem_free twice or of an unknown pointer;
  *   BOUNDS          a range not inside one allocation, or inside a carved (pool) region but not inside one
- *                   block.
+ *                   block, or past the bytes requested of a block handed out by mem_issue (not the class size);
+ *   STALE POINTER   an access to a live block through the address of an earlier allocation of it (counted as
+ *                   stale, status PPN_EUSEAFTERFREE).
  *
  * BLOCKS. Access history is kept per block: a raw mem_alloc region, or, inside a region the pool has carved
  * (PPN_ANN_CARVE), a pool block (PPN_ANN_ALLOC; outside any carved region, ALLOC carves its own range first).
@@ -38,6 +40,14 @@
  * reported is decided by the clocks alone, not by how the worker threads happened to be scheduled (only
  * which of the two ops is named first, the one that ran second, depends on it).
  *
+ * GENERATIONS. Every raw allocation reserves SIM_VIEWS windows of address space; window 0 is the memory,
+ * and mem_issue maps window w (1..SIM_VIEWS-1) as an alias of the same pages. Each allocation of a pool block
+ * (a generation) is handed out in the window after its previous one's, so the address itself says which
+ * generation the holder got: an access resolves to the block and its window must be the current one. The
+ * aliases are the same memory, so the CPU kernels run on them unchanged; the checker keeps its records at the
+ * window-0 address. A stale address goes unseen only when the block was reused a multiple of SIM_VIEWS-1
+ * times since (the windows wrap).
+ *
  * WHEN. Liveness and bounds follow the pool's view in host order: they are resolved when the op is issued
  * (an op issued while its block is live is fine even if the block is freed later in stream order; the free's
  * write then orders or races with it). Races are found when the op executes, on its worker thread, under
@@ -58,6 +68,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include "core/base/err.h"
 #include "core/device/sim_internal.h"
 
@@ -89,6 +100,7 @@ __attribute__((format(printf, 3, 4))) static void set_verdict(sim_op *op, ppn_st
 {
     if (op->verdict != PPN_OK) return;
     op->verdict = st;
+    op->vkind = -1;
     va_list ap;
     va_start(ap, fmt);
     if (vasprintf(&op->report, fmt, ap) < 0) op->report = NULL; /* emit prints a fallback */
@@ -100,19 +112,22 @@ __attribute__((format(printf, 3, 4))) static void set_verdict(sim_op *op, ppn_st
 static int count_index(ppn_status st)
 {
     switch (st) {
-    case PPN_ERACE: return 0;
-    case PPN_EPLACEMENT: return 1;
-    case PPN_EUSEAFTERFREE: return 2;
-    case PPN_EDOUBLEFREE: return 3;
-    case PPN_EBOUNDS: return 4;
+    case PPN_ERACE: return SIM_REP_RACE;
+    case PPN_EPLACEMENT: return SIM_REP_PLACEMENT;
+    case PPN_EUSEAFTERFREE: return SIM_REP_UAF;
+    case PPN_EDOUBLEFREE: return SIM_REP_DFREE;
+    case PPN_EBOUNDS: return SIM_REP_BOUNDS;
     default: return -1;
     }
 }
 
 /* Print a finding, count it, and make it the sticky error if there is none. */
-void sim_ck_emit(sim_gpu *g, ppn_status st, const char *msg)
+void sim_ck_emit(sim_gpu *g, ppn_status st, const char *msg) { sim_ck_emit_kind(g, st, count_index(st), msg); }
+
+/* The same, counted as kind (SIM_REP_*; -1: not counted). */
+void sim_ck_emit_kind(sim_gpu *g, ppn_status st, int kind, const char *msg)
 {
-    int i = count_index(st);
+    int i = kind;
     if (!msg) msg = "ppn sim: a checker report was lost (out of host memory while formatting it)";
     if (i >= 0) g->counts[i]++;
     if (g->printed < SIM_MAX_PRINTED) {
@@ -223,13 +238,28 @@ static int raw_upper(sim_gpu *g, ppn_dptr p)
     return lo;
 }
 
-/* The allocation (live or tombstone) containing address p, or NULL. */
+/* The address range an allocation holds: its windows (or its bytes, for a record made without them). */
+static size_t raw_extent(const sim_raw *r) { return r->map_bytes ? r->map_bytes : r->bytes; }
+
+/* The allocation (live or tombstone) whose address range (any window) contains p, or NULL. */
 sim_raw *sim_raw_find(sim_gpu *g, ppn_dptr p)
 {
     int i = raw_upper(g, p) - 1;
     if (i < 0) return NULL;
     sim_raw *r = g->raws[i];
-    return p - r->base < r->bytes ? r : NULL;
+    return p - r->base < raw_extent(r) ? r : NULL;
+}
+
+/* p with its window taken off (the allocation's own address of the same byte); *window: which window p is
+ * in. p itself, window 0, when no allocation holds it. */
+ppn_dptr sim_canonical(sim_gpu *g, ppn_dptr p, sim_raw **raw, unsigned *window)
+{
+    sim_raw *r = sim_raw_find(g, p);
+    *raw = r;
+    *window = 0;
+    if (!r || !r->stride) return p;
+    *window = (unsigned)((p - r->base) / r->stride);
+    return r->base + (p - r->base) % r->stride;
 }
 
 void sim_raw_drop_contents(sim_raw *raw)
@@ -268,7 +298,7 @@ ppn_status sim_raw_insert(sim_gpu *g, sim_raw *raw)
     int j = 0;
     for (int i = 0; i < g->nraws; i++) {
         sim_raw *r = g->raws[i];
-        if (overlaps(r->base, r->bytes, raw->base, raw->bytes)) {
+        if (overlaps(r->base, raw_extent(r), raw->base, raw_extent(raw))) {
             PPN_ASSERT(!r->live); /* the host allocator never hands out live memory twice */
             sim_raw_destroy(r);
             continue;
@@ -378,6 +408,7 @@ static sim_block *block_piece(const sim_block *b, ppn_dptr base, size_t bytes)
     sim_block *nb = block_new(base, bytes, b->state, b->tag);
     if (!nb) return NULL;
     nb->freed_by = b->freed_by;
+    nb->gen = b->gen;
     if (hist_merge(&nb->h, &b->h)) {
         sim_hist_clear(&nb->h);
         free(nb);
@@ -423,6 +454,8 @@ ppn_status sim_ck_alloc(sim_gpu *g, int dev, ppn_dptr p, size_t n, const char *t
     sim_block *first = raw->blocks[i], *last = raw->blocks[j - 1];
     if (j == i + 1 && first->base == p && first->bytes == n) { /* the same block again: revive it */
         first->state = SIM_BLK_LIVE;
+        first->req = 0;
+        first->window = 0;
         snprintf(first->tag, sizeof first->tag, "%s", tag ? tag : "");
         return PPN_OK;
     }
@@ -431,8 +464,10 @@ ppn_status sim_ck_alloc(sim_gpu *g, int dev, ppn_dptr p, size_t n, const char *t
     int nrep = 0;
     sim_block *nb = block_new(p, n, SIM_BLK_LIVE, tag), *left = NULL, *right = NULL;
     if (!nb || blocks_reserve(raw, 2)) goto oom;
-    for (int k = i; k < j; k++)
+    for (int k = i; k < j; k++) {
         if (hist_merge(&nb->h, &raw->blocks[k]->h)) goto oom;
+        if (raw->blocks[k]->gen > nb->gen) nb->gen = raw->blocks[k]->gen; /* its addresses are taken */
+    }
     if (first->base < p && !(left = block_piece(first, first->base, p - first->base))) goto oom;
     if (last->base + last->bytes > p + n && !(right = block_piece(last, p + n, last->base + last->bytes - p - n)))
         goto oom;
@@ -457,9 +492,10 @@ oom:
 ppn_status sim_ck_free(sim_gpu *g, int dev, sim_op *op)
 {
     char me[192], prev[192], blk[160];
-    ppn_dptr p = op->acc[0].p;
+    sim_raw *raw;
+    unsigned win;
+    ppn_dptr p = sim_canonical(g, op->acc[0].p, &raw, &win);
     size_t n = op->acc[0].n;
-    sim_raw *raw = sim_raw_find(g, p);
     sim_block *b = NULL;
     sim_fmt_op(me, sizeof me, &op->ref);
     if (raw && raw->live && raw->dev != dev)
@@ -493,6 +529,42 @@ ppn_status sim_ck_free(sim_gpu *g, int dev, sim_op *op)
     return PPN_OK;
 }
 
+/* Map window w of raw (an alias of its memory: both name the same pages). Returns 0, or -1 (errno). */
+static int window_map(sim_raw *raw, unsigned w)
+{
+    if ((raw->mapped >> w) & 1) return 0;
+    void *at = (void *)(uintptr_t)(raw->base + (ppn_dptr)w * raw->stride);
+    /* old_size 0 on a shared mapping: a second mapping of the same pages (mremap(2)) */
+    void *p = mremap((void *)(uintptr_t)raw->base, 0, raw->stride, MREMAP_MAYMOVE | MREMAP_FIXED, at);
+    if (p == MAP_FAILED) return -1;
+    raw->mapped |= 1u << w;
+    return 0;
+}
+
+/* mem_issue: the live block at p starts a new generation of n requested bytes; *out is its address in the
+ * window that names it. Consecutive generations of a block get different windows (1..SIM_VIEWS-1 in turn), so
+ * a stale address is caught unless the block was reused a multiple of SIM_VIEWS-1 times in between. */
+ppn_status sim_ck_issue(sim_gpu *g, int dev, ppn_dptr p, size_t n, ppn_dptr *out)
+{
+    sim_raw *raw;
+    PPN_CHECK(find_live_raw(g, dev, p, 1, "ISSUE", &raw));
+    int i = blk_first_after(raw, p);
+    sim_block *b = i < raw->nblocks ? raw->blocks[i] : NULL;
+    if (!b || b->base != p || b->state != SIM_BLK_LIVE || n == 0 || n > b->bytes)
+        return ppn_err(PPN_EINVAL, "sim: mem_issue of %zu B at 0x%llx (dev %d): not a live block of at least that "
+                       "size (annotate PPN_ANN_ALLOC first)", n, (ull)p, dev);
+    *out = p;
+    if (!raw->stride) return PPN_OK; /* no windows: the block's own address */
+    unsigned w = 1 + b->gen % (SIM_VIEWS - 1);
+    if (window_map(raw, w))
+        return ppn_err(PPN_ENOMEM, "sim: mem_issue: mapping address window %u of 0x%llx failed", w, (ull)raw->base);
+    b->gen++;
+    b->window = w;
+    b->req = n;
+    *out = p + (ppn_dptr)w * raw->stride;
+    return PPN_OK;
+}
+
 /* ---- issue-time resolution ------------------------------------------------------------------------------ */
 
 /* Check one access against the pool's current view: inside one allocation, live, inside one live block when
@@ -502,7 +574,10 @@ static int resolve_acc(sim_gpu *g, sim_op *op, sim_acc *a)
     char me[192], blk[256], prev[192];
     sim_fmt_op(me, sizeof me, &op->ref);
     const char *mn = mode_name(a->mode);
-    sim_raw *raw = sim_raw_find(g, a->p);
+    sim_raw *raw;
+    unsigned win;
+    ppn_dptr given = a->p;
+    a->p = sim_canonical(g, a->p, &raw, &win); /* history and execution-time checks use the own address */
     if (!raw) {
         set_verdict(op, PPN_EBOUNDS, "ppn sim: ACCESS OUTSIDE A BLOCK: %s of [0x%llx, +%zu B) by %s: the "
                     "address is in no device allocation", mn, (ull)a->p, a->n, me);
@@ -518,6 +593,12 @@ static int resolve_acc(sim_gpu *g, sim_op *op, sim_acc *a)
     if (!raw->live) {
         set_verdict(op, PPN_EUSEAFTERFREE, "ppn sim: USE AFTER FREE of %s: %s of [0x%llx, +%zu B) by %s; the "
                     "allocation was freed by mem_free on the host", blk, mn, (ull)a->p, a->n, me);
+        return -1;
+    }
+    if (!carved_overlap(raw, a->p, a->n) && win != 0) {
+        set_verdict(op, PPN_EBOUNDS, "ppn sim: ACCESS OUTSIDE A BLOCK: %s of [0x%llx, +%zu B) by %s: the address "
+                    "is in alias window %u of %s, which only pool blocks are handed out in", mn, (ull)given, a->n,
+                    me, win, blk);
         return -1;
     }
     if (carved_overlap(raw, a->p, a->n)) {
@@ -543,6 +624,23 @@ static int resolve_acc(sim_gpu *g, sim_op *op, sim_acc *a)
             sim_fmt_op(prev, sizeof prev, &b->freed_by);
             set_verdict(op, PPN_EUSEAFTERFREE, "ppn sim: USE AFTER FREE of %s: %s of [0x%llx, +%zu B) by %s; "
                         "the block was freed by %s", blk, mn, (ull)a->p, a->n, me, prev);
+            return -1;
+        }
+        if (win != b->window) {
+            fmt_block(blk, sizeof blk, raw, b);
+            set_verdict(op, PPN_EUSEAFTERFREE, "ppn sim: STALE POINTER into %s: %s of [0x%llx, +%zu B) by %s "
+                        "goes through address window %u, but the block's current allocation (generation %u) was "
+                        "handed out as window %u: the pointer is left from an earlier allocation of the block",
+                        blk, mn, (ull)given, a->n, me, win, b->gen, b->window);
+            op->vkind = SIM_REP_STALE;
+            return -1;
+        }
+        size_t lim = b->req && op->kind != SIM_OP_FREE ? b->req : b->bytes; /* a free names the whole block */
+        if (!in_range(b->base, lim, a->p, a->n)) {
+            fmt_block(blk, sizeof blk, raw, b);
+            set_verdict(op, PPN_EBOUNDS, "ppn sim: ACCESS OUTSIDE A BLOCK: %s of [0x%llx, +%zu B) by %s extends "
+                        "%llu B past the %zu B requested of %s", mn, (ull)given, a->n, me,
+                        (ull)(a->p + a->n - b->base - lim), lim, blk);
             return -1;
         }
     }
@@ -631,7 +729,7 @@ int sim_ck_exec_begin(sim_gpu *g, struct ppn_gstream *s, sim_op *op)
 {
     int reported = 0;
     if (op->verdict != PPN_OK) {
-        sim_ck_emit(g, op->verdict, op->report);
+        sim_ck_emit_kind(g, op->verdict, op->vkind >= 0 ? op->vkind : count_index(op->verdict), op->report);
         if (op->verdict != PPN_EPLACEMENT) return 1; /* its ranges may not be valid memory */
         reported = 1;                                /* valid memory: record its accesses, then skip it */
     }

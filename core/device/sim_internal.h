@@ -19,6 +19,19 @@
 #define SIM_MAX_DEVICES 64
 #define SIM_MAX_FAILS 16
 #define SIM_MAX_PRINTED 32 /* reports printed to stderr per backend; the rest are only counted */
+#define SIM_VIEWS 16       /* address windows per raw allocation: 0 its own, 1..15 aliases naming generations */
+
+/* Report kinds, as counted (struct ppn_sim_counts). */
+enum {
+    SIM_REP_RACE,
+    SIM_REP_PLACEMENT,
+    SIM_REP_UAF,
+    SIM_REP_DFREE,
+    SIM_REP_BOUNDS,
+    SIM_REP_STALE,
+    SIM_REP_UNDECLARED,
+    SIM_REP_KINDS
+};
 
 /* A vector-clock snapshot. As an event record it is created when event_record is called, filled when the
  * record executes (vc under g->ck, then done under g->sync) and shared, refcounted, by the event and by
@@ -66,6 +79,9 @@ typedef struct sim_block {
     int state;          /* SIM_BLK_*; the pool's view, changed at annotate time (host order) */
     char tag[32];
     sim_opref freed_by; /* the PPN_ANN_FREE op that freed it, valid when state == SIM_BLK_FREED */
+    size_t req;         /* bytes requested by mem_issue for the current generation; 0: the whole block */
+    uint32_t gen;       /* mem_issue calls so far: the generation the current one is */
+    unsigned window;    /* the address window handed out for the current generation (0: none, own address) */
     sim_hist h;
 } sim_block;
 
@@ -83,7 +99,9 @@ typedef struct sim_raw {
     uint64_t serial; /* unique per allocation: tells a reused address from the original */
     int live;
     int busy;        /* ops executing on its memory right now; mem_free waits for 0 */
-    size_t map_bytes; /* > 0: mmapped with this length; 0: aligned_alloc */
+    size_t map_bytes; /* the reserved address range: SIM_VIEWS windows of stride bytes (munmapped at free) */
+    size_t stride;    /* a window's length: bytes rounded to pages; window w starts at base + w * stride */
+    uint32_t mapped;  /* bit w: window w maps the memory (0 always; others when first handed out) */
     sim_range *carved;
     int ncarved, capcarved;
     sim_block **blocks; /* sorted by base, disjoint */
@@ -124,6 +142,7 @@ typedef struct sim_op {
     sim_acc acc_in[PPN_LAUNCH_MAX_ACC];
     int nacc, cap_acc;
     ppn_status verdict; /* a finding made at enqueue (bounds, use after free, placement, double free) */
+    int vkind;          /* its SIM_REP_* kind */
     char *report;       /* its report, printed when the op executes */
     sim_rec *hsnap;     /* host clock to merge before the op, or NULL */
     uint64_t model_ns;  /* modelled duration (PPN_SIM_LATENCY=1), else 0 */
@@ -195,7 +214,7 @@ typedef struct sim_gpu {
     sim_rec *host_snap;                      /* under ck: snapshot of host_vc at host_ver, or NULL */
     ppn_status sticky;                       /* under ck: first report, until taken */
     char sticky_msg[1024];
-    uint64_t counts[5];                      /* under ck: reports per kind (race..bounds) */
+    uint64_t counts[SIM_REP_KINDS];          /* under ck: reports per kind (SIM_REP_*) */
     int printed;                             /* under ck */
 
     pthread_mutex_t sync;
@@ -218,6 +237,9 @@ void sim_ck_resolve(sim_gpu *g, sim_op *op);
 int sim_ck_exec_begin(sim_gpu *g, struct ppn_gstream *s, sim_op *op);
 void sim_ck_exec_end(sim_gpu *g, sim_op *op);
 void sim_ck_emit(sim_gpu *g, ppn_status st, const char *msg);
+void sim_ck_emit_kind(sim_gpu *g, ppn_status st, int kind, const char *msg);
+ppn_status sim_ck_issue(sim_gpu *g, int dev, ppn_dptr p, size_t n, ppn_dptr *out);
+ppn_dptr sim_canonical(sim_gpu *g, ppn_dptr p, sim_raw **raw, unsigned *window);
 void sim_hist_clear(sim_hist *h);
 void sim_fmt_op(char *buf, size_t cap, const sim_opref *r);
 
