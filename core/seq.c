@@ -1,5 +1,6 @@
 /* seq.c - sequences: the KV cache of each layer on its owning stage's device, per-stage scratch, and the
  * logits ring (device buffers, done/readback events, pinned host rows) on the last stage's device. */
+#include <stdatomic.h>
 #include <stddef.h>
 #include <string.h>
 #include "core/rt.h"
@@ -182,6 +183,21 @@ ppn_status ppn_seq_drop_inflight(ppn_seq *q)
     return ppn_model_failed(m);
 }
 
+#if PPN_TEST_HOOKS
+static _Atomic int skip_destroy_syncs; /* test-only */
+
+void ppn_seq_test_skip_destroy_syncs(int skip) { atomic_store(&skip_destroy_syncs, skip); }
+#endif
+
+static int destroy_syncs_skipped(void)
+{
+#if PPN_TEST_HOOKS
+    return atomic_load_explicit(&skip_destroy_syncs, memory_order_relaxed);
+#else
+    return 0;
+#endif
+}
+
 void ppn_seq_destroy(ppn_seq *q)
 {
     if (!q) return;
@@ -189,9 +205,9 @@ void ppn_seq_destroy(ppn_seq *q)
     ppn_gpu *g = m->rt->g;
     (void)ppn_seq_drop_inflight(q); /* a failure stays on the model; destroying still works */
     ppn_model_drain(m);
-    for (int s = 0; s < PPN_MAX_STAGES; s++)
+    for (int s = 0; s < PPN_MAX_STAGES && !destroy_syncs_skipped(); s++)
         if (m->stages[s].stream) g->ops->stream_sync(g, m->stages[s].stream);
-    if (m->rb_stream) g->ops->stream_sync(g, m->rb_stream);
+    if (m->rb_stream && !destroy_syncs_skipped()) g->ops->stream_sync(g, m->rb_stream);
     for (ppn_seq **it = &m->seqs; *it; it = &(*it)->next)
         if (*it == q) {
             *it = q->next;

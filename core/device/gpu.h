@@ -151,6 +151,11 @@ struct ppn_gpu_ops {
      * past its n bytes is reported although the block is larger (BOUNDS). The block is freed (PPN_ANN_FREE)
      * through *out. Returns PPN_OK, PPN_EINVAL (p is not a live block of dev). */
     ppn_status (*mem_issue)(ppn_gpu *g, int dev, ppn_dptr p, size_t n, ppn_dptr *out);
+    /* The calling thread reads or writes [p, p+n) of pinned host memory (host_alloc) now (mode PPN_ACC_*; what
+     * names the buffer in reports). sim: checked at once against the copies whose host side touches it,
+     * ordered by what this thread has synchronised with (a report is sticky, like any other); memory that is
+     * not pinned is ignored. cuda: nothing. */
+    void (*host_access)(ppn_gpu *g, const void *p, size_t n, int mode, const char *what);
 
     /* Kernel profile (PPN_KPROF=1; a diagnostics path). kprof_read harvests the launches that have completed
      * and writes one entry per kernel with calls > 0, in kernel-id order, at most max of them; it returns the

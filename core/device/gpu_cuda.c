@@ -833,6 +833,12 @@ static ppn_status cu_mem_annotate(ppn_gpu *g, ppn_gstream *s, int dev, ppn_dptr 
     return PPN_OK;
 }
 
+/* Host accesses are declared for the sim checker only. */
+static void cu_host_access(ppn_gpu *g, const void *p, size_t n, int mode, const char *what)
+{
+    (void)g, (void)p, (void)n, (void)mode, (void)what;
+}
+
 /* A block's address is its address: generations are the sim's alone. */
 static ppn_status cu_mem_issue(ppn_gpu *g, int dev, ppn_dptr p, size_t n, ppn_dptr *out)
 {
@@ -996,6 +1002,7 @@ static const struct ppn_gpu_ops cu_ops = {
     .host_fn = cu_host_fn,
     .mem_annotate = cu_mem_annotate,
     .mem_issue = cu_mem_issue,
+    .host_access = cu_host_access,
     .kprof_read = cu_kprof_read,
     .kprof_reset = cu_kprof_reset,
     .capture_begin = cu_capture_begin,

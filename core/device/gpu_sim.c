@@ -14,6 +14,8 @@
  *                    5 us + bytes at 1 TB/s on a device, 50 GB/s peer, 20 GB/s host or host-staged); 0
  *                    (default): ops run as fast as they can. The launch/graph ratio is the H200's (DESIGN.md:
  *                    100 small kernels, 333 us through a stream, 114 us as one graph)
+ *   PPN_SIM_THREAD_CLOCKS  1: a checker clock per host thread (a sync orders only the syncing thread's later
+ *                    ops); 0 (default): one host clock shared by every thread (sim_check.c says why)
  *   PPN_KPROF        1: account each kernel's calls, declared bytes and the CPU wall time of its reference
  *                    implementation (kprof_read); 0 (default): off
  *
@@ -25,6 +27,7 @@
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,6 +172,7 @@ static ppn_status parse_env(sim_gpu *g, sim_kprof *kp)
     PPN_CHECK(parse_peer(g));
     PPN_CHECK(parse_fail(g));
     PPN_CHECK(ppn_env_int("PPN_SIM_LATENCY", &g->latency));
+    PPN_CHECK(ppn_env_flag("PPN_SIM_THREAD_CLOCKS", &g->thread_clocks));
     PPN_CHECK(ppn_env_flag("PPN_KPROF", &kp->on));
     /* The sim has no programmatic dependent launch, but a value no backend accepts is refused on every
      * backend: a typo is caught on the simulator, before it reaches a GPU run. */
@@ -217,21 +221,65 @@ static void vc_merge(uint64_t *vc, size_t vlen, const uint64_t *src, size_t slen
         if (src[i] > vc[i]) vc[i] = src[i];
 }
 
-/* Under ck: the host has observed everything in vc (a sync or query returned). */
+/* ---- host threads ------------------------------------------------------------------------------------- */
+
+static _Thread_local char thr_token; /* its address names the thread */
+static _Thread_local struct {
+    uint64_t serial;
+    sim_thr *t;
+} thr_cache; /* the calling thread's clock on the backend it used last */
+static _Atomic uint64_t backend_serials;
+
+/* Under ck: the calling thread's clock on g, made on first use (an id of its own, nothing observed yet), or
+ * NULL when out of host memory. Without PPN_SIM_THREAD_CLOCKS every thread gets the one shared clock. */
+sim_thr *sim_thr_self(sim_gpu *g)
+{
+    if (thr_cache.serial == g->serial) return thr_cache.t;
+    const void *key = g->thread_clocks ? &thr_token : NULL;
+    sim_thr *t = NULL;
+    for (int i = 0; i < g->nthrs && !t; i++)
+        if (g->thrs[i]->key == key) t = g->thrs[i];
+    if (!t) {
+        if (g->nthrs == g->capthrs) {
+            int nc = g->capthrs ? 2 * g->capthrs : 8;
+            sim_thr **na = realloc(g->thrs, (size_t)nc * sizeof *na);
+            if (!na) return NULL;
+            g->thrs = na;
+            g->capthrs = nc;
+        }
+        t = calloc(1, sizeof *t);
+        if (!t) return NULL;
+        t->key = key;
+        t->id = g->next_stream_id;
+        if (vc_grow(&t->vc, &t->len, (size_t)t->id + 1)) {
+            free(t);
+            return NULL;
+        }
+        g->next_stream_id++;
+        g->thrs[g->nthrs++] = t;
+    }
+    thr_cache.serial = g->serial;
+    thr_cache.t = t;
+    return t;
+}
+
+static ppn_status thr_oom(void) { return ppn_err(PPN_ENOMEM, "sim: out of host memory for a host thread's clock"); }
+
+/* Under ck: the calling thread has observed everything in vc (a sync or query returned). */
 static ppn_status host_merge(sim_gpu *g, const uint64_t *vc, size_t len)
 {
-    if (vc_grow(&g->host_vc, &g->host_len, len))
-        return ppn_err(PPN_ENOMEM, "sim: out of host memory for the host clock");
+    sim_thr *t = sim_thr_self(g);
+    if (!t || vc_grow(&t->vc, &t->len, len)) return thr_oom();
     int changed = 0;
     for (size_t i = 0; i < len; i++)
-        if (vc[i] > g->host_vc[i]) {
-            g->host_vc[i] = vc[i];
+        if (vc[i] > t->vc[i]) {
+            t->vc[i] = vc[i];
             changed = 1;
         }
     if (changed) {
-        g->host_ver++;
-        rec_unref(g->host_snap);
-        g->host_snap = NULL;
+        t->ver++;
+        rec_unref(t->snap);
+        t->snap = NULL;
     }
     return PPN_OK;
 }
@@ -290,7 +338,14 @@ static int op_acc_reserve(sim_op *op, int n)
 static void op_acc(sim_op *op, ppn_dptr p, size_t n, int mode, int want_dev, int peer_ok)
 {
     PPN_ASSERT(op->nacc < op->cap_acc);
-    op->acc[op->nacc++] = (sim_acc){p, n, mode, want_dev, peer_ok, 0, NULL};
+    op->acc[op->nacc++] = (sim_acc){p, n, mode, want_dev, peer_ok, 0, 0, NULL};
+}
+
+/* The host side of a copy: checked when it is pinned memory (host_alloc), ignored otherwise. */
+static void op_acc_host(sim_op *op, const void *p, size_t n, int mode)
+{
+    PPN_ASSERT(op->nacc < op->cap_acc);
+    op->acc[op->nacc++] = (sim_acc){(ppn_dptr)(uintptr_t)p, n, mode, -1, 0, 1, 0, NULL};
 }
 
 /* Under ck: count a call of this fault kind; 1 when PPN_SIM_FAIL says it must fail. */
@@ -308,20 +363,20 @@ static ppn_status injected(int kind, uint64_t nth, ppn_status st)
     return ppn_err(st, "sim: injected failure of %s #%llu (PPN_SIM_FAIL)", names[kind], (ull)nth);
 }
 
-/* Under ck: attach the host clock to op if s has not seen its latest version. */
-static ppn_status attach_host(sim_gpu *g, ppn_gstream *s, sim_op *op)
+/* Under ck: attach the issuing thread's clock to op unless s has already seen that version of it. */
+static ppn_status attach_host(sim_gpu *g, ppn_gstream *s, sim_op *op, sim_thr *t)
 {
-    if (s->host_ver_seen == g->host_ver) return PPN_OK;
-    if (!g->host_snap) {
-        sim_rec *r = rec_new(g->host_len);
+    if (s->seen_thr == t && s->seen_ver == t->ver) return PPN_OK;
+    if (!t->snap) {
+        sim_rec *r = rec_new(t->len);
         if (!r) return ppn_err(PPN_ENOMEM, "sim: out of host memory (host clock snapshot)");
-        memcpy(r->vc, g->host_vc, g->host_len * sizeof *r->vc);
+        memcpy(r->vc, t->vc, t->len * sizeof *r->vc);
         r->done = 1;
-        g->host_snap = r;
+        t->snap = r;
     }
-    if (vc_grow(&s->vc, &s->vc_len, g->host_snap->len))
+    if (vc_grow(&s->vc, &s->vc_len, t->snap->len))
         return ppn_err(PPN_ENOMEM, "sim: out of host memory (vector clock)");
-    op->hsnap = rec_ref(g->host_snap);
+    op->hsnap = rec_ref(t->snap);
     return PPN_OK;
 }
 
@@ -355,18 +410,24 @@ static ppn_status submit(sim_gpu *g, ppn_gstream *s, sim_op *op, int fail_kind, 
 {
     ppn_status st;
     uint64_t nth;
+    sim_thr *t;
     op->ref.idx = s->n_enq + 1; /* only this (the issuing) thread writes n_enq */
     pthread_mutex_lock(&g->ck);
     PPN_CHECK_GOTO(sticky_status(g), st, out);
+    if (!(t = sim_thr_self(g))) {
+        st = thr_oom();
+        goto out;
+    }
     if (fail_kind >= 0 && fail_hit(g, fail_kind, &nth)) {
         st = injected(fail_kind, nth, PPN_EDRIVER);
         goto out;
     }
     PPN_CHECK_GOTO(prepare_kind(g, s, op), st, out);
-    PPN_CHECK_GOTO(attach_host(g, s, op), st, out);
+    PPN_CHECK_GOTO(attach_host(g, s, op, t), st, out);
     if (op->kind == SIM_OP_FREE) PPN_CHECK_GOTO(sim_ck_free(g, op->ann_dev, op), st, out);
     else sim_ck_resolve(g, op);
-    s->host_ver_seen = g->host_ver;
+    s->seen_thr = t;
+    s->seen_ver = t->ver;
 out:
     pthread_mutex_unlock(&g->ck);
     if (st != PPN_OK) {
@@ -626,21 +687,45 @@ static ppn_status sim_mem_free(ppn_gpu *gg, int dev, ppn_dptr p)
     return PPN_OK;
 }
 
+/* Pinned host memory: a region the checker tracks (copies' host sides, host_access), per range accessed. */
 static ppn_status sim_host_alloc(ppn_gpu *gg, size_t bytes, void **out)
 {
-    (void)gg;
+    sim_gpu *g = sim_of(gg);
     if (!out || bytes == 0) return ppn_err(PPN_EINVAL, "sim: host_alloc of %zu B: bad size or out", bytes);
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
         return ppn_err(PPN_ENOMEM, "sim: host_alloc of %zu B: mmap failed: %s", bytes, strerror(errno));
+    sim_raw *raw = calloc(1, sizeof *raw);
+    ppn_status st = raw ? PPN_OK : ppn_err(PPN_ENOMEM, "sim: host_alloc of %zu B: out of host memory", bytes);
+    if (raw) {
+        *raw = (sim_raw){.base = (ppn_dptr)(uintptr_t)p, .bytes = bytes, .dev = -1, .host = 1, .live = 1};
+        pthread_mutex_lock(&g->ck);
+        raw->serial = ++g->next_serial;
+        st = sim_raw_insert(g, raw);
+        pthread_mutex_unlock(&g->ck);
+    }
+    if (st != PPN_OK) {
+        free(raw);
+        munmap(p, bytes);
+        return st;
+    }
     *out = p;
     return PPN_OK;
 }
 
+/* Waits for copies executing on the region; its record stays as a tombstone, like device memory's. */
 static ppn_status sim_host_free(ppn_gpu *gg, void *p, size_t bytes)
 {
-    (void)gg;
+    sim_gpu *g = sim_of(gg);
     if (!p) return PPN_OK;
+    pthread_mutex_lock(&g->ck);
+    sim_raw *raw = sim_raw_find(g, (ppn_dptr)(uintptr_t)p);
+    if (raw && raw->host && raw->live && raw->base == (ppn_dptr)(uintptr_t)p) {
+        raw->live = 0;
+        while (raw->busy) pthread_cond_wait(&g->busy_cv, &g->ck); /* pairs with sim_ck_exec_end */
+        sim_raw_drop_contents(raw);
+    }
+    pthread_mutex_unlock(&g->ck);
     if (munmap(p, bytes))
         return ppn_err(PPN_EINVAL, "sim: host_free(%p, %zu B): munmap failed: %s", p, bytes, strerror(errno));
     return PPN_OK;
@@ -893,7 +978,10 @@ static ppn_status sim_copy_htod(ppn_gpu *gg, ppn_gstream *s, ppn_dptr dst, const
     op->u.cp.hsrc = src;
     op->u.cp.n = n;
     op->model_ns = copy_model(g, n, 20.0);
-    if (n) op_acc(op, dst, n, PPN_ACC_W, s->dev, 1);
+    if (n) {
+        op_acc(op, dst, n, PPN_ACC_W, s->dev, 1);
+        op_acc_host(op, src, n, PPN_ACC_R);
+    }
     return submit(g, s, op, SIM_FAIL_COPY, NULL);
 }
 
@@ -908,7 +996,10 @@ static ppn_status sim_copy_dtoh(ppn_gpu *gg, ppn_gstream *s, void *dst, ppn_dptr
     op->u.cp.src = src;
     op->u.cp.n = n;
     op->model_ns = copy_model(g, n, 20.0);
-    if (n) op_acc(op, src, n, PPN_ACC_R, s->dev, 1);
+    if (n) {
+        op_acc(op, src, n, PPN_ACC_R, s->dev, 1);
+        op_acc_host(op, dst, n, PPN_ACC_W);
+    }
     return submit(g, s, op, SIM_FAIL_COPY, NULL);
 }
 
@@ -1199,6 +1290,23 @@ static ppn_status sim_mem_issue(ppn_gpu *gg, int dev, ppn_dptr p, size_t n, ppn_
     return st;
 }
 
+/* The calling thread reads or writes pinned host memory now: checked at once against the copies that touch it. */
+static void sim_host_access(ppn_gpu *gg, const void *p, size_t n, int mode, const char *what)
+{
+    sim_gpu *g = sim_of(gg);
+    pthread_mutex_lock(&g->ck);
+    sim_thr *t = sim_thr_self(g);
+    if (t) { /* a new event of the thread: ops it issues from now on carry it */
+        t->vc[t->id]++;
+        t->ver++;
+        rec_unref(t->snap);
+        t->snap = NULL;
+        sim_ck_host_access(g, t, p, n, mode, what);
+    } else
+        sim_ck_emit(g, PPN_ENOMEM, "ppn sim: out of host memory for a host thread's clock");
+    pthread_mutex_unlock(&g->ck);
+}
+
 ppn_dptr ppn_gpu_sim_canonical(ppn_gpu *gg, ppn_dptr p)
 {
     if (!gg || gg->ops != &sim_ops) return p;
@@ -1230,12 +1338,16 @@ static void sim_destroy(ppn_gpu *gg)
     }
     for (int i = 0; i < g->nraws; i++) {
         sim_raw *r = g->raws[i];
-        if (r->live) host_mem_put((void *)(uintptr_t)r->base, r->map_bytes);
+        if (r->live && !r->host) host_mem_put((void *)(uintptr_t)r->base, r->map_bytes); /* host: host_free's */
         sim_raw_destroy(r);
     }
     free(g->raws);
-    free(g->host_vc);
-    rec_unref(g->host_snap);
+    for (int i = 0; i < g->nthrs; i++) {
+        free(g->thrs[i]->vc);
+        rec_unref(g->thrs[i]->snap);
+        free(g->thrs[i]);
+    }
+    free(g->thrs);
     pthread_mutex_destroy(&g->ck);
     pthread_cond_destroy(&g->busy_cv);
     pthread_mutex_destroy(&g->sync);
@@ -1258,6 +1370,7 @@ ppn_status ppn_gpu_sim_create(const ppn_gpu_kernels *kern, ppn_gpu **out)
     g->base.ops = &sim_ops;
     PPN_CHECK_GOTO(ppn_gpu_set_kernels(&g->base, kern), st, fail);
     g->base.kprof = gk->kp.on;
+    g->serial = atomic_fetch_add(&backend_serials, 1) + 1;
     pthread_mutex_init(&g->ck, NULL);
     pthread_cond_init(&g->busy_cv, NULL);
     pthread_mutex_init(&g->sync, NULL);
@@ -1359,6 +1472,7 @@ static const struct ppn_gpu_ops sim_ops = {
     .host_fn = sim_host_fn,
     .mem_annotate = sim_mem_annotate,
     .mem_issue = sim_mem_issue,
+    .host_access = sim_host_access,
     .kprof_read = sim_kprof_read,
     .kprof_reset = sim_kprof_reset,
     .capture_begin = sim_capture_begin,

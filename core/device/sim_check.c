@@ -29,10 +29,22 @@
  * VC_i[i] = k (ops are numbered from 1 in issue order). An event record snapshots VC_i into a refcounted
  * record object created when event_record is called; stream_wait_event binds, when it is called, to the
  * event's latest record (CUDA semantics), and the waiting stream merges that record's snapshot (max per
- * entry) once the record has executed. The host also has a clock: stream_sync, event_sync and a "done"
- * event_query merge what they waited for into it, and the next op issued on any stream merges the host clock
- * first (host order is real order in CUDA too). An earlier access by stream j at clock c happens-before the
- * current op of stream i iff c <= VC_i[j].
+ * entry) once the record has executed. The host also has clocks (sim_thr), with ids from the streams' id
+ * space: stream_sync, event_sync and a "done" event_query merge what they waited for into the calling
+ * thread's clock, and the next op that thread issues merges it first (host order is real order in CUDA too).
+ * With PPN_SIM_THREAD_CLOCKS=1 every host thread has its own clock, so a sync orders only the syncing
+ * thread's later ops, and a two-thread program whose threads are ordered only by host means (a mutex, a
+ * queue, thread creation) is reported whatever the timing; the hand-off the checker sees between threads is
+ * a stream (ops of one stream are ordered whoever issued them) or an event. By default (0) every thread
+ * shares one clock, as before: the runtime hands work to its stage threads through queues the checker does
+ * not see (sched/issue.c), so per-thread clocks would report those hand-offs. An earlier access by stream j
+ * at clock c happens-before the current op of stream i iff c <= VC_i[j].
+ *
+ * PINNED HOST MEMORY. host_alloc regions are tracked too: the host side of copy_htod (a read) and copy_dtoh
+ * (a write) is declared as an access of the issuing stream, and a host thread declares its own reads and
+ * writes of pinned buffers with host_access (checked at once, against the thread's clock). Histories are
+ * kept per range accessed (the pinned arena sub-allocates regions without telling the backend). Memory that
+ * is not pinned is not tracked.
  *
  * HISTORY per block: for each stream, its latest write not superseded and its latest read since; a write
  * that passes the check replaces everything with itself. An access conflicts with an entry of another
@@ -78,13 +90,23 @@ typedef unsigned long long ull;
 
 void sim_fmt_op(char *buf, size_t cap, const sim_opref *r)
 {
+    if (r->dev < 0) { /* a host thread's access */
+        snprintf(buf, cap, "host thread %d access #%llu: %s%s%s", r->stream, (ull)r->idx, r->what,
+                 r->name ? " of " : "", r->name ? r->name : "");
+        return;
+    }
     snprintf(buf, cap, "stream %d (dev %d) op #%llu %s%s%s", r->stream, r->dev, (ull)r->idx, r->what,
              r->name ? " " : "", r->name ? r->name : "");
 }
 
 static void fmt_block(char *buf, size_t cap, const sim_raw *raw, const sim_block *b)
 {
-    if (b)
+    if (raw->host && b)
+        snprintf(buf, cap, "pinned host range 0x%llx [%zu B] (host_alloc region 0x%llx [%zu B])", (ull)b->base,
+                 b->bytes, (ull)raw->base, raw->bytes);
+    else if (raw->host)
+        snprintf(buf, cap, "pinned host region 0x%llx [%zu B]", (ull)raw->base, raw->bytes);
+    else if (b)
         snprintf(buf, cap, "block 0x%llx [%zu B, '%s'] (dev %d)", (ull)b->base, b->bytes, b->tag, raw->dev);
     else
         snprintf(buf, cap, "allocation 0x%llx [%zu B, raw] (dev %d)", (ull)raw->base, raw->bytes, raw->dev);
@@ -178,13 +200,13 @@ static int hist_merge(sim_hist *dst, const sim_hist *src)
     return 0;
 }
 
-static uint64_t vc_get(const struct ppn_gstream *s, int stream)
+static uint64_t vc_get(const sim_who *s, int stream)
 {
-    return (size_t)stream < s->vc_len ? s->vc[stream] : 0;
+    return (size_t)stream < s->len ? s->vc[stream] : 0;
 }
 
 /* The first entry of h that conflicts with an access of mode by s, or NULL. *prev_w: it is a write. */
-static const sim_epoch *hist_conflict(const sim_hist *h, const struct ppn_gstream *s, int mode, int *prev_w)
+static const sim_epoch *hist_conflict(const sim_hist *h, const sim_who *s, int mode, int *prev_w)
 {
     for (int i = 0; i < h->nw; i++) {
         const sim_epoch *e = &h->w[i];
@@ -578,7 +600,11 @@ static int resolve_acc(sim_gpu *g, sim_op *op, sim_acc *a)
     unsigned win;
     ppn_dptr given = a->p;
     a->p = sim_canonical(g, a->p, &raw, &win); /* history and execution-time checks use the own address */
-    if (!raw) {
+    if (a->host && (!raw || !raw->host)) { /* the host side of a copy in memory that is not pinned: untracked */
+        a->n = 0;
+        return 0;
+    }
+    if (!raw || (raw->host && !a->host)) {
         set_verdict(op, PPN_EBOUNDS, "ppn sim: ACCESS OUTSIDE A BLOCK: %s of [0x%llx, +%zu B) by %s: the "
                     "address is in no device allocation", mn, (ull)a->p, a->n, me);
         return -1;
@@ -673,53 +699,143 @@ void sim_ck_resolve(sim_gpu *g, sim_op *op)
 
 /* ---- execution-time checks ---------------------------------------------------------------------------- */
 
-static void report_race(sim_gpu *g, const struct ppn_gstream *s, const sim_op *op, const sim_acc *a,
+static void report_race(sim_gpu *g, const sim_who *s, const sim_opref *ref, const sim_acc *a,
                         const sim_raw *raw, const sim_block *b, const sim_epoch *prev, int prev_w)
 {
-    char me[192], other[192], blk[160], msg[1024];
-    sim_fmt_op(me, sizeof me, &op->ref);
+    char me[192], other[192], blk[192], msg[1024];
+    sim_fmt_op(me, sizeof me, ref);
     sim_fmt_op(other, sizeof other, &prev->op);
     fmt_block(blk, sizeof blk, raw, b);
     char seen[96];
     uint64_t upto = vc_get(s, prev->stream);
+    const char *me_kind = ref->dev < 0 ? "host thread" : "stream";
+    const char *pk = prev->op.dev < 0 ? "host thread" : "stream";
     if (upto)
-        snprintf(seen, sizeof seen, "stream %d has seen stream %d only up to op #%llu", s->id, prev->stream,
-                 (ull)upto);
+        snprintf(seen, sizeof seen, "%s %d has seen %s %d only up to %s #%llu", me_kind, s->id, pk, prev->stream,
+                 prev->op.dev < 0 ? "access" : "op", (ull)upto);
     else
-        snprintf(seen, sizeof seen, "stream %d has seen nothing of stream %d", s->id, prev->stream);
+        snprintf(seen, sizeof seen, "%s %d has seen nothing of %s %d", me_kind, s->id, pk, prev->stream);
     snprintf(msg, sizeof msg, "ppn sim: RACE on %s: %s of [0x%llx, +%zu B) by %s; previous %s by %s; no event "
              "chain orders them (%s)", blk, mode_name(a->mode), (ull)a->p, a->n, me, prev_w ? "write" : "read",
              other, seen);
     sim_ck_emit(g, PPN_ERACE, msg);
 }
 
-/* Check one history against the access, report the first conflict (once per op), then record the access. */
-static void check_hist(sim_gpu *g, const struct ppn_gstream *s, const sim_op *op, const sim_acc *a,
-                       const sim_raw *raw, const sim_block *b, sim_hist *h, int *reported)
+/* Check one history against the access and report the first conflict (once per op). */
+static void check_only(sim_gpu *g, const sim_who *s, const sim_opref *ref, const sim_acc *a, const sim_raw *raw,
+                       const sim_block *b, const sim_hist *h, int *reported)
 {
     int prev_w = 0;
     const sim_epoch *prev = hist_conflict(h, s, a->mode, &prev_w);
     if (prev && !*reported) {
-        report_race(g, s, op, a, raw, b, prev, prev_w);
+        report_race(g, s, ref, a, raw, b, prev, prev_w);
         *reported = 1;
     }
-    sim_epoch e = {s->id, op->ref.idx, op->ref};
-    if (hist_update(h, &e, a->mode) && !*reported) {
+}
+
+static void record(sim_gpu *g, const sim_who *s, const sim_opref *ref, int mode, sim_hist *h, int *reported)
+{
+    sim_epoch e = {s->id, ref->idx, *ref};
+    if (hist_update(h, &e, mode) && !*reported) {
         sim_ck_emit(g, PPN_ENOMEM, "ppn sim: out of host memory for access history");
         *reported = 1;
     }
 }
 
-static void check_access(sim_gpu *g, const struct ppn_gstream *s, const sim_op *op, const sim_acc *a,
-                         sim_raw *raw, int *reported)
+/* Check one history against the access, report the first conflict (once per op), then record the access. */
+static void check_hist(sim_gpu *g, const sim_who *s, const sim_opref *ref, const sim_acc *a, const sim_raw *raw,
+                       const sim_block *b, sim_hist *h, int *reported)
 {
+    check_only(g, s, ref, a, raw, b, h, reported);
+    record(g, s, ref, a->mode, h, reported);
+}
+
+/* ---- pinned host memory ------------------------------------------------------------------------------------ */
+
+/* Pinned host memory comes in host_alloc regions that the pinned arena sub-allocates without telling the
+ * backend, so it has no blocks. Its history is kept per range accessed instead: one record per exact range
+ * (the buffers are used whole, so each buffer soon has its own), checked against every record it overlaps. A
+ * write drops the records it covers: whatever they hold is ordered before it or was reported with it, so a
+ * later access ordered after the write is ordered after them too, and one that is not conflicts with it. */
+static sim_block *host_range(sim_raw *raw, ppn_dptr p, size_t n)
+{
+    for (int i = 0; i < raw->nblocks; i++)
+        if (raw->blocks[i]->base == p && raw->blocks[i]->bytes == n) return raw->blocks[i];
+    if (blocks_reserve(raw, 1)) return NULL;
+    sim_block *b = block_new(p, n, SIM_BLK_LIVE, "pinned");
+    if (b) raw->blocks[raw->nblocks++] = b;
+    return b;
+}
+
+static void check_host(sim_gpu *g, const sim_who *s, const sim_opref *ref, const sim_acc *a, sim_raw *raw,
+                       int *reported)
+{
+    for (int i = 0; i < raw->nblocks; i++) {
+        sim_block *b = raw->blocks[i];
+        if (overlaps(b->base, b->bytes, a->p, a->n)) check_only(g, s, ref, a, raw, b, &b->h, reported);
+    }
+    sim_block *x = host_range(raw, a->p, a->n);
+    if (!x) {
+        if (!*reported) sim_ck_emit(g, PPN_ENOMEM, "ppn sim: out of host memory for access history");
+        *reported = 1;
+        return;
+    }
+    if (a->mode & PPN_ACC_W) {
+        int j = 0;
+        for (int i = 0; i < raw->nblocks; i++) {
+            sim_block *b = raw->blocks[i];
+            if (b != x && in_range(a->p, a->n, b->base, b->bytes)) block_free(b);
+            else raw->blocks[j++] = b;
+        }
+        raw->nblocks = j;
+    }
+    record(g, s, ref, a->mode, &x->h, reported);
+}
+
+/* A host thread reads or writes [p, p+n) now (host_access), as its access number t->vc[t->id] (the caller has
+ * counted it). Pinned memory only: other memory is not tracked. */
+void sim_ck_host_access(sim_gpu *g, sim_thr *t, const void *p, size_t n, int mode, const char *what)
+{
+    sim_raw *raw = sim_raw_find(g, (ppn_dptr)(uintptr_t)p);
+    if (!raw || !raw->host || n == 0) return;
+    sim_opref ref = {t->id, -1, t->vc[t->id], (mode & PPN_ACC_W) ? "host write" : "host read", what};
+    sim_acc a = {(ppn_dptr)(uintptr_t)p, n, mode, -1, 0, 1, raw->serial, NULL};
+    char me[192], blk[192], msg[512];
+    if (!raw->live || !in_range(raw->base, raw->bytes, a.p, n)) {
+        sim_fmt_op(me, sizeof me, &ref);
+        fmt_block(blk, sizeof blk, raw, NULL);
+        snprintf(msg, sizeof msg, "ppn sim: %s: [0x%llx, +%zu B) by %s %s %s", !raw->live ? "USE AFTER FREE" :
+                 "ACCESS OUTSIDE A BLOCK", (ull)a.p, n, me, !raw->live ? "after host_free of" : "is not inside",
+                 blk);
+        sim_ck_emit(g, !raw->live ? PPN_EUSEAFTERFREE : PPN_EBOUNDS, msg);
+        return;
+    }
+    sim_who who = {t->id, t->vc, t->len};
+    int reported = 0;
+    check_host(g, &who, &ref, &a, raw, &reported);
+    /* A copy still running on it would touch the memory while the caller does (the report stands either way):
+     * wait for it, so the simulator itself never races (ThreadSanitizer runs these tests too). */
+    if (reported && raw->busy) {
+        raw->waiters++;
+        while (raw->busy) pthread_cond_wait(&g->busy_cv, &g->ck); /* pairs with sim_ck_exec_end */
+        raw->waiters--;
+    }
+}
+
+static void check_access(sim_gpu *g, const sim_who *s, const sim_op *op, const sim_acc *a, sim_raw *raw,
+                         int *reported)
+{
+    if (raw->host) {
+        check_host(g, s, &op->ref, a, raw, reported);
+        return;
+    }
     if (!carved_overlap(raw, a->p, a->n)) {
-        check_hist(g, s, op, a, raw, NULL, &raw->h, reported);
+        check_hist(g, s, &op->ref, a, raw, NULL, &raw->h, reported);
         return;
     }
     /* Records may have been split or merged by ALLOC since issue: check every one the range touches. */
     for (int i = blk_first_after(raw, a->p); i < raw->nblocks && raw->blocks[i]->base < a->p + a->n; i++)
-        check_hist(g, s, op, a, raw, raw->blocks[i], &raw->blocks[i]->h, reported);
+        check_hist(g, s, &op->ref, a, raw, raw->blocks[i], &raw->blocks[i]->h, reported);
 }
 
 /* Called on the worker with s's clock already advanced to this op. Emits op's issue-time finding, checks that
@@ -749,8 +865,9 @@ int sim_ck_exec_begin(sim_gpu *g, struct ppn_gstream *s, sim_op *op)
         raw->busy++;
         a->busy_raw = raw;
     }
+    sim_who who = {s->id, s->vc, s->vc_len};
     for (int i = 0; i < op->nacc; i++)
-        if (op->acc[i].busy_raw) check_access(g, s, op, &op->acc[i], op->acc[i].busy_raw, &reported);
+        if (op->acc[i].busy_raw) check_access(g, &who, op, &op->acc[i], op->acc[i].busy_raw, &reported);
     return reported;
 }
 
@@ -761,6 +878,6 @@ void sim_ck_exec_end(sim_gpu *g, sim_op *op)
         sim_raw *raw = op->acc[i].busy_raw;
         if (!raw) continue;
         op->acc[i].busy_raw = NULL;
-        if (--raw->busy == 0 && !raw->live) pthread_cond_broadcast(&g->busy_cv);
+        if (--raw->busy == 0 && (!raw->live || raw->waiters)) pthread_cond_broadcast(&g->busy_cv);
     }
 }

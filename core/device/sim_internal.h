@@ -44,7 +44,8 @@ typedef struct sim_rec {
     uint64_t vc[]; /* vc[i]: index of the last op of stream i that happens-before this point */
 } sim_rec;
 
-/* Who did an access: enough to name the op in a report. Copied by value; strings are static. */
+/* Who did an access: enough to name the op in a report. Copied by value; strings are static. A host thread's
+ * access has dev -1 and its thread's clock id as stream. */
 typedef struct sim_opref {
     int stream;
     int dev;
@@ -90,33 +91,57 @@ typedef struct sim_range {
     size_t bytes;
 } sim_range;
 
+/* One host thread's clock on one backend. Host threads take ids from the streams' id space, so one vector clock
+ * indexes both. vc[id] counts the thread's own host accesses; the rest is what its syncs and queries observed.
+ * Ops it issues merge vc first; a sync orders only this thread's later ops (and, through them, whatever waits
+ * on them): another thread's work is ordered after it only through streams and events. */
+typedef struct sim_thr {
+    const void *key; /* the owning thread's token (the address of a thread-local) */
+    int id;
+    uint64_t *vc;    /* under g->ck */
+    size_t len;
+    uint64_t ver;    /* bumped when vc changes */
+    sim_rec *snap;   /* vc at ver, shared by the ops issued since, or NULL */
+} sim_thr;
+
+/* What an access is checked with: the accessor's clock id and vector clock. */
+typedef struct sim_who {
+    int id;
+    const uint64_t *vc;
+    size_t len;
+} sim_who;
+
 /* One raw mem_alloc region. After mem_free it stays as a dead tombstone (memory released) until a new
  * allocation overlaps its range, so late accesses are named use-after-free rather than out of bounds. */
 typedef struct sim_raw {
     ppn_dptr base;
     size_t bytes;
-    int dev;
+    int dev;         /* -1: pinned host memory (host_alloc) */
+    int host;        /* pinned host memory: no blocks; blocks[] holds one record per range accessed (below) */
     uint64_t serial; /* unique per allocation: tells a reused address from the original */
     int live;
+    int waiters;     /* host accesses waiting for busy to drop to 0 */
     int busy;        /* ops executing on its memory right now; mem_free waits for 0 */
     size_t map_bytes; /* the reserved address range: SIM_VIEWS windows of stride bytes (munmapped at free) */
     size_t stride;    /* a window's length: bytes rounded to pages; window w starts at base + w * stride */
     uint32_t mapped;  /* bit w: window w maps the memory (0 always; others when first handed out) */
     sim_range *carved;
     int ncarved, capcarved;
-    sim_block **blocks; /* sorted by base, disjoint */
+    sim_block **blocks; /* sorted by base, disjoint; host: per accessed range, unsorted, may overlap */
     int nblocks, capblocks;
     sim_hist h;         /* history of accesses outside carved regions (the raw region is the block) */
 } sim_raw;
 
 /* One declared access of an op. want_dev: the device the memory must be on (-1: any); peer_ok: a peer grant
- * from want_dev to the memory's device also makes it legal. serial: the raw allocation resolved at enqueue. */
+ * from want_dev to the memory's device also makes it legal. serial: the raw allocation resolved at enqueue.
+ * host: the host side of a copy (checked only when it is pinned memory from host_alloc). */
 typedef struct sim_acc {
     ppn_dptr p;
     size_t n;
     int mode;
     int want_dev;
     int peer_ok;
+    int host;
     uint64_t serial;
     sim_raw *busy_raw; /* set while the op executes and holds a busy reference */
 } sim_acc;
@@ -169,7 +194,8 @@ struct ppn_gstream {
     int stop;               /* under lock */
     uint64_t *vc;           /* under g->ck: this stream's vector clock */
     size_t vc_len;          /* under g->ck */
-    uint64_t host_ver_seen; /* under g->ck: version of the host clock already attached to an op */
+    const sim_thr *seen_thr; /* under g->ck: the thread whose clock ... */
+    uint64_t seen_ver;       /* ... at this version was attached to an op of this stream last */
     struct sim_graph *cap;  /* the recording between capture_begin and capture_end (issuing thread only) */
     struct ppn_gstream *next_all, *prev_all; /* under g->lists */
 };
@@ -196,6 +222,7 @@ typedef struct sim_gpu {
     uint64_t peer_possible[SIM_MAX_DEVICES]; /* bit e of [d]: a grant d -> e is possible */
     char peer_env[128];
     int latency;
+    int thread_clocks; /* PPN_SIM_THREAD_CLOCKS=1: a clock per host thread; 0: one shared by every thread */
     sim_fail fails[SIM_MAX_FAILS];
     int nfails;
 
@@ -208,10 +235,9 @@ typedef struct sim_gpu {
     int nraws, capraws;
     uint64_t next_serial;                    /* under ck */
     int next_stream_id;                      /* under ck */
-    uint64_t *host_vc;                       /* under ck: what the host has observed (syncs, queries) */
-    size_t host_len;
-    uint64_t host_ver;                       /* under ck: bumped when host_vc grows */
-    sim_rec *host_snap;                      /* under ck: snapshot of host_vc at host_ver, or NULL */
+    uint64_t serial;                         /* unique per backend (thread-local caches of sim_thr) */
+    sim_thr **thrs;                          /* under ck: the host threads seen, each with its clock */
+    int nthrs, capthrs;
     ppn_status sticky;                       /* under ck: first report, until taken */
     char sticky_msg[1024];
     uint64_t counts[SIM_REP_KINDS];          /* under ck: reports per kind (SIM_REP_*) */
@@ -241,6 +267,8 @@ void sim_ck_emit_kind(sim_gpu *g, ppn_status st, int kind, const char *msg);
 ppn_status sim_ck_issue(sim_gpu *g, int dev, ppn_dptr p, size_t n, ppn_dptr *out);
 ppn_dptr sim_canonical(sim_gpu *g, ppn_dptr p, sim_raw **raw, unsigned *window);
 void sim_hist_clear(sim_hist *h);
+sim_thr *sim_thr_self(sim_gpu *g);
+void sim_ck_host_access(sim_gpu *g, sim_thr *t, const void *p, size_t n, int mode, const char *what);
 void sim_fmt_op(char *buf, size_t cap, const sim_opref *r);
 
 #endif
