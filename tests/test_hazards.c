@@ -128,6 +128,60 @@ static void test_hazard_stale_pointer_into_a_reused_block(void **state)
 }
 
 
+/* ---- launches confined to what they declare ------------------------------------------------------------------- */
+
+/* A fill kernel that writes one word more than its launch declares (the declaration says 250 words, the params
+ * 251), into a 1000 B slot of a 1024 B block: the write lands in the guard bytes, found when the block's free
+ * executes. With the params saying 250 it is clean. */
+static void test_hazard_undeclared_write_by_a_kernel(void **state)
+{
+    (void)state;
+    for (int planted = 0; planted < 2; planted++) {
+        ppn_gpu *g = open_sim();
+        ppn_gstream *s = tu_stream(g, 0);
+        ppn_pool *p = NULL;
+        assert_int_equal(ppn_pool_create(g, 0, 0, &p), PPN_OK);
+        ppn_dptr slot;
+        assert_int_equal(ppn_pool_alloc(p, 1000, s, "act", &slot), PPN_OK);
+        ppn_kp_fill kp;
+        ppn_launch l = tu_launch_fill(&kp, slot, 9, 250); /* declares 1000 B */
+        kp.n = 250 + planted;                             /* writes 1000 or 1004 B */
+        assert_int_equal(OPS(g)->launch(g, s, &l), PPN_OK);
+        assert_int_equal(OPS(g)->stream_sync(g, s), PPN_OK); /* the write itself is not seen */
+        /* the report is made when the free executes: the pool's event record after it may already return it */
+        ppn_status fst = ppn_pool_free(p, slot, s);
+        assert_true(fst == PPN_OK || (planted && fst == PPN_EBOUNDS));
+        OPS(g)->stream_sync(g, s);
+        if (planted) {
+            expect_report(g, PPN_EBOUNDS, "UNDECLARED WRITE", "'act'", "4 byte(s) past its 1000 B",
+                          "the first at +1000 B", "kernel ppn_k_fill", NULL);
+            assert_int_equal(counts(g).undeclared, 1);
+        } else {
+            expect_clean(g);
+        }
+        ppn_pool_destroy(p);
+        ppn_gpu_close(g);
+    }
+}
+
+/* The same past a raw allocation's size (found when it is freed). */
+static void test_hazard_undeclared_write_past_a_raw_allocation(void **state)
+{
+    (void)state;
+    ppn_gpu *g = open_sim();
+    ppn_gstream *s = tu_stream(g, 0);
+    ppn_dptr x = tu_dalloc(g, 0, 1000);
+    ppn_kp_fill kp;
+    ppn_launch l = tu_launch_fill(&kp, x, 9, 250);
+    kp.n = 251;
+    assert_int_equal(OPS(g)->launch(g, s, &l), PPN_OK);
+    assert_int_equal(OPS(g)->stream_sync(g, s), PPN_OK);
+    assert_int_equal(OPS(g)->mem_free(g, 0, x), PPN_OK);
+    expect_report(g, PPN_EBOUNDS, "UNDECLARED WRITE", "[1000 B, raw]", "when the allocation was freed", NULL);
+    assert_int_equal(counts(g).undeclared, 1);
+    ppn_gpu_close(g);
+}
+
 /* ---- pinned host memory -------------------------------------------------------------------------------------- */
 
 /* The readback pattern: a dtoh into pinned memory, the host reads it. Read before the sync: reported, whichever of
@@ -443,6 +497,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hazard_off_by_one_of_a_non_power_of_two_slot),
         cmocka_unit_test(test_hazard_stale_pointer_into_a_reused_block),
+        cmocka_unit_test(test_hazard_undeclared_write_by_a_kernel),
+        cmocka_unit_test(test_hazard_undeclared_write_past_a_raw_allocation),
         cmocka_unit_test(test_hazard_pinned_readback_before_the_sync),
         cmocka_unit_test(test_hazard_host_copies_declare_both_ends),
         cmocka_unit_test(test_hazard_two_threads_ordered_only_by_host_means),

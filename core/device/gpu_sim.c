@@ -627,6 +627,7 @@ static ppn_status sim_mem_alloc(ppn_gpu *gg, int dev, size_t bytes, ppn_dptr *ou
     }
     *raw = (sim_raw){.base = (ppn_dptr)(uintptr_t)mem, .bytes = bytes, .dev = dev, .live = 1,
                      .map_bytes = map_bytes, .stride = stride, .mapped = 1};
+    sim_ck_raw_guard_fill(raw);
     pthread_mutex_lock(&g->ck);
     raw->serial = ++g->next_serial;
     st = sim_raw_insert(g, raw);
@@ -679,6 +680,7 @@ static ppn_status sim_mem_free(ppn_gpu *gg, int dev, ppn_dptr p)
     }
     raw->live = 0;
     while (raw->busy) pthread_cond_wait(&g->busy_cv, &g->ck); /* pairs with sim_ck_exec_end */
+    sim_ck_raw_guard_check(g, raw);
     g->used[dev] -= raw->bytes;
     size_t map_bytes = raw->map_bytes;
     sim_raw_drop_contents(raw); /* a tombstone: range, device and serial only */

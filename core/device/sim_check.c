@@ -531,6 +531,10 @@ ppn_status sim_ck_free(sim_gpu *g, int dev, sim_op *op)
         sim_ck_resolve(g, op);
         b->state = SIM_BLK_FREED;
         b->freed_by = op->ref;
+        raw->free_pending++;
+        op->free_base = b->base;
+        op->free_serial = raw->serial;
+        op->free_req = b->armed_gen && b->armed_gen == b->gen ? b->req : 0;
         return PPN_OK;
     }
     op->nacc = 0; /* nothing to execute or record */
@@ -583,6 +587,14 @@ ppn_status sim_ck_issue(sim_gpu *g, int dev, ppn_dptr p, size_t n, ppn_dptr *out
     b->gen++;
     b->window = w;
     b->req = n;
+    b->armed_gen = 0;
+    /* Guard bytes past n, written now only when no free of this allocation's blocks is still queued (one could
+     * be the previous owner's, whose ops may still write there within its own size); else this generation goes
+     * unguarded. */
+    if (raw->free_pending == 0 && n < b->bytes) {
+        memset((void *)(uintptr_t)(p + n), SIM_CANARY, b->bytes - n);
+        b->armed_gen = b->gen;
+    }
     *out = p + (ppn_dptr)w * raw->stride;
     return PPN_OK;
 }
@@ -695,6 +707,71 @@ void sim_ck_resolve(sim_gpu *g, sim_op *op)
         if (op->acc[i].n == 0) continue;
         if (resolve_acc(g, op, &op->acc[i])) return;
     }
+}
+
+/* ---- guard bytes ------------------------------------------------------------------------------------------ */
+
+/* UNDECLARED WRITE: a kernel (or any op) wrote bytes no op declared. Declared accesses past a block's
+ * requested size are BOUNDS reports and are not executed, so bytes there change only by a write nobody
+ * declared: they hold SIM_CANARY from the block's hand-out (mem_issue) and an allocation's from mem_alloc,
+ * and are checked when the block's free executes and when the allocation is freed. The op is not named (the
+ * write was not declared): the block's last declared writers are, as the likely culprits. */
+static size_t guard_bad(ppn_dptr p, size_t n, size_t *first)
+{
+    const unsigned char *c = (const unsigned char *)(uintptr_t)p;
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        if (c[i] != SIM_CANARY && !bad++) *first = i;
+    return bad;
+}
+
+static void guard_report(sim_gpu *g, const sim_raw *raw, const sim_block *b, size_t size, size_t bad, size_t first,
+                         const char *when)
+{
+    char blk[192], who[256] = "no op declared a write into it", op[192], msg[1024];
+    fmt_block(blk, sizeof blk, raw, b);
+    const sim_hist *h = b ? &b->h : &raw->h;
+    for (int i = 0; i < h->nw && i < 2; i++) {
+        sim_fmt_op(op, sizeof op, &h->w[i].op);
+        size_t l = i ? strlen(who) : 0;
+        snprintf(who + l, sizeof who - l, "%s%s", i ? "; " : "its last declared write: ", op);
+    }
+    snprintf(msg, sizeof msg, "ppn sim: UNDECLARED WRITE into %s: %zu byte(s) past its %zu B (the first at +%zu B) "
+             "changed, found %s; no op declared a write there (%s)", blk, bad, size, size + first, when, who);
+    sim_ck_emit_kind(g, PPN_EBOUNDS, SIM_REP_UNDECLARED, msg);
+}
+
+/* A raw allocation's own guard: the bytes between its size and its window's end. */
+void sim_ck_raw_guard_fill(sim_raw *raw)
+{
+    if (raw->stride > raw->bytes)
+        memset((void *)(uintptr_t)(raw->base + raw->bytes), SIM_CANARY, raw->stride - raw->bytes);
+}
+
+/* mem_free (nothing executes on raw any more): its own guard and its live guarded blocks'. */
+void sim_ck_raw_guard_check(sim_gpu *g, sim_raw *raw)
+{
+    size_t first = 0, bad;
+    if (raw->stride > raw->bytes && (bad = guard_bad(raw->base + raw->bytes, raw->stride - raw->bytes, &first)))
+        guard_report(g, raw, NULL, raw->bytes, bad, first, "when the allocation was freed");
+    for (int i = 0; i < raw->nblocks && !raw->host; i++) {
+        sim_block *b = raw->blocks[i];
+        if (b->state != SIM_BLK_LIVE || !b->armed_gen || b->armed_gen != b->gen) continue;
+        if ((bad = guard_bad(b->base + b->req, b->bytes - b->req, &first)))
+            guard_report(g, raw, b, b->req, bad, first, "when its allocation was freed");
+    }
+}
+
+/* The free of a guarded block executes: every op of its allocation is ordered before this one (or was
+ * reported racing with it). */
+static void guard_check_free(sim_gpu *g, const sim_op *op, sim_raw *raw)
+{
+    size_t first = 0, bad;
+    int i = blk_first_after(raw, op->free_base);
+    sim_block *b = i < raw->nblocks ? raw->blocks[i] : NULL;
+    if (!b || b->base > op->free_base) return; /* reshaped since: no record names it any more */
+    if ((bad = guard_bad(op->free_base + op->free_req, b->bytes - op->free_req, &first)))
+        guard_report(g, raw, b, op->free_req, bad, first, "when the block's free executed");
 }
 
 /* ---- execution-time checks ---------------------------------------------------------------------------- */
@@ -844,6 +921,10 @@ static void check_access(sim_gpu *g, const sim_who *s, const sim_op *op, const s
 int sim_ck_exec_begin(sim_gpu *g, struct ppn_gstream *s, sim_op *op)
 {
     int reported = 0;
+    sim_raw *fr = op->free_serial ? sim_raw_find(g, op->free_base) : NULL;
+    if (fr && fr->serial != op->free_serial) fr = NULL;
+    if (fr) fr->free_pending--; /* a free of one of its blocks is no longer queued */
+    if (fr && op->free_req && op->verdict == PPN_OK) guard_check_free(g, op, fr);
     if (op->verdict != PPN_OK) {
         sim_ck_emit_kind(g, op->verdict, op->vkind >= 0 ? op->vkind : count_index(op->verdict), op->report);
         if (op->verdict != PPN_EPLACEMENT) return 1; /* its ranges may not be valid memory */

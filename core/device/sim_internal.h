@@ -20,6 +20,7 @@
 #define SIM_MAX_FAILS 16
 #define SIM_MAX_PRINTED 32 /* reports printed to stderr per backend; the rest are only counted */
 #define SIM_VIEWS 16       /* address windows per raw allocation: 0 its own, 1..15 aliases naming generations */
+#define SIM_CANARY 0xA5    /* guard byte: a block's bytes past its requested size, an allocation's past its size */
 
 /* Report kinds, as counted (struct ppn_sim_counts). */
 enum {
@@ -83,6 +84,7 @@ typedef struct sim_block {
     size_t req;         /* bytes requested by mem_issue for the current generation; 0: the whole block */
     uint32_t gen;       /* mem_issue calls so far: the generation the current one is */
     unsigned window;    /* the address window handed out for the current generation (0: none, own address) */
+    uint32_t armed_gen; /* the generation whose bytes past req hold SIM_CANARY (0: none) */
     sim_hist h;
 } sim_block;
 
@@ -121,6 +123,7 @@ typedef struct sim_raw {
     uint64_t serial; /* unique per allocation: tells a reused address from the original */
     int live;
     int waiters;     /* host accesses waiting for busy to drop to 0 */
+    int free_pending; /* PPN_ANN_FREE ops of its blocks issued and not yet executed */
     int busy;        /* ops executing on its memory right now; mem_free waits for 0 */
     size_t map_bytes; /* the reserved address range: SIM_VIEWS windows of stride bytes (munmapped at free) */
     size_t stride;    /* a window's length: bytes rounded to pages; window w starts at base + w * stride */
@@ -172,6 +175,9 @@ typedef struct sim_op {
     sim_rec *hsnap;     /* host clock to merge before the op, or NULL */
     uint64_t model_ns;  /* modelled duration (PPN_SIM_LATENCY=1), else 0 */
     int ann_dev;        /* FREE: the device the annotation names */
+    ppn_dptr free_base; /* FREE of a live block: the block (own address) and its allocation's serial, ... */
+    uint64_t free_serial;
+    size_t free_req;    /* ... and the bytes requested, when the bytes past them hold SIM_CANARY (else 0) */
     union {
         struct { ppn_dptr dst, src; void *hdst; const void *hsrc; size_t n; } cp;
         struct { ppn_dptr dst; unsigned char v; size_t n; } ms;
@@ -262,6 +268,8 @@ ppn_status sim_ck_free(sim_gpu *g, int dev, sim_op *op);
 void sim_ck_resolve(sim_gpu *g, sim_op *op);
 int sim_ck_exec_begin(sim_gpu *g, struct ppn_gstream *s, sim_op *op);
 void sim_ck_exec_end(sim_gpu *g, sim_op *op);
+void sim_ck_raw_guard_fill(sim_raw *raw);
+void sim_ck_raw_guard_check(sim_gpu *g, sim_raw *raw);
 void sim_ck_emit(sim_gpu *g, ppn_status st, const char *msg);
 void sim_ck_emit_kind(sim_gpu *g, ppn_status st, int kind, const char *msg);
 ppn_status sim_ck_issue(sim_gpu *g, int dev, ppn_dptr p, size_t n, ppn_dptr *out);
