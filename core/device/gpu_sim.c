@@ -8,8 +8,10 @@
  *   PPN_SIM_MEM      capacity per device in bytes, suffix K, M, G or T (binary) allowed (default 8G). Host
  *                    memory is taken per mem_alloc, not up front.
  *   PPN_SIM_PEER     all (default) | none | pairs "0-1,2-3": which peer grants are possible (symmetric)
- *   PPN_SIM_FAIL     "kind:K,..." with kind alloc (mem_alloc), copy (htod, dtoh, dtod, peer), launch or
- *                    record (event_record): the K-th such call (1-based, per backend) fails
+ *   PPN_SIM_FAIL     "kind:K,..." with kind alloc (mem_alloc), copy (htod, dtoh, dtod, peer), launch, record
+ *                    (event_record), wait (stream_wait_event), memset, hostfn (host_fn), free (mem_free,
+ *                    host_free), stream (stream_create) or event (event_create): the K-th such call (1-based,
+ *                    per backend) fails, with PPN_ENOMEM (alloc) or PPN_EDRIVER, and does nothing
  *   PPN_SIM_LATENCY  1: each op takes a modelled time (K in 2..1000: K times it) (launch 4 us, a kernel replayed from a graph 1 us; copy
  *                    5 us + bytes at 1 TB/s on a device, 50 GB/s peer, 20 GB/s host or host-staged); 0
  *                    (default): ops run as fast as they can. The launch/graph ratio is the H200's (DESIGN.md:
@@ -130,10 +132,13 @@ static ppn_status parse_peer(sim_gpu *g)
     }
 }
 
+static const char *const fail_names[SIM_FAIL_KINDS] = {"alloc",  "copy",   "launch", "record", "wait",
+                                                        "memset", "hostfn", "free",   "stream", "event"};
+
 /* PPN_SIM_FAIL is a TEXT of the table: its kinds are the sim's, so it is checked here. */
 static ppn_status parse_fail(sim_gpu *g)
 {
-    static const char *const kinds[SIM_FAIL_KINDS] = {"alloc", "copy", "launch", "record"};
+    const char *const *kinds = fail_names;
     const char *v;
     PPN_CHECK(ppn_env_str("PPN_SIM_FAIL", &v));
     if (!v) return PPN_OK;
@@ -150,7 +155,8 @@ static ppn_status parse_fail(sim_gpu *g)
         const char *end;
         if (kind < 0 || parse_u64(s, &end, &n) || n == 0 || (*end && *end != ',') || (*end == ',' && !end[1]))
             return ppn_err(PPN_EINVAL, "PPN_SIM_FAIL='%s' is invalid: it must be a comma-separated list of "
-                           "kind:K with kind alloc, copy, launch or record and K >= 1 (e.g. alloc:3,launch:10)",
+                           "kind:K with kind alloc, copy, launch, record, wait, memset, hostfn, free, stream or event "
+                           "and K >= 1 (e.g. alloc:3,launch:10)",
                            v);
         if (g->nfails == SIM_MAX_FAILS)
             return ppn_err(PPN_EINVAL, "PPN_SIM_FAIL='%s' is invalid: it must have at most %d entries", v,
@@ -359,8 +365,7 @@ static int fail_hit(sim_gpu *g, int kind, uint64_t *nth)
 
 static ppn_status injected(int kind, uint64_t nth, ppn_status st)
 {
-    static const char *const names[SIM_FAIL_KINDS] = {"alloc", "copy", "launch", "record"};
-    return ppn_err(st, "sim: injected failure of %s #%llu (PPN_SIM_FAIL)", names[kind], (ull)nth);
+    return ppn_err(st, "sim: injected failure of %s #%llu (PPN_SIM_FAIL)", fail_names[kind], (ull)nth);
 }
 
 /* Under ck: attach the issuing thread's clock to op unless s has already seen that version of it. */
@@ -666,7 +671,12 @@ static ppn_status sim_mem_free(ppn_gpu *gg, int dev, ppn_dptr p)
     sim_gpu *g = sim_of(gg);
     if (!valid_dev(g, dev)) return bad_dev(g, "mem_free", dev);
     if (p == 0) return ppn_err(PPN_EINVAL, "sim: mem_free(dev %d, 0): null pointer", dev);
+    uint64_t nth;
     pthread_mutex_lock(&g->ck);
+    if (fail_hit(g, SIM_FAIL_FREE, &nth)) { /* nothing freed */
+        pthread_mutex_unlock(&g->ck);
+        return injected(SIM_FAIL_FREE, nth, PPN_EDRIVER);
+    }
     sim_raw *raw = sim_raw_find(g, p);
     if (!raw || raw->base != p || !raw->live) {
         ppn_status st = bad_free(g, dev, p, raw);
@@ -719,8 +729,13 @@ static ppn_status sim_host_alloc(ppn_gpu *gg, size_t bytes, void **out)
 static ppn_status sim_host_free(ppn_gpu *gg, void *p, size_t bytes)
 {
     sim_gpu *g = sim_of(gg);
+    uint64_t nth;
     if (!p) return PPN_OK;
     pthread_mutex_lock(&g->ck);
+    if (fail_hit(g, SIM_FAIL_FREE, &nth)) { /* nothing freed */
+        pthread_mutex_unlock(&g->ck);
+        return injected(SIM_FAIL_FREE, nth, PPN_EDRIVER);
+    }
     sim_raw *raw = sim_raw_find(g, (ppn_dptr)(uintptr_t)p);
     if (raw && raw->host && raw->live && raw->base == (ppn_dptr)(uintptr_t)p) {
         raw->live = 0;
@@ -749,6 +764,11 @@ static ppn_status sim_stream_create(ppn_gpu *gg, int dev, ppn_gstream **out)
     sim_gpu *g = sim_of(gg);
     if (!valid_dev(g, dev)) return bad_dev(g, "stream_create", dev);
     if (!out) return ppn_err(PPN_EINVAL, "sim: stream_create: out is NULL");
+    uint64_t nth;
+    pthread_mutex_lock(&g->ck);
+    int fail = fail_hit(g, SIM_FAIL_STREAM, &nth);
+    pthread_mutex_unlock(&g->ck);
+    if (fail) return injected(SIM_FAIL_STREAM, nth, PPN_EDRIVER);
     ppn_gstream *s = calloc(1, sizeof *s);
     if (!s) return ppn_err(PPN_ENOMEM, "sim: stream_create on dev %d: out of host memory", dev);
     s->g = g;
@@ -829,6 +849,11 @@ static ppn_status sim_event_create(ppn_gpu *gg, int dev, int timing, ppn_gevent 
     sim_gpu *g = sim_of(gg);
     if (!valid_dev(g, dev)) return bad_dev(g, "event_create", dev);
     if (!out) return ppn_err(PPN_EINVAL, "sim: event_create: out is NULL");
+    uint64_t nth;
+    pthread_mutex_lock(&g->ck);
+    int fail = fail_hit(g, SIM_FAIL_EVENT, &nth);
+    pthread_mutex_unlock(&g->ck);
+    if (fail) return injected(SIM_FAIL_EVENT, nth, PPN_EDRIVER);
     ppn_gevent *e = calloc(1, sizeof *e);
     if (!e) return ppn_err(PPN_ENOMEM, "sim: event_create on dev %d: out of host memory", dev);
     e->dev = dev;
@@ -879,9 +904,11 @@ static ppn_status sim_stream_wait_event(ppn_gpu *gg, ppn_gstream *s, ppn_gevent 
     pthread_mutex_lock(&g->sync);
     sim_rec *rec = rec_ref(e->latest);
     pthread_mutex_unlock(&g->sync);
-    if (!rec) {
+    if (!rec) { /* nothing to wait for: still a call that can fail */
+        uint64_t nth;
         pthread_mutex_lock(&g->ck);
         ppn_status st = sticky_status(g);
+        if (st == PPN_OK && fail_hit(g, SIM_FAIL_WAIT, &nth)) st = injected(SIM_FAIL_WAIT, nth, PPN_EDRIVER);
         pthread_mutex_unlock(&g->ck);
         return st;
     }
@@ -891,7 +918,7 @@ static ppn_status sim_stream_wait_event(ppn_gpu *gg, ppn_gstream *s, ppn_gevent 
         return ppn_err(PPN_ENOMEM, "sim: stream_wait_event: out of host memory");
     }
     op->u.ev.rec = rec;
-    return submit(g, s, op, -1, NULL);
+    return submit(g, s, op, SIM_FAIL_WAIT, NULL);
 }
 
 /* After the host saw rec executed (takes ck): order later host-issued work after it, return the sticky error. */
@@ -1057,7 +1084,7 @@ static ppn_status sim_memset_d8(ppn_gpu *gg, ppn_gstream *s, ppn_dptr dst, unsig
     op->u.ms.n = n;
     op->model_ns = copy_model(g, n, 1000.0);
     if (n) op_acc(op, dst, n, PPN_ACC_W, s->dev, 1);
-    return submit(g, s, op, -1, NULL);
+    return submit(g, s, op, SIM_FAIL_MEMSET, NULL);
 }
 
 static ppn_status check_launch(const ppn_gpu *g, const ppn_launch *l)
@@ -1171,7 +1198,7 @@ static ppn_status sim_host_fn(ppn_gpu *gg, ppn_gstream *s, ppn_host_fn fn, void 
     if (!op) return ppn_err(PPN_ENOMEM, "sim: host_fn: out of host memory");
     op->u.hf.fn = fn;
     op->u.hf.arg = arg;
-    return submit(sim_of(gg), s, op, -1, NULL);
+    return submit(sim_of(gg), s, op, SIM_FAIL_HOSTFN, NULL);
 }
 
 /* ---- graphs ---------------------------------------------------------------------------------------------- */

@@ -218,7 +218,20 @@ typedef struct sim_fail {
     uint64_t k;
 } sim_fail;
 
-enum { SIM_FAIL_ALLOC, SIM_FAIL_COPY, SIM_FAIL_LAUNCH, SIM_FAIL_RECORD, SIM_FAIL_KINDS };
+/* PPN_SIM_FAIL kinds (gpu_sim.c's fail_names spells them): every op kind of the backend can fail. */
+enum {
+    SIM_FAIL_ALLOC,  /* mem_alloc */
+    SIM_FAIL_COPY,   /* copy_htod, copy_dtoh, copy_dtod, copy_peer */
+    SIM_FAIL_LAUNCH, /* launch (each kernel of a graph replay too) */
+    SIM_FAIL_RECORD, /* event_record */
+    SIM_FAIL_WAIT,   /* stream_wait_event */
+    SIM_FAIL_MEMSET, /* memset_d8 */
+    SIM_FAIL_HOSTFN, /* host_fn */
+    SIM_FAIL_FREE,   /* mem_free, host_free */
+    SIM_FAIL_STREAM, /* stream_create */
+    SIM_FAIL_EVENT,  /* event_create */
+    SIM_FAIL_KINDS
+};
 
 typedef struct sim_gpu {
     struct ppn_gpu base; /* first: a ppn_gpu * is a sim_gpu * */
