@@ -178,6 +178,7 @@ ppn_status ppn_seq_drop_inflight(ppn_seq *q)
     for (int ring = 0; ring < PPN_MAX_INFLIGHT; ring++) {
         if (!q->ring_step[ring]) continue;
         ppn_gen_wait(&q->done_gen[ring], q->ring_step[ring], m->map->door.spin);
+        m->rt->g->ops->host_acquire(m->rt->g, &q->done_gen[ring]);
         ppn_seq_retire(q, ring);
     }
     return ppn_model_failed(m);

@@ -9,6 +9,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -492,6 +494,54 @@ static void test_hazard_two_threads_ordered_only_by_host_means(void **state)
     }
 }
 
+typedef struct handed {
+    ppn_gpu *g;
+    ppn_gstream *own;
+    ppn_dptr x;
+    _Atomic int posted;
+    uint32_t got;
+} handed;
+
+static void *adopter_main(void *arg)
+{
+    handed *h = arg;
+    while (!atomic_load(&h->posted)) sched_yield(); /* the host means: a flag */
+    OPS(h->g)->host_acquire(h->g, &h->posted);
+    uint32_t w[256];
+    OPS(h->g)->copy_dtoh(h->g, h->own, w, h->x, sizeof w);
+    OPS(h->g)->stream_sync(h->g, h->own);
+    h->got = w[255];
+    return NULL;
+}
+
+/* With a clock per thread, a hand-off by host means is declared with host_release / host_acquire: the thread
+ * that acquires is ordered after what the releasing thread had synced. Without the acquire, it is reported. */
+static void test_hazard_host_handoff_declared(void **state)
+{
+    (void)state;
+    for (int planted = 0; planted < 2; planted++) {
+        tu_env_set("PPN_SIM_THREAD_CLOCKS", "1");
+        ppn_gpu *g = open_sim();
+        tu_env_restore();
+        ppn_gstream *w = tu_stream(g, 0);
+        handed h = {g, tu_stream(g, 0), tu_dalloc(g, 0, 1024), 0, 0};
+        pthread_t th;
+        assert_int_equal(pthread_create(&th, NULL, adopter_main, &h), 0);
+        assert_int_equal(tu_fill(g, w, h.x, 8, 256), PPN_OK);
+        assert_int_equal(OPS(g)->stream_sync(g, w), PPN_OK);
+        if (!planted) OPS(g)->host_release(g, &h.posted);
+        atomic_store(&h.posted, 1);
+        pthread_join(th, NULL);
+        if (planted) {
+            expect_report(g, PPN_ERACE, "copy dtoh", "kernel ppn_k_fill", NULL);
+        } else {
+            assert_int_equal(h.got, 8);
+            expect_clean(g);
+        }
+        ppn_gpu_close(g);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -502,6 +552,7 @@ int main(void)
         cmocka_unit_test(test_hazard_pinned_readback_before_the_sync),
         cmocka_unit_test(test_hazard_host_copies_declare_both_ends),
         cmocka_unit_test(test_hazard_two_threads_ordered_only_by_host_means),
+        cmocka_unit_test(test_hazard_host_handoff_declared),
         cmocka_unit_test(test_hazard_upload_staging_refilled_without_its_wait),
         cmocka_unit_test(test_hazard_host_staged_boundary_without_the_consumer_wait),
         cmocka_unit_test(test_hazard_seq_destroy_with_steps_in_flight),

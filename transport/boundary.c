@@ -90,6 +90,7 @@ ppn_status ppn_boundary_send(ppn_boundary *b, ppn_gpu *g, ppn_gstream *s, int k,
     size_t n = sent_bytes(b, rows);
     if (sl->last_step) { /* the slot's previous step must have been released by the consumer */
         ppn_gen_wait(&sl->rx_gen, sl->last_step, spin);
+        g->ops->host_acquire(g, &sl->rx_gen); /* the sim checker's view of that hand-off */
         PPN_CHECK(wait_event(g, s, sl->ev_rx, 0));
     }
     if (b->xport == PPN_XPORT_HOST) PPN_CHECK(g->ops->copy_dtoh(g, s, sl->host, io, n));
@@ -98,6 +99,7 @@ ppn_status ppn_boundary_send(ppn_boundary *b, ppn_gpu *g, ppn_gstream *s, int k,
     sl->last_step = step + 1;
     b->sends++;
     b->overlap_steps += k;
+    g->ops->host_release(g, &sl->tx_gen);
     ppn_gen_post(&sl->tx_gen, step + 1); /* release: pairs with the acquire in the consumer's recv */
     return PPN_OK;
 }
@@ -106,6 +108,7 @@ ppn_status ppn_boundary_release(ppn_boundary *b, ppn_gpu *g, ppn_gstream *s, int
 {
     ppn_slot *sl = &b->slot[k];
     PPN_CHECK(g->ops->event_record(g, sl->ev_rx, s));
+    g->ops->host_release(g, &sl->rx_gen);
     ppn_gen_post(&sl->rx_gen, step + 1); /* release: pairs with the acquire in the producer's send */
     return PPN_OK;
 }
@@ -116,6 +119,7 @@ ppn_status ppn_boundary_recv(ppn_boundary *b, ppn_gpu *g, ppn_gstream *s, int k,
     ppn_slot *sl = &b->slot[k];
     size_t n = sent_bytes(b, rows);
     ppn_gen_wait(&sl->tx_gen, step + 1, spin); /* the producer recorded ev_tx for this step */
+    g->ops->host_acquire(g, &sl->tx_gen);
     PPN_CHECK(wait_event(g, s, sl->ev_tx, 1));
     switch (b->xport) {
     case PPN_XPORT_INPLACE:

@@ -156,6 +156,12 @@ struct ppn_gpu_ops {
      * ordered by what this thread has synchronised with (a report is sticky, like any other); memory that is
      * not pinned is ignored. cuda: nothing. */
     void (*host_access)(ppn_gpu *g, const void *p, size_t n, int mode, const char *what);
+    /* A hand-off between host threads by host means (a queue, a generation word, a mutex) that the sim
+     * checker cannot see: release before the signal (what the calling thread has observed is published under
+     * key), acquire after the wait (the calling thread adopts what was published under key). Only matters with
+     * PPN_SIM_THREAD_CLOCKS=1, where a sync orders only the syncing thread's later ops. cuda: nothing. */
+    void (*host_release)(ppn_gpu *g, const void *key);
+    void (*host_acquire)(ppn_gpu *g, const void *key);
 
     /* Kernel profile (PPN_KPROF=1; a diagnostics path). kprof_read harvests the launches that have completed
      * and writes one entry per kernel with calls > 0, in kernel-id order, at most max of them; it returns the

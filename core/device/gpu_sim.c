@@ -1336,6 +1336,50 @@ static void sim_host_access(ppn_gpu *gg, const void *p, size_t n, int mode, cons
     pthread_mutex_unlock(&g->ck);
 }
 
+/* Under ck: the hand-off record of key, made on first use; NULL when out of host memory. */
+static sim_handoff *handoff_of(sim_gpu *g, const void *key)
+{
+    for (int i = 0; i < g->nhandoffs; i++)
+        if (g->handoffs[i].key == key) return &g->handoffs[i];
+    if (g->nhandoffs == g->caphandoffs) {
+        int nc = g->caphandoffs ? 2 * g->caphandoffs : 16;
+        sim_handoff *na = realloc(g->handoffs, (size_t)nc * sizeof *na);
+        if (!na) return NULL;
+        g->handoffs = na;
+        g->caphandoffs = nc;
+    }
+    g->handoffs[g->nhandoffs] = (sim_handoff){key, NULL, 0};
+    return &g->handoffs[g->nhandoffs++];
+}
+
+/* Publish what the calling thread has observed under key (joined with earlier releases under it). A key is
+ * usually a field of the object handed over; records are kept until the backend is closed. */
+static void sim_host_release(ppn_gpu *gg, const void *key)
+{
+    sim_gpu *g = sim_of(gg);
+    pthread_mutex_lock(&g->ck);
+    sim_thr *t = sim_thr_self(g);
+    sim_handoff *h = t ? handoff_of(g, key) : NULL;
+    if (!h || vc_grow(&h->vc, &h->len, t->len))
+        sim_ck_emit(g, PPN_ENOMEM, "ppn sim: out of host memory for a host hand-off");
+    else
+        vc_merge(h->vc, h->len, t->vc, t->len);
+    pthread_mutex_unlock(&g->ck);
+}
+
+/* The calling thread adopts what was released under key (nothing when nothing was). */
+static void sim_host_acquire(ppn_gpu *gg, const void *key)
+{
+    sim_gpu *g = sim_of(gg);
+    pthread_mutex_lock(&g->ck);
+    sim_handoff *h = NULL;
+    for (int i = 0; i < g->nhandoffs && !h; i++)
+        if (g->handoffs[i].key == key) h = &g->handoffs[i];
+    if (h && host_merge(g, h->vc, h->len) != PPN_OK)
+        sim_ck_emit(g, PPN_ENOMEM, "ppn sim: out of host memory for a host hand-off");
+    pthread_mutex_unlock(&g->ck);
+}
+
 ppn_dptr ppn_gpu_sim_canonical(ppn_gpu *gg, ppn_dptr p)
 {
     if (!gg || gg->ops != &sim_ops) return p;
@@ -1377,6 +1421,8 @@ static void sim_destroy(ppn_gpu *gg)
         free(g->thrs[i]);
     }
     free(g->thrs);
+    for (int i = 0; i < g->nhandoffs; i++) free(g->handoffs[i].vc);
+    free(g->handoffs);
     pthread_mutex_destroy(&g->ck);
     pthread_cond_destroy(&g->busy_cv);
     pthread_mutex_destroy(&g->sync);
@@ -1502,6 +1548,8 @@ static const struct ppn_gpu_ops sim_ops = {
     .mem_annotate = sim_mem_annotate,
     .mem_issue = sim_mem_issue,
     .host_access = sim_host_access,
+    .host_release = sim_host_release,
+    .host_acquire = sim_host_acquire,
     .kprof_read = sim_kprof_read,
     .kprof_reset = sim_kprof_reset,
     .capture_begin = sim_capture_begin,

@@ -34,11 +34,11 @@
  * thread's clock, and the next op that thread issues merges it first (host order is real order in CUDA too).
  * With PPN_SIM_THREAD_CLOCKS=1 every host thread has its own clock, so a sync orders only the syncing
  * thread's later ops, and a two-thread program whose threads are ordered only by host means (a mutex, a
- * queue, thread creation) is reported whatever the timing; the hand-off the checker sees between threads is
- * a stream (ops of one stream are ordered whoever issued them) or an event. By default (0) every thread
- * shares one clock, as before: the runtime hands work to its stage threads through queues the checker does
- * not see (sched/issue.c), so per-thread clocks would report those hand-offs. An earlier access by stream j
- * at clock c happens-before the current op of stream i iff c <= VC_i[j].
+ * queue, thread creation) is reported whatever the timing, unless the hand-off is declared: host_release
+ * before the signal publishes the thread's clock under a key, host_acquire after the wait merges it. By
+ * default (0) every thread shares one clock, as before: the runtime's hand-offs to and from its stage
+ * threads (core/step.c, core/pending.c) are not declared yet (model.c, seq.c and boundary.c declare theirs).
+ * An earlier access by stream j at clock c happens-before the current op of stream i iff c <= VC_i[j].
  *
  * PINNED HOST MEMORY. host_alloc regions are tracked too: the host side of copy_htod (a read) and copy_dtoh
  * (a write) is declared as an access of the issuing stream, and a host thread declares its own reads and

@@ -106,6 +106,13 @@ typedef struct sim_thr {
     sim_rec *snap;   /* vc at ver, shared by the ops issued since, or NULL */
 } sim_thr;
 
+/* What host_release published under a key: the join of the releasing threads' clocks. */
+typedef struct sim_handoff {
+    const void *key;
+    uint64_t *vc;
+    size_t len;
+} sim_handoff;
+
 /* What an access is checked with: the accessor's clock id and vector clock. */
 typedef struct sim_who {
     int id;
@@ -257,6 +264,8 @@ typedef struct sim_gpu {
     uint64_t serial;                         /* unique per backend (thread-local caches of sim_thr) */
     sim_thr **thrs;                          /* under ck: the host threads seen, each with its clock */
     int nthrs, capthrs;
+    struct sim_handoff *handoffs;            /* under ck: host_release snapshots by key */
+    int nhandoffs, caphandoffs;
     ppn_status sticky;                       /* under ck: first report, until taken */
     char sticky_msg[1024];
     uint64_t counts[SIM_REP_KINDS];          /* under ck: reports per kind (SIM_REP_*) */
