@@ -273,6 +273,48 @@ static void test_hazard_host_copies_declare_both_ends(void **state)
     }
 }
 
+/* A host function declares what it touches too (host_access inside it is an access of its op): reading pinned
+ * memory that a dtoh of another stream writes, with no event between them, is a race; on the dtoh's own stream,
+ * after it, it is clean. */
+typedef struct hostfn_arg {
+    ppn_gpu *g;
+    const uint32_t *h;
+    uint32_t seen;
+} hostfn_arg;
+
+static void hostfn_reader(void *arg)
+{
+    hostfn_arg *a = arg;
+    OPS(a->g)->host_access(a->g, a->h, 1024, PPN_ACC_R, "staged rows");
+    a->seen = 1;
+}
+
+static void test_hazard_host_function_access(void **state)
+{
+    (void)state;
+    for (int planted = 0; planted < 2; planted++) {
+        ppn_gpu *g = open_sim();
+        ppn_gstream *a = tu_stream(g, 0), *b = tu_stream(g, 0);
+        ppn_dptr x = tu_dalloc(g, 0, 1024);
+        uint32_t *h = NULL;
+        assert_int_equal(OPS(g)->host_alloc(g, 4096, (void **)&h), PPN_OK);
+        assert_int_equal(tu_fill(g, a, x, 4, 256), PPN_OK);
+        assert_int_equal(OPS(g)->copy_dtoh(g, a, h, x, 1024), PPN_OK);
+        hostfn_arg arg = {g, h, 0};
+        assert_int_equal(OPS(g)->host_fn(g, planted ? b : a, hostfn_reader, &arg), PPN_OK);
+        OPS(g)->stream_sync(g, a);
+        OPS(g)->stream_sync(g, b);
+        assert_int_equal(arg.seen, 1);
+        if (planted) {
+            expect_report(g, PPN_ERACE, "RACE on pinned host range", "op #1 host fn read staged rows", NULL);
+        } else {
+            expect_clean(g);
+        }
+        assert_int_equal(OPS(g)->host_free(g, h, 4096), PPN_OK);
+        ppn_gpu_close(g);
+    }
+}
+
 /* ---- the runtime: upload staging, host-staged boundary, destroy and publish in flight -------------------------- */
 
 static ppn_rt *rt_with(const char *var, const char *val)
@@ -551,6 +593,7 @@ int main(void)
         cmocka_unit_test(test_hazard_undeclared_write_past_a_raw_allocation),
         cmocka_unit_test(test_hazard_pinned_readback_before_the_sync),
         cmocka_unit_test(test_hazard_host_copies_declare_both_ends),
+        cmocka_unit_test(test_hazard_host_function_access),
         cmocka_unit_test(test_hazard_two_threads_ordered_only_by_host_means),
         cmocka_unit_test(test_hazard_host_handoff_declared),
         cmocka_unit_test(test_hazard_upload_staging_refilled_without_its_wait),

@@ -154,7 +154,8 @@ struct ppn_gpu_ops {
     /* The calling thread reads or writes [p, p+n) of pinned host memory (host_alloc) now (mode PPN_ACC_*; what
      * names the buffer in reports). sim: checked at once against the copies whose host side touches it,
      * ordered by what this thread has synchronised with (a report is sticky, like any other); memory that is
-     * not pinned is ignored. cuda: nothing. */
+     * not pinned is ignored. Called inside a host function (host_fn), it declares an access of that op,
+     * ordered as its stream. cuda: nothing. */
     void (*host_access)(ppn_gpu *g, const void *p, size_t n, int mode, const char *what);
     /* A hand-off between host threads by host means (a queue, a generation word, a mutex) that the sim
      * checker cannot see: release before the signal (what the calling thread has observed is published under

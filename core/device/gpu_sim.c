@@ -462,6 +462,13 @@ static void model_wait(uint64_t deadline)
     }
 }
 
+/* The host function running on this worker thread, so its host_access calls count as its op's accesses. */
+static _Thread_local struct {
+    sim_gpu *g;
+    ppn_gstream *s;
+    sim_op *op;
+} exec_cur;
+
 static void exec_body(sim_op *op)
 {
     switch (op->kind) {
@@ -473,7 +480,7 @@ static void exec_body(sim_op *op)
         break;
     case SIM_OP_MEMSET: memset((void *)(uintptr_t)op->u.ms.dst, op->u.ms.v, op->u.ms.n); break;
     case SIM_OP_LAUNCH: op->u.k.cpu(op->u.k.params); break;
-    case SIM_OP_HOSTFN: op->u.hf.fn(op->u.hf.arg); break;
+    case SIM_OP_HOSTFN: op->u.hf.fn(op->u.hf.arg); break; /* exec_cur names it (exec_op) */
     default: break;
     }
 }
@@ -514,7 +521,9 @@ static void exec_op(sim_gpu *g, ppn_gstream *s, sim_op *op)
     pthread_mutex_unlock(&g->ck);
     int timed = kp_of(g)->on && op->kind == SIM_OP_LAUNCH && !skip;
     uint64_t k0 = timed ? now_ns() : 0;
+    if (op->kind == SIM_OP_HOSTFN) exec_cur.g = g, exec_cur.s = s, exec_cur.op = op;
     if (!skip) exec_body(op);
+    exec_cur.g = NULL;
     if (timed) kprof_add(g, op, now_ns() - k0); /* the reference alone: not the modelled latency */
     if (op->model_ns) model_wait(t0 + op->model_ns);
     pthread_mutex_lock(&g->ck);
@@ -1324,13 +1333,26 @@ static void sim_host_access(ppn_gpu *gg, const void *p, size_t n, int mode, cons
 {
     sim_gpu *g = sim_of(gg);
     pthread_mutex_lock(&g->ck);
+    const char *how = (mode & PPN_ACC_W) ? "host write" : "host read";
+    if (exec_cur.g == g) { /* inside a host function: an access of its op, on its stream's clock */
+        ppn_gstream *s = exec_cur.s;
+        sim_who who = {s->id, s->vc, s->vc_len};
+        sim_opref ref = exec_cur.op->ref;
+        ref.what = mode & PPN_ACC_W ? "host fn write" : "host fn read";
+        ref.name = what;
+        sim_ck_host_access(g, &who, &ref, p, n, mode);
+        pthread_mutex_unlock(&g->ck);
+        return;
+    }
     sim_thr *t = sim_thr_self(g);
     if (t) { /* a new event of the thread: ops it issues from now on carry it */
         t->vc[t->id]++;
         t->ver++;
         rec_unref(t->snap);
         t->snap = NULL;
-        sim_ck_host_access(g, t, p, n, mode, what);
+        sim_who who = {t->id, t->vc, t->len};
+        sim_opref ref = {t->id, -1, t->vc[t->id], how, what};
+        sim_ck_host_access(g, &who, &ref, p, n, mode);
     } else
         sim_ck_emit(g, PPN_ENOMEM, "ppn sim: out of host memory for a host thread's clock");
     pthread_mutex_unlock(&g->ck);

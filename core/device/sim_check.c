@@ -869,13 +869,13 @@ static void check_host(sim_gpu *g, const sim_who *s, const sim_opref *ref, const
     record(g, s, ref, a->mode, &x->h, reported);
 }
 
-/* A host thread reads or writes [p, p+n) now (host_access), as its access number t->vc[t->id] (the caller has
- * counted it). Pinned memory only: other memory is not tracked. */
-void sim_ck_host_access(sim_gpu *g, sim_thr *t, const void *p, size_t n, int mode, const char *what)
+/* A host_access of [p, p+n) now, by who as ref: a host thread's access (the caller has counted it in the
+ * thread's clock) or a host function's (the stream's op). Pinned memory only: other memory is not tracked. */
+void sim_ck_host_access(sim_gpu *g, const sim_who *who, const sim_opref *op, const void *p, size_t n, int mode)
 {
     sim_raw *raw = sim_raw_find(g, (ppn_dptr)(uintptr_t)p);
     if (!raw || !raw->host || n == 0) return;
-    sim_opref ref = {t->id, -1, t->vc[t->id], (mode & PPN_ACC_W) ? "host write" : "host read", what};
+    sim_opref ref = *op;
     sim_acc a = {(ppn_dptr)(uintptr_t)p, n, mode, -1, 0, 1, raw->serial, NULL};
     char me[192], blk[192], msg[512];
     if (!raw->live || !in_range(raw->base, raw->bytes, a.p, n)) {
@@ -887,9 +887,8 @@ void sim_ck_host_access(sim_gpu *g, sim_thr *t, const void *p, size_t n, int mod
         sim_ck_emit(g, !raw->live ? PPN_EUSEAFTERFREE : PPN_EBOUNDS, msg);
         return;
     }
-    sim_who who = {t->id, t->vc, t->len};
     int reported = 0;
-    check_host(g, &who, &ref, &a, raw, &reported);
+    check_host(g, who, &ref, &a, raw, &reported);
     /* A copy still running on it would touch the memory while the caller does (the report stands either way):
      * wait for it, so the simulator itself never races (ThreadSanitizer runs these tests too). */
     if (reported && raw->busy) {

@@ -298,7 +298,7 @@ ppn_status sim_ck_issue(sim_gpu *g, int dev, ppn_dptr p, size_t n, ppn_dptr *out
 ppn_dptr sim_canonical(sim_gpu *g, ppn_dptr p, sim_raw **raw, unsigned *window);
 void sim_hist_clear(sim_hist *h);
 sim_thr *sim_thr_self(sim_gpu *g);
-void sim_ck_host_access(sim_gpu *g, sim_thr *t, const void *p, size_t n, int mode, const char *what);
+void sim_ck_host_access(sim_gpu *g, const sim_who *who, const sim_opref *op, const void *p, size_t n, int mode);
 void sim_fmt_op(char *buf, size_t cap, const sim_opref *r);
 
 #endif
