@@ -184,6 +184,28 @@ static void test_hazard_undeclared_write_past_a_raw_allocation(void **state)
     ppn_gpu_close(g);
 }
 
+/* A block handed out through mem_issue and then annotated again without it (as tests that annotate by hand do) has
+ * no guard any more: writing all of it is not an undeclared write. */
+static void test_hazard_guard_only_for_issued_generations(void **state)
+{
+    (void)state;
+    ppn_gpu *g = open_sim();
+    ppn_gstream *s = tu_stream(g, 0);
+    ppn_dptr slab = tu_dalloc(g, 0, 1 << 16), user;
+    assert_int_equal(OPS(g)->mem_annotate(g, NULL, 0, slab, 1 << 16, PPN_ANN_CARVE, "slab"), PPN_OK);
+    assert_int_equal(OPS(g)->mem_annotate(g, NULL, 0, slab, 4096, PPN_ANN_ALLOC, "a"), PPN_OK);
+    assert_int_equal(OPS(g)->mem_issue(g, 0, slab, 1000, &user), PPN_OK);
+    assert_int_equal(tu_fill(g, s, user, 1, 250), PPN_OK);
+    assert_int_equal(OPS(g)->mem_annotate(g, s, 0, user, 4096, PPN_ANN_FREE, NULL), PPN_OK);
+    assert_int_equal(OPS(g)->stream_sync(g, s), PPN_OK);
+    assert_int_equal(OPS(g)->mem_annotate(g, NULL, 0, slab, 4096, PPN_ANN_ALLOC, "b"), PPN_OK);
+    assert_int_equal(tu_fill(g, s, slab, 2, 1024), PPN_OK); /* the whole block, through its own address */
+    assert_int_equal(OPS(g)->stream_sync(g, s), PPN_OK);
+    assert_int_equal(OPS(g)->mem_free(g, 0, slab), PPN_OK);
+    expect_clean(g);
+    ppn_gpu_close(g);
+}
+
 /* ---- pinned host memory -------------------------------------------------------------------------------------- */
 
 /* The readback pattern: a dtoh into pinned memory, the host reads it. Read before the sync: reported, whichever of
@@ -591,6 +613,7 @@ int main(void)
         cmocka_unit_test(test_hazard_stale_pointer_into_a_reused_block),
         cmocka_unit_test(test_hazard_undeclared_write_by_a_kernel),
         cmocka_unit_test(test_hazard_undeclared_write_past_a_raw_allocation),
+        cmocka_unit_test(test_hazard_guard_only_for_issued_generations),
         cmocka_unit_test(test_hazard_pinned_readback_before_the_sync),
         cmocka_unit_test(test_hazard_host_copies_declare_both_ends),
         cmocka_unit_test(test_hazard_host_function_access),

@@ -478,6 +478,7 @@ ppn_status sim_ck_alloc(sim_gpu *g, int dev, ppn_dptr p, size_t n, const char *t
         first->state = SIM_BLK_LIVE;
         first->req = 0;
         first->window = 0;
+        first->armed_gen = 0; /* guarded again only if handed out by mem_issue */
         snprintf(first->tag, sizeof first->tag, "%s", tag ? tag : "");
         return PPN_OK;
     }
@@ -756,7 +757,7 @@ void sim_ck_raw_guard_check(sim_gpu *g, sim_raw *raw)
         guard_report(g, raw, NULL, raw->bytes, bad, first, "when the allocation was freed");
     for (int i = 0; i < raw->nblocks && !raw->host; i++) {
         sim_block *b = raw->blocks[i];
-        if (b->state != SIM_BLK_LIVE || !b->armed_gen || b->armed_gen != b->gen) continue;
+        if (b->state != SIM_BLK_LIVE || !b->req || !b->armed_gen || b->armed_gen != b->gen) continue;
         if ((bad = guard_bad(b->base + b->req, b->bytes - b->req, &first)))
             guard_report(g, raw, b, b->req, bad, first, "when its allocation was freed");
     }
