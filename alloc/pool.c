@@ -4,7 +4,9 @@
  * returned to the slab; large blocks get their own raw allocation, rounded to LARGE_GRAIN, and are cached by
  * that rounded size. Every block owns one event, created when the block is carved, recorded at each free.
  * The sim checker is told about slabs (carve) and blocks (alloc/free), using the block's full rounded range
- * so its access history stays attached to the same range across reuse.
+ * so its access history stays attached to the same range across reuse. Each allocation is then handed out
+ * through mem_issue with the size asked for: on sim, at an address that names the allocation's generation
+ * (a stale copy of an earlier one is reported), bounded by the requested bytes rather than the class.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -19,6 +21,7 @@
 
 typedef struct block {
     ppn_dptr ptr;
+    ppn_dptr user;            /* the address handed out for the current allocation (mem_issue; the live map's key) */
     size_t size;              /* rounded size: the class size, or the large size */
     int cls;                  /* class index, or -1 for large */
     int live;
@@ -69,7 +72,7 @@ static ppn_status live_grow(ppn_pool *p)
     p->live_cap = cap;
     for (size_t i = 0; i < old_cap; i++) {
         if (!old[i]) continue;
-        size_t j = live_slot(p, old[i]->ptr);
+        size_t j = live_slot(p, old[i]->user);
         while (t[j]) j = (j + 1) & (cap - 1);
         t[j] = old[i];
     }
@@ -77,14 +80,18 @@ static ppn_status live_grow(ppn_pool *p)
     return PPN_OK;
 }
 
-static ppn_status live_insert(ppn_pool *p, block *b)
+/* Room for one more live block, so that live_insert cannot fail. */
+static ppn_status live_reserve(ppn_pool *p)
 {
-    if ((p->live_n + 1) * 2 > p->live_cap) PPN_CHECK(live_grow(p));
-    size_t j = live_slot(p, b->ptr);
+    return (p->live_n + 1) * 2 > p->live_cap ? live_grow(p) : PPN_OK;
+}
+
+static void live_insert(ppn_pool *p, block *b)
+{
+    size_t j = live_slot(p, b->user);
     while (p->live[j]) j = (j + 1) & (p->live_cap - 1);
     p->live[j] = b;
     p->live_n++;
-    return PPN_OK;
 }
 
 /* Remove and return the live block at ptr, or NULL. Backward-shift deletion keeps probe chains intact. */
@@ -92,7 +99,7 @@ static block *live_take(ppn_pool *p, ppn_dptr ptr)
 {
     if (!p->live_cap) return NULL;
     size_t j = live_slot(p, ptr);
-    while (p->live[j] && p->live[j]->ptr != ptr) j = (j + 1) & (p->live_cap - 1);
+    while (p->live[j] && p->live[j]->user != ptr) j = (j + 1) & (p->live_cap - 1);
     block *b = p->live[j];
     if (!b) return NULL;
     p->live[j] = NULL;
@@ -100,7 +107,7 @@ static block *live_take(ppn_pool *p, ppn_dptr ptr)
     for (size_t k = (j + 1) & (p->live_cap - 1); p->live[k]; k = (k + 1) & (p->live_cap - 1)) {
         block *m = p->live[k];
         p->live[k] = NULL;
-        size_t h = live_slot(p, m->ptr);
+        size_t h = live_slot(p, m->user);
         while (p->live[h]) h = (h + 1) & (p->live_cap - 1);
         p->live[h] = m;
     }
@@ -290,15 +297,19 @@ static ppn_status alloc_locked(ppn_pool *p, size_t n, ppn_gstream *s, const char
         return st;
     }
     if (!b) PPN_CHECK(large ? carve_large(p, size, &b) : carve_small(p, cls, &b));
-    if ((st = live_insert(p, b)) != PPN_OK) {
+    if ((st = live_reserve(p)) != PPN_OK) {
         push_free(p, b);
         return st;
     }
     b->live = 1;
     p->g->ops->mem_annotate(p->g, NULL, p->dev, b->ptr, b->size, PPN_ANN_ALLOC, tag);
+    /* the checker's address for this allocation (sim: names its generation; bounds are n, not the class) */
+    b->user = b->ptr;
+    if (p->g->ops->mem_issue) p->g->ops->mem_issue(p->g, p->dev, b->ptr, n, &b->user);
+    live_insert(p, b);
     p->st.in_use += b->size;
     if (p->st.in_use > p->st.peak) p->st.peak = p->st.in_use;
-    *out = b->ptr;
+    *out = b->user;
     return PPN_OK;
 }
 
@@ -328,7 +339,7 @@ ppn_status ppn_pool_free(ppn_pool *p, ppn_dptr ptr, ppn_gstream *s)
                      p->dev, (unsigned long long)ptr);
         goto out;
     }
-    p->g->ops->mem_annotate(p->g, s, p->dev, b->ptr, b->size, PPN_ANN_FREE, NULL);
+    p->g->ops->mem_annotate(p->g, s, p->dev, b->user, b->size, PPN_ANN_FREE, NULL);
     st = p->g->ops->event_record(p->g, b->ev, s);
     if (st != PPN_OK) {
         /* The block may still be in use by s: keep it out of circulation rather than risk a bad reuse. */

@@ -41,9 +41,11 @@ ppn_status ppn_model_drain(ppn_model *m)
     for (int s = 0; s < PPN_MAX_STAGES; s++) {
         ppn_stage_rt *sr = &m->stages[s];
         if (!sr->thr_started) continue;
-        for (int k = 0; k < PPN_CMD_RING; k++)
-            if (sr->cmds[k].used)
-                ppn_gen_wait(&sr->cmds[k].cmd.done, sr->cmds[k].cmd.seqno + 1, map->door.spin);
+        for (int k = 0; k < PPN_CMD_RING; k++) {
+            if (!sr->cmds[k].used) continue;
+            ppn_gen_wait(&sr->cmds[k].cmd.done, sr->cmds[k].cmd.seqno + 1, map->door.spin);
+            m->rt->g->ops->host_acquire(m->rt->g, &sr->cmds[k].cmd.done); /* the sim checker's view of it */
+        }
     }
     return PPN_OK;
 }

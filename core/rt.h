@@ -430,5 +430,16 @@ ppn_status ppn_refuse_unsplit_if_remote(const ppn_model *m, const char *path, co
 /* upload.c */
 /* Every weight of c to the device m->layer_dev / embed_dev / head_dev give it, then the load barrier. */
 ppn_status ppn_upload_weights(ppn_model *m, const ppn_ckpt *c, const ppn_load_opts *o);
+#if PPN_TEST_HOOKS
+/* Test-only (ppncore_test): refill a staging buffer without waiting for the copy out of it (proves the sim
+ * checker reports the race that wait prevents). */
+void ppn_upload_test_skip_staging_wait(int skip);
+/* Test-only: ppn_seq_destroy skips its stream syncs (the device half of its drain; the host half, waiting for
+ * the stage threads' commands, stays: without it they would use freed host memory, which no checker of the
+ * device model can see). */
+void ppn_seq_test_skip_destroy_syncs(int skip);
+/* Test-only: quiesce (before a map is replaced or torn down) skips its stream syncs. */
+void ppn_map_test_skip_quiesce_syncs(int skip);
+#endif
 
 #endif

@@ -1,5 +1,6 @@
 /* seq.c - sequences: the KV cache of each layer on its owning stage's device, per-stage scratch, and the
  * logits ring (device buffers, done/readback events, pinned host rows) on the last stage's device. */
+#include <stdatomic.h>
 #include <stddef.h>
 #include <string.h>
 #include "core/rt.h"
@@ -180,11 +181,27 @@ ppn_status ppn_seq_drop_inflight(ppn_seq *q)
     for (int ring = 0; ring < PPN_MAX_INFLIGHT; ring++) {
         if (!q->ring_step[ring]) continue;
         ppn_gen_wait(&q->done_gen[ring], q->ring_step[ring], m->map->door.spin);
+        m->rt->g->ops->host_acquire(m->rt->g, &q->done_gen[ring]);
         ppn_seq_retire(q, ring);
     }
     ppn_status st = ppn_model_failed(m);
     if (st != PPN_OK) ppn_model_drain(m);
     return st;
+}
+
+#if PPN_TEST_HOOKS
+static _Atomic int skip_destroy_syncs; /* test-only */
+
+void ppn_seq_test_skip_destroy_syncs(int skip) { atomic_store(&skip_destroy_syncs, skip); }
+#endif
+
+static int destroy_syncs_skipped(void)
+{
+#if PPN_TEST_HOOKS
+    return atomic_load_explicit(&skip_destroy_syncs, memory_order_relaxed);
+#else
+    return 0;
+#endif
 }
 
 void ppn_seq_destroy(ppn_seq *q)
@@ -194,9 +211,9 @@ void ppn_seq_destroy(ppn_seq *q)
     ppn_gpu *g = m->rt->g;
     (void)ppn_seq_drop_inflight(q); /* a failure stays on the model; destroying still works */
     ppn_model_drain(m);
-    for (int s = 0; s < PPN_MAX_STAGES; s++)
+    for (int s = 0; s < PPN_MAX_STAGES && !destroy_syncs_skipped(); s++)
         if (m->stages[s].stream) g->ops->stream_sync(g, m->stages[s].stream);
-    if (m->rb_stream) g->ops->stream_sync(g, m->rb_stream);
+    if (m->rb_stream && !destroy_syncs_skipped()) g->ops->stream_sync(g, m->rb_stream);
     for (ppn_seq **it = &m->seqs; *it; it = &(*it)->next)
         if (*it == q) {
             *it = q->next;

@@ -2,6 +2,7 @@
  * double-buffered pinned staging, stacked where one launch serves several (q|k|v, gate|up), and the rope
  * table on every device; then the load barrier. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/base/dtype.h"
@@ -9,6 +10,21 @@
 #include "core/rt.h"
 
 #define STAGING_BYTES (16u << 20)
+
+#if PPN_TEST_HOOKS
+static _Atomic int skip_staging_wait; /* test-only */
+
+void ppn_upload_test_skip_staging_wait(int skip) { atomic_store(&skip_staging_wait, skip); }
+#endif
+
+static int staging_wait_skipped(void)
+{
+#if PPN_TEST_HOOKS
+    return atomic_load_explicit(&skip_staging_wait, memory_order_relaxed);
+#else
+    return 0;
+#endif
+}
 
 typedef struct uploader {
     ppn_model *m;
@@ -77,7 +93,7 @@ static ppn_status staging_ready(uploader *u, int i, int dev)
 {
     ppn_gpu *g = u->m->rt->g;
     ppn_pinned_arena *a;
-    if (u->ev[i]) PPN_CHECK(g->ops->event_sync(g, u->ev[i]));
+    if (u->ev[i] && !staging_wait_skipped()) PPN_CHECK(g->ops->event_sync(g, u->ev[i]));
     PPN_CHECK(ppn_rt_pinned_for(u->m->rt, dev, &a));
     if (a != u->buf_arena[i]) {
         ppn_pinned_free(a, u->buf[i]);
@@ -103,6 +119,7 @@ static ppn_status stage_copy(uploader *u, int dev, ppn_dptr dst, int ddt, const 
     for (size_t i = 0; i < n; i += per) {
         size_t k = n - i < per ? n - i : per;
         PPN_CHECK(staging_ready(u, u->cur, dev));
+        g->ops->host_access(g, u->buf[u->cur], k * esz, PPN_ACC_W, "upload staging"); /* the sim checks the refill */
         const char *from = (const char *)src + i * ppn_dtype_size(sdt);
         if (convert(u->buf[u->cur], ddt, from, sdt, k))
             return nonfinite_refused(src, sdt, ddt, i + ppn_first_nonfinite(u->buf[u->cur], k, ddt), n);

@@ -765,6 +765,51 @@ static void test_sim_fault_injection(void **state)
     ppn_gpu_close(g);
 }
 
+/* Every op kind can fail (issue 14): the K-th call of the kind fails with PPN_EDRIVER naming it, does nothing, and
+ * the next call works. */
+static int hostfn_ran;
+static void hostfn_mark(void *arg) { (void)arg, hostfn_ran++; }
+
+static void test_sim_fault_injection_every_kind(void **state)
+{
+    (void)state;
+    ppn_gpu *g = open_sim_env("PPN_SIM_FAIL", "wait:1,memset:2,hostfn:1,free:1,stream:2,event:2");
+    ppn_gstream *s = tu_stream(g, 0), *t = NULL;
+    assert_int_equal(OPS(g)->stream_create(g, 0, &t), PPN_EDRIVER);
+    assert_has(ppn_last_error(), "injected failure of stream #2");
+    assert_null(t);
+    t = tu_stream(g, 0);
+    ppn_gevent *e = tu_event(g, 0, 0), *f = NULL;
+    assert_int_equal(OPS(g)->event_create(g, 0, 0, &f), PPN_EDRIVER);
+    assert_has(ppn_last_error(), "injected failure of event #2");
+    assert_null(f);
+    ppn_dptr x = tu_dalloc(g, 0, 256);
+    assert_int_equal(OPS(g)->event_record(g, e, s), PPN_OK);
+    assert_int_equal(OPS(g)->stream_wait_event(g, t, e), PPN_EDRIVER);
+    assert_has(ppn_last_error(), "injected failure of wait #1");
+    assert_int_equal(OPS(g)->stream_wait_event(g, t, e), PPN_OK);
+    assert_int_equal(OPS(g)->memset_d8(g, s, x, 1, 256), PPN_OK);
+    assert_int_equal(OPS(g)->memset_d8(g, s, x, 2, 256), PPN_EDRIVER);
+    assert_has(ppn_last_error(), "injected failure of memset #2");
+    assert_int_equal(OPS(g)->host_fn(g, s, hostfn_mark, NULL), PPN_EDRIVER);
+    assert_has(ppn_last_error(), "injected failure of hostfn #1");
+    hostfn_ran = 0;
+    assert_int_equal(OPS(g)->host_fn(g, s, hostfn_mark, NULL), PPN_OK);
+    unsigned char h[256];
+    tu_download(g, s, h, x, sizeof h);
+    assert_int_equal(h[255], 1); /* the failed memset did nothing */
+    assert_int_equal(hostfn_ran, 1); /* the failed host fn never ran */
+    assert_int_equal(OPS(g)->mem_free(g, 0, x), PPN_EDRIVER);
+    assert_has(ppn_last_error(), "injected failure of free #1");
+    tu_download(g, s, h, x, sizeof h); /* still allocated */
+    assert_int_equal(OPS(g)->mem_free(g, 0, x), PPN_OK);
+    void *pin = NULL;
+    assert_int_equal(OPS(g)->host_alloc(g, 4096, &pin), PPN_OK);
+    assert_int_equal(OPS(g)->host_free(g, pin, 4096), PPN_OK); /* free #3: only the first was to fail */
+    assert_no_reports(g);
+    ppn_gpu_close(g);
+}
+
 static void test_sim_invalid_environment_is_refused(void **state)
 {
     (void)state;
@@ -774,7 +819,7 @@ static void test_sim_invalid_environment_is_refused(void **state)
         {"PPN_SIM_MEM", "99999999999999999999"},                  {"PPN_SIM_PEER", "some"},
         {"PPN_SIM_PEER", "0-4"},    {"PPN_SIM_PEER", "1-1"},      {"PPN_SIM_PEER", "0-1,"},
         {"PPN_SIM_PEER", "0-1;2-3"}, {"PPN_SIM_FAIL", "alloc"},   {"PPN_SIM_FAIL", "alloc:0"},
-        {"PPN_SIM_FAIL", "free:1"}, {"PPN_SIM_FAIL", "copy:1,"},  {"PPN_SIM_LATENCY", "1001"},
+        {"PPN_SIM_FAIL", "sync:1"}, {"PPN_SIM_FAIL", "copy:1,"},  {"PPN_SIM_LATENCY", "1001"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ppn_gpu *g = (ppn_gpu *)0x1;
@@ -963,6 +1008,7 @@ int main(void)
         cmocka_unit_test(test_sim_double_free_is_reported),
         cmocka_unit_test(test_sim_access_outside_a_block),
         cmocka_unit_test(test_sim_fault_injection),
+        cmocka_unit_test(test_sim_fault_injection_every_kind),
         cmocka_unit_test(test_sim_invalid_environment_is_refused),
         cmocka_unit_test(test_sim_elapsed_and_latency_model),
         cmocka_unit_test(test_sim_graph_capture_and_replay),

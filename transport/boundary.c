@@ -5,15 +5,21 @@
 #include "sched/issue.h"
 
 #if PPN_TEST_HOOKS
-static _Atomic int skip_waits; /* test-only */
+static _Atomic int skip_waits;      /* test-only: both sides' */
+static _Atomic int skip_recv_waits; /* test-only: the consumer's */
 
 void ppn_boundary_test_skip_waits(int skip) { atomic_store(&skip_waits, skip); }
+void ppn_boundary_test_skip_recv_wait(int skip) { atomic_store(&skip_recv_waits, skip); }
 #endif
 
-static ppn_status wait_event(ppn_gpu *g, ppn_gstream *s, ppn_gevent *e)
+/* recv: the consumer's wait (on ev_tx), else the producer's (on ev_rx). */
+static ppn_status wait_event(ppn_gpu *g, ppn_gstream *s, ppn_gevent *e, int recv)
 {
 #if PPN_TEST_HOOKS
     if (atomic_load_explicit(&skip_waits, memory_order_relaxed)) return PPN_OK;
+    if (recv && atomic_load_explicit(&skip_recv_waits, memory_order_relaxed)) return PPN_OK;
+#else
+    (void)recv;
 #endif
     return g->ops->stream_wait_event(g, s, e);
 }
@@ -93,8 +99,9 @@ ppn_status ppn_boundary_send(ppn_boundary *b, ppn_gpu *g, ppn_gstream *s, int k,
     size_t n = sent_bytes(b, rows);
     if (sl->last_step) { /* the slot's previous step must have been released by the consumer */
         ppn_gen_wait(&sl->rx_gen, sl->last_step, spin);
+        g->ops->host_acquire(g, &sl->rx_gen); /* the sim checker's view of that hand-off */
         PPN_CHECK(poison_check(b, "send"));
-        PPN_CHECK(wait_event(g, s, sl->ev_rx));
+        PPN_CHECK(wait_event(g, s, sl->ev_rx, 0));
     }
     if (b->xport == PPN_XPORT_HOST) PPN_CHECK(g->ops->copy_dtoh(g, s, sl->host, io, n));
     else PPN_CHECK(g->ops->copy_dtod(g, s, sl->buf, io, n));
@@ -102,6 +109,7 @@ ppn_status ppn_boundary_send(ppn_boundary *b, ppn_gpu *g, ppn_gstream *s, int k,
     sl->last_step = step + 1;
     b->sends++;
     b->overlap_steps += k;
+    g->ops->host_release(g, &sl->tx_gen);
     ppn_gen_post(&sl->tx_gen, step + 1); /* release: pairs with the acquire in the consumer's recv */
     return PPN_OK;
 }
@@ -110,6 +118,7 @@ ppn_status ppn_boundary_release(ppn_boundary *b, ppn_gpu *g, ppn_gstream *s, int
 {
     ppn_slot *sl = &b->slot[k];
     PPN_CHECK(g->ops->event_record(g, sl->ev_rx, s));
+    g->ops->host_release(g, &sl->rx_gen);
     ppn_gen_post(&sl->rx_gen, step + 1); /* release: pairs with the acquire in the producer's send */
     return PPN_OK;
 }
@@ -120,8 +129,9 @@ ppn_status ppn_boundary_recv(ppn_boundary *b, ppn_gpu *g, ppn_gstream *s, int k,
     ppn_slot *sl = &b->slot[k];
     size_t n = sent_bytes(b, rows);
     ppn_gen_wait(&sl->tx_gen, step + 1, spin); /* the producer recorded ev_tx for this step */
+    g->ops->host_acquire(g, &sl->tx_gen);
     PPN_CHECK(poison_check(b, "recv"));
-    PPN_CHECK(wait_event(g, s, sl->ev_tx));
+    PPN_CHECK(wait_event(g, s, sl->ev_tx, 1));
     switch (b->xport) {
     case PPN_XPORT_INPLACE:
         *io = sl->buf;

@@ -80,6 +80,9 @@ ppn_status ppn_boundary_release(ppn_boundary *b, ppn_gpu *g, ppn_gstream *s, int
 /* Test-only (the test build of the library, ppncore_test): skip the stream waits on ev_tx / ev_rx (the
  * host-side waits stay), to prove the sim checker reports the race those waits prevent. */
 void ppn_boundary_test_skip_waits(int skip);
+/* Test-only: skip only the consumer's stream wait on ev_tx (the host-staged transport's read of the pinned slot
+ * is then unordered with the producer's write into it). */
+void ppn_boundary_test_skip_recv_wait(int skip);
 #endif
 
 /* 1 when the consumer computes on the slot itself (release it with ppn_boundary_release after its last read). */

@@ -80,10 +80,13 @@ static const ppn_env_var env_table[] = {
     TEXT("PPN_SIM_PEER", PPN_ENV_SIM, "all", "all, none, or pairs of devices below PPN_SIM_DEVICES like 0-1,2-3",
          "which peer grants are possible between simulated devices (symmetric)"),
     TEXT("PPN_SIM_FAIL", PPN_ENV_SIM, "no failure",
-         "a comma-separated list of kind:K with kind alloc, copy, launch or record and K >= 1",
+         "a comma-separated list of kind:K with kind alloc, copy, launch, record, wait, memset, hostfn, free, "
+         "stream or event and K >= 1",
          "fault injection: the K-th sim call of that kind fails (alloc:3,launch:10)"),
     INT("PPN_SIM_LATENCY", PPN_ENV_SIM, 0, 0, 1000, "0",
         "0: sim ops run as fast as they can; 1: each takes a modelled time; K: K times it"),
+    FLAG("PPN_SIM_THREAD_CLOCKS", PPN_ENV_SIM, 0, "0",
+         "1: the sim checker gives each host thread its own clock (a sync orders only that thread's later ops)"),
     /* Diagnostics. */
     FLAG("PPN_TRACE", PPN_ENV_DIAG, 0, "0", "1: print the phases of load and step on stderr"),
     FLAG("PPN_KPROF", PPN_ENV_DIAG, 0, "0",

@@ -149,6 +149,24 @@ struct ppn_gpu_ops {
     /* Checker annotations (no-op on cuda). s is the ordering stream for PPN_ANN_FREE, else NULL. */
     ppn_status (*mem_annotate)(ppn_gpu *g, ppn_gstream *s, int dev, ppn_dptr p, size_t n, int op,
                                const char *tag);
+    /* The live block at p (just annotated PPN_ANN_ALLOC) is handed out for n requested bytes; *out is the
+     * address to hand out. cuda: p. sim: an alias of p naming this allocation's generation, so an access
+     * through the address of an earlier generation of the block is reported (STALE POINTER), and an access
+     * past its n bytes is reported although the block is larger (BOUNDS). The block is freed (PPN_ANN_FREE)
+     * through *out. Returns PPN_OK, PPN_EINVAL (p is not a live block of dev). */
+    ppn_status (*mem_issue)(ppn_gpu *g, int dev, ppn_dptr p, size_t n, ppn_dptr *out);
+    /* The calling thread reads or writes [p, p+n) of pinned host memory (host_alloc) now (mode PPN_ACC_*; what
+     * names the buffer in reports). sim: checked at once against the copies whose host side touches it,
+     * ordered by what this thread has synchronised with (a report is sticky, like any other); memory that is
+     * not pinned is ignored. Called inside a host function (host_fn), it declares an access of that op,
+     * ordered as its stream. cuda: nothing. */
+    void (*host_access)(ppn_gpu *g, const void *p, size_t n, int mode, const char *what);
+    /* A hand-off between host threads by host means (a queue, a generation word, a mutex) that the sim
+     * checker cannot see: release before the signal (what the calling thread has observed is published under
+     * key), acquire after the wait (the calling thread adopts what was published under key). Only matters with
+     * PPN_SIM_THREAD_CLOCKS=1, where a sync orders only the syncing thread's later ops. cuda: nothing. */
+    void (*host_release)(ppn_gpu *g, const void *key);
+    void (*host_acquire)(ppn_gpu *g, const void *key);
 
     /* Kernel profile (PPN_KPROF=1; a diagnostics path). kprof_read harvests the launches that have completed
      * and writes one entry per kernel with calls > 0, in kernel-id order, at most max of them; it returns the
@@ -202,12 +220,17 @@ ppn_status ppn_gpu_check_launch(const ppn_gpu *g, const ppn_launch *l);
 /* sim only: checker reports so far, per kind (counted even when not printed or not sticky). */
 struct ppn_sim_counts {
     uint64_t race, placement, use_after_free, double_free, bounds;
+    uint64_t stale;      /* an access through an earlier generation's address of a reused block (PPN_EUSEAFTERFREE) */
+    uint64_t undeclared; /* a write no op declared, found in a block's guard bytes (PPN_EBOUNDS) */
 };
 /* sim only: return the sticky error (PPN_OK if none) and clear it, so the backend can be used again; msg
  * (may be NULL) receives its report. Returns PPN_EINVAL when g is not a sim backend. */
 ppn_status ppn_gpu_sim_take_error(ppn_gpu *g, char *msg, size_t cap);
 /* sim only: the report counts (all zero when g is not a sim backend). */
 void ppn_gpu_sim_counts(ppn_gpu *g, struct ppn_sim_counts *out);
+/* sim only: the allocation address behind p (an address mem_issue handed out names the same memory as the
+ * block's own address: this undoes the alias, so tests can tell that a block was reused); p elsewhere. */
+ppn_dptr ppn_gpu_sim_canonical(ppn_gpu *g, ppn_dptr p);
 static inline void ppn_gpu_close(ppn_gpu *g)
 {
     if (g) g->ops->destroy(g);

@@ -851,6 +851,22 @@ static ppn_status cu_mem_annotate(ppn_gpu *g, ppn_gstream *s, int dev, ppn_dptr 
     return PPN_OK;
 }
 
+/* Host accesses are declared for the sim checker only. */
+static void cu_host_access(ppn_gpu *g, const void *p, size_t n, int mode, const char *what)
+{
+    (void)g, (void)p, (void)n, (void)mode, (void)what;
+}
+
+static void cu_host_handoff(ppn_gpu *g, const void *key) { (void)g, (void)key; }
+
+/* A block's address is its address: generations are the sim's alone. */
+static ppn_status cu_mem_issue(ppn_gpu *g, int dev, ppn_dptr p, size_t n, ppn_dptr *out)
+{
+    (void)g, (void)dev, (void)n;
+    *out = p;
+    return PPN_OK;
+}
+
 /* ---------------------------------------------------------------------------------------------------------
  * Graphs */
 
@@ -1007,6 +1023,10 @@ static const struct ppn_gpu_ops cu_ops = {
     .launch = cu_launch,
     .host_fn = cu_host_fn,
     .mem_annotate = cu_mem_annotate,
+    .mem_issue = cu_mem_issue,
+    .host_access = cu_host_access,
+    .host_release = cu_host_handoff,
+    .host_acquire = cu_host_handoff,
     .kprof_read = cu_kprof_read,
     .kprof_reset = cu_kprof_reset,
     .capture_begin = cu_capture_begin,

@@ -8,12 +8,16 @@
  *   PPN_SIM_MEM      capacity per device in bytes, suffix K, M, G or T (binary) allowed (default 8G). Host
  *                    memory is taken per mem_alloc, not up front.
  *   PPN_SIM_PEER     all (default) | none | pairs "0-1,2-3": which peer grants are possible (symmetric)
- *   PPN_SIM_FAIL     "kind:K,..." with kind alloc (mem_alloc), copy (htod, dtoh, dtod, peer), launch or
- *                    record (event_record): the K-th such call (1-based, per backend) fails
+ *   PPN_SIM_FAIL     "kind:K,..." with kind alloc (mem_alloc), copy (htod, dtoh, dtod, peer), launch, record
+ *                    (event_record), wait (stream_wait_event), memset, hostfn (host_fn), free (mem_free,
+ *                    host_free), stream (stream_create) or event (event_create): the K-th such call (1-based,
+ *                    per backend) fails, with PPN_ENOMEM (alloc) or PPN_EDRIVER, and does nothing
  *   PPN_SIM_LATENCY  1: each op takes a modelled time (K in 2..1000: K times it) (launch 4 us, a kernel replayed from a graph 1 us; copy
  *                    5 us + bytes at 1 TB/s on a device, 50 GB/s peer, 20 GB/s host or host-staged); 0
  *                    (default): ops run as fast as they can. The launch/graph ratio is the H200's (DESIGN.md:
  *                    100 small kernels, 333 us through a stream, 114 us as one graph)
+ *   PPN_SIM_THREAD_CLOCKS  1: a checker clock per host thread (a sync orders only the syncing thread's later
+ *                    ops); 0 (default): one host clock shared by every thread (sim_check.c says why)
  *   PPN_KPROF        1: account each kernel's calls, declared bytes and the CPU wall time of its reference
  *                    implementation (kprof_read); 0 (default): off
  *
@@ -25,11 +29,13 @@
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 #include "core/base/env.h"
 #include "core/base/err.h"
 #include "core/device/gpu.h"
@@ -37,8 +43,6 @@
 
 typedef unsigned long long ull;
 
-#define SIM_MMAP_MIN (1u << 20) /* allocations from this size are mmapped (lazily zeroed pages) */
-#define SIM_ALIGN 256           /* like cuMemAlloc */
 
 static const struct ppn_gpu_ops sim_ops;
 
@@ -128,10 +132,13 @@ static ppn_status parse_peer(sim_gpu *g)
     }
 }
 
+static const char *const fail_names[SIM_FAIL_KINDS] = {"alloc",  "copy",   "launch", "record", "wait",
+                                                        "memset", "hostfn", "free",   "stream", "event"};
+
 /* PPN_SIM_FAIL is a TEXT of the table: its kinds are the sim's, so it is checked here. */
 static ppn_status parse_fail(sim_gpu *g)
 {
-    static const char *const kinds[SIM_FAIL_KINDS] = {"alloc", "copy", "launch", "record"};
+    const char *const *kinds = fail_names;
     const char *v;
     PPN_CHECK(ppn_env_str("PPN_SIM_FAIL", &v));
     if (!v) return PPN_OK;
@@ -148,7 +155,8 @@ static ppn_status parse_fail(sim_gpu *g)
         const char *end;
         if (kind < 0 || parse_u64(s, &end, &n) || n == 0 || (*end && *end != ',') || (*end == ',' && !end[1]))
             return ppn_err(PPN_EINVAL, "PPN_SIM_FAIL='%s' is invalid: it must be a comma-separated list of "
-                           "kind:K with kind alloc, copy, launch or record and K >= 1 (e.g. alloc:3,launch:10)",
+                           "kind:K with kind alloc, copy, launch, record, wait, memset, hostfn, free, stream or event "
+                           "and K >= 1 (e.g. alloc:3,launch:10)",
                            v);
         if (g->nfails == SIM_MAX_FAILS)
             return ppn_err(PPN_EINVAL, "PPN_SIM_FAIL='%s' is invalid: it must have at most %d entries", v,
@@ -170,6 +178,7 @@ static ppn_status parse_env(sim_gpu *g, sim_kprof *kp)
     PPN_CHECK(parse_peer(g));
     PPN_CHECK(parse_fail(g));
     PPN_CHECK(ppn_env_int("PPN_SIM_LATENCY", &g->latency));
+    PPN_CHECK(ppn_env_flag("PPN_SIM_THREAD_CLOCKS", &g->thread_clocks));
     PPN_CHECK(ppn_env_flag("PPN_KPROF", &kp->on));
     /* The sim has no programmatic dependent launch, but a value no backend accepts is refused on every
      * backend: a typo is caught on the simulator, before it reaches a GPU run. */
@@ -218,21 +227,65 @@ static void vc_merge(uint64_t *vc, size_t vlen, const uint64_t *src, size_t slen
         if (src[i] > vc[i]) vc[i] = src[i];
 }
 
-/* Under ck: the host has observed everything in vc (a sync or query returned). */
+/* ---- host threads ------------------------------------------------------------------------------------- */
+
+static _Thread_local char thr_token; /* its address names the thread */
+static _Thread_local struct {
+    uint64_t serial;
+    sim_thr *t;
+} thr_cache; /* the calling thread's clock on the backend it used last */
+static _Atomic uint64_t backend_serials;
+
+/* Under ck: the calling thread's clock on g, made on first use (an id of its own, nothing observed yet), or
+ * NULL when out of host memory. Without PPN_SIM_THREAD_CLOCKS every thread gets the one shared clock. */
+sim_thr *sim_thr_self(sim_gpu *g)
+{
+    if (thr_cache.serial == g->serial) return thr_cache.t;
+    const void *key = g->thread_clocks ? &thr_token : NULL;
+    sim_thr *t = NULL;
+    for (int i = 0; i < g->nthrs && !t; i++)
+        if (g->thrs[i]->key == key) t = g->thrs[i];
+    if (!t) {
+        if (g->nthrs == g->capthrs) {
+            int nc = g->capthrs ? 2 * g->capthrs : 8;
+            sim_thr **na = realloc(g->thrs, (size_t)nc * sizeof *na);
+            if (!na) return NULL;
+            g->thrs = na;
+            g->capthrs = nc;
+        }
+        t = calloc(1, sizeof *t);
+        if (!t) return NULL;
+        t->key = key;
+        t->id = g->next_stream_id;
+        if (vc_grow(&t->vc, &t->len, (size_t)t->id + 1)) {
+            free(t);
+            return NULL;
+        }
+        g->next_stream_id++;
+        g->thrs[g->nthrs++] = t;
+    }
+    thr_cache.serial = g->serial;
+    thr_cache.t = t;
+    return t;
+}
+
+static ppn_status thr_oom(void) { return ppn_err(PPN_ENOMEM, "sim: out of host memory for a host thread's clock"); }
+
+/* Under ck: the calling thread has observed everything in vc (a sync or query returned). */
 static ppn_status host_merge(sim_gpu *g, const uint64_t *vc, size_t len)
 {
-    if (vc_grow(&g->host_vc, &g->host_len, len))
-        return ppn_err(PPN_ENOMEM, "sim: out of host memory for the host clock");
+    sim_thr *t = sim_thr_self(g);
+    if (!t || vc_grow(&t->vc, &t->len, len)) return thr_oom();
     int changed = 0;
     for (size_t i = 0; i < len; i++)
-        if (vc[i] > g->host_vc[i]) {
-            g->host_vc[i] = vc[i];
+        if (vc[i] > t->vc[i]) {
+            t->vc[i] = vc[i];
             changed = 1;
         }
     if (changed) {
-        g->host_ver++;
-        rec_unref(g->host_snap);
-        g->host_snap = NULL;
+        t->ver++;
+        rec_unref(t->snap);
+        t->snap = NULL;
     }
     return PPN_OK;
 }
@@ -291,7 +344,14 @@ static int op_acc_reserve(sim_op *op, int n)
 static void op_acc(sim_op *op, ppn_dptr p, size_t n, int mode, int want_dev, int peer_ok)
 {
     PPN_ASSERT(op->nacc < op->cap_acc);
-    op->acc[op->nacc++] = (sim_acc){p, n, mode, want_dev, peer_ok, 0, NULL};
+    op->acc[op->nacc++] = (sim_acc){p, n, mode, want_dev, peer_ok, 0, 0, NULL};
+}
+
+/* The host side of a copy: checked when it is pinned memory (host_alloc), ignored otherwise. */
+static void op_acc_host(sim_op *op, const void *p, size_t n, int mode)
+{
+    PPN_ASSERT(op->nacc < op->cap_acc);
+    op->acc[op->nacc++] = (sim_acc){(ppn_dptr)(uintptr_t)p, n, mode, -1, 0, 1, 0, NULL};
 }
 
 /* Under ck: count a call of this fault kind; 1 when PPN_SIM_FAIL says it must fail. */
@@ -305,24 +365,23 @@ static int fail_hit(sim_gpu *g, int kind, uint64_t *nth)
 
 static ppn_status injected(int kind, uint64_t nth, ppn_status st)
 {
-    static const char *const names[SIM_FAIL_KINDS] = {"alloc", "copy", "launch", "record"};
-    return ppn_err(st, "sim: injected failure of %s #%llu (PPN_SIM_FAIL)", names[kind], (ull)nth);
+    return ppn_err(st, "sim: injected failure of %s #%llu (PPN_SIM_FAIL)", fail_names[kind], (ull)nth);
 }
 
-/* Under ck: attach the host clock to op if s has not seen its latest version. */
-static ppn_status attach_host(sim_gpu *g, ppn_gstream *s, sim_op *op)
+/* Under ck: attach the issuing thread's clock to op unless s has already seen that version of it. */
+static ppn_status attach_host(sim_gpu *g, ppn_gstream *s, sim_op *op, sim_thr *t)
 {
-    if (s->host_ver_seen == g->host_ver) return PPN_OK;
-    if (!g->host_snap) {
-        sim_rec *r = rec_new(g->host_len);
+    if (s->seen_thr == t && s->seen_ver == t->ver) return PPN_OK;
+    if (!t->snap) {
+        sim_rec *r = rec_new(t->len);
         if (!r) return ppn_err(PPN_ENOMEM, "sim: out of host memory (host clock snapshot)");
-        memcpy(r->vc, g->host_vc, g->host_len * sizeof *r->vc);
+        memcpy(r->vc, t->vc, t->len * sizeof *r->vc);
         r->done = 1;
-        g->host_snap = r;
+        t->snap = r;
     }
-    if (vc_grow(&s->vc, &s->vc_len, g->host_snap->len))
+    if (vc_grow(&s->vc, &s->vc_len, t->snap->len))
         return ppn_err(PPN_ENOMEM, "sim: out of host memory (vector clock)");
-    op->hsnap = rec_ref(g->host_snap);
+    op->hsnap = rec_ref(t->snap);
     return PPN_OK;
 }
 
@@ -356,18 +415,24 @@ static ppn_status submit(sim_gpu *g, ppn_gstream *s, sim_op *op, int fail_kind, 
 {
     ppn_status st;
     uint64_t nth;
+    sim_thr *t;
     op->ref.idx = s->n_enq + 1; /* only this (the issuing) thread writes n_enq */
     pthread_mutex_lock(&g->ck);
     PPN_CHECK_GOTO(sticky_status(g), st, out);
+    if (!(t = sim_thr_self(g))) {
+        st = thr_oom();
+        goto out;
+    }
     if (fail_kind >= 0 && fail_hit(g, fail_kind, &nth)) {
         st = injected(fail_kind, nth, PPN_EDRIVER);
         goto out;
     }
     PPN_CHECK_GOTO(prepare_kind(g, s, op), st, out);
-    PPN_CHECK_GOTO(attach_host(g, s, op), st, out);
+    PPN_CHECK_GOTO(attach_host(g, s, op, t), st, out);
     if (op->kind == SIM_OP_FREE) PPN_CHECK_GOTO(sim_ck_free(g, op->ann_dev, op), st, out);
     else sim_ck_resolve(g, op);
-    s->host_ver_seen = g->host_ver;
+    s->seen_thr = t;
+    s->seen_ver = t->ver;
 out:
     pthread_mutex_unlock(&g->ck);
     if (st != PPN_OK) {
@@ -397,6 +462,13 @@ static void model_wait(uint64_t deadline)
     }
 }
 
+/* The host function running on this worker thread, so its host_access calls count as its op's accesses. */
+static _Thread_local struct {
+    sim_gpu *g;
+    ppn_gstream *s;
+    sim_op *op;
+} exec_cur;
+
 static void exec_body(sim_op *op)
 {
     switch (op->kind) {
@@ -408,7 +480,7 @@ static void exec_body(sim_op *op)
         break;
     case SIM_OP_MEMSET: memset((void *)(uintptr_t)op->u.ms.dst, op->u.ms.v, op->u.ms.n); break;
     case SIM_OP_LAUNCH: op->u.k.cpu(op->u.k.params); break;
-    case SIM_OP_HOSTFN: op->u.hf.fn(op->u.hf.arg); break;
+    case SIM_OP_HOSTFN: op->u.hf.fn(op->u.hf.arg); break; /* exec_cur names it (exec_op) */
     default: break;
     }
 }
@@ -449,7 +521,9 @@ static void exec_op(sim_gpu *g, ppn_gstream *s, sim_op *op)
     pthread_mutex_unlock(&g->ck);
     int timed = kp_of(g)->on && op->kind == SIM_OP_LAUNCH && !skip;
     uint64_t k0 = timed ? now_ns() : 0;
+    if (op->kind == SIM_OP_HOSTFN) exec_cur.g = g, exec_cur.s = s, exec_cur.op = op;
     if (!skip) exec_body(op);
+    exec_cur.g = NULL;
     if (timed) kprof_add(g, op, now_ns() - k0); /* the reference alone: not the modelled latency */
     if (op->model_ns) model_wait(t0 + op->model_ns);
     pthread_mutex_lock(&g->ck);
@@ -518,26 +592,26 @@ static ppn_status sim_mem_get_info(ppn_gpu *gg, int dev, size_t *free_b, size_t 
     return PPN_OK;
 }
 
-static void *host_mem_get(size_t bytes, size_t *map_bytes)
+/* Device memory: SIM_VIEWS windows of stride bytes are reserved, window 0 maps the memory (shared, lazily
+ * zeroed pages), the others stay inaccessible until sim_ck_issue maps one as an alias of the same pages. */
+static void *host_mem_get(size_t bytes, size_t *map_bytes, size_t *stride)
 {
-    size_t rounded = (bytes + SIM_ALIGN - 1) / SIM_ALIGN * SIM_ALIGN;
-    *map_bytes = 0;
-    if (rounded >= SIM_MMAP_MIN) {
-        void *p = mmap(NULL, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (p == MAP_FAILED) return NULL;
-        *map_bytes = rounded;
-        return p;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t st = (bytes + page - 1) / page * page, total;
+    if (__builtin_mul_overflow(st, (size_t)SIM_VIEWS, &total)) return NULL;
+    void *p = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    if (mmap(p, st, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) ==
+        MAP_FAILED) {
+        munmap(p, total);
+        return NULL;
     }
-    void *p = aligned_alloc(SIM_ALIGN, rounded);
-    if (p) memset(p, 0, rounded);
+    *map_bytes = total;
+    *stride = st;
     return p;
 }
 
-static void host_mem_put(void *p, size_t map_bytes)
-{
-    if (map_bytes) munmap(p, map_bytes);
-    else free(p);
-}
+static void host_mem_put(void *p, size_t map_bytes) { munmap(p, map_bytes); }
 
 /* Reserve capacity, take host memory, register the allocation.
  * Returns PPN_OK, PPN_EINVAL (device, size), PPN_ENOMEM (capacity, host memory, injected). */
@@ -560,14 +634,16 @@ static ppn_status sim_mem_alloc(ppn_gpu *gg, int dev, size_t bytes, ppn_dptr *ou
     else g->used[dev] += bytes;
     pthread_mutex_unlock(&g->ck);
     if (st != PPN_OK) return st;
-    mem = host_mem_get(bytes, &map_bytes);
+    size_t stride = 0;
+    mem = host_mem_get(bytes, &map_bytes, &stride);
     raw = calloc(1, sizeof *raw);
     if (!mem || !raw) {
         st = ppn_err(PPN_ENOMEM, "sim: mem_alloc of %zu B on device %d: out of host memory", bytes, dev);
         goto fail;
     }
     *raw = (sim_raw){.base = (ppn_dptr)(uintptr_t)mem, .bytes = bytes, .dev = dev, .live = 1,
-                     .map_bytes = map_bytes};
+                     .map_bytes = map_bytes, .stride = stride, .mapped = 1};
+    sim_ck_raw_guard_fill(raw);
     pthread_mutex_lock(&g->ck);
     raw->serial = ++g->next_serial;
     st = sim_raw_insert(g, raw);
@@ -606,7 +682,12 @@ static ppn_status sim_mem_free(ppn_gpu *gg, int dev, ppn_dptr p)
     sim_gpu *g = sim_of(gg);
     if (!valid_dev(g, dev)) return bad_dev(g, "mem_free", dev);
     if (p == 0) return ppn_err(PPN_EINVAL, "sim: mem_free(dev %d, 0): null pointer", dev);
+    uint64_t nth;
     pthread_mutex_lock(&g->ck);
+    if (fail_hit(g, SIM_FAIL_FREE, &nth)) { /* nothing freed */
+        pthread_mutex_unlock(&g->ck);
+        return injected(SIM_FAIL_FREE, nth, PPN_EDRIVER);
+    }
     sim_raw *raw = sim_raw_find(g, p);
     if (!raw || raw->base != p || !raw->live) {
         ppn_status st = bad_free(g, dev, p, raw);
@@ -620,6 +701,7 @@ static ppn_status sim_mem_free(ppn_gpu *gg, int dev, ppn_dptr p)
     }
     raw->live = 0;
     while (raw->busy) pthread_cond_wait(&g->busy_cv, &g->ck); /* pairs with sim_ck_exec_end */
+    sim_ck_raw_guard_check(g, raw);
     g->used[dev] -= raw->bytes;
     size_t map_bytes = raw->map_bytes;
     sim_raw_drop_contents(raw); /* a tombstone: range, device and serial only */
@@ -628,21 +710,50 @@ static ppn_status sim_mem_free(ppn_gpu *gg, int dev, ppn_dptr p)
     return PPN_OK;
 }
 
+/* Pinned host memory: a region the checker tracks (copies' host sides, host_access), per range accessed. */
 static ppn_status sim_host_alloc(ppn_gpu *gg, size_t bytes, void **out)
 {
-    (void)gg;
+    sim_gpu *g = sim_of(gg);
     if (!out || bytes == 0) return ppn_err(PPN_EINVAL, "sim: host_alloc of %zu B: bad size or out", bytes);
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
         return ppn_err(PPN_ENOMEM, "sim: host_alloc of %zu B: mmap failed: %s", bytes, strerror(errno));
+    sim_raw *raw = calloc(1, sizeof *raw);
+    ppn_status st = raw ? PPN_OK : ppn_err(PPN_ENOMEM, "sim: host_alloc of %zu B: out of host memory", bytes);
+    if (raw) {
+        *raw = (sim_raw){.base = (ppn_dptr)(uintptr_t)p, .bytes = bytes, .dev = -1, .host = 1, .live = 1};
+        pthread_mutex_lock(&g->ck);
+        raw->serial = ++g->next_serial;
+        st = sim_raw_insert(g, raw);
+        pthread_mutex_unlock(&g->ck);
+    }
+    if (st != PPN_OK) {
+        free(raw);
+        munmap(p, bytes);
+        return st;
+    }
     *out = p;
     return PPN_OK;
 }
 
+/* Waits for copies executing on the region; its record stays as a tombstone, like device memory's. */
 static ppn_status sim_host_free(ppn_gpu *gg, void *p, size_t bytes)
 {
-    (void)gg;
+    sim_gpu *g = sim_of(gg);
+    uint64_t nth;
     if (!p) return PPN_OK;
+    pthread_mutex_lock(&g->ck);
+    if (fail_hit(g, SIM_FAIL_FREE, &nth)) { /* nothing freed */
+        pthread_mutex_unlock(&g->ck);
+        return injected(SIM_FAIL_FREE, nth, PPN_EDRIVER);
+    }
+    sim_raw *raw = sim_raw_find(g, (ppn_dptr)(uintptr_t)p);
+    if (raw && raw->host && raw->live && raw->base == (ppn_dptr)(uintptr_t)p) {
+        raw->live = 0;
+        while (raw->busy) pthread_cond_wait(&g->busy_cv, &g->ck); /* pairs with sim_ck_exec_end */
+        sim_raw_drop_contents(raw);
+    }
+    pthread_mutex_unlock(&g->ck);
     if (munmap(p, bytes))
         return ppn_err(PPN_EINVAL, "sim: host_free(%p, %zu B): munmap failed: %s", p, bytes, strerror(errno));
     return PPN_OK;
@@ -680,6 +791,11 @@ static ppn_status sim_stream_create(ppn_gpu *gg, int dev, ppn_gstream **out)
     sim_gpu *g = sim_of(gg);
     if (!valid_dev(g, dev)) return bad_dev(g, "stream_create", dev);
     if (!out) return ppn_err(PPN_EINVAL, "sim: stream_create: out is NULL");
+    uint64_t nth;
+    pthread_mutex_lock(&g->ck);
+    int fail = fail_hit(g, SIM_FAIL_STREAM, &nth);
+    pthread_mutex_unlock(&g->ck);
+    if (fail) return injected(SIM_FAIL_STREAM, nth, PPN_EDRIVER);
     ppn_gstream *s = calloc(1, sizeof *s);
     if (!s) return ppn_err(PPN_ENOMEM, "sim: stream_create on dev %d: out of host memory", dev);
     s->g = g;
@@ -760,6 +876,11 @@ static ppn_status sim_event_create(ppn_gpu *gg, int dev, int timing, ppn_gevent 
     sim_gpu *g = sim_of(gg);
     if (!valid_dev(g, dev)) return bad_dev(g, "event_create", dev);
     if (!out) return ppn_err(PPN_EINVAL, "sim: event_create: out is NULL");
+    uint64_t nth;
+    pthread_mutex_lock(&g->ck);
+    int fail = fail_hit(g, SIM_FAIL_EVENT, &nth);
+    pthread_mutex_unlock(&g->ck);
+    if (fail) return injected(SIM_FAIL_EVENT, nth, PPN_EDRIVER);
     ppn_gevent *e = calloc(1, sizeof *e);
     if (!e) return ppn_err(PPN_ENOMEM, "sim: event_create on dev %d: out of host memory", dev);
     e->dev = dev;
@@ -810,9 +931,11 @@ static ppn_status sim_stream_wait_event(ppn_gpu *gg, ppn_gstream *s, ppn_gevent 
     pthread_mutex_lock(&g->sync);
     sim_rec *rec = rec_ref(e->latest);
     pthread_mutex_unlock(&g->sync);
-    if (!rec) {
+    if (!rec) { /* nothing to wait for: still a call that can fail */
+        uint64_t nth;
         pthread_mutex_lock(&g->ck);
         ppn_status st = sticky_status(g);
+        if (st == PPN_OK && fail_hit(g, SIM_FAIL_WAIT, &nth)) st = injected(SIM_FAIL_WAIT, nth, PPN_EDRIVER);
         pthread_mutex_unlock(&g->ck);
         return st;
     }
@@ -822,7 +945,7 @@ static ppn_status sim_stream_wait_event(ppn_gpu *gg, ppn_gstream *s, ppn_gevent 
         return ppn_err(PPN_ENOMEM, "sim: stream_wait_event: out of host memory");
     }
     op->u.ev.rec = rec;
-    return submit(g, s, op, -1, NULL);
+    return submit(g, s, op, SIM_FAIL_WAIT, NULL);
 }
 
 /* After the host saw rec executed (takes ck): order later host-issued work after it, return the sticky error. */
@@ -911,7 +1034,10 @@ static ppn_status sim_copy_htod(ppn_gpu *gg, ppn_gstream *s, ppn_dptr dst, const
     op->u.cp.hsrc = src;
     op->u.cp.n = n;
     op->model_ns = copy_model(g, n, 20.0);
-    if (n) op_acc(op, dst, n, PPN_ACC_W, s->dev, 1);
+    if (n) {
+        op_acc(op, dst, n, PPN_ACC_W, s->dev, 1);
+        op_acc_host(op, src, n, PPN_ACC_R);
+    }
     return submit(g, s, op, SIM_FAIL_COPY, NULL);
 }
 
@@ -926,7 +1052,10 @@ static ppn_status sim_copy_dtoh(ppn_gpu *gg, ppn_gstream *s, void *dst, ppn_dptr
     op->u.cp.src = src;
     op->u.cp.n = n;
     op->model_ns = copy_model(g, n, 20.0);
-    if (n) op_acc(op, src, n, PPN_ACC_R, s->dev, 1);
+    if (n) {
+        op_acc(op, src, n, PPN_ACC_R, s->dev, 1);
+        op_acc_host(op, dst, n, PPN_ACC_W);
+    }
     return submit(g, s, op, SIM_FAIL_COPY, NULL);
 }
 
@@ -982,7 +1111,7 @@ static ppn_status sim_memset_d8(ppn_gpu *gg, ppn_gstream *s, ppn_dptr dst, unsig
     op->u.ms.n = n;
     op->model_ns = copy_model(g, n, 1000.0);
     if (n) op_acc(op, dst, n, PPN_ACC_W, s->dev, 1);
-    return submit(g, s, op, -1, NULL);
+    return submit(g, s, op, SIM_FAIL_MEMSET, NULL);
 }
 
 static ppn_status check_launch(const ppn_gpu *g, const ppn_launch *l)
@@ -1096,7 +1225,7 @@ static ppn_status sim_host_fn(ppn_gpu *gg, ppn_gstream *s, ppn_host_fn fn, void 
     if (!op) return ppn_err(PPN_ENOMEM, "sim: host_fn: out of host memory");
     op->u.hf.fn = fn;
     op->u.hf.arg = arg;
-    return submit(sim_of(gg), s, op, -1, NULL);
+    return submit(sim_of(gg), s, op, SIM_FAIL_HOSTFN, NULL);
 }
 
 /* ---- graphs ---------------------------------------------------------------------------------------------- */
@@ -1205,6 +1334,104 @@ static ppn_status sim_mem_annotate(ppn_gpu *gg, ppn_gstream *s, int dev, ppn_dpt
     return submit(g, s, fop, -1, NULL);
 }
 
+/* Returns PPN_OK, PPN_EINVAL (not a live block of dev), PPN_ENOMEM (mapping the window). */
+static ppn_status sim_mem_issue(ppn_gpu *gg, int dev, ppn_dptr p, size_t n, ppn_dptr *out)
+{
+    sim_gpu *g = sim_of(gg);
+    if (!valid_dev(g, dev)) return bad_dev(g, "mem_issue", dev);
+    if (!out) return ppn_err(PPN_EINVAL, "sim: mem_issue: out is NULL");
+    pthread_mutex_lock(&g->ck);
+    ppn_status st = sim_ck_issue(g, dev, p, n, out);
+    pthread_mutex_unlock(&g->ck);
+    return st;
+}
+
+/* The calling thread reads or writes pinned host memory now: checked at once against the copies that touch it. */
+static void sim_host_access(ppn_gpu *gg, const void *p, size_t n, int mode, const char *what)
+{
+    sim_gpu *g = sim_of(gg);
+    pthread_mutex_lock(&g->ck);
+    const char *how = (mode & PPN_ACC_W) ? "host write" : "host read";
+    if (exec_cur.g == g) { /* inside a host function: an access of its op, on its stream's clock */
+        ppn_gstream *s = exec_cur.s;
+        sim_who who = {s->id, s->vc, s->vc_len};
+        sim_opref ref = exec_cur.op->ref;
+        ref.what = mode & PPN_ACC_W ? "host fn write" : "host fn read";
+        ref.name = what;
+        sim_ck_host_access(g, &who, &ref, p, n, mode);
+        pthread_mutex_unlock(&g->ck);
+        return;
+    }
+    sim_thr *t = sim_thr_self(g);
+    if (t) { /* a new event of the thread: ops it issues from now on carry it */
+        t->vc[t->id]++;
+        t->ver++;
+        rec_unref(t->snap);
+        t->snap = NULL;
+        sim_who who = {t->id, t->vc, t->len};
+        sim_opref ref = {t->id, -1, t->vc[t->id], how, what};
+        sim_ck_host_access(g, &who, &ref, p, n, mode);
+    } else
+        sim_ck_emit(g, PPN_ENOMEM, "ppn sim: out of host memory for a host thread's clock");
+    pthread_mutex_unlock(&g->ck);
+}
+
+/* Under ck: the hand-off record of key, made on first use; NULL when out of host memory. */
+static sim_handoff *handoff_of(sim_gpu *g, const void *key)
+{
+    for (int i = 0; i < g->nhandoffs; i++)
+        if (g->handoffs[i].key == key) return &g->handoffs[i];
+    if (g->nhandoffs == g->caphandoffs) {
+        int nc = g->caphandoffs ? 2 * g->caphandoffs : 16;
+        sim_handoff *na = realloc(g->handoffs, (size_t)nc * sizeof *na);
+        if (!na) return NULL;
+        g->handoffs = na;
+        g->caphandoffs = nc;
+    }
+    g->handoffs[g->nhandoffs] = (sim_handoff){key, NULL, 0};
+    return &g->handoffs[g->nhandoffs++];
+}
+
+/* Publish what the calling thread has observed under key (joined with earlier releases under it). A key is
+ * usually a field of the object handed over; records are kept until the backend is closed. */
+static void sim_host_release(ppn_gpu *gg, const void *key)
+{
+    sim_gpu *g = sim_of(gg);
+    pthread_mutex_lock(&g->ck);
+    sim_thr *t = sim_thr_self(g);
+    sim_handoff *h = t ? handoff_of(g, key) : NULL;
+    if (!h || vc_grow(&h->vc, &h->len, t->len))
+        sim_ck_emit(g, PPN_ENOMEM, "ppn sim: out of host memory for a host hand-off");
+    else
+        vc_merge(h->vc, h->len, t->vc, t->len);
+    pthread_mutex_unlock(&g->ck);
+}
+
+/* The calling thread adopts what was released under key (nothing when nothing was). */
+static void sim_host_acquire(ppn_gpu *gg, const void *key)
+{
+    sim_gpu *g = sim_of(gg);
+    pthread_mutex_lock(&g->ck);
+    sim_handoff *h = NULL;
+    for (int i = 0; i < g->nhandoffs && !h; i++)
+        if (g->handoffs[i].key == key) h = &g->handoffs[i];
+    if (h && host_merge(g, h->vc, h->len) != PPN_OK)
+        sim_ck_emit(g, PPN_ENOMEM, "ppn sim: out of host memory for a host hand-off");
+    pthread_mutex_unlock(&g->ck);
+}
+
+ppn_dptr ppn_gpu_sim_canonical(ppn_gpu *gg, ppn_dptr p)
+{
+    if (!gg || gg->ops != &sim_ops) return p;
+    sim_gpu *g = sim_of(gg);
+    sim_raw *raw;
+    unsigned w;
+    pthread_mutex_lock(&g->ck);
+    ppn_dptr c = sim_canonical(g, p, &raw, &w);
+    pthread_mutex_unlock(&g->ck);
+    return c;
+}
+
 /* ---- lifetime ------------------------------------------------------------------------------------------ */
 
 static void sim_destroy(ppn_gpu *gg)
@@ -1224,12 +1451,18 @@ static void sim_destroy(ppn_gpu *gg)
     }
     for (int i = 0; i < g->nraws; i++) {
         sim_raw *r = g->raws[i];
-        if (r->live) host_mem_put((void *)(uintptr_t)r->base, r->map_bytes);
+        if (r->live && !r->host) host_mem_put((void *)(uintptr_t)r->base, r->map_bytes); /* host: host_free's */
         sim_raw_destroy(r);
     }
     free(g->raws);
-    free(g->host_vc);
-    rec_unref(g->host_snap);
+    for (int i = 0; i < g->nthrs; i++) {
+        free(g->thrs[i]->vc);
+        rec_unref(g->thrs[i]->snap);
+        free(g->thrs[i]);
+    }
+    free(g->thrs);
+    for (int i = 0; i < g->nhandoffs; i++) free(g->handoffs[i].vc);
+    free(g->handoffs);
     pthread_mutex_destroy(&g->ck);
     pthread_cond_destroy(&g->busy_cv);
     pthread_mutex_destroy(&g->sync);
@@ -1252,6 +1485,7 @@ ppn_status ppn_gpu_sim_create(const ppn_gpu_kernels *kern, ppn_gpu **out)
     g->base.ops = &sim_ops;
     PPN_CHECK_GOTO(ppn_gpu_set_kernels(&g->base, kern), st, fail);
     g->base.kprof = gk->kp.on;
+    g->serial = atomic_fetch_add(&backend_serials, 1) + 1;
     pthread_mutex_init(&g->ck, NULL);
     pthread_cond_init(&g->busy_cv, NULL);
     pthread_mutex_init(&g->sync, NULL);
@@ -1290,6 +1524,8 @@ void ppn_gpu_sim_counts(ppn_gpu *gg, struct ppn_sim_counts *out)
     out->use_after_free = g->counts[2];
     out->double_free = g->counts[3];
     out->bounds = g->counts[4];
+    out->stale = g->counts[SIM_REP_STALE];
+    out->undeclared = g->counts[SIM_REP_UNDECLARED];
     pthread_mutex_unlock(&g->ck);
 }
 
@@ -1352,6 +1588,10 @@ static const struct ppn_gpu_ops sim_ops = {
     .launch = sim_launch,
     .host_fn = sim_host_fn,
     .mem_annotate = sim_mem_annotate,
+    .mem_issue = sim_mem_issue,
+    .host_access = sim_host_access,
+    .host_release = sim_host_release,
+    .host_acquire = sim_host_acquire,
     .kprof_read = sim_kprof_read,
     .kprof_reset = sim_kprof_reset,
     .capture_begin = sim_capture_begin,

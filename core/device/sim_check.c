@@ -12,7 +12,9 @@
  *   USE AFTER FREE  an access to a freed pool block or to a raw allocation after mem_free;
  *   DOUBLE FREE     PPN_ANN_FREE of anything but a live block; mem_free twice or of an unknown pointer;
  *   BOUNDS          a range not inside one allocation, or inside a carved (pool) region but not inside one
- *                   block.
+ *                   block, or past the bytes requested of a block handed out by mem_issue (not the class size);
+ *   STALE POINTER   an access to a live block through the address of an earlier allocation of it (counted as
+ *                   stale, status PPN_EUSEAFTERFREE).
  *
  * BLOCKS. Access history is kept per block: a raw mem_alloc region, or, inside a region the pool has carved
  * (PPN_ANN_CARVE), a pool block (PPN_ANN_ALLOC; outside any carved region, ALLOC carves its own range first).
@@ -27,16 +29,36 @@
  * VC_i[i] = k (ops are numbered from 1 in issue order). An event record snapshots VC_i into a refcounted
  * record object created when event_record is called; stream_wait_event binds, when it is called, to the
  * event's latest record (CUDA semantics), and the waiting stream merges that record's snapshot (max per
- * entry) once the record has executed. The host also has a clock: stream_sync, event_sync and a "done"
- * event_query merge what they waited for into it, and the next op issued on any stream merges the host clock
- * first (host order is real order in CUDA too). An earlier access by stream j at clock c happens-before the
- * current op of stream i iff c <= VC_i[j].
+ * entry) once the record has executed. The host also has clocks (sim_thr), with ids from the streams' id
+ * space: stream_sync, event_sync and a "done" event_query merge what they waited for into the calling
+ * thread's clock, and the next op that thread issues merges it first (host order is real order in CUDA too).
+ * With PPN_SIM_THREAD_CLOCKS=1 every host thread has its own clock, so a sync orders only the syncing
+ * thread's later ops, and a two-thread program whose threads are ordered only by host means (a mutex, a
+ * queue, thread creation) is reported whatever the timing, unless the hand-off is declared: host_release
+ * before the signal publishes the thread's clock under a key, host_acquire after the wait merges it. By
+ * default (0) every thread shares one clock, as before: the runtime's hand-offs to and from its stage
+ * threads (core/step.c, core/pending.c) are not declared yet (model.c, seq.c and boundary.c declare theirs).
+ * An earlier access by stream j at clock c happens-before the current op of stream i iff c <= VC_i[j].
+ *
+ * PINNED HOST MEMORY. host_alloc regions are tracked too: the host side of copy_htod (a read) and copy_dtoh
+ * (a write) is declared as an access of the issuing stream, and a host thread declares its own reads and
+ * writes of pinned buffers with host_access (checked at once, against the thread's clock). Histories are
+ * kept per range accessed (the pinned arena sub-allocates regions without telling the backend). Memory that
+ * is not pinned is not tracked.
  *
  * HISTORY per block: for each stream, its latest write not superseded and its latest read since; a write
  * that passes the check replaces everything with itself. An access conflicts with an entry of another
  * stream (W-W, W-R, R-W) whose clock is not <= the accessor's VC entry for that stream. Whether a race is
  * reported is decided by the clocks alone, not by how the worker threads happened to be scheduled (only
  * which of the two ops is named first, the one that ran second, depends on it).
+ *
+ * GENERATIONS. Every raw allocation reserves SIM_VIEWS windows of address space; window 0 is the memory,
+ * and mem_issue maps window w (1..SIM_VIEWS-1) as an alias of the same pages. Each allocation of a pool block
+ * (a generation) is handed out in the window after its previous one's, so the address itself says which
+ * generation the holder got: an access resolves to the block and its window must be the current one. The
+ * aliases are the same memory, so the CPU kernels run on them unchanged; the checker keeps its records at the
+ * window-0 address. A stale address goes unseen only when the block was reused a multiple of SIM_VIEWS-1
+ * times since (the windows wrap).
  *
  * WHEN. Liveness and bounds follow the pool's view in host order: they are resolved when the op is issued
  * (an op issued while its block is live is fine even if the block is freed later in stream order; the free's
@@ -58,6 +80,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include "core/base/err.h"
 #include "core/device/sim_internal.h"
 
@@ -67,13 +90,23 @@ typedef unsigned long long ull;
 
 void sim_fmt_op(char *buf, size_t cap, const sim_opref *r)
 {
+    if (r->dev < 0) { /* a host thread's access */
+        snprintf(buf, cap, "host thread %d access #%llu: %s%s%s", r->stream, (ull)r->idx, r->what,
+                 r->name ? " of " : "", r->name ? r->name : "");
+        return;
+    }
     snprintf(buf, cap, "stream %d (dev %d) op #%llu %s%s%s", r->stream, r->dev, (ull)r->idx, r->what,
              r->name ? " " : "", r->name ? r->name : "");
 }
 
 static void fmt_block(char *buf, size_t cap, const sim_raw *raw, const sim_block *b)
 {
-    if (b)
+    if (raw->host && b)
+        snprintf(buf, cap, "pinned host range 0x%llx [%zu B] (host_alloc region 0x%llx [%zu B])", (ull)b->base,
+                 b->bytes, (ull)raw->base, raw->bytes);
+    else if (raw->host)
+        snprintf(buf, cap, "pinned host region 0x%llx [%zu B]", (ull)raw->base, raw->bytes);
+    else if (b)
         snprintf(buf, cap, "block 0x%llx [%zu B, '%s'] (dev %d)", (ull)b->base, b->bytes, b->tag, raw->dev);
     else
         snprintf(buf, cap, "allocation 0x%llx [%zu B, raw] (dev %d)", (ull)raw->base, raw->bytes, raw->dev);
@@ -89,6 +122,7 @@ __attribute__((format(printf, 3, 4))) static void set_verdict(sim_op *op, ppn_st
 {
     if (op->verdict != PPN_OK) return;
     op->verdict = st;
+    op->vkind = -1;
     va_list ap;
     va_start(ap, fmt);
     if (vasprintf(&op->report, fmt, ap) < 0) op->report = NULL; /* emit prints a fallback */
@@ -100,19 +134,22 @@ __attribute__((format(printf, 3, 4))) static void set_verdict(sim_op *op, ppn_st
 static int count_index(ppn_status st)
 {
     switch (st) {
-    case PPN_ERACE: return 0;
-    case PPN_EPLACEMENT: return 1;
-    case PPN_EUSEAFTERFREE: return 2;
-    case PPN_EDOUBLEFREE: return 3;
-    case PPN_EBOUNDS: return 4;
+    case PPN_ERACE: return SIM_REP_RACE;
+    case PPN_EPLACEMENT: return SIM_REP_PLACEMENT;
+    case PPN_EUSEAFTERFREE: return SIM_REP_UAF;
+    case PPN_EDOUBLEFREE: return SIM_REP_DFREE;
+    case PPN_EBOUNDS: return SIM_REP_BOUNDS;
     default: return -1;
     }
 }
 
 /* Print a finding, count it, and make it the sticky error if there is none. */
-void sim_ck_emit(sim_gpu *g, ppn_status st, const char *msg)
+void sim_ck_emit(sim_gpu *g, ppn_status st, const char *msg) { sim_ck_emit_kind(g, st, count_index(st), msg); }
+
+/* The same, counted as kind (SIM_REP_*; -1: not counted). */
+void sim_ck_emit_kind(sim_gpu *g, ppn_status st, int kind, const char *msg)
 {
-    int i = count_index(st);
+    int i = kind;
     if (!msg) msg = "ppn sim: a checker report was lost (out of host memory while formatting it)";
     if (i >= 0) g->counts[i]++;
     if (g->printed < SIM_MAX_PRINTED) {
@@ -163,13 +200,13 @@ static int hist_merge(sim_hist *dst, const sim_hist *src)
     return 0;
 }
 
-static uint64_t vc_get(const struct ppn_gstream *s, int stream)
+static uint64_t vc_get(const sim_who *s, int stream)
 {
-    return (size_t)stream < s->vc_len ? s->vc[stream] : 0;
+    return (size_t)stream < s->len ? s->vc[stream] : 0;
 }
 
 /* The first entry of h that conflicts with an access of mode by s, or NULL. *prev_w: it is a write. */
-static const sim_epoch *hist_conflict(const sim_hist *h, const struct ppn_gstream *s, int mode, int *prev_w)
+static const sim_epoch *hist_conflict(const sim_hist *h, const sim_who *s, int mode, int *prev_w)
 {
     for (int i = 0; i < h->nw; i++) {
         const sim_epoch *e = &h->w[i];
@@ -223,13 +260,28 @@ static int raw_upper(sim_gpu *g, ppn_dptr p)
     return lo;
 }
 
-/* The allocation (live or tombstone) containing address p, or NULL. */
+/* The address range an allocation holds: its windows (or its bytes, for a record made without them). */
+static size_t raw_extent(const sim_raw *r) { return r->map_bytes ? r->map_bytes : r->bytes; }
+
+/* The allocation (live or tombstone) whose address range (any window) contains p, or NULL. */
 sim_raw *sim_raw_find(sim_gpu *g, ppn_dptr p)
 {
     int i = raw_upper(g, p) - 1;
     if (i < 0) return NULL;
     sim_raw *r = g->raws[i];
-    return p - r->base < r->bytes ? r : NULL;
+    return p - r->base < raw_extent(r) ? r : NULL;
+}
+
+/* p with its window taken off (the allocation's own address of the same byte); *window: which window p is
+ * in. p itself, window 0, when no allocation holds it. */
+ppn_dptr sim_canonical(sim_gpu *g, ppn_dptr p, sim_raw **raw, unsigned *window)
+{
+    sim_raw *r = sim_raw_find(g, p);
+    *raw = r;
+    *window = 0;
+    if (!r || !r->stride) return p;
+    *window = (unsigned)((p - r->base) / r->stride);
+    return r->base + (p - r->base) % r->stride;
 }
 
 void sim_raw_drop_contents(sim_raw *raw)
@@ -268,7 +320,7 @@ ppn_status sim_raw_insert(sim_gpu *g, sim_raw *raw)
     int j = 0;
     for (int i = 0; i < g->nraws; i++) {
         sim_raw *r = g->raws[i];
-        if (overlaps(r->base, r->bytes, raw->base, raw->bytes)) {
+        if (overlaps(r->base, raw_extent(r), raw->base, raw_extent(raw))) {
             PPN_ASSERT(!r->live); /* the host allocator never hands out live memory twice */
             sim_raw_destroy(r);
             continue;
@@ -378,6 +430,7 @@ static sim_block *block_piece(const sim_block *b, ppn_dptr base, size_t bytes)
     sim_block *nb = block_new(base, bytes, b->state, b->tag);
     if (!nb) return NULL;
     nb->freed_by = b->freed_by;
+    nb->gen = b->gen;
     if (hist_merge(&nb->h, &b->h)) {
         sim_hist_clear(&nb->h);
         free(nb);
@@ -423,6 +476,9 @@ ppn_status sim_ck_alloc(sim_gpu *g, int dev, ppn_dptr p, size_t n, const char *t
     sim_block *first = raw->blocks[i], *last = raw->blocks[j - 1];
     if (j == i + 1 && first->base == p && first->bytes == n) { /* the same block again: revive it */
         first->state = SIM_BLK_LIVE;
+        first->req = 0;
+        first->window = 0;
+        first->armed_gen = 0; /* guarded again only if handed out by mem_issue */
         snprintf(first->tag, sizeof first->tag, "%s", tag ? tag : "");
         return PPN_OK;
     }
@@ -431,8 +487,10 @@ ppn_status sim_ck_alloc(sim_gpu *g, int dev, ppn_dptr p, size_t n, const char *t
     int nrep = 0;
     sim_block *nb = block_new(p, n, SIM_BLK_LIVE, tag), *left = NULL, *right = NULL;
     if (!nb || blocks_reserve(raw, 2)) goto oom;
-    for (int k = i; k < j; k++)
+    for (int k = i; k < j; k++) {
         if (hist_merge(&nb->h, &raw->blocks[k]->h)) goto oom;
+        if (raw->blocks[k]->gen > nb->gen) nb->gen = raw->blocks[k]->gen; /* its addresses are taken */
+    }
     if (first->base < p && !(left = block_piece(first, first->base, p - first->base))) goto oom;
     if (last->base + last->bytes > p + n && !(right = block_piece(last, p + n, last->base + last->bytes - p - n)))
         goto oom;
@@ -457,9 +515,10 @@ oom:
 ppn_status sim_ck_free(sim_gpu *g, int dev, sim_op *op)
 {
     char me[192], prev[192], blk[160];
-    ppn_dptr p = op->acc[0].p;
+    sim_raw *raw;
+    unsigned win;
+    ppn_dptr p = sim_canonical(g, op->acc[0].p, &raw, &win);
     size_t n = op->acc[0].n;
-    sim_raw *raw = sim_raw_find(g, p);
     sim_block *b = NULL;
     sim_fmt_op(me, sizeof me, &op->ref);
     if (raw && raw->live && raw->dev != dev)
@@ -473,6 +532,10 @@ ppn_status sim_ck_free(sim_gpu *g, int dev, sim_op *op)
         sim_ck_resolve(g, op);
         b->state = SIM_BLK_FREED;
         b->freed_by = op->ref;
+        raw->free_pending++;
+        op->free_base = b->base;
+        op->free_serial = raw->serial;
+        op->free_req = b->armed_gen && b->armed_gen == b->gen ? b->req : 0;
         return PPN_OK;
     }
     op->nacc = 0; /* nothing to execute or record */
@@ -493,6 +556,50 @@ ppn_status sim_ck_free(sim_gpu *g, int dev, sim_op *op)
     return PPN_OK;
 }
 
+/* Map window w of raw (an alias of its memory: both name the same pages). Returns 0, or -1 (errno). */
+static int window_map(sim_raw *raw, unsigned w)
+{
+    if ((raw->mapped >> w) & 1) return 0;
+    void *at = (void *)(uintptr_t)(raw->base + (ppn_dptr)w * raw->stride);
+    /* old_size 0 on a shared mapping: a second mapping of the same pages (mremap(2)) */
+    void *p = mremap((void *)(uintptr_t)raw->base, 0, raw->stride, MREMAP_MAYMOVE | MREMAP_FIXED, at);
+    if (p == MAP_FAILED) return -1;
+    raw->mapped |= 1u << w;
+    return 0;
+}
+
+/* mem_issue: the live block at p starts a new generation of n requested bytes; *out is its address in the
+ * window that names it. Consecutive generations of a block get different windows (1..SIM_VIEWS-1 in turn), so
+ * a stale address is caught unless the block was reused a multiple of SIM_VIEWS-1 times in between. */
+ppn_status sim_ck_issue(sim_gpu *g, int dev, ppn_dptr p, size_t n, ppn_dptr *out)
+{
+    sim_raw *raw;
+    PPN_CHECK(find_live_raw(g, dev, p, 1, "ISSUE", &raw));
+    int i = blk_first_after(raw, p);
+    sim_block *b = i < raw->nblocks ? raw->blocks[i] : NULL;
+    if (!b || b->base != p || b->state != SIM_BLK_LIVE || n == 0 || n > b->bytes)
+        return ppn_err(PPN_EINVAL, "sim: mem_issue of %zu B at 0x%llx (dev %d): not a live block of at least that "
+                       "size (annotate PPN_ANN_ALLOC first)", n, (ull)p, dev);
+    *out = p;
+    if (!raw->stride) return PPN_OK; /* no windows: the block's own address */
+    unsigned w = 1 + b->gen % (SIM_VIEWS - 1);
+    if (window_map(raw, w))
+        return ppn_err(PPN_ENOMEM, "sim: mem_issue: mapping address window %u of 0x%llx failed", w, (ull)raw->base);
+    b->gen++;
+    b->window = w;
+    b->req = n;
+    b->armed_gen = 0;
+    /* Guard bytes past n, written now only when no free of this allocation's blocks is still queued (one could
+     * be the previous owner's, whose ops may still write there within its own size); else this generation goes
+     * unguarded. */
+    if (raw->free_pending == 0 && n < b->bytes) {
+        memset((void *)(uintptr_t)(p + n), SIM_CANARY, b->bytes - n);
+        b->armed_gen = b->gen;
+    }
+    *out = p + (ppn_dptr)w * raw->stride;
+    return PPN_OK;
+}
+
 /* ---- issue-time resolution ------------------------------------------------------------------------------ */
 
 /* Check one access against the pool's current view: inside one allocation, live, inside one live block when
@@ -502,8 +609,15 @@ static int resolve_acc(sim_gpu *g, sim_op *op, sim_acc *a)
     char me[192], blk[256], prev[192];
     sim_fmt_op(me, sizeof me, &op->ref);
     const char *mn = mode_name(a->mode);
-    sim_raw *raw = sim_raw_find(g, a->p);
-    if (!raw) {
+    sim_raw *raw;
+    unsigned win;
+    ppn_dptr given = a->p;
+    a->p = sim_canonical(g, a->p, &raw, &win); /* history and execution-time checks use the own address */
+    if (a->host && (!raw || !raw->host)) { /* the host side of a copy in memory that is not pinned: untracked */
+        a->n = 0;
+        return 0;
+    }
+    if (!raw || (raw->host && !a->host)) {
         set_verdict(op, PPN_EBOUNDS, "ppn sim: ACCESS OUTSIDE A BLOCK: %s of [0x%llx, +%zu B) by %s: the "
                     "address is in no device allocation", mn, (ull)a->p, a->n, me);
         return -1;
@@ -518,6 +632,12 @@ static int resolve_acc(sim_gpu *g, sim_op *op, sim_acc *a)
     if (!raw->live) {
         set_verdict(op, PPN_EUSEAFTERFREE, "ppn sim: USE AFTER FREE of %s: %s of [0x%llx, +%zu B) by %s; the "
                     "allocation was freed by mem_free on the host", blk, mn, (ull)a->p, a->n, me);
+        return -1;
+    }
+    if (!carved_overlap(raw, a->p, a->n) && win != 0) {
+        set_verdict(op, PPN_EBOUNDS, "ppn sim: ACCESS OUTSIDE A BLOCK: %s of [0x%llx, +%zu B) by %s: the address "
+                    "is in alias window %u of %s, which only pool blocks are handed out in", mn, (ull)given, a->n,
+                    me, win, blk);
         return -1;
     }
     if (carved_overlap(raw, a->p, a->n)) {
@@ -543,6 +663,23 @@ static int resolve_acc(sim_gpu *g, sim_op *op, sim_acc *a)
             sim_fmt_op(prev, sizeof prev, &b->freed_by);
             set_verdict(op, PPN_EUSEAFTERFREE, "ppn sim: USE AFTER FREE of %s: %s of [0x%llx, +%zu B) by %s; "
                         "the block was freed by %s", blk, mn, (ull)a->p, a->n, me, prev);
+            return -1;
+        }
+        if (win != b->window) {
+            fmt_block(blk, sizeof blk, raw, b);
+            set_verdict(op, PPN_EUSEAFTERFREE, "ppn sim: STALE POINTER into %s: %s of [0x%llx, +%zu B) by %s "
+                        "goes through address window %u, but the block's current allocation (generation %u) was "
+                        "handed out as window %u: the pointer is left from an earlier allocation of the block",
+                        blk, mn, (ull)given, a->n, me, win, b->gen, b->window);
+            op->vkind = SIM_REP_STALE;
+            return -1;
+        }
+        size_t lim = b->req && op->kind != SIM_OP_FREE ? b->req : b->bytes; /* a free names the whole block */
+        if (!in_range(b->base, lim, a->p, a->n)) {
+            fmt_block(blk, sizeof blk, raw, b);
+            set_verdict(op, PPN_EBOUNDS, "ppn sim: ACCESS OUTSIDE A BLOCK: %s of [0x%llx, +%zu B) by %s extends "
+                        "%llu B past the %zu B requested of %s", mn, (ull)given, a->n, me,
+                        (ull)(a->p + a->n - b->base - lim), lim, blk);
             return -1;
         }
     }
@@ -573,55 +710,209 @@ void sim_ck_resolve(sim_gpu *g, sim_op *op)
     }
 }
 
+/* ---- guard bytes ------------------------------------------------------------------------------------------ */
+
+/* UNDECLARED WRITE: a kernel (or any op) wrote bytes no op declared. Declared accesses past a block's
+ * requested size are BOUNDS reports and are not executed, so bytes there change only by a write nobody
+ * declared: they hold SIM_CANARY from the block's hand-out (mem_issue) and an allocation's from mem_alloc,
+ * and are checked when the block's free executes and when the allocation is freed. The op is not named (the
+ * write was not declared): the block's last declared writers are, as the likely culprits. */
+static size_t guard_bad(ppn_dptr p, size_t n, size_t *first)
+{
+    const unsigned char *c = (const unsigned char *)(uintptr_t)p;
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        if (c[i] != SIM_CANARY && !bad++) *first = i;
+    return bad;
+}
+
+static void guard_report(sim_gpu *g, const sim_raw *raw, const sim_block *b, size_t size, size_t bad, size_t first,
+                         const char *when)
+{
+    char blk[192], who[256] = "no op declared a write into it", op[192], msg[1024];
+    fmt_block(blk, sizeof blk, raw, b);
+    const sim_hist *h = b ? &b->h : &raw->h;
+    for (int i = 0; i < h->nw && i < 2; i++) {
+        sim_fmt_op(op, sizeof op, &h->w[i].op);
+        size_t l = i ? strlen(who) : 0;
+        snprintf(who + l, sizeof who - l, "%s%s", i ? "; " : "its last declared write: ", op);
+    }
+    snprintf(msg, sizeof msg, "ppn sim: UNDECLARED WRITE into %s: %zu byte(s) past its %zu B (the first at +%zu B) "
+             "changed, found %s; no op declared a write there (%s)", blk, bad, size, size + first, when, who);
+    sim_ck_emit_kind(g, PPN_EBOUNDS, SIM_REP_UNDECLARED, msg);
+}
+
+/* A raw allocation's own guard: the bytes between its size and its window's end. */
+void sim_ck_raw_guard_fill(sim_raw *raw)
+{
+    if (raw->stride > raw->bytes)
+        memset((void *)(uintptr_t)(raw->base + raw->bytes), SIM_CANARY, raw->stride - raw->bytes);
+}
+
+/* mem_free (nothing executes on raw any more): its own guard and its live guarded blocks'. */
+void sim_ck_raw_guard_check(sim_gpu *g, sim_raw *raw)
+{
+    size_t first = 0, bad;
+    if (raw->stride > raw->bytes && (bad = guard_bad(raw->base + raw->bytes, raw->stride - raw->bytes, &first)))
+        guard_report(g, raw, NULL, raw->bytes, bad, first, "when the allocation was freed");
+    for (int i = 0; i < raw->nblocks && !raw->host; i++) {
+        sim_block *b = raw->blocks[i];
+        if (b->state != SIM_BLK_LIVE || !b->req || !b->armed_gen || b->armed_gen != b->gen) continue;
+        if ((bad = guard_bad(b->base + b->req, b->bytes - b->req, &first)))
+            guard_report(g, raw, b, b->req, bad, first, "when its allocation was freed");
+    }
+}
+
+/* The free of a guarded block executes: every op of its allocation is ordered before this one (or was
+ * reported racing with it). */
+static void guard_check_free(sim_gpu *g, const sim_op *op, sim_raw *raw)
+{
+    size_t first = 0, bad;
+    int i = blk_first_after(raw, op->free_base);
+    sim_block *b = i < raw->nblocks ? raw->blocks[i] : NULL;
+    if (!b || b->base > op->free_base) return; /* reshaped since: no record names it any more */
+    if ((bad = guard_bad(op->free_base + op->free_req, b->bytes - op->free_req, &first)))
+        guard_report(g, raw, b, op->free_req, bad, first, "when the block's free executed");
+}
+
 /* ---- execution-time checks ---------------------------------------------------------------------------- */
 
-static void report_race(sim_gpu *g, const struct ppn_gstream *s, const sim_op *op, const sim_acc *a,
+static void report_race(sim_gpu *g, const sim_who *s, const sim_opref *ref, const sim_acc *a,
                         const sim_raw *raw, const sim_block *b, const sim_epoch *prev, int prev_w)
 {
-    char me[192], other[192], blk[160], msg[1024];
-    sim_fmt_op(me, sizeof me, &op->ref);
+    char me[192], other[192], blk[192], msg[1024];
+    sim_fmt_op(me, sizeof me, ref);
     sim_fmt_op(other, sizeof other, &prev->op);
     fmt_block(blk, sizeof blk, raw, b);
     char seen[96];
     uint64_t upto = vc_get(s, prev->stream);
+    const char *me_kind = ref->dev < 0 ? "host thread" : "stream";
+    const char *pk = prev->op.dev < 0 ? "host thread" : "stream";
     if (upto)
-        snprintf(seen, sizeof seen, "stream %d has seen stream %d only up to op #%llu", s->id, prev->stream,
-                 (ull)upto);
+        snprintf(seen, sizeof seen, "%s %d has seen %s %d only up to %s #%llu", me_kind, s->id, pk, prev->stream,
+                 prev->op.dev < 0 ? "access" : "op", (ull)upto);
     else
-        snprintf(seen, sizeof seen, "stream %d has seen nothing of stream %d", s->id, prev->stream);
+        snprintf(seen, sizeof seen, "%s %d has seen nothing of %s %d", me_kind, s->id, pk, prev->stream);
     snprintf(msg, sizeof msg, "ppn sim: RACE on %s: %s of [0x%llx, +%zu B) by %s; previous %s by %s; no event "
              "chain orders them (%s)", blk, mode_name(a->mode), (ull)a->p, a->n, me, prev_w ? "write" : "read",
              other, seen);
     sim_ck_emit(g, PPN_ERACE, msg);
 }
 
-/* Check one history against the access, report the first conflict (once per op), then record the access. */
-static void check_hist(sim_gpu *g, const struct ppn_gstream *s, const sim_op *op, const sim_acc *a,
-                       const sim_raw *raw, const sim_block *b, sim_hist *h, int *reported)
+/* Check one history against the access and report the first conflict (once per op). */
+static void check_only(sim_gpu *g, const sim_who *s, const sim_opref *ref, const sim_acc *a, const sim_raw *raw,
+                       const sim_block *b, const sim_hist *h, int *reported)
 {
     int prev_w = 0;
     const sim_epoch *prev = hist_conflict(h, s, a->mode, &prev_w);
     if (prev && !*reported) {
-        report_race(g, s, op, a, raw, b, prev, prev_w);
+        report_race(g, s, ref, a, raw, b, prev, prev_w);
         *reported = 1;
     }
-    sim_epoch e = {s->id, op->ref.idx, op->ref};
-    if (hist_update(h, &e, a->mode) && !*reported) {
+}
+
+static void record(sim_gpu *g, const sim_who *s, const sim_opref *ref, int mode, sim_hist *h, int *reported)
+{
+    sim_epoch e = {s->id, ref->idx, *ref};
+    if (hist_update(h, &e, mode) && !*reported) {
         sim_ck_emit(g, PPN_ENOMEM, "ppn sim: out of host memory for access history");
         *reported = 1;
     }
 }
 
-static void check_access(sim_gpu *g, const struct ppn_gstream *s, const sim_op *op, const sim_acc *a,
-                         sim_raw *raw, int *reported)
+/* Check one history against the access, report the first conflict (once per op), then record the access. */
+static void check_hist(sim_gpu *g, const sim_who *s, const sim_opref *ref, const sim_acc *a, const sim_raw *raw,
+                       const sim_block *b, sim_hist *h, int *reported)
 {
+    check_only(g, s, ref, a, raw, b, h, reported);
+    record(g, s, ref, a->mode, h, reported);
+}
+
+/* ---- pinned host memory ------------------------------------------------------------------------------------ */
+
+/* Pinned host memory comes in host_alloc regions that the pinned arena sub-allocates without telling the
+ * backend, so it has no blocks. Its history is kept per range accessed instead: one record per exact range
+ * (the buffers are used whole, so each buffer soon has its own), checked against every record it overlaps. A
+ * write drops the records it covers: whatever they hold is ordered before it or was reported with it, so a
+ * later access ordered after the write is ordered after them too, and one that is not conflicts with it. */
+static sim_block *host_range(sim_raw *raw, ppn_dptr p, size_t n)
+{
+    for (int i = 0; i < raw->nblocks; i++)
+        if (raw->blocks[i]->base == p && raw->blocks[i]->bytes == n) return raw->blocks[i];
+    if (blocks_reserve(raw, 1)) return NULL;
+    sim_block *b = block_new(p, n, SIM_BLK_LIVE, "pinned");
+    if (b) raw->blocks[raw->nblocks++] = b;
+    return b;
+}
+
+static void check_host(sim_gpu *g, const sim_who *s, const sim_opref *ref, const sim_acc *a, sim_raw *raw,
+                       int *reported)
+{
+    for (int i = 0; i < raw->nblocks; i++) {
+        sim_block *b = raw->blocks[i];
+        if (overlaps(b->base, b->bytes, a->p, a->n)) check_only(g, s, ref, a, raw, b, &b->h, reported);
+    }
+    sim_block *x = host_range(raw, a->p, a->n);
+    if (!x) {
+        if (!*reported) sim_ck_emit(g, PPN_ENOMEM, "ppn sim: out of host memory for access history");
+        *reported = 1;
+        return;
+    }
+    if (a->mode & PPN_ACC_W) {
+        int j = 0;
+        for (int i = 0; i < raw->nblocks; i++) {
+            sim_block *b = raw->blocks[i];
+            if (b != x && in_range(a->p, a->n, b->base, b->bytes)) block_free(b);
+            else raw->blocks[j++] = b;
+        }
+        raw->nblocks = j;
+    }
+    record(g, s, ref, a->mode, &x->h, reported);
+}
+
+/* A host_access of [p, p+n) now, by who as ref: a host thread's access (the caller has counted it in the
+ * thread's clock) or a host function's (the stream's op). Pinned memory only: other memory is not tracked. */
+void sim_ck_host_access(sim_gpu *g, const sim_who *who, const sim_opref *op, const void *p, size_t n, int mode)
+{
+    sim_raw *raw = sim_raw_find(g, (ppn_dptr)(uintptr_t)p);
+    if (!raw || !raw->host || n == 0) return;
+    sim_opref ref = *op;
+    sim_acc a = {(ppn_dptr)(uintptr_t)p, n, mode, -1, 0, 1, raw->serial, NULL};
+    char me[192], blk[192], msg[512];
+    if (!raw->live || !in_range(raw->base, raw->bytes, a.p, n)) {
+        sim_fmt_op(me, sizeof me, &ref);
+        fmt_block(blk, sizeof blk, raw, NULL);
+        snprintf(msg, sizeof msg, "ppn sim: %s: [0x%llx, +%zu B) by %s %s %s", !raw->live ? "USE AFTER FREE" :
+                 "ACCESS OUTSIDE A BLOCK", (ull)a.p, n, me, !raw->live ? "after host_free of" : "is not inside",
+                 blk);
+        sim_ck_emit(g, !raw->live ? PPN_EUSEAFTERFREE : PPN_EBOUNDS, msg);
+        return;
+    }
+    int reported = 0;
+    check_host(g, who, &ref, &a, raw, &reported);
+    /* A copy still running on it would touch the memory while the caller does (the report stands either way):
+     * wait for it, so the simulator itself never races (ThreadSanitizer runs these tests too). */
+    if (reported && raw->busy) {
+        raw->waiters++;
+        while (raw->busy) pthread_cond_wait(&g->busy_cv, &g->ck); /* pairs with sim_ck_exec_end */
+        raw->waiters--;
+    }
+}
+
+static void check_access(sim_gpu *g, const sim_who *s, const sim_op *op, const sim_acc *a, sim_raw *raw,
+                         int *reported)
+{
+    if (raw->host) {
+        check_host(g, s, &op->ref, a, raw, reported);
+        return;
+    }
     if (!carved_overlap(raw, a->p, a->n)) {
-        check_hist(g, s, op, a, raw, NULL, &raw->h, reported);
+        check_hist(g, s, &op->ref, a, raw, NULL, &raw->h, reported);
         return;
     }
     /* Records may have been split or merged by ALLOC since issue: check every one the range touches. */
     for (int i = blk_first_after(raw, a->p); i < raw->nblocks && raw->blocks[i]->base < a->p + a->n; i++)
-        check_hist(g, s, op, a, raw, raw->blocks[i], &raw->blocks[i]->h, reported);
+        check_hist(g, s, &op->ref, a, raw, raw->blocks[i], &raw->blocks[i]->h, reported);
 }
 
 /* Called on the worker with s's clock already advanced to this op. Emits op's issue-time finding, checks that
@@ -630,8 +921,12 @@ static void check_access(sim_gpu *g, const struct ppn_gstream *s, const sim_op *
 int sim_ck_exec_begin(sim_gpu *g, struct ppn_gstream *s, sim_op *op)
 {
     int reported = 0;
+    sim_raw *fr = op->free_serial ? sim_raw_find(g, op->free_base) : NULL;
+    if (fr && fr->serial != op->free_serial) fr = NULL;
+    if (fr) fr->free_pending--; /* a free of one of its blocks is no longer queued */
+    if (fr && op->free_req && op->verdict == PPN_OK) guard_check_free(g, op, fr);
     if (op->verdict != PPN_OK) {
-        sim_ck_emit(g, op->verdict, op->report);
+        sim_ck_emit_kind(g, op->verdict, op->vkind >= 0 ? op->vkind : count_index(op->verdict), op->report);
         if (op->verdict != PPN_EPLACEMENT) return 1; /* its ranges may not be valid memory */
         reported = 1;                                /* valid memory: record its accesses, then skip it */
     }
@@ -651,8 +946,9 @@ int sim_ck_exec_begin(sim_gpu *g, struct ppn_gstream *s, sim_op *op)
         raw->busy++;
         a->busy_raw = raw;
     }
+    sim_who who = {s->id, s->vc, s->vc_len};
     for (int i = 0; i < op->nacc; i++)
-        if (op->acc[i].busy_raw) check_access(g, s, op, &op->acc[i], op->acc[i].busy_raw, &reported);
+        if (op->acc[i].busy_raw) check_access(g, &who, op, &op->acc[i], op->acc[i].busy_raw, &reported);
     return reported;
 }
 
@@ -663,6 +959,6 @@ void sim_ck_exec_end(sim_gpu *g, sim_op *op)
         sim_raw *raw = op->acc[i].busy_raw;
         if (!raw) continue;
         op->acc[i].busy_raw = NULL;
-        if (--raw->busy == 0 && !raw->live) pthread_cond_broadcast(&g->busy_cv);
+        if (--raw->busy == 0 && (!raw->live || raw->waiters)) pthread_cond_broadcast(&g->busy_cv);
     }
 }
