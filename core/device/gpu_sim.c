@@ -759,20 +759,41 @@ static ppn_status sim_host_free(ppn_gpu *gg, void *p, size_t bytes)
     return PPN_OK;
 }
 
-/* Nothing to pin on sim: the checks a driver makes (a page-aligned, non-empty range) and nothing else. */
+/* Registered host memory is pinned memory as host_alloc's is: a region the checker tracks (the pinned arenas map,
+ * bind and register theirs: alloc/host.c). The checks a driver makes first: a page-aligned, non-empty range. */
 static ppn_status sim_host_register(ppn_gpu *gg, void *p, size_t bytes)
 {
-    (void)gg;
+    sim_gpu *g = sim_of(gg);
     if (!p || bytes == 0 || (uintptr_t)p % 4096 || bytes % 4096)
         return ppn_err(PPN_EINVAL, "sim: host_register(%p, %zu B): not a non-empty page-aligned range", p, bytes);
-    return PPN_OK;
+    sim_raw *raw = calloc(1, sizeof *raw);
+    if (!raw) return ppn_err(PPN_ENOMEM, "sim: host_register of %zu B: out of host memory", bytes);
+    *raw = (sim_raw){.base = (ppn_dptr)(uintptr_t)p, .bytes = bytes, .dev = -1, .host = 1, .live = 1};
+    pthread_mutex_lock(&g->ck);
+    raw->serial = ++g->next_serial;
+    ppn_status st = sim_raw_insert(g, raw);
+    pthread_mutex_unlock(&g->ck);
+    if (st != PPN_OK) free(raw);
+    return st;
 }
 
+/* Waits for copies executing on the region; its record stays as a tombstone, as host_free's does. */
 static ppn_status sim_host_unregister(ppn_gpu *gg, void *p)
 {
-    (void)gg;
-    (void)p;
-    return PPN_OK;
+    sim_gpu *g = sim_of(gg);
+    if (!p) return PPN_OK;
+    pthread_mutex_lock(&g->ck);
+    sim_raw *raw = sim_raw_find(g, (ppn_dptr)(uintptr_t)p);
+    ppn_status st = PPN_OK;
+    if (raw && raw->host && raw->live && raw->base == (ppn_dptr)(uintptr_t)p) {
+        raw->live = 0;
+        while (raw->busy) pthread_cond_wait(&g->busy_cv, &g->ck); /* pairs with sim_ck_exec_end */
+        sim_raw_drop_contents(raw);
+    } else {
+        st = ppn_err(PPN_EINVAL, "sim: host_unregister(%p): not a registered range", p);
+    }
+    pthread_mutex_unlock(&g->ck);
+    return st;
 }
 
 /* ---- streams ------------------------------------------------------------------------------------------ */
