@@ -1,13 +1,26 @@
 /* rows_run.c - running a list of many-rows walks (prefill chunks, a batch's micro-batches) to the end, the two
  * ways a call can take:
  *   staged   each walk issued as one step through the stages (the split, or the one stage), up to depth in flight
- *            so stage s + 1 works on walk k while stage s starts walk k + 1; every issued walk is waited, so the
- *            caller owns nothing the stages still read when this returns;
+ *            so stage s + 1 works on walk k while stage s starts walk k + 1; every issued walk is waited (after a
+ *            failure, every stage thread and stream too), so the caller owns nothing the stages still read when
+ *            this returns;
  *   unsplit  every walk through every layer on stage 0's stream, reading weights and caches wherever they live:
  *            after every stage stream has drained (the other stages' caches were last written there) and
  *            synchronised before return (nothing later may overtake it). */
 #include "core/rt.h"
 #include "core/base/err.h"
+
+/* After a failure: a walk's done generation may have been posted by a stage that gave up while an earlier
+ * stage's thread still runs that walk (or the next one), reading the call's host descriptors, and its stream
+ * still copies from the call's pinned memory. Wait for every command and every stage stream before the caller
+ * frees them (errors here are ignored: the first failure is the one reported). */
+static void rows_quiesce(ppn_model *m)
+{
+    ppn_gpu *g = m->rt->g;
+    (void)ppn_model_drain(m);
+    for (int s = 0; s < m->map->n_stages; s++)
+        if (m->stages[s].stream) (void)g->ops->stream_sync(g, m->stages[s].stream);
+}
 
 ppn_status ppn_rows_run_staged(ppn_model *m, const ppn_step_cmd *cmds, int n, int depth)
 {
@@ -15,7 +28,6 @@ ppn_status ppn_rows_run_staged(ppn_model *m, const ppn_step_cmd *cmds, int n, in
     ppn_seq *own[PPN_MAX_INFLIGHT];
     int issued = 0, waited = 0;
     ppn_status st = PPN_OK;
-    (void)m;
     if (depth < 1) depth = 1;
     if (depth > PPN_MAX_INFLIGHT) depth = PPN_MAX_INFLIGHT;
     while (waited < issued || (st == PPN_OK && issued < n)) {
@@ -30,6 +42,7 @@ ppn_status ppn_rows_run_staged(ppn_model *m, const ppn_step_cmd *cmds, int n, in
             waited++;
         }
     }
+    if (st != PPN_OK) rows_quiesce(m);
     return st;
 }
 
