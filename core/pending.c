@@ -90,6 +90,9 @@ ppn_status ppn_pend_wait(ppn_seq *q, ppn_pend p, float *logits, int *id)
         ppn_model_fail(m, st);
         return st;
     }
+    if (logits) /* the sim checks the host's read of the pinned row against the readback copy */
+        g->ops->host_access(g, q->logits_h[p.ring], bytes, PPN_ACC_R, "logits readback");
+    if (id) g->ops->host_access(g, &q->tok_h[p.ring], sizeof(int32_t), PPN_ACC_R, "token readback");
     st = readback_checked(q, p.ring, logits, id); /* not the model's failure: the device did what it was told */
     ppn_seq_retire(q, p.ring);
     return st;
