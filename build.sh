@@ -29,8 +29,11 @@ DEBS="cmake make gcc pkg-config libjemalloc-dev liburcu-dev libhwloc-dev libudev
 
 have_deps() {
     command -v cmake >/dev/null && command -v gcc >/dev/null && command -v pkg-config >/dev/null && command -v curl >/dev/null && command -v python3 >/dev/null || return 1
+    local multiarch
+    multiarch=$(gcc -dumpmachine 2>/dev/null)
     for h in hwloc.h urcu/urcu-qsbr.h jemalloc/jemalloc.h jansson.h cmocka.h libudev.h pcre2.h utf8proc.h microhttpd.h; do
-        [ -e "/usr/include/$h" ] || return 1
+        # Debian puts some headers under the multiarch folder (liburcu-dev: /usr/include/x86_64-linux-gnu/urcu)
+        [ -e "/usr/include/$h" ] || [ -e "/usr/include/$multiarch/$h" ] || return 1
     done
 }
 
