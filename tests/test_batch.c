@@ -148,6 +148,18 @@ static void test_batch_qwen2_tiny(void **s) { (void)s, check_rows_alone("qwen2-t
 static void test_batch_qwen3_tiny(void **s) { (void)s, check_rows_alone("qwen3-tiny", 6); }
 static void test_batch_stories(void **s) { (void)s, check_rows_alone("stories260K.bin", 6); }
 
+/* An arm's door: n stages on devs, the batched split or (batch_pp 0) the unsplit walk, allowed for comparison. */
+static ppn_door arm_door(int n_stages, const int *devs, int batch_pp)
+{
+    ppn_door d = ppn_door_default();
+    d.n_stages = n_stages;
+    d.n_devices = n_stages;
+    for (int s = 0; s < n_stages; s++) d.devices[s] = devs[s];
+    d.batch_pp = batch_pp;
+    d.allow_unsplit_batch = !batch_pp;
+    return d;
+}
+
 /* Over four devices: the split with one micro-batch per device (pipelined), with one, and the unsplit walk give
  * the door-shut model's bits, with the counters of each arm advancing and the others' not. Then 3 stages on 2
  * devices (micro-batches: 2) and 2 stages on one device (1). */
@@ -176,12 +188,7 @@ static void test_batch_split_unsplit_micro(void **state)
         {2, {0, 0}, 0, 1, 1},       /* one device: one micro-batch */
     };
     for (size_t k = 0; k < sizeof arms / sizeof arms[0]; k++) {
-        ppn_door d = ppn_door_default();
-        d.n_stages = arms[k].n_stages;
-        d.n_devices = arms[k].n_stages;
-        for (int s = 0; s < d.n_stages; s++) d.devices[s] = arms[k].devs[s];
-        d.batch_pp = arms[k].batch_pp;
-        d.allow_unsplit_batch = !arms[k].batch_pp;
+        ppn_door d = arm_door(arms[k].n_stages, arms[k].devs, arms[k].batch_pp);
         ppn_model *m = load(dir, &d, 64);
         ppn_batch_opts o = {.micro = arms[k].micro};
         ppn_stats a, b;
@@ -314,12 +321,7 @@ static void test_batch_mixed(void **state)
         {1, {0}, 1}, {4, {0, 1, 2, 3}, 1}, {2, {0, 0}, 1}, {4, {0, 1, 2, 3}, 0},
     };
     for (size_t k = 0; k < sizeof arms / sizeof arms[0]; k++) {
-        ppn_door d = ppn_door_default();
-        d.n_stages = arms[k].n_stages;
-        d.n_devices = arms[k].n_stages;
-        for (int s = 0; s < d.n_stages; s++) d.devices[s] = arms[k].devs[s];
-        d.batch_pp = arms[k].batch_pp;
-        d.allow_unsplit_batch = !arms[k].batch_pp;
+        ppn_door d = arm_door(arms[k].n_stages, arms[k].devs, arms[k].batch_pp);
         ppn_model *m = load(dir, arms[k].n_stages > 1 ? &d : NULL, 64);
         ppn_model_info info;
         ppn_model_get_info(m, &info);
