@@ -454,8 +454,8 @@ template <int N, bool BF16> __device__ __forceinline__ void gemm_wgmma(float *d,
 #endif
 }
 
-template <int WGS, int BN, bool BF16> struct gemm_h {
-    static constexpr int BM = 64 * WGS, BK = GEMM_H_BK, S = GEMM_H_STAGES, STAGE_BYTES = BN * BK * 2;
+template <int WGS, int BN, bool BF16, int S = GEMM_H_STAGES> struct gemm_h {
+    static constexpr int BM = 64 * WGS, BK = GEMM_H_BK, STAGE_BYTES = BN * BK * 2;
     static constexpr int THREADS = 128 * WGS, WPT = BN * BK / 8 / THREADS, NACC = BN / 2;
     static_assert(WPT * THREADS * 8 == BN * BK && BN % 64 == 0, "whole 8-row swizzle atoms, whole copies");
 
@@ -695,7 +695,7 @@ template <bool BF16, int S> struct gemm_k {
 
     __device__ gemm_k(const ppn_kp_gemm &p_, unsigned char *smem, int rank) : p(p_), s0(gemm_smem_addr(smem))
     {
-        const int kl = (int)PPN_GEMM_TC_K_KS(p.rows); // the grid's layout; without clusters one CTA sums all
+        const int kl = p.ks; // the grid's layout (the op's choice); without clusters one CTA sums all
         ks = GEMM_K_CLUSTER ? kl : 1;
         int groups = (p.m + MG - 1) / MG, c = (int)blockIdx.x / CL;
         part = rank % ks, lead = rank - rank % kl;
@@ -830,7 +830,6 @@ template <bool BF16, int S> struct gemm_k {
 
 template <int S> __device__ __forceinline__ void gemm_k_run(const ppn_kp_gemm &p, int rank)
 {
-    static_assert(PPN_GEMM_TC_K_STAGES(8) == 4 && PPN_GEMM_TC_K_STAGES(9) == 3, "the depths instantiated");
     if (p.wdt == PPN_DTYPE_BF16) {
         gemm_k<true, S> k(p, gemm_dyn_smem, rank);
         k.run();
@@ -845,9 +844,14 @@ extern "C" __global__ void GEMM_K_CLUSTER_DIMS __launch_bounds__(PPN_GEMM_TC_K_T
 {
     ppn_pdl_trigger();
     int rank = (int)(blockIdx.x % PPN_GEMM_TC_K_CLUSTER); // = %cluster_ctarank: clusters are CLUSTER x 1 x 1
-    if (!GEMM_K_CLUSTER && rank % PPN_GEMM_TC_K_KS(p.rows) != 0) return; // the tile's first CTA sums all of K
-    if (PPN_GEMM_TC_K_STAGES(p.m) == 4) gemm_k_run<4>(p, rank); // the ring's depth, as the op sized it
-    else gemm_k_run<3>(p, rank);
+    if (!GEMM_K_CLUSTER && rank % p.ks != 0) return; // the tile's first CTA sums all of K
+    switch (p.stages) { // the ring's depth, as the op sized it (ops_gemm.c takes no other)
+    case 3: gemm_k_run<3>(p, rank); break;
+    case 4: gemm_k_run<4>(p, rank); break;
+    case 6: gemm_k_run<6>(p, rank); break;
+    case 8: gemm_k_run<8>(p, rank); break;
+    default: __trap();
+    }
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -862,20 +866,20 @@ extern "C" __global__ void GEMM_K_CLUSTER_DIMS __launch_bounds__(PPN_GEMM_TC_K_T
 // PTX) the first CTA of each tile sums all of K on mma.sync (gemm_tc, the middle tile's warps) and the others
 // return.
 
-template <bool BF16> __device__ __forceinline__ void gemm_kw_run(const ppn_kp_gemm &p)
+template <bool BF16, int S> __device__ __forceinline__ void gemm_kw_run(const ppn_kp_gemm &p)
 {
     constexpr int BM = PPN_GEMM_TC_M_BM, BN = PPN_GEMM_TC_M_BN, CL = PPN_GEMM_TC_K_CLUSTER;
-    const int rank = (int)(blockIdx.x % CL), kl = (int)PPN_GEMM_TC_KW_KS(p.rows); // = %cluster_ctarank
+    const int rank = (int)(blockIdx.x % CL), kl = p.ks; // = %cluster_ctarank; the op's K split
     const int groups = (p.m + BM - 1) / BM, c = (int)blockIdx.x / CL;
     const int part = rank % kl, lead = rank - part;
     const int i0 = c % groups * BM, r0 = (c / groups * (CL / kl) + rank / kl) * BN;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int T = PPN_GEMM_TC_M_THREADS, NQ = BN / 8; // float4s of partial sums a thread holds
-    static_assert(T == 128 && BM == 64 && NQ * T * 16 <= GEMM_H_STAGES * BN * GEMM_H_BK * 2, "partials fit the ring");
+    static_assert(T == 128 && BM == 64 && NQ * T * 16 <= S * BN * GEMM_H_BK * 2, "partials fit the ring");
     const int ks = kl, kts = (p.cols + GEMM_H_BK - 1) / GEMM_H_BK, per = (kts + ks - 1) / ks;
     int kt0 = min(kts, part * per), kt1 = min(kts, kt0 + per);
     if (r0 >= p.rows) kt1 = kt0; // a cluster's tiles past the matrix: no loads, only the barriers
-    gemm_h<1, BN, BF16> k(p, gemm_dyn_smem, i0, r0, kt0, kt1);
+    gemm_h<1, BN, BF16, S> k(p, gemm_dyn_smem, i0, r0, kt0, kt1);
     float acc[NQ * 4];
 #pragma unroll
     for (int j = 0; j < NQ * 4; j++) acc[j] = 0.0f;
@@ -920,6 +924,13 @@ extern "C" __global__ void GEMM_K_CLUSTER_DIMS __launch_bounds__(PPN_GEMM_TC_M_T
     ppn_k_gemm_tc_kw(const ppn_kp_gemm_tc_kw p)
 {
     ppn_pdl_trigger();
-    if (p.wdt == PPN_DTYPE_BF16) gemm_kw_run<true>(p);
-    else gemm_kw_run<false>(p);
+    switch (p.stages * 2 + (p.wdt == PPN_DTYPE_BF16)) { // the ring's depth, as the op sized it, and W's dtype
+    case 3 * 2 + 1: gemm_kw_run<true, 3>(p); break;
+    case 3 * 2: gemm_kw_run<false, 3>(p); break;
+    case 4 * 2 + 1: gemm_kw_run<true, 4>(p); break;
+    case 4 * 2: gemm_kw_run<false, 4>(p); break;
+    case 6 * 2 + 1: gemm_kw_run<true, 6>(p); break;
+    case 6 * 2: gemm_kw_run<false, 6>(p); break;
+    default: __trap();
+    }
 }

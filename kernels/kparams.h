@@ -73,7 +73,11 @@ typedef struct { uint64_t out, w, x, bias, res; int32_t rows, cols, m, wdt; } pp
  * depend on rows and cols alone), then adds the partial sums in k order: its bits are the same for every m, and
  * where KS is 1 (the lm heads) they are the tiles' bits. gemm_tc_kw does the same over its own KW_KS(rows)
  * ranges (its bits: the same for every m, not gemm_tc_k's). */
-typedef struct { uint64_t out, w, x, bias, res; int32_t m, rows, cols, wdt; } ppn_kp_gemm;
+/* ks and stages: gemm_tc_k's and gemm_tc_kw's K split (CTAs of a cluster per weight tile: 1, 2, 4 or 8) and ring
+ * depth (k-tiles: gemm_tc_k 3, 4, 6 or 8; gemm_tc_kw 3, 4 or 6), chosen by the op (ops_gemm.c; a forced tile may
+ * name them: ppn_op_gemm_tile); the other kernels ignore them. The kernels read them from here, so the host's
+ * table is the only place they are chosen. */
+typedef struct { uint64_t out, w, x, bias, res; int32_t m, rows, cols, wdt, ks, stages; } ppn_kp_gemm;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_l;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_m;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_s;
@@ -123,9 +127,10 @@ typedef ppn_kp_gemm ppn_kp_gemm_tc_kw;
      : PPN_GEMM_TC_K_TILES(rows) <= 132u ? 4u                                                                     \
      : PPN_GEMM_TC_K_TILES(rows) <= 264u ? 2u                                                                     \
      : PPN_GEMM_TC_K_TILES(rows) < 1024u ? 4u : 1u)
-#define PPN_GEMM_TC_K_SMEM(m)                                                                                     \
-    (PPN_GEMM_TC_K_STAGES(m) *                                                                                  \
+#define PPN_GEMM_TC_K_SMEM_S(m, stages)                                                                           \
+    ((unsigned)(stages) *                                                                                       \
      ((unsigned)PPN_GEMM_TC_K_BN * PPN_GEMM_TC_K_KT * 2u + PPN_GEMM_TC_K_MP(m) * PPN_GEMM_TC_K_XROW * 4u))
+#define PPN_GEMM_TC_K_SMEM(m) PPN_GEMM_TC_K_SMEM_S(m, PPN_GEMM_TC_K_STAGES(m))
 /* gemm_tc_kw: the middle tile's BM x BN (64 tokens x 128 weight rows), threads and shared memory, in clusters of
  * CLUSTER CTAs laid out as gemm_tc_k's: a cluster holds CLUSTER / KW_KS(rows) weight tiles, each summed over K in
  * KW_KS(rows) k-ranges of whole 64-column k-tiles, ceil(ceil(cols / 64) / KS) a range, whose partial sums are
@@ -137,6 +142,14 @@ typedef ppn_kp_gemm ppn_kp_gemm_tc_kw;
     (PPN_GEMM_TC_KW_TILES(rows) <= 66u    ? 8u                                                                    \
      : PPN_GEMM_TC_KW_TILES(rows) <= 132u ? 4u                                                                    \
      : PPN_GEMM_TC_KW_TILES(rows) <= 264u ? 2u : 1u)
+/* Its ring: STAGES k-tiles of BN x 64 16-bit W elements (x goes to registers); at least the middle tile's
+ * shared memory, which the sm_80 code (mma.sync, the middle tile's ring) takes. */
+#define PPN_GEMM_TC_KW_STAGES 3u
+#define PPN_GEMM_TC_KW_SMEM(stages)                                                                               \
+    ((unsigned)(stages) * PPN_GEMM_TC_M_BN * 64u * 2u >                                                           \
+             PPN_GEMM_TC_SMEM(PPN_GEMM_TC_M_BM, PPN_GEMM_TC_M_BN, PPN_GEMM_TC_M_STAGES)                          \
+         ? (unsigned)(stages) * PPN_GEMM_TC_M_BN * 64u * 2u                                                       \
+         : PPN_GEMM_TC_SMEM(PPN_GEMM_TC_M_BM, PPN_GEMM_TC_M_BN, PPN_GEMM_TC_M_STAGES))
 
 /* Rotary embedding in place on x[n_heads, head_dim] at position hdr->pos.
  * inv_freq: f32 [head_dim/2], precomputed on the host (default, llama3 scaling...).
@@ -217,7 +230,7 @@ typedef struct { uint64_t out, gate, up; int32_t n; } ppn_kp_swiglu;
 /* out[n] = a[n] + b[n] (out may alias a or b) */
 typedef struct { uint64_t out, a, b; int32_t n; } ppn_kp_add;
 
-/* out[0] (int32) = argmax(x[0..n)), lowest index on ties; NaN never wins (-1 when every value is NaN).
+/* out[0] (int32) = argmax(x[0..n)), lowest index on ties; -1 when any value is NaN or infinite.
  * part = 0: one block (no op launches that form; ppn_op_argmax_wide always gives part). Else nblk blocks each
  * reduce a strided share into part (nblk records of {f32 value, i32 index}, then a u32 arrival counter that is
  * 0 before a launch and after it) and the last block to arrive reduces the records; (value, index) is a total
@@ -273,8 +286,8 @@ typedef ppn_kp_attn_rows ppn_kp_attn_rows_f16;
 /* out[i, :] = silu(gu[i, 0 .. n)) * gu[i, n .. 2n) for i < c: gu [c, 2n], out [c, n] (separate). */
 typedef struct { uint64_t out, gu; int32_t n, c; } ppn_kp_swiglu_rows;
 
-/* out[i] (int32) = argmax of row i of x [rows, n] by ppn_kp_argmax's rule (lowest index on ties, NaN never
- * wins, -1 when every value is NaN): one block per row (a batched decode step's greedy tokens). */
+/* out[i] (int32) = argmax of row i of x [rows, n] by ppn_kp_argmax's rule (lowest index on ties, -1 when any
+ * value of the row is NaN or infinite): one block per row (a batched decode step's greedy tokens). */
 typedef struct { uint64_t out, x; int32_t n, rows; } ppn_kp_argmax_rows;
 #define PPN_ARGMAX_ROWS_THREADS 1024
 

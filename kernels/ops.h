@@ -126,8 +126,10 @@ ppn_status ppn_op_rmsnorm_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dpt
 ppn_status ppn_op_gemm(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x, int m, int rows,
                        int cols, ppn_dptr bias, ppn_dptr res);
 /* ppn_op_gemm on the tile kernel the caller names (PPN_K_GEMM or a PPN_K_GEMM_TC_*) instead of the op's choice:
- * for tests and benchmarks that compare the tiles. @return as ppn_op_gemm, and PPN_EINVAL for a kernel that is
- * not a gemm tile or a tensor-core tile the shape, dtype or alignment does not fit. */
+ * for tests and benchmarks that compare the tiles. For gemm_tc_k and gemm_tc_kw, p->ks and p->stages name the K
+ * split and ring depth (kparams.h; 0: the op's choice), so a benchmark can sweep them; the other tiles ignore them.
+ * @return as ppn_op_gemm, and PPN_EINVAL for a kernel that is not a gemm tile or a tensor-core tile the shape,
+ * dtype or alignment does not fit, or a K split or depth the tile does not take. */
 ppn_status ppn_op_gemm_tile(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_kp_gemm *p);
 /* Per-head rmsnorm in place (the head_rmsnorm formula) of heads h0 .. h0 + n_heads - 1 of each of c rows of x,
  * a row being stride floats (Qwen3's q and k norms over the rows of the q|k|v projection). */
@@ -153,8 +155,8 @@ ppn_status ppn_op_attn_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr q
 /* out[i, :] = silu(gu[i, 0 .. n)) * gu[i, n .. 2n) for i < c: gu [c, 2n] (the gate|up GEMM's rows), out [c, n],
  * a separate buffer. */
 ppn_status ppn_op_swiglu_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr gu, int n, int c);
-/* out_i32[i] = argmax of row i of x [rows, n] (ppn_op_argmax_wide's rule: lowest index on ties, NaN never
- * chosen, -1 for a row of NaN), one block per row; out must not overlap x. */
+/* out_i32[i] = argmax of row i of x [rows, n] (ppn_op_argmax_wide's rule: lowest index on ties, -1 for a row
+ * holding a NaN or an infinity), one block per row; out must not overlap x. */
 ppn_status ppn_op_argmax_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out_i32, ppn_dptr x, int n, int rows);
 
 /* ---------------------------------------------------------------------------------------------------------

@@ -44,10 +44,17 @@ static int gemm_tc_fits(const ppn_kp_gemm *p)
     return p->wdt != PPN_DTYPE_F32 && p->cols % 8 == 0 && !(p->w & 15u) && !(p->x & 15u);
 }
 
+/* gemm_tc_k's and gemm_tc_kw's K split and ring depth where the caller names none (p->ks, p->stages 0): the
+ * K split depends on rows alone (kparams.h's KS), so a token's bits do not depend on m; the depth only on m. */
+static int gemm_k_ks(const ppn_kp_gemm *p) { return p->ks ? p->ks : (int)PPN_GEMM_TC_K_KS(p->rows); }
+static int gemm_k_stages(const ppn_kp_gemm *p) { return p->stages ? p->stages : (int)PPN_GEMM_TC_K_STAGES(p->m); }
+static int gemm_kw_ks(const ppn_kp_gemm *p) { return p->ks ? p->ks : (int)PPN_GEMM_TC_KW_KS(p->rows); }
+static int gemm_kw_stages(const ppn_kp_gemm *p) { return p->stages ? p->stages : (int)PPN_GEMM_TC_KW_STAGES; }
+
 /* gemm_tc_k's CTAs: clusters of CLUSTER / KS weight tiles, for each token group (kparams.h). */
 static size_t gemm_k_ctas(const ppn_kp_gemm *p)
 {
-    unsigned per = PPN_GEMM_TC_K_CLUSTER / PPN_GEMM_TC_K_KS(p->rows);
+    unsigned per = PPN_GEMM_TC_K_CLUSTER / (unsigned)gemm_k_ks(p);
     return (size_t)blocks_for((int)PPN_GEMM_TC_K_TILES(p->rows), per) * blocks_for(p->m, PPN_GEMM_TC_K_MG) *
            PPN_GEMM_TC_K_CLUSTER;
 }
@@ -55,7 +62,7 @@ static size_t gemm_k_ctas(const ppn_kp_gemm *p)
 /* gemm_tc_kw's CTAs: clusters of CLUSTER / KW_KS middle tiles, for each group of 64 tokens (kparams.h). */
 static size_t gemm_kw_ctas(const ppn_kp_gemm *p)
 {
-    unsigned per = PPN_GEMM_TC_K_CLUSTER / PPN_GEMM_TC_KW_KS(p->rows);
+    unsigned per = PPN_GEMM_TC_K_CLUSTER / (unsigned)gemm_kw_ks(p);
     return (size_t)blocks_for((int)PPN_GEMM_TC_KW_TILES(p->rows), per) * blocks_for(p->m, PPN_GEMM_TC_M_BM) *
            PPN_GEMM_TC_K_CLUSTER;
 }
@@ -110,14 +117,15 @@ static ppn_launch gemm_geometry(int kernel, const ppn_kp_gemm *p)
         smem = PPN_GEMM_TC_SMEM(bm, bn, PPN_GEMM_TC_S_STAGES);
         break;
     case PPN_K_GEMM_TC_K: {
-        PPN_ASSERT(PPN_GEMM_TC_K_SMEM(p->m) <= PPN_DYN_SMEM_MAX);
+        PPN_ASSERT(PPN_GEMM_TC_K_SMEM_S(p->m, p->stages) <= PPN_DYN_SMEM_MAX);
         ppn_launch l = launch_init(kernel, p, (unsigned)gemm_k_ctas(p), PPN_GEMM_TC_K_THREADS);
-        l.smem = PPN_GEMM_TC_K_SMEM(p->m);
+        l.smem = PPN_GEMM_TC_K_SMEM_S(p->m, p->stages);
         return l;
     }
     case PPN_K_GEMM_TC_KW: {
         ppn_launch l = launch_init(kernel, p, (unsigned)gemm_kw_ctas(p), PPN_GEMM_TC_M_THREADS);
-        l.smem = PPN_GEMM_TC_SMEM(PPN_GEMM_TC_M_BM, PPN_GEMM_TC_M_BN, PPN_GEMM_TC_M_STAGES);
+        l.smem = PPN_GEMM_TC_KW_SMEM(p->stages);
+        PPN_ASSERT(l.smem <= PPN_DYN_SMEM_MAX);
         return l;
     }
     default: break;
@@ -148,9 +156,14 @@ static ppn_status gemm_check(const char *op, const ppn_kp_gemm *p)
     return PPN_OK;
 }
 
-/* p (checked) on kernel: its tile's geometry and every buffer it touches, declared. */
-static ppn_status gemm_submit(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_kp_gemm *p)
+/* p (checked) on kernel: its tile's geometry and every buffer it touches, declared. The split-K tiles get their
+ * K split and ring depth resolved here (the kernels read them from the params). */
+static ppn_status gemm_submit(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_kp_gemm *pc)
 {
+    ppn_kp_gemm rp = *pc, *p = &rp;
+    if (kernel == PPN_K_GEMM_TC_K) rp.ks = gemm_k_ks(pc), rp.stages = gemm_k_stages(pc);
+    else if (kernel == PPN_K_GEMM_TC_KW) rp.ks = gemm_kw_ks(pc), rp.stages = gemm_kw_stages(pc);
+    else rp.ks = 0, rp.stages = 0;
     size_t es = ppn_dtype_size(p->wdt), ob = f32_bytes((size_t)p->m * (size_t)p->rows);
     ppn_launch l = gemm_geometry(kernel, p);
     acc_add(&l, p->w, (size_t)p->rows * (size_t)p->cols * es, PPN_ACC_R);
@@ -165,7 +178,7 @@ ppn_status ppn_op_gemm(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int
                        int cols, ppn_dptr bias, ppn_dptr res)
 {
     ppn_kp_gemm p = {.out = out, .w = w, .x = x, .bias = bias, .res = res, .m = m, .rows = rows, .cols = cols,
-                     .wdt = wdt};
+                     .wdt = wdt, .ks = 0, .stages = 0};
     PPN_CHECK(gemm_check("ppn_op_gemm", &p));
     return gemm_submit(g, s, gemm_kernel(&p), &p);
 }
@@ -177,6 +190,17 @@ ppn_status ppn_op_gemm_tile(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_kp
         kernel != PPN_K_GEMM_TC_K && kernel != PPN_K_GEMM_TC_KW)
         return ppn_err(PPN_EINVAL, "%s: kernel %d is not a gemm kernel", op, kernel);
     PPN_CHECK(gemm_check(op, p));
+    if ((kernel == PPN_K_GEMM_TC_K || kernel == PPN_K_GEMM_TC_KW) && p->ks &&
+        p->ks != 1 && p->ks != 2 && p->ks != 4 && p->ks != 8)
+        return ppn_err(PPN_EINVAL, "%s: ks %d for %s: 1, 2, 4 or 8 CTAs of a cluster of %d (or 0: the op's)", op,
+                       p->ks, ppn_kernels[kernel].name, PPN_GEMM_TC_K_CLUSTER);
+    if (kernel == PPN_K_GEMM_TC_K && p->stages &&
+        ((p->stages != 3 && p->stages != 4 && p->stages != 6 && p->stages != 8) ||
+         PPN_GEMM_TC_K_SMEM_S(p->m, p->stages) > PPN_DYN_SMEM_MAX))
+        return ppn_err(PPN_EINVAL, "%s: stages %d for gemm_tc_k: 3, 4, 6 or 8 whose ring fits %u B at m %d (or 0: "
+                                   "the op's)", op, p->stages, PPN_DYN_SMEM_MAX, p->m);
+    if (kernel == PPN_K_GEMM_TC_KW && p->stages && p->stages != 3 && p->stages != 4 && p->stages != 6)
+        return ppn_err(PPN_EINVAL, "%s: stages %d for gemm_tc_kw: 3, 4 or 6 (or 0: the op's)", op, p->stages);
     if (kernel == PPN_K_GEMM_TC_K && gemm_k_ctas(p) > GEMM_MAX_CTAS)
         return ppn_err(PPN_EINVAL, "%s: m %d x rows %d needs more than 2^31 - 1 CTAs of %s", op, p->m, p->rows,
                        ppn_kernels[kernel].name);

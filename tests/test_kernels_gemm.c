@@ -298,6 +298,71 @@ static void test_gemm_op_tile_forced(void **state)
     tu_cap.dry = 0;
 }
 
+/* gemm_tc_k's and gemm_tc_kw's K split and ring depth: the op resolves them into the params the kernel reads
+ * (kparams.h's tables where nothing is named: KS by rows, the depth by m), a forced tile may name them (the grid
+ * and shared memory follow), the other tiles get zeros, and a split or depth the kernel does not take is refused
+ * before anything is launched. */
+static void test_gemm_op_split_knobs(void **state)
+{
+    (void)state;
+    tu_cap.dry = 1;
+    const ppn_kp_gemm *q = (const ppn_kp_gemm *)tu_cap.params;
+    /* the op's choice at m = 16 (gemm_tc_k) and m = 64 (gemm_tc_kw) on the 8B's o: the tables' values */
+    assert_int_equal(op_kernel(PPN_DTYPE_BF16, 16, 4096, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_K);
+    assert_int_equal(q->ks, (int)PPN_GEMM_TC_K_KS(4096));
+    assert_int_equal(q->stages, (int)PPN_GEMM_TC_K_STAGES(16));
+    assert_int_equal(op_kernel(PPN_DTYPE_BF16, 64, 4096, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
+    assert_int_equal(q->ks, (int)PPN_GEMM_TC_KW_KS(4096));
+    assert_int_equal(q->stages, (int)PPN_GEMM_TC_KW_STAGES);
+    assert_int_equal(op_kernel(PPN_DTYPE_BF16, 4096, 4096, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_L);
+    assert_true(q->ks == 0 && q->stages == 0);
+    /* forced: every split and depth each tile takes, its grid (clusters of 8: 8 / ks tiles) and ring */
+    static const int kss[] = {1, 2, 4, 8}, k_st[] = {3, 4, 6, 8}, kw_st[] = {3, 4, 6};
+    for (size_t a = 0; a < TU_LEN(kss); a++) {
+        for (size_t b = 0; b < TU_LEN(k_st); b++) { /* 8 k-tiles fit at up to 8 tokens (82 KB) */
+            int m = k_st[b] == 8 ? 8 : 16;
+            ppn_kp_gemm p = {.out = FAKE_OUT, .w = FAKE_W, .x = FAKE_X, .m = m, .rows = 4096, .cols = 4096,
+                             .wdt = PPN_DTYPE_BF16, .ks = kss[a], .stages = k_st[b]};
+            tu_cap.calls = 0;
+            assert_int_equal(ppn_op_gemm_tile(&tu_fake, tu_fake_stream, PPN_K_GEMM_TC_K, &p), PPN_OK);
+            assert_int_equal(tu_cap.calls, 1);
+            assert_true(q->ks == kss[a] && q->stages == k_st[b]);
+            assert_int_equal(tu_cap.l.grid[0], (4096 / PPN_GEMM_TC_K_BN) * kss[a]);
+            assert_int_equal(tu_cap.l.smem, PPN_GEMM_TC_K_SMEM_S(m, k_st[b]));
+            assert_true(tu_cap.l.smem <= PPN_DYN_SMEM_MAX);
+        }
+        for (size_t b = 0; b < TU_LEN(kw_st); b++) {
+            ppn_kp_gemm p = {.out = FAKE_OUT, .w = FAKE_W, .x = FAKE_X, .m = 64, .rows = 4096, .cols = 4096,
+                             .wdt = PPN_DTYPE_BF16, .ks = kss[a], .stages = kw_st[b]};
+            assert_int_equal(ppn_op_gemm_tile(&tu_fake, tu_fake_stream, PPN_K_GEMM_TC_KW, &p), PPN_OK);
+            assert_true(q->ks == kss[a] && q->stages == kw_st[b]);
+            assert_int_equal(tu_cap.l.grid[0], (4096 / PPN_GEMM_TC_M_BN) * kss[a]);
+            unsigned ring = (unsigned)kw_st[b] * PPN_GEMM_TC_M_BN * 64u * 2u,
+                     mid = PPN_GEMM_TC_SMEM(PPN_GEMM_TC_M_BM, PPN_GEMM_TC_M_BN, PPN_GEMM_TC_M_STAGES);
+            assert_int_equal(tu_cap.l.smem, ring > mid ? ring : mid);
+            assert_true(tu_cap.l.smem <= PPN_DYN_SMEM_MAX);
+        }
+    }
+    /* refused, nothing launched: a split that does not divide a cluster, depths not instantiated, a ring past the
+     * shared memory (8 k-tiles at 16 tokens: 8 x (8 KB + 4.5 KB)) */
+    static const struct { int k, m, ks, stages; const char *what; } bad[] = {
+        {PPN_K_GEMM_TC_K, 16, 3, 0, "ks 3"},     {PPN_K_GEMM_TC_K, 16, 16, 0, "ks 16"},
+        {PPN_K_GEMM_TC_K, 16, -1, 0, "ks -1"},   {PPN_K_GEMM_TC_K, 16, 0, 5, "stages 5"},
+        {PPN_K_GEMM_TC_K, 16, 0, 2, "stages 2"}, {PPN_K_GEMM_TC_K, 16, 0, 8, "stages 8"},
+        {PPN_K_GEMM_TC_KW, 64, 6, 0, "ks 6"},    {PPN_K_GEMM_TC_KW, 64, 0, 8, "stages 8"},
+        {PPN_K_GEMM_TC_KW, 64, 0, 5, "stages 5"},
+    };
+    tu_cap.calls = 0;
+    for (size_t i = 0; i < TU_LEN(bad); i++) {
+        ppn_kp_gemm p = {.out = FAKE_OUT, .w = FAKE_W, .x = FAKE_X, .m = bad[i].m, .rows = 4096, .cols = 4096,
+                         .wdt = PPN_DTYPE_BF16, .ks = bad[i].ks, .stages = bad[i].stages};
+        assert_int_equal(ppn_op_gemm_tile(&tu_fake, tu_fake_stream, bad[i].k, &p), PPN_EINVAL);
+        if (!strstr(ppn_last_error(), bad[i].what)) fail_msg("'%s' does not name '%s'", ppn_last_error(), bad[i].what);
+    }
+    assert_int_equal(tu_cap.calls, 0);
+    tu_cap.dry = 0;
+}
+
 /* Every model shape the prefill walks (q|k|v, o, gate|up, down, lm head of llama-1b and llama-8b; the fixtures'
  * and stories260K's) at chunk sizes 1 .. 4096 is accepted, bf16 / f16 ones on tensor cores (cols % 8 == 0). */
 static void test_gemm_op_model_shapes(void **state)
@@ -399,6 +464,7 @@ int main(void)
         cmocka_unit_test_teardown(test_gemm_op_choice, dry_off),
         cmocka_unit_test_teardown(test_gemm_op_model_shapes, dry_off),
         cmocka_unit_test_teardown(test_gemm_op_tile_forced, dry_off),
+        cmocka_unit_test_teardown(test_gemm_op_split_knobs, dry_off),
         cmocka_unit_test(test_gemm_op_accesses),
         cmocka_unit_test(test_gemm_op_refusals),
     };

@@ -253,7 +253,7 @@ static void gg_check(const gg_case *c)
     gg_run(c, -1, &p, t, ns, g2);
     int same = !memcmp(g1, g2, n * 4), chosen = op_choice(&p);
     double max_abs, worst = err_ratio(g1, ref, scale, n, &wi, &max_abs), tile_worst = 0;
-    char tiles[128] = "";
+    char tiles[192] = "";
     int tc = c->dt != PPN_DTYPE_F32 && c->cols % 8 == 0 && c->xoff % 4 == 0;
     for (int k = PPN_K_GEMM_TC_L; tc && k <= PPN_K_GEMM_TC_KW; k++) {
         gg_run(c, k, &p, t, ns, g2);
@@ -263,6 +263,29 @@ static void gg_check(const gg_case *c)
         snprintf(tiles + strlen(tiles), sizeof tiles - strlen(tiles), " %s%s%.3f", kname(k) + 8,
                  memcmp(g1, g2, n * 4) ? "!=" : "=", rk);
     }
+    /* Every K split and ring depth the split-K tiles take (ppn_op_gemm_tile's ks and stages, what the decode
+     * sweep times), each within the bound; a depth whose ring does not fit at this m is refused, not run. */
+    double knob_worst = 0;
+    int knobs = 0;
+    for (int k = PPN_K_GEMM_TC_K; tc && k <= PPN_K_GEMM_TC_KW; k++) {
+        static const int kss[] = {1, 2, 4, 8}, k_st[] = {3, 4, 6, 8}, kw_st[] = {3, 4, 6};
+        const int *st = k == PPN_K_GEMM_TC_K ? k_st : kw_st;
+        int nst = k == PPN_K_GEMM_TC_K ? (int)TU_LEN(k_st) : (int)TU_LEN(kw_st);
+        for (size_t a = 0; a < TU_LEN(kss); a++)
+            for (int b = 0; b < nst; b++) {
+                if (k == PPN_K_GEMM_TC_K && PPN_GEMM_TC_K_SMEM_S(c->m, st[b]) > PPN_DYN_SMEM_MAX) continue;
+                ppn_kp_gemm q = p;
+                q.ks = kss[a], q.stages = st[b];
+                gg_run(c, k, &q, t, ns, g2);
+                size_t wk;
+                double ak, rk = err_ratio(g2, ref, scale, n, &wk, &ak);
+                if (rk > knob_worst) knob_worst = rk;
+                knobs++;
+            }
+    }
+    if (knobs)
+        snprintf(tiles + strlen(tiles), sizeof tiles - strlen(tiles), " %d splits/depths %.3f", knobs, knob_worst);
+    if (knob_worst > tile_worst) tile_worst = knob_worst;
     /* A token's row alone (m = 1) gives its bits in this batch on the split-K tile the op took (gemm_tc_k or
      * gemm_tc_kw, forced at m = 1: their k-splits depend on rows and cols alone); checked on the first sampled
      * row, where res does not alias out. */
@@ -517,6 +540,50 @@ static void test_gpu_gemm_decode(void **state)
     for (int i = 0; i < 2; i++) G->ops->event_destroy(G, ev[i]);
 }
 
+/* The split-K tiles' K split and ring depth swept (ppn_op_gemm_tile's ks and stages) on every llama-1b / 8b matrix
+ * but the lm heads, at the m each tile is taken for: per launch in bursts, % of the copy floor. The op's choice
+ * comes first; "best" names the fastest combination. A table for choosing kparams.h's KS and STAGES, not a
+ * check: it fails only if a launch does. Run alone with PPN_GPU_TEST_FILTER=test_gpu_gemm_sweep. */
+static void test_gpu_gemm_sweep(void **state)
+{
+    (void)state;
+    for (int i = 0; i < 2; i++) ev[i] = tu_event(G, 0, 1);
+    double floor_gbs = copy_gbs((size_t)512 << 20);
+    printf("  copy floor %.0f GB/s; entries ks/stages: %% of the floor\n", floor_gbs);
+    static const struct { int k, m; } runs[] = {
+        {PPN_K_GEMM_TC_K, 1},   {PPN_K_GEMM_TC_K, 4},   {PPN_K_GEMM_TC_K, 8},   {PPN_K_GEMM_TC_K, 16},
+        {PPN_K_GEMM_TC_K, 32},  {PPN_K_GEMM_TC_KW, 32}, {PPN_K_GEMM_TC_KW, 64}, {PPN_K_GEMM_TC_KW, 128},
+    };
+    static const int kss[] = {1, 2, 4, 8}, k_st[] = {3, 4, 6, 8}, kw_st[] = {3, 4, 6};
+    const gg_shape *all[] = {shapes_1b, shapes_8b};
+    for (size_t r = 0; r < TU_LEN(runs); r++)
+        for (int a = 0; a < 2; a++)
+            for (int i = 0; i < 4; i++) {
+                const gg_shape *sh = &all[a][i];
+                int k = runs[r].k;
+                ppn_kp_gemm p = {.out = B.out, .w = B.w[PPN_DTYPE_BF16], .x = B.x, .m = runs[r].m, .rows = sh->rows,
+                                 .cols = sh->cols, .wdt = PPN_DTYPE_BF16};
+                double wb = (double)sh->rows * sh->cols * 2, pct0 = 100.0 * wb / (burst_ms(k, p) * 1e6) / floor_gbs;
+                char line[1024];
+                int n = snprintf(line, sizeof line, "  sweep %-10s m=%-4d %-10s default %5.1f%% |", sh->name, p.m,
+                                 kname(k), pct0);
+                double best = 0;
+                int bks = 0, bst = 0;
+                const int *st = k == PPN_K_GEMM_TC_K ? k_st : kw_st;
+                int nst = k == PPN_K_GEMM_TC_K ? (int)TU_LEN(k_st) : (int)TU_LEN(kw_st);
+                for (size_t x = 0; x < TU_LEN(kss); x++)
+                    for (int y = 0; y < nst; y++) {
+                        if (k == PPN_K_GEMM_TC_K && PPN_GEMM_TC_K_SMEM_S(p.m, st[y]) > PPN_DYN_SMEM_MAX) continue;
+                        p.ks = kss[x], p.stages = st[y];
+                        double pct = 100.0 * wb / (burst_ms(k, p) * 1e6) / floor_gbs;
+                        if (pct > best) best = pct, bks = kss[x], bst = st[y];
+                        n += snprintf(line + n, sizeof line - (size_t)n, " %d/%d %.1f", kss[x], st[y], pct);
+                    }
+                printf("%s | best %d/%d %.1f%%\n", line, bks, bst, best);
+            }
+    for (int i = 0; i < 2; i++) G->ops->event_destroy(G, ev[i]);
+}
+
 int main(void)
 {
     ppn_status st = ppn_gpu_open(GG_BACKEND, ppn_kernel_set(), &G);
@@ -537,6 +604,7 @@ int main(void)
 #ifndef GG_SMOKE
         cmocka_unit_test(test_gpu_gemm_timing),
         cmocka_unit_test(test_gpu_gemm_decode),
+        cmocka_unit_test(test_gpu_gemm_sweep),
 #endif
     };
     int rc = cmocka_run_group_tests(tests, setup, teardown);
