@@ -20,6 +20,7 @@
  * reads back B ids, never the logits. A batch of one on the split (or one stage) is a decode step: it goes through
  * ppn_decode_step / ppn_decode_greedy (the matvec kernels, which read the weights at the bandwidth floor where the
  * GEMMs of one row do not). */
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -45,12 +46,14 @@ ppn_status ppn_refuse_unsplit_if_remote(const ppn_model *m, const char *path, co
                                  "(MEMRA_PP_ALLOW_UNSPLIT_BATCH=1 overrides, for measurement)", path, alt);
 }
 
-/* ppn_op_argmax_rows's rule on the host: the lowest index of the largest non-NaN value, -1 when all are NaN. */
+/* ppn_op_argmax_rows's rule on the host: the lowest index of the largest value, -1 when any is NaN or infinite. */
 static int argmax_rule(const float *x, int n)
 {
     int best = -1;
-    for (int i = 0; i < n; i++)
-        if (x[i] == x[i] && (best < 0 || x[i] > x[best])) best = i;
+    for (int i = 0; i < n; i++) {
+        if (!isfinite(x[i])) return -1;
+        if (best < 0 || x[i] > x[best]) best = i;
+    }
     return best;
 }
 

@@ -21,8 +21,8 @@ ppn_status ppn_logits_nonfinite(const ppn_model *m, const char *what, size_t i, 
 
 static ppn_status argmax_nan(const ppn_model *m, const char *what)
 {
-    return ppn_err(PPN_ENONFINITE, "%s: the device argmax found every logit NaN, computed by stage %d of %d (the "
-                   "final norm and the head): NaN or Inf weights, or a config value that overflows", what,
+    return ppn_err(PPN_ENONFINITE, "%s: the device argmax found a logit that is NaN or infinite, computed by stage "
+                   "%d of %d (the final norm and the head): NaN or Inf weights, or a config value that overflows", what,
                    m->map->n_stages - 1, m->map->n_stages);
 }
 
@@ -44,8 +44,8 @@ static void step_name(const ppn_seq *q, int ring, char *buf, size_t cap)
     snprintf(buf, cap, "sequence %d, the step at position %d", q->id, q->ring_pos[ring]);
 }
 
-/* The readback of a step of q: its logits row copied out and checked, or its device argmax checked (-1: every
- * logit was NaN, the argmax kernels' rule). */
+/* The readback of a step of q: its logits row copied out and checked, or its device argmax checked (-1: a logit
+ * was NaN or infinite, the argmax kernels' rule). */
 static ppn_status readback_checked(ppn_seq *q, int ring, float *logits, int *id)
 {
     ppn_model *m = q->m;

@@ -245,13 +245,13 @@ ppn_status ppn_decode_step_deferred(ppn_seq *s, int token, ppn_step_id *out);
 ppn_status ppn_pending_wait(ppn_seq *s, ppn_step_id step, float *logits);
 
 /* Greedy decode without a host round trip per token: feed token, then n - 1 more steps, each fed the argmax of
- * the previous step's logits by the device itself (lowest index on ties; NaN never chosen); ids[i] = the argmax
+ * the previous step's logits by the device itself (lowest index on ties); ids[i] = the argmax
  * after step i, so ids[n - 1] is the next token to feed. The host keeps up to 4 steps in flight and reads back
  * 4 bytes per step, never the logits. Through the same stages, transports and graphs as the other steps.
  * @return PPN_OK, PPN_EINVAL (NULL, n <= 0, token), PPN_ESTATE (deferred steps in flight, or fewer than n
  *         positions left: nothing is issued then), a stage's failure (sticky), PPN_EDRIVER, PPN_ENONFINITE (a
- *         step whose logits were all NaN: its id would be -1; the message names the position and the stage; a
- *         NaN among numbers, or an Inf, is not seen on this path, where the logits never reach the host). */
+ *         step with a logit that is NaN or infinite: the device argmax returns -1 for it, so no token is chosen
+ *         among them; the message names the position and the stage). */
 ppn_status ppn_decode_greedy(ppn_seq *s, int token, int n, int *ids);
 
 /* ---------------------------------------------------------------------------------------------------------
@@ -322,7 +322,8 @@ ppn_batch_opts ppn_batch_opts_default(void);
  * every layer on stage 0's stream. Row i's logits equal its single-sequence step's within the fixture tolerance
  * (docs/VALIDATION.md says which kernels differ in bits).
  * logits: NULL or n * vocab floats (row i's at i * vocab); ids: NULL or n ints, row i's argmax taken on the
- * device (lowest index on ties, NaN never chosen): only those 4 bytes a row are read back. o: NULL for defaults.
+ * device (lowest index on ties; -1, reported as PPN_ENONFINITE, where a logit is NaN or infinite): only those 4
+ * bytes a row are read back. o: NULL for defaults.
  * A batch of one (on the split or one stage) without prompt slices is issued as a decode step: ppn_decode_step's
  * kernels and bits. With prompt slices (o->n_prime) a decode row's logits are the batch's within the fixture
  * tolerance, not its bits: the GEMMs' tiles follow the walk's row count.

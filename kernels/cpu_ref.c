@@ -345,14 +345,18 @@ void ppn_cpu_add(const void *params)
     for (int i = 0; i < p->n; i++) out[i] = a[i] + b[i];
 }
 
-/* Lowest index of the largest non-NaN value; -1 when every value is NaN. */
+/* Lowest index of the largest value; -1 when any value is NaN or infinite (non-finite logits: the host names
+ * them). */
 void ppn_cpu_argmax(const void *params)
 {
     const ppn_kp_argmax *p = params;
     const float *x = PTR(const float, p->x);
     int32_t best = -1;
     for (int i = 0; i < p->n; i++) {
-        if (isnan(x[i])) continue;
+        if (!isfinite(x[i])) {
+            best = -1;
+            break;
+        }
         if (best < 0 || x[i] > x[best]) best = i;
     }
     *PTR(int32_t, p->out) = best;

@@ -357,7 +357,7 @@ ppn_status ppn_op_add(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr a, ppn_
 
 size_t ppn_op_argmax_scratch_bytes(void) { return (size_t)ARGMAX_WIDE_GRID * 8u + 4u; }
 
-/* out_i32 receives the lowest index of the largest non-NaN value, or -1 when every value is NaN:
+/* out_i32 receives the lowest index of the largest value, or -1 when any value is NaN or infinite:
  * ARGMAX_WIDE_GRID blocks merging through the scratch. */
 ppn_status ppn_op_argmax_wide(ppn_gpu *g, ppn_gstream *s, ppn_dptr out_i32, ppn_dptr x, int n, ppn_dptr part)
 {

@@ -973,14 +973,26 @@ extern "C" __global__ void ppn_k_fill(const ppn_kp_fill p)
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// argmax: one block. (value, index) pairs are totally ordered (larger value, then lower index; NaN never
-// taken), so the winner does not depend on the reduction shape; -1 when every value is NaN.
+// argmax: one block. (value, index) pairs are totally ordered (larger value, then lower index), so the winner
+// does not depend on the reduction shape. A NaN or an infinity anywhere poisons the result: it is -1, which the
+// host reports as non-finite logits (a greedy step never feeds a token chosen among them; the embedding reads
+// zeros for -1). During the reduction -1 is "no candidate" and PPN_ARGMAX_POISON a value that was not finite,
+// which wins over every candidate.
+
+#define PPN_ARGMAX_POISON (-2)
 
 __device__ __forceinline__ void ppn_argmax_take(float &bv, int &bi, float v, int i)
 {
-    if (i < 0) return;
+    if (i == -1 || bi == PPN_ARGMAX_POISON) return;
+    if (i == PPN_ARGMAX_POISON) {
+        bi = PPN_ARGMAX_POISON;
+        return;
+    }
     if (bi < 0 || v > bv || (v == bv && i < bi)) bv = v, bi = i;
 }
+
+// What the kernels write: the winner, or -1 (no finite winner: a value was NaN or infinite).
+__device__ __forceinline__ int ppn_argmax_result(int bi) { return bi < 0 ? -1 : bi; }
 
 __device__ __forceinline__ void ppn_argmax_warp(float &bv, int &bi)
 {
@@ -1001,7 +1013,7 @@ __device__ void ppn_argmax_block(const float *x, int n, int i0, int stride, floa
     bv = 0.0f, bi = -1;
     for (int i = i0; i < n; i += stride) {
         float v = x[i];
-        if (!isnan(v)) ppn_argmax_take(bv, bi, v, i);
+        ppn_argmax_take(bv, bi, v, isfinite(v) ? i : PPN_ARGMAX_POISON);
     }
     ppn_argmax_warp(bv, bi);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -1021,7 +1033,7 @@ extern "C" __global__ void ppn_k_argmax(const ppn_kp_argmax p)
     int bi;
     if (!p.part) { // one block
         ppn_argmax_block((const float *)p.x, p.n, threadIdx.x, blockDim.x, bv, bi);
-        if (threadIdx.x == 0) *(int32_t *)p.out = bi;
+        if (threadIdx.x == 0) *(int32_t *)p.out = ppn_argmax_result(bi);
         return;
     }
     ppn_argmax_block((const float *)p.x, p.n, blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x, bv, bi);
@@ -1038,8 +1050,7 @@ extern "C" __global__ void ppn_k_argmax(const ppn_kp_argmax p)
     if (!s_last) return;
     bv = 0.0f, bi = -1;
     for (int b = threadIdx.x; b < p.nblk; b += blockDim.x) {
-        int i = __ldcg(ri + b);
-        if (i >= 0) ppn_argmax_take(bv, bi, __ldcg(rv + b), i);
+        ppn_argmax_take(bv, bi, __ldcg(rv + b), __ldcg(ri + b)); // a block's -1: none; POISON: poisoned
     }
     __syncthreads(); // the block reduction's shared arrays are reused
     __shared__ float s_v[32];
@@ -1052,5 +1063,5 @@ extern "C" __global__ void ppn_k_argmax(const ppn_kp_argmax p)
     bv = lane < (int)(blockDim.x >> 5) ? s_v[lane] : 0.0f;
     bi = lane < (int)(blockDim.x >> 5) ? s_i[lane] : -1;
     ppn_argmax_warp(bv, bi);
-    if (lane == 0) *(int32_t *)p.out = bi, *cnt = 0; // every block has counted: the next launch starts from 0
+    if (lane == 0) *(int32_t *)p.out = ppn_argmax_result(bi), *cnt = 0; // the next launch starts from 0
 }

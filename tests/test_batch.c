@@ -53,25 +53,30 @@ static int argmax_host(const float *x, int n)
     return best;
 }
 
-/* The batched argmax: ties to the lowest index, NaN never chosen, -1 for a row of NaN, rows independent. */
+/* The batched argmax: ties to the lowest index, -1 for a row holding a NaN or an infinity (a single one among
+ * numbers too: non-finite logits are an error, never a choice), rows independent. */
 static void test_batch_argmax_rows_kernel(void **state)
 {
     (void)state;
-    enum { ROWS = 5, N = 1000 };
+    enum { ROWS = 7, N = 1000 };
     float *x = malloc(sizeof(float) * ROWS * N);
     int32_t out[ROWS];
     assert_non_null(x);
     for (int i = 0; i < ROWS * N; i++) x[i] = (float)((i * 7919) % 1013) / 1013.0f - 0.5f;
     x[0 * N + 17] = 3.0f, x[0 * N + 900] = 3.0f;                  /* a tie: 17 */
     for (int i = 0; i < N; i++) x[1 * N + i] = NAN;               /* every value NaN: -1 */
-    x[2 * N + 0] = NAN, x[2 * N + 999] = 9.0f;                    /* the last one */
-    for (int i = 0; i < N; i += 2) x[3 * N + i] = NAN;            /* NaN between the values */
+    x[2 * N + 999] = 9.0f;                                        /* the last one */
+    x[3 * N + 500] = NAN;                                         /* one NaN among numbers: -1 */
+    x[4 * N + 999] = INFINITY;                                    /* +Inf, the largest: -1 */
+    x[5 * N + 3] = -INFINITY;                                     /* -Inf, the smallest: -1 */
     ppn_kp_argmax_rows p = {.out = D(out), .x = D(x), .n = N, .rows = ROWS};
     tu_kernel_run(PPN_K_ARGMAX_ROWS, &p);
     assert_int_equal(out[0], 17);
     assert_int_equal(out[1], -1);
     assert_int_equal(out[2], 999);
-    for (int r = 3; r < ROWS; r++) assert_int_equal(out[r], argmax_host(x + (size_t)r * N, N));
+    for (int r = 3; r < 6; r++) assert_int_equal(out[r], -1);
+    assert_int_equal(out[6], argmax_host(x + 6 * N, N));
+    assert_true(out[6] >= 0);
     free(x);
 }
 

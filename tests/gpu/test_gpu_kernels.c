@@ -805,9 +805,9 @@ static void test_gpu_kernels_swiglu_add_fill(void **state)
     }
 }
 
-/* The argmax over many blocks (the last one merges) against the CPU reference, twice on one scratch (the counter
- * left at 0 by the first), the counter 0 after. */
-static void argmax_case(const char *label, const float *x, int n)
+/* The argmax over many blocks (the last one merges) against the CPU reference and the expected index (expect < -1:
+ * not known in advance), twice on one scratch (the counter left at 0 by the first), the counter 0 after. */
+static void argmax_case(const char *label, const float *x, int n, int expect)
 {
     int32_t got = -9, again = -9, want = -9;
     size_t sb = ppn_op_argmax_scratch_bytes();
@@ -824,27 +824,34 @@ static void argmax_case(const char *label, const float *x, int n)
     printf("  %-58s gpu %d cpu %d\n", label, got, want);
     assert_int_equal(got, again);
     assert_int_equal(got, want);
+    if (expect >= -1) assert_int_equal(got, expect);
     uint32_t cnt = 1;
     get(&cnt, part + sb - 4, 4);
     assert_int_equal(cnt, 0);
     dfree_all();
 }
 
+/* A NaN or an infinity anywhere gives -1 (non-finite logits are an error, never a choice), in any block. */
 static void test_gpu_kernels_argmax(void **state)
 {
     (void)state;
     const int n = 128256;
     float *x = tu_frand((size_t)n, -20, 20);
-    argmax_case("argmax random n=128256", x, n);
-    for (int i = 0; i < n; i += 3) x[i] = NAN;
-    x[100001] = 25.0f, x[5] = 25.0f, x[70000] = 25.0f, x[3] = INFINITY; /* 5, 70000, 100001 are not NaN */
-    argmax_case("argmax with NaNs, +inf at 3", x, n);
-    x[3] = NAN;
-    argmax_case("argmax ties at 5, 70000, 100001 (lowest wins)", x, n);
+    argmax_case("argmax random n=128256", x, n, -2);
+    x[100001] = 25.0f, x[5] = 25.0f, x[70000] = 25.0f;
+    argmax_case("argmax ties at 5, 70000, 100001 (lowest wins)", x, n, 5);
+    x[3] = INFINITY;
+    argmax_case("argmax +inf at 3 (-1)", x, n, -1);
+    x[3] = -INFINITY;
+    argmax_case("argmax -inf at 3 (-1)", x, n, -1);
+    x[3] = 0.0f, x[n - 1] = NAN;
+    argmax_case("argmax one NaN, the last element (-1)", x, n, -1);
+    x[n - 1] = 0.0f, x[64000] = NAN;
+    argmax_case("argmax one NaN in a middle block (-1)", x, n, -1);
     for (int i = 0; i < n; i++) x[i] = NAN;
-    argmax_case("argmax all NaN (-1)", x, n);
+    argmax_case("argmax all NaN (-1)", x, n, -1);
     for (int i = 0; i < n; i++) x[i] = 1.0f;
-    argmax_case("argmax all equal (0)", x, n);
+    argmax_case("argmax all equal (0)", x, n, 0);
     free(x);
 }
 
