@@ -46,8 +46,9 @@ ppn_status ppn_refuse_unsplit_if_remote(const ppn_model *m, const char *path, co
                                  "(MEMRA_PP_ALLOW_UNSPLIT_BATCH=1 overrides, for measurement)", path, alt);
 }
 
-/* ppn_op_argmax_rows's rule on the host: the lowest index of the largest value, -1 when any is NaN or infinite. */
-static int argmax_rule(const float *x, int n)
+/* ppn_op_argmax_rows's rule on the host (rt.h): the lowest index of the largest value, -1 when any is NaN or
+ * infinite. */
+int ppn_batch_argmax_rule(const float *x, int n)
 {
     int best = -1;
     for (int i = 0; i < n; i++) {
@@ -73,9 +74,8 @@ static int map_devices(const ppn_stage_map *map)
 
 /* A mixed step's prompt slices: each a distinct sequence of the model, none a decode row's, its ids in the
  * vocabulary and within its context; all rows together within PPN_PREFILL_MAX_CHUNK. */
-static ppn_status check_prime(ppn_model *m, ppn_seq *const *seqs, int n, const ppn_batch_opts *o)
+static ppn_status check_prime(const char *fn, ppn_model *m, ppn_seq *const *seqs, int n, const ppn_batch_opts *o)
 {
-    static const char fn[] = "ppn_decode_batch";
     if (o->n_prime < 0) return ppn_err(PPN_EINVAL, "%s: n_prime %d is negative", fn, o->n_prime);
     if (!o->n_prime) return PPN_OK;
     if (!o->prime_seqs || !o->prime_ids || !o->prime_n)
@@ -114,9 +114,9 @@ static ppn_status check_prime(ppn_model *m, ppn_seq *const *seqs, int n, const p
     return PPN_OK;
 }
 
-static ppn_status check_call(ppn_seq *const *seqs, const int *tokens, int n, const ppn_batch_opts *o)
+ppn_status ppn_batch_check(const char *fn, ppn_seq *const *seqs, const int *tokens, int n, const ppn_batch_opts *o,
+                           int inflight_ok)
 {
-    static const char fn[] = "ppn_decode_batch";
     if (!seqs || !tokens || n <= 0)
         return ppn_err(PPN_EINVAL, "%s: %s", fn, n <= 0 ? "n must be positive" : "NULL seqs or tokens");
     if (o->micro < 0 || o->micro > PPN_MAX_INFLIGHT)
@@ -130,7 +130,7 @@ static ppn_status check_call(ppn_seq *const *seqs, const int *tokens, int n, con
         if (q->m != m) return ppn_err(PPN_EINVAL, "%s: sequences of different models (row %d)", fn, i);
         for (int k = 0; k < i; k++)
             if (seqs[k] == q) return ppn_err(PPN_EINVAL, "%s: sequence %d appears twice (rows %d and %d)", fn, q->id, k, i);
-        if (q->issued != q->waited)
+        if (q->issued != q->waited && !inflight_ok)
             return ppn_err(PPN_ESTATE, "%s: sequence %d has deferred steps in flight: wait them first", fn, q->id);
         ppn_status st = ppn_step_checks(q, tokens[i]);
         if (st != PPN_OK) {
@@ -139,27 +139,25 @@ static ppn_status check_call(ppn_seq *const *seqs, const int *tokens, int n, con
             return ppn_err(st, "%s: row %d: %s", fn, i, why);
         }
     }
-    return check_prime(m, seqs, n, o);
+    return check_prime(fn, m, seqs, n, o);
 }
 
-/* The step's walks: micro-batch k holds rows [k n / mb, (k + 1) n / mb), one segment per row; its ids land in
- * ids_h and its logits in logits at its first row. A mixed step (o->n_prime) is one walk whose first rows are
- * the prompt slices, one segment each, and whose decode rows follow from brow0. */
-typedef struct batch_plan {
-    ppn_step_cmd cmds[PPN_MAX_INFLIGHT];
-    ppn_rowseg *segs;
-    int32_t *tok_h, *ids_h;
-    ppn_kseg *ksegs;           /* pinned: micro-batch k's [n_stages][its rows] at n_stages * its first row */
-    const int32_t **tbl_hs;    /* row i's host block table and blocks (the ops' declarations) */
-    int *n_tbls;
-    int mb;
-} batch_plan;
+/* Row i of micro-batch [r0, r1) on each stage: its position, its table on that stage's device. */
+static void plan_ksegs(ppn_model *m, ppn_seq *const *seqs, ppn_batch_plan *pl, int r0, int r1)
+{
+    int ns = m->map->n_stages;
+    for (int i = r0; i < r1; i++)
+        for (int s = 0; s < ns; s++)
+            pl->ksegs[(size_t)ns * (size_t)r0 + (size_t)s * (size_t)(r1 - r0) + (size_t)(i - r0)] =
+                (ppn_kseg){.pos = seqs[i]->pos, .tbl = seqs[i]->scr[s].kvt};
+}
 
-static ppn_status plan_build(ppn_model *m, ppn_seq *const *seqs, const int *tokens, int n, int mb, float *logits,
-                             int want_ids, const ppn_batch_opts *o, batch_plan *pl)
+ppn_status ppn_batch_plan_build(ppn_model *m, ppn_seq *const *seqs, const int *tokens, int n, int mb, float *logits,
+                                int want_ids, const ppn_batch_opts *o, ppn_batch_plan *pl)
 {
     memset(pl, 0, sizeof *pl);
     pl->mb = mb;
+    pl->n = n;
     const ppn_stage_map *map = m->map;
     int ns = map->n_stages, np = o->n_prime, P = 0;
     for (int i = 0; i < np; i++) P += o->prime_n[i];
@@ -205,17 +203,20 @@ static ppn_status plan_build(ppn_model *m, ppn_seq *const *seqs, const int *toke
         c->tbl_hs = pl->tbl_hs + r0;
         c->n_tbls = pl->n_tbls + r0;
         c->ksegs_h = pl->ksegs + (size_t)ns * (size_t)r0;
-        for (int i = r0; i < r1; i++) {
-            segs[i].r0 = P + i - r0;
-            for (int s = 0; s < ns; s++) /* stage s's row i - r0: its position, its table on s's device */
-                pl->ksegs[(size_t)ns * (size_t)r0 + (size_t)s * (size_t)(r1 - r0) + (size_t)(i - r0)] =
-                    (ppn_kseg){.pos = seqs[i]->pos, .tbl = seqs[i]->scr[s].kvt};
-        }
+        for (int i = r0; i < r1; i++) segs[i].r0 = P + i - r0;
+        plan_ksegs(m, seqs, pl, r0, r1);
     }
     return PPN_OK;
 }
 
-static void plan_free(ppn_model *m, batch_plan *pl)
+void ppn_batch_plan_refill(ppn_model *m, ppn_seq *const *seqs, ppn_batch_plan *pl)
+{
+    for (int i = 0; i < pl->n; i++) pl->segs[i].pos0 = seqs[i]->pos;
+    for (int k = 0; k < pl->mb; k++)
+        plan_ksegs(m, seqs, pl, (int)((long)k * pl->n / pl->mb), (int)((long)(k + 1) * pl->n / pl->mb));
+}
+
+void ppn_batch_plan_free(ppn_model *m, ppn_batch_plan *pl)
 {
     ppn_hfree(pl->segs);
     ppn_hfree(pl->tbl_hs);
@@ -225,31 +226,40 @@ static void plan_free(ppn_model *m, batch_plan *pl)
     ppn_pinned_free(m->rt->pinned, pl->ids_h);
 }
 
+ppn_status ppn_batch_arm(ppn_model *m, const char *fn, const ppn_batch_opts *o, int n, int *unsplit, int *mb)
+{
+    const ppn_stage_map *map = m->map;
+    *unsplit = map->n_stages > 1 && (!map->door.streams || !map->door.batch_pp);
+    if (*unsplit) { /* refused before anything moves */
+        char what[96];
+        snprintf(what, sizeof what, "%s with MEMRA_BATCH_PP=0", fn);
+        PPN_CHECK(ppn_refuse_unsplit_if_remote(m, what, "the batched split (MEMRA_BATCH_PP=1)"));
+        snprintf(what, sizeof what, "%s (MEMRA_BATCH_PP=0)", fn);
+        PPN_CHECK(ppn_rows_unsplit_reachable(m, what, "the batched split"));
+    }
+    *mb = o->micro ? o->micro : (*unsplit || o->n_prime ? 1 : map_devices(map));
+    if (*mb > PPN_MAX_INFLIGHT) *mb = PPN_MAX_INFLIGHT;
+    if (*mb > n) *mb = n;
+    return PPN_OK;
+}
+
 ppn_status ppn_decode_batch_ex(ppn_seq *const *seqs, const int *tokens, int n, const ppn_batch_opts *opts,
                                float *logits, int *ids)
 {
     ppn_batch_opts o = opts ? *opts : ppn_batch_opts_default();
-    PPN_CHECK(check_call(seqs, tokens, n, &o));
+    PPN_CHECK(ppn_batch_check("ppn_decode_batch", seqs, tokens, n, &o, 0));
     ppn_model *m = seqs[0]->m;
-    const ppn_stage_map *map = m->map;
-    int unsplit = map->n_stages > 1 && (!map->door.streams || !map->door.batch_pp);
-    if (unsplit) { /* refused before anything moves */
-        PPN_CHECK(ppn_refuse_unsplit_if_remote(m, "ppn_decode_batch with MEMRA_BATCH_PP=0",
-                                               "the batched split (MEMRA_BATCH_PP=1)"));
-        PPN_CHECK(ppn_rows_unsplit_reachable(m, "ppn_decode_batch (MEMRA_BATCH_PP=0)", "the batched split"));
-    }
+    int unsplit, mb;
+    PPN_CHECK(ppn_batch_arm(m, "ppn_decode_batch", &o, n, &unsplit, &mb));
     int np = o.n_prime, P = 0;
     for (int i = 0; i < np; i++) P += o.prime_n[i];
     if (n == 1 && !unsplit && !np) { /* a decode step; with logits and ids both, the ids are their argmax (the rule) */
         ppn_status st = ids && !logits ? ppn_decode_greedy(seqs[0], tokens[0], 1, ids)
                                        : ppn_decode_step(seqs[0], tokens[0], logits);
-        if (st == PPN_OK && ids && logits) ids[0] = argmax_rule(logits, m->cfg.vocab);
+        if (st == PPN_OK && ids && logits) ids[0] = ppn_batch_argmax_rule(logits, m->cfg.vocab);
         if (st == PPN_OK) atomic_fetch_add_explicit(&m->batch_steps, 1, memory_order_relaxed);
         return st;
     }
-    int mb = o.micro ? o.micro : (unsplit || np ? 1 : map_devices(map));
-    if (mb > PPN_MAX_INFLIGHT) mb = PPN_MAX_INFLIGHT;
-    if (mb > n) mb = n;
     int *end = ppn_hcalloc((size_t)(n + np), sizeof *end);
     ppn_seq **all = ppn_hcalloc((size_t)(n + np), sizeof *all);
     if (!end || !all) {
@@ -269,8 +279,8 @@ ppn_status ppn_decode_batch_ex(ppn_seq *const *seqs, const int *tokens, int n, c
         ppn_model_fail(m, st);
         return st;
     }
-    batch_plan pl;
-    st = plan_build(m, seqs, tokens, n, mb, logits, ids != NULL, &o, &pl);
+    ppn_batch_plan pl;
+    st = ppn_batch_plan_build(m, seqs, tokens, n, mb, logits, ids != NULL, &o, &pl);
     if (st == PPN_OK) { /* from here a failure leaves caches half written: the model's failure, sticky */
         for (int i = 0; i < n; i++) seqs[i]->pos++;
         for (int i = 0; i < np; i++) o.prime_seqs[i]->pos += o.prime_n[i];
@@ -288,7 +298,7 @@ ppn_status ppn_decode_batch_ex(ppn_seq *const *seqs, const int *tokens, int n, c
                                      o.prime_logits[i], NULL);
         if (st == PPN_ENONFINITE) ppn_model_fail(m, st);
     }
-    plan_free(m, &pl);
+    ppn_batch_plan_free(m, &pl);
     return st;
 }
 

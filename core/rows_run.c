@@ -13,8 +13,8 @@
 /* After a failure: a walk's done generation may have been posted by a stage that gave up while an earlier
  * stage's thread still runs that walk (or the next one), reading the call's host descriptors, and its stream
  * still copies from the call's pinned memory. Wait for every command and every stage stream before the caller
- * frees them (errors here are ignored: the first failure is the one reported). */
-static void rows_quiesce(ppn_model *m)
+ * frees them (errors here are ignored: the first failure is the one reported). Deferred batch steps call it too. */
+void ppn_rows_quiesce(ppn_model *m)
 {
     ppn_gpu *g = m->rt->g;
     (void)ppn_model_drain(m);
@@ -42,7 +42,7 @@ ppn_status ppn_rows_run_staged(ppn_model *m, const ppn_step_cmd *cmds, int n, in
             waited++;
         }
     }
-    if (st != PPN_OK) rows_quiesce(m);
+    if (st != PPN_OK) ppn_rows_quiesce(m);
     return st;
 }
 
@@ -79,6 +79,7 @@ ppn_status ppn_rows_run_unsplit(ppn_model *m, const ppn_step_cmd *cmds, int n)
         size_t v = (size_t)m->cfg.vocab, nr = (size_t)(c->rows - c->brow0);
         if (c->logits_h) PPN_CHECK(gg->ops->copy_dtoh(gg, s0->stream, c->logits_h, s0->rs.lall, sizeof(float) * v * nr));
         if (c->ids_h) PPN_CHECK(gg->ops->copy_dtoh(gg, s0->stream, c->ids_h, s0->rs.ids, sizeof(int32_t) * nr));
+        if (c->gtok_out) PPN_CHECK(gg->ops->copy_dtod(gg, s0->stream, c->gtok_out, s0->rs.ids, sizeof(int32_t) * nr));
     }
     return g->ops->stream_sync(g, s0->stream);
 }

@@ -123,6 +123,12 @@ typedef struct ppn_step_cmd {
     const ppn_kseg *ksegs_h;
     const int32_t *const *tbl_hs;
     const int *n_tbls;
+    /* a greedy batch (ppn_decode_batch_greedy): gtok_out (int32 [rows - brow0] on gtok_dev, the device whose rows
+     * scratch computes the head) takes the walk's argmax after its head; with gtok_in the walk's tokens are not
+     * uploaded but copied from there by stage 0, after step tok_step (on ring entry tok_ring of seq: the same
+     * rows one step before) is done. 0: none. */
+    ppn_dptr gtok_in, gtok_out;
+    int gtok_dev;
     int used;                            /* caller: handed to the thread at least once */
 } ppn_step_cmd;
 
@@ -213,6 +219,9 @@ struct ppn_model {
     _Atomic uint64_t batch_split_steps;  /* liveness: micro-batches that walked the per-stage split */
     _Atomic uint64_t batch_pipe_overlaps;/* liveness: a stage's batch walker entered while another's ran */
     _Atomic uint64_t mixed_steps;        /* batched steps with prompt slices */
+    _Atomic uint64_t batch_greedy_steps; /* steps of ppn_decode_batch_greedy done (each fed on the device) */
+    struct ppn_bstep *bsteps;  /* deferred batch steps in flight (caller; batch_defer.c) */
+    uint64_t bstep_serial;     /* caller: the last deferred batch step's number (its id's low bits) */
     _Atomic uint64_t spec_verifies, spec_drafted, spec_accepted; /* ppn_spec_verify calls, drafts, accepted */
     _Atomic uint64_t spec_split_verifies;/* liveness: verify walks that walked the per-stage split */
     _Atomic int err;           /* first failure inside a stage thread (sticky for the model) */
@@ -320,7 +329,8 @@ ppn_status ppn_seq_fit_map(ppn_seq *q, const ppn_stage_map *map);
 void ppn_seq_drop_graphs(ppn_seq *q);
 /* Ring entry ring of q is free again (its step was waited or dropped). */
 void ppn_seq_retire(ppn_seq *q, int ring);
-/* Drop every step of q in flight (no readback); returns the model's failure, if any. */
+/* Drop every step of q in flight (no readback), its deferred batch steps' rows included (the one call up this
+ * list: ppn_bstep_drop_rows_of in batch_defer.c); returns the model's failure, if any. */
 ppn_status ppn_seq_drop_inflight(ppn_seq *q);
 
 /* stagemap.c */
@@ -421,11 +431,52 @@ ppn_status ppn_rows_run_staged(ppn_model *m, const ppn_step_cmd *cmds, int n, in
 ppn_status ppn_rows_run_unsplit(ppn_model *m, const ppn_step_cmd *cmds, int n);
 /* PPN_EUNSUPPORTED (naming what and alt) when stage 0's device cannot reach another stage's memory. */
 ppn_status ppn_rows_unsplit_reachable(ppn_model *m, const char *what, const char *alt);
+/* After a failure: every stage thread's commands finished and every stage stream synchronised, so the caller may
+ * free what the walks read (errors ignored: the first failure is the one reported). */
+void ppn_rows_quiesce(ppn_model *m);
 
 /* batch.c */
 /* PPN_EREFUSED naming path and alt when path would walk the whole trunk on one stream while weights live on
  * other devices (MEMRA_PP_ALLOW_UNSPLIT_BATCH=1 overrides). */
 ppn_status ppn_refuse_unsplit_if_remote(const ppn_model *m, const char *path, const char *alt);
+/* A batch call's arguments (fn names the call): NULLs, n, micro, distinct sequences of one model, every row's
+ * token and room (ppn_step_checks), the prompt slices; deferred steps in flight on a row are refused unless
+ * inflight_ok (then only a full in-flight room is). */
+ppn_status ppn_batch_check(const char *fn, ppn_seq *const *seqs, const int *tokens, int n, const ppn_batch_opts *o,
+                           int inflight_ok);
+/* The walk a batch of n rows (np prompt slices) takes under the published map: *unsplit (MEMRA_BATCH_PP=0 or
+ * one stream; refused, naming fn, when weights are remote or unreachable from stage 0) and *mb micro-batches. */
+ppn_status ppn_batch_arm(ppn_model *m, const char *fn, const ppn_batch_opts *o, int n, int *unsplit, int *mb);
+/* The host side of a batch step's walks: micro-batch k holds rows [k n / mb, (k + 1) n / mb), one segment per
+ * row; its ids land in ids_h and its logits in logits at its first row. A mixed step (o->n_prime) is one walk
+ * whose first rows are the prompt slices, one segment each, and whose decode rows follow from brow0. */
+typedef struct ppn_batch_plan {
+    ppn_step_cmd cmds[PPN_MAX_INFLIGHT];
+    ppn_rowseg *segs;
+    int32_t *tok_h, *ids_h;
+    ppn_kseg *ksegs;           /* pinned: micro-batch k's [n_stages][its rows] at n_stages * its first row */
+    const int32_t **tbl_hs;    /* row i's host block table and blocks (the ops' declarations) */
+    int *n_tbls;
+    int mb, n;
+} ppn_batch_plan;
+/* Build the plan of n rows at the sequences' current positions (their KV blocks reserved). ids_h is allocated
+ * when want_ids. @return PPN_OK, PPN_ENOMEM (host or pinned memory: free the plan all the same). */
+ppn_status ppn_batch_plan_build(ppn_model *m, ppn_seq *const *seqs, const int *tokens, int n, int mb, float *logits,
+                                int want_ids, const ppn_batch_opts *o, ppn_batch_plan *pl);
+/* The same rows at their sequences' current positions (a plan of decode rows only, reused for a later step). */
+void ppn_batch_plan_refill(ppn_model *m, ppn_seq *const *seqs, ppn_batch_plan *pl);
+void ppn_batch_plan_free(ppn_model *m, ppn_batch_plan *pl);
+/* ppn_op_argmax_rows's rule on the host: the lowest index of the largest value, -1 when any is NaN or infinite. */
+int ppn_batch_argmax_rule(const float *x, int n);
+
+/* batch_defer.c: deferred batch steps and the device greedy loop of a batch */
+/* A deferred batch step in flight (ppn_decode_batch_deferred), on its model's list until waited or until every
+ * row's sequence dropped it. */
+typedef struct ppn_bstep ppn_bstep;
+/* Drop q's rows of the deferred batch steps in flight: each such step's walks are waited (no readback: their
+ * results stay for the other rows' wait), q's in-flight room is freed, and a step no live row holds any more is
+ * freed. Returns PPN_OK or the first failure one of those walks met. */
+ppn_status ppn_bstep_drop_rows_of(ppn_seq *q);
 
 /* upload.c */
 /* Every weight of c to the device m->layer_dev / embed_dev / head_dev give it, then the load barrier. */

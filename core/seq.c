@@ -178,6 +178,7 @@ void ppn_seq_retire(ppn_seq *q, int ring)
 ppn_status ppn_seq_drop_inflight(ppn_seq *q)
 {
     ppn_model *m = q->m;
+    (void)ppn_bstep_drop_rows_of(q); /* first: its walks own ring entries here; a failure stays on the model */
     for (int ring = 0; ring < PPN_MAX_INFLIGHT; ring++) {
         if (!q->ring_step[ring]) continue;
         ppn_gen_wait(&q->done_gen[ring], q->ring_step[ring], m->map->door.spin);

@@ -54,6 +54,7 @@ void ppn_model_get_stats(const ppn_model *m, ppn_stats *o)
     o->spec_drafted = atomic_load_explicit(&m->spec_drafted, memory_order_relaxed);
     o->spec_accepted = atomic_load_explicit(&m->spec_accepted, memory_order_relaxed);
     o->spec_split_verifies = atomic_load_explicit(&m->spec_split_verifies, memory_order_relaxed);
+    o->batch_greedy_steps = atomic_load_explicit(&m->batch_greedy_steps, memory_order_relaxed);
     for (int d = 0; d < PPN_MAX_DEVICES; d++) {
         if (!m->rt->pool[d]) continue;
         ppn_pool_stats ps;

@@ -173,13 +173,15 @@ ppn_status ppn_rows_body(ppn_model *m, ppn_gstream *q, int dev, ppn_rows_scratch
 }
 
 /* A batch's (a verify's, a mixed walk's) results to the host, after its head: every decode row's logits and
- * argmax. */
+ * argmax; for a greedy batch, the argmax also stays on the device for the next step's tokens (gtok_out, on this
+ * stage's device: the rows scratch's ids are rewritten by the next walk). */
 static ppn_status rows_results(ppn_model *m, ppn_gstream *q, ppn_rows_scratch *r, const ppn_step_cmd *c)
 {
     ppn_gpu *g = m->rt->g;
     size_t v = (size_t)m->cfg.vocab, n = (size_t)(c->rows - c->brow0);
     if (c->logits_h) PPN_CHECK(g->ops->copy_dtoh(g, q, c->logits_h, r->lall, sizeof(float) * v * n));
     if (c->ids_h) PPN_CHECK(g->ops->copy_dtoh(g, q, c->ids_h, r->ids, sizeof(int32_t) * n));
+    if (c->gtok_out) PPN_CHECK(g->ops->copy_dtod(g, q, c->gtok_out, r->ids, sizeof(int32_t) * n));
     return PPN_OK;
 }
 
@@ -305,11 +307,31 @@ static ppn_status rows_walk(ppn_model *m, const ppn_stage_map *map, int s, ppn_g
     return st;
 }
 
-/* Stage 0 of a chunk: its token ids into the stage's rows scratch (pinned host memory that outlives the walk). */
+/* Stage 0 of a chunk: its token ids into the stage's rows scratch (pinned host memory that outlives the walk).
+ * A greedy batch's later walks take theirs from the device instead (c->gtok_in: the same rows' argmax one step
+ * before, on c->gtok_dev), with no host round trip. */
 ppn_status ppn_rows_tokens(ppn_model *m, ppn_gstream *q, const ppn_step_cmd *c)
 {
     ppn_gpu *g = m->rt->g;
-    return g->ops->copy_htod(g, q, m->stages[0].rs.tok, c->tok_h, sizeof(int32_t) * (size_t)c->rows);
+    ppn_dptr dst = m->stages[0].rs.tok;
+    size_t n = sizeof(int32_t) * (size_t)c->rows;
+    if (!c->gtok_in) return g->ops->copy_htod(g, q, dst, c->tok_h, n);
+    int dev = g->ops->stream_device(g, q);
+    if (c->gtok_dev == dev) return g->ops->copy_dtod(g, q, dst, c->gtok_in, n);
+    return g->ops->copy_peer(g, q, dst, dev, c->gtok_in, c->gtok_dev, n);
+}
+
+/* A greedy batch walk's wait on stage 0 (stream q) for the walk whose argmax are its tokens, as step_header waits
+ * for a greedy step's: the host generation of that walk's done first, so the stream wait binds to its record (the
+ * ring entry is not reused before this walk has passed stage 0: the caller waits a walk before it reissues the
+ * entry, and stage 0 takes commands in order). On one stream the order is the stream's. */
+static ppn_status rows_token_wait(ppn_model *m, const ppn_stage_map *map, ppn_gstream *q, const ppn_step_cmd *c)
+{
+    if (!c->gtok_in || map->n_stages == 1) return PPN_OK;
+    ppn_gpu *g = m->rt->g;
+    ppn_gen_wait(&c->seq->done_gen[c->tok_ring], c->tok_step + 1, map->door.spin);
+    PPN_CHECK(ppn_model_failed(m)); /* a failed last stage posts without recording (step_header says why) */
+    return g->ops->stream_wait_event(g, q, c->seq->done_ev[c->tok_ring]);
 }
 
 /* Stage s's copy of what c's walk reads from the host, on q before the walk: each sequence's new KV block table
@@ -345,6 +367,7 @@ static ppn_status stage_issue(ppn_model *m, const ppn_stage_map *map, int s, con
     ppn_dptr local = c->rows ? m->stages[s].rs.io : seq->scr[s].io, io = local;
     PPN_CHECK(stage_inputs(m, s, q, c));
     if (s == 0) {
+        if (c->rows) PPN_CHECK(rows_token_wait(m, map, q, c));
         PPN_CHECK(c->rows ? ppn_rows_tokens(m, q, c) : step_header(m, map, q, c, io, n == 1));
     } else {
         PPN_CHECK(ppn_boundary_recv(&m->bnd[s - 1], g, q, c->slot, c->step, local, &io, rows, spin));

@@ -342,6 +342,54 @@ ppn_status ppn_decode_batch_ex(ppn_seq *const *seqs, const int *tokens, int n, c
 /* ppn_decode_batch_ex with the default options and no ids. */
 ppn_status ppn_decode_batch(ppn_seq **seqs, const int *tokens, int n, float *logits);
 
+/* Greedy decode of a batch without a host round trip per step: row i is fed tokens[i], then steps - 1 more steps,
+ * each fed row i's argmax of the previous step by the device itself (ppn_decode_batch_ex's argmax: lowest index on
+ * ties); ids[t * n + i] = row i's argmax after step t, so ids[(steps - 1) * n + i] is the next
+ * token to feed seqs[i]. Every step walks as ppn_decode_batch_ex(seqs, .., o, NULL, ids) would (the same arm,
+ * micro-batches and graphs: the same bits as that call in a host loop feeding its ids back); the host keeps up to
+ * PPN_MAX_INFLIGHT steps in flight and reads back 4 bytes a row a step, never the logits. With MEMRA_BATCH_PP=0
+ * (the unsplit walk, synchronous) one step is in flight at a time, its tokens still fed on the device. A batch of
+ * one on the split (or one stage) is ppn_decode_greedy. Counted in ppn_stats.batch_greedy_steps (and batch_steps).
+ * Checks come first, for all steps: nothing is issued when they fail, and every KV block the steps need is reserved
+ * before the first one (PPN_ENOMEM naming the sequence when the pools run out: nothing moved).
+ * @return PPN_OK, PPN_EINVAL (as ppn_decode_batch_ex; ids NULL, steps <= 0, prompt slices), PPN_ESTATE (a sequence
+ *         with deferred steps in flight, or with fewer than steps positions left: named, nothing issued),
+ *         PPN_EREFUSED and PPN_EUNSUPPORTED (the unsplit walk, as ppn_decode_batch_ex), PPN_ENOMEM (KV blocks: named,
+ *         nothing moved; growing the rows room: the model is refused afterwards; the device token blocks or host
+ *         memory: nothing issued), the model's sticky failure, PPN_EDRIVER, the sim checker's statuses. A failure
+ *         after the first step was issued is sticky for the model (the ids of the steps before it are written), so
+ *         is PPN_ENONFINITE for n > 1: a row with a logit that is NaN or infinite (its device argmax is -1, which
+ *         the next step's embedding reads as zeros), named by row, step, sequence, position and stage. A batch of
+ *         one reports it as ppn_decode_greedy does. */
+ppn_status ppn_decode_batch_greedy(ppn_seq *const *seqs, const int *tokens, int n, int steps, const ppn_batch_opts *o,
+                                   int *ids);
+
+/* Issue a batch step as ppn_decode_batch_ex(seqs, tokens, n, o, logits, ids) does (the same walk and bits) without
+ * waiting for it, so the caller can do host work meanwhile; *out names it for ppn_decode_batch_wait. logits (n *
+ * vocab floats) and ids (n ints), each NULL or the caller's, are written by the time the wait returns PPN_OK and
+ * must stay valid until then (or until the step is dropped). The rows' positions advance at issue. Each row's
+ * sequence counts the step in its in-flight room (PPN_MAX_INFLIGHT, shared with ppn_decode_step_deferred) until it
+ * is waited or dropped: deferred steps of a row may be in flight already, and later ones may follow (tokens known).
+ * ppn_seq_reset, ppn_seq_truncate and ppn_seq_destroy of a row drop it from the step: the step's walks are waited
+ * first (no readback), that row's room is free again, and the other rows keep their results for their wait; a step
+ * whose every row dropped it is gone. With MEMRA_BATCH_PP=0 the step runs at issue (the unsplit walk is
+ * synchronous). No prompt slices (o->n_prime 0).
+ * @return PPN_OK (*out names the step), PPN_EINVAL (as ppn_decode_batch_ex; out NULL; prompt slices), PPN_ESTATE (a
+ *         row full, or with PPN_MAX_INFLIGHT steps in flight: named, *out = 0, nothing issued), PPN_EREFUSED,
+ *         PPN_EUNSUPPORTED, PPN_ENOMEM (as ppn_decode_batch_ex; *out = 0), the model's sticky failure, PPN_EDRIVER,
+ *         the sim checker's statuses. A failure after the step was issued is sticky for the model and still sets
+ *         *out: wait it (or drop it) to free the rows' room. */
+ppn_status ppn_decode_batch_deferred(ppn_seq *const *seqs, const int *tokens, int n, const ppn_batch_opts *o,
+                                     float *logits, int *ids, ppn_step_id *out);
+/* Wait for a deferred batch step (any order, any row's sequence s naming it) and check its rows, as
+ * ppn_decode_batch_ex does at its end; the rows' room is free after, whatever the status. Rows whose sequence
+ * dropped the step are written too (what the walk computed) but not checked.
+ * @return PPN_OK, PPN_EINVAL (s NULL, or step not a batch step of s in flight: already waited, dropped by a reset,
+ *         truncate or destroy of s, never issued, or a ppn_decode_step_deferred id), the failure its issue or its
+ *         walks met (sticky for the model), PPN_ENONFINITE (a row's logits or device argmax NaN or Inf: named; the
+ *         model's failure for n > 1, a batch of one as ppn_pending_wait reports it). */
+ppn_status ppn_decode_batch_wait(ppn_seq *s, ppn_step_id step);
+
 /* ---------------------------------------------------------------------------------------------------------
  * Speculative decoding: verify drafts in one forward, roll back what was rejected.
  * --------------------------------------------------------------------------------------------------------- */
@@ -394,6 +442,7 @@ typedef struct ppn_stats {
     uint64_t mixed_steps;                      /* batched steps that also fed prompt slices (ppn_batch_opts) */
     uint64_t spec_verifies, spec_drafted, spec_accepted; /* ppn_spec_verify calls, draft ids given, accepted */
     uint64_t spec_split_verifies;              /* verify forwards that walked the per-stage split */
+    uint64_t batch_greedy_steps;               /* steps of ppn_decode_batch_greedy done (fed on the device) */
 } ppn_stats;
 /* A snapshot of the counters (relaxed reads: exact between steps). Never fails. */
 void ppn_model_get_stats(const ppn_model *m, ppn_stats *out);

@@ -112,6 +112,42 @@ static void test_bench_device_greedy_json(void **s)
     free(err);
 }
 
+/* --batch with --device-greedy: every B's row has the batch greedy loop's step time and rate beside the
+ * synchronous step's (rate = B / step, both positive), in the JSON and in the table's columns; without the flag,
+ * neither. */
+static void test_bench_batch_device_greedy(void **s)
+{
+    (void)s;
+    char *out = NULL, *err = NULL;
+    int rc = bench("--shape tiny --backend sim -n 4 --prompt 3 --reps 1 --warmup 0 --stages 2 --batch 1,3 "
+                   "--device-greedy --json", &out, &err);
+    if (rc != 0 || !out) fail_msg("bench exited %d:\n%s\n%s", rc, out ? out : "", err ? err : "");
+    json_error_t je;
+    json_t *r = json_loads(out, 0, &je);
+    if (!r) fail_msg("bench output is not JSON (%s, line %d):\n%s", je.text, je.line, out);
+    json_t *rows = json_object_get(r, "batch");
+    assert_int_equal(json_array_size(rows), 2);
+    for (size_t i = 0; i < 2; i++) {
+        json_t *row = json_array_get(rows, i);
+        double B = num(row, "B"), ms = num(row, "greedy_step_ms"), rate = num(row, "greedy_agg_tok_s");
+        assert_true(ms > 0 && num(row, "step_ms") > 0);
+        near(rate, B * 1e3 / ms, 1e-4, "greedy_agg_tok_s");
+    }
+    json_decref(r);
+    free(out);
+    free(err);
+    rc = bench("--shape tiny --backend sim -n 2 --prompt 2 --reps 1 --warmup 0 --batch 2 --device-greedy", &out, &err);
+    if (rc != 0 || !out) fail_msg("bench exited %d:\n%s\n%s", rc, out ? out : "", err ? err : "");
+    assert_non_null(strstr(out, "greedy_ms"));
+    free(out);
+    free(err);
+    rc = bench("--shape tiny --backend sim -n 2 --prompt 2 --reps 1 --warmup 0 --batch 2", &out, &err);
+    if (rc != 0 || !out) fail_msg("bench exited %d:\n%s\n%s", rc, out ? out : "", err ? err : "");
+    assert_null(strstr(out, "greedy_ms"));
+    free(out);
+    free(err);
+}
+
 /* The default output: the header naming the floor's bandwidth, one row and a stage map line per config. */
 static void test_bench_table(void **s)
 {
@@ -181,6 +217,7 @@ int main(void)
         cmocka_unit_test(test_bench_sweep_json),
         cmocka_unit_test(test_bench_device_greedy_json),
         cmocka_unit_test(test_bench_table),
+        cmocka_unit_test(test_bench_batch_device_greedy),
         cmocka_unit_test(test_bench_refusals),
         cmocka_unit_test(test_bench_door_flag_sweep),
     };

@@ -9,6 +9,7 @@
 typedef struct batch_row {
     int B;
     double median_ms, p99_ms, agg_tok_s, seq_tok_s, gbs, floor_ratio, prime_ms;
+    double greedy_ms, greedy_tok_s; /* the device greedy loop's step (--device-greedy; 0: not measured) */
 } batch_row;
 
 static int prompt_id(int t, int vocab) { return (int)(((long long)t * 7919 + 13) % vocab); }
@@ -33,9 +34,10 @@ static void kacct_add(kacct *a, ppn_rt *rt, int sign)
     }
 }
 
-/* One rep: B sequences primed together, then n_new timed batched steps into dec (NULL: a warm-up). */
+/* One rep: B sequences primed together, then n_new timed batched steps into dec (NULL: a warm-up); greedy: the
+ * n_new steps are one device greedy loop, its step time (the call's / n_new) into dec[0]. */
 static int one_rep(ppn_model *m, const ppn_model_info *mi, const bench_batch_opts *o, int B, double *dec,
-                   double *prime_ms, kacct *ka)
+                   double *prime_ms, kacct *ka, int greedy)
 {
     ppn_seq **q = calloc((size_t)B, sizeof *q);
     int *ids = malloc(sizeof(int) * (size_t)B * (size_t)o->prompt), *n = malloc(sizeof(int) * (size_t)B);
@@ -55,7 +57,16 @@ static int one_rep(ppn_model *m, const ppn_model_info *mi, const bench_batch_opt
         rc = cli_fail_status(st, "bench: batched prime");
     if (prime_ms) *prime_ms = (cli_now_us() - t0) / 1e3;
     if (ka && rc == 0) kacct_add(ka, o->rt, -1);
-    for (int t = 0; t < o->n_new && rc == 0; t++) {
+    int *gids = greedy ? malloc(sizeof(int) * (size_t)B * (size_t)o->n_new) : NULL;
+    if (greedy && !gids && rc == 0) rc = cli_fail("bench: out of memory for %d x %d ids", B, o->n_new);
+    if (greedy && rc == 0) {
+        double s0 = cli_now_us();
+        if ((st = ppn_decode_batch_greedy(q, tok, B, o->n_new, NULL, gids)) != PPN_OK)
+            rc = cli_fail_status(st, "bench: batch greedy loop");
+        if (dec) dec[0] = (cli_now_us() - s0) / 1e3 / o->n_new;
+    }
+    free(gids);
+    for (int t = 0; t < o->n_new && rc == 0 && !greedy; t++) {
         double s0 = cli_now_us();
         if ((st = ppn_decode_batch_ex(q, tok, B, NULL, NULL, tok)) != PPN_OK) rc = cli_fail_status(st, "bench: batched step");
         if (dec) dec[t] = (cli_now_us() - s0) / 1e3;
@@ -76,10 +87,14 @@ static int measure(ppn_model *m, const ppn_model_info *mi, const bench_batch_opt
     double *dec = malloc(sizeof(double) * (size_t)nd), pr[64];
     if (!dec) return cli_fail("bench: out of memory");
     kacct ka = {0};
-    for (int w = 0; w < o->warmup && rc == 0; w++) rc = one_rep(m, mi, o, B, NULL, NULL, NULL);
+    for (int w = 0; w < o->warmup && rc == 0; w++) rc = one_rep(m, mi, o, B, NULL, NULL, NULL, 0);
     if (o->kprof) ppn_rt_kernel_profile_reset(o->rt);
     for (int k = 0; k < o->reps && rc == 0; k++)
-        rc = one_rep(m, mi, o, B, dec + (size_t)k * o->n_new, &pr[k < 64 ? k : 63], o->kprof ? &ka : NULL);
+        rc = one_rep(m, mi, o, B, dec + (size_t)k * o->n_new, &pr[k < 64 ? k : 63], o->kprof ? &ka : NULL, 0);
+    double gr[64];
+    for (int w = 0; o->device_greedy && w < o->warmup && rc == 0; w++) rc = one_rep(m, mi, o, B, NULL, NULL, NULL, 1);
+    for (int k = 0; o->device_greedy && k < o->reps && rc == 0; k++)
+        rc = one_rep(m, mi, o, B, &gr[k < 64 ? k : 63], NULL, NULL, 1);
     for (int i = 0; rc == 0 && o->kprof && !o->json && i < ka.n; i++) {
         double steps = (double)nd, us = 1e3 * ka.k[i].ms / steps;
         printf("       B=%d %-16s %8.2f calls/step %10.2f us/step\n", B, ka.k[i].name, (double)ka.k[i].calls / steps, us);
@@ -97,6 +112,11 @@ static int measure(ppn_model *m, const ppn_model_info *mi, const bench_batch_opt
         r->gbs = r->median_ms > 0 ? (double)mi->weight_bytes / (r->median_ms * 1e-3) / 1e9 : 0;
         r->floor_ratio = r->median_ms > 0 ? floor_ms / r->median_ms : 0;
         r->prime_ms = cli_median(pr, np);
+        if (o->device_greedy) {
+            cli_sort(gr, np);
+            r->greedy_ms = cli_median(gr, np);
+            r->greedy_tok_s = r->greedy_ms > 0 ? 1e3 / r->greedy_ms * B : 0;
+        }
     }
     free(dec);
     return rc;
@@ -109,8 +129,9 @@ int bench_batch(ppn_model *m, const ppn_model_info *mi, const bench_batch_opts *
         printf("batched decode: %d reps x (B sequences primed with %d ids each, then %d batched greedy steps), %d "
                "warm-up rep%s; floor %.4g ms/step = weight bytes / %g GB/s\n", o->reps, o->prompt, o->n_new,
                o->warmup, o->warmup == 1 ? "" : "s", 1e3 * (double)mi->weight_bytes / (o->bw_gbs * 1e9), o->bw_gbs);
-        printf("%6s %10s %10s %12s %12s %9s %11s %12s\n", "B", "step_ms", "p99_ms", "agg_tok/s", "seq_tok/s", "GB/s",
+        printf("%6s %10s %10s %12s %12s %9s %11s %12s", "B", "step_ms", "p99_ms", "agg_tok/s", "seq_tok/s", "GB/s",
                "floor_ratio", "prime_ms");
+        printf(o->device_greedy ? " %10s %13s\n" : "\n", "greedy_ms", "greedy_tok/s");
         fflush(stdout);
     } else {
         fputc('[', out);
@@ -118,13 +139,20 @@ int bench_batch(ppn_model *m, const ppn_model_info *mi, const bench_batch_opts *
     for (int k = 0; k < o->n_sizes && rc == 0; k++) {
         batch_row r = {0};
         if ((rc = measure(m, mi, o, o->sizes[k], &r)) != 0) break;
-        if (o->json)
+        if (o->json) {
             fprintf(out, "%s{\"B\":%d,\"step_ms\":%.6g,\"p99_ms\":%.6g,\"agg_tok_s\":%.6g,\"seq_tok_s\":%.6g,"
-                         "\"gbs\":%.6g,\"floor_ratio\":%.6g,\"prime_ms\":%.6g}", k ? "," : "", r.B, r.median_ms,
+                         "\"gbs\":%.6g,\"floor_ratio\":%.6g,\"prime_ms\":%.6g", k ? "," : "", r.B, r.median_ms,
                     r.p99_ms, r.agg_tok_s, r.seq_tok_s, r.gbs, r.floor_ratio, r.prime_ms);
-        else
-            printf("%6d %10.4f %10.4f %12.1f %12.1f %9.2f %11.4f %12.3f\n", r.B, r.median_ms, r.p99_ms, r.agg_tok_s,
-                   r.seq_tok_s, r.gbs, r.floor_ratio, r.prime_ms), fflush(stdout);
+            if (o->device_greedy)
+                fprintf(out, ",\"greedy_step_ms\":%.6g,\"greedy_agg_tok_s\":%.6g", r.greedy_ms, r.greedy_tok_s);
+            fputc('}', out);
+        } else {
+            printf("%6d %10.4f %10.4f %12.1f %12.1f %9.2f %11.4f %12.3f", r.B, r.median_ms, r.p99_ms, r.agg_tok_s,
+                   r.seq_tok_s, r.gbs, r.floor_ratio, r.prime_ms);
+            if (o->device_greedy) printf(" %10.4f %13.1f", r.greedy_ms, r.greedy_tok_s);
+            putchar('\n');
+            fflush(stdout);
+        }
     }
     if (o->json) fputc(']', out);
     return rc;

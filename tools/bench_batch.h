@@ -12,12 +12,14 @@ typedef struct bench_batch_opts {
     double bw_gbs;                 /* the floor's bandwidth, GB/s */
     ppn_rt *rt;                    /* with kprof (PPN_KPROF=1): the kernel account of the timed steps, per B */
     int kprof;
+    int device_greedy;             /* also time the batch's device greedy loop (ppn_decode_batch_greedy) */
 } bench_batch_opts;
 
 /* For each batch size B: --warmup then --reps reps of B fresh sequences primed together with prompt ids each
  * (sequence i's prompt shifted by i, so they differ), then n_new batched greedy steps (ppn_decode_batch_ex with
- * ids: the argmax on the device), each step timed. Prints a table (or, with json, writes a JSON array to out:
- * the caller places it). 0, or 1 after the message. */
+ * ids: the argmax on the device), each step timed; with device_greedy, as many reps again whose n_new steps are one
+ * ppn_decode_batch_greedy call, timed whole (its step time: the call's / n_new). Prints a table (or, with json,
+ * writes a JSON array to out: the caller places it). 0, or 1 after the message. */
 int bench_batch(ppn_model *m, const ppn_model_info *mi, const bench_batch_opts *o, FILE *out);
 /* The verify step's cost: reps sequences primed with prompt ids, then n_new rounds each of one greedy decode step
  * (ppn_decode_greedy of 1) and one verify of k drafts (ppn_spec_verify; drafts that will be rejected, so each

@@ -83,7 +83,9 @@ static void bench_usage(FILE *f)
           "floor = weight bytes / --bw-gbs (default 4280 GB/s: the measured H200 device-to-device copy bandwidth).\n"
           "--stages-sweep publishes each N in-process, all stages on the primary device (no --devices, no --splits).\n"
           "--batch: for each B, B sequences primed together with --prompt ids, then -n batched greedy steps timed (like\n"
-          "llama-batched-bench's S_TG): aggregate tok/s = B / median step, per-sequence tok/s, and the weight floor.\n"
+          "llama-batched-bench's S_TG): aggregate tok/s = B / median step, per-sequence tok/s, and the weight floor;\n"
+          "with --device-greedy also the batch's device greedy loop (ppn_decode_batch_greedy: -n steps in one call, up\n"
+          "to 4 in flight, each fed on the device): its step time and aggregate tok/s beside the synchronous step's.\n"
           "--spec K: -n rounds of one greedy decode step and one verify of K drafts (K + 1 rows), medians and ratio.\n",
           f);
 }
@@ -148,9 +150,10 @@ static int parse_value(bench_args *a, const char *f, const char *v)
 static int parse_check(const bench_args *a)
 {
     if (!a->model == !a->shape) return cli_fail("bench: give exactly one of --model PATH and --shape NAME"), 2;
-    if ((a->batch || a->spec) && (a->sweep || a->device_greedy || a->n_lens > 1))
-        return cli_fail("bench: --batch takes one configuration and one --prompt length (no --stages-sweep, "
-                        "--device-greedy: its steps are greedy on the device already)"), 2;
+    if ((a->batch || a->spec) && (a->sweep || a->n_lens > 1))
+        return cli_fail("bench: --batch takes one configuration and one --prompt length (no --stages-sweep)"), 2;
+    if (a->spec && a->device_greedy)
+        return cli_fail("bench: --spec times greedy decode on the device already (no --device-greedy)"), 2;
     if (!a->sweep) return 0;
     if (a->stages_flag) return cli_fail("bench: --stages and --stages-sweep are exclusive"), 2;
     if (a->door.n_devices)
@@ -738,7 +741,8 @@ int cmd_bench(int argc, char **argv)
     if (a.batch || a.spec) {
         bench_batch_opts bo = {.sizes = a.batch, .n_sizes = a.n_batch, .prompt = a.prompt, .n_new = a.n_new,
                                .reps = a.reps, .warmup = a.warmup, .chunk = a.chunk ? a.chunk : PPN_PREFILL_CHUNK,
-                               .json = a.json, .bw_gbs = a.bw_gbs, .rt = rt, .kprof = a.kprof};
+                               .json = a.json, .bw_gbs = a.bw_gbs, .rt = rt, .kprof = a.kprof,
+                               .device_greedy = a.device_greedy};
         char name[600];
         if (a.json) {
             printf("{\"model\":");

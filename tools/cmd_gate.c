@@ -19,7 +19,10 @@
  *              one micro-batch, and the unsplit walk (MEMRA_BATCH_PP=0) are bit-identical to the door-shut batch;
  *              red unless every stage's batch walker ran each micro-batch, the split counter advanced by them
  *              (and not at all for the unsplit walk), and, where a placement spreads over devices, the
- *              micro-batch overlap counter advanced
+ *              micro-batch overlap counter advanced; on each of those maps the batch's device greedy loop
+ *              (ppn_decode_batch_greedy, each step fed its rows' argmax on the device) gives the ids of the door-shut
+ *              step-by-step batch (ppn_decode_batch_ex with ids, fed back by the host), red unless
+ *              batch_greedy_steps advanced by its steps and, on the split, every step walked it
  *   spec       greedy decode through verify rounds (ppn_spec_verify, prompt-lookup drafts, and every third round a
  *              draft of one right and one wrong id) gives the reference ids for every N and placement, through the
  *              verify split and the unsplit walk (MEMRA_SPEC_PP=0); red unless drafts were both accepted and
@@ -477,6 +480,61 @@ static ppn_status batch_rows(gate *G, ppn_model *m, const int *ids, const ppn_ba
     return st;
 }
 
+/* GATE_B sequences of m primed as batch_rows primes them, then steps greedy steps from ids[0 .. GATE_B): through a
+ * host loop of ppn_decode_batch_ex that feeds each step's ids back (device 0), or through the device greedy loop
+ * (ppn_decode_batch_greedy, device 1); out [steps][GATE_B]. */
+static ppn_status batch_greedy_ids(gate *G, ppn_model *m, const int *ids, const ppn_batch_opts *o, int device, int *out)
+{
+    ppn_seq *q[GATE_B] = {0};
+    ppn_status st = PPN_OK;
+    int steps = G->rows - GATE_B, tok[GATE_B];
+    for (int i = 0; i < GATE_B && st == PPN_OK; i++) {
+        st = ppn_seq_create(m, &q[i]);
+        if (st == PPN_OK && i > 0) st = ppn_prefill(q[i], ids, i, NULL, NULL);
+        tok[i] = ids[i];
+    }
+    if (st == PPN_OK && device) st = ppn_decode_batch_greedy(q, tok, GATE_B, steps, o, out);
+    for (int t = 0; !device && t < steps && st == PPN_OK; t++) {
+        st = ppn_decode_batch_ex(q, tok, GATE_B, o, NULL, out + (size_t)t * GATE_B);
+        memcpy(tok, out + (size_t)t * GATE_B, sizeof tok);
+    }
+    for (int i = 0; i < GATE_B; i++) ppn_seq_destroy(q[i]);
+    return st;
+}
+
+/* The device greedy loop on m (c's map, mb micro-batches a step) against ref_ids; a row of the table. */
+static int run_batch_greedy(gate *G, const config *c, ppn_model *m, const int *ids, const int *ref_ids, int mb)
+{
+    int steps = G->rows - GATE_B, ok = 1;
+    int *got = malloc(sizeof(int) * GATE_B * (size_t)steps);
+    char detail[512] = "", seam[64];
+    ppn_stats before, after;
+    ppn_batch_opts o = {.micro = c->micro};
+    ppn_model_get_stats(m, &before);
+    ppn_status st = got ? batch_greedy_ids(G, m, ids, &o, 1, got) : PPN_ENOMEM;
+    ppn_model_get_stats(m, &after);
+    if (st != PPN_OK) ok = 0, G->broken = st, snprintf(detail, sizeof detail, "%s: %s", ppn_status_name(st), ppn_last_error());
+    for (int t = 0; ok && t < steps; t++)
+        if (memcmp(got + (size_t)t * GATE_B, ref_ids + (size_t)t * GATE_B, sizeof(int) * GATE_B))
+            ok = 0, snprintf(detail, sizeof detail, "ids of greedy step %d differ from the door-shut step-by-step batch", t);
+    uint64_t greedy = after.batch_greedy_steps - before.batch_greedy_steps;
+    uint64_t split = after.batch_split_steps - before.batch_split_steps, walks = (uint64_t)steps * (uint64_t)mb;
+    if (ok && greedy != (uint64_t)steps)
+        ok = 0, snprintf(detail, sizeof detail, "liveness: batch_greedy_steps advanced by %llu for %d steps",
+                         (unsigned long long)greedy, steps);
+    if (ok && c->batch_pp && split != walks)
+        ok = 0, snprintf(detail, sizeof detail, "liveness: the batch split counter advanced by %llu for %llu "
+                                                "greedy micro-batches", (unsigned long long)split, (unsigned long long)walks);
+    if (ok) snprintf(detail, sizeof detail, "%d rows x %d greedy steps fed on the device = step by step (counter %llu)",
+                     GATE_B, steps, (unsigned long long)greedy);
+    snprintf(seam, sizeof seam, "greedy, %s", !c->batch_pp ? "unsplit" : c->micro == 1 ? "1 micro-batch" : "micro-batches");
+    printf("%-10s %3d  %-28s %-22s %-5s %s\n", "batch", c->n, c->placement, seam, ok ? "PASS" : "FAIL", detail);
+    fflush(stdout);
+    G->fails += !ok;
+    free(got);
+    return ok;
+}
+
 static const char *batch_seam(const config *c)
 {
     return !c->batch_pp ? "unsplit walk" : c->micro == 1 ? "split, 1 micro-batch" : "split, micro-batches";
@@ -495,7 +553,8 @@ static int config_devices(const config *c)
     return n > GATE_B ? GATE_B : n;
 }
 
-static int run_batch(gate *G, const config *c, const int *ids, const float *ref, uint64_t *overlaps)
+static int run_batch(gate *G, const config *c, const int *ids, const float *ref, const int *ref_ids,
+                     uint64_t *overlaps)
 {
     if (!config_possible(G, c)) {
         printf("%-10s %3d  %-28s %-22s %-5s %s\n", "batch", c->n, c->placement, batch_seam(c), "n/a",
@@ -539,6 +598,7 @@ static int run_batch(gate *G, const config *c, const int *ids, const float *ref,
            detail);
     fflush(stdout);
     G->fails += !ok;
+    if (st == PPN_OK) ok &= run_batch_greedy(G, c, m, ids, ref_ids, mb);
     if (owned) ppn_model_free(m);
     free(rows);
     return ok;
@@ -553,12 +613,15 @@ static void arm_batch(gate *G, const int *ids)
     }
     size_t bytes = sizeof(float) * (size_t)G->mi.vocab * GATE_B * (size_t)(G->rows - GATE_B);
     float *ref = malloc(bytes);
-    ppn_status st = ref ? batch_rows(G, G->ref, ids, NULL, ref) : PPN_ENOMEM;
+    int *ref_ids = malloc(sizeof(int) * GATE_B * (size_t)(G->rows - GATE_B));
+    ppn_status st = ref && ref_ids ? batch_rows(G, G->ref, ids, NULL, ref) : PPN_ENOMEM;
+    if (st == PPN_OK) st = batch_greedy_ids(G, G->ref, ids, NULL, 0, ref_ids);
     if (st != PPN_OK) {
         printf("batch      reference (door shut) failed: %s\n", ppn_last_error());
         G->fails++;
         G->broken = st;
         free(ref);
+        free(ref_ids);
         return;
     }
     uint64_t overlaps = 0;
@@ -573,9 +636,10 @@ static void arm_batch(gate *G, const int *ids)
                 c.batch_pp = i != 2;
                 c.micro = i == 1 ? 1 : 0;
                 spread |= c.batch_pp && !c.micro && config_devices(&c) > 1;
-                run_batch(G, &c, ids, ref, &overlaps);
+                run_batch(G, &c, ids, ref, ref_ids, &overlaps);
             }
     }
+    free(ref_ids);
     if (G->broken) {
         free(ref);
         return;

@@ -6,7 +6,10 @@
  *   - the batched split (2 and 3 stages on device 0, micro-batches 1) bit-identical to the door-shut batch;
  *   - verify rounds (prompt lookup plus forced accept/reject drafts) = plain greedy ids on the f32 fixtures;
  *   - bf16 weights (qwen3-tiny): batch rows against the single steps within 2e-2 of the row's largest logit (the
- *     GEMM rounds activations to bf16, the matvec keeps them f32), reported.
+ *     GEMM rounds activations to bf16, the matvec keeps them f32), reported;
+ *   - the batch's device greedy loop (ppn_decode_batch_greedy) = a host loop of ppn_decode_batch_ex(ids) feeding the
+ *     ids back, bit-identical, f32 and bf16, door shut, 2 stages on device 0, and 2 stages on 2 devices with 2
+ *     micro-batches where a second GPU exists; a deferred batch step = ppn_decode_batch_ex (logits and ids).
  * Runs only where a CUDA driver and GPU exist. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -191,11 +194,92 @@ static void test_gpu_batch_bf16(void **state)
     free(ids);
 }
 
+/* The greedy loop against the host loop of batch steps on m's published map (micro: ppn_batch_opts.micro), and one
+ * deferred step against ppn_decode_batch_ex after it. */
+static void greedy_vs_steps(ppn_model *m, const int *ids, int vocab, int micro, const char *what)
+{
+    enum { STEPS = 12 };
+    ppn_batch_opts o = {.micro = micro};
+    ppn_seq *q[B];
+    int want[STEPS * B], got[STEPS * B], tok[B], wid[B], gid[B];
+    size_t vb = sizeof(float) * (size_t)vocab * B;
+    float *wl = malloc(vb), *gl = malloc(vb);
+    for (int run = 0; run < 2; run++) {
+        for (int i = 0; i < B; i++) {
+            assert_int_equal(ppn_seq_create(m, &q[i]), PPN_OK);
+            assert_int_equal(ppn_prefill(q[i], ids, plen[i], NULL, NULL), PPN_OK);
+            tok[i] = ids[plen[i]];
+        }
+        ppn_stats a, b;
+        ppn_model_get_stats(m, &a);
+        if (run == 1 && ppn_decode_batch_greedy(q, tok, B, STEPS, &o, got) != PPN_OK)
+            fail_msg("%s: greedy: %s", what, ppn_last_error());
+        for (int t = 0; run == 0 && t < STEPS; t++) {
+            assert_int_equal(ppn_decode_batch_ex(q, tok, B, &o, NULL, want + t * B), PPN_OK);
+            memcpy(tok, want + t * B, sizeof tok);
+        }
+        ppn_model_get_stats(m, &b);
+        if (run == 1) assert_true(b.batch_greedy_steps - a.batch_greedy_steps == STEPS);
+        memcpy(tok, (run ? got : want) + (STEPS - 1) * B, sizeof tok);
+        if (run == 0) {
+            assert_int_equal(ppn_decode_batch_ex(q, tok, B, &o, wl, wid), PPN_OK);
+        } else {
+            ppn_step_id id;
+            assert_int_equal(ppn_decode_batch_deferred(q, tok, B, &o, gl, gid, &id), PPN_OK);
+            assert_int_equal(ppn_decode_batch_wait(q[B - 1], id), PPN_OK);
+        }
+        for (int i = 0; i < B; i++) ppn_seq_destroy(q[i]);
+    }
+    printf("# %s: %d rows x %d greedy steps fed on the device = the step loop; a deferred step = the batch step\n",
+           what, B, STEPS);
+    assert_memory_equal(want, got, sizeof want);
+    assert_memory_equal(wl, gl, vb);
+    assert_memory_equal(wid, gid, sizeof gid);
+    free(wl);
+    free(gl);
+}
+
+static void check_greedy(const char *name, int dtype)
+{
+    char dir[4096], what[160];
+    int n;
+    int *ids = ids_of(name, dir, sizeof dir, &n);
+    ppn_model *m = load(dir, dtype, NULL);
+    ppn_model_info mi;
+    ppn_model_get_info(m, &mi);
+    snprintf(what, sizeof what, "%s %s, door shut", name, ppn_dtype_name(mi.dtype));
+    greedy_vs_steps(m, ids, mi.vocab, 0, what);
+    ppn_door d = ppn_door_default();
+    d.n_stages = 2;
+    assert_int_equal(ppn_model_publish_door(m, &d), PPN_OK);
+    snprintf(what, sizeof what, "%s %s, 2 stages on device 0", name, ppn_dtype_name(mi.dtype));
+    greedy_vs_steps(m, ids, mi.vocab, 0, what);
+    assert_int_equal(ppn_model_free(m), PPN_OK);
+    if (ppn_rt_device_count(rt) >= 2) {
+        d.n_devices = 2;
+        d.devices[0] = 0, d.devices[1] = 1;
+        m = load(dir, dtype, &d);
+        snprintf(what, sizeof what, "%s %s, 2 stages on 2 devices, 2 micro-batches", name, ppn_dtype_name(mi.dtype));
+        greedy_vs_steps(m, ids, mi.vocab, 2, what);
+        assert_int_equal(ppn_model_free(m), PPN_OK);
+    }
+    free(ids);
+}
+
+static void test_gpu_batch_greedy(void **state)
+{
+    (void)state;
+    check_greedy("llama-tiny", PPN_DTYPE_F32);
+    check_greedy("qwen2-tiny", PPN_DTYPE_F32);
+    check_greedy("qwen3-tiny", PPN_DTYPE_BF16);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpu_batch_llama_tiny), cmocka_unit_test(test_gpu_batch_qwen2_tiny),
         cmocka_unit_test(test_gpu_batch_qwen3_tiny), cmocka_unit_test(test_gpu_batch_bf16),
+        cmocka_unit_test(test_gpu_batch_greedy),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
