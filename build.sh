@@ -120,8 +120,9 @@ run_tests() { # dir [ctest args...]
 # prompts in the first of its four tests). They add arithmetic, not code: the loader, tokenizer, template, forward
 # pass, stage threads and ppn serve they run are the ones every other test runs under the sanitizers on the tiny
 # fixtures, and test_tok reads SmolLM2's own tokenizer.json and chat template (test_tok_smollm2).
-# PPN_SAN_ALL=1 runs them too (allow hours). test_faults sweeps every 5th fault point under ASan and every 15th
-# under TSan (PPN_TEST_FAULT_STRIDE; the plain suite sweeps them all): each point loads a model twice.
+# PPN_SAN_ALL=1 runs them too (allow hours). test_faults visits 5 times fewer fault points under ASan and 15 times
+# fewer under TSan (PPN_TEST_FAULT_STRIDE; the plain suite up to 60 per kind and placement, PPN_TEST_FAULT_ALL=1
+# every one): each point loads a model twice.
 san_skip() {
     [ "${PPN_SAN_ALL:-0}" = 1 ] || echo "-E ^(test_smollm2|test_serve_smollm2)\$"
 }

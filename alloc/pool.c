@@ -265,23 +265,35 @@ ppn_status ppn_pool_create(ppn_gpu *g, int dev, size_t slab_bytes, ppn_pool **ou
     return PPN_OK;
 }
 
-void ppn_pool_destroy(ppn_pool *p)
+/* Keep the first failure of a teardown in *first (with its message), carry on with the rest. */
+static void keep_first(ppn_status *first, ppn_status st, const ppn_pool *p, const char *what)
 {
-    if (!p) return;
+    if (st == PPN_OK || *first != PPN_OK) return;
+    *first = ppn_err_ctx(st, "pool dev %d: destroy: %s", p->dev, what);
+}
+
+/* A failed free does not stop the teardown (issue 14's rule for free and destroy paths): every other block,
+ * slab and event is still released and the first failure returned; what the driver refused to free is its own
+ * to reclaim when the backend closes (cuda: the context; sim: its close frees every live allocation). */
+ppn_status ppn_pool_destroy(ppn_pool *p)
+{
+    ppn_status first = PPN_OK;
+    if (!p) return PPN_OK;
     for (block *b = p->all, *nx; b; b = nx) {
         nx = b->next_all;
-        if (b->cls < 0) p->g->ops->mem_free(p->g, p->dev, b->ptr);
-        p->g->ops->event_destroy(p->g, b->ev);
+        if (b->cls < 0) keep_first(&first, p->g->ops->mem_free(p->g, p->dev, b->ptr), p, "large block");
+        keep_first(&first, p->g->ops->event_destroy(p->g, b->ev), p, "block event");
         free(b);
     }
     for (slab *s = p->slabs, *nx; s; s = nx) {
         nx = s->next;
-        p->g->ops->mem_free(p->g, p->dev, s->base);
+        keep_first(&first, p->g->ops->mem_free(p->g, p->dev, s->base), p, "slab");
         free(s);
     }
     free(p->live);
     pthread_mutex_destroy(&p->mu);
     free(p);
+    return first;
 }
 
 static ppn_status alloc_locked(ppn_pool *p, size_t n, ppn_gstream *s, const char *tag, ppn_dptr *out)

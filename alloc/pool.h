@@ -39,8 +39,10 @@ typedef struct ppn_pool_stats {
 /* Create a pool for device dev. slab_bytes 0 = default (2 MiB... grows with demand; see pool.c).
  * Returns PPN_OK, PPN_EINVAL (bad device), PPN_ENOMEM (host). */
 ppn_status ppn_pool_create(ppn_gpu *g, int dev, size_t slab_bytes, ppn_pool **out);
-/* Release every raw allocation. The caller must have drained the streams that used the pool. */
-void ppn_pool_destroy(ppn_pool *p);
+/* Release every raw allocation. The caller must have drained the streams that used the pool. A failed free does
+ * not stop it: everything else is released all the same and the first failure returned (NULL: PPN_OK).
+ * Returns PPN_OK, PPN_EDRIVER or the checker's PPN_EDOUBLEFREE (a free the backend refused). */
+ppn_status ppn_pool_destroy(ppn_pool *p);
 
 /* Allocate n bytes (>0) usable on stream s (a stream of this pool's device, or of another device that reads
  * it through a peer grant). tag names the block in checker reports (static string, may be NULL).

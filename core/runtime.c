@@ -33,7 +33,11 @@ ppn_status ppn_rt_destroy(ppn_rt *rt)
     if (rt->n_models > 0)
         return ppn_err(PPN_ESTATE, "ppn_rt_destroy: %d model(s) still loaded on this runtime: free them first",
                        rt->n_models);
-    for (int d = 0; d < PPN_MAX_DEVICES; d++) ppn_pool_destroy(rt->pool[d]);
+    ppn_status first = PPN_OK; /* a failed free: the rest is freed all the same (ppn_pool_destroy) */
+    for (int d = 0; d < PPN_MAX_DEVICES; d++) {
+        ppn_status st = ppn_pool_destroy(rt->pool[d]);
+        if (first == PPN_OK) first = st;
+    }
     for (int n = 0; n < PPN_MAX_NUMA; n++) ppn_pinned_arena_destroy(rt->pinned_node[n]);
     ppn_pinned_arena_destroy(rt->pinned_interleave);
     ppn_pinned_arena_destroy(rt->pinned);
@@ -41,7 +45,7 @@ ppn_status ppn_rt_destroy(ppn_rt *rt)
     if (rt->g) pthread_mutex_destroy(&rt->place_mu);
     ppn_gpu_close(rt->g);
     ppn_hfree(rt);
-    return PPN_OK;
+    return first;
 }
 
 const char *ppn_rt_backend(const ppn_rt *rt) { return rt->g->ops->name; }

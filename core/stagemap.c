@@ -353,18 +353,44 @@ static ppn_status quiesce(ppn_model *m)
     return PPN_OK;
 }
 
-ppn_status ppn_map_install(ppn_model *m, ppn_stage_map *map, ppn_issue_fn stage_fn)
+/* Allocations, frees and memsets are ordered on the device streams: finish them before a stage stream touches
+ * what they made (the stage streams see only what the host has seen). */
+static ppn_status dev_streams_sync(ppn_model *m)
 {
-    ppn_stage_map *old = m->map;
-    if (old) PPN_CHECK(quiesce(m));
-    PPN_CHECK(check_placement(m, map));
-    PPN_CHECK(grant_peers(m, map));
+    ppn_gpu *g = m->rt->g;
+    for (int d = 0; d < PPN_MAX_DEVICES; d++)
+        if (m->dev_stream[d]) PPN_CHECK(g->ops->stream_sync(g, m->dev_stream[d]));
+    return PPN_OK;
+}
+
+/* The homes of map's stages: streams, boundary slots, scratch, KV pools, every sequence's scratch and ring. */
+static ppn_status map_homes(ppn_model *m, const ppn_stage_map *map)
+{
     boundaries_fini(m); /* before any stream goes away */
     PPN_CHECK(stage_streams(m, map));
     PPN_CHECK(boundaries_init(m, map));
     PPN_CHECK(rows_scratch_fit(m, map));
     PPN_CHECK(ppn_kv_fit_map(m, map));
     for (ppn_seq *q = m->seqs; q; q = q->next) PPN_CHECK(ppn_seq_fit_map(q, map));
+    /* a published map's first step on a stage stream wrote a boundary slot re-allocated on the device stream
+     * while its free there was still queued (test_faults' publish path: a RACE with the free); a load's first
+     * sequence synced these, a publish did not */
+    return dev_streams_sync(m);
+}
+
+ppn_status ppn_map_install(ppn_model *m, ppn_stage_map *map, ppn_issue_fn stage_fn)
+{
+    ppn_stage_map *old = m->map;
+    if (old) PPN_CHECK(quiesce(m));
+    PPN_CHECK(check_placement(m, map));
+    PPN_CHECK(grant_peers(m, map));
+    ppn_status st = map_homes(m, map);
+    if (st != PPN_OK) {
+        /* the old map's boundaries (perhaps its streams and scratch) are gone: a publish that fails here refuses
+         * the model, as a failed step does, rather than let the next step run on what was torn down */
+        if (old) ppn_model_fail(m, st);
+        return st;
+    }
     rcu_assign_pointer(m->map, map); /* fully built before it is visible */
     PPN_CHECK(stage_threads(m, map, stage_fn));
     warn_shared_cores(map);
@@ -409,10 +435,7 @@ ppn_status ppn_map_reserve_rows(ppn_model *m, int rows)
     }
     if (rows > m->rows_cap) m->rows_cap = rows;
     PPN_CHECK(rows_scratch_fit(m, map));
-    ppn_gpu *g = m->rt->g;
-    for (int d = 0; d < PPN_MAX_DEVICES; d++) /* allocations are ordered on the device streams: finish them */
-        if (m->dev_stream[d]) PPN_CHECK(g->ops->stream_sync(g, m->dev_stream[d]));
-    return PPN_OK;
+    return dev_streams_sync(m);
 }
 
 ppn_status ppn_map_reserve_batch(ppn_model *m, int rows)

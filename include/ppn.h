@@ -120,8 +120,11 @@ typedef struct ppn_seq ppn_seq;
  * @return PPN_OK, PPN_EINVAL (unknown backend name or bad PPN_SIM_* value), PPN_ENODEV (cuda asked for, no
  *         driver or device), PPN_ENOKERNELS (cuda asked for, built without kernels), PPN_EDRIVER, PPN_ENOMEM. */
 ppn_status ppn_rt_create(const char *backend, ppn_rt **out);
-/* Destroy a runtime whose models were all freed (NULL: nothing to do).
- * @return PPN_OK, PPN_ESTATE (models still loaded on it: the message says how many; nothing is freed). */
+/* Destroy a runtime whose models were all freed (NULL: nothing to do). A device free that fails does not stop it:
+ * everything else is freed, the backend closed (which reclaims what the driver refused) and the first failure
+ * returned; the runtime is gone either way.
+ * @return PPN_OK, PPN_ESTATE (models still loaded on it: the message says how many; nothing is freed),
+ *         PPN_EDRIVER (a device free failed: the message names it). */
 ppn_status ppn_rt_destroy(ppn_rt *rt);
 /* "cuda" or "sim". */
 const char *ppn_rt_backend(const ppn_rt *rt);

@@ -218,10 +218,15 @@ ppn_status ppn_gpu_set_kernels(ppn_gpu *g, const ppn_gpu_kernels *kern);
 ppn_status ppn_gpu_check_launch(const ppn_gpu *g, const ppn_launch *l);
 
 /* sim only: checker reports so far, per kind (counted even when not printed or not sticky). */
+#define PPN_SIM_FAIL_KINDS 10
 struct ppn_sim_counts {
     uint64_t race, placement, use_after_free, double_free, bounds;
     uint64_t stale;      /* an access through an earlier generation's address of a reused block (PPN_EUSEAFTERFREE) */
     uint64_t undeclared; /* a write no op declared, found in a block's guard bytes (PPN_EBOUNDS) */
+    /* the calls each PPN_SIM_FAIL kind has counted so far (the K its injection counts), in the order alloc, copy,
+     * launch, record, wait, memset, hostfn, free, stream, event: test_faults sweeps K up to what a clean run
+     * reaches */
+    uint64_t fault_calls[PPN_SIM_FAIL_KINDS];
 };
 /* sim only: return the sticky error (PPN_OK if none) and clear it, so the backend can be used again; msg
  * (may be NULL) receives its report. Returns PPN_EINVAL when g is not a sim backend. */

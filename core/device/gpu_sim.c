@@ -132,6 +132,7 @@ static ppn_status parse_peer(sim_gpu *g)
     }
 }
 
+_Static_assert(SIM_FAIL_KINDS == PPN_SIM_FAIL_KINDS, "ppn_sim_counts.fault_calls must have a slot per fault kind");
 static const char *const fail_names[SIM_FAIL_KINDS] = {"alloc",  "copy",   "launch", "record", "wait",
                                                         "memset", "hostfn", "free",   "stream", "event"};
 
@@ -1547,6 +1548,7 @@ void ppn_gpu_sim_counts(ppn_gpu *gg, struct ppn_sim_counts *out)
     out->bounds = g->counts[4];
     out->stale = g->counts[SIM_REP_STALE];
     out->undeclared = g->counts[SIM_REP_UNDECLARED];
+    memcpy(out->fault_calls, g->fail_count, sizeof out->fault_calls);
     pthread_mutex_unlock(&g->ck);
 }
 
