@@ -502,6 +502,72 @@ static ppn_status batch_greedy_ids(gate *G, ppn_model *m, const int *ids, const 
     return st;
 }
 
+/* A mixed step (ppn_batch_opts.n_prime): sequences 0 .. GATE_B - 2 primed as batch_rows primes them decode
+ * ids[i] beside sequence GATE_B - 1's prompt slice ids[0 .. GATE_B + 1) in one forward, then one plain step of all
+ * GATE_B rows reads the KV the mixed walk wrote: rows [2 GATE_B][vocab] (the decode rows, the slice's last row,
+ * the plain step's rows). */
+static ppn_status mixed_rows(gate *G, ppn_model *m, const int *ids, int micro, float *rows)
+{
+    ppn_seq *q[GATE_B] = {0};
+    ppn_status st = PPN_OK;
+    size_t v = (size_t)G->mi.vocab;
+    int tok[GATE_B], np = GATE_B + 1;
+    for (int i = 0; i < GATE_B && st == PPN_OK; i++) {
+        st = ppn_seq_create(m, &q[i]);
+        if (st == PPN_OK && i > 0 && i < GATE_B - 1) st = ppn_prefill(q[i], ids, i, NULL, NULL);
+        tok[i] = ids[i];
+    }
+    if (st == PPN_OK) {
+        const int *pid[1] = {ids};
+        float *pl[1] = {rows + (size_t)(GATE_B - 1) * v};
+        ppn_batch_opts o = {.micro = micro, .n_prime = 1, .prime_seqs = &q[GATE_B - 1], .prime_ids = pid,
+                            .prime_n = &np, .prime_logits = pl};
+        st = ppn_decode_batch_ex(q, tok, GATE_B - 1, &o, rows, NULL);
+    }
+    for (int i = 0; i < GATE_B; i++) tok[i] = ids[i + 1];
+    tok[GATE_B - 1] = ids[np];
+    if (st == PPN_OK) {
+        ppn_batch_opts o = {.micro = micro};
+        st = ppn_decode_batch_ex(q, tok, GATE_B, &o, rows + (size_t)GATE_B * v, NULL);
+    }
+    for (int i = 0; i < GATE_B; i++) ppn_seq_destroy(q[i]);
+    return st;
+}
+
+/* The mixed step on m (c's map) against the door-shut model's: bit-identical (the same rows in one walk, so the
+ * same GEMM tiles), red unless mixed_steps advanced by one and, on the split, every stage walked it. */
+static int run_batch_mixed(gate *G, const config *c, ppn_model *m, const int *ids, const float *ref_mixed)
+{
+    int ok = 1;
+    size_t n = (size_t)2 * GATE_B * (size_t)G->mi.vocab;
+    float *got = malloc(sizeof(float) * n);
+    char detail[512] = "";
+    ppn_stats before, after;
+    int micro = c->micro == 1 ? 1 : 0;
+    ppn_model_get_stats(m, &before);
+    ppn_status st = got ? mixed_rows(G, m, ids, micro, got) : PPN_ENOMEM;
+    ppn_model_get_stats(m, &after);
+    if (st != PPN_OK) ok = 0, G->broken = st, snprintf(detail, sizeof detail, "%s: %s", ppn_status_name(st), ppn_last_error());
+    if (ok && memcmp(got, ref_mixed, sizeof(float) * n))
+        ok = 0, snprintf(detail, sizeof detail, "logits of the mixed step or the step after differ from the door-shut "
+                                                "model's");
+    uint64_t mixed = after.mixed_steps - before.mixed_steps;
+    if (ok && mixed != 1)
+        ok = 0, snprintf(detail, sizeof detail, "liveness: mixed_steps advanced by %llu for one mixed step",
+                         (unsigned long long)mixed);
+    for (int s = 0; ok && c->batch_pp && s < c->n; s++)
+        if (after.batch_walks[s] - before.batch_walks[s] < 1)
+            ok = 0, snprintf(detail, sizeof detail, "liveness: stage %d's batch walker did not walk the mixed step", s);
+    if (ok) snprintf(detail, sizeof detail, "%d decode rows + a %d-id prompt slice in one forward, and the step after, "
+                     "bit-identical (counter %llu)", GATE_B - 1, GATE_B + 1, (unsigned long long)mixed);
+    printf("%-10s %3d  %-28s %-22s %-5s %s\n", "batch", c->n, c->placement,
+           !c->batch_pp ? "mixed, unsplit" : "mixed, split", ok ? "PASS" : "FAIL", detail);
+    fflush(stdout);
+    G->fails += !ok;
+    free(got);
+    return ok;
+}
+
 /* The device greedy loop on m (c's map, mb micro-batches a step) against ref_ids; a row of the table. */
 static int run_batch_greedy(gate *G, const config *c, ppn_model *m, const int *ids, const int *ref_ids, int mb)
 {
@@ -554,7 +620,7 @@ static int config_devices(const config *c)
 }
 
 static int run_batch(gate *G, const config *c, const int *ids, const float *ref, const int *ref_ids,
-                     uint64_t *overlaps)
+                     const float *ref_mixed, uint64_t *overlaps)
 {
     if (!config_possible(G, c)) {
         printf("%-10s %3d  %-28s %-22s %-5s %s\n", "batch", c->n, c->placement, batch_seam(c), "n/a",
@@ -599,6 +665,7 @@ static int run_batch(gate *G, const config *c, const int *ids, const float *ref,
     fflush(stdout);
     G->fails += !ok;
     if (st == PPN_OK) ok &= run_batch_greedy(G, c, m, ids, ref_ids, mb);
+    if (st == PPN_OK && !G->broken) ok &= run_batch_mixed(G, c, m, ids, ref_mixed);
     if (owned) ppn_model_free(m);
     free(rows);
     return ok;
@@ -606,22 +673,25 @@ static int run_batch(gate *G, const config *c, const int *ids, const float *ref,
 
 static void arm_batch(gate *G, const int *ids)
 {
-    if (G->rows <= GATE_B) {
-        printf("batch      needs more than %d rows (--prompt + --steps)\n", GATE_B);
+    if (G->rows < GATE_B + 2) { /* the mixed step's slice and the step after take GATE_B + 2 ids */
+        printf("batch      needs at least %d rows (--prompt + --steps)\n", GATE_B + 2);
         G->fails++;
         return;
     }
     size_t bytes = sizeof(float) * (size_t)G->mi.vocab * GATE_B * (size_t)(G->rows - GATE_B);
     float *ref = malloc(bytes);
     int *ref_ids = malloc(sizeof(int) * GATE_B * (size_t)(G->rows - GATE_B));
-    ppn_status st = ref && ref_ids ? batch_rows(G, G->ref, ids, NULL, ref) : PPN_ENOMEM;
+    float *ref_mixed = malloc(sizeof(float) * 2 * GATE_B * (size_t)G->mi.vocab);
+    ppn_status st = ref && ref_ids && ref_mixed ? batch_rows(G, G->ref, ids, NULL, ref) : PPN_ENOMEM;
     if (st == PPN_OK) st = batch_greedy_ids(G, G->ref, ids, NULL, 0, ref_ids);
+    if (st == PPN_OK) st = mixed_rows(G, G->ref, ids, 0, ref_mixed);
     if (st != PPN_OK) {
         printf("batch      reference (door shut) failed: %s\n", ppn_last_error());
         G->fails++;
         G->broken = st;
         free(ref);
         free(ref_ids);
+        free(ref_mixed);
         return;
     }
     uint64_t overlaps = 0;
@@ -636,10 +706,11 @@ static void arm_batch(gate *G, const int *ids)
                 c.batch_pp = i != 2;
                 c.micro = i == 1 ? 1 : 0;
                 spread |= c.batch_pp && !c.micro && config_devices(&c) > 1;
-                run_batch(G, &c, ids, ref, ref_ids, &overlaps);
+                run_batch(G, &c, ids, ref, ref_ids, ref_mixed, &overlaps);
             }
     }
     free(ref_ids);
+    free(ref_mixed);
     if (G->broken) {
         free(ref);
         return;
