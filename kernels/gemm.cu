@@ -845,13 +845,11 @@ extern "C" __global__ void GEMM_K_CLUSTER_DIMS __launch_bounds__(PPN_GEMM_TC_K_T
     ppn_pdl_trigger();
     int rank = (int)(blockIdx.x % PPN_GEMM_TC_K_CLUSTER); // = %cluster_ctarank: clusters are CLUSTER x 1 x 1
     if (!GEMM_K_CLUSTER && rank % p.ks != 0) return; // the tile's first CTA sums all of K
-    switch (p.stages) { // the ring's depth, as the op sized it (ops_gemm.c takes no other)
-    case 3: gemm_k_run<3>(p, rank); break;
-    case 4: gemm_k_run<4>(p, rank); break;
-    case 6: gemm_k_run<6>(p, rank); break;
-    case 8: gemm_k_run<8>(p, rank); break;
-    default: __trap();
-    }
+    // The ring's depth, as the op sized it: 3 or 4 (ops_gemm.c takes no other). Deeper rings (6, 8) were built
+    // and timed on the H200 (docs/PERF.md, 2026-12-01 night): they won nowhere that matters and more paths in one
+    // kernel risk its registers (gemm_tc_kw lost a third of its speed that way).
+    if (p.stages == 4) gemm_k_run<4>(p, rank);
+    else gemm_k_run<3>(p, rank);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -924,13 +922,9 @@ extern "C" __global__ void GEMM_K_CLUSTER_DIMS __launch_bounds__(PPN_GEMM_TC_M_T
     ppn_k_gemm_tc_kw(const ppn_kp_gemm_tc_kw p)
 {
     ppn_pdl_trigger();
-    switch (p.stages * 2 + (p.wdt == PPN_DTYPE_BF16)) { // the ring's depth, as the op sized it, and W's dtype
-    case 3 * 2 + 1: gemm_kw_run<true, 3>(p); break;
-    case 3 * 2: gemm_kw_run<false, 3>(p); break;
-    case 4 * 2 + 1: gemm_kw_run<true, 4>(p); break;
-    case 4 * 2: gemm_kw_run<false, 4>(p); break;
-    case 6 * 2 + 1: gemm_kw_run<true, 6>(p); break;
-    case 6 * 2: gemm_kw_run<false, 6>(p); break;
-    default: __trap();
-    }
+    // One ring depth (GEMM_H_STAGES, p.stages says 3): with depths 3, 4 and 6 instantiated in this kernel it ran
+    // the 8B's gate|up at m = 64 at 52% of the copy floor against 76% with one (H200, 2026-12-01 night: the
+    // registers of the widest path, so fewer CTAs an SM; docs/PERF.md).
+    if (p.wdt == PPN_DTYPE_BF16) gemm_kw_run<true, GEMM_H_STAGES>(p);
+    else gemm_kw_run<false, GEMM_H_STAGES>(p);
 }

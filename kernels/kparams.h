@@ -74,9 +74,9 @@ typedef struct { uint64_t out, w, x, bias, res; int32_t rows, cols, m, wdt; } pp
  * where KS is 1 (the lm heads) they are the tiles' bits. gemm_tc_kw does the same over its own KW_KS(rows)
  * ranges (its bits: the same for every m, not gemm_tc_k's). */
 /* ks and stages: gemm_tc_k's and gemm_tc_kw's K split (CTAs of a cluster per weight tile: 1, 2, 4 or 8) and ring
- * depth (k-tiles: gemm_tc_k 3, 4, 6 or 8; gemm_tc_kw 3, 4 or 6), chosen by the op (ops_gemm.c; a forced tile may
- * name them: ppn_op_gemm_tile); the other kernels ignore them. The kernels read them from here, so the host's
- * table is the only place they are chosen. */
+ * depth (k-tiles: gemm_tc_k 3 or 4; gemm_tc_kw 3), chosen by the op (ops_gemm.c; a forced tile may name them:
+ * ppn_op_gemm_tile); the other kernels ignore them. The kernels read them from here, so the host's table is the
+ * only place they are chosen. */
 typedef struct { uint64_t out, w, x, bias, res; int32_t m, rows, cols, wdt, ks, stages; } ppn_kp_gemm;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_l;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_m;

@@ -195,12 +195,12 @@ ppn_status ppn_op_gemm_tile(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_kp
         return ppn_err(PPN_EINVAL, "%s: ks %d for %s: 1, 2, 4 or 8 CTAs of a cluster of %d (or 0: the op's)", op,
                        p->ks, ppn_kernels[kernel].name, PPN_GEMM_TC_K_CLUSTER);
     if (kernel == PPN_K_GEMM_TC_K && p->stages &&
-        ((p->stages != 3 && p->stages != 4 && p->stages != 6 && p->stages != 8) ||
-         PPN_GEMM_TC_K_SMEM_S(p->m, p->stages) > PPN_DYN_SMEM_MAX))
-        return ppn_err(PPN_EINVAL, "%s: stages %d for gemm_tc_k: 3, 4, 6 or 8 whose ring fits %u B at m %d (or 0: "
-                                   "the op's)", op, p->stages, PPN_DYN_SMEM_MAX, p->m);
-    if (kernel == PPN_K_GEMM_TC_KW && p->stages && p->stages != 3 && p->stages != 4 && p->stages != 6)
-        return ppn_err(PPN_EINVAL, "%s: stages %d for gemm_tc_kw: 3, 4 or 6 (or 0: the op's)", op, p->stages);
+        ((p->stages != 3 && p->stages != 4) || PPN_GEMM_TC_K_SMEM_S(p->m, p->stages) > PPN_DYN_SMEM_MAX))
+        return ppn_err(PPN_EINVAL, "%s: stages %d for gemm_tc_k: 3 or 4 whose ring fits %u B at m %d (or 0: the "
+                                   "op's)", op, p->stages, PPN_DYN_SMEM_MAX, p->m);
+    if (kernel == PPN_K_GEMM_TC_KW && p->stages && p->stages != (int)PPN_GEMM_TC_KW_STAGES)
+        return ppn_err(PPN_EINVAL, "%s: stages %d for gemm_tc_kw: %u (or 0: the op's)", op, p->stages,
+                       PPN_GEMM_TC_KW_STAGES);
     if (kernel == PPN_K_GEMM_TC_K && gemm_k_ctas(p) > GEMM_MAX_CTAS)
         return ppn_err(PPN_EINVAL, "%s: m %d x rows %d needs more than 2^31 - 1 CTAs of %s", op, p->m, p->rows,
                        ppn_kernels[kernel].name);

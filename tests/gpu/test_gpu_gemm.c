@@ -268,7 +268,7 @@ static void gg_check(const gg_case *c)
     double knob_worst = 0;
     int knobs = 0;
     for (int k = PPN_K_GEMM_TC_K; tc && k <= PPN_K_GEMM_TC_KW; k++) {
-        static const int kss[] = {1, 2, 4, 8}, k_st[] = {3, 4, 6, 8}, kw_st[] = {3, 4, 6};
+        static const int kss[] = {1, 2, 4, 8}, k_st[] = {3, 4}, kw_st[] = {3};
         const int *st = k == PPN_K_GEMM_TC_K ? k_st : kw_st;
         int nst = k == PPN_K_GEMM_TC_K ? (int)TU_LEN(k_st) : (int)TU_LEN(kw_st);
         for (size_t a = 0; a < TU_LEN(kss); a++)
@@ -554,7 +554,7 @@ static void test_gpu_gemm_sweep(void **state)
         {PPN_K_GEMM_TC_K, 1},   {PPN_K_GEMM_TC_K, 4},   {PPN_K_GEMM_TC_K, 8},   {PPN_K_GEMM_TC_K, 16},
         {PPN_K_GEMM_TC_K, 32},  {PPN_K_GEMM_TC_KW, 32}, {PPN_K_GEMM_TC_KW, 64}, {PPN_K_GEMM_TC_KW, 128},
     };
-    static const int kss[] = {1, 2, 4, 8}, k_st[] = {3, 4, 6, 8}, kw_st[] = {3, 4, 6};
+    static const int kss[] = {1, 2, 4, 8}, k_st[] = {3, 4}, kw_st[] = {3};
     const gg_shape *all[] = {shapes_1b, shapes_8b};
     for (size_t r = 0; r < TU_LEN(runs); r++)
         for (int a = 0; a < 2; a++)
