@@ -411,8 +411,9 @@ static void test_hazard_host_staged_boundary_without_the_consumer_wait(void **st
     for (int t = 0; t < 4 && st == PPN_OK; t++) st = ppn_decode_step(q, 3 + t, x); /* the twin: clean */
     assert_int_equal(st, PPN_OK);
     ppn_boundary_test_skip_recv_wait(1);
-    /* the one host clock (no PPN_SIM_THREAD_CLOCKS: the runtime's thread hand-offs are not annotated) lets a
-     * sync elsewhere order a pair by chance, so give it steps (as test_pipeline's device-slot case does) */
+    /* with a clock per host thread (the default) the first unordered pair is reported whatever the timing; the
+     * steps are for the shared clock (PPN_SIM_THREAD_CLOCKS=0), where a sync elsewhere can order a pair by chance
+     * (as test_pipeline's device-slot case does) */
     for (int t = 0; t < 48 && st == PPN_OK; t++) {
         ppn_step_id p;
         st = ppn_decode_step_deferred(q, 3 + t, &p);
@@ -531,14 +532,14 @@ static void *reader_main(void *arg)
 
 /* The main thread syncs the writer's stream, then starts a thread that reads the data on another stream with no
  * event: ordered only by the thread's creation, which the checker does not see. With a clock per host thread
- * (PPN_SIM_THREAD_CLOCKS=1) that is reported every time, though the sync came first in real time; with the one
- * shared clock it is not (the sync was first here; in general it depends on timing). The reader syncing the
- * writer's stream itself is clean in both. */
+ * (the default) that is reported every time, though the sync came first in real time; with the one shared clock
+ * (the opt-out, PPN_SIM_THREAD_CLOCKS=0) it is not (the sync was first here; in general it depends on timing). The
+ * reader syncing the writer's stream itself is clean in both. */
 static void test_hazard_two_threads_ordered_only_by_host_means(void **state)
 {
     (void)state;
     for (int mode = 0; mode < 3; mode++) { /* 0: thread clocks, planted; 1: thread clocks, twin; 2: shared */
-        if (mode < 2) tu_env_set("PPN_SIM_THREAD_CLOCKS", "1");
+        tu_env_set("PPN_SIM_THREAD_CLOCKS", mode < 2 ? "1" : "0");
         ppn_gpu *g = open_sim();
         tu_env_restore();
         reader r = {g, tu_stream(g, 0), tu_stream(g, 0), tu_dalloc(g, 0, 1024), mode == 1, 0};
