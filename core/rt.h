@@ -335,7 +335,9 @@ void ppn_seq_drop_graphs(ppn_seq *q);
 /* Ring entry ring of q is free again (its step was waited or dropped). */
 void ppn_seq_retire(ppn_seq *q, int ring);
 /* Drop every step of q in flight (no readback), its deferred batch steps' rows included (the one call up this
- * list: ppn_bstep_drop_rows_of in batch_defer.c); returns the model's failure, if any. */
+ * list: ppn_bstep_drop_rows_of in batch_defer.c); on a healthy model the host waits for the dropped steps' done
+ * events, so the caller may rewrite q's KV block table after. Returns the model's failure, if any (a failed wait
+ * becomes it). */
 ppn_status ppn_seq_drop_inflight(ppn_seq *q);
 
 /* stagemap.c */
@@ -496,6 +498,9 @@ void ppn_upload_test_skip_staging_wait(int skip);
 void ppn_seq_test_skip_destroy_syncs(int skip);
 /* Test-only: quiesce (before a map is replaced or torn down) skips its stream syncs. */
 void ppn_map_test_skip_quiesce_syncs(int skip);
+/* Test-only: dropping a sequence's steps in flight (reset, truncate, destroy) skips the wait for their done events,
+ * so a reset's next step may rewrite the pinned KV block table while a dropped step's copy still reads it. */
+void ppn_seq_test_skip_drop_syncs(int skip);
 #endif
 
 #endif

@@ -429,8 +429,9 @@ static void test_hazard_host_staged_boundary_without_the_consumer_wait(void **st
     ppn_rt_destroy(r);
 }
 
-/* Steps in flight when the sequence is destroyed: with its stream syncs the frees are ordered after them; without
- * (test-only switch), the first free races with a step still running on a stage stream. */
+/* Steps in flight when the sequence is destroyed: with its syncs the frees are ordered after them; without (test-only
+ * switches: the stream syncs, and the drop's waits for the steps' done events), the first free races with a step
+ * still running on a stage stream. */
 static void test_hazard_seq_destroy_with_steps_in_flight(void **state)
 {
     (void)state;
@@ -444,8 +445,10 @@ static void test_hazard_seq_destroy_with_steps_in_flight(void **state)
         ppn_step_id p[4];
         for (int t = 0; t < 4; t++) assert_int_equal(ppn_decode_step_deferred(q, 3 + t, &p[t]), PPN_OK);
         ppn_seq_test_skip_destroy_syncs(planted);
+        ppn_seq_test_skip_drop_syncs(planted);
         ppn_seq_destroy(q); /* four steps in flight */
         ppn_seq_test_skip_destroy_syncs(0);
+        ppn_seq_test_skip_drop_syncs(0);
         ppn_gpu *g = r->g;
         if (planted) {
             char msg[1024] = "";
@@ -463,6 +466,49 @@ static void test_hazard_seq_destroy_with_steps_in_flight(void **state)
             m = NULL;
             expect_clean(g);
         }
+        ppn_model_free(m);
+        ppn_rt_destroy(r);
+    }
+}
+
+/* A sequence reset with steps in flight: the next step reserves blocks and writes their ids into the pinned KV
+ * block table where a dropped step's copy of the table (each stage's, before its walk) read the old ones. The drop
+ * waits for the dropped steps' done events, so the rewrite is ordered after those copies; without that wait
+ * (test-only switch), the host write races with the copy, whether the copy has run yet or not. */
+static void test_hazard_kv_table_rewritten_under_a_dropped_step(void **state)
+{
+    (void)state;
+    for (int planted = 0; planted < 2; planted++) {
+        ppn_rt *r = rt_with(NULL, NULL);
+        int devs[2] = {0, 1};
+        ppn_door d = door_devs(2, devs);
+        ppn_load_opts o = opts_for(&d);
+        ppn_model *m = tu_model_load(r, tu_fixture("hf/llama-tiny"), &o);
+        ppn_seq *q = NULL;
+        assert_int_equal(ppn_seq_create(m, &q), PPN_OK);
+        ppn_step_id p[PPN_MAX_INFLIGHT];
+        for (int t = 0; t < PPN_MAX_INFLIGHT; t++) assert_int_equal(ppn_decode_step_deferred(q, 3 + t, &p[t]), PPN_OK);
+        ppn_seq_test_skip_drop_syncs(planted);
+        ppn_status st = ppn_seq_reset(q); /* the steps dropped, their blocks back in the pool */
+        ppn_seq_test_skip_drop_syncs(0);
+        assert_int_equal(st, PPN_OK);
+        float x[256];
+        st = ppn_decode_step(q, 7, x); /* block 0 again: its id written where the first step's copies read */
+        ppn_gpu *g = r->g;
+        char msg[1024] = "";
+        ppn_status rep = ppn_gpu_sim_take_error(g, msg, sizeof msg);
+        if (planted) {
+            if (rep != PPN_ERACE) fail_msg("expected a race, got %s (step: %s): %s", ppn_status_name(rep),
+                                           ppn_status_name(st), msg);
+            if (!strstr(msg, "RACE on pinned host range") || !strstr(msg, "KV block table") || !strstr(msg, "copy htod"))
+                fail_msg("not the block table's rewrite: %s", msg);
+            assert_true(counts(g).race >= 1);
+        } else {
+            assert_int_equal(st, PPN_OK);
+            if (rep != PPN_OK) fail_msg("unexpected report: %s", msg);
+            assert_int_equal(total(counts(g)), 0);
+        }
+        ppn_seq_destroy(q);
         ppn_model_free(m);
         ppn_rt_destroy(r);
     }
@@ -623,6 +669,7 @@ int main(void)
         cmocka_unit_test(test_hazard_upload_staging_refilled_without_its_wait),
         cmocka_unit_test(test_hazard_host_staged_boundary_without_the_consumer_wait),
         cmocka_unit_test(test_hazard_seq_destroy_with_steps_in_flight),
+        cmocka_unit_test(test_hazard_kv_table_rewritten_under_a_dropped_step),
         cmocka_unit_test(test_hazard_publish_with_steps_in_flight),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
