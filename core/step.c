@@ -115,8 +115,9 @@ static ppn_status stage_finish(ppn_model *m, ppn_gstream *q, ppn_seq *seq, const
     ppn_gpu *g = m->rt->g;
     PPN_CHECK(g->ops->event_record(g, seq->done_ev[c->ring], q));
     p->done = 1;
-    g->ops->host_release(g, &seq->done_gen[c->ring]); /* the sim checker's view of the post below */
-    ppn_gen_post(&seq->done_gen[c->ring], c->step + 1); /* pairs with the acquires in pend_wait, step_header, drop */
+    /* the post and its sim checker's view pair with the acquires in pend_wait, step_header, rows_token_wait, drop */
+    g->ops->host_release(g, &seq->done_gen[c->ring]);
+    ppn_gen_post(&seq->done_gen[c->ring], c->step + 1);
     return PPN_OK;
 }
 
@@ -332,6 +333,7 @@ static ppn_status rows_token_wait(ppn_model *m, const ppn_stage_map *map, ppn_gs
     if (!c->gtok_in || map->n_stages == 1) return PPN_OK;
     ppn_gpu *g = m->rt->g;
     ppn_gen_wait(&c->seq->done_gen[c->tok_ring], c->tok_step + 1, map->door.spin);
+    g->ops->host_acquire(g, &c->seq->done_gen[c->tok_ring]); /* pairs with the release in stage_finish() */
     PPN_CHECK(ppn_model_failed(m)); /* a failed last stage posts without recording (step_header says why) */
     return g->ops->stream_wait_event(g, q, c->seq->done_ev[c->tok_ring]);
 }
