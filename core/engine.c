@@ -4,7 +4,8 @@
  * Who touches what. A request's prompt, sampler, sequence, detokenizer and held text belong to the submitter
  * until it is queued, then to the scheduler thread alone. The fields marked "mu" are shared: cancel flags, the
  * poll buffer, the final state, the queue, the live list and the stats. The scheduler never calls a callback
- * or the model with mu held. The model and every sequence are used by the scheduler thread only. */
+ * or the model with mu held. The model and every sequence are used by the scheduler thread only, from its start
+ * to its join (both hand-offs declared to the sim checker, which gives each host thread its own clock). */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -14,6 +15,7 @@
 #include <time.h>
 #include "ppn.h"
 #include "core/base/err.h"
+#include "core/rt.h" /* the model's thread hand-offs, for the sim checker */
 
 #define ENGINE_STOP_MAX_LEN 256
 
@@ -780,8 +782,11 @@ static int iterate(ppn_engine *e)
 static void *sched_main(void *arg)
 {
     ppn_engine *e = arg;
+    /* the model is this thread's from here: pairs with the release before pthread_create in ppn_engine_create() */
+    ppn_model_handoff_acquire(e->m, &e->thread);
     while (iterate(e)) {}
     publish_stats(e);
+    ppn_model_handoff_release(e->m, &e->stopping); /* and the caller's again: pairs with the acquire after the join */
     return NULL;
 }
 
@@ -868,6 +873,7 @@ ppn_status ppn_engine_create(ppn_model *m, const ppn_engine_opts *opts, ppn_engi
         !e->plog || !e->dseqs || !e->dwho)
         return engine_free(e), ppn_err(PPN_ENOMEM, "engine: batch buffers for %d rows", e->max_batch);
     e->st.kv_blocks_total = kv.blocks_total;
+    ppn_model_handoff_release(m, &e->thread); /* what this thread synced on the model (its load) is the scheduler's */
     if (pthread_create(&e->thread, NULL, sched_main, e) != 0)
         return engine_free(e), ppn_err(PPN_ENOMEM, "engine: cannot start the scheduler thread");
     *out = e;
@@ -882,5 +888,6 @@ void ppn_engine_destroy(ppn_engine *e)
     pthread_cond_signal(&e->wake);
     pthread_mutex_unlock(&e->mu);
     pthread_join(e->thread, NULL);
+    ppn_model_handoff_acquire(e->m, &e->stopping); /* pairs with the release at the end of sched_main() */
     engine_free(e);
 }

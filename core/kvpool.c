@@ -6,7 +6,8 @@
  * refusal naming the sequence) and returned on reset, truncate and destroy. Each stage keeps a device copy of
  * every sequence's table (in the sequence's stage scratch); the thread that issues a stage's work copies the
  * entries added since its last copy onto the stage's stream before the walk that reads them, from the pinned
- * host table (entries are only appended between drains, so the source stays put until the copy has run). A
+ * host table (entries are only appended between drains, so the source stays put until the copy has run; a reset
+ * or a truncate, which rewrite entries, first wait for the steps they drop: ppn_seq_drop_inflight). A
  * block is reused only through the stream that owns its layer (or the unsplit walk, after every stream drained),
  * so a freed block is rewritten in stream order after its last reader. */
 #include <string.h>
@@ -123,9 +124,13 @@ ppn_status ppn_kv_reserve(ppn_seq *const *seqs, const int *end, int n)
 {
     PPN_CHECK(ppn_kv_need(seqs, end, n));
     ppn_model *m = seqs[0]->m;
+    ppn_gpu *g = m->rt->g;
     for (int i = 0; i < n; i++) {
         ppn_seq *q = seqs[i];
-        int want = blocks_for_pos(end[i]);
+        int want = blocks_for_pos(end[i]), had = q->n_blk;
+        if (want <= had) continue;
+        /* the sim checks the rewrite against the stage copies still reading the table (ppn_kv_sync) */
+        g->ops->host_access(g, q->tbl_h + had, sizeof(int32_t) * (size_t)(want - had), PPN_ACC_W, "KV block table");
         while (q->n_blk < want) q->tbl_h[q->n_blk++] = m->kv.free[--m->kv.n_free];
     }
     return PPN_OK;

@@ -50,6 +50,10 @@ ppn_status ppn_model_drain(ppn_model *m)
     return PPN_OK;
 }
 
+void ppn_model_handoff_release(ppn_model *m, const void *key) { m->rt->g->ops->host_release(m->rt->g, key); }
+
+void ppn_model_handoff_acquire(ppn_model *m, const void *key) { m->rt->g->ops->host_acquire(m->rt->g, key); }
+
 int ppn_layer_stage(const ppn_stage_map *map, int l)
 {
     for (int s = 0; s < map->n_stages; s++)

@@ -77,6 +77,7 @@ ppn_status ppn_pend_wait(ppn_seq *q, ppn_pend p, float *logits, int *id)
     ppn_model *m = q->m;
     ppn_gpu *g = m->rt->g;
     ppn_gen_wait(&q->done_gen[p.ring], p.step + 1, m->map->door.spin); /* the done event is recorded */
+    g->ops->host_acquire(g, &q->done_gen[p.ring]); /* pairs with the release in stage_finish() (core/step.c) */
     ppn_status st = ppn_model_failed(m);
     if (st == PPN_OK) st = g->ops->stream_wait_event(g, m->rb_stream, q->done_ev[p.ring]);
     size_t bytes = sizeof(float) * (size_t)m->cfg.vocab;

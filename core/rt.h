@@ -299,6 +299,11 @@ void ppn_model_fail(ppn_model *m, ppn_status st);
 ppn_status ppn_model_failed(ppn_model *m);
 /* Every command handed to a stage thread has finished (the devices may still be running them). */
 ppn_status ppn_model_drain(ppn_model *m);
+/* The model handed from one caller thread to another by host means (thread creation, a join), declared to the sim
+ * checker (gpu.h host_release before the signal, host_acquire after the wait, under the same key); nothing on
+ * cuda. Each call must sit beside the synchronisation it describes. */
+void ppn_model_handoff_release(ppn_model *m, const void *key);
+void ppn_model_handoff_acquire(ppn_model *m, const void *key);
 /* A block of n bytes from dev's pool, allocated (or freed) on dev's model stream: for state that stages use only
  * after a host sync (scratch, caches, slots), never on the step path. */
 ppn_status ppn_model_block_alloc(ppn_model *m, int dev, size_t n, const char *tag, ppn_dptr *out);
@@ -330,7 +335,9 @@ void ppn_seq_drop_graphs(ppn_seq *q);
 /* Ring entry ring of q is free again (its step was waited or dropped). */
 void ppn_seq_retire(ppn_seq *q, int ring);
 /* Drop every step of q in flight (no readback), its deferred batch steps' rows included (the one call up this
- * list: ppn_bstep_drop_rows_of in batch_defer.c); returns the model's failure, if any. */
+ * list: ppn_bstep_drop_rows_of in batch_defer.c); on a healthy model the host waits for the dropped steps' done
+ * events, so the caller may rewrite q's KV block table after. Returns the model's failure, if any (a failed wait
+ * becomes it). */
 ppn_status ppn_seq_drop_inflight(ppn_seq *q);
 
 /* stagemap.c */
@@ -491,6 +498,9 @@ void ppn_upload_test_skip_staging_wait(int skip);
 void ppn_seq_test_skip_destroy_syncs(int skip);
 /* Test-only: quiesce (before a map is replaced or torn down) skips its stream syncs. */
 void ppn_map_test_skip_quiesce_syncs(int skip);
+/* Test-only: dropping a sequence's steps in flight (reset, truncate, destroy) skips the wait for their done events,
+ * so a reset's next step may rewrite the pinned KV block table while a dropped step's copy still reads it. */
+void ppn_seq_test_skip_drop_syncs(int skip);
 #endif
 
 #endif

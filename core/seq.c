@@ -169,31 +169,11 @@ void ppn_seq_retire(ppn_seq *q, int ring)
     q->waited++;
 }
 
-/* Drop every step of q in flight: the host waits until each one's done event is recorded (a failed stage still
- * posts it), no readback is issued, and the ring entry is free. The device finishes them in stream order
- * before anything later on the same streams. On a failed model the last stage may post a step's done while an
- * earlier stage's thread is still inside that step (reading the sequence's block table, say): the stage threads
- * are drained too, so the caller may release what the step read (ThreadSanitizer found ppn_seq_reset's KV
- * release racing stage 1's table sync in test_faults). Returns the model's failure, if any. */
-ppn_status ppn_seq_drop_inflight(ppn_seq *q)
-{
-    ppn_model *m = q->m;
-    (void)ppn_bstep_drop_rows_of(q); /* first: its walks own ring entries here; a failure stays on the model */
-    for (int ring = 0; ring < PPN_MAX_INFLIGHT; ring++) {
-        if (!q->ring_step[ring]) continue;
-        ppn_gen_wait(&q->done_gen[ring], q->ring_step[ring], m->map->door.spin);
-        m->rt->g->ops->host_acquire(m->rt->g, &q->done_gen[ring]);
-        ppn_seq_retire(q, ring);
-    }
-    ppn_status st = ppn_model_failed(m);
-    if (st != PPN_OK) ppn_model_drain(m);
-    return st;
-}
-
 #if PPN_TEST_HOOKS
-static _Atomic int skip_destroy_syncs; /* test-only */
+static _Atomic int skip_destroy_syncs, skip_drop_syncs; /* test-only */
 
 void ppn_seq_test_skip_destroy_syncs(int skip) { atomic_store(&skip_destroy_syncs, skip); }
+void ppn_seq_test_skip_drop_syncs(int skip) { atomic_store(&skip_drop_syncs, skip); }
 #endif
 
 static int destroy_syncs_skipped(void)
@@ -203,6 +183,48 @@ static int destroy_syncs_skipped(void)
 #else
     return 0;
 #endif
+}
+
+static int drop_syncs_skipped(void)
+{
+#if PPN_TEST_HOOKS
+    return atomic_load_explicit(&skip_drop_syncs, memory_order_relaxed);
+#else
+    return 0;
+#endif
+}
+
+/* Drop every step of q in flight: its deferred batch steps' rows first (ppn_bstep_drop_rows_of waits their walks
+ * through ppn_pend_wait, after their done events), then its own steps: no readback is issued, and the ring entry
+ * is free. The host waits until each one's done event is recorded (a failed stage still posts it), then, on a
+ * model that has not failed, until it has executed: every stage copies the block table entries it lacks from the
+ * pinned host table before its walk (ppn_kv_sync), and those copies precede the done event (the last stage's
+ * stream waits on every boundary event), so after this the caller may rewrite the table (a reset or a truncate
+ * releases blocks, the next step reserves and writes new ids where a dropped step's queued copy still read the old
+ * ones). Only a drop pays the wait: at most PPN_MAX_INFLIGHT steps of device time, never on the step path. A
+ * failed model refuses every later step (nothing rewrites the table) and its done events may not be recorded;
+ * there the stage threads are drained instead: the last stage may post a step's done while an earlier stage's
+ * thread is still inside that step (reading the sequence's block table, say), so the caller may release what the
+ * step read (ThreadSanitizer found ppn_seq_reset's KV release racing stage 1's table sync in test_faults).
+ * Returns the model's failure, if any. */
+ppn_status ppn_seq_drop_inflight(ppn_seq *q)
+{
+    ppn_model *m = q->m;
+    ppn_gpu *g = m->rt->g;
+    ppn_status st = PPN_OK;
+    (void)ppn_bstep_drop_rows_of(q); /* first: its walks own ring entries here; a failure stays on the model */
+    for (int ring = 0; ring < PPN_MAX_INFLIGHT; ring++) {
+        if (!q->ring_step[ring]) continue;
+        ppn_gen_wait(&q->done_gen[ring], q->ring_step[ring], m->map->door.spin);
+        g->ops->host_acquire(g, &q->done_gen[ring]); /* pairs with the release in stage_finish() (core/step.c) */
+        if (st == PPN_OK && !drop_syncs_skipped() && atomic_load_explicit(&m->err, memory_order_acquire) == PPN_OK)
+            st = g->ops->event_sync(g, q->done_ev[ring]);
+        ppn_seq_retire(q, ring);
+    }
+    if (st != PPN_OK) ppn_model_fail(m, st); /* the table's readers may still be queued: no step may rewrite it */
+    st = ppn_model_failed(m);
+    if (st != PPN_OK) ppn_model_drain(m);
+    return st;
 }
 
 void ppn_seq_destroy(ppn_seq *q)

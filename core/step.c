@@ -115,7 +115,9 @@ static ppn_status stage_finish(ppn_model *m, ppn_gstream *q, ppn_seq *seq, const
     ppn_gpu *g = m->rt->g;
     PPN_CHECK(g->ops->event_record(g, seq->done_ev[c->ring], q));
     p->done = 1;
-    ppn_gen_post(&seq->done_gen[c->ring], c->step + 1); /* pairs with the acquires in pending_wait, step_header */
+    /* the post and its sim checker's view pair with the acquires in pend_wait, step_header, rows_token_wait, drop */
+    g->ops->host_release(g, &seq->done_gen[c->ring]);
+    ppn_gen_post(&seq->done_gen[c->ring], c->step + 1);
     return PPN_OK;
 }
 
@@ -142,6 +144,7 @@ static ppn_status step_header(ppn_model *m, const ppn_stage_map *map, ppn_gstrea
     ppn_dptr tok = seq->tok[c->tok_ring];
     if (!same_stream) {
         ppn_gen_wait(&seq->done_gen[c->tok_ring], c->tok_step + 1, map->door.spin);
+        g->ops->host_acquire(g, &seq->done_gen[c->tok_ring]); /* pairs with the release in stage_finish() */
         /* a failed last stage posts the generation without recording done_ev: the stream wait would bind to
          * an older record and the token read race its writer (the failure is published before the post) */
         PPN_CHECK(ppn_model_failed(m));
@@ -330,6 +333,7 @@ static ppn_status rows_token_wait(ppn_model *m, const ppn_stage_map *map, ppn_gs
     if (!c->gtok_in || map->n_stages == 1) return PPN_OK;
     ppn_gpu *g = m->rt->g;
     ppn_gen_wait(&c->seq->done_gen[c->tok_ring], c->tok_step + 1, map->door.spin);
+    g->ops->host_acquire(g, &c->seq->done_gen[c->tok_ring]); /* pairs with the release in stage_finish() */
     PPN_CHECK(ppn_model_failed(m)); /* a failed last stage posts without recording (step_header says why) */
     return g->ops->stream_wait_event(g, q, c->seq->done_ev[c->tok_ring]);
 }
@@ -396,7 +400,10 @@ static void stage_settle(ppn_model *m, const ppn_stage_map *map, int s, const pp
         ppn_boundary_abandon_send(&m->bnd[s], c->slot, c->step);
     }
     if (s > 0 && !p->released) ppn_boundary_abandon_recv(&m->bnd[s - 1], c->slot, c->step);
-    if (s == map->n_stages - 1 && !p->done) ppn_gen_post(&c->seq->done_gen[c->ring], c->step + 1);
+    if (s == map->n_stages - 1 && !p->done) {
+        m->rt->g->ops->host_release(m->rt->g, &c->seq->done_gen[c->ring]); /* as stage_finish() does */
+        ppn_gen_post(&c->seq->done_gen[c->ring], c->step + 1);
+    }
 }
 
 static void stage_run(ppn_model *m, const ppn_stage_map *map, int s, const ppn_step_cmd *c)
@@ -413,10 +420,14 @@ static void stage_run(ppn_model *m, const ppn_stage_map *map, int s, const ppn_s
 void ppn_stage_thread_fn(void *ctx, ppn_cmd *cmd)
 {
     ppn_stage_rt *sr = ctx;
+    ppn_gpu *g = sr->m->rt->g;
     ppn_step_cmd *c = caa_container_of(cmd, ppn_step_cmd, cmd);
+    /* the sim checker's view of the queue's hand-off: pairs with the release in post_to_threads() */
+    g->ops->host_acquire(g, &cmd->posted);
     const ppn_stage_map *map = rcu_dereference(sr->m->map);
     PPN_ASSERT(map == c->map); /* maps change only between drained steps */
     stage_run(sr->m, map, sr->index, c);
+    g->ops->host_release(g, &cmd->done); /* pairs with the acquires in post_to_threads(), ppn_model_drain() */
     ppn_issue_done(cmd);
 }
 
@@ -455,15 +466,22 @@ ppn_status ppn_step_checks(ppn_seq *q, int token)
 static void post_to_threads(ppn_model *m, const ppn_step_cmd *tmpl)
 {
     const ppn_stage_map *map = m->map;
+    ppn_gpu *g = m->rt->g;
     for (int s = 0; s < map->n_stages; s++) {
         ppn_stage_rt *sr = &m->stages[s];
         ppn_step_cmd *c = &sr->cmds[tmpl->step % PPN_CMD_RING];
-        if (c->used) ppn_gen_wait(&c->cmd.done, c->cmd.seqno + 1, map->door.spin);
+        if (c->used) {
+            ppn_gen_wait(&c->cmd.done, c->cmd.seqno + 1, map->door.spin);
+            g->ops->host_acquire(g, &c->cmd.done); /* pairs with the release in ppn_stage_thread_fn() */
+        }
         uint32_t seqno = tmpl->step;
         *c = *tmpl;
         c->used = 1;
         c->cmd.seqno = seqno;
         atomic_store_explicit(&c->cmd.done, seqno, memory_order_relaxed); /* not done yet */
+        /* what this thread has synced (and its host writes: the KV block table) is the stage thread's to build on;
+         * pairs with the acquire in ppn_stage_thread_fn(), after the queue's own hand-off */
+        g->ops->host_release(g, &c->cmd.posted);
         ppn_issue_post(&sr->thr, &c->cmd);
     }
 }

@@ -411,8 +411,9 @@ static void test_hazard_host_staged_boundary_without_the_consumer_wait(void **st
     for (int t = 0; t < 4 && st == PPN_OK; t++) st = ppn_decode_step(q, 3 + t, x); /* the twin: clean */
     assert_int_equal(st, PPN_OK);
     ppn_boundary_test_skip_recv_wait(1);
-    /* the one host clock (no PPN_SIM_THREAD_CLOCKS: the runtime's thread hand-offs are not annotated) lets a
-     * sync elsewhere order a pair by chance, so give it steps (as test_pipeline's device-slot case does) */
+    /* with a clock per host thread (the default) the first unordered pair is reported whatever the timing; the
+     * steps are for the shared clock (PPN_SIM_THREAD_CLOCKS=0), where a sync elsewhere can order a pair by chance
+     * (as test_pipeline's device-slot case does) */
     for (int t = 0; t < 48 && st == PPN_OK; t++) {
         ppn_step_id p;
         st = ppn_decode_step_deferred(q, 3 + t, &p);
@@ -428,8 +429,9 @@ static void test_hazard_host_staged_boundary_without_the_consumer_wait(void **st
     ppn_rt_destroy(r);
 }
 
-/* Steps in flight when the sequence is destroyed: with its stream syncs the frees are ordered after them; without
- * (test-only switch), the first free races with a step still running on a stage stream. */
+/* Steps in flight when the sequence is destroyed: with its syncs the frees are ordered after them; without (test-only
+ * switches: the stream syncs, and the drop's waits for the steps' done events), the first free races with a step
+ * still running on a stage stream. */
 static void test_hazard_seq_destroy_with_steps_in_flight(void **state)
 {
     (void)state;
@@ -443,8 +445,10 @@ static void test_hazard_seq_destroy_with_steps_in_flight(void **state)
         ppn_step_id p[4];
         for (int t = 0; t < 4; t++) assert_int_equal(ppn_decode_step_deferred(q, 3 + t, &p[t]), PPN_OK);
         ppn_seq_test_skip_destroy_syncs(planted);
+        ppn_seq_test_skip_drop_syncs(planted);
         ppn_seq_destroy(q); /* four steps in flight */
         ppn_seq_test_skip_destroy_syncs(0);
+        ppn_seq_test_skip_drop_syncs(0);
         ppn_gpu *g = r->g;
         if (planted) {
             char msg[1024] = "";
@@ -462,6 +466,49 @@ static void test_hazard_seq_destroy_with_steps_in_flight(void **state)
             m = NULL;
             expect_clean(g);
         }
+        ppn_model_free(m);
+        ppn_rt_destroy(r);
+    }
+}
+
+/* A sequence reset with steps in flight: the next step reserves blocks and writes their ids into the pinned KV
+ * block table where a dropped step's copy of the table (each stage's, before its walk) read the old ones. The drop
+ * waits for the dropped steps' done events, so the rewrite is ordered after those copies; without that wait
+ * (test-only switch), the host write races with the copy, whether the copy has run yet or not. */
+static void test_hazard_kv_table_rewritten_under_a_dropped_step(void **state)
+{
+    (void)state;
+    for (int planted = 0; planted < 2; planted++) {
+        ppn_rt *r = rt_with(NULL, NULL);
+        int devs[2] = {0, 1};
+        ppn_door d = door_devs(2, devs);
+        ppn_load_opts o = opts_for(&d);
+        ppn_model *m = tu_model_load(r, tu_fixture("hf/llama-tiny"), &o);
+        ppn_seq *q = NULL;
+        assert_int_equal(ppn_seq_create(m, &q), PPN_OK);
+        ppn_step_id p[PPN_MAX_INFLIGHT];
+        for (int t = 0; t < PPN_MAX_INFLIGHT; t++) assert_int_equal(ppn_decode_step_deferred(q, 3 + t, &p[t]), PPN_OK);
+        ppn_seq_test_skip_drop_syncs(planted);
+        ppn_status st = ppn_seq_reset(q); /* the steps dropped, their blocks back in the pool */
+        ppn_seq_test_skip_drop_syncs(0);
+        assert_int_equal(st, PPN_OK);
+        float x[256];
+        st = ppn_decode_step(q, 7, x); /* block 0 again: its id written where the first step's copies read */
+        ppn_gpu *g = r->g;
+        char msg[1024] = "";
+        ppn_status rep = ppn_gpu_sim_take_error(g, msg, sizeof msg);
+        if (planted) {
+            if (rep != PPN_ERACE) fail_msg("expected a race, got %s (step: %s): %s", ppn_status_name(rep),
+                                           ppn_status_name(st), msg);
+            if (!strstr(msg, "RACE on pinned host range") || !strstr(msg, "KV block table") || !strstr(msg, "copy htod"))
+                fail_msg("not the block table's rewrite: %s", msg);
+            assert_true(counts(g).race >= 1);
+        } else {
+            assert_int_equal(st, PPN_OK);
+            if (rep != PPN_OK) fail_msg("unexpected report: %s", msg);
+            assert_int_equal(total(counts(g)), 0);
+        }
+        ppn_seq_destroy(q);
         ppn_model_free(m);
         ppn_rt_destroy(r);
     }
@@ -531,14 +578,14 @@ static void *reader_main(void *arg)
 
 /* The main thread syncs the writer's stream, then starts a thread that reads the data on another stream with no
  * event: ordered only by the thread's creation, which the checker does not see. With a clock per host thread
- * (PPN_SIM_THREAD_CLOCKS=1) that is reported every time, though the sync came first in real time; with the one
- * shared clock it is not (the sync was first here; in general it depends on timing). The reader syncing the
- * writer's stream itself is clean in both. */
+ * (the default) that is reported every time, though the sync came first in real time; with the one shared clock
+ * (the opt-out, PPN_SIM_THREAD_CLOCKS=0) it is not (the sync was first here; in general it depends on timing). The
+ * reader syncing the writer's stream itself is clean in both. */
 static void test_hazard_two_threads_ordered_only_by_host_means(void **state)
 {
     (void)state;
     for (int mode = 0; mode < 3; mode++) { /* 0: thread clocks, planted; 1: thread clocks, twin; 2: shared */
-        if (mode < 2) tu_env_set("PPN_SIM_THREAD_CLOCKS", "1");
+        tu_env_set("PPN_SIM_THREAD_CLOCKS", mode < 2 ? "1" : "0");
         ppn_gpu *g = open_sim();
         tu_env_restore();
         reader r = {g, tu_stream(g, 0), tu_stream(g, 0), tu_dalloc(g, 0, 1024), mode == 1, 0};
@@ -622,6 +669,7 @@ int main(void)
         cmocka_unit_test(test_hazard_upload_staging_refilled_without_its_wait),
         cmocka_unit_test(test_hazard_host_staged_boundary_without_the_consumer_wait),
         cmocka_unit_test(test_hazard_seq_destroy_with_steps_in_flight),
+        cmocka_unit_test(test_hazard_kv_table_rewritten_under_a_dropped_step),
         cmocka_unit_test(test_hazard_publish_with_steps_in_flight),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -85,8 +85,9 @@ static const ppn_env_var env_table[] = {
          "fault injection: the K-th sim call of that kind fails (alloc:3,launch:10)"),
     INT("PPN_SIM_LATENCY", PPN_ENV_SIM, 0, 0, 1000, "0",
         "0: sim ops run as fast as they can; 1: each takes a modelled time; K: K times it"),
-    FLAG("PPN_SIM_THREAD_CLOCKS", PPN_ENV_SIM, 0, "0",
-         "1: the sim checker gives each host thread its own clock (a sync orders only that thread's later ops)"),
+    FLAG("PPN_SIM_THREAD_CLOCKS", PPN_ENV_SIM, 0, "1",
+         "1: the sim checker gives each host thread its own clock (a sync orders only that thread's later ops; a "
+         "hand-off between threads counts only where declared); 0: one clock shared by every thread (opt-out)"),
     /* Diagnostics. */
     FLAG("PPN_TRACE", PPN_ENV_DIAG, 0, "0", "1: print the phases of load and step on stderr"),
     FLAG("PPN_KPROF", PPN_ENV_DIAG, 0, "0",

@@ -163,8 +163,9 @@ struct ppn_gpu_ops {
     void (*host_access)(ppn_gpu *g, const void *p, size_t n, int mode, const char *what);
     /* A hand-off between host threads by host means (a queue, a generation word, a mutex) that the sim
      * checker cannot see: release before the signal (what the calling thread has observed is published under
-     * key), acquire after the wait (the calling thread adopts what was published under key). Only matters with
-     * PPN_SIM_THREAD_CLOCKS=1, where a sync orders only the syncing thread's later ops. cuda: nothing. */
+     * key), acquire after the wait (the calling thread adopts what was published under key). Matters with a
+     * clock per host thread (the sim's default; PPN_SIM_THREAD_CLOCKS=0 shares one), where a sync orders only
+     * the syncing thread's later ops. cuda: nothing. */
     void (*host_release)(ppn_gpu *g, const void *key);
     void (*host_acquire)(ppn_gpu *g, const void *key);
 

@@ -16,8 +16,10 @@
  *                    5 us + bytes at 1 TB/s on a device, 50 GB/s peer, 20 GB/s host or host-staged); 0
  *                    (default): ops run as fast as they can. The launch/graph ratio is the H200's (DESIGN.md:
  *                    100 small kernels, 333 us through a stream, 114 us as one graph)
- *   PPN_SIM_THREAD_CLOCKS  1: a checker clock per host thread (a sync orders only the syncing thread's later
- *                    ops); 0 (default): one host clock shared by every thread (sim_check.c says why)
+ *   PPN_SIM_THREAD_CLOCKS  1 (default): a checker clock per host thread (a sync orders only the syncing
+ *                    thread's later ops; a hand-off between threads orders them only where the runtime declares
+ *                    it, host_release / host_acquire); 0: one host clock shared by every thread, the opt-out
+ *                    (a race that timing happens to order goes unseen; sim_check.c says more)
  *   PPN_KPROF        1: account each kernel's calls, declared bytes and the CPU wall time of its reference
  *                    implementation (kprof_read); 0 (default): off
  *
@@ -238,7 +240,7 @@ static _Thread_local struct {
 static _Atomic uint64_t backend_serials;
 
 /* Under ck: the calling thread's clock on g, made on first use (an id of its own, nothing observed yet), or
- * NULL when out of host memory. Without PPN_SIM_THREAD_CLOCKS every thread gets the one shared clock. */
+ * NULL when out of host memory. With PPN_SIM_THREAD_CLOCKS=0 every thread gets the one shared clock. */
 sim_thr *sim_thr_self(sim_gpu *g)
 {
     if (thr_cache.serial == g->serial) return thr_cache.t;

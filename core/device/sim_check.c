@@ -32,12 +32,15 @@
  * entry) once the record has executed. The host also has clocks (sim_thr), with ids from the streams' id
  * space: stream_sync, event_sync and a "done" event_query merge what they waited for into the calling
  * thread's clock, and the next op that thread issues merges it first (host order is real order in CUDA too).
- * With PPN_SIM_THREAD_CLOCKS=1 every host thread has its own clock, so a sync orders only the syncing
- * thread's later ops, and a two-thread program whose threads are ordered only by host means (a mutex, a
- * queue, thread creation) is reported whatever the timing, unless the hand-off is declared: host_release
- * before the signal publishes the thread's clock under a key, host_acquire after the wait merges it. By
- * default (0) every thread shares one clock, as before: the runtime's hand-offs to and from its stage
- * threads (core/step.c, core/pending.c) are not declared yet (model.c, seq.c and boundary.c declare theirs).
+ * Every host thread has its own clock (PPN_SIM_THREAD_CLOCKS=1, the default), so a sync orders only the
+ * syncing thread's later ops, and a two-thread program whose threads are ordered only by host means (a mutex,
+ * a queue, thread creation) is reported whatever the timing, unless the hand-off is declared: host_release
+ * before the signal publishes the thread's clock under a key, host_acquire after the wait merges it. The
+ * runtime declares each of its hand-offs beside the synchronisation itself: the stage threads' commands and
+ * done words (core/step.c, core/model.c), a step's done generation (core/step.c, core/pending.c, core/seq.c),
+ * the boundary generations (transport/boundary.c) and the engine's scheduler thread (core/engine.c).
+ * PPN_SIM_THREAD_CLOCKS=0 makes every thread share one clock (the opt-out: a race that timing orders then
+ * goes unseen).
  * An earlier access by stream j at clock c happens-before the current op of stream i iff c <= VC_i[j].
  *
  * PINNED HOST MEMORY. host_alloc regions are tracked too: the host side of copy_htod (a read) and copy_dtoh
