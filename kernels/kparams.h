@@ -119,13 +119,8 @@ typedef ppn_kp_gemm ppn_kp_gemm_tc_kw;
 #define PPN_GEMM_TC_K_XROW (PPN_GEMM_TC_K_KT + 8) /* 72 = 8 mod 32 words: the fragments' float2 reads miss no bank */
 #define PPN_GEMM_TC_K_MP(m) ((((m) < PPN_GEMM_TC_K_MG ? (unsigned)(m) : (unsigned)PPN_GEMM_TC_K_MG) + 7u) & ~7u)
 /* The ring's depth: 4 k-tiles up to 8 tokens (42 KB: 5 CTAs a multiprocessor), 3 above (38 KB at 16 tokens:
- * still 5, so KS's 512-CTA waves stay whole; 52 KB at 32: 4). STAGES_FOR adds 4 at 9 .. 16 tokens for grids of at
- * most 448 CTAs (50 KB: 4 an SM, all resident): on the H200 that lifted the llama-8b q|k|v at m = 16 from 55% to
- * 63% of the copy floor, the 1b's q|k|v, o and down by 1-4 points, and lost on none of the eight llama-1b / 8b
- * matrices; at 512 CTAs 4 k-tiles lose (8b o 62% -> 42%, 1b gate|up 72% -> 50%; tests/gpu/test_gpu_gemm.c's sweep,
- * 2026-12-01 22:18 and 22:45 UTC). */
+ * still 5, so KS's 512-CTA waves stay whole; 52 KB at 32: 4). */
 #define PPN_GEMM_TC_K_STAGES(m) (PPN_GEMM_TC_K_MP(m) <= 8u ? 4u : 3u)
-#define PPN_GEMM_TC_K_STAGES_FOR(m, ctas) (PPN_GEMM_TC_K_MP(m) <= 16u && (ctas) <= 448u ? 4u : PPN_GEMM_TC_K_STAGES(m))
 #define PPN_GEMM_TC_K_TILES(rows) (((unsigned)(rows) + PPN_GEMM_TC_K_BN - 1u) / PPN_GEMM_TC_K_BN)
 #define PPN_GEMM_TC_K_KS(rows)                                                                                    \
     (PPN_GEMM_TC_K_TILES(rows) <= 66u    ? 8u                                                                     \

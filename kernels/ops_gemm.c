@@ -47,11 +47,7 @@ static int gemm_tc_fits(const ppn_kp_gemm *p)
 /* gemm_tc_k's and gemm_tc_kw's K split and ring depth where the caller names none (p->ks, p->stages 0): the
  * K split depends on rows alone (kparams.h's KS), so a token's bits do not depend on m; the depth only on m. */
 static int gemm_k_ks(const ppn_kp_gemm *p) { return p->ks ? p->ks : (int)PPN_GEMM_TC_K_KS(p->rows); }
-static size_t gemm_k_ctas(const ppn_kp_gemm *p);
-static int gemm_k_stages(const ppn_kp_gemm *p)
-{
-    return p->stages ? p->stages : (int)PPN_GEMM_TC_K_STAGES_FOR(p->m, gemm_k_ctas(p));
-}
+static int gemm_k_stages(const ppn_kp_gemm *p) { return p->stages ? p->stages : (int)PPN_GEMM_TC_K_STAGES(p->m); }
 static int gemm_kw_ks(const ppn_kp_gemm *p) { return p->ks ? p->ks : (int)PPN_GEMM_TC_KW_KS(p->rows); }
 static int gemm_kw_stages(const ppn_kp_gemm *p) { return p->stages ? p->stages : (int)PPN_GEMM_TC_KW_STAGES; }
 
