@@ -147,44 +147,6 @@ static void test_api_dtype_names(void **state)
     assert_string_equal(ppn_dtype_name((ppn_dtype)7), "?");
 }
 
-/* A copy of the llama-tiny fixture in a fresh directory (returned, malloc'd) whose tensor name has its first
- * count float32 values set to v. */
-static char *patched_tiny(const char *name, float v, int count)
-{
-    const char *src = tu_fixture("hf/llama-tiny");
-    char *dir = tu_tmpdir(), path[4200];
-    size_t n = 0;
-    assert_non_null(dir);
-    snprintf(path, sizeof path, "%s/config.json", src);
-    char *cfg = tu_read_file(path, &n);
-    assert_non_null(cfg);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(cfg, 1, n, f), n);
-    fclose(f);
-    free(cfg);
-    snprintf(path, sizeof path, "%s/model.safetensors", src);
-    unsigned char *st = tu_read_file(path, &n);
-    assert_non_null(st);
-    uint64_t hl = 0;
-    memcpy(&hl, st, 8);
-    json_error_t e;
-    json_t *h = json_loadb((const char *)st + 8, (size_t)hl, 0, &e), *t = json_object_get(h, name);
-    assert_non_null(t);
-    assert_string_equal(json_string_value(json_object_get(t, "dtype")), "F32");
-    size_t off = 8 + (size_t)hl + (size_t)json_integer_value(json_array_get(json_object_get(t, "data_offsets"), 0));
-    for (int i = 0; i < count; i++) memcpy(st + off + sizeof(float) * (size_t)i, &v, sizeof v);
-    json_decref(h);
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(st, 1, n, f), n);
-    fclose(f);
-    free(st);
-    return dir;
-}
-
 static ppn_status load_at(ppn_rt *rt, const char *dir, int dtype, int stages, ppn_model **m)
 {
     ppn_door d = ppn_door_default();
@@ -216,7 +178,7 @@ static void test_api_nonfinite_weights_refused(void **state)
     ppn_rt *rt = NULL;
     assert_int_equal(ppn_rt_create("sim", &rt), PPN_OK);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char *dir = patched_tiny(cases[i].tensor, cases[i].v, 1);
+        char *dir = tu_patched_tiny(cases[i].tensor, cases[i].v, 1);
         ppn_model *m = NULL;
         ppn_status st = load_at(rt, dir, cases[i].dtype, 1, &m);
         if (st != cases[i].st) fail_msg("case %zu: %s, want %s: %s", i, ppn_status_name(st), ppn_status_name(cases[i].st),
@@ -237,7 +199,7 @@ static void test_api_nonfinite_weights_refused(void **state)
 static void test_api_nonfinite_logits_named(void **state)
 {
     (void)state;
-    char *dir = patched_tiny("model.norm.weight", 3e38f, 64);
+    char *dir = tu_patched_tiny("model.norm.weight", 3e38f, 64);
     ppn_rt *rt = NULL;
     ppn_model *m = NULL;
     ppn_seq *q = NULL;

@@ -443,48 +443,12 @@ static void test_bdefer_reset_destroy(void **state)
 
 /* NaN logits ----------------------------------------------------------------------------------------------- */
 
-/* llama-tiny with the first count values of tensor name set to v, in a temporary directory (test_api's way). */
-static char *patched_tiny(const char *name, float v, int count)
-{
-    const char *src = tu_fixture("hf/llama-tiny");
-    char *dir = tu_tmpdir(), path[4200];
-    size_t n = 0;
-    assert_non_null(dir);
-    snprintf(path, sizeof path, "%s/config.json", src);
-    char *cfg = tu_read_file(path, &n);
-    assert_non_null(cfg);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(cfg, 1, n, f), n);
-    fclose(f);
-    free(cfg);
-    snprintf(path, sizeof path, "%s/model.safetensors", src);
-    unsigned char *st = tu_read_file(path, &n);
-    assert_non_null(st);
-    uint64_t hl = 0;
-    memcpy(&hl, st, 8);
-    json_error_t e;
-    json_t *h = json_loadb((const char *)st + 8, (size_t)hl, 0, &e), *t = json_object_get(h, name);
-    assert_non_null(t);
-    size_t off = 8 + (size_t)hl + (size_t)json_integer_value(json_array_get(json_object_get(t, "data_offsets"), 0));
-    for (int i = 0; i < count; i++) memcpy(st + off + sizeof(float) * (size_t)i, &v, sizeof v);
-    json_decref(h);
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(st, 1, n, f), n);
-    fclose(f);
-    free(st);
-    return dir;
-}
-
 /* The final norm's weights at 3e38: logits that are not finite. The loop names the row, its step, sequence, position and the
  * stage; the model is refused after (the device fed the -1 on). A deferred step's wait names it the same way. */
 static void test_bgreedy_nonfinite(void **state)
 {
     (void)state;
-    char *dir = patched_tiny("model.norm.weight", 3e38f, 64);
+    char *dir = tu_patched_tiny("model.norm.weight", 3e38f, 64);
     for (int deferred = 0; deferred < 2; deferred++) {
         ppn_model *m = arm_load(dir, &k_arms[4], 64);
         ppn_seq *q[2];

@@ -269,3 +269,39 @@ int *tu_fixture_ids(const char *name, char *dir, size_t cap, int *n)
     if (!ids) fail_msg("fixture missing: %s", refp);
     return ids;
 }
+
+char *tu_patched_tiny(const char *name, float v, int count)
+{
+    const char *src = tu_fixture("hf/llama-tiny");
+    char *dir = tu_tmpdir(), path[4200];
+    size_t n = 0;
+    assert_non_null(dir);
+    snprintf(path, sizeof path, "%s/config.json", src);
+    char *cfg = tu_read_file(path, &n);
+    assert_non_null(cfg);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(cfg, 1, n, f), n);
+    fclose(f);
+    free(cfg);
+    snprintf(path, sizeof path, "%s/model.safetensors", src);
+    unsigned char *st = tu_read_file(path, &n);
+    assert_non_null(st);
+    uint64_t hl = 0;
+    memcpy(&hl, st, 8);
+    json_error_t e;
+    json_t *h = json_loadb((const char *)st + 8, (size_t)hl, 0, &e), *t = json_object_get(h, name);
+    assert_non_null(t);
+    assert_string_equal(json_string_value(json_object_get(t, "dtype")), "F32");
+    size_t off = 8 + (size_t)hl + (size_t)json_integer_value(json_array_get(json_object_get(t, "data_offsets"), 0));
+    for (int i = 0; i < count; i++) memcpy(st + off + sizeof(float) * (size_t)i, &v, sizeof v);
+    json_decref(h);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(st, 1, n, f), n);
+    fclose(f);
+    free(st);
+    return dir;
+}

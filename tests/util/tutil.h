@@ -47,6 +47,10 @@ void tu_rmrf(const char *path);
  * left in its TMPDIR. Returns the exit status (-1 when it could not run). */
 int tu_run_ppn(const char *env, const char *args, char **out, char **err, int *tmp_left);
 
+/* A copy of the llama-tiny fixture in a fresh directory (returned, malloc'd; tu_rmrf it) whose F32 tensor name has
+ * its first count values set to v: a checkpoint with a planted bad value. */
+char *tu_patched_tiny(const char *name, float v, int count);
+
 /* ppn_model_load of path with o (NULL: the defaults); the (cmocka) test fails, naming path and ppn's message,
  * when the model does not load. */
 ppn_model *tu_model_load(ppn_rt *rt, const char *path, const ppn_load_opts *o);
