@@ -276,6 +276,8 @@ static void test_gpu_batch_greedy(void **state)
 
 int main(void)
 {
+    const char *only = getenv("PPN_GPU_TEST_FILTER"); /* a cmocka pattern of test names (tools/device/tune.sh) */
+    if (only && *only) cmocka_set_test_filter(only);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpu_batch_llama_tiny), cmocka_unit_test(test_gpu_batch_qwen2_tiny),
         cmocka_unit_test(test_gpu_batch_qwen3_tiny), cmocka_unit_test(test_gpu_batch_bf16),
