@@ -463,15 +463,22 @@ static void arm_prime(gate *G, const int *ids)
 
 /* GATE_B sequences of m primed with prompts of 1 .. GATE_B ids (cut from ids), then steps batched steps, row i
  * fed ids[prompt_i + t]: every row's logits into rows [steps][GATE_B][vocab]. */
+/* GATE_B fresh sequences of m into q (all NULL first), sequence i primed with ids[0 .. i) for 0 < i < primed. */
+static ppn_status batch_seqs(ppn_model *m, const int *ids, int primed, ppn_seq **q)
+{
+    ppn_status st = PPN_OK;
+    for (int i = 0; i < GATE_B && st == PPN_OK; i++) {
+        st = ppn_seq_create(m, &q[i]);
+        if (st == PPN_OK && i > 0 && i < primed) st = ppn_prefill(q[i], ids, i, NULL, NULL);
+    }
+    return st;
+}
+
 static ppn_status batch_rows(gate *G, ppn_model *m, const int *ids, const ppn_batch_opts *o, float *rows)
 {
     ppn_seq *q[GATE_B] = {0};
-    ppn_status st = PPN_OK;
     int steps = G->rows - GATE_B, tok[GATE_B];
-    for (int i = 0; i < GATE_B && st == PPN_OK; i++) {
-        st = ppn_seq_create(m, &q[i]);
-        if (st == PPN_OK && i > 0) st = ppn_prefill(q[i], ids, i, NULL, NULL);
-    }
+    ppn_status st = batch_seqs(m, ids, GATE_B, q);
     for (int t = 0; t < steps && st == PPN_OK; t++) {
         for (int i = 0; i < GATE_B; i++) tok[i] = ids[i + t];
         st = ppn_decode_batch_ex(q, tok, GATE_B, o, rows + (size_t)t * GATE_B * (size_t)G->mi.vocab, NULL);
@@ -486,13 +493,9 @@ static ppn_status batch_rows(gate *G, ppn_model *m, const int *ids, const ppn_ba
 static ppn_status batch_greedy_ids(gate *G, ppn_model *m, const int *ids, const ppn_batch_opts *o, int device, int *out)
 {
     ppn_seq *q[GATE_B] = {0};
-    ppn_status st = PPN_OK;
     int steps = G->rows - GATE_B, tok[GATE_B];
-    for (int i = 0; i < GATE_B && st == PPN_OK; i++) {
-        st = ppn_seq_create(m, &q[i]);
-        if (st == PPN_OK && i > 0) st = ppn_prefill(q[i], ids, i, NULL, NULL);
-        tok[i] = ids[i];
-    }
+    ppn_status st = batch_seqs(m, ids, GATE_B, q);
+    memcpy(tok, ids, sizeof tok);
     if (st == PPN_OK && device) st = ppn_decode_batch_greedy(q, tok, GATE_B, steps, o, out);
     for (int t = 0; !device && t < steps && st == PPN_OK; t++) {
         st = ppn_decode_batch_ex(q, tok, GATE_B, o, NULL, out + (size_t)t * GATE_B);
@@ -509,14 +512,10 @@ static ppn_status batch_greedy_ids(gate *G, ppn_model *m, const int *ids, const 
 static ppn_status mixed_rows(gate *G, ppn_model *m, const int *ids, int micro, float *rows)
 {
     ppn_seq *q[GATE_B] = {0};
-    ppn_status st = PPN_OK;
     size_t v = (size_t)G->mi.vocab;
     int tok[GATE_B], np = GATE_B + 1;
-    for (int i = 0; i < GATE_B && st == PPN_OK; i++) {
-        st = ppn_seq_create(m, &q[i]);
-        if (st == PPN_OK && i > 0 && i < GATE_B - 1) st = ppn_prefill(q[i], ids, i, NULL, NULL);
-        tok[i] = ids[i];
-    }
+    ppn_status st = batch_seqs(m, ids, GATE_B - 1, q);
+    memcpy(tok, ids, sizeof tok);
     if (st == PPN_OK) {
         const int *pid[1] = {ids};
         float *pl[1] = {rows + (size_t)(GATE_B - 1) * v};
