@@ -5,6 +5,8 @@
 #           loop and deferred steps), test_gpu_gemm's correctness cases (every K split and depth forced)
 #   sweep   test_gpu_gemm_sweep: gemm_tc_k / gemm_tc_kw at every K split and depth, % of the copy floor
 #   decode  test_gpu_gemm_decode: the op's choice per shape and m, and the tiles forced
+#   depth   test_gpu_gemm_depth: the prefill tiles at each sm_90a ring depth (3, 4, 5), TFLOP/s
+#   pp      prompt speed (pp512, pp4096 at 2048-row chunks) of each binary in $BINS, $ROUNDS alternating rounds
 #   bench   ppn bench --batch $BATCH --device-greedy on the llama-8b (and $SHAPES) shape, bf16: the synchronous
 #           step and the batch greedy loop
 #   san     compute-sanitizer memcheck over tests/gpu ($SAN_TESTS), racecheck per test case ($RACE_CASES: test:filter),
@@ -28,7 +30,7 @@ for ph in $PHASES; do
         PPN_GPU_TEST_FILTER='*correct*' $GB/gpu_test_gpu_gemm > "$OUT/test_gpu_gemm_correct.txt" 2>&1 || { fail=1; log "FAIL gemm"; }
         grep -E 'FAIL|PASSED|FAILED' "$OUT/test_gpu_gemm_correct.txt" | tee -a "$S"
         ;;
-    sweep | decode)
+    sweep | decode | depth)
         log "tests/gpu test_gpu_gemm_$ph"
         PPN_GPU_TEST_FILTER="*_$ph" $GB/gpu_test_gpu_gemm > "$OUT/gemm_$ph.txt" 2>&1 || { fail=1; log "FAIL $ph"; }
         grep -E 'best|PASSED|FAILED' "$OUT/gemm_$ph.txt" | tee -a "$S"
@@ -41,6 +43,24 @@ for ph in $PHASES; do
                 -n 128 --reps "$REPS" --json > "$OUT/batch_$shape.json" 2> "$OUT/batch_$shape.err" || { fail=1; log "FAIL bench $shape"; }
             python3 -c "import json,sys; d=json.load(open(sys.argv[1])); [print(sys.argv[2], r) for r in d['batch']]" \
                 "$OUT/batch_$shape.json" $shape | tee -a "$S"
+        done
+        ;;
+    pp)
+        # prompt speed A/B: each binary of $BINS (default build/ppn) primes a 4,096-token prompt (and 512) on the
+        # llama-8b and $PP_SHAPES shapes at 2048-row chunks, in $ROUNDS alternating rounds
+        for shape in ${PP_SHAPES:-llama-8b}; do
+            [ -d /tmp/m-$shape ] || $PPN mkmodel --shape $shape --out /tmp/m-$shape --dtype bf16 > /dev/null
+        done
+        for r in $(seq 1 "${ROUNDS:-2}"); do
+            for b in ${BINS:-$PPN}; do
+                for shape in ${PP_SHAPES:-llama-8b}; do
+                    j="$OUT/pp_$(basename "$b")_${shape}_$r.json"
+                    "$b" bench --model /tmp/m-$shape --backend cuda --prompt 512,4096 --chunk 2048 -n 16 --reps "$REPS" \
+                        --json > "$j" 2> "${j%.json}.err" || { fail=1; log "FAIL pp $b $shape"; }
+                    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); [print(sys.argv[2], sys.argv[3], 'N', c['stages'], 'pp', r['len'], 'tok/s', r['tok_s'], 'ttft_ms', r['ttft_ms'], 'decode_ms', c['median_ms']) for c in d['configs'] for r in c['prompts']]" \
+                        "$j" "$(basename "$b")" $shape | tee -a "$S"
+                done
+            done
         done
         ;;
     san)
