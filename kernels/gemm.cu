@@ -299,16 +299,18 @@ template <int BM, int BN, int WM, int WN, int STAGES, bool BF16> struct gemm_tc 
 // (large: 2 x 256, middle: 1 x 128); W streams through a cp.async ring of GEMM_H_STAGES k-tiles of 64 columns,
 // each row 128 bytes in the 128-byte swizzle wgmma reads (16-byte chunk c of row r at chunk c ^ (r % 8)); x
 // goes straight from global memory into the A fragments (registers), a k-tile ahead, rounded to W's dtype on
-// the way. Each k-tile's four m64nBNk16 steps are one wgmma group. With a ring of 3 (mainloop; gemm_tc_kw's
-// ring) each group is waited for before the next barrier, so the slot it read may be refilled; deeper rings
-// leave one group in flight (mainloop_async). The tiles and threads are kparams.h's, as on sm_80; the shared
-// memory is PPN_GEMM_TC_x_SMEM(p.stages).
+// the way. Each k-tile's four m64nBNk16 steps are one wgmma group, waited for before the next barrier (so the
+// ring slot it read may be refilled). The tiles, threads and shared memory are kparams.h's, as on sm_80.
 
-#define GEMM_H_BK PPN_GEMM_H_BK
-#define GEMM_H_STAGES 3 // gemm_tc_kw's ring
-static_assert(GEMM_H_STAGES * PPN_GEMM_TC_M_BN * GEMM_H_BK * 2 ==
-                  (int)PPN_GEMM_TC_SMEM(PPN_GEMM_TC_M_BM, PPN_GEMM_TC_M_BN, PPN_GEMM_TC_M_STAGES),
-              "gemm_tc_kw's ring is the middle tile's sm_80 shared memory");
+#define GEMM_H_BK 64
+#define GEMM_H_STAGES 3
+static_assert(GEMM_H_STAGES * PPN_GEMM_TC_L_BN * GEMM_H_BK * 2 ==
+                  (int)PPN_GEMM_TC_SMEM(PPN_GEMM_TC_L_BM, PPN_GEMM_TC_L_BN, PPN_GEMM_TC_L_STAGES) &&
+              GEMM_H_STAGES * PPN_GEMM_TC_M_BN * GEMM_H_BK * 2 ==
+                  (int)PPN_GEMM_TC_SMEM(PPN_GEMM_TC_M_BM, PPN_GEMM_TC_M_BN, PPN_GEMM_TC_M_STAGES) &&
+              GEMM_H_STAGES * PPN_GEMM_TC_S_BN * GEMM_H_BK * 2 <=
+                  (int)PPN_GEMM_TC_SMEM(PPN_GEMM_TC_S_BM, PPN_GEMM_TC_S_BN, PPN_GEMM_TC_S_STAGES),
+              "the wgmma rings fit the shared memory kparams.h gives each tile");
 
 __device__ __forceinline__ void gemm_fence_async(void)
 {
@@ -328,21 +330,6 @@ __device__ __forceinline__ void gemm_wg_commit_wait(void)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     asm volatile("wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void gemm_wg_commit(void)
-{
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-#endif
-}
-
-// Until at most N of this warpgroup's committed wgmma groups are pending.
-template <int N> __device__ __forceinline__ void gemm_wg_wait(void)
-{
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 #endif
 }
 
@@ -561,66 +548,6 @@ template <int WGS, int BN, bool BF16, int S = GEMM_H_STAGES> struct gemm_h {
         gemm_cp_wait<0>();
     }
 
-    // The same sums with one wgmma group left in flight across each barrier (S >= 4): k-tile i's group is issued,
-    // then i - 1's waited for, so the tensor cores work through the barrier, the ring refill and the next
-    // fragments' conversion. A slot is refilled only after the barrier that follows every warpgroup's wait for
-    // the group that read it: k-tile i + S - 2 goes where i - 2 was, so the ring runs S - 2 k-tiles ahead. The
-    // A fragments alternate between two register sets, each kept until its group is waited for. Same wgmma
-    // sequence into the same accumulators in k order as mainloop: the same bits.
-    __device__ __forceinline__ void mainloop_async(float (&acc)[NACC])
-    {
-        static_assert(S >= 4, "a ring of S - 2 k-tiles ahead");
-        const int n = kt1 - kt0;
-        if (s0 & 1023u) __trap(); // the swizzle atoms must sit on 1024-byte boundaries
-#pragma unroll
-        for (int s = 0; s < S - 2; s++) {
-            if (s < n) load_w(s, kt0 + s);
-            gemm_cp_commit();
-        }
-        ppn_pdl_wait();
-        if (n > 0) load_x(kt0);
-        uint32_t a0[16], a1[16];
-        int i = 0;
-        for (; i + 1 < n; i += 2) {
-            step_async(acc, a0, i, n);
-            step_async(acc, a1, i + 1, n);
-        }
-        if (i < n) step_async(acc, a0, i, n);
-        gemm_wg_wait<0>();
-        gemm_fence_acc(acc);
-        gemm_cp_wait<0>();
-    }
-
-    __device__ __forceinline__ void step_async(float (&acc)[NACC], uint32_t (&a)[16], int i, int n)
-    {
-        gemm_cp_wait<S - 3>(); // this thread's copies of k-tile i landed (one group per k-tile since)
-        gemm_fence_async();
-        __syncthreads(); // everyone's; and every warpgroup waited for k-tile i - 2's group, so its slot is free
-        int ni = i + S - 2;
-        if (ni < n) load_w(ni % S, kt0 + ni);
-        gemm_cp_commit();
-#pragma unroll
-        for (int j = 0; j < 16; j++) a[j] = gemm_pack<BF16>(raw[j].x, raw[j].y); // a's last reader, i - 2, is done
-        if (i + 1 < n) load_x(kt0 + i + 1);
-        const uint32_t sb = s0 + (uint32_t)((i % S) * STAGE_BYTES);
-        gemm_fence_acc(acc);
-        gemm_wg_fence();
-#pragma unroll
-        for (int s = 0; s < 4; s++) gemm_wgmma<BN, BF16>(acc, a + 4 * s, gemm_desc(sb + 32u * (uint32_t)s));
-        gemm_wg_commit();
-        gemm_fence_acc(acc);
-        gemm_wg_wait<1>(); // k-tile i - 1's group: its slot and its A registers are free after the next barrier
-        gemm_fence_acc(acc);
-    }
-
-    // Pins the accumulators in their registers at this point: no copy of them is moved across it (a copy while a
-    // group is in flight would make ptxas serialize the warpgroup MMAs).
-    __device__ __forceinline__ static void gemm_fence_acc(float (&acc)[NACC])
-    {
-#pragma unroll
-        for (int j = 0; j < NACC; j++) asm volatile("" : "+f"(acc[j])::"memory");
-    }
-
     __device__ __forceinline__ void store(const float (&acc)[NACC])
     {
         const int r = r0 + ((int)threadIdx.x & 3) * 2;
@@ -638,8 +565,7 @@ template <int WGS, int BN, bool BF16, int S = GEMM_H_STAGES> struct gemm_h {
         float acc[NACC];
 #pragma unroll
         for (int j = 0; j < NACC; j++) acc[j] = 0.0f;
-        if constexpr (S >= 4) mainloop_async(acc);
-        else mainloop(acc);
+        mainloop(acc);
         store(acc);
     }
 };
@@ -658,31 +584,16 @@ template <int BM, int BN, int WM, int WN, int STAGES> __device__ __forceinline__
     }
 }
 
-template <int WGS, int BN, bool BF16> __device__ __forceinline__ void gemm_h_depth(const ppn_kp_gemm &p)
-{
-    if (p.stages == 3) {
-        gemm_h<WGS, BN, BF16, 3> k(p, gemm_dyn_smem);
-        k.run();
-        return;
-    }
-    if constexpr (WGS == 2 && BN == 256) {
-        if (p.stages == 5) {
-            gemm_h<WGS, BN, BF16, 5> k(p, gemm_dyn_smem);
-            k.run();
-            return;
-        }
-    }
-    gemm_h<WGS, BN, BF16, 4> k(p, gemm_dyn_smem);
-    k.run();
-}
-
-// p.stages (the op's, ops_gemm.c): the ring's depth, 3 (each k-tile's wgmma waited for before the next barrier),
-// 4 or 5 (the large tile only; one group left in flight).
 template <int WGS, int BN> __device__ __forceinline__ void gemm_h_run(const ppn_kp_gemm &p)
 {
     ppn_pdl_trigger();
-    if (p.wdt == PPN_DTYPE_BF16) gemm_h_depth<WGS, BN, true>(p);
-    else gemm_h_depth<WGS, BN, false>(p);
+    if (p.wdt == PPN_DTYPE_BF16) {
+        gemm_h<WGS, BN, true> k(p, gemm_dyn_smem);
+        k.run();
+    } else {
+        gemm_h<WGS, BN, false> k(p, gemm_dyn_smem);
+        k.run();
+    }
 }
 
 // Warpgroup MMA where the build has sm_90a's features, mma.sync elsewhere (sm_80 SASS, and the PTX a later GPU

@@ -26,13 +26,9 @@ typedef struct { uint64_t out, table, hdr; int32_t dim, vocab, wdt; } ppn_kp_emb
 /* out[n] = in[n] * rsqrt(mean(in^2) + eps) * w[n]   (w in wdt) */
 typedef struct { uint64_t out, in, w; int32_t n, wdt; float eps; } ppn_kp_rmsnorm;
 
-/* Dynamic shared memory a kernel may ask for: the cuda backend opts every kernel in to this much, or what the
- * device offers if less (the default without the opt-in is 48 KB; an H200 or A100 block may have 227 / 163 KB).
- * 160 KB: the large GEMM tile's deepest ring (PPN_GEMM_TC_L_SMEM(5)). */
-#define PPN_DYN_SMEM_MAX (160u * 1024u)
-/* The most the matvec stages x in (ops.c): the 96 KB every kernel had before the GEMM's deeper rings raised
- * PPN_DYN_SMEM_MAX, so the matvec's staging and its measured geometry are unchanged. */
-#define PPN_MATVEC_SMEM_MAX (96u * 1024u)
+/* Dynamic shared memory a kernel may ask for: the cuda backend opts every kernel in to this much (the default
+ * without the opt-in is 48 KB; an H200 block may have 227 KB). */
+#define PPN_DYN_SMEM_MAX (96u * 1024u)
 
 /* out[r] = (res ? res[r] : 0) + (bias ? bias[r] : 0) + sum_c W[r, c] * xin[c]
  * W: [rows, cols] row-major in wdt; bias in wdt (0 = none); res f32 (0 = none; may alias out).
@@ -78,9 +74,8 @@ typedef struct { uint64_t out, w, x, bias, res; int32_t rows, cols, m, wdt; } pp
  * where KS is 1 (the lm heads) they are the tiles' bits. gemm_tc_kw does the same over its own KW_KS(rows)
  * ranges (its bits: the same for every m, not gemm_tc_k's). */
 /* ks and stages: gemm_tc_k's and gemm_tc_kw's K split (CTAs of a cluster per weight tile: 1, 2, 4 or 8) and ring
- * depth (k-tiles: gemm_tc_k 3 or 4; gemm_tc_kw 3); stages is also the sm_90a ring depth of the large, middle and
- * square tiles (below). Chosen by the op (ops_gemm.c; a forced tile may name them: ppn_op_gemm_tile); the SIMT
- * kernel ignores them. The kernels read them from here, so the host's table is the
+ * depth (k-tiles: gemm_tc_k 3 or 4; gemm_tc_kw 3), chosen by the op (ops_gemm.c; a forced tile may name them:
+ * ppn_op_gemm_tile); the other kernels ignore them. The kernels read them from here, so the host's table is the
  * only place they are chosen. */
 typedef struct { uint64_t out, w, x, bias, res; int32_t m, rows, cols, wdt, ks, stages; } ppn_kp_gemm;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_l;
@@ -108,22 +103,6 @@ typedef ppn_kp_gemm ppn_kp_gemm_tc_kw;
 #define PPN_GEMM_TC_S_THREADS 256
 #define PPN_GEMM_TC_S_STAGES 4
 #define PPN_GEMM_TC_SMEM(bm, bn, stages) ((unsigned)((bm) + (bn)) * PPN_GEMM_TC_BK * 2u * (unsigned)(stages))
-/* sm_90a runs the large, middle and square tiles on warpgroup MMA (gemm.cu's gemm_h) with W in a ring of k-tiles
- * of PPN_GEMM_H_BK columns, p.stages deep (the op's choice, ops_gemm.c): 3 waits for each k-tile's MMA before the
- * next barrier; 4 (and 5 for the large tile) leave one in flight across it, refilling the ring stages - 2 k-tiles
- * ahead. Their dynamic shared memory, PPN_GEMM_TC_x_SMEM(stages), covers the sm_80 ring too. */
-#define PPN_GEMM_H_BK 64
-#define PPN_GEMM_H_SMEM(bn, stages) ((unsigned)(bn) * PPN_GEMM_H_BK * 2u * (unsigned)(stages))
-#define PPN_GEMM_SMEM_MAX2(a, b) ((a) > (b) ? (a) : (b))
-#define PPN_GEMM_TC_L_SMEM(hs)                                                                                    \
-    PPN_GEMM_SMEM_MAX2(PPN_GEMM_TC_SMEM(PPN_GEMM_TC_L_BM, PPN_GEMM_TC_L_BN, PPN_GEMM_TC_L_STAGES),                  \
-                       PPN_GEMM_H_SMEM(PPN_GEMM_TC_L_BN, hs))
-#define PPN_GEMM_TC_M_SMEM(hs)                                                                                    \
-    PPN_GEMM_SMEM_MAX2(PPN_GEMM_TC_SMEM(PPN_GEMM_TC_M_BM, PPN_GEMM_TC_M_BN, PPN_GEMM_TC_M_STAGES),                  \
-                       PPN_GEMM_H_SMEM(PPN_GEMM_TC_M_BN, hs))
-#define PPN_GEMM_TC_S_SMEM(hs)                                                                                    \
-    PPN_GEMM_SMEM_MAX2(PPN_GEMM_TC_SMEM(PPN_GEMM_TC_S_BM, PPN_GEMM_TC_S_BN, PPN_GEMM_TC_S_STAGES),                  \
-                       PPN_GEMM_H_SMEM(PPN_GEMM_TC_S_BN, hs))
 /* gemm_tc_k: clusters of CLUSTER CTAs; a cluster holds CLUSTER / KS(rows) weight tiles of BN rows, each summed
  * over K in KS(rows) k-ranges by as many CTAs. KS fills about one wave (528 CTAs: 4 a multiprocessor on the
  * H200's 132, as many as fit at m = 16) where the tiles alone leave SMs idle: 8 up to 66 tiles, 4 up to 132, 2

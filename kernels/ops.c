@@ -26,9 +26,9 @@
 #define MATVEC_SM_SMEM 232448u /* shared memory an H200 SM gives its blocks (227 KB) */
 #define MATVEC_WIDE_X 16384u   /* staged x bytes from which 512-thread blocks are taken at equal threads an SM */
 #define MATVEC_BLOCK_SMEM 1280u /* per block beside the staged x: static s_part (256 B) + 1 KB the driver keeps */
-/* x is staged in shared memory up to the matvec's cap (PPN_MATVEC_SMEM_MAX), less the kernel's
+/* x is staged in shared memory up to the opt-in every kernel gets (PPN_DYN_SMEM_MAX), less the kernel's
  * static s_part (2 x 32 floats). A fused input (the norm) must be staged, so that is its cols limit. */
-#define MATVEC_STAGE_MAX (PPN_MATVEC_SMEM_MAX - 256u)
+#define MATVEC_STAGE_MAX (PPN_DYN_SMEM_MAX - 256u)
 #define ROPE_BLOCK 64u      /* one block per head, a thread per rotated pair */
 #define ATTN_BLOCK 256u     /* one block per (KV head, position split), 8 warps; two blocks fit an SM */
 #define ATTN_MAX_HEAD_DIM 256

@@ -41,7 +41,7 @@ ppn_status ppn_op_rmsnorm(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr in,
 ppn_status ppn_op_matvec(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x, int rows,
                          int cols, ppn_dptr bias, ppn_dptr res);
 /* The matvec's input as kparams.h's PPN_MV_X_* modes compute it: x itself, or rmsnorm(x) with weight nw (wdt)
- * and eps. A fused input is computed in shared memory: cols at most (PPN_MATVEC_SMEM_MAX - 256) / 4, else
+ * and eps. A fused input is computed in shared memory: cols at most (PPN_DYN_SMEM_MAX - 256) / 4, else
  * PPN_EUNSUPPORTED. */
 typedef struct ppn_mv_input {
     int mode;

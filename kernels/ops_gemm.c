@@ -50,10 +50,6 @@ static int gemm_k_ks(const ppn_kp_gemm *p) { return p->ks ? p->ks : (int)PPN_GEM
 static int gemm_k_stages(const ppn_kp_gemm *p) { return p->stages ? p->stages : (int)PPN_GEMM_TC_K_STAGES(p->m); }
 static int gemm_kw_ks(const ppn_kp_gemm *p) { return p->ks ? p->ks : (int)PPN_GEMM_TC_KW_KS(p->rows); }
 static int gemm_kw_stages(const ppn_kp_gemm *p) { return p->stages ? p->stages : (int)PPN_GEMM_TC_KW_STAGES; }
-/* The large, middle and square tiles' ring depth on sm_90a (kparams.h; the sm_80 code ignores it): 3 waits for
- * each k-tile's warpgroup MMA before the next barrier, 4 or 5 (large tile) keep one in flight. */
-#define GEMM_H_STAGES_DEFAULT 4
-static int gemm_h_stages(const ppn_kp_gemm *p) { return p->stages ? p->stages : GEMM_H_STAGES_DEFAULT; }
 
 /* gemm_tc_k's CTAs: clusters of CLUSTER / KS weight tiles, for each token group (kparams.h). */
 static size_t gemm_k_ctas(const ppn_kp_gemm *p)
@@ -110,15 +106,15 @@ static ppn_launch gemm_geometry(int kernel, const ppn_kp_gemm *p)
     switch (kernel) {
     case PPN_K_GEMM_TC_L:
         bm = PPN_GEMM_TC_L_BM, bn = PPN_GEMM_TC_L_BN, threads = PPN_GEMM_TC_L_THREADS;
-        smem = PPN_GEMM_TC_L_SMEM(p->stages);
+        smem = PPN_GEMM_TC_SMEM(bm, bn, PPN_GEMM_TC_L_STAGES);
         break;
     case PPN_K_GEMM_TC_M:
         bm = PPN_GEMM_TC_M_BM, bn = PPN_GEMM_TC_M_BN, threads = PPN_GEMM_TC_M_THREADS;
-        smem = PPN_GEMM_TC_M_SMEM(p->stages);
+        smem = PPN_GEMM_TC_SMEM(bm, bn, PPN_GEMM_TC_M_STAGES);
         break;
     case PPN_K_GEMM_TC_S:
         bm = PPN_GEMM_TC_S_BM, bn = PPN_GEMM_TC_S_BN, threads = PPN_GEMM_TC_S_THREADS;
-        smem = PPN_GEMM_TC_S_SMEM(p->stages);
+        smem = PPN_GEMM_TC_SMEM(bm, bn, PPN_GEMM_TC_S_STAGES);
         break;
     case PPN_K_GEMM_TC_K: {
         PPN_ASSERT(PPN_GEMM_TC_K_SMEM_S(p->m, p->stages) <= PPN_DYN_SMEM_MAX);
@@ -167,8 +163,7 @@ static ppn_status gemm_submit(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_
     ppn_kp_gemm rp = *pc, *p = &rp;
     if (kernel == PPN_K_GEMM_TC_K) rp.ks = gemm_k_ks(pc), rp.stages = gemm_k_stages(pc);
     else if (kernel == PPN_K_GEMM_TC_KW) rp.ks = gemm_kw_ks(pc), rp.stages = gemm_kw_stages(pc);
-    else if (kernel == PPN_K_GEMM) rp.ks = 0, rp.stages = 0;
-    else rp.ks = 0, rp.stages = gemm_h_stages(pc);
+    else rp.ks = 0, rp.stages = 0;
     size_t es = ppn_dtype_size(p->wdt), ob = f32_bytes((size_t)p->m * (size_t)p->rows);
     ppn_launch l = gemm_geometry(kernel, p);
     acc_add(&l, p->w, (size_t)p->rows * (size_t)p->cols * es, PPN_ACC_R);
@@ -206,13 +201,6 @@ ppn_status ppn_op_gemm_tile(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_kp
     if (kernel == PPN_K_GEMM_TC_KW && p->stages && p->stages != (int)PPN_GEMM_TC_KW_STAGES)
         return ppn_err(PPN_EINVAL, "%s: stages %d for gemm_tc_kw: %u (or 0: the op's)", op, p->stages,
                        PPN_GEMM_TC_KW_STAGES);
-    if ((kernel == PPN_K_GEMM_TC_L || kernel == PPN_K_GEMM_TC_M || kernel == PPN_K_GEMM_TC_S) && p->stages &&
-        p->stages != 3 && p->stages != 4 && !(kernel == PPN_K_GEMM_TC_L && p->stages == 5))
-        return ppn_err(PPN_EINVAL, "%s: stages %d for %s: 3 or 4%s (or 0: the op's)", op, p->stages,
-                       ppn_kernels[kernel].name, kernel == PPN_K_GEMM_TC_L ? " or 5" : "");
-    if (kernel == PPN_K_GEMM && (p->ks || p->stages))
-        return ppn_err(PPN_EINVAL, "%s: ks %d, stages %d for gemm: the SIMT kernel has neither (0)", op, p->ks,
-                       p->stages);
     if (kernel == PPN_K_GEMM_TC_K && gemm_k_ctas(p) > GEMM_MAX_CTAS)
         return ppn_err(PPN_EINVAL, "%s: m %d x rows %d needs more than 2^31 - 1 CTAs of %s", op, p->m, p->rows,
                        ppn_kernels[kernel].name);

@@ -235,7 +235,7 @@ static void test_matvec_op_fused_norm(void **state)
                      PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "norm weight"));
     in.nw = D(nw);
-    int wide = (int)(PPN_MATVEC_SMEM_MAX / 4);
+    int wide = (int)(PPN_DYN_SMEM_MAX / 4);
     assert_false(ppn_op_matvec_fusable(wide));
     assert_true(ppn_op_matvec_fusable(wide - 64));
     assert_int_equal(ppn_op_matvec_in(&tu_fake, tu_fake_stream, D(a), D(w), PPN_DTYPE_BF16, in, rows, wide, 0, 0),

@@ -5,7 +5,6 @@
 #           loop and deferred steps), test_gpu_gemm's correctness cases (every K split and depth forced)
 #   sweep   test_gpu_gemm_sweep: gemm_tc_k / gemm_tc_kw at every K split and depth, % of the copy floor
 #   decode  test_gpu_gemm_decode: the op's choice per shape and m, and the tiles forced
-#   depth   test_gpu_gemm_depth: the prefill tiles at each sm_90a ring depth (3, 4, 5), TFLOP/s
 #   pp      prompt speed (pp512, pp4096 at 2048-row chunks) of each binary in $BINS, $ROUNDS alternating rounds
 #   bench   ppn bench --batch $BATCH --device-greedy on the llama-8b (and $SHAPES) shape, bf16: the synchronous
 #           step and the batch greedy loop
@@ -30,7 +29,7 @@ for ph in $PHASES; do
         PPN_GPU_TEST_FILTER='*correct*' $GB/gpu_test_gpu_gemm > "$OUT/test_gpu_gemm_correct.txt" 2>&1 || { fail=1; log "FAIL gemm"; }
         grep -E 'FAIL|PASSED|FAILED' "$OUT/test_gpu_gemm_correct.txt" | tee -a "$S"
         ;;
-    sweep | decode | depth)
+    sweep | decode)
         log "tests/gpu test_gpu_gemm_$ph"
         PPN_GPU_TEST_FILTER="*_$ph" $GB/gpu_test_gpu_gemm > "$OUT/gemm_$ph.txt" 2>&1 || { fail=1; log "FAIL $ph"; }
         grep -E 'best|PASSED|FAILED' "$OUT/gemm_$ph.txt" | tee -a "$S"
