@@ -501,6 +501,11 @@ void ppn_map_test_skip_quiesce_syncs(int skip);
 /* Test-only: dropping a sequence's steps in flight (reset, truncate, destroy) skips the wait for their done events,
  * so a reset's next step may rewrite the pinned KV block table while a dropped step's copy still reads it. */
 void ppn_seq_test_skip_drop_syncs(int skip);
+/* Test-only: a step's wait (ppn_pend_wait) skips its device half (the readback stream's wait on the step's done
+ * event and its sync) and keeps the host half (the done generation): the host goes on once the done event is
+ * recorded, not once it has executed, so it may read the ids a walk's last copy is still writing, or the next
+ * call may write its tokens into pinned staging a copy of the walk is still reading. */
+void ppn_pend_test_skip_wait_syncs(int skip);
 #endif
 
 #endif
