@@ -299,11 +299,6 @@ void ppn_model_fail(ppn_model *m, ppn_status st);
 ppn_status ppn_model_failed(ppn_model *m);
 /* Every command handed to a stage thread has finished (the devices may still be running them). */
 ppn_status ppn_model_drain(ppn_model *m);
-/* The model handed from one caller thread to another by host means (thread creation, a join), declared to the sim
- * checker (gpu.h host_release before the signal, host_acquire after the wait, under the same key); nothing on
- * cuda. Each call must sit beside the synchronisation it describes. */
-void ppn_model_handoff_release(ppn_model *m, const void *key);
-void ppn_model_handoff_acquire(ppn_model *m, const void *key);
 /* A block of n bytes from dev's pool, allocated (or freed) on dev's model stream: for state that stages use only
  * after a host sync (scratch, caches, slots), never on the step path. */
 ppn_status ppn_model_block_alloc(ppn_model *m, int dev, size_t n, const char *tag, ppn_dptr *out);
