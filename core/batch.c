@@ -187,6 +187,9 @@ ppn_status ppn_batch_plan_build(ppn_model *m, ppn_seq *const *seqs, const int *t
         pl->tbl_hs[i] = q->tbl_h;
         pl->n_tbls[i] = q->n_blk;
     }
+    /* the sim checks the slices' and rows' tokens against the copies out of this pinned memory's last owner */
+    ppn_gpu *g = m->rt->g;
+    g->ops->host_access(g, pl->tok_h, sizeof(int32_t) * (size_t)(P + n), PPN_ACC_W, "batch tokens");
     size_t vocab = (size_t)m->cfg.vocab;
     for (int k = 0; k < mb; k++) {
         int r0 = (int)((long)k * n / mb), r1 = (int)((long)(k + 1) * n / mb);
@@ -287,8 +290,11 @@ ppn_status ppn_decode_batch_ex(ppn_seq *const *seqs, const int *tokens, int n, c
         st = unsplit ? ppn_rows_run_unsplit(m, pl.cmds, mb) : ppn_rows_run_staged(m, pl.cmds, mb, mb);
         if (st != PPN_OK) ppn_model_fail(m, st);
         else atomic_fetch_add_explicit(np ? &m->mixed_steps : &m->batch_steps, 1, memory_order_relaxed);
-        if (st == PPN_OK && ids)
+        if (st == PPN_OK && ids) { /* the sim checks the read against the last stage's copy of the ids */
+            m->rt->g->ops->host_access(m->rt->g, pl.ids_h, sizeof(int32_t) * (size_t)n, PPN_ACC_R,
+                                       "batch ids readback");
             for (int i = 0; i < n; i++) ids[i] = pl.ids_h[i];
+        }
         for (int i = 0; st == PPN_OK && i < n; i++) /* NaN or Inf: named, the model's failure (the batch ran) */
             st = ppn_row_checked(m, "ppn_decode_batch", seqs[i], seqs[i]->pos - 1,
                                  logits ? logits + (size_t)i * (size_t)m->cfg.vocab : NULL, ids ? &pl.ids_h[i] : NULL);

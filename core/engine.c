@@ -783,10 +783,11 @@ static void *sched_main(void *arg)
 {
     ppn_engine *e = arg;
     /* the model is this thread's from here: pairs with the release before pthread_create in ppn_engine_create() */
-    ppn_model_handoff_acquire(e->m, &e->thread);
+    (void)ppn_model_handoff_acquire(e->m, &e->thread);
     while (iterate(e)) {}
     publish_stats(e);
-    ppn_model_handoff_release(e->m, &e->stopping); /* and the caller's again: pairs with the acquire after the join */
+    /* and the caller's again: pairs with the acquire after the join */
+    (void)ppn_model_handoff_release(e->m, &e->stopping);
     return NULL;
 }
 
@@ -873,7 +874,8 @@ ppn_status ppn_engine_create(ppn_model *m, const ppn_engine_opts *opts, ppn_engi
         !e->plog || !e->dseqs || !e->dwho)
         return engine_free(e), ppn_err(PPN_ENOMEM, "engine: batch buffers for %d rows", e->max_batch);
     e->st.kv_blocks_total = kv.blocks_total;
-    ppn_model_handoff_release(m, &e->thread); /* what this thread synced on the model (its load) is the scheduler's */
+    /* what this thread synced on the model (its load) is the scheduler's */
+    (void)ppn_model_handoff_release(m, &e->thread);
     if (pthread_create(&e->thread, NULL, sched_main, e) != 0)
         return engine_free(e), ppn_err(PPN_ENOMEM, "engine: cannot start the scheduler thread");
     *out = e;
@@ -888,6 +890,6 @@ void ppn_engine_destroy(ppn_engine *e)
     pthread_cond_signal(&e->wake);
     pthread_mutex_unlock(&e->mu);
     pthread_join(e->thread, NULL);
-    ppn_model_handoff_acquire(e->m, &e->stopping); /* pairs with the release at the end of sched_main() */
+    (void)ppn_model_handoff_acquire(e->m, &e->stopping); /* pairs with the release at the end of sched_main() */
     engine_free(e);
 }

@@ -50,9 +50,21 @@ ppn_status ppn_model_drain(ppn_model *m)
     return PPN_OK;
 }
 
-void ppn_model_handoff_release(ppn_model *m, const void *key) { m->rt->g->ops->host_release(m->rt->g, key); }
+/* ppn.h: the hand-off of a model between caller threads (the engine's too: its scheduler thread's start and join),
+ * gpu.h's host_release / host_acquire under the caller's key. */
+ppn_status ppn_model_handoff_release(ppn_model *m, const void *key)
+{
+    if (!m || !key) return ppn_err(PPN_EINVAL, "ppn_model_handoff_release: %s is NULL", !m ? "model" : "key");
+    m->rt->g->ops->host_release(m->rt->g, key);
+    return PPN_OK;
+}
 
-void ppn_model_handoff_acquire(ppn_model *m, const void *key) { m->rt->g->ops->host_acquire(m->rt->g, key); }
+ppn_status ppn_model_handoff_acquire(ppn_model *m, const void *key)
+{
+    if (!m || !key) return ppn_err(PPN_EINVAL, "ppn_model_handoff_acquire: %s is NULL", !m ? "model" : "key");
+    m->rt->g->ops->host_acquire(m->rt->g, key);
+    return PPN_OK;
+}
 
 int ppn_layer_stage(const ppn_stage_map *map, int l)
 {

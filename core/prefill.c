@@ -55,6 +55,7 @@ static ppn_status plan_build(ppn_model *m, ppn_seq *const *seqs, const int *cons
     if (!pl->cmds || !pl->segs) return ppn_err(PPN_ENOMEM, "prefill: host out of memory for %d chunks", max_cmds);
     PPN_CHECK(ppn_rt_pinned_alloc(m->rt, m->map->dev[0], sizeof(int32_t) * (size_t)pl->rows, (void **)&pl->tok_h));
     size_t vocab = (size_t)m->cfg.vocab;
+    ppn_gpu *g = m->rt->g;
     int i = 0, j = 0, row = 0, base = 0, nseg = 0;
     while (row < pl->rows) {
         ppn_step_cmd *c = &pl->cmds[pl->n_cmds++];
@@ -68,6 +69,8 @@ static ppn_status plan_build(ppn_model *m, ppn_seq *const *seqs, const int *cons
                                             .out = seg_out(logits, o->all_logits, vocab, i, base, j, take, n[i]),
                                             .all_rows = o->all_logits};
             memcpy(pl->tok_h + row + r, ids[i] + j, sizeof(int32_t) * (size_t)take);
+            /* the sim checks it against the copies out of this pinned memory's last owner */
+            g->ops->host_access(g, pl->tok_h + row + r, sizeof(int32_t) * (size_t)take, PPN_ACC_W, "prefill tokens");
             c->nseg++;
             r += take;
             j += take;

@@ -299,11 +299,6 @@ void ppn_model_fail(ppn_model *m, ppn_status st);
 ppn_status ppn_model_failed(ppn_model *m);
 /* Every command handed to a stage thread has finished (the devices may still be running them). */
 ppn_status ppn_model_drain(ppn_model *m);
-/* The model handed from one caller thread to another by host means (thread creation, a join), declared to the sim
- * checker (gpu.h host_release before the signal, host_acquire after the wait, under the same key); nothing on
- * cuda. Each call must sit beside the synchronisation it describes. */
-void ppn_model_handoff_release(ppn_model *m, const void *key);
-void ppn_model_handoff_acquire(ppn_model *m, const void *key);
 /* A block of n bytes from dev's pool, allocated (or freed) on dev's model stream: for state that stages use only
  * after a host sync (scratch, caches, slots), never on the step path. */
 ppn_status ppn_model_block_alloc(ppn_model *m, int dev, size_t n, const char *tag, ppn_dptr *out);
@@ -501,6 +496,11 @@ void ppn_map_test_skip_quiesce_syncs(int skip);
 /* Test-only: dropping a sequence's steps in flight (reset, truncate, destroy) skips the wait for their done events,
  * so a reset's next step may rewrite the pinned KV block table while a dropped step's copy still reads it. */
 void ppn_seq_test_skip_drop_syncs(int skip);
+/* Test-only: a step's wait (ppn_pend_wait) skips its device half (the readback stream's wait on the step's done
+ * event and its sync) and keeps the host half (the done generation): the host goes on once the done event is
+ * recorded, not once it has executed, so it may read the ids a walk's last copy is still writing, or the next
+ * call may write its tokens into pinned staging a copy of the walk is still reading. */
+void ppn_pend_test_skip_wait_syncs(int skip);
 #endif
 
 #endif

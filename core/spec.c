@@ -69,8 +69,11 @@ ppn_status ppn_spec_verify(ppn_seq *q, int token, const int *draft, int k, int *
     if (st == PPN_OK)
         st = ppn_rt_pinned_alloc(m->rt, map->dev[map->n_stages - 1], sizeof(int32_t) * (size_t)rows, (void **)&ids_h);
     if (st == PPN_OK) {
+        ppn_gpu *g = m->rt->g;
         tok_h[0] = token;
         for (int j = 0; j < k; j++) tok_h[j + 1] = draft[j];
+        /* the sim checks it against the copies out of this pinned memory's last owner */
+        g->ops->host_access(g, tok_h, sizeof(int32_t) * (size_t)rows, PPN_ACC_W, "verify tokens");
         ppn_rowseg seg = {.seq = q, .pos0 = q->pos, .r0 = 0, .n = rows, .n_tbl = q->n_blk};
         ppn_step_cmd c = {.kind = PPN_ROWS_VERIFY, .seq = q, .rows = rows, .nseg = 1, .segs = &seg, .tok_h = tok_h,
                           .ids_h = ids_h};
@@ -79,7 +82,8 @@ ppn_status ppn_spec_verify(ppn_seq *q, int token, const int *draft, int k, int *
         st = unsplit ? ppn_rows_run_unsplit(m, &c, 1) : ppn_rows_run_staged(m, &c, 1, 1);
         if (st != PPN_OK) {
             ppn_model_fail(m, st);
-        } else {
+        } else { /* the sim checks the read against the last stage's copy of the ids */
+            g->ops->host_access(g, ids_h, sizeof(int32_t) * (size_t)rows, PPN_ACC_R, "verify ids readback");
             int acc = 0;
             while (acc < k && draft[acc] == ids_h[acc]) acc++;
             for (int j = 0; j <= acc; j++) out[j] = ids_h[j];

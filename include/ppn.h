@@ -15,6 +15,8 @@
  *
  * Threading. A runtime, its models and their sequences are used from one thread at a time (the caller's);
  * ppn's stage issue threads are internal. Different sequences of one model must not be stepped concurrently.
+ * A program that hands a model from one of its threads to another declares the hand-off to the sim checker
+ * (ppn_model_handoff_release / ppn_model_handoff_acquire).
  *
  * The environment. ppn reads the variables `ppn env` lists (the door below, backend and diagnostics); an invalid
  * value is refused by the call that reads it, with PPN_EINVAL naming the variable, the value and the rule.
@@ -178,6 +180,25 @@ typedef struct ppn_model_info {
 } ppn_model_info;
 /* The loaded model's shape and storage, as placed. Never fails. */
 void ppn_model_get_info(const ppn_model *m, ppn_model_info *out);
+
+/* A model handed from one of the embedder's threads to another (the API allows one thread at a time; see the top of
+ * this file), declared to the sim checker. Thread A calls ppn_model_handoff_release before the signal that hands the
+ * model over (a queue, a mutex, a flag, a pthread_create or join), thread B ppn_model_handoff_acquire after the wait,
+ * both with the same key: any address of the embedder's that names this hand-off (the flag, the queue entry), never
+ * NULL. For the checker, what A had done and waited for on the model, its runtime and its sequences before the release
+ * (its calls, and the device work they waited out: steps, readbacks, drains) then happens before what B does on them
+ * after the acquire; work A left in flight (a deferred step) stays ordered only by its own wait, whoever makes it.
+ * Matters with a checker clock per host thread (PPN_SIM_THREAD_CLOCKS=1, the sim's default), where a sync orders only
+ * the syncing thread's later work: without the declaration, B's work may be reported (PPN_ERACE) against what only A
+ * waited for. Releases under a key accumulate; an acquire of a key never released adopts nothing. Nothing on cuda or
+ * with PPN_SIM_THREAD_CLOCKS=0 (one clock shared by every thread); nothing on the devices either, so a model that has
+ * failed declares too. The sim's records are kept until the runtime is destroyed (its running out of host memory for
+ * one is its sticky report, as any other).
+ * @return PPN_OK, PPN_EINVAL (m or key NULL: nothing declared). */
+ppn_status ppn_model_handoff_release(ppn_model *m, const void *key);
+/* The acquiring side of ppn_model_handoff_release: after the wait, on the thread that takes the model over.
+ * @return PPN_OK, PPN_EINVAL (m or key NULL: nothing declared). */
+ppn_status ppn_model_handoff_acquire(ppn_model *m, const void *key);
 
 /* A sequence of up to info.ctx positions; its KV lives in blocks of the model's paged pools, taken as it grows
  * (ppn_kv_info). A step that finds no free block is refused with PPN_ENOMEM naming the sequence.

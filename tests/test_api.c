@@ -1,6 +1,7 @@
 /* test_api.c - the public contract as ppn.h states it, on the sim backend: teardown order refused with
  * PPN_ESTATE (and nothing freed), deferred steps named by ppn_step_id and waited on their own sequence in any
- * order, dropped steps freeing their in-flight room through ppn_seq_reset, and NULL handles at destroy. */
+ * order, dropped steps freeing their in-flight room through ppn_seq_reset, NULL handles at destroy, and a model
+ * handed between two threads with and without the hand-off declared to the sim checker. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -8,6 +9,9 @@
 #include <cmocka.h>
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -290,6 +294,92 @@ static void test_api_nonfinite_logits_named(void **state)
     free(dir);
 }
 
+/* ---- an embedder's hand-off of a model between its threads ------------------------------------------------ */
+
+typedef struct adopter {
+    ppn_model *m;
+    ppn_seq *q;
+    int declare;          /* the hand-offs declared (ppn_model_handoff_*) */
+    _Atomic int posted;   /* the embedder's own means: a flag (its address is the key of the hand-off to B) */
+    int back;             /* the key of the hand-off back, after the join */
+    ppn_status st;
+    char err[1024];       /* B's ppn_last_error() (per thread) */
+} adopter;
+
+/* Thread B: takes the model over once the flag is up, primes the sequence further and steps it. */
+static void *adopter_main(void *arg)
+{
+    adopter *a = arg;
+    while (!atomic_load(&a->posted)) sched_yield();
+    if (a->declare) a->st = ppn_model_handoff_acquire(a->m, (const void *)&a->posted);
+    static const int more[2] = {5, 6};
+    if (a->st == PPN_OK) a->st = ppn_prefill(a->q, more, 2, NULL, NULL);
+    if (a->st == PPN_OK) a->st = ppn_decode_step(a->q, 7, NULL);
+    if (a->st != PPN_OK) snprintf(a->err, sizeof a->err, "%s", ppn_last_error());
+    if (a->declare) (void)ppn_model_handoff_release(a->m, &a->back);
+    return NULL;
+}
+
+/* Thread A loads a model and primes a sequence, then hands both to thread B through a flag. The sim gives each
+ * host thread its own checker clock: B's prefill writes its tokens into pinned bytes A used before (the pinned
+ * arena hands them out again: A's upload staging, its prefill's tokens), ordered before B's write by what A
+ * waited for, which B has not seen unless the hand-off is declared. With the hand-off
+ * declared (release before the flag, acquire after it; and back, around the join) the run is clean; without, B's
+ * first call fails with the checker's race; with one clock shared by every thread (PPN_SIM_THREAD_CLOCKS=0, the
+ * opt-out) it is clean undeclared. */
+static void test_api_model_handoff_between_threads(void **state)
+{
+    (void)state;
+    for (int mode = 0; mode < 3; mode++) { /* 0: declared; 1: undeclared; 2: undeclared, one shared clock */
+        tu_env_set("PPN_SIM_THREAD_CLOCKS", mode < 2 ? "1" : "0");
+        ppn_rt *rt = NULL;
+        ppn_status st = ppn_rt_create("sim", &rt);
+        tu_env_restore();
+        assert_int_equal(st, PPN_OK);
+        ppn_load_opts o = ppn_load_opts_default();
+        o.ctx = 64;
+        adopter a = {.m = tu_model_load(rt, tu_fixture("hf/llama-tiny"), &o), .declare = mode == 0};
+        assert_int_equal(ppn_seq_create(a.m, &a.q), PPN_OK);
+        static const int prompt[3] = {1, 2, 3};
+        assert_int_equal(ppn_prefill(a.q, prompt, 3, NULL, NULL), PPN_OK);
+        pthread_t th;
+        assert_int_equal(pthread_create(&th, NULL, adopter_main, &a), 0);
+        if (a.declare) assert_int_equal(ppn_model_handoff_release(a.m, (const void *)&a.posted), PPN_OK);
+        atomic_store(&a.posted, 1);
+        pthread_join(th, NULL);
+        if (a.declare) assert_int_equal(ppn_model_handoff_acquire(a.m, &a.back), PPN_OK);
+        if (mode == 1) {
+            if (a.st != PPN_ERACE) fail_msg("undeclared: expected PPN_ERACE, got %s: %s", ppn_status_name(a.st), a.err);
+            if (!strstr(a.err, "RACE on pinned host range") || !strstr(a.err, "host write of prefill tokens"))
+                fail_msg("undeclared: not the race on the reused tokens: %s", a.err);
+        } else {
+            if (a.st != PPN_OK) fail_msg("mode %d: %s", mode, a.err);
+            assert_int_equal(ppn_seq_pos(a.q), 6);
+            assert_int_equal(ppn_decode_step(a.q, 8, NULL), PPN_OK); /* A again: clean too */
+        }
+        ppn_seq_destroy(a.q);
+        assert_int_equal(ppn_model_free(a.m), PPN_OK);
+        ppn_rt_destroy(rt); /* after a report the backend's sticky error may be returned here */
+    }
+}
+
+/* NULL model or key: refused, named, nothing declared. */
+static void test_api_model_handoff_refuses_null(void **state)
+{
+    api_fix *f = *state;
+    int key = 0;
+    assert_int_equal(ppn_model_handoff_release(NULL, &key), PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "ppn_model_handoff_release: model is NULL"));
+    assert_int_equal(ppn_model_handoff_release(f->m, NULL), PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "ppn_model_handoff_release: key is NULL"));
+    assert_int_equal(ppn_model_handoff_acquire(NULL, &key), PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "ppn_model_handoff_acquire: model is NULL"));
+    assert_int_equal(ppn_model_handoff_acquire(f->m, NULL), PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "ppn_model_handoff_acquire: key is NULL"));
+    assert_int_equal(ppn_model_handoff_acquire(f->m, &key), PPN_OK); /* never released: adopts nothing */
+    assert_int_equal(ppn_model_handoff_release(f->m, &key), PPN_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -297,6 +387,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_api_steps_waited_in_any_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_api_dropped_steps_free_their_room, setup, teardown),
         cmocka_unit_test_setup_teardown(test_api_destroy_with_steps_in_flight, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_api_model_handoff_refuses_null, setup, teardown),
+        cmocka_unit_test(test_api_model_handoff_between_threads),
         cmocka_unit_test(test_api_dtype_names),
         cmocka_unit_test(test_api_nonfinite_weights_refused),
         cmocka_unit_test(test_api_nonfinite_logits_named),

@@ -555,6 +555,126 @@ static void test_hazard_publish_with_steps_in_flight(void **state)
     }
 }
 
+/* ---- the synchronous many-rows walks: tokens written into pinned staging, ids read back ----------------------- */
+
+/* One stage of llama-tiny, two sequences primed (clean) with a short prompt; every path below run once (clean)
+ * so that what each allocates lazily is allocated before the planted call. */
+typedef struct walks {
+    ppn_rt *r;
+    ppn_model *m;
+    ppn_seq *q[2];
+} walks;
+
+enum walk_path { WALK_PREFILL, WALK_BATCH, WALK_VERIFY };
+
+static const char *const walk_name[] = {"prefill", "batch", "verify"};
+
+/* The path's call on w's sequences: a prefill of 2 ids, a batch of 2 rows with their ids, a verify of 2 drafts. */
+static ppn_status walk_run(walks *w, enum walk_path path)
+{
+    int toks[2] = {3, 4}, ids[2], out[3], n_out;
+    if (path == WALK_PREFILL) return ppn_prefill(w->q[0], toks, 2, NULL, NULL);
+    if (path == WALK_BATCH) return ppn_decode_batch_ex(w->q, toks, 2, NULL, NULL, ids);
+    return ppn_spec_verify(w->q[0], 5, toks, 2, out, &n_out);
+}
+
+static walks walks_open(void)
+{
+    walks w = {rt_with(NULL, NULL), NULL, {NULL, NULL}};
+    ppn_load_opts o = opts_for(NULL);
+    w.m = tu_model_load(w.r, tu_fixture("hf/llama-tiny"), &o);
+    int prompt[2] = {1, 2};
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(ppn_seq_create(w.m, &w.q[i]), PPN_OK);
+        assert_int_equal(ppn_prefill(w.q[i], prompt, 2, NULL, NULL), PPN_OK);
+    }
+    for (int path = WALK_PREFILL; path <= WALK_VERIFY; path++) assert_int_equal(walk_run(&w, path), PPN_OK);
+    expect_clean(w.r->g);
+    return w;
+}
+
+static void walks_close(walks *w)
+{
+    for (int i = 0; i < 2; i++) ppn_seq_destroy(w->q[i]); /* its syncs: every stream */
+    assert_int_equal(ppn_model_free(w->m), PPN_OK);
+    assert_int_equal(ppn_rt_destroy(w->r), PPN_OK);
+}
+
+/* Every stream of w's model drained, so a copy that runs after the host's access in real time has been checked
+ * (a report makes every sync fail: the report is taken after). */
+static void walks_settle(walks *w)
+{
+    ppn_gpu *g = w->r->g;
+    for (int s = 0; s < w->m->map->n_stages; s++) (void)OPS(g)->stream_sync(g, w->m->stages[s].stream);
+    (void)OPS(g)->stream_sync(g, w->m->rb_stream);
+}
+
+/* The report after a planted walk: a race on the pinned range between the host's access (how: "read" or
+ * "write", of what) and the walk's copy (copy: "copy dtoh" or "copy htod"), whichever ran first. */
+static void expect_pinned_race(walks *w, ppn_status call, const char *how, const char *what, const char *copy)
+{
+    ppn_gpu *g = w->r->g;
+    walks_settle(w);
+    char msg[1024] = "", host[96];
+    ppn_status rep = ppn_gpu_sim_take_error(g, msg, sizeof msg);
+    snprintf(host, sizeof host, "host %s of %s", how, what);
+    if (rep != PPN_ERACE)
+        fail_msg("expected a race, got %s (call: %s): %s", ppn_status_name(rep), ppn_status_name(call), msg);
+    if (!strstr(msg, "RACE on pinned host range") || !strstr(msg, host) || !strstr(msg, copy))
+        fail_msg("not the race of the %s with a %s: %s", host, copy, msg);
+    assert_true(counts(g).race >= 1);
+}
+
+/* A batch's and a verify's ids are read once the walk is waited: with the device half of that wait removed
+ * (test-only switch), the host reads them while the last stage's copy into them may not have run. */
+static void test_hazard_walk_ids_read_before_the_walk_has_run(void **state)
+{
+    (void)state;
+    static const char *const what[] = {[WALK_BATCH] = "batch ids readback", [WALK_VERIFY] = "verify ids readback"};
+    for (int path = WALK_BATCH; path <= WALK_VERIFY; path++)
+        for (int planted = 0; planted < 2; planted++) {
+            walks w = walks_open();
+            ppn_pend_test_skip_wait_syncs(planted);
+            ppn_status st = walk_run(&w, path);
+            ppn_pend_test_skip_wait_syncs(0);
+            if (planted) {
+                expect_pinned_race(&w, st, "read", what[path], "copy dtoh");
+            } else {
+                if (st != PPN_OK) fail_msg("%s: %s", walk_name[path], ppn_last_error());
+                walks_settle(&w);
+                expect_clean(w.r->g);
+            }
+            walks_close(&w);
+        }
+}
+
+/* The tokens of a prefill, a batch and a verify are written into pinned staging before the walk is issued; the
+ * memory comes from the pinned arena, where the last call's walk copied its tokens out of the same bytes. That
+ * call's wait orders its copy before the write; with the device half of the wait removed (test-only switch, on
+ * the prefill before), the write races with the copy. */
+static void test_hazard_walk_tokens_written_under_the_last_walk(void **state)
+{
+    (void)state;
+    static const char *const what[] = {"prefill tokens", "batch tokens", "verify tokens"};
+    for (int path = WALK_PREFILL; path <= WALK_VERIFY; path++)
+        for (int planted = 0; planted < 2; planted++) {
+            walks w = walks_open();
+            ppn_pend_test_skip_wait_syncs(planted);
+            ppn_status st = walk_run(&w, WALK_PREFILL); /* the last owner of the tokens' pinned bytes */
+            ppn_pend_test_skip_wait_syncs(0);
+            assert_int_equal(st, PPN_OK);
+            st = walk_run(&w, path);
+            if (planted) {
+                expect_pinned_race(&w, st, "write", what[path], "copy htod");
+            } else {
+                if (st != PPN_OK) fail_msg("%s: %s", walk_name[path], ppn_last_error());
+                walks_settle(&w);
+                expect_clean(w.r->g);
+            }
+            walks_close(&w);
+        }
+}
+
 /* ---- host threads ---------------------------------------------------------------------------------------------- */
 
 typedef struct reader {
@@ -671,6 +791,8 @@ int main(void)
         cmocka_unit_test(test_hazard_seq_destroy_with_steps_in_flight),
         cmocka_unit_test(test_hazard_kv_table_rewritten_under_a_dropped_step),
         cmocka_unit_test(test_hazard_publish_with_steps_in_flight),
+        cmocka_unit_test(test_hazard_walk_ids_read_before_the_walk_has_run),
+        cmocka_unit_test(test_hazard_walk_tokens_written_under_the_last_walk),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -87,7 +87,8 @@ static const ppn_env_var env_table[] = {
         "0: sim ops run as fast as they can; 1: each takes a modelled time; K: K times it"),
     FLAG("PPN_SIM_THREAD_CLOCKS", PPN_ENV_SIM, 0, "1",
          "1: the sim checker gives each host thread its own clock (a sync orders only that thread's later ops; a "
-         "hand-off between threads counts only where declared); 0: one clock shared by every thread (opt-out)"),
+         "hand-off between threads counts only where declared: the runtime's own, an embedder's through "
+         "ppn_model_handoff_release / _acquire); 0: one clock shared by every thread (opt-out)"),
     /* Diagnostics. */
     FLAG("PPN_TRACE", PPN_ENV_DIAG, 0, "0", "1: print the phases of load and step on stderr"),
     FLAG("PPN_KPROF", PPN_ENV_DIAG, 0, "0",

@@ -17,8 +17,9 @@
  *                    (default): ops run as fast as they can. The launch/graph ratio is the H200's (DESIGN.md:
  *                    100 small kernels, 333 us through a stream, 114 us as one graph)
  *   PPN_SIM_THREAD_CLOCKS  1 (default): a checker clock per host thread (a sync orders only the syncing
- *                    thread's later ops; a hand-off between threads orders them only where the runtime declares
- *                    it, host_release / host_acquire); 0: one host clock shared by every thread, the opt-out
+ *                    thread's later ops; a hand-off between threads orders them only where it is declared,
+ *                    host_release / host_acquire: by the runtime, or by an embedder through ppn.h's
+ *                    ppn_model_handoff_release / _acquire); 0: one host clock shared by every thread, the opt-out
  *                    (a race that timing happens to order goes unseen; sim_check.c says more)
  *   PPN_KPROF        1: account each kernel's calls, declared bytes and the CPU wall time of its reference
  *                    implementation (kprof_read); 0 (default): off

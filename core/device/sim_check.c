@@ -38,7 +38,8 @@
  * before the signal publishes the thread's clock under a key, host_acquire after the wait merges it. The
  * runtime declares each of its hand-offs beside the synchronisation itself: the stage threads' commands and
  * done words (core/step.c, core/model.c), a step's done generation (core/step.c, core/pending.c, core/seq.c),
- * the boundary generations (transport/boundary.c) and the engine's scheduler thread (core/engine.c).
+ * the boundary generations (transport/boundary.c) and the engine's scheduler thread (core/engine.c); an
+ * embedder declares its own through ppn.h's ppn_model_handoff_release / _acquire (core/model.c).
  * PPN_SIM_THREAD_CLOCKS=0 makes every thread share one clock (the opt-out: a race that timing orders then
  * goes unseen).
  * An earlier access by stream j at clock c happens-before the current op of stream i iff c <= VC_i[j].
