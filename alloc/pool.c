@@ -278,10 +278,10 @@ ppn_status ppn_pool_create(ppn_gpu *g, int dev, size_t slab_bytes, ppn_pool **ou
 }
 
 /* Keep the first failure of a teardown in *first (with its message), carry on with the rest. */
-static void keep_first(ppn_status *first, ppn_status st, const ppn_pool *p, const char *what)
+static void keep_first(ppn_err_first *first, ppn_status st, const ppn_pool *p, const char *what)
 {
-    if (st == PPN_OK || *first != PPN_OK) return;
-    *first = ppn_err_ctx(st, "pool dev %d: destroy: %s", p->dev, what);
+    if (st == PPN_OK || first->st != PPN_OK) return;
+    ppn_err_first_add(first, ppn_err_ctx(st, "pool dev %d: destroy: %s", p->dev, what));
 }
 
 /* A failed free does not stop the teardown (issue 14's rule for free and destroy paths): every other block,
@@ -291,7 +291,7 @@ static void keep_first(ppn_status *first, ppn_status st, const ppn_pool *p, cons
  * slab (the caller drained the streams, which is what their unrecorded events could not prove). */
 ppn_status ppn_pool_destroy(ppn_pool *p)
 {
-    ppn_status first = PPN_OK;
+    ppn_err_first first = {0};
     if (!p) return PPN_OK;
     for (block *b = p->all, *nx; b; b = nx) {
         nx = b->next_all;
@@ -307,7 +307,7 @@ ppn_status ppn_pool_destroy(ppn_pool *p)
     free(p->live);
     pthread_mutex_destroy(&p->mu);
     free(p);
-    return first;
+    return ppn_err_first_done(&first);
 }
 
 static ppn_status alloc_locked(ppn_pool *p, size_t n, ppn_gstream *s, const char *tag, ppn_dptr *out)

@@ -163,8 +163,11 @@ ppn_load_opts ppn_load_opts_default(void);
  *         and how much; nothing stays allocated), PPN_EDRIVER, PPN_ENOKERNELS. */
 ppn_status ppn_model_load(ppn_rt *rt, const char *path, const ppn_load_opts *opts, ppn_model **out);
 /* Free a model whose sequences were all destroyed (NULL: nothing to do): stage threads stopped, streams drained,
- * weights returned to the pools. A model that failed (a sticky stage failure) is freed the same way.
- * @return PPN_OK, PPN_ESTATE (sequences still live on it: the message says how many; nothing is freed). */
+ * weights returned to the pools. A model that failed (a sticky stage failure) is freed the same way. A device
+ * free that fails does not stop it: the model is gone and the first failure returned.
+ * @return PPN_OK, PPN_ESTATE (sequences still live on it: the message says how many; nothing is freed),
+ *         PPN_EDRIVER (a block's free could not be ordered on its stream: the block is kept out of use until
+ *         ppn_rt_destroy, which frees it; the message names it). */
 ppn_status ppn_model_free(ppn_model *m);
 
 typedef struct ppn_model_info {
@@ -185,8 +188,11 @@ void ppn_model_get_info(const ppn_model *m, ppn_model_info *out);
  *         PPN_EDRIVER, the model's sticky failure. */
 ppn_status ppn_seq_create(ppn_model *m, ppn_seq **out);
 /* Destroy a sequence (NULL: nothing to do). Its steps still in flight are drained first and their results
- * dropped; its ppn_step_id values die with it. Never fails. */
-void ppn_seq_destroy(ppn_seq *s);
+ * dropped (a failure they met stays the model's); its ppn_step_id values die with it. The sequence is gone
+ * whatever the status: a device free that fails does not stop the rest.
+ * @return PPN_OK, PPN_EDRIVER (a block's free could not be ordered on its stream: the block is kept out of use
+ *         until ppn_rt_destroy, which frees it; the message names it). */
+ppn_status ppn_seq_destroy(ppn_seq *s);
 /* Start over at position 0 (its KV blocks go back to the pools). Deferred steps still in flight are drained
  * first and their results dropped, so their in-flight room is free again.
  * @return PPN_OK, or the failure one of those steps met (the sequence is reset all the same). */

@@ -16,7 +16,9 @@
  *     nothing sticky), the pools hold no live block once every model is freed, and a fresh model loaded on the
  *     same runtime runs the workload to the same bits as a run that never failed (100% of the K);
  *   - a failed free (or a failure anywhere in ppn_rt_destroy) is returned by ppn_rt_destroy, which still frees
- *     everything else (the backend reclaims what its driver refused to free when it closes).
+ *     everything else (the backend reclaims what its driver refused to free when it closes);
+ *   - a failed record at a pool free (the block retired: alloc/pool.h) is returned by what freed it, the
+ *     sequence's destroy and the model's free included, which still complete: every record K visited is reported.
  * Host functions: the runtime issues none (hostfn's count is 0 on every path), so its sweep only proves that.
  * Also the non-finite scan that guards weights and logits (core/base/dtype.c): every position, every dtype. */
 #include <stdarg.h>
@@ -147,7 +149,8 @@ static ppn_seq *wl_steps(ppn_model *m, const placement *pl, int vocab, wl_out *o
     return q;
 }
 
-/* Load, run, and free; e records the first failure. Returns 1 when the model freed. */
+/* Load, run, and free; e records the first failure (the frees' too). Returns 1 when the model freed (a failed
+ * device free does not stop that: it is only reported). */
 static int wl_run(ppn_rt *rt, const placement *pl, const char *path, int vocab, wl_out *out, wl_err *e)
 {
     ppn_door d;
@@ -173,10 +176,14 @@ static int wl_run(ppn_rt *rt, const placement *pl, const char *path, int vocab, 
             fail_msg("after '%s' (%s) failed, a new step got %s: %s", e->msg, ppn_status_name(e->st),
                      ppn_status_name(again), ppn_last_error());
     }
-    ppn_seq_destroy(qs[2]);
-    ppn_seq_destroy(qs[1]);
-    ppn_seq_destroy(q);
-    return ppn_model_free(m) == PPN_OK;
+    /* a free that fails in a teardown (a pool block retired: its event record failed) is reported, and the
+     * teardown still completes */
+    wl_note(e, ppn_seq_destroy(qs[2]), "seq_destroy");
+    wl_note(e, ppn_seq_destroy(qs[1]), "seq_destroy");
+    wl_note(e, ppn_seq_destroy(q), "seq_destroy");
+    st = ppn_model_free(m);
+    wl_note(e, st, "model_free");
+    return st != PPN_ESTATE;
 }
 
 typedef struct sweep_fix {
@@ -322,7 +329,14 @@ static void sweep_kind(void **state, int kind, uint64_t min_calls)
         uint64_t n = f->calls[p][kind];
         int stride = fault_stride(n), hits = 0, runs = 0, clean = 0;
         uint64_t k = 1 + (uint64_t)(p % stride);
-        for (; k <= n; k += (uint64_t)stride, runs++) hits += sweep_one(f, p, k_kinds[kind], (int)k);
+        for (; k <= n; k += (uint64_t)stride, runs++) {
+            int hit = sweep_one(f, p, k_kinds[kind], (int)k);
+            hits += hit;
+            /* every record is reported when it fails: a pool free's too (its block retired), from a teardown */
+            if (kind == F_RECORD && !hit)
+                fail_msg("%s: PPN_SIM_FAIL=record:%llu failed a call that nothing reported", k_places[p].name,
+                         (unsigned long long)k);
+        }
         for (k = n + 1; clean < TAIL; k++, runs++) { /* past the count: ppn_rt_destroy's frees, then nothing */
             int hit = sweep_one(f, p, k_kinds[kind], (int)k);
             hits += hit;

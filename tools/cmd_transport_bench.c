@@ -322,7 +322,7 @@ static ppn_status case_teardown(tb_case *c)
     ppn_gpu *g = c->g;
     ppn_status st = g->ops->stream_sync(g, c->prod), s2 = g->ops->stream_sync(g, c->cons);
     if (st == PPN_OK) st = s2;
-    if (c->b_init) ppn_boundary_fini(&c->b, g);
+    if (c->b_init && (s2 = ppn_boundary_fini(&c->b, g)) != PPN_OK && st == PPN_OK) st = s2;
     if (c->io && (s2 = ppn_pool_free(c->pfrom, c->io, c->prod)) != PPN_OK && st == PPN_OK) st = s2;
     if (c->local && (s2 = ppn_pool_free(c->pto, c->local, c->cons)) != PPN_OK && st == PPN_OK) st = s2;
     if (c->zeros && (s2 = ppn_pool_free(c->pto, c->zeros, c->cons)) != PPN_OK && st == PPN_OK) st = s2;
