@@ -369,7 +369,8 @@ ppn_status ppn_decode_batch(ppn_seq **seqs, const int *tokens, int n, float *log
  *         after the first step was issued is sticky for the model (the ids of the steps before it are written), so
  *         is PPN_ENONFINITE for n > 1: a row with a logit that is NaN or infinite (its device argmax is -1, which
  *         the next step's embedding reads as zeros), named by row, step, sequence, position and stage. A batch of
- *         one reports it as ppn_decode_greedy does. */
+ *         one reports it as ppn_decode_greedy does. PPN_EDRIVER after every step ran (ids all written, not sticky):
+ *         a device token block's free could not be ordered (the block is kept out of use until ppn_rt_destroy). */
 ppn_status ppn_decode_batch_greedy(ppn_seq *const *seqs, const int *tokens, int n, int steps, const ppn_batch_opts *o,
                                    int *ids);
 
