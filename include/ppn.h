@@ -453,6 +453,11 @@ typedef struct ppn_stats {
     uint64_t spec_verifies, spec_drafted, spec_accepted; /* ppn_spec_verify calls, draft ids given, accepted */
     uint64_t spec_split_verifies;              /* verify forwards that walked the per-stage split */
     uint64_t batch_greedy_steps;               /* steps of ppn_decode_batch_greedy done (fed on the device) */
+    /* pool blocks retired, summed over devices: a free whose ordering failed (PPN_EDRIVER from ppn_seq_destroy,
+     * ppn_model_free ...) keeps its block out of use until ppn_rt_destroy frees it. The runtime's pools, which
+     * every model on it shares, like pool_in_use. */
+    uint64_t pool_retired;
+    size_t pool_retired_bytes;                 /* their bytes (size classes; still counted in pool_reserved) */
 } ppn_stats;
 /* A snapshot of the counters (relaxed reads: exact between steps). Never fails. */
 void ppn_model_get_stats(const ppn_model *m, ppn_stats *out);
@@ -726,9 +731,13 @@ ppn_engine_opts ppn_engine_opts_default(void);
  * @return PPN_OK, PPN_EINVAL (NULL, an option out of range: named), PPN_ENOMEM (host memory, or the thread). */
 ppn_status ppn_engine_create(ppn_model *m, const ppn_engine_opts *opts, ppn_engine **out);
 /* Stop the engine (NULL: nothing to do): no more submits (they get PPN_ESTATE); every queued and running request
- * is cancelled and gets its final event before this returns; the thread is joined, the sequences destroyed.
- * The model is the caller's again. Call it from one thread, never from a callback. */
-void ppn_engine_destroy(ppn_engine *e);
+ * is cancelled and gets its final event before this returns; the thread is joined, the sequences destroyed
+ * (ppn_seq_destroy). The engine is gone and the model is the caller's again whatever the status. Call it from
+ * one thread, never from a callback.
+ * @return PPN_OK, PPN_EDRIVER (destroying a sequence, a block's free could not be ordered on its stream: the
+ *         block is kept out of use until ppn_rt_destroy, which frees it; the message names it; the first such
+ *         failure is returned, the other sequences destroyed all the same). */
+ppn_status ppn_engine_destroy(ppn_engine *e);
 
 /* Queue a request; *id names it (never 0). The prompt is tokenized (or rendered) on the caller's thread, and
  * everything the request points to may be freed when this returns.
