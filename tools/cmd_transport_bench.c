@@ -638,7 +638,7 @@ int cmd_transport_bench(int argc, char **argv)
     else if (a.json) rc = print_json(&run);
     else print_table(&run);
     if (rc == 0 && a.plot) rc = write_plot(&run);
-    ppn_rt_destroy(run.rt);
+    rc = cli_rt_destroy(run.rt, rc);
     free(run.res);
     return rc;
 }
