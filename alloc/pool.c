@@ -25,6 +25,7 @@ typedef struct block {
     size_t size;              /* rounded size: the class size, or the large size */
     int cls;                  /* class index, or -1 for large */
     int live;
+    int retired;              /* its free's event record failed: out of circulation until ppn_pool_destroy */
     ppn_gstream *last_stream; /* stream of the last free (NULL: never freed) */
     ppn_gevent *ev;           /* recorded on last_stream at the last free */
     struct block *next_free;  /* free-list link (valid while !live) */
@@ -242,9 +243,20 @@ static ppn_status order_reuse(ppn_pool *p, block *b, ppn_gstream *s)
 
 static void push_free(ppn_pool *p, block *b)
 {
+    PPN_ASSERT(!b->retired);
     block **list = b->cls >= 0 ? &p->free_cls[b->cls] : &p->free_large;
     b->next_free = *list;
     *list = b;
+}
+
+/* A block whose free could not be ordered (no event recorded on the freeing stream): work queued before the
+ * free may still use it, and nothing can make a later user wait for that work, so it is never handed out again.
+ * It stays on p->all, so ppn_pool_destroy releases it with everything else (its caller drained the streams). */
+static void retire(ppn_pool *p, block *b)
+{
+    b->retired = 1;
+    p->st.retired++;
+    p->st.retired_bytes += b->size;
 }
 
 /* Public --------------------------------------------------------------------------------------------------- */
@@ -266,18 +278,20 @@ ppn_status ppn_pool_create(ppn_gpu *g, int dev, size_t slab_bytes, ppn_pool **ou
 }
 
 /* Keep the first failure of a teardown in *first (with its message), carry on with the rest. */
-static void keep_first(ppn_status *first, ppn_status st, const ppn_pool *p, const char *what)
+static void keep_first(ppn_err_first *first, ppn_status st, const ppn_pool *p, const char *what)
 {
-    if (st == PPN_OK || *first != PPN_OK) return;
-    *first = ppn_err_ctx(st, "pool dev %d: destroy: %s", p->dev, what);
+    if (st == PPN_OK || first->st != PPN_OK) return;
+    ppn_err_first_add(first, ppn_err_ctx(st, "pool dev %d: destroy: %s", p->dev, what));
 }
 
 /* A failed free does not stop the teardown (issue 14's rule for free and destroy paths): every other block,
  * slab and event is still released and the first failure returned; what the driver refused to free is its own
- * to reclaim when the backend closes (cuda: the context; sim: its close frees every live allocation). */
+ * to reclaim when the backend closes (cuda: the context; sim: its close frees every live allocation). Retired
+ * blocks are on p->all like every other: a large one's raw allocation is freed here, a small one goes with its
+ * slab (the caller drained the streams, which is what their unrecorded events could not prove). */
 ppn_status ppn_pool_destroy(ppn_pool *p)
 {
-    ppn_status first = PPN_OK;
+    ppn_err_first first = {0};
     if (!p) return PPN_OK;
     for (block *b = p->all, *nx; b; b = nx) {
         nx = b->next_all;
@@ -293,7 +307,7 @@ ppn_status ppn_pool_destroy(ppn_pool *p)
     free(p->live);
     pthread_mutex_destroy(&p->mu);
     free(p);
-    return first;
+    return ppn_err_first_done(&first);
 }
 
 static ppn_status alloc_locked(ppn_pool *p, size_t n, ppn_gstream *s, const char *tag, ppn_dptr *out)
@@ -352,17 +366,17 @@ ppn_status ppn_pool_free(ppn_pool *p, ppn_dptr ptr, ppn_gstream *s)
         goto out;
     }
     p->g->ops->mem_annotate(p->g, s, p->dev, b->user, b->size, PPN_ANN_FREE, NULL);
+    p->st.in_use -= b->size;
+    b->live = 0;
     st = p->g->ops->event_record(p->g, b->ev, s);
     if (st != PPN_OK) {
-        /* The block may still be in use by s: keep it out of circulation rather than risk a bad reuse. */
-        ppn_err_ctx(st, "pool dev %d: free of 0x%llx (block retired)", p->dev, (unsigned long long)ptr);
-        p->st.in_use -= b->size;
+        retire(p, b);
+        st = ppn_err_ctx(st, "pool dev %d: free of 0x%llx: the block's event record failed, so it is retired (out "
+                         "of circulation until the pool is destroyed)", p->dev, (unsigned long long)ptr);
         goto out;
     }
-    b->live = 0;
     b->last_stream = s;
     push_free(p, b);
-    p->st.in_use -= b->size;
     p->st.frees++;
 out:
     pthread_mutex_unlock(&p->mu);

@@ -14,6 +14,15 @@
  *   - there is no opportunistic reuse: a block freed on T is never handed to S without that wait, even if the
  *     event has completed long ago.
  *
+ * Retired blocks (issue 14): when the event record of a free fails, nothing orders a later user after the work
+ * queued on S before the free, so the block is retired instead of freed: it leaves the live map (a second free
+ * of ptr is a double free) and in_use, never goes back to a free list, and is counted in stats.retired and
+ * stats.retired_bytes (its bytes stay in reserved). The free returns the record's failure with a message that
+ * says the block was retired; callers propagate it (a teardown carries on and returns its first failure). While
+ * the pool lives no allocation returns a retired block's address; ppn_pool_destroy releases retired blocks with
+ * every other one (a large block's raw allocation is freed, a small block goes with its slab), under the same
+ * precondition as for live blocks: the streams that used the pool have been drained.
+ *
  * Threading contract: all functions are thread-safe (one mutex per pool). The mutex is held across the
  * backend calls that alloc/free make (event record, stream wait), which are host-side enqueues only.
  * Callers on the step path should allocate at setup and reuse; the pool is still correct if they do not.
@@ -33,7 +42,10 @@ typedef struct ppn_pool_stats {
     size_t reserved;        /* bytes of raw memory held (slabs + large blocks) */
     uint64_t slabs;         /* raw allocations made (slabs + large) = driver allocations */
     uint64_t cross_waits;   /* stream waits inserted for cross-stream reuse */
-    uint64_t allocs, frees; /* calls */
+    uint64_t allocs;        /* calls */
+    uint64_t frees;         /* frees that put a block back in circulation (a retirement is not one) */
+    uint64_t retired;       /* blocks retired: their free's event record failed (out of circulation until destroy) */
+    size_t retired_bytes;   /* their bytes (rounded to the size class; still counted in reserved) */
 } ppn_pool_stats;
 
 /* Create a pool for device dev. slab_bytes 0 = default (2 MiB... grows with demand; see pool.c).
@@ -50,7 +62,9 @@ ppn_status ppn_pool_destroy(ppn_pool *p);
  * serves again once blocks are freed), PPN_EDRIVER (the stream wait or event creation failed). */
 ppn_status ppn_pool_alloc(ppn_pool *p, size_t n, ppn_gstream *s, const char *tag, ppn_dptr *out);
 /* Free ptr, stream-ordered on s (work enqueued on s before this call may still use it).
- * Returns PPN_OK, PPN_EDOUBLEFREE (ptr not a live block of this pool: message names it), PPN_EDRIVER. */
+ * Returns PPN_OK, PPN_EINVAL (s NULL, or a stream of another device), PPN_EDOUBLEFREE (ptr not a live block of
+ * this pool: message names it), or the event record's failure (PPN_EDRIVER, or on sim the checker's sticky
+ * status): ptr is then no longer live but retired, not freed (see "Retired blocks" above; the message says so). */
 ppn_status ppn_pool_free(ppn_pool *p, ppn_dptr ptr, ppn_gstream *s);
 
 void ppn_pool_get_stats(ppn_pool *p, ppn_pool_stats *out);

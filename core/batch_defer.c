@@ -293,10 +293,13 @@ static ppn_status greedy_alloc(ppn_model *m, greedy *g)
     return m->rt->g->ops->stream_sync(m->rt->g, ds);
 }
 
-static void greedy_free(ppn_model *m, greedy *g)
+/* Everything freed; the first failed device free returned. */
+static ppn_status greedy_free(ppn_model *m, greedy *g)
 {
-    for (int k = 0; k < PPN_MAX_INFLIGHT; k++) ppn_model_block_free(m, g->dev, &g->gtok[k]);
+    ppn_err_first first = {0};
+    for (int k = 0; k < PPN_MAX_INFLIGHT; k++) ppn_err_first_add(&first, ppn_model_block_free(m, g->dev, &g->gtok[k]));
     for (int j = 0; j < g->depth; j++) ppn_batch_plan_free(m, &g->pl[j]);
+    return ppn_err_first_done(&first);
 }
 
 /* Plan pl for the next step: positions now, and every micro-batch's argmax kept on the device; after the first
@@ -419,7 +422,10 @@ ppn_status ppn_decode_batch_greedy(ppn_seq *const *seqs, const int *tokens, int 
             st = unsplit ? greedy_unsplit(m, &g, seqs, steps, ids) : greedy_staged(m, &g, seqs, steps, ids);
             if (st != PPN_OK) ppn_model_fail(m, st), ppn_rows_quiesce(m);
         }
-        greedy_free(m, &g);
+        ppn_err_first first = {0}; /* the loop's failure first, with its message; else a failed free's */
+        ppn_err_first_add(&first, st);
+        ppn_err_first_add(&first, greedy_free(m, &g));
+        st = ppn_err_first_done(&first);
     }
     if (st == PPN_OK) {
         atomic_fetch_add_explicit(&m->batch_steps, (uint64_t)steps, memory_order_relaxed);

@@ -811,9 +811,12 @@ static ppn_status engine_opts(ppn_engine *e, const ppn_engine_opts *o)
     return PPN_OK;
 }
 
-static void engine_free(ppn_engine *e)
+/* Free e and its spare sequences; returns the first failure destroying them (PPN_EDRIVER: a block retired, named
+ * in the message), everything freed all the same. */
+static ppn_status engine_free(ppn_engine *e)
 {
-    for (int i = 0; i < e->n_free; i++) ppn_seq_destroy(e->free_seqs[i]);
+    ppn_err_first first = {0};
+    for (int i = 0; i < e->n_free; i++) ppn_err_first_add(&first, ppn_seq_destroy(e->free_seqs[i]));
     while (e->live) {
         req *r = e->live;
         live_unlink(e, r);
@@ -835,6 +838,7 @@ static void engine_free(ppn_engine *e)
     pthread_cond_destroy(&e->wake);
     pthread_cond_destroy(&e->polled);
     free(e);
+    return ppn_err_first_done(&first);
 }
 
 ppn_status ppn_engine_create(ppn_model *m, const ppn_engine_opts *opts, ppn_engine **out)
@@ -882,14 +886,14 @@ ppn_status ppn_engine_create(ppn_model *m, const ppn_engine_opts *opts, ppn_engi
     return PPN_OK;
 }
 
-void ppn_engine_destroy(ppn_engine *e)
+ppn_status ppn_engine_destroy(ppn_engine *e)
 {
-    if (!e) return;
+    if (!e) return PPN_OK;
     pthread_mutex_lock(&e->mu);
     e->stopping = 1;
     pthread_cond_signal(&e->wake);
     pthread_mutex_unlock(&e->mu);
     pthread_join(e->thread, NULL);
     (void)ppn_model_handoff_acquire(e->m, &e->stopping); /* pairs with the release at the end of sched_main() */
-    engine_free(e);
+    return engine_free(e); /* on this thread: a failure's message is the caller's ppn_last_error() */
 }

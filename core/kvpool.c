@@ -19,14 +19,22 @@ static int blocks_for_pos(int pos) { return (pos + PPN_KV_BLOCK - 1) >> PPN_KV_B
 
 int ppn_kv_max_blocks(const ppn_model *m) { return blocks_for_pos(m->ctx); }
 
-static void pools_free(ppn_model *m)
+/* One layer's pools (none held: nothing to do); both freed whatever the first meets, its failure returned. */
+static ppn_status layer_pools_free(ppn_model *m, int l)
 {
-    for (int l = 0; l < m->cfg.n_layers && m->kv.dev; l++) {
-        if (m->kv.dev[l] < 0) continue;
-        ppn_model_block_free(m, m->kv.dev[l], &m->kv.k[l]);
-        ppn_model_block_free(m, m->kv.dev[l], &m->kv.v[l]);
-        m->kv.dev[l] = -1;
-    }
+    ppn_err_first first = {0};
+    if (m->kv.dev[l] < 0) return PPN_OK;
+    ppn_err_first_add(&first, ppn_model_block_free(m, m->kv.dev[l], &m->kv.k[l]));
+    ppn_err_first_add(&first, ppn_model_block_free(m, m->kv.dev[l], &m->kv.v[l]));
+    m->kv.dev[l] = -1;
+    return ppn_err_first_done(&first);
+}
+
+static ppn_status pools_free(ppn_model *m)
+{
+    ppn_err_first first = {0};
+    for (int l = 0; l < m->cfg.n_layers && m->kv.dev; l++) ppn_err_first_add(&first, layer_pools_free(m, l));
+    return ppn_err_first_done(&first);
 }
 
 /* Every layer's pools on the device map runs it on (moved only while no block is held). */
@@ -38,11 +46,7 @@ static ppn_status pools_fit(ppn_model *m, const ppn_stage_map *map)
     for (int l = 0; l < c->n_layers; l++) {
         int want = map->dev[ppn_layer_stage(map, l)];
         if (m->kv.dev[l] == want) continue;
-        if (m->kv.dev[l] >= 0) {
-            ppn_model_block_free(m, m->kv.dev[l], &m->kv.k[l]);
-            ppn_model_block_free(m, m->kv.dev[l], &m->kv.v[l]);
-            m->kv.dev[l] = -1;
-        }
+        PPN_CHECK(layer_pools_free(m, l));
         PPN_CHECK(ppn_model_block_alloc(m, want, bytes, "k pool", &m->kv.k[l]));
         m->kv.dev[l] = want; /* from here pools_free returns what was taken */
         PPN_CHECK(ppn_model_block_alloc(m, want, bytes, "v pool", &m->kv.v[l]));
@@ -70,14 +74,15 @@ ppn_status ppn_kv_init(ppn_model *m, int tokens)
     return PPN_OK;
 }
 
-void ppn_kv_fini(ppn_model *m)
+ppn_status ppn_kv_fini(ppn_model *m)
 {
-    pools_free(m);
+    ppn_status st = pools_free(m);
     ppn_hfree(m->kv.free);
     ppn_hfree(m->kv.k);
     ppn_hfree(m->kv.v);
     ppn_hfree(m->kv.dev);
     memset(&m->kv, 0, sizeof m->kv);
+    return st;
 }
 
 ppn_status ppn_kv_check_map(const ppn_model *m, const ppn_stage_map *map)

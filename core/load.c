@@ -106,20 +106,16 @@ static ppn_status model_alloc(ppn_rt *rt, const ppn_ckpt *c, const ppn_load_opts
 }
 
 /* Everything a model holds, in reverse order of creation: threads and streams, weights, device streams. Also
- * the cleanup of a load that failed part way. */
-static void model_release(ppn_model *m)
+ * the cleanup of a load that failed part way. A failed device free does not stop it: the first is returned. */
+static ppn_status model_release(ppn_model *m)
 {
-    if (!m) return;
+    if (!m) return PPN_OK;
     ppn_gpu *g = m->rt->g;
-    ppn_map_teardown(m);
-    ppn_kv_fini(m);
-    for (int b = 0; b < m->n_weight_blocks; b++) {
-        ppn_gstream *s;
-        ppn_pool *pool;
-        int dev = m->weight_blocks[b].dev;
-        if (ppn_model_dev_stream(m, dev, &s) == PPN_OK && ppn_rt_pool(m->rt, dev, &pool) == PPN_OK)
-            ppn_pool_free(pool, m->weight_blocks[b].ptr, s);
-    }
+    ppn_err_first first = {0};
+    ppn_err_first_add(&first, ppn_map_teardown(m));
+    ppn_err_first_add(&first, ppn_kv_fini(m));
+    for (int b = 0; b < m->n_weight_blocks; b++)
+        ppn_err_first_add(&first, ppn_model_block_free(m, m->weight_blocks[b].dev, &m->weight_blocks[b].ptr));
     for (int d = 0; d < PPN_MAX_DEVICES; d++) {
         if (!m->dev_stream[d]) continue;
         g->ops->stream_sync(g, m->dev_stream[d]);
@@ -131,6 +127,7 @@ static void model_release(ppn_model *m)
     ppn_hfree(m->layer_dev);
     ppn_hfree(m->stages);
     ppn_hfree(m);
+    return ppn_err_first_done(&first);
 }
 
 ppn_status ppn_model_load(ppn_rt *rt, const char *path, const ppn_load_opts *opts, ppn_model **out)
@@ -165,8 +162,10 @@ fail:
     if (m && m->map == map) map = NULL; /* published before a later part of the install failed */
     ppn_hfree(map);
     ppn_ckpt_close(c);
-    model_release(m);
-    return s;
+    ppn_err_first first = {0}; /* s with its message, whatever the release meets */
+    ppn_err_first_add(&first, s);
+    ppn_err_first_add(&first, model_release(m));
+    return ppn_err_first_done(&first);
 }
 
 static int seq_count(const ppn_model *m)
@@ -183,8 +182,7 @@ ppn_status ppn_model_free(ppn_model *m)
         return ppn_err(PPN_ESTATE, "ppn_model_free: %d sequence(s) still live on this model: destroy them first",
                        seq_count(m));
     m->rt->n_models--;
-    model_release(m);
-    return PPN_OK;
+    return model_release(m);
 }
 
 ppn_status ppn_model_publish_door(ppn_model *m, const ppn_door *d)

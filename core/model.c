@@ -83,12 +83,14 @@ ppn_status ppn_model_block_alloc(ppn_model *m, int dev, size_t n, const char *ta
     return ppn_pool_alloc(pool, n, s, tag, out);
 }
 
-void ppn_model_block_free(ppn_model *m, int dev, ppn_dptr *p)
+ppn_status ppn_model_block_free(ppn_model *m, int dev, ppn_dptr *p)
 {
     ppn_pool *pool;
     ppn_gstream *s;
-    if (!*p) return;
-    if (ppn_rt_pool(m->rt, dev, &pool) == PPN_OK && ppn_model_dev_stream(m, dev, &s) == PPN_OK)
-        ppn_pool_free(pool, *p, s);
+    if (!*p) return PPN_OK;
+    ppn_status st = ppn_rt_pool(m->rt, dev, &pool);
+    if (st == PPN_OK) st = ppn_model_dev_stream(m, dev, &s);
+    if (st == PPN_OK) st = ppn_pool_free(pool, *p, s); /* a failed record retires the block: reported */
     *p = 0;
+    return st;
 }

@@ -302,12 +302,14 @@ ppn_status ppn_model_drain(ppn_model *m);
 /* A block of n bytes from dev's pool, allocated (or freed) on dev's model stream: for state that stages use only
  * after a host sync (scratch, caches, slots), never on the step path. */
 ppn_status ppn_model_block_alloc(ppn_model *m, int dev, size_t n, const char *tag, ppn_dptr *out);
-void ppn_model_block_free(ppn_model *m, int dev, ppn_dptr *p); /* *p = 0 after; 0 is nothing to free */
+/* *p = 0 after, whatever the status (0 is nothing to free); the pool free's failure is returned (a failed event
+ * record retires the block: alloc/pool.h). */
+ppn_status ppn_model_block_free(ppn_model *m, int dev, ppn_dptr *p);
 
 /* kvpool.c: paged KV */
 int ppn_kv_max_blocks(const ppn_model *m);          /* blocks of one full-context sequence */
 ppn_status ppn_kv_init(ppn_model *m, int tokens);   /* the host side, for tokens positions (no pools yet) */
-void ppn_kv_fini(ppn_model *m);
+ppn_status ppn_kv_fini(ppn_model *m);            /* the pools freed; the first failed free returned */
 /* PPN_ESTATE when a sequence holds blocks of a layer map would move (checked before anything changes). */
 ppn_status ppn_kv_check_map(const ppn_model *m, const ppn_stage_map *map);
 ppn_status ppn_kv_fit_map(ppn_model *m, const ppn_stage_map *map); /* pools where map runs each layer */
@@ -343,7 +345,8 @@ ppn_status ppn_map_build(ppn_model *m, const ppn_door *d, ppn_stage_map **out);
 /* Install map: quiesce the old one, streams, boundaries, sequences refitted, publish, then the stage issue
  * threads, each running stage_fn on its commands. On success the model owns map. */
 ppn_status ppn_map_install(ppn_model *m, ppn_stage_map *map, ppn_issue_fn stage_fn);
-void ppn_map_teardown(ppn_model *m);
+/* Stop the stage threads, free the map's homes; a failed device free does not stop it (the first is returned). */
+ppn_status ppn_map_teardown(ppn_model *m);
 /* Destroy stage s's captured batch walks (its rows scratch or map is about to change; between drained steps). */
 void ppn_stage_drop_batch_graphs(ppn_model *m, int s);
 /* Destroy every stage's captured batch walks whose rows included q (q is being destroyed; between drains). */

@@ -13,12 +13,15 @@ static const size_t scratch_off[] = {
     offsetof(ppn_stage_scratch, attp), offsetof(ppn_stage_scratch, tokin), offsetof(ppn_stage_scratch, kvt),
 };
 
-/* Every block is freed on its device's stream after the caller drained the stages (host-ordered). */
-static void scratch_free(ppn_model *m, ppn_stage_scratch *r)
+/* Every block is freed on its device's stream after the caller drained the stages (host-ordered). A failed free
+ * does not stop the rest; the first failure is returned. */
+static ppn_status scratch_free(ppn_model *m, ppn_stage_scratch *r)
 {
+    ppn_err_first first = {0};
     for (size_t i = 0; i < sizeof scratch_off / sizeof scratch_off[0] && r->dev >= 0; i++)
-        ppn_model_block_free(m, r->dev, (ppn_dptr *)((char *)r + scratch_off[i]));
+        ppn_err_first_add(&first, ppn_model_block_free(m, r->dev, (ppn_dptr *)((char *)r + scratch_off[i])));
     r->dev = -1;
+    return ppn_err_first_done(&first);
 }
 
 /* Attention's scratch, zeroed once: its arrival counters must start at 0 (each launch leaves them 0). The
@@ -55,19 +58,23 @@ static ppn_status scratch_alloc(ppn_model *m, ppn_stage_scratch *r, int dev, int
     return attn_scratch_alloc(m, r, dev);
 }
 
-static void ring_free(ppn_seq *q)
+/* Like scratch_free: everything released, the first failed free returned. */
+static ppn_status ring_free(ppn_seq *q)
 {
     ppn_model *m = q->m;
     ppn_gpu *g = m->rt->g;
+    ppn_err_first first = {0};
     for (int i = 0; i < PPN_MAX_INFLIGHT; i++) {
-        if (q->ring_dev >= 0) ppn_model_block_free(m, q->ring_dev, &q->logits[i]);
+        if (q->ring_dev >= 0) ppn_err_first_add(&first, ppn_model_block_free(m, q->ring_dev, &q->logits[i]));
         if (q->done_ev[i]) g->ops->event_destroy(g, q->done_ev[i]);
         if (q->rb_ev[i]) g->ops->event_destroy(g, q->rb_ev[i]);
         q->done_ev[i] = q->rb_ev[i] = NULL;
     }
-    for (int i = 0; i < PPN_MAX_INFLIGHT && q->ring_dev >= 0; i++) ppn_model_block_free(m, q->ring_dev, &q->tok[i]);
-    if (q->ring_dev >= 0) ppn_model_block_free(m, q->ring_dev, &q->amx);
+    for (int i = 0; i < PPN_MAX_INFLIGHT && q->ring_dev >= 0; i++)
+        ppn_err_first_add(&first, ppn_model_block_free(m, q->ring_dev, &q->tok[i]));
+    if (q->ring_dev >= 0) ppn_err_first_add(&first, ppn_model_block_free(m, q->ring_dev, &q->amx));
     q->ring_dev = -1;
+    return ppn_err_first_done(&first);
 }
 
 /* The greedy token of each ring entry and the split argmax's scratch, zeroed once (its counter must start at
@@ -110,29 +117,32 @@ ppn_status ppn_seq_fit_map(ppn_seq *q, const ppn_stage_map *map)
         ppn_stage_scratch *r = &q->scr[s];
         int want = s < map->n_stages ? map->dev[s] : -1;
         if (r->dev == want) continue;
-        scratch_free(m, r);
+        PPN_CHECK(scratch_free(m, r));
         if (want >= 0) PPN_CHECK(scratch_alloc(m, r, want, s == 0));
     }
     int last = map->dev[map->n_stages - 1];
     if (q->ring_dev != last) {
-        ring_free(q);
+        PPN_CHECK(ring_free(q));
         PPN_CHECK(ring_alloc(q, last));
     }
     return PPN_OK;
 }
 
-static void seq_release(ppn_seq *q)
+/* Everything q holds; the first failed device free is returned (the rest is released all the same). */
+static ppn_status seq_release(ppn_seq *q)
 {
     ppn_model *m = q->m;
+    ppn_err_first first = {0};
     ppn_seq_drop_graphs(q);
     ppn_drop_batch_graphs_of(m, q);
     if (q->tbl_h) ppn_kv_release(q, 0);
-    for (int s = 0; s < PPN_MAX_STAGES; s++) scratch_free(m, &q->scr[s]);
-    ring_free(q);
+    for (int s = 0; s < PPN_MAX_STAGES; s++) ppn_err_first_add(&first, scratch_free(m, &q->scr[s]));
+    ppn_err_first_add(&first, ring_free(q));
     for (int i = 0; i < PPN_MAX_INFLIGHT; i++) ppn_pinned_free(m->rt->pinned, q->logits_h[i]);
     ppn_pinned_free(m->rt->pinned, q->tok_h);
     ppn_pinned_free(m->rt->pinned, q->tbl_h);
     ppn_hfree(q);
+    return ppn_err_first_done(&first);
 }
 
 ppn_status ppn_seq_create(ppn_model *m, ppn_seq **out)
@@ -158,9 +168,11 @@ ppn_status ppn_seq_create(ppn_model *m, ppn_seq **out)
     m->seqs = q;
     *out = q;
     return PPN_OK;
-fail:
-    seq_release(q);
-    return st;
+fail:;
+    ppn_err_first first = {0}; /* st with its message, whatever the release meets */
+    ppn_err_first_add(&first, st);
+    ppn_err_first_add(&first, seq_release(q));
+    return ppn_err_first_done(&first);
 }
 
 void ppn_seq_retire(ppn_seq *q, int ring)
@@ -227,9 +239,9 @@ ppn_status ppn_seq_drop_inflight(ppn_seq *q)
     return st;
 }
 
-void ppn_seq_destroy(ppn_seq *q)
+ppn_status ppn_seq_destroy(ppn_seq *q)
 {
-    if (!q) return;
+    if (!q) return PPN_OK;
     ppn_model *m = q->m;
     ppn_gpu *g = m->rt->g;
     (void)ppn_seq_drop_inflight(q); /* a failure stays on the model; destroying still works */
@@ -242,7 +254,7 @@ void ppn_seq_destroy(ppn_seq *q)
             *it = q->next;
             break;
         }
-    seq_release(q);
+    return seq_release(q);
 }
 
 ppn_status ppn_seq_reset(ppn_seq *s)

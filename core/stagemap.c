@@ -191,10 +191,13 @@ static ppn_status stage_streams(ppn_model *m, const ppn_stage_map *map)
     return PPN_OK;
 }
 
-static void boundaries_fini(ppn_model *m)
+/* Every boundary freed; the first failed slot free returned. */
+static ppn_status boundaries_fini(ppn_model *m)
 {
-    for (int b = 0; b < m->n_bnd; b++) ppn_boundary_fini(&m->bnd[b], m->rt->g);
+    ppn_err_first first = {0};
+    for (int b = 0; b < m->n_bnd; b++) ppn_err_first_add(&first, ppn_boundary_fini(&m->bnd[b], m->rt->g));
     m->n_bnd = 0;
+    return ppn_err_first_done(&first);
 }
 
 /* Slots are allocated and freed on their device's own stream (never a stage stream, which a later map may
@@ -238,12 +241,15 @@ static const size_t rows_off[] = {
     offsetof(ppn_rows_scratch, ids),  offsetof(ppn_rows_scratch, segs), offsetof(ppn_rows_scratch, attp),
 };
 
-static void rows_scratch_free(ppn_model *m, ppn_rows_scratch *r)
+/* Every block freed; the first failed free returned. */
+static ppn_status rows_scratch_free(ppn_model *m, ppn_rows_scratch *r)
 {
+    ppn_err_first first = {0};
     for (size_t i = 0; i < PPN_ARRAY_LEN(rows_off) && r->rows; i++)
-        ppn_model_block_free(m, r->dev, (ppn_dptr *)((char *)r + rows_off[i]));
+        ppn_err_first_add(&first, ppn_model_block_free(m, r->dev, (ppn_dptr *)((char *)r + rows_off[i])));
     r->rows = 0;
     r->dev = -1;
+    return ppn_err_first_done(&first);
 }
 
 /* Scratch for chunks of up to rows rows on dev: the layer's activations, the chunk's tokens, one logits row
@@ -285,7 +291,7 @@ static ppn_status rows_scratch_fit(ppn_model *m, const ppn_stage_map *map)
             r->batch_rows >= m->batch_cap)
             continue;
         ppn_stage_drop_batch_graphs(m, s); /* they name the scratch about to go */
-        rows_scratch_free(m, r);
+        PPN_CHECK(rows_scratch_free(m, r));
         if (want >= 0) PPN_CHECK(rows_scratch_alloc(m, r, want, m->rows_cap, map->n_stages));
     }
     return PPN_OK;
@@ -366,7 +372,7 @@ static ppn_status dev_streams_sync(ppn_model *m)
 /* The homes of map's stages: streams, boundary slots, scratch, KV pools, every sequence's scratch and ring. */
 static ppn_status map_homes(ppn_model *m, const ppn_stage_map *map)
 {
-    boundaries_fini(m); /* before any stream goes away */
+    PPN_CHECK(boundaries_fini(m)); /* before any stream goes away */
     PPN_CHECK(stage_streams(m, map));
     PPN_CHECK(boundaries_init(m, map));
     PPN_CHECK(rows_scratch_fit(m, map));
@@ -401,16 +407,20 @@ ppn_status ppn_map_install(ppn_model *m, ppn_stage_map *map, ppn_issue_fn stage_
     return PPN_OK;
 }
 
-void ppn_map_teardown(ppn_model *m)
+ppn_status ppn_map_teardown(ppn_model *m)
 {
+    ppn_err_first first = {0};
     if (m->map) quiesce(m);
     for (int s = 0; s < PPN_MAX_STAGES; s++) {
         ppn_stage_rt *sr = &m->stages[s];
         if (sr->thr_started) ppn_issue_stop(&sr->thr);
         sr->thr_started = 0;
     }
-    boundaries_fini(m);
-    for (int s = 0; s < PPN_MAX_STAGES; s++) ppn_stage_drop_batch_graphs(m, s), rows_scratch_free(m, &m->stages[s].rs);
+    ppn_err_first_add(&first, boundaries_fini(m));
+    for (int s = 0; s < PPN_MAX_STAGES; s++) {
+        ppn_stage_drop_batch_graphs(m, s);
+        ppn_err_first_add(&first, rows_scratch_free(m, &m->stages[s].rs));
+    }
     for (int s = 0; s < PPN_MAX_STAGES; s++) {
         stream_drop(m, &m->stages[s].stream, m->stages[s].dev);
         m->stages[s].dev = -1;
@@ -421,6 +431,7 @@ void ppn_map_teardown(ppn_model *m)
     rcu_assign_pointer(m->map, NULL);
     urcu_qsbr_synchronize_rcu();
     ppn_hfree(old);
+    return ppn_err_first_done(&first);
 }
 
 ppn_status ppn_map_reserve_rows(ppn_model *m, int rows)
@@ -429,7 +440,7 @@ ppn_status ppn_map_reserve_rows(ppn_model *m, int rows)
     if (rows <= m->max_rows && rows <= m->rows_cap) return PPN_OK;
     PPN_CHECK(quiesce(m)); /* no step may use the slots or the scratch while they move */
     if (rows > m->max_rows) {
-        boundaries_fini(m);
+        PPN_CHECK(boundaries_fini(m));
         m->max_rows = rows;
         PPN_CHECK(boundaries_init(m, map));
     }

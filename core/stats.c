@@ -63,6 +63,8 @@ void ppn_model_get_stats(const ppn_model *m, ppn_stats *o)
         o->pool_in_use += ps.in_use;
         o->pool_peak += ps.peak;
         o->pool_reserved += ps.reserved;
+        o->pool_retired += ps.retired;
+        o->pool_retired_bytes += ps.retired_bytes;
     }
 }
 

@@ -149,9 +149,10 @@ static ppn_status upload_stacked(uploader *u, int dev, const ppn_tensor *const *
     PPN_CHECK(ppn_pool_alloc(pool, total * esz, s, tag, out));
     ppn_status st = model_track_block(m, *out, dev);
     if (st != PPN_OK) {
-        ppn_pool_free(pool, *out, s);
-        *out = 0;
-        return st;
+        ppn_err_first first = {0}; /* st with its message, whatever the free meets */
+        ppn_err_first_add(&first, st);
+        ppn_err_first_add(&first, ppn_model_block_free(m, dev, out));
+        return ppn_err_first_done(&first);
     }
     m->weight_bytes += total * esz;
     size_t at = 0;

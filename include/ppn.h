@@ -165,8 +165,11 @@ ppn_load_opts ppn_load_opts_default(void);
  *         and how much; nothing stays allocated), PPN_EDRIVER, PPN_ENOKERNELS. */
 ppn_status ppn_model_load(ppn_rt *rt, const char *path, const ppn_load_opts *opts, ppn_model **out);
 /* Free a model whose sequences were all destroyed (NULL: nothing to do): stage threads stopped, streams drained,
- * weights returned to the pools. A model that failed (a sticky stage failure) is freed the same way.
- * @return PPN_OK, PPN_ESTATE (sequences still live on it: the message says how many; nothing is freed). */
+ * weights returned to the pools. A model that failed (a sticky stage failure) is freed the same way. A device
+ * free that fails does not stop it: the model is gone and the first failure returned.
+ * @return PPN_OK, PPN_ESTATE (sequences still live on it: the message says how many; nothing is freed),
+ *         PPN_EDRIVER (a block's free could not be ordered on its stream: the block is kept out of use until
+ *         ppn_rt_destroy, which frees it; the message names it). */
 ppn_status ppn_model_free(ppn_model *m);
 
 typedef struct ppn_model_info {
@@ -206,8 +209,11 @@ ppn_status ppn_model_handoff_acquire(ppn_model *m, const void *key);
  *         PPN_EDRIVER, the model's sticky failure. */
 ppn_status ppn_seq_create(ppn_model *m, ppn_seq **out);
 /* Destroy a sequence (NULL: nothing to do). Its steps still in flight are drained first and their results
- * dropped; its ppn_step_id values die with it. Never fails. */
-void ppn_seq_destroy(ppn_seq *s);
+ * dropped (a failure they met stays the model's); its ppn_step_id values die with it. The sequence is gone
+ * whatever the status: a device free that fails does not stop the rest.
+ * @return PPN_OK, PPN_EDRIVER (a block's free could not be ordered on its stream: the block is kept out of use
+ *         until ppn_rt_destroy, which frees it; the message names it). */
+ppn_status ppn_seq_destroy(ppn_seq *s);
 /* Start over at position 0 (its KV blocks go back to the pools). Deferred steps still in flight are drained
  * first and their results dropped, so their in-flight room is free again.
  * @return PPN_OK, or the failure one of those steps met (the sequence is reset all the same). */
@@ -384,7 +390,8 @@ ppn_status ppn_decode_batch(ppn_seq **seqs, const int *tokens, int n, float *log
  *         after the first step was issued is sticky for the model (the ids of the steps before it are written), so
  *         is PPN_ENONFINITE for n > 1: a row with a logit that is NaN or infinite (its device argmax is -1, which
  *         the next step's embedding reads as zeros), named by row, step, sequence, position and stage. A batch of
- *         one reports it as ppn_decode_greedy does. */
+ *         one reports it as ppn_decode_greedy does. PPN_EDRIVER after every step ran (ids all written, not sticky):
+ *         a device token block's free could not be ordered (the block is kept out of use until ppn_rt_destroy). */
 ppn_status ppn_decode_batch_greedy(ppn_seq *const *seqs, const int *tokens, int n, int steps, const ppn_batch_opts *o,
                                    int *ids);
 
@@ -467,6 +474,11 @@ typedef struct ppn_stats {
     uint64_t spec_verifies, spec_drafted, spec_accepted; /* ppn_spec_verify calls, draft ids given, accepted */
     uint64_t spec_split_verifies;              /* verify forwards that walked the per-stage split */
     uint64_t batch_greedy_steps;               /* steps of ppn_decode_batch_greedy done (fed on the device) */
+    /* pool blocks retired, summed over devices: a free whose ordering failed (PPN_EDRIVER from ppn_seq_destroy,
+     * ppn_model_free ...) keeps its block out of use until ppn_rt_destroy frees it. The runtime's pools, which
+     * every model on it shares, like pool_in_use. */
+    uint64_t pool_retired;
+    size_t pool_retired_bytes;                 /* their bytes (size classes; still counted in pool_reserved) */
 } ppn_stats;
 /* A snapshot of the counters (relaxed reads: exact between steps). Never fails. */
 void ppn_model_get_stats(const ppn_model *m, ppn_stats *out);
@@ -740,9 +752,13 @@ ppn_engine_opts ppn_engine_opts_default(void);
  * @return PPN_OK, PPN_EINVAL (NULL, an option out of range: named), PPN_ENOMEM (host memory, or the thread). */
 ppn_status ppn_engine_create(ppn_model *m, const ppn_engine_opts *opts, ppn_engine **out);
 /* Stop the engine (NULL: nothing to do): no more submits (they get PPN_ESTATE); every queued and running request
- * is cancelled and gets its final event before this returns; the thread is joined, the sequences destroyed.
- * The model is the caller's again. Call it from one thread, never from a callback. */
-void ppn_engine_destroy(ppn_engine *e);
+ * is cancelled and gets its final event before this returns; the thread is joined, the sequences destroyed
+ * (ppn_seq_destroy). The engine is gone and the model is the caller's again whatever the status. Call it from
+ * one thread, never from a callback.
+ * @return PPN_OK, PPN_EDRIVER (destroying a sequence, a block's free could not be ordered on its stream: the
+ *         block is kept out of use until ppn_rt_destroy, which frees it; the message names it; the first such
+ *         failure is returned, the other sequences destroyed all the same). */
+ppn_status ppn_engine_destroy(ppn_engine *e);
 
 /* Queue a request; *id names it (never 0). The prompt is tokenized (or rendered) on the caller's thread, and
  * everything the request points to may be freed when this returns.

@@ -23,26 +23,12 @@
 
 #define TOL_ROUNDING 1e-5
 
-static ppn_rt *rt;
-
-static int group_setup(void **state)
-{
-    (void)state;
-    return ppn_rt_create("sim", &rt) == PPN_OK ? 0 : (fprintf(stderr, "%s\n", ppn_last_error()), -1);
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    return ppn_rt_destroy(rt) == PPN_OK ? 0 : -1;
-}
-
 static ppn_model *load(const char *path, const ppn_door *door, int ctx)
 {
     ppn_load_opts o = ppn_load_opts_default();
     o.ctx = ctx;
     o.door = door;
-    return tu_model_load(rt, path, &o);
+    return tu_model_load(tu_sim_rt(), path, &o);
 }
 
 static int argmax_host(const float *x, int n)
@@ -420,7 +406,7 @@ static void test_batch_kv_exhaustion(void **state)
     ppn_load_opts o = ppn_load_opts_default();
     o.ctx = 40;
     o.kv_tokens = 40; /* rounded up to 3 blocks of 16 */
-    ppn_model *m = tu_model_load(rt, dir, &o);
+    ppn_model *m = tu_model_load(tu_sim_rt(), dir, &o);
     ppn_kv_info ki;
     ppn_model_get_kv_info(m, &ki);
     assert_int_equal(ki.block_positions, PPN_KV_BLOCK_POSITIONS);
@@ -486,7 +472,7 @@ static void test_batch_kv_soak(void **state)
     o.ctx = 64;
     o.kv_tokens = 64; /* 4 blocks for 6 sequences of up to 4: exhaustion happens */
     o.door = &d;
-    ppn_model *m = tu_model_load(rt, dir, &o);
+    ppn_model *m = tu_model_load(tu_sim_rt(), dir, &o);
     ppn_model *ref = load(dir, NULL, 64);
     ppn_model_info mi;
     ppn_model_get_info(m, &mi);
@@ -585,5 +571,5 @@ int main(void)
         cmocka_unit_test(test_batch_kv_soak),            cmocka_unit_test(test_batch_mixed),
         cmocka_unit_test(test_batch_mixed_refusals),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, tu_sim_rt_setup, tu_sim_rt_teardown);
 }

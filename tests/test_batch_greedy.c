@@ -24,20 +24,6 @@
 #include "ppn.h"
 #include "tests/util/tutil.h"
 
-static ppn_rt *rt;
-
-static int group_setup(void **state)
-{
-    (void)state;
-    return ppn_rt_create("sim", &rt) == PPN_OK ? 0 : (fprintf(stderr, "%s\n", ppn_last_error()), -1);
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    return ppn_rt_destroy(rt) == PPN_OK ? 0 : -1;
-}
-
 #define B 5
 static const int plen[B] = {1, 3, 7, 12, 20};
 
@@ -67,7 +53,7 @@ static ppn_model *arm_load(const char *dir, const arm *a, int ctx)
     ppn_load_opts o = ppn_load_opts_default();
     o.ctx = ctx;
     o.door = a->n_stages > 1 ? &d : NULL;
-    return tu_model_load(rt, dir, &o);
+    return tu_model_load(tu_sim_rt(), dir, &o);
 }
 
 /* B fresh sequences of m, sequence i primed with ids[0 .. plen[i]). */
@@ -192,7 +178,7 @@ static void test_bgreedy_refusals(void **state)
     ppn_load_opts lo = ppn_load_opts_default();
     lo.ctx = 32;
     lo.kv_tokens = 48; /* 3 blocks of 16 */
-    ppn_model *m = tu_model_load(rt, dir, &lo);
+    ppn_model *m = tu_model_load(tu_sim_rt(), dir, &lo);
     ppn_model_info mi;
     ppn_model_get_info(m, &mi);
     ppn_seq *q[3];
@@ -588,5 +574,5 @@ int main(void)
         cmocka_unit_test(test_bdefer_mixed_room),    cmocka_unit_test(test_bdefer_reset_destroy),
         cmocka_unit_test(test_bgreedy_nonfinite),    cmocka_unit_test(test_bgreedy_faults),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, tu_sim_rt_setup, tu_sim_rt_teardown);
 }

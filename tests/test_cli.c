@@ -2,7 +2,8 @@
  * backend: integers as plain digits, one-line errors whatever a value holds, the exit rule (2: usage, syntax,
  * an environment value breaking its rule; 1: a failure while running), door-only flags refused while the door
  * is shut and door-only variables noted, no leak on any refusal of `ppn run` (the ASan build runs this same
- * test: LeakSanitizer makes the process fail), transport-bench's small sim defaults, and mkmodel --tokenizer.
+ * test: LeakSanitizer makes the process fail), transport-bench's small sim defaults, mkmodel --tokenizer, and
+ * every failed record of a `ppn run` reported with exit 1 (the teardowns' too).
  *
  * The values with control characters are made by printf(1) in the shell, so the argv ppn sees holds them raw. */
 #include <stdarg.h>
@@ -387,6 +388,36 @@ static void test_cli_gate_fault_stops_its_arm(void **state)
     assert_true(found);
 }
 
+/* `ppn run` reports every failed record: for each K from 1 until a run that meets no failure (past the run's
+ * last record), PPN_SIM_FAIL=record:K makes it exit 1 with a message naming record #K, from the load and the
+ * steps through the teardowns (a block retired by the sequence's destroy or the model's free: "sequence
+ * teardown", "model teardown"), which a tool must not drop. */
+static void test_cli_run_reports_every_failed_record(void **state)
+{
+    (void)state;
+    char args[2048], env[64], want[64];
+    snprintf(args, sizeof args, "run --model '%s' --backend sim --ids 1,2,3 -n 4", g_model);
+    int k = 1, seq_td = 0, model_td = 0;
+    for (;; k++) {
+        char *out = NULL, *err = NULL;
+        snprintf(env, sizeof env, "PPN_SIM_FAIL=record:%d", k);
+        snprintf(want, sizeof want, "injected failure of record #%d", k);
+        int rc = tu_run_ppn(env, args, &out, &err, NULL);
+        int clean = rc == 0 && err && !strstr(err, "injected failure");
+        if (!clean && (rc != 1 || !err || !strstr(err, want)))
+            fail_msg("%s: exit %d (want 1), stderr does not name record #%d:\n%s", env, rc, k, err ? err : "");
+        seq_td += err && strstr(err, "sequence teardown") != NULL;
+        model_td += err && strstr(err, "model teardown") != NULL;
+        free(out);
+        free(err);
+        if (clean) break;
+        if (k == 5000) fail_msg("5000 records each failed `ppn run`: the sweep never reached a clean run");
+    }
+    printf("ppn run: records 1 .. %d each failed once and were reported (%d in the sequence's destroy, %d in the "
+           "model's free); record:%d is past the run\n", k - 1, seq_td, model_td, k);
+    assert_true(k > 20 && seq_td > 0 && model_td > 0);
+}
+
 static void test_cli_run_prompt(void **state)
 {
     (void)state;
@@ -456,6 +487,7 @@ int main(void)
         cmocka_unit_test(test_cli_door_env_notice),
         cmocka_unit_test(test_cli_transport_bench_sim_defaults),
         cmocka_unit_test(test_cli_mkmodel_tokenizer),
+        cmocka_unit_test(test_cli_run_reports_every_failed_record),
         cmocka_unit_test(test_cli_run_prompt),
         cmocka_unit_test(test_cli_gate_fault_stops_its_arm),
     };

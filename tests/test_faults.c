@@ -16,7 +16,12 @@
  *     nothing sticky), the pools hold no live block once every model is freed, and a fresh model loaded on the
  *     same runtime runs the workload to the same bits as a run that never failed (100% of the K);
  *   - a failed free (or a failure anywhere in ppn_rt_destroy) is returned by ppn_rt_destroy, which still frees
- *     everything else (the backend reclaims what its driver refused to free when it closes).
+ *     everything else (the backend reclaims what its driver refused to free when it closes);
+ *   - a failed record at a pool free (the block retired: alloc/pool.h) is returned by what freed it, the
+ *     sequence's destroy and the model's free included, which still complete: every record K visited is reported.
+ * Every record of a sequence's destroy failed in turn: returned, and a retired block shows in ppn_stats
+ * (pool_retired, pool_retired_bytes); every record of an engine's destroy (its spare sequence): returned by
+ * ppn_engine_destroy.
  * Host functions: the runtime issues none (hostfn's count is 0 on every path), so its sweep only proves that.
  * Also the non-finite scan that guards weights and logits (core/base/dtype.c): every position, every dtype. */
 #include <stdarg.h>
@@ -147,7 +152,8 @@ static ppn_seq *wl_steps(ppn_model *m, const placement *pl, int vocab, wl_out *o
     return q;
 }
 
-/* Load, run, and free; e records the first failure. Returns 1 when the model freed. */
+/* Load, run, and free; e records the first failure (the frees' too). Returns 1 when the model freed (a failed
+ * device free does not stop that: it is only reported). */
 static int wl_run(ppn_rt *rt, const placement *pl, const char *path, int vocab, wl_out *out, wl_err *e)
 {
     ppn_door d;
@@ -173,10 +179,14 @@ static int wl_run(ppn_rt *rt, const placement *pl, const char *path, int vocab, 
             fail_msg("after '%s' (%s) failed, a new step got %s: %s", e->msg, ppn_status_name(e->st),
                      ppn_status_name(again), ppn_last_error());
     }
-    ppn_seq_destroy(qs[2]);
-    ppn_seq_destroy(qs[1]);
-    ppn_seq_destroy(q);
-    return ppn_model_free(m) == PPN_OK;
+    /* a free that fails in a teardown (a pool block retired: its event record failed) is reported, and the
+     * teardown still completes */
+    wl_note(e, ppn_seq_destroy(qs[2]), "seq_destroy");
+    wl_note(e, ppn_seq_destroy(qs[1]), "seq_destroy");
+    wl_note(e, ppn_seq_destroy(q), "seq_destroy");
+    st = ppn_model_free(m);
+    wl_note(e, st, "model_free");
+    return st != PPN_ESTATE;
 }
 
 typedef struct sweep_fix {
@@ -322,7 +332,14 @@ static void sweep_kind(void **state, int kind, uint64_t min_calls)
         uint64_t n = f->calls[p][kind];
         int stride = fault_stride(n), hits = 0, runs = 0, clean = 0;
         uint64_t k = 1 + (uint64_t)(p % stride);
-        for (; k <= n; k += (uint64_t)stride, runs++) hits += sweep_one(f, p, k_kinds[kind], (int)k);
+        for (; k <= n; k += (uint64_t)stride, runs++) {
+            int hit = sweep_one(f, p, k_kinds[kind], (int)k);
+            hits += hit;
+            /* every record is reported when it fails: a pool free's too (its block retired), from a teardown */
+            if (kind == F_RECORD && !hit)
+                fail_msg("%s: PPN_SIM_FAIL=record:%llu failed a call that nothing reported", k_places[p].name,
+                         (unsigned long long)k);
+        }
         for (k = n + 1; clean < TAIL; k++, runs++) { /* past the count: ppn_rt_destroy's frees, then nothing */
             int hit = sweep_one(f, p, k_kinds[kind], (int)k);
             hits += hit;
@@ -347,6 +364,125 @@ static void test_faults_hostfn(void **state) { sweep_kind(state, F_HOSTFN, 0); }
 static void test_faults_free(void **state) { sweep_kind(state, F_FREE, 0); }
 static void test_faults_stream(void **state) { sweep_kind(state, F_STREAM, 5); }
 static void test_faults_event(void **state) { sweep_kind(state, F_EVENT, 100); }
+
+/* A teardown's retired block in the public stats: a model on one device, a sequence primed, then its destroy. A
+ * clean run counts the records up to the destroy (n0) and through it (n1); each K in n0+1 .. n1 fails one of the
+ * destroy's records, which the destroy must return (PPN_EDRIVER, the injected failure named). Where that record
+ * was a pool free's (the message says "retired"), ppn_model_get_stats reports the block: pool_retired 1 and its
+ * bytes, 0 before; and ppn_rt_destroy still frees everything. At least one K must retire a block. */
+static uint64_t records(ppn_rt *rt)
+{
+    struct ppn_sim_counts c;
+    ppn_gpu_sim_counts(rt->g, &c);
+    return c.fault_calls[F_RECORD];
+}
+
+/* Load path on a fresh runtime with PPN_SIM_FAIL=fail (NULL: none), prime a sequence; returns it. */
+static ppn_seq *primed_seq(const char *path, const char *fail, ppn_rt **rt, ppn_model **m)
+{
+    static const int prompt[PROMPT] = {1, 2, 3};
+    ppn_seq *q = NULL;
+    tu_env_set("PPN_SIM_FAIL", fail);
+    assert_int_equal(ppn_rt_create("sim", rt), PPN_OK);
+    tu_env_restore();
+    *m = tu_model_load(*rt, path, NULL);
+    assert_int_equal(ppn_seq_create(*m, &q), PPN_OK);
+    assert_int_equal(ppn_prefill(q, prompt, PROMPT, NULL, NULL), PPN_OK);
+    return q;
+}
+
+static void test_faults_retired_block_in_stats(void **state)
+{
+    const sweep_fix *f = *state;
+    ppn_rt *rt;
+    ppn_model *m;
+    ppn_stats ms;
+    ppn_seq *q = primed_seq(f->path, NULL, &rt, &m);
+    uint64_t n0 = records(rt);
+    assert_int_equal(ppn_seq_destroy(q), PPN_OK);
+    uint64_t n1 = records(rt);
+    ppn_model_get_stats(m, &ms);
+    assert_int_equal(ms.pool_retired, 0);
+    assert_int_equal(ms.pool_retired_bytes, 0);
+    assert_int_equal(ppn_model_free(m), PPN_OK);
+    assert_int_equal(ppn_rt_destroy(rt), PPN_OK);
+    assert_true(n1 > n0);
+    int retired = 0;
+    for (uint64_t k = n0 + 1; k <= n1; k++) {
+        char fail[64];
+        snprintf(fail, sizeof fail, "record:%llu", (unsigned long long)k);
+        q = primed_seq(f->path, fail, &rt, &m);
+        if (records(rt) != n0) fail_msg("%s: %llu records before the destroy, %llu in the clean run", fail,
+                                        (unsigned long long)records(rt), (unsigned long long)n0);
+        ppn_model_get_stats(m, &ms);
+        assert_int_equal(ms.pool_retired, 0);
+        ppn_status st = ppn_seq_destroy(q);
+        if (st != PPN_EDRIVER || !strstr(ppn_last_error(), "injected failure of record"))
+            fail_msg("%s: ppn_seq_destroy returned %s: %s", fail, ppn_status_name(st), ppn_last_error());
+        int was_pool = strstr(ppn_last_error(), "retired") != NULL;
+        ppn_model_get_stats(m, &ms);
+        if (ms.pool_retired != (uint64_t)was_pool || (ms.pool_retired_bytes > 0) != was_pool)
+            fail_msg("%s: the destroy said '%s'; the model's stats say %llu retired blocks, %zu B", fail,
+                     ppn_last_error(), (unsigned long long)ms.pool_retired, ms.pool_retired_bytes);
+        retired += was_pool;
+        assert_int_equal(ppn_model_free(m), PPN_OK);
+        if (ppn_rt_destroy(rt) != PPN_OK) fail_msg("%s: ppn_rt_destroy: %s", fail, ppn_last_error());
+    }
+    printf("ppn_seq_destroy: records %llu .. %llu each failed once: every one returned, %d retired a pool block "
+           "(seen in ppn_stats.pool_retired)\n", (unsigned long long)n0 + 1, (unsigned long long)n1, retired);
+    assert_true(retired > 0);
+}
+
+/* ppn_engine_destroy returns what destroying its spare sequences met: a request runs to its end (its sequence is
+ * then the engine's spare), a clean run counts the records up to the destroy and through it, and each K in
+ * between fails one: the destroy returns PPN_EDRIVER naming it, and the runtime still frees everything. */
+static ppn_engine *engine_run(ppn_model *m)
+{
+    static const int prompt[PROMPT] = {1, 2, 3};
+    ppn_engine *e = NULL;
+    assert_int_equal(ppn_engine_create(m, NULL, &e), PPN_OK);
+    ppn_request r = ppn_request_default();
+    r.ids = prompt, r.n_ids = PROMPT, r.max_tokens = 2;
+    uint64_t id = 0;
+    assert_int_equal(ppn_engine_submit(e, &r, &id), PPN_OK);
+    int ids[8], n = 0, finish = PPN_FINISH_NONE;
+    while (finish == PPN_FINISH_NONE) assert_int_equal(ppn_engine_poll(e, id, -1, ids, 8, &n, &finish, NULL), PPN_OK);
+    assert_int_equal(finish, PPN_FINISH_LENGTH);
+    return e;
+}
+
+static void test_faults_engine_destroy_reports(void **state)
+{
+    const sweep_fix *f = *state;
+    ppn_rt *rt;
+    tu_env_set("PPN_SIM_FAIL", NULL);
+    assert_int_equal(ppn_rt_create("sim", &rt), PPN_OK);
+    tu_env_restore();
+    ppn_model *m = tu_model_load(rt, f->path, NULL);
+    ppn_engine *e = engine_run(m);
+    uint64_t n0 = records(rt);
+    assert_int_equal(ppn_engine_destroy(e), PPN_OK);
+    uint64_t n1 = records(rt);
+    assert_int_equal(ppn_model_free(m), PPN_OK);
+    assert_int_equal(ppn_rt_destroy(rt), PPN_OK);
+    assert_true(n1 > n0);
+    for (uint64_t k = n0 + 1; k <= n1; k++) {
+        char fail[64];
+        snprintf(fail, sizeof fail, "record:%llu", (unsigned long long)k);
+        tu_env_set("PPN_SIM_FAIL", fail);
+        assert_int_equal(ppn_rt_create("sim", &rt), PPN_OK);
+        tu_env_restore();
+        m = tu_model_load(rt, f->path, NULL);
+        e = engine_run(m);
+        if (records(rt) != n0) fail_msg("%s: %llu records before the destroy, %llu in the clean run", fail,
+                                        (unsigned long long)records(rt), (unsigned long long)n0);
+        ppn_status st = ppn_engine_destroy(e);
+        if (st != PPN_EDRIVER || !strstr(ppn_last_error(), "injected failure of record"))
+            fail_msg("%s: ppn_engine_destroy returned %s: %s", fail, ppn_status_name(st), ppn_last_error());
+        assert_int_equal(ppn_model_free(m), PPN_OK);
+        if (ppn_rt_destroy(rt) != PPN_OK) fail_msg("%s: ppn_rt_destroy: %s", fail, ppn_last_error());
+    }
+}
 
 /* ppn_copy_nonfinite / ppn_first_nonfinite: NaN, +Inf and -Inf found at every position of rows of every length
  * up to 70 (the vector body and each tail), for f32, bf16 and f16, the copy exact; the largest finite values of
@@ -402,6 +538,8 @@ int main(void)
         cmocka_unit_test(test_faults_free),
         cmocka_unit_test(test_faults_stream),
         cmocka_unit_test(test_faults_event),
+        cmocka_unit_test(test_faults_retired_block_in_stats),
+        cmocka_unit_test(test_faults_engine_destroy_reports),
     };
     if (getenv("PPN_TEST_FILTER")) cmocka_set_test_filter(getenv("PPN_TEST_FILTER")); /* e.g. test_faults_wait */
     return cmocka_run_group_tests(tests, setup, teardown);

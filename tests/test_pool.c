@@ -1,5 +1,6 @@
 /* test_pool.c - the stream-ordered device pool on the sim backend: the cross-stream rule, proved against the
- * sim checker; zero driver allocations in steady state; exhaustion and recovery; double free. */
+ * sim checker; zero driver allocations in steady state; exhaustion and recovery; double free; a free whose
+ * event record fails retires its block (PPN_SIM_FAIL=record:K). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -19,10 +20,12 @@ typedef struct fx {
     ppn_gstream *a, *b;
 } fx;
 
-static int setup_mem(void **state, const char *mem)
+/* A sim backend created with the PPN_SIM_* variable var set to value (var NULL: none), a 1 MiB-slab pool, two
+ * streams. */
+static int setup_env(void **state, const char *var, const char *value)
 {
     fx *f = calloc(1, sizeof *f);
-    if (mem) tu_env_set("PPN_SIM_MEM", mem);
+    if (var) tu_env_set(var, value);
     ppn_status st = ppn_gpu_sim_create(ppn_kernel_set(), &f->g);
     tu_env_restore();
     assert_int_equal(st, PPN_OK);
@@ -33,16 +36,17 @@ static int setup_mem(void **state, const char *mem)
     return 0;
 }
 
-static int setup(void **state) { return setup_mem(state, NULL); }
-static int setup_small(void **state) { return setup_mem(state, "8M"); }
+static int setup(void **state) { return setup_env(state, NULL, NULL); }
+static int setup_small(void **state) { return setup_env(state, "PPN_SIM_MEM", "8M"); }
+static int setup_failing_records(void **state) { return setup_env(state, "PPN_SIM_FAIL", "record:1,record:2"); }
 
 static int teardown(void **state)
 {
     fx *f = *state;
     f->g->ops->stream_sync(f->g, f->a);
     f->g->ops->stream_sync(f->g, f->b);
-    ppn_pool_stream_retired(f->p, f->a);
-    ppn_pool_stream_retired(f->p, f->b);
+    if (f->p) ppn_pool_stream_retired(f->p, f->a);
+    if (f->p) ppn_pool_stream_retired(f->p, f->b);
     f->g->ops->stream_destroy(f->g, f->a);
     f->g->ops->stream_destroy(f->g, f->b);
     ppn_pool_destroy(f->p);
@@ -219,6 +223,49 @@ static void test_pool_stats_track_use_and_peak(void **state)
     assert_int_equal(ppn_pool_alloc(f->p, 0, f->a, "s", &a), PPN_EINVAL);
 }
 
+/* A free whose event record fails retires the block (issue 14): the free returns the record's failure and says
+ * the block was retired, the stats count it, no later alloc on either stream returns its memory while the pool
+ * lives, and the pool's destroy releases it: the device's memory is all free again. One small block (a 1024 B
+ * class in a slab) and one large (its own 640 KiB raw allocation). */
+static void test_pool_failed_record_retires_the_block(void **state)
+{
+    fx *f = *state; /* PPN_SIM_FAIL=record:1,record:2: the first two frees fail */
+    const size_t want[2] = {1000, 600000}, rounded[2] = {1024, 640u << 10};
+    ppn_dptr gone[2];
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(ppn_pool_alloc(f->p, want[i], f->a, "doomed", &gone[i]), PPN_OK);
+        assert_int_equal(tu_fill(f->g, f->a, gone[i], 3, 250), PPN_OK);
+        assert_int_equal(ppn_pool_free(f->p, gone[i], f->a), PPN_EDRIVER);
+        assert_non_null(strstr(ppn_last_error(), "injected failure of record"));
+        assert_non_null(strstr(ppn_last_error(), "retired"));
+    }
+    ppn_pool_stats s = stats(f);
+    assert_int_equal(s.retired, 2);
+    assert_int_equal(s.retired_bytes, rounded[0] + rounded[1]);
+    assert_int_equal(s.in_use, 0);
+    assert_int_equal(s.frees, 0);
+    assert_true(s.reserved >= (1u << 20) + rounded[1]); /* still held: the slab and the large block */
+    assert_int_equal(ppn_pool_free(f->p, gone[0], f->a), PPN_EDOUBLEFREE); /* no longer live */
+    for (int it = 0; it < 8; it++) /* records succeed from here: these blocks circulate, on both streams */
+        for (int i = 0; i < 2; i++) {
+            ppn_gstream *st = (it & 1) ? f->b : f->a;
+            ppn_dptr p;
+            assert_int_equal(ppn_pool_alloc(f->p, want[i], st, "after", &p), PPN_OK);
+            assert_true(ppn_gpu_sim_canonical(f->g, p) != ppn_gpu_sim_canonical(f->g, gone[i]));
+            assert_int_equal(ppn_pool_free(f->p, p, st), PPN_OK);
+        }
+    s = stats(f);
+    assert_int_equal(s.retired, 2);
+    assert_int_equal(s.frees, 16);
+    char msg[512] = "";
+    assert_int_equal(drain(f, msg, sizeof msg), PPN_OK);
+    size_t free_b, total_b;
+    assert_int_equal(ppn_pool_destroy(f->p), PPN_OK);
+    f->p = NULL;
+    assert_int_equal(f->g->ops->mem_get_info(f->g, 0, &free_b, &total_b), PPN_OK);
+    assert_int_equal(free_b, total_b); /* the retired blocks' memory went back with the pool */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -230,6 +277,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_pool_double_free_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pool_retired_stream_forces_a_wait, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pool_stats_track_use_and_peak, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pool_failed_record_retires_the_block, setup_failing_records, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

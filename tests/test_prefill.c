@@ -17,26 +17,12 @@
 #define TOL_F32 1e-3 /* the fixtures README's f32 rule */
 #define MARGIN 1e-3
 
-static ppn_rt *rt;
-
-static int group_setup(void **state)
-{
-    (void)state;
-    return ppn_rt_create("sim", &rt) == PPN_OK ? 0 : (fprintf(stderr, "%s\n", ppn_last_error()), -1);
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    return ppn_rt_destroy(rt) == PPN_OK ? 0 : -1;
-}
-
 static ppn_model *load(const char *path, const ppn_door *door)
 {
     ppn_load_opts o = ppn_load_opts_default();
     o.ctx = 512;
     o.door = door;
-    return tu_model_load(rt, path, &o);
+    return tu_model_load(tu_sim_rt(), path, &o);
 }
 
 /* Every row's logits of ids[0..n) primed chunk rows at a time on a fresh sequence of m. */
@@ -248,7 +234,7 @@ static void test_prefill_refusals(void **state)
     int *ids = hf_fixture("llama-tiny", dir, sizeof dir, &ref, &n, &vocab);
     ppn_load_opts lo = ppn_load_opts_default();
     lo.ctx = 16;
-    ppn_model *m = tu_model_load(rt, dir, &lo);
+    ppn_model *m = tu_model_load(tu_sim_rt(), dir, &lo);
     ppn_seq *q = NULL, *r = NULL;
     assert_int_equal(ppn_seq_create(m, &q), PPN_OK);
     assert_int_equal(ppn_seq_create(m, &r), PPN_OK);
@@ -288,5 +274,5 @@ int main(void)
         cmocka_unit_test(test_prefill_then_decode),   cmocka_unit_test(test_prefill_split_and_batch),
         cmocka_unit_test(test_prefill_refusals),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, tu_sim_rt_setup, tu_sim_rt_teardown);
 }

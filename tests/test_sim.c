@@ -888,6 +888,45 @@ static void test_sim_elapsed_and_latency_model(void **state)
     ppn_gpu_close(g);
 }
 
+/* The latency model's account (ppn_sim_counts.copies, copy_model_ns): every accepted copy adds 5 us + its bytes at
+ * its kind's rate (htod, dtoh, staged 20 GB/s; peer 50 GB/s; dtod and a peer copy within a device 1 TB/s), with
+ * the model off (PPN_SIM_LATENCY unset) too; a refused copy adds nothing. Expected costs computed here from the
+ * documented rates. */
+static void test_sim_copy_model_account(void **state)
+{
+    (void)state;
+    tu_env_set("PPN_SIM_FAIL", "copy:1");
+    tu_env_set("PPN_SIM_PEER", "0-1");
+    ppn_gpu *g = NULL;
+    ppn_status st = ppn_gpu_sim_create(ppn_kernel_set(), &g);
+    tu_env_restore();
+    assert_int_equal(st, PPN_OK);
+    enum { N = 4000 }; /* a multiple of 20, 50 and 1000: the rates divide it exactly */
+    static unsigned char h[N];
+    ppn_gstream *s = tu_stream(g, 0);
+    ppn_dptr x = tu_dalloc(g, 0, N), y = tu_dalloc(g, 0, N), p1 = tu_dalloc(g, 1, N), p2 = tu_dalloc(g, 2, N);
+    assert_int_equal(OPS(g)->copy_htod(g, s, x, h, N), PPN_EDRIVER); /* refused: not accounted */
+    assert_int_equal(OPS(g)->copy_htod(g, s, x, h, N), PPN_OK);
+    assert_int_equal(OPS(g)->copy_dtoh(g, s, h, x, N), PPN_OK);
+    assert_int_equal(OPS(g)->copy_dtod(g, s, y, x, N), PPN_OK);
+    assert_int_equal(OPS(g)->copy_peer(g, s, y, 0, x, 0, N), PPN_OK);   /* within a device: dtod */
+    assert_int_equal(OPS(g)->copy_peer(g, s, p1, 1, x, 0, N), PPN_OK);  /* grant possible: peer */
+    assert_int_equal(OPS(g)->copy_peer(g, s, p2, 2, x, 0, N), PPN_OK);  /* none: staged through the host */
+    assert_int_equal(OPS(g)->copy_peer(g, s, p2, 2, x, 0, N), PPN_OK);
+    assert_int_equal(OPS(g)->stream_sync(g, s), PPN_OK);
+    struct ppn_sim_counts c = counts(g);
+    const uint64_t want_n[PPN_SIM_COPY_KINDS] = {1, 1, 2, 1, 2};
+    const uint64_t want_ns[PPN_SIM_COPY_KINDS] = {5000 + N / 20, 5000 + N / 20, 2 * (5000 + N / 1000), 5000 + N / 50,
+                                                  2 * (5000 + N / 20)};
+    for (int k = 0; k < PPN_SIM_COPY_KINDS; k++)
+        if (c.copies[k] != want_n[k] || c.copy_model_ns[k] != want_ns[k])
+            fail_msg("copy kind %d: %llu copies, %llu ns modelled (want %llu, %llu)", k,
+                     (unsigned long long)c.copies[k], (unsigned long long)c.copy_model_ns[k],
+                     (unsigned long long)want_n[k], (unsigned long long)want_ns[k]);
+    assert_no_reports(g);
+    ppn_gpu_close(g);
+}
+
 
 /* ---- graphs ----------------------------------------------------------------------------------------------- */
 
@@ -1011,6 +1050,7 @@ int main(void)
         cmocka_unit_test(test_sim_fault_injection_every_kind),
         cmocka_unit_test(test_sim_invalid_environment_is_refused),
         cmocka_unit_test(test_sim_elapsed_and_latency_model),
+        cmocka_unit_test(test_sim_copy_model_account),
         cmocka_unit_test(test_sim_graph_capture_and_replay),
         cmocka_unit_test(test_sim_graph_replay_is_checked),
         cmocka_unit_test(test_sim_close_with_everything_alive),

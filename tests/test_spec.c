@@ -14,26 +14,12 @@
 #include "ppn.h"
 #include "tests/util/tutil.h"
 
-static ppn_rt *rt;
-
-static int group_setup(void **state)
-{
-    (void)state;
-    return ppn_rt_create("sim", &rt) == PPN_OK ? 0 : (fprintf(stderr, "%s\n", ppn_last_error()), -1);
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    return ppn_rt_destroy(rt) == PPN_OK ? 0 : -1;
-}
-
 static ppn_model *load(const char *path, const ppn_door *door, int ctx)
 {
     ppn_load_opts o = ppn_load_opts_default();
     o.ctx = ctx;
     o.door = door;
-    return tu_model_load(rt, path, &o);
+    return tu_model_load(tu_sim_rt(), path, &o);
 }
 
 static void test_spec_draft_lookup(void **state)
@@ -211,5 +197,5 @@ int main(void)
         cmocka_unit_test(test_spec_stories),      cmocka_unit_test(test_spec_truncate),
         cmocka_unit_test(test_spec_refusals),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, tu_sim_rt_setup, tu_sim_rt_teardown);
 }

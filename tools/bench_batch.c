@@ -72,7 +72,7 @@ static int one_rep(ppn_model *m, const ppn_model_info *mi, const bench_batch_opt
         if (dec) dec[t] = (cli_now_us() - s0) / 1e3;
     }
     if (ka && rc == 0) kacct_add(ka, o->rt, +1); /* every step was synchronised: its kernels are counted */
-    for (int i = 0; q && i < B; i++) ppn_seq_destroy(q[i]);
+    for (int i = 0; q && i < B; i++) rc = cli_seq_destroy(q[i], rc);
     free(q);
     free(ids);
     free(n);
@@ -183,7 +183,7 @@ int bench_spec(ppn_model *m, const ppn_model_info *mi, const bench_batch_opts *o
             if (r >= 0) dec[r * o->n_new + t] = (t1 - t0) / 1e3, ver[r * o->n_new + t] = (t2 - t1) / 1e3;
         }
         if (st != PPN_OK) rc = cli_fail_status(st, "bench: --spec");
-        ppn_seq_destroy(q);
+        rc = cli_seq_destroy(q, rc);
     }
     if (rc == 0) {
         cli_sort(dec, nd);

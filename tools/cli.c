@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include "tools/cli.h"
 #include "core/base/env.h"
+#include "core/base/err.h"
 
 /* A message is one line whatever it quotes: control characters (a value given as $'1\n2', a file name with
  * an escape sequence) are written escaped, \n \t \r or \xNN. Every error of the CLI goes through here. */
@@ -43,6 +44,26 @@ int cli_fail(const char *fmt, ...)
 int cli_fail_status(ppn_status st, const char *what)
 {
     return cli_fail("%s: %s (%s)", what, ppn_last_error(), ppn_status_name(st));
+}
+
+/* A teardown's status folded into the exit status rc: printed when it failed, rc 0 made 1. */
+static int teardown_rc(ppn_status st, const char *what, int rc)
+{
+    if (st == PPN_OK) return rc;
+    int r2 = cli_fail_status(st, what);
+    return rc ? rc : r2;
+}
+
+int cli_seq_destroy(ppn_seq *q, int rc) { return teardown_rc(ppn_seq_destroy(q), "sequence teardown", rc); }
+int cli_model_free(ppn_model *m, int rc) { return teardown_rc(ppn_model_free(m), "model teardown", rc); }
+int cli_rt_destroy(ppn_rt *rt, int rc) { return teardown_rc(ppn_rt_destroy(rt), "runtime teardown", rc); }
+
+ppn_status cli_seq_destroy_after(ppn_seq *q, ppn_status st)
+{
+    ppn_err_first first = {0};
+    ppn_err_first_add(&first, st); /* keeps st's message: the destroy may set its own */
+    ppn_err_first_add(&first, ppn_seq_destroy(q));
+    return ppn_err_first_done(&first);
 }
 
 /* Digits only, after one '-' where neg allows it. strtol alone would also take " 1", "+1" and "1 "

@@ -14,6 +14,16 @@
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Print "ppn: error: <what>: <ppn_last_error()>" for a failed status; returns 1. */
 int cli_fail_status(ppn_status st, const char *what);
+/* ppn_seq_destroy (NULL: nothing) for a command whose exit status so far is rc: its failure (a block retired,
+ * named) is printed ("ppn: error: sequence teardown: ...") and turns an rc of 0 into 1; an earlier rc stays.
+ * Returns the new rc. */
+int cli_seq_destroy(ppn_seq *q, int rc);
+/* ppn_model_free and ppn_rt_destroy (NULL: nothing) by the same rule ("model teardown", "runtime teardown"). */
+int cli_model_free(ppn_model *m, int rc);
+int cli_rt_destroy(ppn_rt *rt, int rc);
+/* ppn_seq_destroy (NULL: nothing) after work that returned st, for a caller that returns a status: st when it
+ * failed (its message ppn_last_error() again), else the destroy's status and message. */
+ppn_status cli_seq_destroy_after(ppn_seq *q, ppn_status st);
 
 /* Strict parsers: the whole string must be a number in [min, max]; else a usage error naming the flag and the
  * value (returns 2). Integers are digits only, with a leading '-' only where min < 0 (no space, no '+');

@@ -360,8 +360,7 @@ static int one_rep(ppn_model *m, const bench_args *a, int vocab, float *logits, 
         kern_snap(rt, kn, +1);
         kn->steps += a->n_new;
     }
-    ppn_seq_destroy(seq);
-    return rc;
+    return cli_seq_destroy(seq, rc);
 }
 
 /* The stage map's JSON text, captured for the final report. */
@@ -392,7 +391,7 @@ static int bench_prompt(ppn_model *m, const bench_args *a, int vocab, float *log
         double t0 = now_ms();
         rc = prime(seq, a, a->lens[k], vocab, logits);
         if (i >= 0) t[i] = now_ms() - t0;
-        ppn_seq_destroy(seq);
+        rc = cli_seq_destroy(seq, rc);
     }
     if (rc) return rc;
     cli_sort(t, n);
@@ -778,8 +777,8 @@ int cmd_bench(int argc, char **argv)
 out:
     for (int k = 0; k < n_res; k++) free(res[k].stage_map_json);
     free(res);
-    ppn_model_free(m);
-    ppn_rt_destroy(rt);
+    rc = cli_model_free(m, rc);
+    rc = cli_rt_destroy(rt, rc);
     tmp_remove();
     free(a.sweep);
     free(a.lens);

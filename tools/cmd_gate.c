@@ -97,8 +97,7 @@ static ppn_status trace(ppn_model *m, const int *ids, int n, int deferred, float
         }
     }
     /* after a failure, ppn_seq_destroy drops what is still in flight */
-    ppn_seq_destroy(q);
-    return st;
+    return cli_seq_destroy_after(q, st);
 }
 
 static void door_of(const config *c, ppn_door *d)
@@ -270,8 +269,7 @@ static ppn_status reference(gate *G, uint64_t seed, int *ids, float *ref)
         st = ppn_decode_step(q, ids[t], row);
         if (st == PPN_OK && t + 1 < G->rows && t + 1 >= G->a.prompt) st = ppn_sample(&sp, row, G->mi.vocab, &ids[t + 1]);
     }
-    ppn_seq_destroy(q);
-    return st;
+    return cli_seq_destroy_after(q, st);
 }
 
 static void arm_soak(gate *G, int *ids, float *ref)
@@ -318,7 +316,7 @@ static ppn_status prime_rows(gate *G, ppn_model *m, const int *ids, int count, i
     if (st == PPN_OK && together) st = ppn_prefill_batch(q, p, n, count, &o, rows);
     for (int i = 0, r = 0; st == PPN_OK && !together && i < count; r += n[i], i++)
         st = ppn_prefill(q[i], p[i], n[i], &o, rows + (size_t)r * (size_t)G->mi.vocab);
-    for (int i = 0; i < count; i++) ppn_seq_destroy(q[i]);
+    for (int i = 0; i < count; i++) st = cli_seq_destroy_after(q[i], st);
     return st;
 }
 
@@ -483,7 +481,7 @@ static ppn_status batch_rows(gate *G, ppn_model *m, const int *ids, const ppn_ba
         for (int i = 0; i < GATE_B; i++) tok[i] = ids[i + t];
         st = ppn_decode_batch_ex(q, tok, GATE_B, o, rows + (size_t)t * GATE_B * (size_t)G->mi.vocab, NULL);
     }
-    for (int i = 0; i < GATE_B; i++) ppn_seq_destroy(q[i]);
+    for (int i = 0; i < GATE_B; i++) st = cli_seq_destroy_after(q[i], st);
     return st;
 }
 
@@ -501,7 +499,7 @@ static ppn_status batch_greedy_ids(gate *G, ppn_model *m, const int *ids, const 
         st = ppn_decode_batch_ex(q, tok, GATE_B, o, NULL, out + (size_t)t * GATE_B);
         memcpy(tok, out + (size_t)t * GATE_B, sizeof tok);
     }
-    for (int i = 0; i < GATE_B; i++) ppn_seq_destroy(q[i]);
+    for (int i = 0; i < GATE_B; i++) st = cli_seq_destroy_after(q[i], st);
     return st;
 }
 
@@ -529,7 +527,7 @@ static ppn_status mixed_rows(gate *G, ppn_model *m, const int *ids, int micro, f
         ppn_batch_opts o = {.micro = micro};
         st = ppn_decode_batch_ex(q, tok, GATE_B, &o, rows + (size_t)GATE_B * v, NULL);
     }
-    for (int i = 0; i < GATE_B; i++) ppn_seq_destroy(q[i]);
+    for (int i = 0; i < GATE_B; i++) st = cli_seq_destroy_after(q[i], st);
     return st;
 }
 
@@ -751,7 +749,7 @@ static ppn_status spec_ids(gate *G, ppn_model *m, const int *ids, const int *tru
         for (int j = 0; st == PPN_OK && j < ng && made < steps; j++) out[made++] = got[j], hist[h++] = got[j];
         round++;
     }
-    ppn_seq_destroy(q);
+    st = cli_seq_destroy_after(q, st);
     free(hist);
     return st;
 }
@@ -805,8 +803,7 @@ static ppn_status rows_greedy(gate *G, ppn_model *m, const int *ids, int *out)
     ppn_status st = ppn_seq_create(m, &q);
     if (st == PPN_OK && P > 1) st = ppn_prefill(q, ids, P - 1, NULL, NULL);
     for (int t = 0; st == PPN_OK && t < steps; t++) st = ppn_spec_verify(q, tok, NULL, 0, &out[t], &n), tok = out[t];
-    ppn_seq_destroy(q);
-    return st;
+    return cli_seq_destroy_after(q, st);
 }
 
 static void arm_spec(gate *G, const int *ids)
@@ -817,7 +814,7 @@ static void arm_spec(gate *G, const int *ids)
     ppn_status st = truth && plain ? ppn_seq_create(G->ref, &q) : PPN_ENOMEM;
     for (int t = 0; st == PPN_OK && t < P - 1; t++) st = ppn_decode_step(q, ids[t], NULL);
     if (st == PPN_OK) st = ppn_decode_greedy(q, ids[P - 1], steps, plain);
-    ppn_seq_destroy(q);
+    st = cli_seq_destroy_after(q, st);
     if (st == PPN_OK && f32) memcpy(truth, plain, sizeof(int) * (size_t)steps);
     if (st == PPN_OK && !f32) {
         st = rows_greedy(G, G->ref, ids, truth);

@@ -295,8 +295,8 @@ static int check_unsplit(ppn_rt *rt, ppn_model **mp, const run_args *a, const pp
     if (rc == 0 && bad >= 0) rc = cli_fail("unsplit check: logits row %d differs from the unsplit run", bad);
     else if (rc == 0 && !a->quiet)
         fprintf(stderr, "ppn: unsplit check: all %d logits rows bit-identical to the unsplit (1-stage) run\n", o->n_rows);
-    ppn_seq_destroy(q);
-    ppn_model_free(ref);
+    rc = cli_seq_destroy(q, rc);
+    rc = cli_model_free(ref, rc);
     free(x);
     return rc;
 }
@@ -374,15 +374,15 @@ int cmd_run(int argc, char **argv)
     run_text *tp = a.prompt ? &text : NULL;
     if ((rc = decode(seq, &mi, &a, lf, tp, &o)) == 0) report(&a, m, &mi, ppn_rt_backend(rt), tp, &o, load_s);
     if (rc == 0 && a.check_unsplit) {
-        ppn_seq_destroy(seq);
+        rc = cli_seq_destroy(seq, rc);
         seq = NULL;
-        rc = check_unsplit(rt, &m, &a, &mi, &o);
+        if (rc == 0) rc = check_unsplit(rt, &m, &a, &mi, &o);
     }
 out:
     if (lf && fclose(lf) != 0 && rc == 0) rc = cli_fail("--logits-out %s: write failed", a.logits_out);
-    ppn_seq_destroy(seq);
-    ppn_model_free(m);
-    ppn_rt_destroy(rt);
+    rc = cli_seq_destroy(seq, rc);
+    rc = cli_model_free(m, rc);
+    rc = cli_rt_destroy(rt, rc);
     free(a.ids);
     run_prompts_free(&a.more);
     run_text_close(&text);

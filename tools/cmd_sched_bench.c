@@ -231,7 +231,7 @@ static ppn_status measure(sb_run *run, ppn_model *m, sb_result *r)
         r->other_us = r->wall_us - r->issue.mean - r->wait.mean;
         ppn_model_get_stage_map(m, &r->map);
     }
-    ppn_seq_destroy(q);
+    st = cli_seq_destroy_after(q, st);
     free(lp.issue);
     free(lp.wait);
     free(lp.logits);
@@ -527,7 +527,7 @@ int cmd_sched_bench(int argc, char **argv)
     if (rc == 0) rc = a.json ? print_json(run) : (print_table(run), 0);
     if (rc == 0 && a.plot) rc = write_plot(run);
     if (run->tmpdir[0]) nftw(run->tmpdir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
-    ppn_rt_destroy(run->rt);
+    rc = cli_rt_destroy(run->rt, rc);
     free(run);
     return rc;
 }

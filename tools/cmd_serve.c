@@ -131,7 +131,7 @@ static int serve(const serve_args *a, ppn_model *m, ppn_tokenizer *tok, ppn_temp
     int port = 0;
     struct MHD_Daemon *d = serve_http_start(&s, a->host, a->port, &port);
     if (!d) {
-        ppn_engine_destroy(s.engine);
+        if ((st = ppn_engine_destroy(s.engine)) != PPN_OK) cli_fail_status(st, "engine teardown");
         return 1;
     }
     fprintf(stderr, "ppn serve: listening on http://%s:%d (model %s: %s, ctx %d)\n", a->host, port, name, mi.arch,
@@ -140,14 +140,15 @@ static int serve(const serve_args *a, ppn_model *m, ppn_tokenizer *tok, ppn_temp
     serve_http_quiesce(d);
     drain(&s, a->drain);
     pthread_rwlock_wrlock(&s.lock);
-    ppn_engine_destroy(s.engine); /* what still runs is cancelled: every connection gets its final event */
+    st = ppn_engine_destroy(s.engine); /* what still runs is cancelled: every connection gets its final event */
+    int rc = st == PPN_OK ? 0 : cli_fail_status(st, "engine teardown"); /* a block retired: said, exit 1 */
     s.engine = NULL;
     pthread_rwlock_unlock(&s.lock);
     serve_http_stop(d);
     pthread_rwlock_destroy(&s.lock);
     pthread_mutex_destroy(&s.mu);
     fprintf(stderr, "ppn serve: stopped\n");
-    return 0;
+    return rc;
 }
 
 int cmd_serve(int argc, char **argv)
@@ -176,7 +177,7 @@ int cmd_serve(int argc, char **argv)
     }
     ppn_template_free(tmpl);
     ppn_tokenizer_free(tok);
-    ppn_model_free(m);
-    ppn_rt_destroy(rt);
+    rc = cli_model_free(m, rc);
+    rc = cli_rt_destroy(rt, rc);
     return rc;
 }

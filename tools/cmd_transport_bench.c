@@ -22,6 +22,10 @@
  *   throughput  --batch hand-offs queued back to back (slots alternating, as MEMRA_PP_OVERLAP=1), one sync,
  *               divided by the batch; the median over the batches
  *   bandwidth   slot bytes (256 B header + the size) / the throughput time per hand-off
+ *   model       sim backend only: the latency model's time for the copies of one hand-off of the latency loop
+ *               (ppn_sim_counts.copy_model_ns over the loop / --iters: the copies run one after another through
+ *               the event chain). Deterministic, so tests check the model's order on it, never on the wall
+ *               times above; it is the model whether or not PPN_SIM_LATENCY applies it to them.
  */
 #include <jansson.h>
 #include <math.h>
@@ -70,6 +74,7 @@ typedef struct tb_args {
     int devs[2], have_devs;
     int set_sizes, set_iters, set_warmup, set_batch; /* given on the command line */
     int sim_defaults;                                /* the sim backend's small defaults took over */
+    int sim;                                         /* the sim backend: report its modelled copy time */
 } tb_args;
 
 typedef struct tb_result {
@@ -79,6 +84,7 @@ typedef struct tb_result {
     size_t size, bytes;
     double lat_min, lat_med, lat_p99, lat_mean; /* us */
     double tput_us;                             /* us per hand-off, back to back */
+    double model_copy_us;                       /* sim: the model's copy time per hand-off (-1 elsewhere) */
 } tb_result;
 
 typedef struct tb_run {
@@ -239,8 +245,8 @@ static int tb_parse(int argc, char **argv, tb_args *a)
 /* On the sim backend, the defaults not given on the command line become the small ones (said in the output). */
 static void sim_defaults(tb_args *a, const ppn_rt *rt)
 {
-    if (strcmp(ppn_rt_backend(rt), "sim") != 0 || (a->set_sizes && a->set_iters && a->set_warmup && a->set_batch))
-        return;
+    a->sim = strcmp(ppn_rt_backend(rt), "sim") == 0;
+    if (!a->sim || (a->set_sizes && a->set_iters && a->set_warmup && a->set_batch)) return;
     a->sim_defaults = 1;
     if (!a->set_sizes) parse_sizes(a, TB_SIM_SIZES);
     if (!a->set_iters) a->iters = TB_SIM_ITERS;
@@ -261,6 +267,16 @@ static const char *sim_note(void)
 static double now_us(void) { return cli_now_us(); }
 
 static double pct(const double *v, int n, double p) { return cli_rank(v, n, p / 100.0); }
+
+/* The sim latency model's account of every copy accepted so far (ns; 0 on another backend). */
+static uint64_t model_copy_ns(ppn_gpu *g)
+{
+    struct ppn_sim_counts k;
+    uint64_t sum = 0;
+    ppn_gpu_sim_counts(g, &k);
+    for (int i = 0; i < PPN_SIM_COPY_KINDS; i++) sum += k.copy_model_ns[i];
+    return sum;
+}
 
 /* One case's device state: the boundary under test and its producer / consumer buffers. */
 typedef struct tb_case {
@@ -322,7 +338,7 @@ static ppn_status case_teardown(tb_case *c)
     ppn_gpu *g = c->g;
     ppn_status st = g->ops->stream_sync(g, c->prod), s2 = g->ops->stream_sync(g, c->cons);
     if (st == PPN_OK) st = s2;
-    if (c->b_init) ppn_boundary_fini(&c->b, g);
+    if (c->b_init && (s2 = ppn_boundary_fini(&c->b, g)) != PPN_OK && st == PPN_OK) st = s2;
     if (c->io && (s2 = ppn_pool_free(c->pfrom, c->io, c->prod)) != PPN_OK && st == PPN_OK) st = s2;
     if (c->local && (s2 = ppn_pool_free(c->pto, c->local, c->cons)) != PPN_OK && st == PPN_OK) st = s2;
     if (c->zeros && (s2 = ppn_pool_free(c->pto, c->zeros, c->cons)) != PPN_OK && st == PPN_OK) st = s2;
@@ -346,6 +362,7 @@ static ppn_status measure(tb_case *c, const tb_args *a, tb_result *r)
     for (int i = 0; i < a->warmup && st == PPN_OK; i++) st = handoff(c, i & 1);
     if (st == PPN_OK) st = g->ops->stream_sync(g, c->cons);
     double sum = 0;
+    uint64_t model0 = model_copy_ns(g); /* only this thread issues: the loop's copies are the difference */
     for (int i = 0; i < a->iters && st == PPN_OK; i++) {
         double t0 = now_us();
         st = handoff(c, 0);
@@ -353,6 +370,7 @@ static ppn_status measure(tb_case *c, const tb_args *a, tb_result *r)
         lat[i] = now_us() - t0;
         sum += lat[i];
     }
+    r->model_copy_us = a->sim ? (double)(model_copy_ns(g) - model0) / 1e3 / a->iters : -1;
     for (int i = 0; i < nb && st == PPN_OK; i++) {
         double t0 = now_us();
         for (int k = 0; k < a->batch && st == PPN_OK; k++) st = handoff(c, k & 1);
@@ -479,8 +497,10 @@ static void print_table(const tb_run *run)
            ppn_rt_backend(run->rt), ppn_rt_device_count(run->rt), run->a->batch);
     if (run->a->sim_defaults) printf("%s\n", sim_note());
     if (run->a->one_node) printf("%s\n", one_node_note());
-    printf("%-10s %-6s %-10s %5s %8s %10s %10s %10s %10s %10s %12s %10s\n", "transport", "pair", "host slot", "node",
-           "size", "slot B", "lat min", "median", "p99", "mean", "us/handoff", "GB/s");
+    if (run->a->sim)
+        printf("model: the sim latency model's copy time per hand-off (us), whether or not PPN_SIM_LATENCY applies it\n");
+    printf("%-10s %-6s %-10s %5s %8s %10s %10s %10s %10s %10s %12s %10s%s\n", "transport", "pair", "host slot", "node",
+           "size", "slot B", "lat min", "median", "p99", "mean", "us/handoff", "GB/s", run->a->sim ? "      model" : "");
     for (int i = 0; i < run->n_res; i++) {
         const tb_result *r = &run->res[i];
         char pair[16];
@@ -489,9 +509,11 @@ static void print_table(const tb_run *run)
         char node[16] = "-";
         if (r->slot >= 0 && r->slot_node >= 0) snprintf(node, sizeof node, "%d", r->slot_node);
         else if (r->slot >= 0) snprintf(node, sizeof node, "%s", r->slot_node == -2 ? "many" : "?");
-        printf("%-10s %-6s %-10s %5s %8s %10zu %10.2f %10.2f %10.2f %10.2f %12.2f %10.3f\n", tb_names[r->kind], pair,
+        printf("%-10s %-6s %-10s %5s %8s %10zu %10.2f %10.2f %10.2f %10.2f %12.2f %10.3f", tb_names[r->kind], pair,
                r->slot >= 0 ? slot_names[r->slot] : "-", node, sz, r->bytes, r->lat_min, r->lat_med, r->lat_p99,
                r->lat_mean, r->tput_us, gbps(r));
+        if (r->model_copy_us >= 0) printf(" %10.2f", r->model_copy_us);
+        putchar('\n');
     }
 }
 
@@ -531,6 +553,7 @@ static int print_json(const tb_run *run)
         json_object_set_new(o, "throughput_us_per_handoff", json_real(r->tput_us));
         json_object_set_new(o, "handoffs_per_s", json_real(1e6 / r->tput_us));
         json_object_set_new(o, "bandwidth_GBps", json_real(gbps(r)));
+        if (r->model_copy_us >= 0) json_object_set_new(o, "model_copy_us", json_real(r->model_copy_us));
         json_array_append_new(res, o);
     }
     json_object_set_new(root, "results", res);
@@ -615,7 +638,7 @@ int cmd_transport_bench(int argc, char **argv)
     else if (a.json) rc = print_json(&run);
     else print_table(&run);
     if (rc == 0 && a.plot) rc = write_plot(&run);
-    ppn_rt_destroy(run.rt);
+    rc = cli_rt_destroy(run.rt, rc);
     free(run.res);
     return rc;
 }

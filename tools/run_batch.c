@@ -135,7 +135,7 @@ int run_batch(ppn_model *m, const ppn_model_info *mi, const run_prompts *p, cons
             fprintf(stderr, "ppn: %d prompts as one batch: %d tokens each, decode %.1f tok/s aggregate\n", B,
                     o->n_new, tps);
     }
-    for (int i = 0; seqs && i < B; i++) ppn_seq_destroy(seqs[i]);
+    for (int i = 0; seqs && i < B; i++) rc = cli_seq_destroy(seqs[i], rc);
     free(seqs);
     free(tok);
     free(gen);

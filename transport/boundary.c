@@ -57,23 +57,27 @@ ppn_status ppn_boundary_init(ppn_boundary *b, ppn_gpu *g, ppn_pool *from_pool, p
     for (int k = 0; k < 2; k++) {
         ppn_status st = slot_init(b, g, &b->slot[k]);
         if (st != PPN_OK) {
-            ppn_boundary_fini(b, g);
-            return ppn_err_ctx(st, "boundary %d->%d", b->from_dev, to_dev);
+            ppn_err_first first = {0}; /* st with its message, whatever the fini meets */
+            ppn_err_first_add(&first, ppn_err_ctx(st, "boundary %d->%d", b->from_dev, to_dev));
+            ppn_err_first_add(&first, ppn_boundary_fini(b, g));
+            return ppn_err_first_done(&first);
         }
     }
     return PPN_OK;
 }
 
-void ppn_boundary_fini(ppn_boundary *b, ppn_gpu *g)
+ppn_status ppn_boundary_fini(ppn_boundary *b, ppn_gpu *g)
 {
+    ppn_err_first first = {0};
     for (int k = 0; k < 2; k++) {
         ppn_slot *sl = &b->slot[k];
-        if (sl->buf) ppn_pool_free(b->pool, sl->buf, b->alloc_stream);
+        if (sl->buf) ppn_err_first_add(&first, ppn_pool_free(b->pool, sl->buf, b->alloc_stream));
         if (sl->ev_tx) g->ops->event_destroy(g, sl->ev_tx);
         if (sl->ev_rx) g->ops->event_destroy(g, sl->ev_rx);
         if (sl->host) ppn_pinned_free(b->pinned, sl->host);
         memset(sl, 0, sizeof *sl);
     }
+    return ppn_err_first_done(&first);
 }
 
 /* After a host wait: was the generation posted by an abandon? The acquire in ppn_gen_wait pairs with the

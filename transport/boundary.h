@@ -62,8 +62,9 @@ typedef struct ppn_boundary {
 /* Create the boundary's slots. Returns PPN_OK, PPN_ENOMEM, PPN_EDRIVER, PPN_EINVAL (bad transport). */
 ppn_status ppn_boundary_init(ppn_boundary *b, ppn_gpu *g, ppn_pool *from_pool, ppn_gstream *from_stream,
                              int to_dev, int xport, int dim, int max_rows, ppn_pinned_arena *pinned);
-/* Free everything (the streams that used it must be drained). */
-void ppn_boundary_fini(ppn_boundary *b, ppn_gpu *g);
+/* Free everything (the streams that used it must be drained). A failed slot free (its block retired: alloc/pool.h)
+ * does not stop it; the first failure is returned. */
+ppn_status ppn_boundary_fini(ppn_boundary *b, ppn_gpu *g);
 
 /* Producer: write io ([hdr][rows x dim floats] on from_dev; 1 <= rows <= max_rows) into slot k for step, on
  * stream s. Only the rows sent are copied. */

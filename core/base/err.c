@@ -4,7 +4,7 @@
 #include <string.h>
 #include "core/base/err.h"
 
-static _Thread_local char last_msg[1024];
+static _Thread_local char last_msg[PPN_ERR_MSG_CAP];
 
 ppn_status ppn_err(ppn_status st, const char *fmt, ...)
 {
@@ -35,6 +35,19 @@ ppn_status ppn_err_ctx(ppn_status st, const char *fmt, ...)
 }
 
 void ppn_err_clear(void) { last_msg[0] = '\0'; }
+
+void ppn_err_first_add(ppn_err_first *f, ppn_status st)
+{
+    if (st == PPN_OK || f->st != PPN_OK) return;
+    f->st = st;
+    memcpy(f->msg, last_msg, sizeof f->msg);
+}
+
+ppn_status ppn_err_first_done(const ppn_err_first *f)
+{
+    if (f->st != PPN_OK) memcpy(last_msg, f->msg, sizeof last_msg);
+    return f->st;
+}
 
 /* Set by ppn_gpu_open from PPN_TRACE (every runtime opens its device first, and a bad value is refused there):
  * this floor reads no environment itself, so the environment table can report through it. */

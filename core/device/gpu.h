@@ -220,6 +220,10 @@ ppn_status ppn_gpu_check_launch(const ppn_gpu *g, const ppn_launch *l);
 
 /* sim only: checker reports so far, per kind (counted even when not printed or not sticky). */
 #define PPN_SIM_FAIL_KINDS 10
+/* sim only: the latency model's copy kinds and their rates: htod and dtoh 20 GB/s, dtod (and copy_peer within a
+ * device) 1 TB/s, peer (copy_peer with a possible grant) 50 GB/s, staged (copy_peer through the host) 20 GB/s */
+enum { PPN_SIM_COPY_HTOD, PPN_SIM_COPY_DTOH, PPN_SIM_COPY_DTOD, PPN_SIM_COPY_PEER, PPN_SIM_COPY_STAGED,
+       PPN_SIM_COPY_KINDS };
 struct ppn_sim_counts {
     uint64_t race, placement, use_after_free, double_free, bounds;
     uint64_t stale;      /* an access through an earlier generation's address of a reused block (PPN_EUSEAFTERFREE) */
@@ -228,6 +232,12 @@ struct ppn_sim_counts {
      * launch, record, wait, memset, hostfn, free, stream, event: test_faults sweeps K up to what a clean run
      * reaches */
     uint64_t fault_calls[PPN_SIM_FAIL_KINDS];
+    /* the latency model's account: the copies accepted so far per kind, and the sum of their modelled costs
+     * (ns: 5 us + bytes at the kind's rate, PPN_SIM_LATENCY=1's charge; kept whether or not PPN_SIM_LATENCY
+     * applies it, and unscaled by its K). Deterministic, unlike the wall time the model adds: tests check the
+     * model through it (test_microbench: transport-bench's model_copy_us). */
+    uint64_t copies[PPN_SIM_COPY_KINDS];
+    uint64_t copy_model_ns[PPN_SIM_COPY_KINDS];
 };
 /* sim only: return the sticky error (PPN_OK if none) and clear it, so the backend can be used again; msg
  * (may be NULL) receives its report. Returns PPN_EINVAL when g is not a sim backend. */

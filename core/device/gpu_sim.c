@@ -15,7 +15,9 @@
  *   PPN_SIM_LATENCY  1: each op takes a modelled time (K in 2..1000: K times it) (launch 4 us, a kernel replayed from a graph 1 us; copy
  *                    5 us + bytes at 1 TB/s on a device, 50 GB/s peer, 20 GB/s host or host-staged); 0
  *                    (default): ops run as fast as they can. The launch/graph ratio is the H200's (DESIGN.md:
- *                    100 small kernels, 333 us through a stream, 114 us as one graph)
+ *                    100 small kernels, 333 us through a stream, 114 us as one graph). Each accepted copy's
+ *                    unscaled cost is accounted per kind (ppn_sim_counts.copies, copy_model_ns) whatever this
+ *                    says: the model's figures without the wall clock, what tests check it on
  *   PPN_SIM_THREAD_CLOCKS  1 (default): a checker clock per host thread (a sync orders only the syncing
  *                    thread's later ops; a hand-off between threads orders them only where it is declared,
  *                    host_release / host_acquire: by the runtime, or by an embedder through ppn.h's
@@ -437,6 +439,10 @@ static ppn_status submit(sim_gpu *g, ppn_gstream *s, sim_op *op, int fail_kind, 
     else sim_ck_resolve(g, op);
     s->seen_thr = t;
     s->seen_ver = t->ver;
+    if (op->copy_cost) { /* an accepted copy: the model's account (a refused one is not) */
+        g->copies[op->copy_kind]++;
+        g->copy_model_ns[op->copy_kind] += op->copy_cost;
+    }
 out:
     pthread_mutex_unlock(&g->ck);
     if (st != PPN_OK) {
@@ -1033,9 +1039,27 @@ static ppn_status sim_event_elapsed(ppn_gpu *gg, ppn_gevent *start, ppn_gevent *
 
 /* ---- copies, launches, host functions ---------------------------------------------------------------- */
 
+/* The latency model's rates (bytes per ns): a copy on one device, between devices with a peer grant, and one
+ * with host memory on a side (htod, dtoh, a peer copy staged through the host). */
+#define SIM_RATE_DEVICE 1000.0
+#define SIM_RATE_PEER 50.0
+#define SIM_RATE_HOST 20.0
+
+/* The model's cost of moving n bytes at bytes_per_ns: 5 us + n at the rate (what PPN_SIM_LATENCY=1 charges). */
+static uint64_t copy_cost(size_t n, double bytes_per_ns) { return 5000 + (uint64_t)((double)n / bytes_per_ns); }
+
 static uint64_t copy_model(sim_gpu *g, size_t n, double bytes_per_ns)
 {
-    return (uint64_t)g->latency * (5000 + (uint64_t)((double)n / bytes_per_ns));
+    return (uint64_t)g->latency * copy_cost(n, bytes_per_ns);
+}
+
+/* A copy's modelled duration, and its kind and unscaled cost for the account submit keeps (ppn_sim_counts:
+ * copies, copy_model_ns), whether or not PPN_SIM_LATENCY applies the model. */
+static void copy_set_model(sim_gpu *g, sim_op *op, int kind, size_t n, double bytes_per_ns)
+{
+    op->model_ns = copy_model(g, n, bytes_per_ns);
+    op->copy_kind = kind;
+    op->copy_cost = copy_cost(n, bytes_per_ns);
 }
 
 /* Any op but a launch: the stream must exist and must not be capturing (only launches can be captured). */
@@ -1058,7 +1082,7 @@ static ppn_status sim_copy_htod(ppn_gpu *gg, ppn_gstream *s, ppn_dptr dst, const
     op->u.cp.dst = dst;
     op->u.cp.hsrc = src;
     op->u.cp.n = n;
-    op->model_ns = copy_model(g, n, 20.0);
+    copy_set_model(g, op, PPN_SIM_COPY_HTOD, n, SIM_RATE_HOST);
     if (n) {
         op_acc(op, dst, n, PPN_ACC_W, s->dev, 1);
         op_acc_host(op, src, n, PPN_ACC_R);
@@ -1076,7 +1100,7 @@ static ppn_status sim_copy_dtoh(ppn_gpu *gg, ppn_gstream *s, void *dst, ppn_dptr
     op->u.cp.hdst = dst;
     op->u.cp.src = src;
     op->u.cp.n = n;
-    op->model_ns = copy_model(g, n, 20.0);
+    copy_set_model(g, op, PPN_SIM_COPY_DTOH, n, SIM_RATE_HOST);
     if (n) {
         op_acc(op, src, n, PPN_ACC_R, s->dev, 1);
         op_acc_host(op, dst, n, PPN_ACC_W);
@@ -1093,7 +1117,7 @@ static ppn_status sim_copy_dtod(ppn_gpu *gg, ppn_gstream *s, ppn_dptr dst, ppn_d
     op->u.cp.dst = dst;
     op->u.cp.src = src;
     op->u.cp.n = n;
-    op->model_ns = copy_model(g, n, 1000.0);
+    copy_set_model(g, op, PPN_SIM_COPY_DTOD, n, SIM_RATE_DEVICE);
     if (n) {
         op_acc(op, src, n, PPN_ACC_R, s->dev, 1);
         op_acc(op, dst, n, PPN_ACC_W, s->dev, 1);
@@ -1115,7 +1139,9 @@ static ppn_status sim_copy_peer(ppn_gpu *gg, ppn_gstream *s, ppn_dptr dst, int d
     op->u.cp.dst = dst;
     op->u.cp.src = src;
     op->u.cp.n = n;
-    op->model_ns = copy_model(g, n, src_dev == dst_dev ? 1000.0 : staged ? 20.0 : 50.0);
+    if (src_dev == dst_dev) copy_set_model(g, op, PPN_SIM_COPY_DTOD, n, SIM_RATE_DEVICE);
+    else if (staged) copy_set_model(g, op, PPN_SIM_COPY_STAGED, n, SIM_RATE_HOST);
+    else copy_set_model(g, op, PPN_SIM_COPY_PEER, n, SIM_RATE_PEER);
     if (n) {
         op_acc(op, src, n, PPN_ACC_R, src_dev, 0);
         op_acc(op, dst, n, PPN_ACC_W, dst_dev, 0);
@@ -1134,7 +1160,7 @@ static ppn_status sim_memset_d8(ppn_gpu *gg, ppn_gstream *s, ppn_dptr dst, unsig
     op->u.ms.dst = dst;
     op->u.ms.v = v;
     op->u.ms.n = n;
-    op->model_ns = copy_model(g, n, 1000.0);
+    op->model_ns = copy_model(g, n, SIM_RATE_DEVICE);
     if (n) op_acc(op, dst, n, PPN_ACC_W, s->dev, 1);
     return submit(g, s, op, SIM_FAIL_MEMSET, NULL);
 }
@@ -1552,6 +1578,8 @@ void ppn_gpu_sim_counts(ppn_gpu *gg, struct ppn_sim_counts *out)
     out->stale = g->counts[SIM_REP_STALE];
     out->undeclared = g->counts[SIM_REP_UNDECLARED];
     memcpy(out->fault_calls, g->fail_count, sizeof out->fault_calls);
+    memcpy(out->copies, g->copies, sizeof out->copies);
+    memcpy(out->copy_model_ns, g->copy_model_ns, sizeof out->copy_model_ns);
     pthread_mutex_unlock(&g->ck);
 }
 

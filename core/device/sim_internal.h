@@ -181,6 +181,8 @@ typedef struct sim_op {
     char *report;       /* its report, printed when the op executes */
     sim_rec *hsnap;     /* host clock to merge before the op, or NULL */
     uint64_t model_ns;  /* modelled duration (PPN_SIM_LATENCY=1), else 0 */
+    int copy_kind;      /* a copy: its PPN_SIM_COPY_* kind ... */
+    uint64_t copy_cost; /* ... and the model's unscaled cost (ns), whatever PPN_SIM_LATENCY says; 0: not a copy */
     int ann_dev;        /* FREE: the device the annotation names */
     ppn_dptr free_base; /* FREE of a live block: the block (own address) and its allocation's serial, ... */
     uint64_t free_serial;
@@ -269,6 +271,8 @@ typedef struct sim_gpu {
     ppn_status sticky;                       /* under ck: first report, until taken */
     char sticky_msg[1024];
     uint64_t counts[SIM_REP_KINDS];          /* under ck: reports per kind (SIM_REP_*) */
+    uint64_t copies[PPN_SIM_COPY_KINDS];     /* under ck: copies accepted, per PPN_SIM_COPY_* kind ... */
+    uint64_t copy_model_ns[PPN_SIM_COPY_KINDS]; /* under ck: ... and the sum of their copy_cost */
     int printed;                             /* under ck */
 
     pthread_mutex_t sync;

@@ -244,6 +244,24 @@ void tu_env_restore(void)
     }
 }
 
+static ppn_rt *sim_rt; /* tu_sim_rt_setup's, until tu_sim_rt_teardown */
+
+int tu_sim_rt_setup(void **state)
+{
+    (void)state;
+    return ppn_rt_create("sim", &sim_rt) == PPN_OK ? 0 : (fprintf(stderr, "%s\n", ppn_last_error()), -1);
+}
+
+int tu_sim_rt_teardown(void **state)
+{
+    (void)state;
+    ppn_status st = ppn_rt_destroy(sim_rt);
+    sim_rt = NULL;
+    return st == PPN_OK ? 0 : -1;
+}
+
+ppn_rt *tu_sim_rt(void) { return sim_rt; }
+
 ppn_model *tu_model_load(ppn_rt *rt, const char *path, const ppn_load_opts *o)
 {
     ppn_load_opts d = ppn_load_opts_default();

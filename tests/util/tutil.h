@@ -51,6 +51,13 @@ int tu_run_ppn(const char *env, const char *args, char **out, char **err, int *t
  * its first count values set to v: a checkpoint with a planted bad value. */
 char *tu_patched_tiny(const char *name, float v, int count);
 
+/* A sim runtime shared by a cmocka group: pass tu_sim_rt_setup and tu_sim_rt_teardown to cmocka_run_group_tests,
+ * and tu_sim_rt() is the runtime in between. The setup fails (-1, ppn's message on stderr) when ppn_rt_create
+ * does; the teardown fails (-1) when ppn_rt_destroy does (a model left loaded, a failed device free). */
+int tu_sim_rt_setup(void **state);
+int tu_sim_rt_teardown(void **state);
+ppn_rt *tu_sim_rt(void);
+
 /* ppn_model_load of path with o (NULL: the defaults); the (cmocka) test fails, naming path and ppn's message,
  * when the model does not load. */
 ppn_model *tu_model_load(ppn_rt *rt, const char *path, const ppn_load_opts *o);
