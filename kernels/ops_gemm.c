@@ -23,6 +23,16 @@
 
 #define GEMM_MAX_CTAS 0x7fffffffu /* a 1-D grid's limit */
 
+/* The middle tile's shared memory: its ring takes 48 KB, and its 140 registers (sm_90a) let 3 CTAs share an SM;
+ * asking 80 KB keeps it to 2 an SM (3 x 81 KB is more than an H200's 228 KB, or an A100's 164). Two were faster
+ * wherever it is taken in a prompt (H200, 2026-12-02, alternating rounds of one tree differing in this alone:
+ * pp512 8B 16,226-16,265 -> 17,177-17,196 tok/s, 1B 70,548-70,808 -> 76,231-76,858; pp4096 within the rounds'
+ * noise; docs/PERF.md). */
+#define GEMM_M_SMEM (80u * 1024u)
+_Static_assert(GEMM_M_SMEM >= PPN_GEMM_TC_SMEM(PPN_GEMM_TC_M_BM, PPN_GEMM_TC_M_BN, PPN_GEMM_TC_M_STAGES) &&
+                   GEMM_M_SMEM <= PPN_DYN_SMEM_MAX,
+               "the middle tile's ring fits what it asks, and the opt-in covers it");
+
 static size_t gemm_tiles(int m, int rows, int bm, int bn)
 {
     return (size_t)blocks_for(m, (unsigned)bm) * (size_t)blocks_for(rows, (unsigned)bn);
@@ -110,7 +120,7 @@ static ppn_launch gemm_geometry(int kernel, const ppn_kp_gemm *p)
         break;
     case PPN_K_GEMM_TC_M:
         bm = PPN_GEMM_TC_M_BM, bn = PPN_GEMM_TC_M_BN, threads = PPN_GEMM_TC_M_THREADS;
-        smem = PPN_GEMM_TC_SMEM(bm, bn, PPN_GEMM_TC_M_STAGES);
+        smem = GEMM_M_SMEM;
         break;
     case PPN_K_GEMM_TC_S:
         bm = PPN_GEMM_TC_S_BM, bn = PPN_GEMM_TC_S_BN, threads = PPN_GEMM_TC_S_THREADS;
