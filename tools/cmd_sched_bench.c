@@ -340,8 +340,11 @@ static ppn_status run_group(sb_run *run, int group)
     ppn_status st = PPN_OK;
     for (int i = 0; i < SB_N_ARMS && st == PPN_OK; i++)
         if (sb_arms[i].group == group) st = run_arm(run, m, i);
-    ppn_model_free(m);
-    return st;
+    ppn_err_first fe = {0};
+    ppn_err_first_add(&fe, st); /* keeps st's message: the free may set its own */
+    ppn_status fs = ppn_model_free(m);
+    ppn_err_first_add(&fe, fs == PPN_OK ? fs : ppn_err_ctx(fs, "model teardown"));
+    return ppn_err_first_done(&fe);
 }
 
 static int same_cores(const ppn_stage_info *a, const ppn_stage_info *b)
