@@ -418,6 +418,70 @@ static void test_cli_run_reports_every_failed_record(void **state)
     assert_true(k > 20 && seq_td > 0 && model_td > 0);
 }
 
+/* One `ppn gate` of the teardown sweep with PPN_SIM_FAIL=record:k: returns 0 when no record failed (exit 0, the
+ * gate PASS), else 1 after checking the failure was reported (exit 1, a FAIL row naming record #k, the verdict
+ * FAIL); *out keeps stdout (free it). */
+static int gate_record(const char *args, int k, char **out)
+{
+    char env[64], want[64], *err = NULL;
+    snprintf(env, sizeof env, "PPN_SIM_FAIL=record:%d", k);
+    snprintf(want, sizeof want, "injected failure of record #%d", k);
+    int rc = tu_run_ppn(env, args, out, &err, NULL);
+    const char *o = *out ? *out : "";
+    int hit = strstr(o, "injected failure") || (err && strstr(err, "injected failure"));
+    if (rc == 0 && !hit && strstr(o, "ppn gate: PASS")) {
+        free(err);
+        return 0;
+    }
+    if (rc != 1 || !strstr(o, want) || !strstr(o, "ppn gate: FAIL ("))
+        fail_msg("%s: exit %d (want 1 with a FAIL row naming record #%d and a FAIL verdict):\n%s%s", env, rc, k, o,
+                 err ? err : "");
+    free(err);
+    return 1;
+}
+
+/* `ppn gate` reports a failed record at a teardown: a block retired by the free of the model a row loaded for its
+ * placement (a FAIL row of its arm, "model teardown"), or of the shared models (FAIL rows of "teardown", named
+ * among the failed arms), turns the gate red and its exit status 1. The run's last record is found by bisection
+ * (every probe checked: a failure reported, or a clean PASS), then the records from the end back are failed one by
+ * one for the last few and every 8th further, until a row's model teardown is reached: the shared models' frees
+ * come last, after the last row's. */
+static void test_cli_gate_reports_teardown_records(void **state)
+{
+    (void)state;
+    char args[2048], *out = NULL;
+    snprintf(args, sizeof args, "gate --model '%s' --backend sim split --steps 2 --prompt 1 --max-stages 2", g_model);
+    int lo = 1, hi = 256; /* lo fails (the load records), hi ends clean */
+    while (gate_record(args, hi, &out)) {
+        free(out);
+        lo = hi, hi *= 2;
+        if (hi > 1 << 20) fail_msg("ppn gate never ran clean under PPN_SIM_FAIL=record:K");
+    }
+    free(out);
+    while (hi - lo > 1) {
+        int mid = lo + (hi - lo) / 2;
+        int failed = gate_record(args, mid, &out);
+        free(out);
+        if (failed) lo = mid;
+        else hi = mid;
+    }
+    int shared = 0, work = 0, row = 0, runs = 0;
+    for (int k = lo; k > 0 && !row; k -= k > lo - 4 ? 1 : 8, runs++) {
+        if (runs == 40) fail_msg("40 records back from the last (#%d), no row's model teardown was failed", lo);
+        if (!gate_record(args, k, &out)) fail_msg("record:%d ran clean, before the last record #%d", k, lo);
+        int td = strstr(out, "\nteardown ") != NULL;
+        if (td && !strstr(out, "failed arms: teardown)"))
+            fail_msg("record:%d: the verdict does not name the teardown:\n%s", k, out);
+        shared += td && strstr(out, "reference model") != NULL;
+        work += td && strstr(out, "model (door shut)") != NULL;
+        row += strstr(out, "\nsplit ") && strstr(out, "FAIL  model teardown: ") && strstr(out, "failed arms: split)");
+        free(out);
+    }
+    printf("ppn gate: record #%d is the last; %d runs back from it failed the reference model's free %d times, the "
+           "door-shut model's %d, a row's model %d\n", lo, runs, shared, work, row);
+    assert_true(shared > 0 && work > 0 && row > 0);
+}
+
 static void test_cli_run_prompt(void **state)
 {
     (void)state;
@@ -488,6 +552,7 @@ int main(void)
         cmocka_unit_test(test_cli_transport_bench_sim_defaults),
         cmocka_unit_test(test_cli_mkmodel_tokenizer),
         cmocka_unit_test(test_cli_run_reports_every_failed_record),
+        cmocka_unit_test(test_cli_gate_reports_teardown_records),
         cmocka_unit_test(test_cli_run_prompt),
         cmocka_unit_test(test_cli_gate_fault_stops_its_arm),
     };

@@ -928,6 +928,47 @@ static void test_sim_copy_model_account(void **state)
 }
 
 
+/* The latency model's launch account (ppn_sim_counts.launches, launch_model_ns): every accepted kernel adds 4 us
+ * when launched through a stream and 1 us when replayed from a graph (each kernel of each replay), with the model
+ * off (PPN_SIM_LATENCY unset); a launch recorded into a capture runs nothing and adds nothing, a refused one
+ * (here the second kernel of a replay, PPN_SIM_FAIL=launch:4) adds nothing while the replay's first kernel,
+ * accepted before it, counts. Expected figures from the documented costs. */
+static void test_sim_launch_model_account(void **state)
+{
+    (void)state;
+    ppn_gpu *g = open_sim_env("PPN_SIM_FAIL", "launch:4");
+    ppn_gstream *s = tu_stream(g, 0);
+    ppn_dptr a = tu_dalloc(g, 0, 1024), c = tu_dalloc(g, 0, 1024);
+    assert_int_equal(tu_fill(g, s, a, tu_f32_bits(1.0f), 256), PPN_OK);  /* launch 1: through the stream */
+    assert_int_equal(tu_fill(g, s, c, tu_f32_bits(0.0f), 256), PPN_OK);  /* launch 2 */
+    assert_int_equal(OPS(g)->capture_begin(g, s), PPN_OK);
+    assert_int_equal(tu_add(g, s, c, c, a, 256), PPN_OK); /* recorded, not run: not a launch */
+    assert_int_equal(tu_add(g, s, c, c, a, 256), PPN_OK);
+    ppn_ggraph *gr = NULL;
+    assert_int_equal(OPS(g)->capture_end(g, s, &gr), PPN_OK);
+    struct ppn_sim_counts c0 = counts(g);
+    if (c0.launches[PPN_SIM_LAUNCH_GRAPH] || c0.launch_model_ns[PPN_SIM_LAUNCH_GRAPH])
+        fail_msg("a capture counted %llu graph kernels", (unsigned long long)c0.launches[PPN_SIM_LAUNCH_GRAPH]);
+    assert_int_equal(OPS(g)->graph_launch(g, gr, s), PPN_EDRIVER); /* launch 3; launch 4, its second kernel, refused */
+    assert_int_equal(OPS(g)->graph_launch(g, gr, s), PPN_OK);      /* launches 5, 6 */
+    assert_int_equal(tu_add(g, s, c, c, a, 256), PPN_OK);          /* launch 7: through the stream */
+    assert_int_equal(OPS(g)->stream_sync(g, s), PPN_OK);
+    struct ppn_sim_counts k = counts(g);
+    const uint64_t want_n[PPN_SIM_LAUNCH_KINDS] = {3, 3};
+    const uint64_t want_ns[PPN_SIM_LAUNCH_KINDS] = {3 * 4000, 3 * 1000};
+    for (int i = 0; i < PPN_SIM_LAUNCH_KINDS; i++)
+        if (k.launches[i] != want_n[i] || k.launch_model_ns[i] != want_ns[i])
+            fail_msg("launch kind %d: %llu kernels, %llu ns modelled (want %llu, %llu)", i,
+                     (unsigned long long)k.launches[i], (unsigned long long)k.launch_model_ns[i],
+                     (unsigned long long)want_n[i], (unsigned long long)want_ns[i]);
+    float h[256];
+    tu_download(g, s, h, c, sizeof h);
+    assert_true(h[0] == 4.0f); /* 1 + 2 + 1: the refused replay's first kernel ran */
+    assert_int_equal(OPS(g)->graph_destroy(g, gr), PPN_OK);
+    assert_no_reports(g);
+    ppn_gpu_close(g);
+}
+
 /* ---- graphs ----------------------------------------------------------------------------------------------- */
 
 /* A capture records launches without running them; every replay runs them again, in order; nothing but a
@@ -1051,6 +1092,7 @@ int main(void)
         cmocka_unit_test(test_sim_invalid_environment_is_refused),
         cmocka_unit_test(test_sim_elapsed_and_latency_model),
         cmocka_unit_test(test_sim_copy_model_account),
+        cmocka_unit_test(test_sim_launch_model_account),
         cmocka_unit_test(test_sim_graph_capture_and_replay),
         cmocka_unit_test(test_sim_graph_replay_is_checked),
         cmocka_unit_test(test_sim_close_with_everything_alive),

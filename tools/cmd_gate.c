@@ -30,7 +30,10 @@
  *              greedy for f32 weights; for bf16 / f16 weights the door-shut greedy through verifies of no draft
  *              (the same many-rows kernels: their GEMMs round activations to the weight dtype, the single-row
  *              matvec keeps them f32, so a near-tie may fall the other way), with plain greedy's agreement shown
- * A table on stdout; exit status 1 on any mismatch or on a liveness counter that did not advance.
+ * A table on stdout; exit status 1 on any mismatch or on a liveness counter that did not advance, and on a failed
+ * teardown: a model a row loaded for its placement (a FAIL row of the arm under the row that used it), the shared
+ * models and the runtime (FAIL rows of "teardown", before the verdict, which names it among the failed arms); a
+ * teardown failure stops nothing, what failed being freed all the same.
  * An error (a status, not a mismatch) stops its arm at that row, which names the cause: a failed model stays
  * refused, so the rows after it would only repeat the failure. The gate then frees both models and loads them
  * again (on a new runtime if the old one refuses), and the next arm runs on those. The last line names the arms
@@ -55,6 +58,7 @@ typedef struct gate {
     ppn_model *ref, *work; /* work: loaded with every weight on the primary */
     ppn_model_info mi;
     int n_dev, fails, rows;
+    int teardown_fails;    /* FAIL rows of the teardowns of the shared models and the runtime (in fails too) */
     ppn_status broken;     /* the first error of the arm running (PPN_OK: none): the arm stops there */
 } gate;
 
@@ -146,6 +150,18 @@ static void row_print(const char *arm, const config *c, const char *result, cons
     fflush(stdout);
 }
 
+/* Free m where the row loaded it (owned: a placement over several devices). Its failure (a block retired by the
+ * free) is a FAIL row of its own under the row that used it; the arm goes on, the model being freed all the same. */
+static void row_model_free(gate *G, const char *arm, const config *c, ppn_model *m, int owned)
+{
+    ppn_status st = owned ? ppn_model_free(m) : PPN_OK;
+    if (st == PPN_OK) return;
+    char detail[512];
+    snprintf(detail, sizeof detail, "model teardown: %s: %s", ppn_status_name(st), ppn_last_error());
+    row_print(arm, c, "FAIL", detail);
+    G->fails++;
+}
+
 /* An unsharded map over devices that cannot reach the primary's weights cannot exist, nor can the unsplit prime
  * walk on stage 0's device reach the other stages' memory without peer access (the runtime refuses both). */
 static int config_possible(const gate *G, const config *c)
@@ -197,7 +213,7 @@ static int run_config(gate *G, const char *arm, const config *c, const int *ids,
     if (ok) snprintf(detail, sizeof detail, "%d steps bit-identical", G->rows);
     row_print(arm, c, ok ? "PASS" : "FAIL", detail);
     G->fails += !ok;
-    if (owned) ppn_model_free(m);
+    row_model_free(G, arm, c, m, owned);
     free(rows);
     return ok;
 }
@@ -370,7 +386,7 @@ static int run_prime(gate *G, const config *c, const int *ids, const float *ref,
     printf("%-10s %3d  %-28s %-22s %-5s %s\n", "prime", c->n, c->placement, prime_seam(c), ok ? "PASS" : "FAIL",
            detail);
     G->fails += !ok;
-    if (owned) ppn_model_free(m);
+    row_model_free(G, "prime", c, m, owned);
     free(rows);
     return ok;
 }
@@ -403,7 +419,7 @@ static void run_prime_batch(gate *G, const config *c, const int *ids)
     printf("%-10s %3d  %-28s %-22s %-5s %s\n", "prime", c->n, c->placement, "3 prompts batched", ok ? "PASS" : "FAIL",
            detail);
     G->fails += !ok;
-    if (owned) ppn_model_free(m);
+    row_model_free(G, "prime", c, m, owned);
     free(one);
     free(all);
 }
@@ -663,7 +679,7 @@ static int run_batch(gate *G, const config *c, const int *ids, const float *ref,
     G->fails += !ok;
     if (st == PPN_OK) ok &= run_batch_greedy(G, c, m, ids, ref_ids, mb);
     if (st == PPN_OK && !G->broken) ok &= run_batch_mixed(G, c, m, ids, ref_mixed);
-    if (owned) ppn_model_free(m);
+    row_model_free(G, "batch", c, m, owned);
     free(rows);
     return ok;
 }
@@ -791,7 +807,7 @@ static void run_spec(gate *G, const config *c, const int *ids, const int *truth)
     printf("%-10s %3d  %-28s %-22s %-5s %s\n", "spec", c->n, c->placement, seam, ok ? "PASS" : "FAIL", detail);
     fflush(stdout);
     G->fails += !ok;
-    if (owned) ppn_model_free(m);
+    row_model_free(G, "spec", c, m, owned);
     free(got);
 }
 
@@ -909,12 +925,31 @@ static ppn_status gate_open(gate *G)
     return gate_models(G);
 }
 
+/* A teardown of what every arm shares (what: the object): its failure (a block retired by a model's free, the
+ * runtime's destroy returning the first failure of its own teardown) is a FAIL row and counts against the gate. */
+static void teardown_row(gate *G, const char *what, ppn_status st)
+{
+    if (st == PPN_OK) return;
+    char detail[512];
+    snprintf(detail, sizeof detail, "%s: %s", ppn_status_name(st), ppn_last_error());
+    printf("%-10s %3s  %-28s %-22s %-5s %s\n", "teardown", "-", what, "-", "FAIL", detail);
+    fflush(stdout);
+    G->fails++;
+    G->teardown_fails++;
+}
+
+/* Free both models (each freed whatever the other's free returned). */
+static void gate_free_models(gate *G)
+{
+    teardown_row(G, "model (door shut)", ppn_model_free(G->work));
+    teardown_row(G, "reference model (eager)", ppn_model_free(G->ref));
+    G->work = G->ref = NULL;
+}
+
 static void gate_close(gate *G)
 {
-    ppn_model_free(G->work);
-    ppn_model_free(G->ref);
-    ppn_rt_destroy(G->rt);
-    G->work = G->ref = NULL;
+    gate_free_models(G);
+    teardown_row(G, "runtime", ppn_rt_destroy(G->rt));
     G->rt = NULL;
 }
 
@@ -926,9 +961,7 @@ static ppn_status gate_reopen(gate *G, const char *arm)
            "freshly loaded models\n", arm);
     fflush(stdout);
     G->broken = PPN_OK;
-    ppn_model_free(G->work);
-    ppn_model_free(G->ref);
-    G->work = G->ref = NULL;
+    gate_free_models(G);
     if (gate_models(G) == PPN_OK) return PPN_OK;
     fprintf(stderr, "ppn gate: the runtime refused the fresh models (%s): opening a new runtime\n", ppn_last_error());
     gate_close(G);
@@ -1001,10 +1034,16 @@ int cmd_gate(int argc, char **argv)
         rc = cli_fail_status(st, "gate: no runtime for the next arm");
         goto out;
     }
+    gate_close(&G); /* before the verdict: a failed teardown makes it red */
+    if (G.teardown_fails) {
+        size_t used = strlen(failed);
+        snprintf(failed + used, sizeof failed - used, "%steardown", used ? ", " : "");
+    }
     printf("ppn gate: %s (%d failure%s%s%s)\n", G.fails ? "FAIL" : "PASS", G.fails, G.fails == 1 ? "" : "s",
            G.fails ? "; failed arms: " : "", failed);
-    rc = G.fails ? 1 : 0;
-out:
-    gate_close(&G);
-    return rc;
+    return G.fails ? 1 : 0;
+out: /* rc is 1 or 2 already: a teardown's failure is printed (cli.h) */
+    rc = cli_model_free(G.work, rc);
+    rc = cli_model_free(G.ref, rc);
+    return cli_rt_destroy(G.rt, rc);
 }

@@ -25,6 +25,12 @@
  * A step: ppn_decode_step_deferred (host issue time) then ppn_pending_wait with the logits (wait time), with
  * --inflight steps in flight (default 1: a decode step needs the previous step's token). wall = the whole loop
  * over the timed steps; other = wall - issue - wait (the loop itself).
+ *
+ * model (sim backend only): the latency model's launch time per timed step, from the sim's account of the kernels
+ * accepted over the timed loop (ppn_sim_counts.launch_model_ns: 4 us per kernel launched through a stream, 1 us
+ * per kernel replayed from a graph), with the kernels of each kind per step. Deterministic, so tests check the
+ * graph arms' order on it, never on the wall times above; it is the model whether or not PPN_SIM_LATENCY applies
+ * it to them.
  */
 #include <ftw.h>
 #include <jansson.h>
@@ -89,6 +95,8 @@ typedef struct sb_result {
     ppn_stage_info map;
     double wall_s, steps_per_s, wall_us, other_us;
     sb_stat issue, wait;
+    double model_launch_us;   /* sim: the model's launch time per step (-1 elsewhere) ... */
+    double launches, replayed; /* ... and the kernels per step launched through a stream / replayed from a graph */
 } sb_result;
 
 typedef struct sb_run {
@@ -99,6 +107,7 @@ typedef struct sb_run {
     ppn_model_info mi;
     sb_result res[SB_N_ARMS];
     int far_equals_near, numa_nodes, cores;
+    int sim; /* the sim backend: report its modelled launch time */
 } sb_run;
 
 /* Arguments ------------------------------------------------------------------------------------------------ */
@@ -115,7 +124,8 @@ static void sb_usage(FILE *f)
           "Configurations: one-thread (MEMRA_PP_STREAMS=0), unsplit (N=1), unpinned, pinned-near, pinned-far\n"
           "(PPN_PIN=none|near|far), spin (PPN_SPIN=1), all replaying captured graphs; no-graphs and\n"
           "unsplit-no-graphs (PPN_GRAPHS=0). Per step: steps/s, wall,\n"
-          "host issue time (in ppn_decode_step_deferred), wait time (in ppn_pending_wait).\n",
+          "host issue time (in ppn_decode_step_deferred), wait time (in ppn_pending_wait); on the sim backend\n"
+          "also the latency model's launch time (model_launch_us) and the kernels launched and replayed.\n",
           f);
 }
 
@@ -170,6 +180,29 @@ static sb_stat stat_of(double *v, int n)
     return s;
 }
 
+/* The sim latency model's launch account so far (all zero on another backend). */
+static struct ppn_sim_counts sim_counts(const sb_run *run)
+{
+    struct ppn_sim_counts k;
+    ppn_gpu_sim_counts(run->rt->g, &k);
+    return k;
+}
+
+/* r's model figures from the account before (k0) and after (k1) the timed loop of n steps: every launch between
+ * them belongs to those steps, since each step is waited for before the loop ends and the warm-up before it
+ * starts. */
+static void model_of(const sb_run *run, const struct ppn_sim_counts *k0, const struct ppn_sim_counts *k1, int n,
+                     sb_result *r)
+{
+    r->model_launch_us = -1;
+    if (!run->sim) return;
+    uint64_t ns = 0;
+    for (int i = 0; i < PPN_SIM_LAUNCH_KINDS; i++) ns += k1->launch_model_ns[i] - k0->launch_model_ns[i];
+    r->model_launch_us = (double)ns / 1e3 / n;
+    r->launches = (double)(k1->launches[PPN_SIM_LAUNCH_STREAM] - k0->launches[PPN_SIM_LAUNCH_STREAM]) / n;
+    r->replayed = (double)(k1->launches[PPN_SIM_LAUNCH_GRAPH] - k0->launches[PPN_SIM_LAUNCH_GRAPH]) / n;
+}
+
 /* Decode loop ---------------------------------------------------------------------------------------------- */
 
 typedef struct sb_loop {
@@ -218,10 +251,13 @@ static ppn_status measure(sb_run *run, ppn_model *m, sb_result *r)
     if (st == PPN_OK) st = ppn_seq_create(m, &q);
     sb_loop warm = {.logits = lp.logits};
     if (st == PPN_OK && a->warmup) st = decode_steps(q, &run->mi, a->warmup, a->inflight, &warm);
+    struct ppn_sim_counts k0 = sim_counts(run);
     double t0 = now_us();
     if (st == PPN_OK) st = decode_steps(q, &run->mi, a->steps, a->inflight, &lp);
     double wall = now_us() - t0;
+    struct ppn_sim_counts k1 = sim_counts(run);
     if (st == PPN_OK) {
+        model_of(run, &k0, &k1, a->steps, r);
         r->status = "ok";
         r->wall_s = wall * 1e-6;
         r->wall_us = wall / a->steps;
@@ -304,8 +340,11 @@ static ppn_status run_group(sb_run *run, int group)
     ppn_status st = PPN_OK;
     for (int i = 0; i < SB_N_ARMS && st == PPN_OK; i++)
         if (sb_arms[i].group == group) st = run_arm(run, m, i);
-    ppn_model_free(m);
-    return st;
+    ppn_err_first fe = {0};
+    ppn_err_first_add(&fe, st); /* keeps st's message: the free may set its own */
+    ppn_status fs = ppn_model_free(m);
+    ppn_err_first_add(&fe, fs == PPN_OK ? fs : ppn_err_ctx(fs, "model teardown"));
+    return ppn_err_first_done(&fe);
 }
 
 static int same_cores(const ppn_stage_info *a, const ppn_stage_info *b)
@@ -413,8 +452,11 @@ static void print_table(const sb_run *run)
            "machine %d cores, %d NUMA node(s)\n",
            ppn_rt_backend(run->rt), a->model ? a->model : a->shape, run->mi.n_layers, a->n_stages, a->steps,
            a->warmup, a->inflight, run->cores, run->numa_nodes);
-    printf("%-17s %-8s %10s %11s %19s %19s %9s  %s\n", "config", "status", "steps/s", "wall us/st",
-           "issue us mean/p99", "wait us mean/p99", "other us", "cores");
+    if (run->sim)
+        printf("model: the sim latency model's launch time per step (us: 4 per kernel launched, 1 per kernel "
+               "replayed from a graph), whether or not PPN_SIM_LATENCY applies it\n");
+    printf("%-17s %-8s %10s %11s %19s %19s %9s %s %s\n", "config", "status", "steps/s", "wall us/st",
+           "issue us mean/p99", "wait us mean/p99", "other us", run->sim ? "   model" : "", "cores");
     for (int i = 0; i < SB_N_ARMS; i++) {
         const sb_result *r = &run->res[i];
         char c[128];
@@ -423,8 +465,11 @@ static void print_table(const sb_run *run)
             continue;
         }
         cores_str(&r->map, c, sizeof c);
-        printf("%-17s %-8s %10.1f %11.1f %9.1f/%9.1f %9.1f/%9.1f %9.1f  %s\n", sb_arms[i].name, r->status,
-               r->steps_per_s, r->wall_us, r->issue.mean, r->issue.p99, r->wait.mean, r->wait.p99, r->other_us, c);
+        char model[16] = "";
+        if (r->model_launch_us >= 0) snprintf(model, sizeof model, "%8.1f", r->model_launch_us);
+        printf("%-17s %-8s %10.1f %11.1f %9.1f/%9.1f %9.1f/%9.1f %9.1f %s %s\n", sb_arms[i].name, r->status,
+               r->steps_per_s, r->wall_us, r->issue.mean, r->issue.p99, r->wait.mean, r->wait.p99, r->other_us, model,
+               c);
     }
     printf("notes: one-thread = %s; it keeps the %d-stage cut and its boundary copies but runs on one device.\n"
            "       %s.\n       %s.\n",
@@ -467,6 +512,10 @@ static json_t *result_json(int i, const sb_result *r)
     json_object_set_new(o, "issue_us", stat_json(&r->issue));
     json_object_set_new(o, "wait_us", stat_json(&r->wait));
     json_object_set_new(o, "other_us_per_step", json_real(r->other_us));
+    if (r->model_launch_us < 0) return o;
+    json_object_set_new(o, "model_launch_us", json_real(r->model_launch_us));
+    json_object_set_new(o, "model_launches_per_step", json_real(r->launches));
+    json_object_set_new(o, "model_replayed_per_step", json_real(r->replayed));
     return o;
 }
 
@@ -522,6 +571,7 @@ int cmd_sched_bench(int argc, char **argv)
     run->a = &a;
     ppn_status st = PPN_OK;
     rc = cli_rt_create(a.backend, &run->rt);
+    run->sim = rc == 0 && !strcmp(ppn_rt_backend(run->rt), "sim");
     if (rc == 0 && (st = model_source(run)) != PPN_OK) rc = cli_fail_status(st, "sched-bench model");
     if (rc == 0 && (st = run_all(run)) != PPN_OK) rc = cli_fail_status(st, "sched-bench");
     if (rc == 0) rc = a.json ? print_json(run) : (print_table(run), 0);

@@ -224,6 +224,9 @@ ppn_status ppn_gpu_check_launch(const ppn_gpu *g, const ppn_launch *l);
  * device) 1 TB/s, peer (copy_peer with a possible grant) 50 GB/s, staged (copy_peer through the host) 20 GB/s */
 enum { PPN_SIM_COPY_HTOD, PPN_SIM_COPY_DTOH, PPN_SIM_COPY_DTOD, PPN_SIM_COPY_PEER, PPN_SIM_COPY_STAGED,
        PPN_SIM_COPY_KINDS };
+/* sim only: the latency model's launch kinds and their costs: a kernel launched through a stream 4 us, one
+ * replayed from a graph (graph_launch) 1 us */
+enum { PPN_SIM_LAUNCH_STREAM, PPN_SIM_LAUNCH_GRAPH, PPN_SIM_LAUNCH_KINDS };
 struct ppn_sim_counts {
     uint64_t race, placement, use_after_free, double_free, bounds;
     uint64_t stale;      /* an access through an earlier generation's address of a reused block (PPN_EUSEAFTERFREE) */
@@ -238,6 +241,12 @@ struct ppn_sim_counts {
      * model through it (test_microbench: transport-bench's model_copy_us). */
     uint64_t copies[PPN_SIM_COPY_KINDS];
     uint64_t copy_model_ns[PPN_SIM_COPY_KINDS];
+    /* the same account for kernels: those accepted so far per PPN_SIM_LAUNCH_* kind (each kernel of a graph's
+     * replay is one), and their modelled costs (ns, unscaled); a launch recorded into a capture is not run, so
+     * not counted, and a refused one (fault injection included) is not either (test_microbench: sched-bench's
+     * model_launch_us) */
+    uint64_t launches[PPN_SIM_LAUNCH_KINDS];
+    uint64_t launch_model_ns[PPN_SIM_LAUNCH_KINDS];
 };
 /* sim only: return the sticky error (PPN_OK if none) and clear it, so the backend can be used again; msg
  * (may be NULL) receives its report. Returns PPN_EINVAL when g is not a sim backend. */

@@ -16,8 +16,9 @@
  *                    5 us + bytes at 1 TB/s on a device, 50 GB/s peer, 20 GB/s host or host-staged); 0
  *                    (default): ops run as fast as they can. The launch/graph ratio is the H200's (DESIGN.md:
  *                    100 small kernels, 333 us through a stream, 114 us as one graph). Each accepted copy's
- *                    unscaled cost is accounted per kind (ppn_sim_counts.copies, copy_model_ns) whatever this
- *                    says: the model's figures without the wall clock, what tests check it on
+ *                    and launch's unscaled cost is accounted per kind (ppn_sim_counts.copies, copy_model_ns;
+ *                    launches, launch_model_ns: launched or graph-replayed) whatever this says: the model's
+ *                    figures without the wall clock, what tests check it on
  *   PPN_SIM_THREAD_CLOCKS  1 (default): a checker clock per host thread (a sync orders only the syncing
  *                    thread's later ops; a hand-off between threads orders them only where it is declared,
  *                    host_release / host_acquire: by the runtime, or by an embedder through ppn.h's
@@ -442,6 +443,10 @@ static ppn_status submit(sim_gpu *g, ppn_gstream *s, sim_op *op, int fail_kind, 
     if (op->copy_cost) { /* an accepted copy: the model's account (a refused one is not) */
         g->copies[op->copy_kind]++;
         g->copy_model_ns[op->copy_kind] += op->copy_cost;
+    }
+    if (op->launch_cost) { /* an accepted launch, the same way */
+        g->launches[op->launch_kind]++;
+        g->launch_model_ns[op->launch_kind] += op->launch_cost;
     }
 out:
     pthread_mutex_unlock(&g->ck);
@@ -1232,7 +1237,11 @@ static ppn_status graph_record(const ppn_gpu *g, struct sim_graph *gr, const ppn
     return PPN_OK;
 }
 
-static ppn_status launch_submit(sim_gpu *g, ppn_gstream *s, const ppn_launch *l, uint64_t model_ns);
+/* The latency model's cost of one kernel (ns): launched through a stream, replayed from a graph. */
+#define SIM_LAUNCH_NS 4000ull
+#define SIM_GRAPH_KERNEL_NS 1000ull
+
+static ppn_status launch_submit(sim_gpu *g, ppn_gstream *s, const ppn_launch *l, int kind);
 
 /* Copies the params struct now; the worker runs the CPU reference on the copy. */
 static ppn_status sim_launch(ppn_gpu *gg, ppn_gstream *s, const ppn_launch *l)
@@ -1242,11 +1251,12 @@ static ppn_status sim_launch(ppn_gpu *gg, ppn_gstream *s, const ppn_launch *l)
     if (!l) return ppn_err(PPN_EINVAL, "sim: launch: NULL launch");
     PPN_CHECK(check_launch(&g->base, l));
     if (s->cap) return graph_record(&g->base, s->cap, l);
-    return launch_submit(g, s, l, 4000ull * (uint64_t)g->latency);
+    return launch_submit(g, s, l, PPN_SIM_LAUNCH_STREAM);
 }
 
-/* Enqueue one checked launch; model_ns is its modelled duration. */
-static ppn_status launch_submit(sim_gpu *g, ppn_gstream *s, const ppn_launch *l, uint64_t model_ns)
+/* Enqueue one checked launch of kind (PPN_SIM_LAUNCH_*): its modelled duration, and its unscaled cost for the
+ * account submit keeps (ppn_sim_counts: launches, launch_model_ns), whether or not PPN_SIM_LATENCY applies it. */
+static ppn_status launch_submit(sim_gpu *g, ppn_gstream *s, const ppn_launch *l, int kind)
 {
     const ppn_gpu_kernel *k = &g->base.kern.k[l->kernel];
     sim_op *op = op_new(s, SIM_OP_LAUNCH, "kernel", k->name);
@@ -1260,7 +1270,9 @@ static ppn_status launch_submit(sim_gpu *g, ppn_gstream *s, const ppn_launch *l,
     op->u.k.kernel = l->kernel;
     op->u.k.cpu = k->cpu;
     op->u.k.params = params;
-    op->model_ns = model_ns;
+    op->launch_kind = kind;
+    op->launch_cost = kind == PPN_SIM_LAUNCH_GRAPH ? SIM_GRAPH_KERNEL_NS : SIM_LAUNCH_NS;
+    op->model_ns = op->launch_cost * (uint64_t)g->latency;
     for (int i = 0; i < l->nacc + l->nxacc; i++) {
         const ppn_access *a = i < l->nacc ? &l->acc[i] : &l->xacc[i - l->nacc];
         if (a->bytes) op_acc(op, a->ptr, a->bytes, a->mode, s->dev, 1);
@@ -1322,7 +1334,7 @@ static ppn_status sim_graph_launch(ppn_gpu *gg, ppn_ggraph *x, ppn_gstream *s)
     if (gr->dev != s->dev)
         return ppn_err(PPN_EINVAL, "sim: graph_launch: graph of dev %d on stream %d of dev %d", gr->dev, s->id,
                        s->dev);
-    for (int i = 0; i < gr->n; i++) PPN_CHECK(launch_submit(g, s, &gr->k[i].l, 1000ull * (uint64_t)g->latency));
+    for (int i = 0; i < gr->n; i++) PPN_CHECK(launch_submit(g, s, &gr->k[i].l, PPN_SIM_LAUNCH_GRAPH));
     __atomic_fetch_add(&gg->n_graph_launches, 1, __ATOMIC_RELAXED);
     return PPN_OK;
 }
@@ -1580,6 +1592,8 @@ void ppn_gpu_sim_counts(ppn_gpu *gg, struct ppn_sim_counts *out)
     memcpy(out->fault_calls, g->fail_count, sizeof out->fault_calls);
     memcpy(out->copies, g->copies, sizeof out->copies);
     memcpy(out->copy_model_ns, g->copy_model_ns, sizeof out->copy_model_ns);
+    memcpy(out->launches, g->launches, sizeof out->launches);
+    memcpy(out->launch_model_ns, g->launch_model_ns, sizeof out->launch_model_ns);
     pthread_mutex_unlock(&g->ck);
 }
 

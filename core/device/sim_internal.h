@@ -183,6 +183,8 @@ typedef struct sim_op {
     uint64_t model_ns;  /* modelled duration (PPN_SIM_LATENCY=1), else 0 */
     int copy_kind;      /* a copy: its PPN_SIM_COPY_* kind ... */
     uint64_t copy_cost; /* ... and the model's unscaled cost (ns), whatever PPN_SIM_LATENCY says; 0: not a copy */
+    int launch_kind;      /* a launch: its PPN_SIM_LAUNCH_* kind ... */
+    uint64_t launch_cost; /* ... and its unscaled cost (ns), as for a copy; 0: not a launch */
     int ann_dev;        /* FREE: the device the annotation names */
     ppn_dptr free_base; /* FREE of a live block: the block (own address) and its allocation's serial, ... */
     uint64_t free_serial;
@@ -273,6 +275,8 @@ typedef struct sim_gpu {
     uint64_t counts[SIM_REP_KINDS];          /* under ck: reports per kind (SIM_REP_*) */
     uint64_t copies[PPN_SIM_COPY_KINDS];     /* under ck: copies accepted, per PPN_SIM_COPY_* kind ... */
     uint64_t copy_model_ns[PPN_SIM_COPY_KINDS]; /* under ck: ... and the sum of their copy_cost */
+    uint64_t launches[PPN_SIM_LAUNCH_KINDS];  /* under ck: kernels accepted, per PPN_SIM_LAUNCH_* kind ... */
+    uint64_t launch_model_ns[PPN_SIM_LAUNCH_KINDS]; /* under ck: ... and the sum of their launch_cost */
     int printed;                             /* under ck */
 
     pthread_mutex_t sync;
