@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# san.sh - compute-sanitizer over tests/gpu cases, several runs at once on one GPU (each its own process and
+# context), so slow tools (racecheck) fit a call's time limit. Each entry of $RUNS is TOOL:TEST:FILTER (FILTER a
+# cmocka pattern for PPN_GPU_TEST_FILTER, '*' for the whole test); each run has its own limit ($SAN_TIMEOUT,
+# default 420 s) and writes $OUT/san_TOOL_TEST_FILTER.txt. A run fails on a reported error (exit 9), a failed
+# test, or the limit (124: named as such). Results: $OUT/summary.txt; env: RUNS, SAN_TIMEOUT, GPUBIN, SAN.
+. "$(dirname "$0")/common.sh"
+GB=${GPUBIN:-build/gpu}
+export PPN_FIXTURES=$FIX # test_gpu_batch reads the fixtures' references
+SAN=${SAN:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}
+RUNS=${RUNS:-memcheck:test_gpu_stream:* memcheck:test_gpu_numa:*}
+begin -h name,driver_version,memory.total
+pids=() names=()
+for r in $RUNS; do
+    tool=${r%%:*} rest=${r#*:}
+    t=${rest%%:*} f=${rest#*:}
+    name="san_${tool}_${t}_${f//[^a-z_]/}"
+    # test_gpu_pool and test_gpu_stream ask for more memory than the device has on purpose: that planted
+    # out-of-memory is an API error the test expects, not a fault
+    api=; case $t in test_gpu_pool | test_gpu_stream) api="--report-api-errors no" ;; esac
+    # shellcheck disable=SC2086
+    (PPN_GPU_TEST_FILTER="$f" timeout "${SAN_TIMEOUT:-420}" "$SAN" --tool "$tool" $api --error-exitcode 9 "$GB/gpu_$t" \
+        > "$OUT/$name.txt" 2>&1) &
+    pids+=($!) names+=("$name")
+done
+for i in "${!pids[@]}"; do
+    wait "${pids[$i]}"; rc=$?
+    n=${names[$i]}
+    if [ $rc = 0 ]; then log "$n: ok"; else fail=1; log "FAIL $n (exit $rc; 9: an error reported, 124: the limit)"; fi
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$OUT/$n.txt" | tee -a "$S"
+done
+finish
