@@ -146,10 +146,14 @@ ppn_status ppn_batch_check(const char *fn, ppn_seq *const *seqs, const int *toke
 static void plan_ksegs(ppn_model *m, ppn_seq *const *seqs, ppn_batch_plan *pl, int r0, int r1)
 {
     int ns = m->map->n_stages;
+    ppn_kseg *k0 = pl->ksegs + (size_t)ns * (size_t)r0;
     for (int i = r0; i < r1; i++)
         for (int s = 0; s < ns; s++)
-            pl->ksegs[(size_t)ns * (size_t)r0 + (size_t)s * (size_t)(r1 - r0) + (size_t)(i - r0)] =
+            k0[(size_t)s * (size_t)(r1 - r0) + (size_t)(i - r0)] =
                 (ppn_kseg){.pos = seqs[i]->pos, .tbl = seqs[i]->scr[s].kvt};
+    /* the sim checks them against the copies out of this pinned memory: the last owner's, or the last step's */
+    ppn_gpu *g = m->rt->g;
+    g->ops->host_access(g, k0, sizeof(ppn_kseg) * (size_t)ns * (size_t)(r1 - r0), PPN_ACC_W, "batch row descriptors");
 }
 
 ppn_status ppn_batch_plan_build(ppn_model *m, ppn_seq *const *seqs, const int *tokens, int n, int mb, float *logits,
