@@ -491,10 +491,7 @@ static void test_engine_text(void **state)
     char *src = tu_read_file(tu_fixture("chat/llama2.jinja"), &tl), path[1024];
     assert_non_null(src);
     snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(src, 1, tl, f), tl);
-    fclose(f);
+    tu_write_file(path, src, tl);
     free(src);
     assert_int_equal(ppn_template_load(dir, &tmpl), PPN_OK);
     ppn_load_opts lo = ppn_load_opts_default();

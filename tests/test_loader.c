@@ -50,19 +50,11 @@ static uint8_t *read_all(const char *path, size_t *len)
     return buf;
 }
 
-static void write_all(const char *path, const void *data, size_t len)
-{
-    FILE *f = fopen(path, "wb");
-    if (!f) fail_msg("cannot create %s", path);
-    assert_int_equal(fwrite(data, 1, len, f), len);
-    assert_int_equal(fclose(f), 0);
-}
-
 static void copy_file(const char *from, const char *to)
 {
     size_t n;
     uint8_t *b = read_all(from, &n);
-    write_all(to, b, n);
+    tu_write_file(to, b, n);
     free(b);
 }
 
@@ -127,7 +119,7 @@ static void st_save(const char *path, json_t *hdr, const uint8_t *data, size_t d
     memcpy(b + 8, s, k);
     memset(b + 8 + k, ' ', pad);
     memcpy(b + 8 + hlen, data, data_len);
-    write_all(path, b, total);
+    tu_write_file(path, b, total);
     free(b);
     free(s);
 }
@@ -400,23 +392,23 @@ static void test_loader_llama2c_malformed(void **state)
     uint8_t *file = read_all(src, &n);
     sub_dir(p, sizeof p, state, "m.bin");
     /* cut inside w3: the header, token_embedding .. w2 (floats, README sizes), and a little more */
-    write_all(p, file, 28 + 4 * (32768 + 320 + 20480 + 10240 + 10240 + 20480 + 320 + 55040 + 55040) + 100);
+    tu_write_file(p, file, 28 + 4 * (32768 + 320 + 20480 + 10240 + 10240 + 20480 + 320 + 55040 + 55040) + 100);
     expect_open_fails(p, PPN_EFORMAT, "m.bin", "'w3'");
-    write_all(p, file, 20);
+    tu_write_file(p, file, 20);
     expect_open_fails(p, PPN_EFORMAT, "m.bin", "28-byte");
     uint8_t *longer = calloc(1, n + 4);
     assert_non_null(longer);
     memcpy(longer, file, n);
-    write_all(p, longer, n + 4);
+    tu_write_file(p, longer, n + 4);
     expect_open_fails(p, PPN_EFORMAT, "m.bin", "4 bytes follow");
     int32_t unshared = -512;   /* claims a classifier the file does not have */
     memcpy(longer + 20, &unshared, 4);
-    write_all(p, longer, n);
+    tu_write_file(p, longer, n);
     expect_open_fails(p, PPN_EFORMAT, "m.bin", "'wcls'");
     int32_t heads = 7;         /* 64 % 7 != 0 */
     memcpy(longer, file, 28);
     memcpy(longer + 12, &heads, 4);
-    write_all(p, longer, n);
+    tu_write_file(p, longer, n);
     expect_open_fails(p, PPN_EFORMAT, "m.bin", "n_heads 7");
     free(longer);
     free(file);
@@ -815,7 +807,7 @@ static void test_loader_sharded_malformed(void **state)
     expect_open_fails(sh, PPN_EFORMAT, "model.safetensors.index.json", "model.norm.weight");
     char p[1300];
     path_join(p, sizeof p, sh, "model.safetensors.index.json");
-    write_all(p, "{\"weight_map\": ", 15);
+    tu_write_file(p, "{\"weight_map\": ", 15);
     expect_open_fails(sh, PPN_EFORMAT, "model.safetensors.index.json", "JSON");
 }
 
@@ -855,17 +847,17 @@ static void test_loader_bad_truncated(void **state)
     bad_init(state, &b, "tiny");
     size_t n;
     uint8_t *f = read_all(b.st, &n);
-    write_all(b.st, f, n - 100);   /* the last tensor in the file is lm_head.weight */
+    tu_write_file(b.st, f, n - 100);   /* the last tensor in the file is lm_head.weight */
     expect_open_fails(b.dir, PPN_EFORMAT, "model.safetensors", "lm_head.weight");
-    write_all(b.st, f, 5);
+    tu_write_file(b.st, f, 5);
     expect_open_fails(b.dir, PPN_EFORMAT, "model.safetensors", "shorter than the 8-byte");
     uint64_t big = n;              /* header length past the end */
     memcpy(f, &big, 8);
-    write_all(b.st, f, n);
+    tu_write_file(b.st, f, n);
     expect_open_fails(b.dir, PPN_EFORMAT, "model.safetensors", "runs past the end");
     big = 1ull << 40;
     memcpy(f, &big, 8);
-    write_all(b.st, f, n);
+    tu_write_file(b.st, f, n);
     expect_open_fails(b.dir, PPN_EFORMAT, "model.safetensors", "absurd");
     free(f);
     st_free(&b.im);
@@ -957,10 +949,10 @@ static void test_loader_bad_header_json(void **state)
     memcpy(&hlen, f, 8);
     memcpy(f + 8, "{\"x\": [1, ", 10);  /* same length, broken JSON */
     memset(f + 18, ' ', hlen - 10);
-    write_all(b.st, f, n);
+    tu_write_file(b.st, f, n);
     expect_open_fails(b.dir, PPN_EFORMAT, "model.safetensors", "not valid JSON");
     memcpy(f + 8, "[1, 2]    ", 10);
-    write_all(b.st, f, n);
+    tu_write_file(b.st, f, n);
     expect_open_fails(b.dir, PPN_EFORMAT, "model.safetensors", "not a JSON object");
     free(f);
     st_free(&b.im);
@@ -983,15 +975,15 @@ static void test_loader_bad_config(void **state)
     bad_init(state, &b, "tiny");
     size_t n;
     char *orig = (char *)read_all(b.cfg, &n);
-    write_all(b.cfg, "{ not json", 10);
+    tu_write_file(b.cfg, "{ not json", 10);
     expect_open_fails(b.dir, PPN_EFORMAT, "config.json", "not valid JSON");
-    write_all(b.cfg, orig, n);
+    tu_write_file(b.cfg, orig, n);
     rewrite_config(&b, "hidden_size", NULL);
     expect_open_fails(b.dir, PPN_EFORMAT, "config.json", "hidden_size");
-    write_all(b.cfg, orig, n);
+    tu_write_file(b.cfg, orig, n);
     rewrite_config(&b, "architectures", "[\"FalconForCausalLM\"]");
     expect_open_fails(b.dir, PPN_EUNSUPPORTED, "config.json", "FalconForCausalLM");
-    write_all(b.cfg, orig, n);
+    tu_write_file(b.cfg, orig, n);
     rewrite_config(&b, "architectures", "[\"MistralForCausalLM\"]");
     rewrite_config(&b, "sliding_window", "256");
     expect_open_fails(b.dir, PPN_EUNSUPPORTED, "config.json",
@@ -1000,7 +992,7 @@ static void test_loader_bad_config(void **state)
     ppn_ckpt *c = open_ok(b.dir);
     assert_int_equal(c->cfg.arch, PPN_ARCH_MISTRAL);
     ppn_ckpt_close(c);
-    write_all(b.cfg, orig, n);
+    tu_write_file(b.cfg, orig, n);
     rewrite_config(&b, "tie_word_embeddings", "true");  /* tied but lm_head stored: the stored one is used */
     c = open_ok(b.dir);
     assert_ptr_not_equal(c->lm_head.data, c->embed.data);
@@ -1008,7 +1000,7 @@ static void test_loader_bad_config(void **state)
     ppn_ckpt_close(c);
     unlink(b.cfg);
     expect_open_fails(b.dir, PPN_EIO, "config.json", NULL);
-    write_all(b.cfg, orig, n);
+    tu_write_file(b.cfg, orig, n);
     unlink(b.st);
     expect_open_fails(b.dir, PPN_EIO, "model.safetensors", NULL);
     free(orig);

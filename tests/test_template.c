@@ -277,10 +277,7 @@ static void write_file(const char *dir, const char *name, const char *text)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
+    tu_write_file(path, text, strlen(text));
 }
 
 /* The first case of cases.jsonl named name (the caller decrefs it). */

@@ -232,13 +232,7 @@ static void test_tok_stream_split_char(void **state)
     ppn_tokenizer_free(t);
 }
 
-static void write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
-}
+static void write_file(const char *path, const char *text) { tu_write_file(path, text, strlen(text)); }
 
 /* A missing tokenizer.json is PPN_EIO, a malformed one PPN_EFORMAT, an unknown model PPN_EUNSUPPORTED, a FIFO as
  * tokenizer.json or tokenizer_config.json PPN_EIO without blocking; each message names the file. */

@@ -25,6 +25,14 @@ const char *tu_fixture(const char *rel)
     return buf;
 }
 
+void tu_write_file(const char *path, const void *data, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f) fail_msg("cannot create %s", path);
+    if (fwrite(data, 1, n, f) != n) fail_msg("short write to %s", path);
+    if (fclose(f) != 0) fail_msg("cannot close %s", path);
+}
+
 void *tu_read_file(const char *path, size_t *n)
 {
     FILE *f = fopen(path, "rb");
@@ -298,10 +306,7 @@ char *tu_patched_tiny(const char *name, float v, int count)
     char *cfg = tu_read_file(path, &n);
     assert_non_null(cfg);
     snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(cfg, 1, n, f), n);
-    fclose(f);
+    tu_write_file(path, cfg, n);
     free(cfg);
     snprintf(path, sizeof path, "%s/model.safetensors", src);
     unsigned char *st = tu_read_file(path, &n);
@@ -316,10 +321,7 @@ char *tu_patched_tiny(const char *name, float v, int count)
     for (int i = 0; i < count; i++) memcpy(st + off + sizeof(float) * (size_t)i, &v, sizeof v);
     json_decref(h);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(st, 1, n, f), n);
-    fclose(f);
+    tu_write_file(path, st, n);
     free(st);
     return dir;
 }

@@ -10,6 +10,8 @@
 const char *tu_fixture(const char *rel);
 /* Whole file in a malloc'd buffer (*n bytes); NULL and a message on stderr if unreadable. */
 void *tu_read_file(const char *path, size_t *n);
+/* Write n bytes of data to path (created or truncated); fails the test, naming path, if it cannot. */
+void tu_write_file(const char *path, const void *data, size_t n);
 /* reference.json's integer array `key` (malloc'd); NULL if missing. */
 int *tu_ref_ids(const char *ref_json_path, const char *key, int *n);
 /* llama2.c ids file: whitespace- or comma-separated integers. */
