@@ -4,6 +4,7 @@
 # cmocka pattern for PPN_GPU_TEST_FILTER, '*' for the whole test); each run has its own limit ($SAN_TIMEOUT,
 # default 420 s) and writes $OUT/san_TOOL_TEST_FILTER.txt. A run fails on a reported error (exit 9), a failed
 # test, or the limit (124: named as such). Results: $OUT/summary.txt; env: RUNS, SAN_TIMEOUT, GPUBIN, SAN.
+# shellcheck source-path=SCRIPTDIR source=common.sh
 . "$(dirname "$0")/common.sh"
 GB=${GPUBIN:-build/gpu}
 export PPN_FIXTURES=$FIX # test_gpu_batch reads the fixtures' references
@@ -11,6 +12,7 @@ SAN=${SAN:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sa
 RUNS=${RUNS:-memcheck:test_gpu_stream:* memcheck:test_gpu_numa:*}
 begin -h name,driver_version,memory.total
 pids=() names=()
+set -f # the filters' '*' are cmocka patterns, not file names
 for r in $RUNS; do
     tool=${r%%:*} rest=${r#*:}
     t=${rest%%:*} f=${rest#*:}
@@ -23,6 +25,7 @@ for r in $RUNS; do
         > "$OUT/$name.txt" 2>&1) &
     pids+=($!) names+=("$name")
 done
+set +f
 for i in "${!pids[@]}"; do
     wait "${pids[$i]}"; rc=$?
     n=${names[$i]}

@@ -8,8 +8,8 @@
 #   pp      prompt speed (pp512, pp4096 at 2048-row chunks) of each binary in $BINS, $ROUNDS alternating rounds
 #   bench   ppn bench --batch $BATCH --device-greedy on the llama-8b (and $SHAPES) shape, bf16: the synchronous
 #           step and the batch greedy loop
-#   san     compute-sanitizer memcheck over tests/gpu ($SAN_TESTS), racecheck per test case ($RACE_CASES: test:filter),
-#           synccheck over test_gpu_batch
+#   san     compute-sanitizer through san.sh: memcheck over tests/gpu ($SAN_TESTS), racecheck per test case
+#           ($RACE_CASES: test:filter), synccheck over test_gpu_batch
 # Results: $OUT/summary.txt and one file per run; env: PHASES, REPS (default 3), BATCH (default 1,16,64).
 . "$(dirname "$0")/common.sh"
 PHASES=${PHASES:-check sweep bench}
@@ -63,29 +63,22 @@ for ph in $PHASES; do
         done
         ;;
     san)
-        SAN=${SAN:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}
+        # tools/device/san.sh runs them (at once, each its own limit; planted out-of-memory errors not counted),
+        # into $OUT/san/: memcheck over $SAN_TESTS, racecheck per case of $RACE_CASES (test:filter; racecheck is
+        # slow: test_gpu_batch whole did not finish in 330 s), synccheck over test_gpu_batch
+        runs=
+        set -f # '*' is a cmocka pattern here, not a file name
         for t in ${SAN_TESTS:-test_gpu_kernels test_gpu_batch test_gpu_rows test_gpu_stream test_gpu_pool test_gpu_numa}; do
-            log "compute-sanitizer memcheck tests/gpu $t"
-            # test_gpu_pool exhausts the device on purpose: its planted out-of-memory is an API error, not a fault
-            api=; [ "$t" = test_gpu_pool ] && api="--report-api-errors no"
-            # shellcheck disable=SC2086
-            timeout "${SAN_TIMEOUT:-300}" "$SAN" --tool memcheck $api --error-exitcode 9 $GB/gpu_$t > "$OUT/san_memcheck_$t.txt" 2>&1
-            rc=$?; [ $rc = 0 ] || { fail=1; log "FAIL memcheck $t (exit $rc; 124: the timeout)"; }
-            grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/san_memcheck_$t.txt" | tee -a "$S"
+            runs="$runs memcheck:$t:*"
         done
-        # racecheck is slow (test_gpu_batch whole did not finish in 330 s): one run per test case, each its own limit
-        for c in ${RACE_CASES:-test_gpu_batch:test_gpu_batch_llama_tiny test_gpu_batch:test_gpu_batch_greedy test_gpu_kernels:'*'}; do
-            t=${c%%:*} f=${c#*:}
-            log "compute-sanitizer racecheck tests/gpu $t ($f)"
-            PPN_GPU_TEST_FILTER="$f" timeout "${SAN_TIMEOUT:-300}" "$SAN" --tool racecheck --error-exitcode 9 $GB/gpu_$t \
-                > "$OUT/san_racecheck_${t}_${f//[^a-z_]/}.txt" 2>&1
-            rc=$?; [ $rc = 0 ] || { fail=1; log "FAIL racecheck $t $f (exit $rc; 124: the timeout)"; }
-            grep -E "RACECHECK SUMMARY|ERROR SUMMARY|PASSED|FAILED" "$OUT/san_racecheck_${t}_${f//[^a-z_]/}.txt" | tee -a "$S"
+        for c in ${RACE_CASES:-test_gpu_batch:test_gpu_batch_llama_tiny test_gpu_batch:test_gpu_batch_greedy test_gpu_kernels:*}; do
+            runs="$runs racecheck:$c"
         done
-        log "compute-sanitizer synccheck tests/gpu test_gpu_batch"
-        timeout "${SAN_TIMEOUT:-300}" "$SAN" --tool synccheck --error-exitcode 9 $GB/gpu_test_gpu_batch > "$OUT/san_synccheck_batch.txt" 2>&1
-        rc=$?; [ $rc = 0 ] || { fail=1; log "FAIL synccheck (exit $rc)"; }
-        grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/san_synccheck_batch.txt" | tee -a "$S"
+        set +f
+        log "compute-sanitizer:$runs synccheck:test_gpu_batch:*"
+        OUT="$OUT/san" GPUBIN=$GB SAN_TIMEOUT=${SAN_TIMEOUT:-300} RUNS="$runs synccheck:test_gpu_batch:*" \
+            "$(dirname "$0")/san.sh" > /dev/null || fail=1
+        grep -E '^(== san_|== FAIL|\[|=========)' "$OUT/san/summary.txt" | tee -a "$S" # its runs, not its head
         ;;
     *) log "unknown phase $ph"; fail=1 ;;
     esac
