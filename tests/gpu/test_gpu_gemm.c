@@ -16,7 +16,9 @@
  * as weight bandwidth (W bytes / time) against a device-to-device copy's (bytes read + written / time).
  *
  * Runs only where a CUDA driver and GPU exist. PPN_GPU_TEST_FILTER=<cmocka pattern> picks tests
- * (test_gpu_gemm_correct, test_gpu_gemm_timing, test_gpu_gemm_decode).
+ * (test_gpu_gemm_correct, test_gpu_gemm_timing, test_gpu_gemm_decode). PPN_GG_MAX_MACS=N keeps the correctness
+ * cases of at most N multiply-adds (m x rows x cols): every case still runs every tile, split and depth, so a
+ * small N is a sanitizer-sized run over every kernel (racecheck runs each launch about 1000x slower).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -346,20 +348,37 @@ static void test_gpu_gemm_correct(void **state)
     static const int fx[][2] = {{96, 64}, {64, 64}, {352, 64}, {64, 176}, {128, 64}, {64, 128}, {320, 64},
                                 {64, 160}, {256, 64}, {344, 64}, {64, 172}, {512, 64}};
     static const int fm[] = {1, 7, 64, 100};
+    const char *mm = getenv("PPN_GG_MAX_MACS");
+    char *end = NULL;
+    unsigned long long max_macs = mm ? strtoull(mm, &end, 10) : ~0ull;
+    if (mm && (!*mm || *end || !max_macs)) fail_msg("PPN_GG_MAX_MACS=%s: want a positive count of multiply-adds", mm);
+    int run = 0, skipped = 0;
     for (size_t i = 0; i < TU_LEN(cs); i++) {
+        if ((unsigned long long)cs[i].m * cs[i].rows * cs[i].cols > max_macs) {
+            skipped++;
+            continue;
+        }
 #ifdef GG_SMOKE
         if ((size_t)cs[i].m * cs[i].rows * cs[i].cols > 3000000000u || (size_t)cs[i].rows * cs[i].cols > GG_POOL_ELEMS ||
             cs[i].rows > GG_MAX_ROWS || cs[i].cols > GG_MAX_COLS)
             continue;
 #endif
         gg_check(&cs[i]);
+        run++;
     }
     for (size_t s = 0; s < TU_LEN(fx); s++)
         for (size_t j = 0; j < TU_LEN(fm); j++)
             for (int dt = 0; dt < 3; dt++) {
                 gg_case c = {"fixture", fm[j], fx[s][0], fx[s][1], dt, (int)(j & 1), (int)(j >= 2), j == 3, 0};
+                if ((unsigned long long)c.m * c.rows * c.cols > max_macs) {
+                    skipped++;
+                    continue;
+                }
                 gg_check(&c);
+                run++;
             }
+    if (skipped) printf("  %d case(s) run, %d over PPN_GG_MAX_MACS=%s left out\n", run, skipped, mm);
+    if (!run) fail_msg("no case ran (PPN_GG_MAX_MACS=%s)", mm);
     if (failures) fail_msg("%d gemm case(s) failed (FAIL lines above)", failures);
 }
 
