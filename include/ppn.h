@@ -20,6 +20,10 @@
  *
  * The environment. ppn reads the variables `ppn env` lists (the door below, backend and diagnostics); an invalid
  * value is refused by the call that reads it, with PPN_EINVAL naming the variable, the value and the rule.
+ *
+ * Versions and the ABI. Before 1.0 each minor version may change the ABI (a struct grows, a return type
+ * changes), so the shared library's SONAME carries major.minor (libppn.so.0.2): a program built against another
+ * minor version does not load this one. Patch versions keep the ABI. From 1.0 on, the SONAME is libppn.so.MAJOR.
  */
 #ifndef PPN_H
 #define PPN_H
@@ -30,6 +34,11 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The version this header belongs to (CMakeLists.txt reads it from here: the one place it is written). */
+#define PPN_VERSION_MAJOR 0
+#define PPN_VERSION_MINOR 2
+#define PPN_VERSION_PATCH 0
 
 typedef enum ppn_status {
     PPN_OK = 0,
@@ -57,6 +66,9 @@ typedef enum ppn_status {
 const char *ppn_last_error(void);
 /* A constant name for a status, e.g. "PPN_ENOMEM". */
 const char *ppn_status_name(ppn_status st);
+/* The loaded library's version, "MAJOR.MINOR.PATCH" (a constant string): compare it with the PPN_VERSION_*
+ * this program was compiled with. */
+const char *ppn_version(void);
 
 
 

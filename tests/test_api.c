@@ -141,6 +141,16 @@ static void test_api_destroy_with_steps_in_flight(void **state)
     assert_true(st.steps >= 3);
 }
 
+/* ppn_version() is the header's PPN_VERSION_* (what the embedder compiled with) as "MAJOR.MINOR.PATCH". */
+static void test_api_version(void **state)
+{
+    (void)state;
+    char want[64];
+    snprintf(want, sizeof want, "%d.%d.%d", PPN_VERSION_MAJOR, PPN_VERSION_MINOR, PPN_VERSION_PATCH);
+    assert_non_null(ppn_version());
+    assert_string_equal(ppn_version(), want);
+}
+
 static void test_api_dtype_names(void **state)
 {
     (void)state;
@@ -393,6 +403,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_api_destroy_with_steps_in_flight, setup, teardown),
         cmocka_unit_test_setup_teardown(test_api_model_handoff_refuses_null, setup, teardown),
         cmocka_unit_test(test_api_model_handoff_between_threads),
+        cmocka_unit_test(test_api_version),
         cmocka_unit_test(test_api_dtype_names),
         cmocka_unit_test(test_api_nonfinite_weights_refused),
         cmocka_unit_test(test_api_nonfinite_logits_named),

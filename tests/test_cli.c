@@ -12,6 +12,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 #include "tests/util/tcheck.h"
+#include "ppn.h"
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -164,6 +165,14 @@ static void test_cli_exit_rule(void **state)
     free(expect_exit("PPN_PDL=2", "run --help", 0, NULL)); /* help is printed whatever the environment holds */
     run_refused("", "--backend gpu --ids 1", "--backend: 'gpu' is not one of auto, cuda or sim");
     free(expect_exit("", "frobnicate", 2, "unknown command 'frobnicate'", NULL));
+    { /* ppn --version: the library's version, exit 0 */
+        char *out = NULL, *err = NULL, want[64];
+        snprintf(want, sizeof want, "ppn %d.%d.%d\n", PPN_VERSION_MAJOR, PPN_VERSION_MINOR, PPN_VERSION_PATCH);
+        int rc = tu_run_ppn("", "--version", &out, &err, NULL);
+        if (rc != 0 || !out || strcmp(out, want))
+            fail_msg("ppn --version: exit %d, stdout '%s' (want '%s')", rc, out ? out : "", want);
+        free(out), free(err);
+    }
     /* runtime failures */
     free(expect_exit("", "run --backend sim --ids 1 --model /nonexistent/ppn", 1, "ppn: error: load:", NULL));
     char args[1400];

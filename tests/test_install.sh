@@ -22,12 +22,17 @@ prefix=$tmp/prefix
 fail() { echo "test_install: FAIL: $*" >&2; exit 1; }
 
 # 1. Install -------------------------------------------------------------------------------------------------
+# The version comes from ppn.h's PPN_VERSION_*; before 1.0 the SONAME carries major.minor, from 1.0 the major.
+ver() { sed -n "s/^#define PPN_VERSION_$1 \([0-9][0-9]*\)\$/\1/p" "$src/include/ppn.h"; }
+major=$(ver MAJOR) minor=$(ver MINOR) patch=$(ver PATCH)
+[ -n "$major" ] && [ -n "$minor" ] && [ -n "$patch" ] || fail "include/ppn.h has no PPN_VERSION_MAJOR/MINOR/PATCH"
+if [ "$major" = 0 ]; then want_so=libppn.so.0.$minor; else want_so=libppn.so.$major; fi
 "$cmake" --install "$build" --prefix "$prefix" >"$tmp/install.log" || { cat "$tmp/install.log"; fail "cmake --install"; }
-for f in bin/ppn include/ppn.h lib/libppn.so lib/libppn.so.0 lib/libppn.a lib/pkgconfig/ppn.pc; do
+for f in bin/ppn include/ppn.h lib/libppn.so "lib/$want_so" lib/libppn.a lib/pkgconfig/ppn.pc; do
     [ -e "$prefix/$f" ] || fail "$f was not installed"
 done
 soname=$(readelf -d "$prefix/lib/libppn.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
-[ "$soname" = libppn.so.0 ] || fail "SONAME is '$soname', not libppn.so.0"
+[ "$soname" = "$want_so" ] || fail "SONAME is '$soname', not $want_so (ppn.h's version $major.$minor.$patch)"
 echo "installed: $(cd "$prefix" && find . -type f -o -type l | sort | tr '\n' ' ')"
 
 # 2. Build the example against the installed tree, run it, compare with the CLI ------------------------------
@@ -35,6 +40,7 @@ export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
 cflags=$(pkg-config --cflags ppn) || fail "pkg-config --cflags ppn"
 libs=$(pkg-config --libs ppn) || fail "pkg-config --libs ppn"
 static_libs=$(pkg-config --static --libs ppn) || fail "pkg-config --static --libs ppn"
+[ "$(pkg-config --modversion ppn)" = "$major.$minor.$patch" ] || fail "ppn.pc's version is not $major.$minor.$patch (ppn.h)"
 static_libs=${static_libs/-lppn /-l:libppn.a }   # the same flags, with the archive named (libppn.so sits beside it)
 echo "pkg-config: --cflags '$cflags' --libs '$libs' --static --libs '$static_libs'"
 warn=(-std=c11 -Wall -Wextra -Werror)
@@ -44,7 +50,7 @@ warn=(-std=c11 -Wall -Wextra -Werror)
 # shellcheck disable=SC2086
 "$cc" "${flags[@]}" "${warn[@]}" -o "$tmp/embed_static" "$src/examples/embed.c" $cflags $static_libs ||
     fail "embed (static) does not link with pkg-config --static --libs"
-readelf -d "$tmp/embed" | grep -q 'NEEDED.*\[libppn\.so\.0\]' || fail "embed does not load libppn.so.0"
+readelf -d "$tmp/embed" | grep NEEDED | grep -qF "[$want_so]" || fail "embed does not load $want_so"
 ! readelf -d "$tmp/embed_static" | grep -q 'NEEDED.*libppn' || fail "embed_static loads libppn.so"
 
 export PPN_BACKEND=sim

@@ -1,6 +1,7 @@
 /* main.c - the ppn command line: one binary, subcommands. */
 #include <stdio.h>
 #include <string.h>
+#include "ppn.h"
 #include "tools/cli.h"
 #include "tools/serve.h"
 
@@ -20,7 +21,7 @@ static void usage(FILE *f)
           "  detokenize  ids to text: ppn detokenize --model DIR --ids 1,2,3\n"
           "  serve     OpenAI-compatible HTTP over the engine: ppn serve --model DIR [--host 127.0.0.1] [--port 8080]\n"
           "  template  a JSON conversation on stdin through the chat template: ppn template --model DIR [--add-generation-prompt]\n"
-          "run 'ppn <command> --help' for its options\n"
+          "run 'ppn <command> --help' for its options; 'ppn --version' prints the library's version\n"
           "exit status: 2 for a usage or syntax error (a flag, a value, an environment variable), 1 for a failure\n"
           "while running\n",
           f);
@@ -70,6 +71,10 @@ int main(int argc, char **argv)
         return rc ? rc : c->fn(argc - 1, argv + 1);
     }
     if (!strcmp(cmd, "help") && argc > 2 && !strcmp(argv[2], "env")) return cmd_env(argc - 2, argv + 2);
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
+        printf("ppn %s\n", ppn_version());
+        return 0;
+    }
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         usage(stdout);
         return 0;

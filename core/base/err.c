@@ -68,6 +68,13 @@ void ppn_trace(const char *fmt, ...)
 
 const char *ppn_last_error(void) { return last_msg; }
 
+#define PPN_STR_(x) #x
+#define PPN_STR(x) PPN_STR_(x)
+const char *ppn_version(void)
+{
+    return PPN_STR(PPN_VERSION_MAJOR) "." PPN_STR(PPN_VERSION_MINOR) "." PPN_STR(PPN_VERSION_PATCH);
+}
+
 const char *ppn_status_name(ppn_status st)
 {
     static const char *const names[] = {
