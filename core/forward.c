@@ -86,13 +86,14 @@ ppn_status ppn_fwd_rows_embed(ppn_model *m, ppn_gstream *s, const ppn_rows_scrat
 }
 
 /* A batch's rows (one per sequence; a mixed walk's rows [brow0, rows)): the rotary with the KV store and attention
- * of every row in one launch each, through the row descriptors the walk uploaded: this stage's in the first slot
- * of r->segs in the split, stage st's in slot st of stage 0's in the unsplit walk (r is then stage 0's scratch).
- * Attention's position splits: as many as leave about one (row, KV head, split) block per SM, SMs / (B x n_kv),
- * at most the model's (the decode step's) and at least one: more are mostly idle blocks (a split takes 64
- * positions at least) that cost more than they hide (H200: llama-1b at B = 64, and the 8B at B = 16, where the
- * model's 33 splits took 1.5x one's time: docs/PERF.md). A function of B alone: a captured graph never meets
- * another; the scratch's counters are untouched with one split. */
+ * of every row, in one launch where the door fuses, the shape fits and the blocks fit a wave
+ * (ppn_op_attn_rope_batch, the same bits), else one launch each, through the row descriptors the walk uploaded:
+ * this stage's in the first slot of r->segs in the split, stage st's in slot st of stage 0's in the unsplit walk
+ * (r is then stage 0's scratch). Attention's position splits: as many as leave about one (row, KV head, split)
+ * block per SM, SMs / (B x n_kv), at most the model's (the decode step's) and at least one: more are mostly idle
+ * blocks (a split takes 64 positions at least) that cost more than they hide (H200: llama-1b at B = 64, and the
+ * 8B at B = 16, where the model's 33 splits took 1.5x one's time: docs/PERF.md). A function of B alone: a captured
+ * graph never meets another; the scratch's counters are untouched with one split. */
 static ppn_status batch_attention(ppn_model *m, ppn_gstream *s, int dev, const ppn_rows_scratch *r,
                                   const ppn_step_cmd *c, int l)
 {
@@ -105,11 +106,20 @@ static ppn_status batch_attention(ppn_model *m, ppn_gstream *s, int dev, const p
     ppn_kv_pool pool = ppn_kv_pool_of(m, l);
     ppn_dptr segs_d = r->segs + sizeof(ppn_kseg) * (size_t)slot * (size_t)nb;
     const ppn_kseg *segs_h = c->ksegs_h + (size_t)st * (size_t)nb;
-    PPN_CHECK(ppn_op_rope_kv_batch(m->rt->g, s, qkv, nh, nkv, hd, m->inv_freq[dev], cf->rope_interleaved, &pool,
-                                   segs_d, segs_h, c->tbl_hs, c->n_tbls, nb));
     int split = m->attn_split;
     if (m->sm_count > 0 && split > m->sm_count / (nb * nkv)) /* about one (row, KV head, split) block an SM */
         split = m->sm_count / (nb * nkv) > 1 ? m->sm_count / (nb * nkv) : 1;
+    /* The rotary inside attention while the rows' (row, KV head) blocks fit one wave of the SMs: there it saves a
+     * launch (H200, 2026-12-02: llama-1b B=16 1.568 -> 1.541 ms, 8B B=16 unchanged); past a wave every block carries
+     * the rotary's code and the launch it saves is cheaper (8B B=64 7.510 -> 7.588 ms). A function of B alone, so a
+     * captured graph never meets the other form; the bits are the same either way. The sim reports one SM and no
+     * timing: it takes the fused form at every B, so the checker watches it (PPN_FUSE=0 takes the other). */
+    int wave = m->sm_count <= 1 || nb * nkv <= m->sm_count;
+    if (m->map->door.fuse && wave && ppn_op_attn_rope_fits(hd, cf->rope_interleaved))
+        return ppn_op_attn_rope_batch(m->rt->g, s, att, qkv, nh, nkv, hd, scale, &pool, segs_d, segs_h, c->tbl_hs,
+                                      c->n_tbls, nb, r->attp, split, m->inv_freq[dev], cf->rope_interleaved);
+    PPN_CHECK(ppn_op_rope_kv_batch(m->rt->g, s, qkv, nh, nkv, hd, m->inv_freq[dev], cf->rope_interleaved, &pool,
+                                   segs_d, segs_h, c->tbl_hs, c->n_tbls, nb));
     return ppn_op_attn_batch(m->rt->g, s, att, qkv, nh, nkv, hd, scale, &pool, segs_d, segs_h, c->tbl_hs,
                              c->n_tbls, nb, r->attp, split);
 }

@@ -308,8 +308,9 @@ typedef struct {
 
 /* Decode attention of B rows: row i is ppn_kp_attn at position segs[i].pos through segs[i].tbl, with a.q and a.out
  * its row of qkv (row stride (n_heads + 2 n_kv) head_dim floats) and of out (n_heads head_dim floats), and its own
- * scratch: row i's part is a.part + i * ppn_op_attn_scratch_bytes(n_heads, n_split, head_dim). a.hdr, a.tbl and
- * a.inv_freq are 0 (no fused rotary). Grid (n_kv, n_split, B): every CTA is a decode attention CTA of its row, so
+ * scratch: row i's part is a.part + i * ppn_op_attn_scratch_bytes(n_heads, n_split, head_dim). a.hdr and a.tbl are
+ * 0. a.inv_freq: 0, or the fused rotary per row (ppn_kp_attn's: row i's q and k rotated at segs[i].pos, k and v
+ * stored there through segs[i].tbl). Grid (n_kv, n_split, B): every CTA is a decode attention CTA of its row, so
  * row i's bits are ppn_kp_attn's at that position and n_split, whatever the other rows are. */
 typedef struct {
     ppn_kp_attn a;

@@ -186,6 +186,13 @@ ppn_status ppn_op_attn_batch(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr 
                              int head_dim, float scale, const ppn_kv_pool *pool, ppn_dptr segs_d,
                              const ppn_kseg *segs_h, const int32_t *const *tbl_h, const int *n_tbl, int B,
                              ppn_dptr part, int n_split);
+/* ppn_op_attn_batch with each row's rotary inside (ppn_op_attn_rope per row: q rotated in registers, k rotated and
+ * stored with v into the pools at the row's position, qkv only read): the bits of ppn_op_rope_kv_batch then
+ * ppn_op_attn_batch, in one launch. PPN_EUNSUPPORTED where !ppn_op_attn_rope_fits(head_dim, interleaved). */
+ppn_status ppn_op_attn_rope_batch(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr qkv, int n_heads, int n_kv,
+                                  int head_dim, float scale, const ppn_kv_pool *pool, ppn_dptr segs_d,
+                                  const ppn_kseg *segs_h, const int32_t *const *tbl_h, const int *n_tbl, int B,
+                                  ppn_dptr part, int n_split, ppn_dptr inv_freq, int interleaved);
 /* Bytes of ppn_op_attn_batch's scratch: B rows of ppn_op_attn_scratch_bytes (0 for a non-positive argument). */
 size_t ppn_op_attn_batch_scratch_bytes(int B, int n_heads, int n_split, int head_dim);
 

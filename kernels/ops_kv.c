@@ -275,21 +275,23 @@ static ppn_status attn_batch_check(const char *op, ppn_dptr out, ppn_dptr qkv, i
     return PPN_OK;
 }
 
-ppn_status ppn_op_attn_batch(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr qkv, int n_heads, int n_kv,
-                             int head_dim, float scale, const ppn_kv_pool *pool, ppn_dptr segs_d,
-                             const ppn_kseg *segs_h, const int32_t *const *tbl_h, const int *n_tbl, int B,
-                             ppn_dptr part, int n_split)
+/* ppn_op_attn_batch, and with inv_freq ppn_op_attn_rope_batch: the rotary of each row's q (in registers) and
+ * of its k, stored with v at the row's position, inside the launch (so qkv is only read, all of it). */
+static ppn_status attn_batch_submit(const char *op, ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr qkv,
+                                    int n_heads, int n_kv, int head_dim, float scale, const ppn_kv_pool *pool,
+                                    ppn_dptr segs_d, const ppn_kseg *segs_h, const int32_t *const *tbl_h,
+                                    const int *n_tbl, int B, ppn_dptr part, int n_split, ppn_dptr inv_freq,
+                                    int interleaved)
 {
-    static const char op[] = "ppn_op_attn_batch";
     if (!pool) return ppn_err(PPN_EINVAL, "%s: the pool is NULL", op);
     PPN_CHECK(pool_check(op, pool));
     PPN_CHECK(batch_rows_check(op, pool, segs_h, tbl_h, n_tbl, B));
     PPN_CHECK(attn_batch_check(op, out, qkv, n_heads, n_kv, head_dim, part, n_split, B));
     PPN_CHECK(need_ptr(op, "segs_d", segs_d));
     ppn_kp_attn_batch p = {.a = {.out = out, .q = qkv, .kc = pool->k, .vc = pool->v, .part = part,
-                                 .n_heads = n_heads, .n_kv = n_kv, .head_dim = head_dim, .cap = pool->cap,
-                                 .n_split = n_split, .kvdt = pool->kvdt, .block_log2 = pool->block_log2,
-                                 .scale = scale},
+                                 .inv_freq = inv_freq, .n_heads = n_heads, .n_kv = n_kv, .head_dim = head_dim,
+                                 .cap = pool->cap, .n_split = n_split, .kvdt = pool->kvdt,
+                                 .block_log2 = pool->block_log2, .interleaved = interleaved ? 1 : 0, .scale = scale},
                            .segs = segs_d, .B = B};
     int kvdt = pool->kvdt;
     int k = kvdt == PPN_DTYPE_BF16 ? PPN_K_ATTN_BATCH_BF16 : kvdt == PPN_DTYPE_F16 ? PPN_K_ATTN_BATCH_F16 : PPN_K_ATTN_BATCH;
@@ -297,14 +299,41 @@ ppn_status ppn_op_attn_batch(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr 
     l.grid[1] = (unsigned)n_split;
     l.grid[2] = (unsigned)B;
     size_t hd = (size_t)head_dim, row = (size_t)(n_heads + 2 * n_kv) * hd;
-    acc_add(&l, qkv, f32_bytes((size_t)(B - 1) * row + (size_t)n_heads * hd), PPN_ACC_R);
+    /* the fused rotary reads each row's k and v too */
+    acc_add(&l, qkv, f32_bytes((size_t)(B - 1) * row + (inv_freq ? row : (size_t)n_heads * hd)), PPN_ACC_R);
+    if (inv_freq) acc_add(&l, inv_freq, f32_bytes(hd / 2), PPN_ACC_R);
     acc_add(&l, part, ppn_op_attn_batch_scratch_bytes(B, n_heads, n_split, head_dim), PPN_ACC_RW);
     acc_add(&l, out, f32_bytes((size_t)B * n_heads * hd), PPN_ACC_W);
     ppn_kv_decl d = {0};
-    ppn_status st = batch_decl(&d, pool, n_kv, head_dim, segs_d, segs_h, tbl_h, n_tbl, B, PPN_ACC_R);
+    ppn_status st = batch_decl(&d, pool, n_kv, head_dim, segs_d, segs_h, tbl_h, n_tbl, B,
+                               inv_freq ? PPN_ACC_RW : PPN_ACC_R);
     if (st != PPN_OK) {
         ppn_kv_decl_free(&d);
         return st;
     }
     return ppn_kv_decl_submit(g, s, &l, &d);
+}
+
+ppn_status ppn_op_attn_batch(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr qkv, int n_heads, int n_kv,
+                             int head_dim, float scale, const ppn_kv_pool *pool, ppn_dptr segs_d,
+                             const ppn_kseg *segs_h, const int32_t *const *tbl_h, const int *n_tbl, int B,
+                             ppn_dptr part, int n_split)
+{
+    return attn_batch_submit("ppn_op_attn_batch", g, s, out, qkv, n_heads, n_kv, head_dim, scale, pool, segs_d,
+                             segs_h, tbl_h, n_tbl, B, part, n_split, 0, 0);
+}
+
+ppn_status ppn_op_attn_rope_batch(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr qkv, int n_heads, int n_kv,
+                                  int head_dim, float scale, const ppn_kv_pool *pool, ppn_dptr segs_d,
+                                  const ppn_kseg *segs_h, const int32_t *const *tbl_h, const int *n_tbl, int B,
+                                  ppn_dptr part, int n_split, ppn_dptr inv_freq, int interleaved)
+{
+    static const char op[] = "ppn_op_attn_rope_batch";
+    PPN_CHECK(need_ptr(op, "inv_freq", inv_freq));
+    if (!ppn_op_attn_rope_fits(head_dim, interleaved))
+        return ppn_err(PPN_EUNSUPPORTED, "%s: head_dim %d (%s): the fused rotary does not take it (use "
+                       "rope_kv_batch + attn_batch; ppn_op_attn_rope_fits)", op, head_dim,
+                       interleaved ? "interleaved pairs" : "rotated halves");
+    return attn_batch_submit(op, g, s, out, qkv, n_heads, n_kv, head_dim, scale, pool, segs_d, segs_h, tbl_h, n_tbl,
+                             B, part, n_split, inv_freq, interleaved);
 }

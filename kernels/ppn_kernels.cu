@@ -866,8 +866,7 @@ template <int KD> __device__ __forceinline__ void ppn_attn_batch_kernel(const pp
     p.q += (uint64_t)i * (uint64_t)(p.n_heads + 2 * p.n_kv) * hd * sizeof(float);
     p.out += (uint64_t)i * (uint64_t)p.n_heads * hd * sizeof(float);
     p.part += (uint64_t)i * ((uint64_t)p.n_heads * p.n_split * (hd + 2) * sizeof(float) + (uint64_t)p.n_heads * 4u);
-    p.tbl = seg.tbl;
-    p.inv_freq = 0;
+    p.tbl = seg.tbl; // p.inv_freq as the op set it: the fused rotary at the row's own position, or none
     ppn_attn_body<KD>(p, seg.pos, blockIdx.x, blockIdx.y, sm);
 }
 

@@ -131,7 +131,8 @@ void ppn_cpu_rope_kv_batch(const void *params)
 }
 
 /* Row i is decode attention at segs[i].pos through segs[i].tbl, on its rows of qkv and out (exact: it touches no
- * scratch, whatever n_split is). So a row never depends on the other rows. */
+ * scratch, whatever n_split is), with the fused rotary where inv_freq is set. So a row never depends on the other
+ * rows. */
 void ppn_cpu_attn_batch(const void *params)
 {
     const ppn_kp_attn_batch *p = params;
@@ -143,8 +144,7 @@ void ppn_cpu_attn_batch(const void *params)
         a.out = row_at(p->a.out, i, (size_t)p->a.n_heads * hd);
         a.q = row_at(p->a.q, i, row);
         a.hdr = (uint64_t)(uintptr_t)&hdr;
-        a.tbl = segs[i].tbl;
-        a.inv_freq = 0;
+        a.tbl = segs[i].tbl; /* a.inv_freq as given: the fused rotary at the row's position */
         ppn_cpu_attn(&a);
     }
 }

@@ -634,6 +634,70 @@ static void test_batch_rope_kv(void **state)
     }
 }
 
+/* attn_rope_batch: the bits of rope_kv_batch then attn_batch (out and both pools), with q|k|v only read; the
+ * declarations: all of q|k|v and inv_freq read, every held block of every row read and written. Rotated halves and
+ * interleaved pairs, three cache dtypes, identity and paged rows, one and several position splits. */
+static void test_batch_attn_rope(void **state)
+{
+    (void)state;
+    static const int dts[] = {PPN_DTYPE_F32, PPN_DTYPE_BF16, PPN_DTYPE_F16};
+    for (size_t d = 0; d < TU_LEN(dts); d++)
+        for (int il = 0; il < 2; il++) {
+            const int nq = 8, nkv = 2, hd = il ? 48 : 64, L = (int)d * 2, B = 5, ns = 1 + 3 * il;
+            int npos[5] = {1, 9, 33, 4, 70};
+            batch b = batch_new(B, nq, nkv, hd, L, dts[d], npos);
+            size_t row = (size_t)(nq + 2 * nkv) * hd, on = (size_t)nq * hd, pb = (size_t)nkv * b.cap * hd * b.es;
+            size_t partb = ppn_op_attn_batch_scratch_bytes(B, nq, ns, hd);
+            float inv[32], *x = tu_frand((size_t)B * row, -1, 1), *y = dup_mem(x, (size_t)B * row * 4);
+            float *o1 = zmem((size_t)B * on * 4), *o2 = zmem((size_t)B * on * 4), scale = 1.0f / sqrtf((float)hd);
+            unsigned char *k2 = dup_mem(b.k, pb), *v2 = dup_mem(b.v, pb), *part = zmem(partb);
+            inv_freq_fill(inv, hd);
+            ppn_kv_pool pool = batch_pool(&b), p2 = pool;
+            p2.k = D(k2), p2.v = D(v2);
+            EXPECT_ST(PPN_OK, ppn_op_attn_rope_batch(&tu_fake, tu_fake_stream, D(o1), D(x), nq, nkv, hd, scale, &pool,
+                                                     D(b.segs), b.segs, b.tbl_c, b.n_tbl, B, D(part), ns, D(inv), il));
+            assert_int_equal(tu_cap.l.grid[0], nkv);
+            assert_int_equal(tu_cap.l.grid[1], ns);
+            assert_int_equal(tu_cap.l.grid[2], B);
+            assert_true(tu_declared(x, (size_t)B * row * 4, PPN_ACC_R));
+            assert_false(tu_declared(x, (size_t)B * row * 4, PPN_ACC_W));
+            assert_true(tu_declared(inv, (size_t)hd / 2 * 4, PPN_ACC_R));
+            size_t blk = ((size_t)hd * b.es) << L;
+            for (int i = 0; i < B; i++)
+                for (int g = 0; g < nkv; g++)
+                    for (int j = 0; j < b.n_tbl[i]; j++) {
+                        size_t at = (size_t)g * b.cap * hd * b.es + (size_t)b.tbl[i][j] * blk;
+                        assert_true(tu_declared(b.k + at, blk, PPN_ACC_RW) && tu_declared(b.v + at, blk, PPN_ACC_RW));
+                    }
+            /* the two launches on copies */
+            EXPECT_ST(PPN_OK, ppn_op_rope_kv_batch(&tu_fake, tu_fake_stream, D(y), nq, nkv, hd, D(inv), il, &p2,
+                                                   D(b.segs), b.segs, b.tbl_c, b.n_tbl, B));
+            EXPECT_ST(PPN_OK, ppn_op_attn_batch(&tu_fake, tu_fake_stream, D(o2), D(y), nq, nkv, hd, scale, &p2,
+                                                D(b.segs), b.segs, b.tbl_c, b.n_tbl, B, D(part), ns));
+            assert_memory_equal(o1, o2, (size_t)B * on * 4);
+            assert_memory_equal(b.k, k2, pb);
+            assert_memory_equal(b.v, v2, pb);
+            assert_memory_not_equal(x, y, (size_t)B * row * 4); /* rope_kv_batch rotated its copy in place */
+            free(x), free(y), free(o1), free(o2), free(k2), free(v2), free(part);
+            batch_free(&b);
+        }
+    /* refused: no inv_freq; a head_dim the fused rotary does not take (rotated halves of 48) */
+    int npos[2] = {5, 20};
+    batch b = batch_new(2, 4, 2, 48, 2, PPN_DTYPE_F32, npos);
+    ppn_kv_pool pool = batch_pool(&b);
+    float *x = zmem(2 * 8 * 48 * 4), *out = zmem(2 * 4 * 48 * 4), inv[24];
+    unsigned char *part = zmem(ppn_op_attn_batch_scratch_bytes(2, 4, 1, 48));
+    inv_freq_fill(inv, 48);
+    EXPECT_ST(PPN_EINVAL, ppn_op_attn_rope_batch(&tu_fake, tu_fake_stream, D(out), D(x), 4, 2, 48, 0.25f, &pool,
+                                                 D(b.segs), b.segs, b.tbl_c, b.n_tbl, 2, D(part), 1, 0, 0));
+    assert_non_null(strstr(ppn_last_error(), "inv_freq"));
+    EXPECT_ST(PPN_EUNSUPPORTED, ppn_op_attn_rope_batch(&tu_fake, tu_fake_stream, D(out), D(x), 4, 2, 48, 0.25f, &pool,
+                                                       D(b.segs), b.segs, b.tbl_c, b.n_tbl, 2, D(part), 1, D(inv), 0));
+    assert_non_null(strstr(ppn_last_error(), "head_dim 48"));
+    free(x), free(out), free(part);
+    batch_free(&b);
+}
+
 static void test_batch_refusals(void **state)
 {
     (void)state;
@@ -679,6 +743,7 @@ int main(void)
         cmocka_unit_test(test_paged_guard),          cmocka_unit_test(test_paged_sim),
         cmocka_unit_test(test_batch_attn_reference), cmocka_unit_test(test_batch_attn_invariance),
         cmocka_unit_test(test_batch_rope_kv),        cmocka_unit_test(test_batch_refusals),
+        cmocka_unit_test(test_batch_attn_rope),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -197,6 +197,50 @@ static void test_kprof_pipelined_counts(void **st)
     ppn_rt_destroy(rt);
 }
 
+/* A batch step's launch plan per door: with the fusion on (the default), each layer's rows take their rotary and
+ * k/v store inside the batched attention (ppn_k_attn_batch, no ppn_k_rope_kv_batch); with PPN_FUSE=0 both launch.
+ * The logits are the same bits either way. */
+static void test_kprof_batch_rotary_fused(void **st)
+{
+    (void)st;
+    shape s = read_shape();
+    enum { NB = 3 };
+    static const int prompt[NB][3] = {{1, 2, 3}, {4, 5, 6}, {7, 8, 9}}, tok[NB] = {11, 12, 13};
+    float *logits[2];
+    ppn_rt *rt = rt_with("1");
+    for (int fuse = 1; fuse >= 0; fuse--) {
+        ppn_door d = ppn_door_default();
+        d.graphs = 0;
+        d.fuse = fuse;
+        ppn_load_opts o = ppn_load_opts_default();
+        o.ctx = 32;
+        o.door = &d;
+        ppn_model *m = tu_model_load(rt, tu_fixture("hf/llama-tiny"), &o);
+        ppn_seq *q[NB];
+        for (int i = 0; i < NB; i++) {
+            assert_int_equal(ppn_seq_create(m, &q[i]), PPN_OK);
+            assert_int_equal(ppn_prefill(q[i], prompt[i], 1 + i, NULL, NULL), PPN_OK);
+        }
+        logits[fuse] = malloc(sizeof(float) * NB * (size_t)s.vocab);
+        ppn_rt_kernel_profile_reset(rt);
+        if (ppn_decode_batch_ex(q, tok, NB, NULL, logits[fuse], NULL) != PPN_OK)
+            fail_msg("batch step: %s", ppn_last_error());
+        ppn_kernel_time e[PPN_KERNEL_PROFILE_MAX];
+        int n = ppn_rt_kernel_profile(rt, e, PPN_KERNEL_PROFILE_MAX);
+        const ppn_kernel_time *a = find(e, n, "ppn_k_attn_batch"), *r = find(e, n, "ppn_k_rope_kv_batch");
+        if (!a || (long)a->calls != s.layers) fail_msg("fuse %d: ppn_k_attn_batch %llu calls, want %d", fuse,
+                                                       a ? (unsigned long long)a->calls : 0ull, s.layers);
+        if (fuse ? r != NULL : !r || (long)r->calls != s.layers)
+            fail_msg("fuse %d: ppn_k_rope_kv_batch %llu calls, want %d", fuse, r ? (unsigned long long)r->calls : 0ull,
+                     fuse ? 0 : s.layers);
+        for (int i = 0; i < NB; i++) ppn_seq_destroy(q[i]);
+        assert_int_equal(ppn_model_free(m), PPN_OK);
+    }
+    assert_memory_equal(logits[0], logits[1], sizeof(float) * NB * (size_t)s.vocab);
+    free(logits[0]), free(logits[1]);
+    ppn_rt_destroy(rt);
+}
+
 /* Unset, empty or 0: no account at all, whatever runs. */
 static void test_kprof_off_reads_nothing(void **st)
 {
@@ -309,6 +353,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kprof_counts_match_forward),
         cmocka_unit_test(test_kprof_pipelined_counts),
+        cmocka_unit_test(test_kprof_batch_rotary_fused),
         cmocka_unit_test(test_kprof_off_reads_nothing),
         cmocka_unit_test(test_kprof_bad_values_refused),
         cmocka_unit_test(test_kprof_bench_json_kernels),

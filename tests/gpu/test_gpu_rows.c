@@ -615,7 +615,7 @@ static void paged_case(const ashape *a, int c, int pos0, int kvdt, int L)
 }
 
 /* B rows of different sequences in one pool: attn_batch's row i is ppn_op_attn's bits on row i's view, in a batch
- * of B and alone; rope_kv_batch's row i is rope_kv_rows's. */
+ * of B and alone; rope_kv_batch's row i is rope_kv_rows's; attn_rope_batch is rope_kv_batch then attn_batch. */
 static void batch_case(const ashape *a, int kvdt, int L, int B)
 {
     char what[160];
@@ -634,6 +634,7 @@ static void batch_case(const ashape *a, int kvdt, int L, int B)
     ppn_dptr dq2 = up(qkv, (size_t)B * row * 4), dout = dalloc(ob), d1 = dalloc(orow * 4);
     ppn_dptr dpart = dalloc(ppn_op_attn_batch_scratch_bytes(B, a->nq, ns, hd)), dsegs = dalloc((size_t)B * sizeof(ppn_kseg));
     ppn_dptr dh = dalloc(sizeof(ppn_step_hdr));
+    ppn_dptr dpk3 = up(pk, pb), dpv3 = up(pv, pb), dq3 = up(qkv, (size_t)B * row * 4); /* the fused op's inputs */
     OK(G->ops->memset_d8(G, S, dpart, 0, ppn_op_attn_batch_scratch_bytes(B, a->nq, ns, hd)));
     for (int i = 0; i < B; i++) {
         segs[i] = (ppn_kseg){.pos = (int32_t)((i * 997 + 13) % maxpos), .tbl = dtbl + (size_t)i * per * 4};
@@ -657,6 +658,24 @@ static void batch_case(const ashape *a, int kvdt, int L, int B)
     OK(ppn_op_attn_batch(G, S, dout, dq, a->nq, a->nkv, hd, scale, &pool, dsegs, segs, tb, nt, B, dpart, ns));
     get(ob_, dout, ob);
     get(pk, dpk, pb), get(pv, dpv, pb);
+    /* the rotary inside (ppn_op_attn_rope_batch) on the unrotated rows and the pools as they were: the same bits
+     * as rope_kv_batch then attn_batch, out and both pools, and q|k|v left as it was */
+    ppn_kv_pool pool3 = {.k = dpk3, .v = dpv3, .cap = pg.cap, .block_log2 = L, .kvdt = kvdt};
+    if (ppn_op_attn_rope_fits(hd, 0)) {
+        ppn_dptr dfo = dalloc(ob);
+        OK(ppn_op_attn_rope_batch(G, S, dfo, dq3, a->nq, a->nkv, hd, scale, &pool3, dsegs, segs, tb, nt, B, dpart, ns,
+                                  dinv, 0));
+        float *of = hmem(ob), *xf = hmem((size_t)B * row * 4);
+        unsigned char *kf = hmem(pb), *vf = hmem(pb);
+        get(of, dfo, ob), get(kf, dpk3, pb), get(vf, dpv3, pb), get(xf, dq3, (size_t)B * row * 4);
+        if (memcmp(of, ob_, ob)) fail_msg("%s: attn_rope_batch's out differs from rope_kv_batch + attn_batch", what);
+        if (memcmp(kf, pk, pb) || memcmp(vf, pv, pb)) fail_msg("%s: attn_rope_batch's pools differ", what);
+        if (memcmp(xf, qkv, (size_t)B * row * 4)) fail_msg("%s: attn_rope_batch wrote q|k|v", what);
+        free(of), free(xf), free(kf), free(vf);
+    } else if (ppn_op_attn_rope_batch(G, S, dout, dq3, a->nq, a->nkv, hd, scale, &pool3, dsegs, segs, tb, nt, B, dpart,
+                                      ns, dinv, 0) != PPN_EUNSUPPORTED) {
+        fail_msg("%s: attn_rope_batch took head_dim %d (rotated halves), which the fused rotary does not", what, hd);
+    }
     cmp cm = {0};
     float *want = hmem(orow * 4);
     for (int i = 0; i < B; i++) {
