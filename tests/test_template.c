@@ -182,6 +182,23 @@ static void test_template_refusals(void **state)
     expect_refused("{{ messages[0].role.strip.x }}", PPN_EINVAL, "undefined", NULL);
     /* fuzz_template: the keyword arguments evaluated before the misplaced positional one leaked */
     expect_refused("{{ namespace(n=0, s=[1], 2) }}", PPN_EINVAL, "positional argument follows keyword", NULL);
+    /* Python's integers have no bound, ppn's are 64-bit: a literal or result past them is refused by name, never
+     * wrapped or saturated (fuzz_template found 7000000043 + 5000000700500000070000 saturated, then overflowing) */
+    expect_refused("{{ 7000000043 + 5000000700500000070000 }}", PPN_EUNSUPPORTED, "5000000700500000070000",
+                   "beyond 64 bits", NULL);
+    expect_refused("{{ 9223372036854775807 + 1 }}", PPN_EUNSUPPORTED, "'+' beyond 64 bits", NULL);
+    expect_refused("{{ -9223372036854775807 - 2 }}", PPN_EUNSUPPORTED, "'-' beyond 64 bits", NULL);
+    expect_refused("{{ 3037000500 * 3037000500 }}", PPN_EUNSUPPORTED, "'*' beyond 64 bits", NULL);
+    expect_refused("{{ 2 ** 63 }}", PPN_EUNSUPPORTED, "'**' beyond 64 bits", NULL);
+    expect_refused("{{ (-9223372036854775807 - 1) // -1 }}", PPN_EUNSUPPORTED, "'//' beyond 64 bits", NULL);
+    expect_refused("{{ -(-9223372036854775807 - 1) }}", PPN_EUNSUPPORTED, "'-' beyond 64 bits", NULL);
+    expect_refused("{{ (-9223372036854775807 - 1) | abs }}", PPN_EUNSUPPORTED, "'abs' beyond 64 bits", NULL);
+    expect_refused("{{ '1e300' | int }}", PPN_EUNSUPPORTED, "'int' beyond 64 bits", NULL);
+    expect_refused("{{ 1e300 * 1e300 }}", PPN_EUNSUPPORTED, "not finite", NULL);
+    expect_refused("{{ 1e400 }}", PPN_EUNSUPPORTED, "1e400", "double range", NULL);
+    expect_refused("{{ 1000000000000000000000000000000000000000000000000000000000000000000000 }}", PPN_EFORMAT,
+                   "longer than 63 digits", NULL);
+    expect_refused("{{ ('ab' * 600000) | length }}", PPN_EINVAL, "more than 1000000", NULL);
     ppn_status st;
     char *out = render("{{ 1 }}", "[]", NULL, 0, &st);
     assert_int_equal(st, PPN_EINVAL);
@@ -198,6 +215,12 @@ static void test_template_semantics(void **state)
                   "None|True|1.0|1e+20|[1, 'a', None]|{'k': 0.5}");
     expect_render("{{ 7 // 2 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ 7 / 2 }} {{ 2 ** 10 }} {{ 'ab' * 2 }}", NULL,
                   "3 -4 2 3.5 1024 abab");
+    /* the 64-bit edges Python computes exactly; ** by squaring (1 ** 10^18 in 60 steps) */
+    expect_render("{{ 2 ** 62 }} {{ (-9223372036854775807 - 1) % -1 }} {{ 1 ** 1000000000000000000 }} {{ 7 % -2 }}"
+                  " {{ 7.5 % -2 }} {{ 2 ** -1 }} {{ '9007199254740993' | int }} {{ -3.7 | int }}",
+                  NULL, "4611686018427387904 0 1 -1 -0.5 0.5 9007199254740993 -3");
+    expect_render("{{ range(9223372036854775800, 9223372036854775807, 5) | list }}", NULL,
+                  "[9223372036854775800, 9223372036854775805]");
     expect_render("{% set ns = namespace(n=0) %}{% for x in [1,2,3] if x != 2 %}{% set ns.n = ns.n + x %}"
                   "{{ loop.index }}/{{ loop.length }}{% endfor %}={{ ns.n }}",
                   NULL, "1/22/2=4");

@@ -5,6 +5,7 @@
  * iteration holding `loop`, the loop targets and the body's `set`s. A template's raise_exception() surfaces as
  * PPN_EINVAL with exactly its message; other runtime errors (a type error, an undefined operand) are PPN_EINVAL
  * with the line. */
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -41,6 +42,26 @@ static ppn_status refuse(const rctx *c, int line, const char *what)
 }
 
 static ppn_status nomem(void) { return ppn_err(PPN_ENOMEM, "chat template: out of memory"); }
+
+/* Python's integers have no bound; ppn's are 64-bit: a result past them is refused, never wrapped. */
+static ppn_status int_overflow(const rctx *c, int line, const char *op)
+{
+    return ppn_err(PPN_EUNSUPPORTED, "%s line %d: an integer result of '%s' beyond 64 bits is not implemented",
+                   c->t->name, line, op);
+}
+
+/* A float result as a value: Python's inf and nan have no JSON form here (jansson refuses them), so a result
+ * that is not finite is refused by name rather than reported as a lack of memory. */
+static ppn_status make_real(const rctx *c, int line, const char *op, double d, json_t **out)
+{
+    if (!isfinite(d))
+        return ppn_err(PPN_EUNSUPPORTED, "%s line %d: a float result of '%s' that is not finite (%g) is not implemented",
+                       c->t->name, line, op, d);
+    return (*out = json_real(d)) ? PPN_OK : nomem();
+}
+
+/* The largest string (bytes) or list (items) a repetition or range builds: a template renders a prompt. */
+#define TMPL_MAX_BUILD 1000000
 
 static const char *type_name(const json_t *v)
 {
@@ -681,6 +702,17 @@ static ppn_status f_first_last(rctx *c, int line, json_t *v, int last, json_t **
     return PPN_OK;
 }
 
+/* int(d) for the int filter: NaN gives the default (Python's ValueError, which the filter catches), an infinity
+ * fails as Python's OverflowError does, a finite value past 64 bits is refused (Python's integers have no bound). */
+static ppn_status float_to_int(const rctx *c, int line, double d, json_t *dflt, json_t **out)
+{
+    if (isnan(d)) *out = dflt ? json_incref(dflt) : json_integer(0);
+    else if (isinf(d)) return fail(c, line, "cannot convert float infinity to integer");
+    else if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0)) return int_overflow(c, line, "int");
+    else *out = json_integer((json_int_t)d);
+    return *out ? PPN_OK : nomem();
+}
+
 static ppn_status f_int(const rctx *c, int line, json_t *v, const args *a, int to_float, json_t **out)
 {
     int f;
@@ -688,18 +720,24 @@ static ppn_status f_int(const rctx *c, int line, json_t *v, const args *a, int t
     double d;
     json_t *dflt = arg(a, 0, "default");
     if (number(v, &f, &i, &d)) {
-        *out = to_float ? json_real(d) : json_integer(f ? (json_int_t)d : i);
+        if (!to_float && f) return float_to_int(c, line, d, dflt, out);
+        *out = to_float ? json_real(d) : json_integer(i);
     } else if (v && json_is_string(v)) {
         char *end;
         const char *s = json_string_value(v);
+        errno = 0;
+        long long n = to_float ? 0 : strtoll(s, &end, 10); /* an integer's digits: exact, past 2^53 too */
+        if (!to_float && end != s && !*end) {
+            if (errno == ERANGE) return int_overflow(c, line, "int");
+            return (*out = json_integer(n)) ? PPN_OK : nomem();
+        }
         d = strtod(s, &end);
         if (end == s || *end) *out = dflt ? json_incref(dflt) : to_float ? json_real(0) : json_integer(0);
-        else *out = to_float ? json_real(d) : json_integer((json_int_t)d);
+        else if (!to_float) return float_to_int(c, line, d, dflt, out);
+        else return make_real(c, line, "float", d, out);
     } else {
         *out = dflt ? json_incref(dflt) : to_float ? json_real(0) : json_integer(0);
     }
-    (void)c;
-    (void)line;
     return *out ? PPN_OK : nomem();
 }
 
@@ -741,6 +779,7 @@ static ppn_status run_filter(rctx *c, int line, const char *name, json_t *v, con
         json_int_t i;
         double d;
         if (!number(v, &f, &i, &d)) return fail(c, line, "abs of %s", type_name(v));
+        if (!f && i == INT64_MIN) return int_overflow(c, line, "abs");
         *out = f ? json_real(d < 0 ? -d : d) : json_integer(i < 0 ? -i : i);
         return *out ? PPN_OK : nomem();
     }
@@ -882,12 +921,13 @@ static ppn_status fn_range(const rctx *c, int line, const args *a, json_t **out)
     }
     if (!v[2]) return fail(c, line, "range() arg 3 must not be zero");
     json_t *r = json_array();
-    for (json_int_t i = v[0]; r && (v[2] > 0 ? i < v[1] : i > v[1]); i += v[2]) {
-        if (json_array_size(r) >= 1000000) {
+    for (json_int_t i = v[0]; r && (v[2] > 0 ? i < v[1] : i > v[1]);) {
+        if (json_array_size(r) >= TMPL_MAX_BUILD) {
             json_decref(r);
-            return fail(c, line, "range: more than 1,000,000 items");
+            return fail(c, line, "range: more than %d items", TMPL_MAX_BUILD);
         }
         json_array_append_new(r, json_integer(i));
+        if (__builtin_add_overflow(i, v[2], &i)) break; /* the next item would be past 64 bits: past the stop too */
     }
     return (*out = r) ? PPN_OK : nomem();
 }
@@ -972,6 +1012,10 @@ static ppn_status arith(rctx *c, const tmpl_expr *e, json_t *x, json_t *y, json_
     json_int_t ix, iy;
     double dx, dy;
     if (!strcmp(op, "*") && (json_is_string(x) || json_is_array(x)) && number(y, &fy, &iy, &dy) && !fy) {
+        size_t unit = json_is_string(x) ? json_string_length(x) : json_array_size(x);
+        if (iy > 0 && unit > TMPL_MAX_BUILD / (size_t)iy)
+            return fail(c, e->line, "'*' would repeat %zu %s %lld times: more than %d", unit,
+                        json_is_string(x) ? "bytes" : "items", (long long)iy, TMPL_MAX_BUILD);
         json_t *r = json_is_string(x) ? NULL : json_array();
         ppn_tok_buf b = {0};
         for (json_int_t i = 0; i < iy; i++)
@@ -985,41 +1029,54 @@ static ppn_status arith(rctx *c, const tmpl_expr *e, json_t *x, json_t *y, json_
     int fl = fx || fy;
     if ((!strcmp(op, "/") || !strcmp(op, "//") || !strcmp(op, "%")) && (fl ? dy == 0.0 : iy == 0))
         return fail(c, e->line, "division by zero");
+    json_int_t ir = 0; /* the result: ir for integers, fr for floats (fl) */
+    double fr = 0.0;
     switch (op[0]) {
-    case '+': *out = fl ? json_real(dx + dy) : json_integer(ix + iy); break;
-    case '-': *out = fl ? json_real(dx - dy) : json_integer(ix - iy); break;
+    case '+':
+        if (fl) fr = dx + dy;
+        else if (__builtin_add_overflow(ix, iy, &ir)) return int_overflow(c, e->line, op);
+        break;
+    case '-':
+        if (fl) fr = dx - dy;
+        else if (__builtin_sub_overflow(ix, iy, &ir)) return int_overflow(c, e->line, op);
+        break;
     case '*':
         if (op[1] == '*') {
-            if (fl || iy < 0) *out = json_real(pow(dx, dy));
-            else {
-                json_int_t r = 1;
-                for (json_int_t i = 0; i < iy; i++) r *= ix;
-                *out = json_integer(r);
+            if (fl || iy < 0) fl = 1, fr = pow(dx, dy);
+            else { /* by squaring: log2(iy) steps, each checked */
+                json_int_t b = ix;
+                ir = 1;
+                for (json_int_t n = iy; n; n >>= 1) {
+                    if ((n & 1) && __builtin_mul_overflow(ir, b, &ir)) return int_overflow(c, e->line, op);
+                    if (n > 1 && __builtin_mul_overflow(b, b, &b)) return int_overflow(c, e->line, op);
+                }
             }
-        } else {
-            *out = fl ? json_real(dx * dy) : json_integer(ix * iy);
+        } else if (fl) {
+            fr = dx * dy;
+        } else if (__builtin_mul_overflow(ix, iy, &ir)) {
+            return int_overflow(c, e->line, op);
         }
         break;
     case '/':
         if (op[1] == '/') {
-            if (fl) *out = json_real(floor(dx / dy));
-            else *out = json_integer(ix / iy - ((ix % iy) && ((ix < 0) != (iy < 0))));
+            if (fl) fr = floor(dx / dy);
+            else if (iy == -1 && ix == INT64_MIN) return int_overflow(c, e->line, op);
+            else ir = ix / iy - ((ix % iy) && ((ix < 0) != (iy < 0)));
         } else {
-            *out = json_real(dx / dy);
+            fl = 1, fr = dx / dy;
         }
         break;
     default: /* % */
         if (fl) {
-            double r = fmod(dx, dy);
-            if (r && ((r < 0) != (dy < 0))) r += dy;
-            *out = json_real(r);
+            fr = fmod(dx, dy);
+            if (fr && ((fr < 0) != (dy < 0))) fr += dy;
         } else {
-            json_int_t r = ix % iy;
-            if (r && ((r < 0) != (iy < 0))) r += iy;
-            *out = json_integer(r);
+            ir = iy == -1 ? 0 : ix % iy; /* INT64_MIN % -1 overflows in C; it is 0 */
+            if (ir && ((ir < 0) != (iy < 0))) ir += iy;
         }
     }
-    return *out ? PPN_OK : nomem();
+    if (fl) return make_real(c, e->line, op, fr, out);
+    return (*out = json_integer(ir)) ? PPN_OK : nomem();
 }
 
 static ppn_status compare(rctx *c, const tmpl_expr *e, json_t *x, json_t *y, json_t **out)
@@ -1171,6 +1228,7 @@ static ppn_status eval(rctx *c, const tmpl_expr *e, json_t **out)
         if (!number(x, &f, &i, &d)) st = fail(c, e->line, "bad operand type for unary %c: '%s'",
                                               e->kind == E_NEG ? '-' : '+', type_name(x));
         else if (e->kind == E_POS) *out = f ? json_real(d) : json_integer(i);
+        else if (!f && i == INT64_MIN) st = int_overflow(c, e->line, "-");
         else *out = f ? json_real(-d) : json_integer(-i);
         json_decref(x);
         return st;

@@ -6,6 +6,8 @@
  * something tmpl_eval.c renders: another statement, filter, test, method or function is refused here, named
  * with its line (PPN_EUNSUPPORTED); bad syntax is PPN_EFORMAT with the line and what was found. */
 #include <ctype.h>
+#include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/base/err.h"
@@ -232,10 +234,22 @@ static ppn_status lex_number(lexer *L)
     }
     char buf[64];
     size_t k = 0;
-    for (size_t j = 0; j < i && k + 1 < sizeof buf; j++)
-        if (s[j] != '_') buf[k++] = s[j];
+    for (size_t j = 0; j < i; j++) {
+        if (s[j] == '_') continue;
+        if (k + 1 >= sizeof buf) return syntax(L->p, L->line, "a number literal longer than 63 digits", "");
+        buf[k++] = s[j];
+    }
     buf[k] = '\0';
-    json_t *v = is_float ? json_real(strtod(buf, NULL)) : json_integer(strtoll(buf, NULL, 10));
+    errno = 0;
+    long long iv = is_float ? 0 : strtoll(buf, NULL, 10);
+    if (errno == ERANGE) /* Python's integers have no bound; ppn's are 64-bit */
+        return ppn_err(PPN_EUNSUPPORTED, "%s line %d: the integer literal %s is beyond 64 bits: not implemented",
+                       L->p->t->name, L->line, buf);
+    double fv = is_float ? strtod(buf, NULL) : 0.0;
+    if (is_float && !isfinite(fv)) /* Python reads it as inf; jansson holds no inf */
+        return ppn_err(PPN_EUNSUPPORTED, "%s line %d: the float literal %s is beyond the double range: not implemented",
+                       L->p->t->name, L->line, buf);
+    json_t *v = is_float ? json_real(fv) : json_integer(iv);
     if (!v) return nomem();
     L->pos += i;
     return push(L->p, is_float ? T_FLOAT : T_INT, L->line, NULL, 0, v);
