@@ -221,6 +221,10 @@ static void test_template_semantics(void **state)
                   NULL, "4611686018427387904 0 1 -1 -0.5 0.5 9007199254740993 -3");
     expect_render("{{ range(9223372036854775800, 9223372036854775807, 5) | list }}", NULL,
                   "[9223372036854775800, 9223372036854775805]");
+    expect_render("{{ [1,2,3][1::9223372036854775807] }} {{ 'abc'[1::9223372036854775807] }}"
+                  " {{ [1,2,3][::-9223372036854775807 - 1] }} {{ 7 is divisibleby(-2) }} {{ -3 is odd }}"
+                  " {{ (-9223372036854775807 - 1) is divisibleby(-1) }}",
+                  NULL, "[2] b [3] False True True");
     expect_render("{% set ns = namespace(n=0) %}{% for x in [1,2,3] if x != 2 %}{% set ns.n = ns.n + x %}"
                   "{{ loop.index }}/{{ loop.length }}{% endfor %}={{ ns.n }}",
                   NULL, "1/22/2=4");

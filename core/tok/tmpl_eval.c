@@ -214,7 +214,10 @@ static ppn_status do_slice(const rctx *c, int line, json_t *v, json_t *a, json_t
     if (json_is_array(v)) {
         slice_indices(a, b, step, (long)json_array_size(v), &s0, &s1, &st);
         if (!(*out = json_array())) return nomem();
-        for (long i = s0; st > 0 ? i < s1 : i > s1; i += st) json_array_append(*out, json_array_get(v, (size_t)i));
+        for (long i = s0; st > 0 ? i < s1 : i > s1;) {
+            json_array_append(*out, json_array_get(v, (size_t)i));
+            if (__builtin_add_overflow(i, st, &i)) break; /* a step past 64 bits: past the end too */
+        }
         return PPN_OK;
     }
     if (json_is_string(v)) {
@@ -223,8 +226,10 @@ static ppn_status do_slice(const rctx *c, int line, json_t *v, json_t *a, json_t
         slice_indices(a, b, step, (long)n, &s0, &s1, &st);
         ppn_tok_buf buf = {0};
         ppn_status s = PPN_OK;
-        for (long i = s0; s == PPN_OK && (st > 0 ? i < s1 : i > s1); i += st)
+        for (long i = s0; s == PPN_OK && (st > 0 ? i < s1 : i > s1);) {
             s = ppn_tok_buf_put(&buf, json_string_value(v) + off[i], off[i + 1] - off[i]);
+            if (__builtin_add_overflow(i, st, &i)) break;
+        }
         if (s == PPN_OK && !(*out = json_stringn_nocheck(buf.len ? buf.p : "", buf.len))) s = nomem();
         free(buf.p);
         free(off);
@@ -523,7 +528,8 @@ static ppn_status run_test(rctx *c, int line, const char *name, json_t *v, const
     else if (!strcmp(name, "odd") || !strcmp(name, "even") || !strcmp(name, "divisibleby")) {
         json_int_t m = !strcmp(name, "divisibleby") ? (x && json_is_integer(x) ? json_integer_value(x) : 0) : 2;
         if (!num || f || !m) return fail(c, line, "test '%s' on %s", name, type_name(v));
-        json_int_t r = ((i % m) + m) % m;
+        json_int_t r = m == -1 ? 0 : i % m; /* Python's modulo, without C's overflow at INT64_MIN % -1 */
+        if (r && ((r < 0) != (m < 0))) r += m;
         *yes = !strcmp(name, "odd") ? r == 1 : r == 0;
     } else if (!strcmp(name, "eq") || !strcmp(name, "equalto")) *yes = py_eq(v, x);
     else if (!strcmp(name, "ne")) *yes = !py_eq(v, x);
