@@ -259,11 +259,7 @@ static ppn_status attn_submit(ppn_gpu *g, ppn_gstream *s, const char *op, const 
     PPN_CHECK(attn_check(op, p->n_heads, p->n_kv, p->head_dim, p->n_split));
     if (p->inv_freq) { /* the fused rotary's shapes */
         if (p->head_dim % 2) return ppn_err(PPN_EINVAL, "%s: head_dim must be even (got %d)", op, p->head_dim);
-        if (!ppn_op_attn_rope_fits(p->head_dim, p->interleaved))
-            return ppn_err(PPN_EUNSUPPORTED, "%s: head_dim %d (%s): the fused rotary takes head_dim 2, 4, .., 32, 64 "
-                           "or 128 with rotated halves, or an even head_dim up to 128 with interleaved pairs (use "
-                           "rope_kv + attn)",
-                           op, p->head_dim, p->interleaved ? "interleaved pairs" : "rotated halves");
+        PPN_CHECK(need_rope_fits(op, p->head_dim, p->interleaved, "rope_kv + attn"));
     }
     PPN_CHECK(need_ptr(op, "out", p->out));
     PPN_CHECK(need_ptr(op, "q", p->q));

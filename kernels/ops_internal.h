@@ -36,6 +36,16 @@ static inline ppn_status need_ptr(const char *op, const char *what, ppn_dptr p)
     return PPN_OK;
 }
 
+/* The fused rotary's shapes (ppn_op_attn_rope_fits), refused by name with the unfused ops to use instead (alt). */
+static inline ppn_status need_rope_fits(const char *op, int head_dim, int interleaved, const char *alt)
+{
+    if (!ppn_op_attn_rope_fits(head_dim, interleaved))
+        return ppn_err(PPN_EUNSUPPORTED, "%s: head_dim %d (%s): the fused rotary takes head_dim 2, 4, .., 32, 64 or "
+                       "128 with rotated halves, or an even head_dim up to 128 with interleaved pairs (use %s)",
+                       op, head_dim, interleaved ? "interleaved pairs" : "rotated halves", alt);
+    return PPN_OK;
+}
+
 static inline ppn_status need_wdt(const char *op, int wdt)
 {
     if (ppn_dtype_size(wdt) == 0)

@@ -330,10 +330,7 @@ ppn_status ppn_op_attn_rope_batch(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_
 {
     static const char op[] = "ppn_op_attn_rope_batch";
     PPN_CHECK(need_ptr(op, "inv_freq", inv_freq));
-    if (!ppn_op_attn_rope_fits(head_dim, interleaved))
-        return ppn_err(PPN_EUNSUPPORTED, "%s: head_dim %d (%s): the fused rotary does not take it (use "
-                       "rope_kv_batch + attn_batch; ppn_op_attn_rope_fits)", op, head_dim,
-                       interleaved ? "interleaved pairs" : "rotated halves");
+    PPN_CHECK(need_rope_fits(op, head_dim, interleaved, "rope_kv_batch + attn_batch"));
     return attn_batch_submit(op, g, s, out, qkv, n_heads, n_kv, head_dim, scale, pool, segs_d, segs_h, tbl_h, n_tbl,
                              B, part, n_split, inv_freq, interleaved);
 }
