@@ -632,6 +632,358 @@ extern "C" __global__ void __launch_bounds__(PPN_GEMM_TC_S_THREADS, 1) ppn_k_gem
 }
 
 // ---------------------------------------------------------------------------------------------------------
+// Hopper, warp-specialized (gemm_tc_h, kparams.h): the large tile with its operands brought in by the tensor
+// memory accelerator. Warpgroup 0 is the producer: after lowering its registers, one thread walks the k-tiles
+// and, for each, waits until the ring slot is empty (its mbarrier), arms the slot's full mbarrier with the
+// stage's bytes and issues three bulk tensor copies: W's 256 x 64 16-bit box and x's two 128 x 32 f32 boxes, in
+// the 128-byte swizzle (16-byte chunk c of a 128-byte row r lands at chunk c ^ (r % 8)), zeros past the matrix.
+// Warpgroups 1 and 2 consume 64 tokens each: wait for the slot's full mbarrier, read their A fragments from x
+// (f32, rounded to W's dtype as the other tiles round it) into one of two register sets, and issue the k-tile's
+// four m64n256k16 steps as one wgmma group; then wait until at most that group is in flight, so the previous
+// k-tile's group is done with its W slot, which one lane of each consumer warp hands back (the empty mbarrier
+// counts 8 arrivals). The tensor cores so always have the next group queued while the fragments of the one
+// after are built. The weights' first STAGES k-tiles are issued before the programmatic-launch wait.
+
+#define GEMM_TH_BM PPN_GEMM_TC_H_BM
+#define GEMM_TH_BN PPN_GEMM_TC_H_BN
+#define GEMM_TH_BK PPN_GEMM_TC_H_BK
+#define GEMM_TH_S ((int)PPN_GEMM_TC_H_STAGES)
+#define GEMM_TH_W_BYTES (GEMM_TH_BN * GEMM_TH_BK * 2)
+#define GEMM_TH_XBOX_BYTES (GEMM_TH_BM * PPN_GEMM_TC_H_XBOX * 4)
+static_assert(GEMM_TH_W_BYTES + 2 * GEMM_TH_XBOX_BYTES == (int)PPN_GEMM_TC_H_STAGE_BYTES &&
+                  GEMM_TH_BK == 2 * PPN_GEMM_TC_H_XBOX && PPN_GEMM_TC_H_THREADS == 384 && GEMM_TH_BM == 128 &&
+                  GEMM_TH_BN == 256,
+              "kparams.h's stage: W's box, then x's two; a producer and two consumer warpgroups");
+
+__device__ __forceinline__ void gemm_mbar_init(uint32_t bar, unsigned count)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+#endif
+}
+
+__device__ __forceinline__ void gemm_mbar_expect(uint32_t bar, unsigned bytes)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+#endif
+}
+
+__device__ __forceinline__ void gemm_mbar_arrive(uint32_t bar)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+#endif
+}
+
+// Until the phase of parity `parity` of the mbarrier at bar has completed.
+__device__ __forceinline__ void gemm_mbar_wait(uint32_t bar, unsigned parity)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    uint32_t done = 0;
+    while (!done)
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+#endif
+}
+
+// The 2-D box at (c0 elements along a row, c1 rows) of the tensor map at map into shared memory at dst,
+// completing its bytes on the mbarrier at bar.
+__device__ __forceinline__ void gemm_tma_2d(uint32_t dst, const ppn_tmap *map, int c0, int c1, uint32_t bar)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
+                 "%3}], [%4];\n" ::"r"(dst),
+                 "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar)
+                 : "memory");
+#endif
+}
+
+// Consumer warpgroup c's 128 threads (named barrier 1 + c; 0 is __syncthreads').
+__device__ __forceinline__ void gemm_bar_wg(int c)
+{
+    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + c) : "memory");
+}
+
+template <int N> __device__ __forceinline__ void gemm_wg_wait(void)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+__device__ __forceinline__ void gemm_wg_commit(void)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+
+// One m64n256k16 step of a warpgroup with both operands in shared memory: d (this thread's 128 accumulators) =
+// (keep ? d : 0) + A . B, A 64 x 16 (descriptor da), B 256 x 16 (descriptor db).
+template <bool BF16> __device__ __forceinline__ void gemm_wgmma_ss(float *d, uint64_t da, uint64_t db, int keep)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if (BF16)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+                     "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+                     "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+                     "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+                     "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+                     "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+                     :
+                       "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                       "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                       "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                       "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                       "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+                       "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+                       "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+                       "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+                       "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+                       "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+                       "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+                       "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+                       "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                     : "l"(da), "l"(db), "r"(keep));
+    else
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {"
+                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+                     "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+                     "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+                     "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+                     "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+                     "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+                     :
+                       "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                       "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                       "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                       "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                       "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+                       "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+                       "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+                       "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+                       "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+                       "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+                       "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+                       "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+                       "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                     : "l"(da), "l"(db), "r"(keep));
+#endif
+}
+
+template <bool BF16> struct gemm_th {
+    const ppn_kp_gemm_tc_h &p;
+    uint32_t s0, full, empty; // the ring; its full and empty mbarriers (8 bytes a stage each)
+    int i0, r0, kts;
+
+    __device__ gemm_th(const ppn_kp_gemm_tc_h &p_) : p(p_)
+    {
+        s0 = gemm_smem_addr(gemm_dyn_smem);
+        full = s0 + (uint32_t)(GEMM_TH_S * PPN_GEMM_TC_H_STAGE_BYTES), empty = full + 8u * GEMM_TH_S;
+        int tm, tn;
+        gemm_tile(p.g.m, p.g.rows, GEMM_TH_BM, GEMM_TH_BN, &tm, &tn);
+        i0 = tm * GEMM_TH_BM, r0 = tn * GEMM_TH_BN;
+        kts = (p.g.cols + GEMM_TH_BK - 1) / GEMM_TH_BK;
+    }
+
+    __device__ __forceinline__ uint32_t stage(int st) const { return s0 + (uint32_t)(st * PPN_GEMM_TC_H_STAGE_BYTES); }
+
+    __device__ __forceinline__ void load_w(int kt)
+    {
+        int st = kt % GEMM_TH_S;
+        gemm_tma_2d(stage(st), &p.wmap, kt * GEMM_TH_BK, r0, full + 8u * st);
+    }
+
+    __device__ __forceinline__ void load_x(int kt)
+    {
+        int st = kt % GEMM_TH_S;
+        uint32_t xs = stage(st) + GEMM_TH_W_BYTES;
+        gemm_tma_2d(xs, &p.xmap, kt * GEMM_TH_BK, i0, full + 8u * st);
+        gemm_tma_2d(xs + GEMM_TH_XBOX_BYTES, &p.xmap, kt * GEMM_TH_BK + PPN_GEMM_TC_H_XBOX, i0, full + 8u * st);
+    }
+
+    // One thread: the whole stream of k-tiles.
+    __device__ __forceinline__ void produce(void)
+    {
+        const int first = kts < GEMM_TH_S ? kts : GEMM_TH_S;
+        for (int kt = 0; kt < first; kt++) { // the slots start empty; weights are immutable
+            gemm_mbar_expect(full + 8u * kt, PPN_GEMM_TC_H_STAGE_BYTES);
+            load_w(kt);
+        }
+        ppn_pdl_wait();
+        for (int kt = 0; kt < first; kt++) load_x(kt);
+        for (int kt = GEMM_TH_S; kt < kts; kt++) {
+            int st = kt % GEMM_TH_S;
+            gemm_mbar_wait(empty + 8u * st, (unsigned)((kt / GEMM_TH_S - 1) & 1));
+            gemm_mbar_expect(full + 8u * st, PPN_GEMM_TC_H_STAGE_BYTES);
+            load_w(kt);
+            load_x(kt);
+        }
+    }
+
+    // Consumer c's 64 rows of x in slot st, f32 in two 128-byte-swizzled boxes of 32 columns, rewritten in place
+    // as W's dtype (rounded as the other tiles round x) in the 128-byte swizzle of 64-column rows: rows c 64 ..
+    // c 64 + 63 of the first box's region, which only this warpgroup reads. Every read lands before any write
+    // (a named barrier of the warpgroup's 128 threads), and the writes reach the tensor cores' proxy before the
+    // MMA (a proxy fence, then the barrier again).
+    __device__ __forceinline__ void convert(int st, int c) const
+    {
+        const int t = (int)threadIdx.x & 127;
+        const uint32_t xs = stage(st) + GEMM_TH_W_BYTES + (uint32_t)(c * 64 * 128);
+        uint32_t v[4][4]; // packed as they are read: 16 registers, not 32
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int idx = t + 128 * e, r = idx >> 3, cb = idx & 7, sw = r & 7; // 16-byte chunk cb of row r (bf16)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                int fj = 2 * (cb & 3) + h; // its f32 chunk in box cb / 4
+                uint32_t ad = xs + (uint32_t)((cb >> 2) * GEMM_TH_XBOX_BYTES + r * 128 + ((fj ^ sw) << 4));
+                float4 f;
+                asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                             : "=f"(f.x), "=f"(f.y), "=f"(f.z), "=f"(f.w)
+                             : "r"(ad)
+                             : "memory");
+                v[e][2 * h] = gemm_pack<BF16>(f.x, f.y), v[e][2 * h + 1] = gemm_pack<BF16>(f.z, f.w);
+            }
+        }
+        gemm_bar_wg(c);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int idx = t + 128 * e, r = idx >> 3, cb = idx & 7;
+            uint32_t ad = xs + (uint32_t)(r * 128 + ((cb ^ (r & 7)) << 4));
+            asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(ad), "r"(v[e][0]), "r"(v[e][1]),
+                         "r"(v[e][2]), "r"(v[e][3])
+                         : "memory");
+        }
+        gemm_fence_async();
+        gemm_bar_wg(c);
+    }
+
+    // Pins the accumulators in their registers here: no copy of them moves across this point (a copy made while
+    // a group is in flight would have ptxas serialize the warpgroup MMAs).
+    __device__ __forceinline__ static void pin(float (&acc)[128])
+    {
+#pragma unroll
+        for (int j = 0; j < 128; j++) asm volatile("" : "+f"(acc[j])::"memory");
+    }
+
+    // k-tile kt's four k16 steps as one group; the first of k-tile 0 starts the sums from nothing (the
+    // accumulators are never zeroed: ptxas serializes the MMAs of a pipeline whose accumulators another
+    // instruction defined).
+    __device__ __forceinline__ void mma(int kt, int c, float (&acc)[128]) const
+    {
+        const uint32_t sb = stage(kt % GEMM_TH_S), sa = sb + GEMM_TH_W_BYTES + (uint32_t)(c * 64 * 128);
+        pin(acc);
+        gemm_wg_fence();
+#pragma unroll
+        for (int s = 0; s < 4; s++)
+            gemm_wgmma_ss<BF16>(acc, gemm_desc(sa + 32u * (uint32_t)s), gemm_desc(sb + 32u * (uint32_t)s),
+                                s > 0 || kt > 0);
+        gemm_wg_commit();
+    }
+
+    // k-tile kt into acc; k-tile kt - 1's slot handed back once its group is done.
+    __device__ __forceinline__ void step(int kt, int c, float (&acc)[128]) const
+    {
+        const int st = kt % GEMM_TH_S;
+        gemm_mbar_wait(full + 8u * st, (unsigned)((kt / GEMM_TH_S) & 1));
+        convert(st, c);
+        mma(kt, c, acc);
+        gemm_wg_wait<1>(); // k-tile kt - 1's group is done with its slot
+        pin(acc);
+        if (kt > 0) {
+            __syncwarp();
+            if (((int)threadIdx.x & 31) == 0) gemm_mbar_arrive(empty + 8u * ((kt - 1) % GEMM_TH_S));
+        }
+    }
+
+    __device__ __forceinline__ void consume(int c) // c: 0 or 1, the consumer warpgroup
+    {
+        const int t = (int)threadIdx.x & 127, lrow = c * 64 + (t >> 5) * 16 + ((t & 31) >> 2);
+        float acc[128]; // k-tile 0 writes them all before anything reads them (mma)
+        ppn_pdl_wait();
+        for (int kt = 0; kt < kts; kt++) step(kt, c, acc);
+        gemm_wg_wait<0>();
+        pin(acc);
+#pragma unroll
+        for (int j = 0; j < 128; j++) acc[j] += 0.0f; // -0 to +0: gemm_tc_l's sums start from +0
+        const int row = i0 + lrow, r = r0 + (t & 3) * 2;
+#pragma unroll
+        for (int j = 0; j < GEMM_TH_BN / 8; j++) {
+            gemm_store(p.g, row, r + 8 * j, acc[4 * j]);
+            gemm_store(p.g, row, r + 8 * j + 1, acc[4 * j + 1]);
+            gemm_store(p.g, row + 8, r + 8 * j, acc[4 * j + 2]);
+            gemm_store(p.g, row + 8, r + 8 * j + 1, acc[4 * j + 3]);
+        }
+    }
+
+    __device__ __forceinline__ void run(void)
+    {
+        const int wg = (int)threadIdx.x >> 7;
+        if (s0 & 1023u) __trap(); // the swizzle atoms must sit on 1024-byte boundaries
+        if (threadIdx.x == 0) {
+            for (int st = 0; st < GEMM_TH_S; st++) {
+                gemm_mbar_init(full + 8u * st, 1);  // the producer's arrive (and the copies' bytes)
+                gemm_mbar_init(empty + 8u * st, 8); // a lane of each consumer warp
+            }
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+            asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+        }
+        __syncthreads();
+        if (wg == 0) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+#endif
+            if (threadIdx.x == 0) produce();
+            else ppn_pdl_wait();
+        } else {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+            asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+#endif
+            consume(wg - 1);
+        }
+    }
+};
+
+// Only where warpgroup MMA and the tensor memory accelerator are (sm_90a): the op takes it where the device and
+// this build have them (tma_ok, gpu.h), and gemm_tc_l elsewhere; a launch anywhere else traps.
+extern "C" __global__ void __launch_bounds__(PPN_GEMM_TC_H_THREADS, 1)
+    ppn_k_gemm_tc_h(const __grid_constant__ ppn_kp_gemm_tc_h p)
+{
+    ppn_pdl_trigger();
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if (p.g.wdt == PPN_DTYPE_BF16) {
+        gemm_th<true> k(p);
+        k.run();
+    } else {
+        gemm_th<false> k(p);
+        k.run();
+    }
+#else
+    __trap();
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------------------
 // Few tokens (batched decode, m up to a few dozen): the time is reading W once, so the kernel is built for
 // weight bandwidth. A CTA owns BN = 64 weight rows (a warp 16 of them, the M of m16n8k16: W is the A operand,
 // from shared memory through ldmatrix) and a group of up to MG tokens (the N: n8 tiles, only those holding

@@ -10,7 +10,9 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include "core/base/dtype.h"
+#include "core/device/gpu.h"
 #include "kernels/kparams.h"
 
 #include "kernels/cpu_ref.h"
@@ -84,3 +86,28 @@ void ppn_cpu_gemm_tc_m(const void *params) { ppn_cpu_gemm(params); }
 void ppn_cpu_gemm_tc_s(const void *params) { ppn_cpu_gemm(params); }
 void ppn_cpu_gemm_tc_k(const void *params) { ppn_cpu_gemm(params); }
 void ppn_cpu_gemm_tc_kw(const void *params) { ppn_cpu_gemm(params); }
+
+/* gemm_tc_h: x and W are read where its tensor maps say (the sim's encoding, gpu.h), not from p.g's x and w, so
+ * a map that does not describe the operands gives wrong sums on the sim; a map that is not the sim's, or one
+ * whose shape, row pitch or box is not what the kernel's loads assume (ops_gemm.c encodes them), gives NaN. */
+void ppn_cpu_gemm_tc_h(const void *params)
+{
+    ppn_kp_gemm_tc_h p;
+    memcpy(&p, params, sizeof p); /* the sim's copy of the params need not be 64-byte aligned */
+    ppn_tmap_desc xd, wd;
+    int ok = ppn_tmap_sim_decode(&p.xmap, &xd) && ppn_tmap_sim_decode(&p.wmap, &wd);
+    ok = ok && xd.elem_bytes == 4 && wd.elem_bytes == 2 && p.g.wdt != PPN_DTYPE_F32;
+    ok = ok && xd.dim[0] == (uint64_t)p.g.cols && wd.dim[0] == (uint64_t)p.g.cols && xd.dim[1] == (uint64_t)p.g.m &&
+         wd.dim[1] == (uint64_t)p.g.rows && xd.row_bytes == (uint64_t)p.g.cols * 4u &&
+         wd.row_bytes == (uint64_t)p.g.cols * 2u;
+    ok = ok && xd.box[0] == PPN_GEMM_TC_H_XBOX && xd.box[1] == PPN_GEMM_TC_H_BM && wd.box[0] == PPN_GEMM_TC_H_BK &&
+         wd.box[1] == PPN_GEMM_TC_H_BN;
+    if (!ok) {
+        float *out = PTR(float, p.g.out);
+        for (size_t i = 0; i < (size_t)p.g.m * (size_t)p.g.rows; i++) out[i] = NAN;
+        return;
+    }
+    ppn_kp_gemm q = p.g;
+    q.x = xd.base, q.w = wd.base;
+    ppn_cpu_gemm(&q);
+}

@@ -151,6 +151,35 @@ typedef ppn_kp_gemm ppn_kp_gemm_tc_kw;
          ? (unsigned)(stages) * PPN_GEMM_TC_M_BN * 64u * 2u                                                       \
          : PPN_GEMM_TC_SMEM(PPN_GEMM_TC_M_BM, PPN_GEMM_TC_M_BN, PPN_GEMM_TC_M_STAGES))
 
+/* gemm_tc_h (sm_90a, Hopper): the large tile (128 tokens x 256 weight rows) warp-specialized. One producer
+ * warpgroup's thread streams x (f32) and W (16-bit) k-tiles of 64 columns into a ring of STAGES through the tensor
+ * memory accelerator (TMA: bulk copies described by tensor maps, zero-filled past the matrix, landing in the
+ * 128-byte swizzle the tensor cores read); two consumer warpgroups (64 tokens each) wait on each stage's
+ * mbarrier, round their x to W's dtype into the A fragments (registers) and keep one k-tile's warpgroup MMA in
+ * flight while they build the next one's. The same sum as gemm_tc_l's (k16 steps in k order into one f32
+ * accumulator): the same bits. Its params add the two tensor maps (encoded by the backend: tmap_encode, gpu.h)
+ * to the GEMM's; its CPU reference reads x and W through the maps, so a map that does not describe the
+ * operands shows on the sim. Taken for gemm_tc_l's shapes where the device can run it (gpu.h: tma_ok). */
+#define PPN_GEMM_TC_H_BM 128
+#define PPN_GEMM_TC_H_BN 256
+#define PPN_GEMM_TC_H_BK 64
+#define PPN_GEMM_TC_H_THREADS 384 /* a producer warpgroup and two consumers */
+#define PPN_GEMM_TC_H_STAGES 3u
+#define PPN_GEMM_TC_H_STAGE_BYTES ((unsigned)PPN_GEMM_TC_H_BN * PPN_GEMM_TC_H_BK * 2u + \
+                                   (unsigned)PPN_GEMM_TC_H_BM * PPN_GEMM_TC_H_BK * 4u)
+/* The ring, then a full and an empty mbarrier (8 bytes each) per stage. */
+#define PPN_GEMM_TC_H_SMEM (PPN_GEMM_TC_H_STAGES * PPN_GEMM_TC_H_STAGE_BYTES + PPN_GEMM_TC_H_STAGES * 16u)
+/* x's box: 32 f32 (128 bytes) x BM rows, two a k-tile; W's: 64 16-bit elements (128 bytes) x BN rows. */
+#define PPN_GEMM_TC_H_XBOX 32
+/* A tensor map as the driver encodes it (CUtensorMap: 128 bytes, 64-byte aligned; opaque here). */
+#ifdef __cplusplus
+#define PPN_ALIGN64 alignas(64)
+#else
+#define PPN_ALIGN64 _Alignas(64)
+#endif
+typedef struct { PPN_ALIGN64 uint64_t opaque[16]; } ppn_tmap;
+typedef struct { ppn_tmap xmap, wmap; ppn_kp_gemm g; } ppn_kp_gemm_tc_h;
+
 /* Rotary embedding in place on x[n_heads, head_dim] at position hdr->pos.
  * inv_freq: f32 [head_dim/2], precomputed on the host (default, llama3 scaling...).
  * interleaved = 0: HF convention, rotate halves (i, i + head_dim/2);

@@ -30,6 +30,7 @@ const ppn_gpu_kernel ppn_kernels[PPN_K_COUNT] = {
     PPN_KDESC(PPN_K_GEMM_TC_S, gemm_tc_s),
     PPN_KDESC(PPN_K_GEMM_TC_K, gemm_tc_k),
     PPN_KDESC(PPN_K_GEMM_TC_KW, gemm_tc_kw),
+    PPN_KDESC(PPN_K_GEMM_TC_H, gemm_tc_h),
     PPN_KDESC(PPN_K_EMBED_ROWS, embed_rows),
     PPN_KDESC(PPN_K_RMSNORM_ROWS, rmsnorm_rows),
     PPN_KDESC(PPN_K_HEAD_RMSNORM_ROWS, head_rmsnorm_rows),
@@ -50,13 +51,18 @@ const ppn_gpu_kernel ppn_kernels[PPN_K_COUNT] = {
 extern const unsigned char ppn_fatbin_data[], ppn_fatbin_end[]; /* the build's embedded fatbin (CMakeLists) */
 #endif
 
+/* The kernels that need more dynamic shared memory than the set's opt-in (PPN_DYN_SMEM_MAX). */
+static const unsigned kernel_smem[PPN_K_COUNT] = {[PPN_K_GEMM_TC_H] = PPN_GEMM_TC_H_SMEM};
+
 static ppn_gpu_kernels kernel_set;
 static pthread_once_t kernel_set_once = PTHREAD_ONCE_INIT;
 
 static void kernel_set_init(void)
 {
-    kernel_set = (ppn_gpu_kernels){.k = ppn_kernels, .n = PPN_K_COUNT, .dyn_smem_max = PPN_DYN_SMEM_MAX};
+    kernel_set = (ppn_gpu_kernels){.k = ppn_kernels, .n = PPN_K_COUNT, .dyn_smem_max = PPN_DYN_SMEM_MAX,
+                                   .smem_max = kernel_smem};
 #if PPN_HAVE_FATBIN
+    kernel_set.sm90a = PPN_FATBIN_SM90A;
     kernel_set.image = ppn_fatbin_data;
     kernel_set.image_size = (size_t)(ppn_fatbin_end - ppn_fatbin_data);
 #endif

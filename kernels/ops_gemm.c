@@ -10,8 +10,11 @@
  * prefill tiles give it above, except where gemm_tc_k does not split (1024 weight tiles or more: the lm heads).
  * Above that bound, up to 64 or 128 tokens, matrices of up to 264 middle tiles of rows take gemm_tc_kw, the middle
  * tile split over K the same way (its own k-ranges: again the same bits at every m it is taken for).
+ * Where the stream's device runs the TMA kernels (gpu.h: tma_ok; PPN_TMA=0 says no) the large tile is
+ * gemm_tc_h, the same tile and sum warp-specialized behind the tensor memory accelerator: gemm_tc_l's bits.
  * So for bf16 / f16 weights a token's row depends on which of those ranges of m its chunk falls in.
  */
+#include <string.h>
 #include "core/base/dtype.h"
 #include "core/base/err.h"
 #include "kernels/ops.h"
@@ -99,12 +102,16 @@ static int gemm_kw_fits(int m, int rows, int cols)
     return m <= GEMM_KW_MAX_M && ks >= 2 && (m <= 64 || ks == 8 || cols >= 4096);
 }
 
-static int gemm_kernel(const ppn_kp_gemm *p)
+/* tma: the stream's device runs the TMA kernels (gpu.h: tma_ok); then the large tile is gemm_tc_h, which gives
+ * gemm_tc_l's bits. */
+static int gemm_tma(ppn_gpu *g, ppn_gstream *s) { return g->ops->tma_ok && g->ops->tma_ok(g, s); }
+
+static int gemm_kernel(const ppn_kp_gemm *p, int tma)
 {
     if (!gemm_tc_fits(p)) return PPN_K_GEMM;
     if (p->m <= gemm_k_max_m(p->rows, p->cols)) return PPN_K_GEMM_TC_K;
     if (p->m >= GEMM_L_MIN_M && gemm_tiles(p->m, p->rows, PPN_GEMM_TC_L_BM, PPN_GEMM_TC_L_BN) >= GEMM_L_MIN_TILES)
-        return PPN_K_GEMM_TC_L;
+        return tma ? PPN_K_GEMM_TC_H : PPN_K_GEMM_TC_L;
     if (gemm_kw_fits(p->m, p->rows, p->cols)) return PPN_K_GEMM_TC_KW;
     return PPN_K_GEMM_TC_M;
 }
@@ -126,6 +133,12 @@ static ppn_launch gemm_geometry(int kernel, const ppn_kp_gemm *p)
         bm = PPN_GEMM_TC_S_BM, bn = PPN_GEMM_TC_S_BN, threads = PPN_GEMM_TC_S_THREADS;
         smem = PPN_GEMM_TC_SMEM(bm, bn, PPN_GEMM_TC_S_STAGES);
         break;
+    case PPN_K_GEMM_TC_H: { /* its own opt-in (ktable.c), past the set's */
+        ppn_launch l = launch_init(kernel, p, (unsigned)gemm_tiles(p->m, p->rows, PPN_GEMM_TC_H_BM, PPN_GEMM_TC_H_BN),
+                                   PPN_GEMM_TC_H_THREADS);
+        l.smem = PPN_GEMM_TC_H_SMEM;
+        return l;
+    }
     case PPN_K_GEMM_TC_K: {
         PPN_ASSERT(PPN_GEMM_TC_K_SMEM_S(p->m, p->stages) <= PPN_DYN_SMEM_MAX);
         ppn_launch l = launch_init(kernel, p, (unsigned)gemm_k_ctas(p), PPN_GEMM_TC_K_THREADS);
@@ -176,6 +189,22 @@ static ppn_status gemm_submit(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_
     else rp.ks = 0, rp.stages = 0;
     size_t es = ppn_dtype_size(p->wdt), ob = f32_bytes((size_t)p->m * (size_t)p->rows);
     ppn_launch l = gemm_geometry(kernel, p);
+    ppn_kp_gemm_tc_h hp; /* gemm_tc_h's params: the tensor maps of x and W, then the GEMM's */
+    if (kernel == PPN_K_GEMM_TC_H) {
+        ppn_tmap_desc xd = {.base = p->x, .elem_bytes = 4, .dim = {(uint64_t)p->cols, (uint64_t)p->m},
+                            .row_bytes = (uint64_t)p->cols * 4u, .box = {PPN_GEMM_TC_H_XBOX, PPN_GEMM_TC_H_BM}};
+        ppn_tmap_desc wd = {.base = p->w, .elem_bytes = 2, .dim = {(uint64_t)p->cols, (uint64_t)p->rows},
+                            .row_bytes = (uint64_t)p->cols * 2u, .box = {PPN_GEMM_TC_H_BK, PPN_GEMM_TC_H_BN}};
+        memset(&hp, 0, sizeof hp);
+        hp.g = *p;
+        if (!g->ops->tmap_encode)
+            return ppn_err(PPN_EUNSUPPORTED, "ppn_op_gemm: gemm_tc_h needs tensor maps; backend %s has none",
+                           g->ops->name);
+        PPN_CHECK(g->ops->tmap_encode(g, s, &xd, &hp.xmap));
+        PPN_CHECK(g->ops->tmap_encode(g, s, &wd, &hp.wmap));
+        l.params = &hp;
+        l.params_size = sizeof hp;
+    }
     acc_add(&l, p->w, (size_t)p->rows * (size_t)p->cols * es, PPN_ACC_R);
     acc_add(&l, p->x, f32_bytes((size_t)p->m * (size_t)p->cols), PPN_ACC_R);
     if (p->bias) acc_add(&l, p->bias, (size_t)p->rows * es, PPN_ACC_R);
@@ -190,16 +219,19 @@ ppn_status ppn_op_gemm(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int
     ppn_kp_gemm p = {.out = out, .w = w, .x = x, .bias = bias, .res = res, .m = m, .rows = rows, .cols = cols,
                      .wdt = wdt, .ks = 0, .stages = 0};
     PPN_CHECK(gemm_check("ppn_op_gemm", &p));
-    return gemm_submit(g, s, gemm_kernel(&p), &p);
+    return gemm_submit(g, s, gemm_kernel(&p, gemm_tma(g, s)), &p);
 }
 
 ppn_status ppn_op_gemm_tile(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_kp_gemm *p)
 {
     static const char op[] = "ppn_op_gemm_tile";
     if (kernel != PPN_K_GEMM && kernel != PPN_K_GEMM_TC_L && kernel != PPN_K_GEMM_TC_M && kernel != PPN_K_GEMM_TC_S &&
-        kernel != PPN_K_GEMM_TC_K && kernel != PPN_K_GEMM_TC_KW)
+        kernel != PPN_K_GEMM_TC_K && kernel != PPN_K_GEMM_TC_KW && kernel != PPN_K_GEMM_TC_H)
         return ppn_err(PPN_EINVAL, "%s: kernel %d is not a gemm kernel", op, kernel);
     PPN_CHECK(gemm_check(op, p));
+    if (kernel == PPN_K_GEMM_TC_H && !gemm_tma(g, s))
+        return ppn_err(PPN_EUNSUPPORTED, "%s: gemm_tc_h on backend %s: the stream's device runs no TMA kernels "
+                                         "(compute capability 9.x and sm_90a code, PPN_TMA not 0)", op, g->ops->name);
     if ((kernel == PPN_K_GEMM_TC_K || kernel == PPN_K_GEMM_TC_KW) && p->ks &&
         p->ks != 1 && p->ks != 2 && p->ks != 4 && p->ks != 8)
         return ppn_err(PPN_EINVAL, "%s: ks %d for %s: 1, 2, 4 or 8 CTAs of a cluster of %d (or 0: the op's)", op,

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "core/base/dtype.h"
+#include "core/base/err.h"
 #include "kernels/ktable.h"
 #include "kernels/ops.h"
 #include "tests/util/tkern.h"
@@ -454,6 +455,174 @@ static void test_gemm_op_refusals(void **state)
     assert_int_equal(tu_cap.calls, 0);
 }
 
+
+/* ---------------------------------------------------------------------------------------------------------
+ * gemm_tc_h: the large tile behind the tensor memory accelerator, on a fake device that says it runs TMA kernels
+ * and encodes maps the sim's way (so the CPU reference reads the operands through them). */
+
+static int tma_yes(ppn_gpu *g, ppn_gstream *s) { return (void)g, (void)s, 1; }
+static int tma_shift; /* a broken encoder's offset of every map's base (bytes; 0: an honest one) */
+static ppn_status tma_encode(ppn_gpu *g, ppn_gstream *s, const ppn_tmap_desc *d, void *map)
+{
+    (void)g, (void)s;
+    PPN_CHECK(ppn_tmap_check("fake", d));
+    ppn_tmap_desc e = *d;
+    e.base += (ppn_dptr)tma_shift;
+    ppn_tmap_sim_encode(&e, map);
+    return PPN_OK;
+}
+static struct ppn_gpu_ops tma_ops;
+static ppn_gpu tma_fake;
+
+static ppn_gstream *tma_stream(void)
+{
+    tma_ops = *tu_fake.ops;
+    tma_ops.name = "fake-tma", tma_ops.tma_ok = tma_yes, tma_ops.tmap_encode = tma_encode;
+    tma_fake = (ppn_gpu){.ops = &tma_ops};
+    tma_shift = 0;
+    return (ppn_gstream *)&tma_fake;
+}
+
+static void expect_map(const ppn_tmap *map, ppn_dptr base, int es, int cols, int rows, unsigned b0, unsigned b1)
+{
+    ppn_tmap_desc d;
+    assert_true(ppn_tmap_sim_decode(map, &d));
+    assert_true(d.base == base && d.elem_bytes == es && d.dim[0] == (uint64_t)cols && d.dim[1] == (uint64_t)rows);
+    assert_true(d.row_bytes == (uint64_t)cols * (uint64_t)es && d.box[0] == b0 && d.box[1] == b1);
+}
+
+/* Where the device runs TMA kernels the large tile is gemm_tc_h (every other choice unchanged): its grid,
+ * threads and shared memory (past the set's opt-in: its own, ktable.c), and its maps of x and W. */
+static void test_gemm_tc_h_choice(void **state)
+{
+    (void)state;
+    ppn_gstream *s = tma_stream();
+    tu_cap.dry = 1;
+    static const int shapes[][4] = {/* m, rows, cols, the kernel without TMA */
+                                    {4096, 2048, 2048, PPN_K_GEMM_TC_L}, {4096, 28672, 4096, PPN_K_GEMM_TC_L},
+                                    {512, 128256, 2048, PPN_K_GEMM_TC_L}, {128, 28672, 4096, PPN_K_GEMM_TC_L},
+                                    {512, 2048, 2048, PPN_K_GEMM_TC_M},   {16, 4096, 4096, PPN_K_GEMM_TC_K},
+                                    {64, 4096, 4096, PPN_K_GEMM_TC_KW},   {4096, 2048, 2047, PPN_K_GEMM}};
+    for (int dt = PPN_DTYPE_BF16; dt <= PPN_DTYPE_F16; dt++)
+        for (size_t i = 0; i < TU_LEN(shapes); i++) {
+            int m = shapes[i][0], rows = shapes[i][1], cols = shapes[i][2], plain = shapes[i][3];
+            assert_int_equal(op_kernel(dt, m, rows, cols, FAKE_W, FAKE_X), plain); /* tu_fake: no TMA */
+            tu_cap.calls = 0;
+            assert_int_equal(ppn_op_gemm(&tma_fake, s, FAKE_OUT, FAKE_W, dt, FAKE_X, m, rows, cols, 0, 0), PPN_OK);
+            assert_int_equal(tu_cap.calls, 1);
+            if (plain != PPN_K_GEMM_TC_L) {
+                assert_int_equal(tu_cap.l.kernel, plain);
+                continue;
+            }
+            assert_int_equal(tu_cap.l.kernel, PPN_K_GEMM_TC_H);
+            assert_int_equal(tu_cap.l.block[0], PPN_GEMM_TC_H_THREADS);
+            assert_int_equal(tu_cap.l.grid[0], tiles(m, rows, PPN_GEMM_TC_H_BM, PPN_GEMM_TC_H_BN));
+            assert_int_equal(tu_cap.l.smem, PPN_GEMM_TC_H_SMEM);
+            assert_true(PPN_GEMM_TC_H_SMEM > PPN_DYN_SMEM_MAX && PPN_GEMM_TC_H_SMEM <= 227u * 1024u);
+            assert_int_equal(ppn_kernel_set()->smem_max[PPN_K_GEMM_TC_H], PPN_GEMM_TC_H_SMEM);
+            assert_int_equal(tu_cap.l.params_size, sizeof(ppn_kp_gemm_tc_h));
+            const ppn_kp_gemm_tc_h *q = (const ppn_kp_gemm_tc_h *)tu_cap.params;
+            assert_true(q->g.out == FAKE_OUT && q->g.w == FAKE_W && q->g.x == FAKE_X && q->g.m == m &&
+                        q->g.rows == rows && q->g.cols == cols && q->g.wdt == dt);
+            expect_map(&q->xmap, FAKE_X, 4, cols, m, PPN_GEMM_TC_H_XBOX, PPN_GEMM_TC_H_BM);
+            expect_map(&q->wmap, FAKE_W, 2, cols, rows, PPN_GEMM_TC_H_BK, PPN_GEMM_TC_H_BN);
+            tu_expect_geometry(PPN_GEMM_TC_H_THREADS);
+        }
+    tu_cap.dry = 0;
+}
+
+/* Forced on odd shapes (partial tiles in every direction, bias, res, res aliasing out): the same bits as
+ * gemm_tc_l's, read through the maps; an encoder whose maps point 16 bytes off gives other sums, and a shape the
+ * maps do not match gives NaN (the reference refuses to guess). Without TMA the tile is refused by name. */
+static void test_gemm_tc_h_values(void **state)
+{
+    (void)state;
+    ppn_gstream *s = tma_stream();
+    tu_cap.dry = 0;
+    static const int cs[][5] = {{70, 300, 72, 1, 0}, {129, 257, 136, 0, 1}, {1, 8, 8, 1, 1}, {300, 513, 64, 1, 1}};
+    for (int dt = PPN_DTYPE_BF16; dt <= PPN_DTYPE_F16; dt++)
+        for (size_t i = 0; i < TU_LEN(cs); i++) {
+            int m = cs[i][0], rows = cs[i][1], cols = cs[i][2];
+            size_t mr = (size_t)m * (size_t)rows;
+            void *w = tu_wrand(dt, (size_t)rows * (size_t)cols, NULL), *b = tu_wrand(dt, (size_t)rows, NULL);
+            float *x = tu_frand((size_t)m * (size_t)cols, -2, 2), *res = tu_frand(mr, -1, 1);
+            float *want = malloc(mr * 4), *got = malloc(mr * 4), *res0 = malloc(mr * 4);
+            assert_true(want && got && res0);
+            memcpy(res0, res, mr * 4);
+            int alias = (int)(i % 2);
+            ppn_kp_gemm p = {.out = D(alias ? res : want), .w = D(w), .x = D(x), .bias = cs[i][3] ? D(b) : 0,
+                             .res = cs[i][4] || alias ? D(res) : 0, .m = m, .rows = rows, .cols = cols, .wdt = dt};
+            assert_int_equal(ppn_op_gemm_tile(&tu_fake, tu_fake_stream, PPN_K_GEMM_TC_L, &p), PPN_OK);
+            if (alias) memcpy(want, res, mr * 4), memcpy(res, res0, mr * 4);
+            if (!alias) p.out = D(got);
+            assert_int_equal(ppn_op_gemm_tile(&tma_fake, s, PPN_K_GEMM_TC_H, &p), PPN_OK);
+            assert_int_equal(tu_cap.l.kernel, PPN_K_GEMM_TC_H);
+            if (alias) memcpy(got, res, mr * 4), memcpy(res, res0, mr * 4);
+            assert_memory_equal(got, want, mr * 4);
+            /* the maps are what the reference reads: 16 bytes off, other sums */
+            tma_shift = 16;
+            if (!alias) {
+                assert_int_equal(ppn_op_gemm_tile(&tma_fake, s, PPN_K_GEMM_TC_H, &p), PPN_OK);
+                assert_true(memcmp(got, want, mr * 4) != 0);
+            }
+            tma_shift = 0;
+            /* a map of another shape than the launch's: NaN everywhere */
+            ppn_kp_gemm_tc_h hp;
+            memcpy(&hp, tu_cap.params, sizeof hp);
+            ppn_tmap_desc xd;
+            assert_true(ppn_tmap_sim_decode(&hp.xmap, &xd));
+            xd.dim[1] += 1;
+            ppn_tmap_sim_encode(&xd, &hp.xmap);
+            hp.g.out = D(got), hp.g.res = 0;
+            tu_kernel_run(PPN_K_GEMM_TC_H, &hp);
+            for (size_t k = 0; k < mr; k++) assert_true(isnan(got[k]));
+            free(w), free(b), free(x), free(res), free(want), free(got), free(res0);
+        }
+    /* refused without TMA, and for what no tensor-core tile takes */
+    float xx[64], oo[64];
+    uint16_t ww[64];
+    ppn_kp_gemm p = {.out = D(oo), .w = D(ww), .x = D(xx), .m = 8, .rows = 8, .cols = 8, .wdt = PPN_DTYPE_BF16};
+    tu_cap.calls = 0;
+    assert_int_equal(ppn_op_gemm_tile(&tu_fake, tu_fake_stream, PPN_K_GEMM_TC_H, &p), PPN_EUNSUPPORTED);
+    assert_non_null(strstr(ppn_last_error(), "gemm_tc_h"));
+    p.wdt = PPN_DTYPE_F32;
+    assert_int_equal(ppn_op_gemm_tile(&tma_fake, s, PPN_K_GEMM_TC_H, &p), PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "2-byte weights"));
+    assert_int_equal(tu_cap.calls, 0);
+}
+
+/* The map limits both backends check (gpu.h: ppn_tmap_desc), each refusal naming its field. */
+static void test_gemm_tmap_check(void **state)
+{
+    (void)state;
+    const ppn_tmap_desc ok = {.base = FAKE_X, .elem_bytes = 4, .dim = {4096, 100}, .row_bytes = 16384,
+                              .box = {32, 128}};
+    assert_int_equal(ppn_tmap_check("t", &ok), PPN_OK);
+    static const struct { int field; uint64_t v; const char *what; } bad[] = {
+        {0, 0, "base"},           {0, FAKE_X + 8, "base"},   {1, 3, "elem_bytes"},     {1, 8, "elem_bytes"},
+        {2, 0, "dim[0]"},         {3, 0, "dim[1]"},          {3, (1ull << 32) + 1, "dim[1]"},
+        {4, 16376, "row_bytes"},  {4, 16392, "row_bytes"},   {5, 0, "box[0]"},         {5, 33, "box row"},
+        {6, 257, "box[1]"},
+    };
+    for (size_t i = 0; i < TU_LEN(bad); i++) {
+        ppn_tmap_desc d = ok;
+        switch (bad[i].field) {
+        case 0: d.base = bad[i].v; break;
+        case 1: d.elem_bytes = (int)bad[i].v; break;
+        case 2: d.dim[0] = bad[i].v; break;
+        case 3: d.dim[1] = bad[i].v; break;
+        case 4: d.row_bytes = bad[i].v; break;
+        case 5: d.box[0] = (unsigned)bad[i].v; break;
+        default: d.box[1] = (unsigned)bad[i].v; break;
+        }
+        assert_int_equal(ppn_tmap_check("t", &d), PPN_EINVAL);
+        if (!strstr(ppn_last_error(), bad[i].what)) fail_msg("'%s' does not name '%s'", ppn_last_error(), bad[i].what);
+    }
+    unsigned char junk[PPN_TMAP_BYTES] = {1};
+    ppn_tmap_desc d;
+    assert_false(ppn_tmap_sim_decode(junk, &d));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -465,6 +634,9 @@ int main(void)
         cmocka_unit_test_teardown(test_gemm_op_split_knobs, dry_off),
         cmocka_unit_test(test_gemm_op_accesses),
         cmocka_unit_test(test_gemm_op_refusals),
+        cmocka_unit_test_teardown(test_gemm_tc_h_choice, dry_off),
+        cmocka_unit_test(test_gemm_tc_h_values),
+        cmocka_unit_test(test_gemm_tmap_check),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -18,6 +18,7 @@
 #include <time.h>
 #include "core/device/gpu.h"
 #include "kernels/ktable.h"
+#include "kernels/ops.h"
 #include "tests/util/tdev.h"
 #include "tests/util/trand.h"
 #include "tests/util/tutil.h"
@@ -1067,6 +1068,80 @@ static void test_sim_close_with_everything_alive(void **state)
     ppn_gpu_close(g);
 }
 
+
+/* The TMA path on the sim (gpu.h: tma_ok, tmap_encode): the op takes gemm_tc_h for a large-tile shape (m 65,
+ * 100 tiles of 256 weight rows; the kernel profile names it), its result is the reference's bits (the sim's CPU
+ * reference reads the operands through the maps the sim encoded) and the checker has nothing to report; a map
+ * the driver would refuse is refused here too; PPN_TMA=0 gives gemm_tc_l (the same bits), refuses the forced
+ * tile and the encoder by name; a PPN_TMA the door does not take is refused at creation. */
+static void test_sim_tma_gemm(void **state)
+{
+    (void)state;
+    enum { M = 65, R = 100 * PPN_GEMM_TC_H_BN, C = 24 };
+    float *out[2], *x = tu_frand((size_t)M * C, -2, 2), *want = malloc((size_t)M * R * 4);
+    void *w = tu_wrand(PPN_DTYPE_BF16, (size_t)R * C, NULL);
+    assert_non_null(want);
+    ppn_kp_gemm ref = {.out = (uintptr_t)want, .w = (uintptr_t)w, .x = (uintptr_t)x, .m = M, .rows = R, .cols = C,
+                       .wdt = PPN_DTYPE_BF16};
+    ppn_kernels[PPN_K_GEMM].cpu(&ref);
+    for (int arm = 0; arm < 2; arm++) { /* 0: PPN_TMA unset; 1: PPN_TMA=0 */
+        tu_env_set("PPN_KPROF", "1");
+        if (arm) tu_env_set("PPN_TMA", "0");
+        ppn_gpu *g = NULL;
+        ppn_status st = ppn_gpu_sim_create(ppn_kernel_set(), &g);
+        tu_env_restore();
+        assert_int_equal(st, PPN_OK);
+        ppn_gstream *s = tu_stream(g, 0);
+        assert_int_equal(OPS(g)->tma_ok(g, s), !arm);
+        ppn_dptr dw = tu_dalloc(g, 0, (size_t)R * C * 2), dx = tu_dalloc(g, 0, (size_t)M * C * 4);
+        ppn_dptr dout = tu_dalloc(g, 0, (size_t)M * R * 4);
+        tu_upload(g, s, dw, w, (size_t)R * C * 2);
+        tu_upload(g, s, dx, x, (size_t)M * C * 4);
+        assert_int_equal(ppn_op_gemm(g, s, dout, dw, PPN_DTYPE_BF16, dx, M, R, C, 0, 0), PPN_OK);
+        out[arm] = malloc((size_t)M * R * 4);
+        assert_non_null(out[arm]);
+        tu_download(g, s, out[arm], dout, (size_t)M * R * 4);
+        assert_memory_equal(out[arm], want, (size_t)M * R * 4);
+        struct ppn_kprof_entry e[PPN_K_COUNT];
+        int n = OPS(g)->kprof_read(g, e, PPN_K_COUNT), found = 0;
+        for (int i = 0; i < n; i++)
+            if (e[i].calls) {
+                assert_string_equal(e[i].name, arm ? "ppn_k_gemm_tc_l" : "ppn_k_gemm_tc_h");
+                found += (int)e[i].calls;
+            }
+        assert_int_equal(found, 1);
+        ppn_kp_gemm p = {.out = dout, .w = dw, .x = dx, .m = M, .rows = R, .cols = C, .wdt = PPN_DTYPE_BF16};
+        ppn_tmap_desc d = {.base = dx, .elem_bytes = 4, .dim = {C, M}, .row_bytes = C * 4, .box = {32, 128}};
+        _Alignas(64) unsigned char map[PPN_TMAP_BYTES];
+        if (arm) {
+            assert_int_equal(ppn_op_gemm_tile(g, s, PPN_K_GEMM_TC_H, &p), PPN_EUNSUPPORTED);
+            assert_non_null(strstr(ppn_last_error(), "PPN_TMA"));
+            assert_int_equal(OPS(g)->tmap_encode(g, s, &d, map), PPN_EUNSUPPORTED);
+        } else {
+            assert_int_equal(OPS(g)->tmap_encode(g, s, &d, map), PPN_OK);
+            ppn_tmap_desc back;
+            assert_true(ppn_tmap_sim_decode(map, &back));
+            assert_true(back.base == d.base && back.elem_bytes == d.elem_bytes && back.dim[0] == d.dim[0] &&
+                        back.dim[1] == d.dim[1] && back.row_bytes == d.row_bytes && back.box[0] == d.box[0] &&
+                        back.box[1] == d.box[1]);
+            d.row_bytes = C * 4 - 16; /* shorter than a row: the driver refuses it, so does the sim */
+            assert_int_equal(OPS(g)->tmap_encode(g, s, &d, map), PPN_EINVAL);
+            assert_non_null(strstr(ppn_last_error(), "row_bytes"));
+            assert_int_equal(OPS(g)->tmap_encode(g, s, &d, map + 8), PPN_EINVAL); /* not 64-byte aligned */
+        }
+        assert_int_equal(OPS(g)->stream_sync(g, s), PPN_OK);
+        assert_no_reports(g);
+        ppn_gpu_close(g);
+    }
+    assert_memory_equal(out[0], out[1], (size_t)M * R * 4);
+    tu_env_set("PPN_TMA", "2");
+    ppn_gpu *g = NULL;
+    assert_int_equal(ppn_gpu_sim_create(ppn_kernel_set(), &g), PPN_EINVAL);
+    tu_env_restore();
+    assert_non_null(strstr(ppn_last_error(), "PPN_TMA"));
+    free(out[0]), free(out[1]), free(x), free(want), free(w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1096,6 +1171,7 @@ int main(void)
         cmocka_unit_test(test_sim_graph_capture_and_replay),
         cmocka_unit_test(test_sim_graph_replay_is_checked),
         cmocka_unit_test(test_sim_close_with_everything_alive),
+        cmocka_unit_test(test_sim_tma_gemm),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -70,7 +70,8 @@
     X(cuGraphInstantiateWithFlags, 11040)  \
     X(cuGraphLaunch, 10000)                \
     X(cuGraphExecDestroy, 10000)           \
-    X(cuGraphDestroy, 10000)
+    X(cuGraphDestroy, 10000)           \
+    X(cuTensorMapEncodeTiled, 12000)
 
 /* The oldest driver we accept: cuGetProcAddress_v2 (with its symbolStatus out-param) appeared in 12.0. */
 #define PPN_CUDA_MIN_DRIVER 12000

@@ -53,6 +53,20 @@ typedef struct ppn_gpu_kernel {
 
 #define PPN_GPU_MAX_KERNELS 48
 
+/* A 2-D tiled tensor map for the tensor memory accelerator (TMA, compute capability 9.0): what tmap_encode
+ * encodes into a 128-byte, 64-byte-aligned map that a kernel takes in its params (kparams.h's ppn_tmap). The
+ * array is row-major: dim[0] elements a row (contiguous), dim[1] rows, row_bytes apart; a copy moves a box of
+ * box[0] x box[1] elements into shared memory in the 128-byte swizzle (box[0] x elem_bytes <= 128), elements
+ * outside the array read as zeros. */
+typedef struct ppn_tmap_desc {
+    ppn_dptr base;      /* 16-byte aligned */
+    int elem_bytes;     /* 2 (bf16 / f16: moved as 16-bit words) or 4 (f32) */
+    uint64_t dim[2];    /* elements a row, rows: each 1 .. 2^32 */
+    uint64_t row_bytes; /* a multiple of 16, at least dim[0] x elem_bytes */
+    unsigned box[2];    /* 1 .. 256 each */
+} ppn_tmap_desc;
+#define PPN_TMAP_BYTES 128
+
 /* The kernels a backend may launch: launch ids index k. */
 typedef struct ppn_gpu_kernels {
     const ppn_gpu_kernel *k;
@@ -60,6 +74,8 @@ typedef struct ppn_gpu_kernels {
     const void *image;    /* the fatbin (cuda); NULL: built without nvcc (cuda refuses to open for models) */
     size_t image_size;
     unsigned dyn_smem_max; /* dynamic shared memory every kernel is opted in to (cuda) */
+    const unsigned *smem_max; /* [n] or NULL: a kernel's own opt-in where it needs more (0: dyn_smem_max) */
+    int sm90a;            /* the image has sm_90a code (warpgroup MMA, TMA): tma_ok's condition on cuda */
 } ppn_gpu_kernels;
 
 /* One kernel launch. Every kernel takes exactly one parameter: a struct passed by value
@@ -144,6 +160,15 @@ struct ppn_gpu_ops {
     ppn_status (*peer_enable)(ppn_gpu *g, int dev, int peer);
 
     ppn_status (*launch)(ppn_gpu *g, ppn_gstream *s, const ppn_launch *l);
+    /* Whether kernels launched on s may take tensor maps (the TMA kernels, kparams.h's gemm_tc_h): cuda, a
+     * device of compute capability 9.x and an image with sm_90a code; sim, always. PPN_TMA=0 (read at backend
+     * creation) says no on both: the kernels that take none run instead (the same bits). NULL: no. */
+    int (*tma_ok)(ppn_gpu *g, ppn_gstream *s);
+    /* Encode d into map (PPN_TMAP_BYTES, 64-byte aligned) for kernels launched on s; host-only, nothing is
+     * enqueued. cuda: cuTensorMapEncodeTiled; sim: its own encoding, which the sim's CPU references read
+     * back. Both refuse a desc outside the limits above (PPN_EINVAL naming the field), and a stream where
+     * tma_ok says no (PPN_EUNSUPPORTED). */
+    ppn_status (*tmap_encode)(ppn_gpu *g, ppn_gstream *s, const ppn_tmap_desc *d, void *map);
     ppn_status (*host_fn)(ppn_gpu *g, ppn_gstream *s, ppn_host_fn fn, void *arg);
 
     /* Checker annotations (no-op on cuda). s is the ordering stream for PPN_ANN_FREE, else NULL. */
@@ -215,6 +240,11 @@ ppn_status ppn_gpu_sim_create(const ppn_gpu_kernels *kern, ppn_gpu **out);  /* r
 ppn_status ppn_gpu_cuda_create(const ppn_gpu_kernels *kern, ppn_gpu **out); /* dlopen("libcuda.so.1") */
 /* Copy kern into g (NULL: none), refusing a table larger than PPN_GPU_MAX_KERNELS. */
 ppn_status ppn_gpu_set_kernels(ppn_gpu *g, const ppn_gpu_kernels *kern);
+/* PPN_OK when d is within ppn_tmap_desc's limits, else PPN_EINVAL naming the field (both backends' check). */
+ppn_status ppn_tmap_check(const char *backend, const ppn_tmap_desc *d);
+/* The sim's encoding: a magic word, then d's fields; ppn_tmap_sim_decode returns 0 for a map it did not write. */
+void ppn_tmap_sim_encode(const ppn_tmap_desc *d, void *map);
+int ppn_tmap_sim_decode(const void *map, ppn_tmap_desc *d);
 /* PPN_OK when id names one of g's kernels and params match its struct, else PPN_EINVAL naming the backend. */
 ppn_status ppn_gpu_check_launch(const ppn_gpu *g, const ppn_launch *l);
 

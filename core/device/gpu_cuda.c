@@ -40,6 +40,7 @@ typedef struct cu_dev {
     _Atomic(CUmodule) mod;                   /* the embedded fatbin in ctx; NULL until first launch */
     _Atomic(CUfunction) fn[PPN_GPU_MAX_KERNELS];     /* per kernel id; NULL until its first launch */
     int pdl;                                 /* launches carry the programmatic-serialization attribute */
+    int tma;                                 /* kernels may take tensor maps (tma_ok); immutable after create */
 } cu_dev;
 
 #define CU_KP_RING 2048u /* event pairs per profiled stream */
@@ -288,6 +289,40 @@ static ppn_status cu_pdl_env(cu_gpu *b)
         b->devs[i].pdl = cc >= 9;
     }
     return PPN_OK;
+}
+
+/* PPN_TMA: unset, empty or 1 = the TMA kernels on every device of compute capability 9.x when the image has
+ * sm_90a code (tma_ok); 0 = never (the kernels that take no tensor maps run: the same bits); anything else is
+ * refused by name. */
+static ppn_status cu_tma_env(cu_gpu *b)
+{
+    int on = 1;
+    PPN_CHECK(ppn_env_flag("PPN_TMA", &on));
+    for (int i = 0; i < b->ndev; i++) {
+        int cc = 0;
+        PPN_CHECK(cu_attr(b, i, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, "compute capability", &cc));
+        b->devs[i].tma = on && cc == 9 && b->base.kern.sm90a;
+    }
+    return PPN_OK;
+}
+
+static int cu_tma_ok(ppn_gpu *g, ppn_gstream *s) { return s && cu_of(g)->devs[s->dev].tma; }
+
+static ppn_status cu_tmap_encode(ppn_gpu *g, ppn_gstream *s, const ppn_tmap_desc *d, void *map)
+{
+    cu_gpu *b = cu_of(g);
+    PPN_CHECK(ppn_tmap_check("cuda", d));
+    if (!map || ((uintptr_t)map & 63u))
+        return ppn_err(PPN_EINVAL, "cuda: tmap_encode: map %p is not 64-byte aligned", map);
+    if (!cu_tma_ok(g, s))
+        return ppn_err(PPN_EUNSUPPORTED, "cuda: tmap_encode: no TMA kernels on device %d (compute capability 9.x, "
+                                         "an image with sm_90a code and PPN_TMA not 0)", s ? s->dev : -1);
+    cuuint64_t dims[2] = {d->dim[0], d->dim[1]}, strides[1] = {d->row_bytes};
+    cuuint32_t box[2] = {d->box[0], d->box[1]}, es[2] = {1, 1};
+    CUtensorMapDataType dt = d->elem_bytes == 4 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_UINT16;
+    return PPN_CU(&b->drv, cuTensorMapEncodeTiled, (CUtensorMap *)map, dt, 2, (void *)(uintptr_t)d->base, dims,
+                  strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
 /* ---------------------------------------------------------------------------------------------------------
@@ -701,16 +736,18 @@ static ppn_status cu_module_locked(cu_gpu *b, int dev, CUmodule *out)
     return PPN_OK;
 }
 
-/* Every kernel may take up to kern.dyn_smem_max bytes of dynamic shared memory (48 KB without the opt-in); a
- * device that offers less gets what it offers, and a launch asking more fails in the driver, named. */
-static ppn_status cu_smem_optin(cu_gpu *b, int dev, CUfunction f, const char *name)
+/* Every kernel may take up to kern.dyn_smem_max bytes of dynamic shared memory (48 KB without the opt-in), or
+ * its own kern.smem_max where that is set; a device that offers less gets what it offers, and a launch asking
+ * more fails in the driver, named. */
+static ppn_status cu_smem_optin(cu_gpu *b, int dev, int id, CUfunction f, const char *name)
 {
     int optin = 0, stat = 0;
     PPN_CHECK(cu_attr(b, dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, "the shared memory opt-in",
                       &optin));
     ppn_status gs = PPN_CU(&b->drv, cuFuncGetAttribute, &stat, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f);
     if (gs != PPN_OK) return ppn_err_ctx(gs, "reading kernel %s's static shared memory (device %d)", name, dev);
-    int cap = (int)b->base.kern.dyn_smem_max;
+    int cap = (int)(b->base.kern.smem_max && b->base.kern.smem_max[id] ? b->base.kern.smem_max[id]
+                                                                           : b->base.kern.dyn_smem_max);
     int want = optin - stat < cap ? optin - stat : cap;
     if (want <= 48 * 1024) return PPN_OK;
     ppn_status st = PPN_CU(&b->drv, cuFuncSetAttribute, f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, want);
@@ -730,7 +767,7 @@ static ppn_status cu_function_locked(cu_gpu *b, int dev, int id, CUfunction *out
         ppn_status st = PPN_CU(&b->drv, cuModuleGetFunction, &f, m, name);
         if (st != PPN_OK)
             return ppn_err_ctx(st, "looking up kernel %s in the embedded fatbin (device %d)", name, dev);
-        PPN_CHECK(cu_smem_optin(b, dev, f, name));
+        PPN_CHECK(cu_smem_optin(b, dev, id, f, name));
         atomic_store_explicit(&d->fn[id], f, memory_order_release); /* pairs with the acquire in cu_kernel() */
     }
     *out = f;
@@ -1021,6 +1058,8 @@ static const struct ppn_gpu_ops cu_ops = {
     .peer_can_access = cu_peer_can_access,
     .peer_enable = cu_peer_enable,
     .launch = cu_launch,
+    .tma_ok = cu_tma_ok,
+    .tmap_encode = cu_tmap_encode,
     .host_fn = cu_host_fn,
     .mem_annotate = cu_mem_annotate,
     .mem_issue = cu_mem_issue,
@@ -1088,6 +1127,7 @@ ppn_status ppn_gpu_cuda_create(const ppn_gpu_kernels *kern, ppn_gpu **out)
     PPN_CHECK_GOTO(cu_init_devices(b, n), st, out);
     PPN_CHECK_GOTO(cu_kp_env(b), st, out); /* after the devices: no driver or device stays PPN_ENODEV */
     PPN_CHECK_GOTO(cu_pdl_env(b), st, out);
+    PPN_CHECK_GOTO(cu_tma_env(b), st, out);
     b->base.kprof = b->kprof;
     *out = &b->base;
 out:

@@ -3,7 +3,8 @@
  * latency model. The happens-before checker it feeds is in sim_check.c (its header comment has the rules).
  *
  * Environment, read once by ppn_gpu_sim_create (empty = unset). The table in core/base/env.c parses each one
- * but the lists PPN_SIM_PEER and PPN_SIM_FAIL, checked here; an invalid PPN_PDL is refused here too:
+ * but the lists PPN_SIM_PEER and PPN_SIM_FAIL, checked here; an invalid PPN_PDL is refused here too, and
+ * PPN_TMA=0 turns tma_ok off (the TMA kernels' maps are the sim's own encoding, read by their CPU references):
  *   PPN_SIM_DEVICES  number of devices, 1..64 (default 4)
  *   PPN_SIM_MEM      capacity per device in bytes, suffix K, M, G or T (binary) allowed (default 8G). Host
  *                    memory is taken per mem_alloc, not up front.
@@ -187,6 +188,8 @@ static ppn_status parse_env(sim_gpu *g, sim_kprof *kp)
     PPN_CHECK(ppn_env_int("PPN_SIM_LATENCY", &g->latency));
     PPN_CHECK(ppn_env_flag("PPN_SIM_THREAD_CLOCKS", &g->thread_clocks));
     PPN_CHECK(ppn_env_flag("PPN_KPROF", &kp->on));
+    g->tma = 1;
+    PPN_CHECK(ppn_env_flag("PPN_TMA", &g->tma));
     /* The sim has no programmatic dependent launch, but a value no backend accepts is refused on every
      * backend: a typo is caught on the simulator, before it reaches a GPU run. */
     return ppn_env_flag("PPN_PDL", &pdl);
@@ -1254,6 +1257,21 @@ static ppn_status sim_launch(ppn_gpu *gg, ppn_gstream *s, const ppn_launch *l)
     return launch_submit(g, s, l, PPN_SIM_LAUNCH_STREAM);
 }
 
+static int sim_tma_ok(ppn_gpu *gg, ppn_gstream *s) { return s && sim_of(gg)->tma; }
+
+/* The sim's tensor map: the desc itself (ppn_tmap_sim_encode), checked as the driver checks it, so a map the
+ * driver would refuse is refused here first; the CPU references of the TMA kernels read their operands through
+ * it, so a map that does not describe them gives wrong sums on the sim. */
+static ppn_status sim_tmap_encode(ppn_gpu *gg, ppn_gstream *s, const ppn_tmap_desc *d, void *map)
+{
+    PPN_CHECK(ppn_tmap_check("sim", d));
+    if (!map || ((uintptr_t)map & 63u))
+        return ppn_err(PPN_EINVAL, "sim: tmap_encode: map %p is not 64-byte aligned", map);
+    if (!sim_tma_ok(gg, s)) return ppn_err(PPN_EUNSUPPORTED, "sim: tmap_encode: PPN_TMA=0");
+    ppn_tmap_sim_encode(d, map);
+    return PPN_OK;
+}
+
 /* Enqueue one checked launch of kind (PPN_SIM_LAUNCH_*): its modelled duration, and its unscaled cost for the
  * account submit keeps (ppn_sim_counts: launches, launch_model_ns), whether or not PPN_SIM_LATENCY applies it. */
 static ppn_status launch_submit(sim_gpu *g, ppn_gstream *s, const ppn_launch *l, int kind)
@@ -1654,6 +1672,8 @@ static const struct ppn_gpu_ops sim_ops = {
     .peer_can_access = sim_peer_can_access,
     .peer_enable = sim_peer_enable,
     .launch = sim_launch,
+    .tma_ok = sim_tma_ok,
+    .tmap_encode = sim_tmap_encode,
     .host_fn = sim_host_fn,
     .mem_annotate = sim_mem_annotate,
     .mem_issue = sim_mem_issue,

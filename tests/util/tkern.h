@@ -22,7 +22,7 @@ void tu_check_close(double got, double want, double tol, const char *what, size_
  * runs the kernel's CPU reference. */
 typedef struct tu_capture {
     ppn_launch l; /* the last launch; l.params points at params, l.xacc at xacc (a copy) */
-    unsigned char params[256];
+    _Alignas(64) unsigned char params[512]; /* 64-byte aligned: gemm_tc_h's tensor maps */
     ppn_access *xacc; /* the further accesses (l.nxacc of them) */
     int calls;
     int dry; /* capture only: the pointers are not real buffers (geometry checks of model-sized shapes) */
