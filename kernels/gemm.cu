@@ -34,13 +34,18 @@
 
 // The (token, weight) tile of this CTA: blockIdx.x walks GEMM_GROUP tile rows down a tile column, then the next
 // column; the last group may be shorter.
-__device__ __forceinline__ void gemm_tile(int m, int rows, int bm, int bn, int *tm, int *tn)
+__device__ __forceinline__ void gemm_tile_at(int pid, int m, int rows, int bm, int bn, int *tm, int *tn)
 {
     int nm = (m + bm - 1) / bm, nn = (rows + bn - 1) / bn;
-    int pid = (int)blockIdx.x, group = GEMM_GROUP * nn;
+    int group = GEMM_GROUP * nn;
     int first = pid / group * GEMM_GROUP, gm = min(nm - first, GEMM_GROUP), in = pid % group;
     *tm = first + in % gm;
     *tn = in / gm;
+}
+
+__device__ __forceinline__ void gemm_tile(int m, int rows, int bm, int bn, int *tm, int *tn)
+{
+    gemm_tile_at((int)blockIdx.x, m, rows, bm, bn, tm, tn);
 }
 
 // out[i, r] = res[i, r] + (v + bias[r]), as the CPU reference adds them (res may alias out).
@@ -792,50 +797,65 @@ template <bool BF16> __device__ __forceinline__ void gemm_wgmma_ss(float *d, uin
 template <bool BF16> struct gemm_th {
     const ppn_kp_gemm_tc_h &p;
     uint32_t s0, full, empty; // the ring; its full and empty mbarriers (8 bytes a stage each)
-    int i0, r0, kts;
+    int kts, tiles;           // k-tiles a tile; output tiles, walked gridDim.x apart from blockIdx.x
 
     __device__ gemm_th(const ppn_kp_gemm_tc_h &p_) : p(p_)
     {
         s0 = gemm_smem_addr(gemm_dyn_smem);
         full = s0 + (uint32_t)(GEMM_TH_S * PPN_GEMM_TC_H_STAGE_BYTES), empty = full + 8u * GEMM_TH_S;
-        int tm, tn;
-        gemm_tile(p.g.m, p.g.rows, GEMM_TH_BM, GEMM_TH_BN, &tm, &tn);
-        i0 = tm * GEMM_TH_BM, r0 = tn * GEMM_TH_BN;
         kts = (p.g.cols + GEMM_TH_BK - 1) / GEMM_TH_BK;
+        tiles = ((p.g.m + GEMM_TH_BM - 1) / GEMM_TH_BM) * ((p.g.rows + GEMM_TH_BN - 1) / GEMM_TH_BN);
+    }
+
+    // Tile t's first token and first weight row (gemm_tile's order).
+    __device__ __forceinline__ void tile(int t, int &i0, int &r0) const
+    {
+        int tm, tn;
+        gemm_tile_at(t, p.g.m, p.g.rows, GEMM_TH_BM, GEMM_TH_BN, &tm, &tn);
+        i0 = tm * GEMM_TH_BM, r0 = tn * GEMM_TH_BN;
     }
 
     __device__ __forceinline__ uint32_t stage(int st) const { return s0 + (uint32_t)(st * PPN_GEMM_TC_H_STAGE_BYTES); }
 
-    __device__ __forceinline__ void load_w(int kt)
+    __device__ __forceinline__ void load_w(int st, int kt, int r0) const
     {
-        int st = kt % GEMM_TH_S;
         gemm_tma_2d(stage(st), &p.wmap, kt * GEMM_TH_BK, r0, full + 8u * st);
     }
 
-    __device__ __forceinline__ void load_x(int kt)
+    __device__ __forceinline__ void load_x(int st, int kt, int i0) const
     {
-        int st = kt % GEMM_TH_S;
         uint32_t xs = stage(st) + GEMM_TH_W_BYTES;
         gemm_tma_2d(xs, &p.xmap, kt * GEMM_TH_BK, i0, full + 8u * st);
         gemm_tma_2d(xs + GEMM_TH_XBOX_BYTES, &p.xmap, kt * GEMM_TH_BK + PPN_GEMM_TC_H_XBOX, i0, full + 8u * st);
     }
 
-    // One thread: the whole stream of k-tiles.
+    // One thread: every k-tile of every tile of this CTA, slot it % S for the it-th. The first tile's first S
+    // weight k-tiles go before the programmatic-launch wait (weights are immutable; the slots start empty).
     __device__ __forceinline__ void produce(void)
     {
-        const int first = kts < GEMM_TH_S ? kts : GEMM_TH_S;
-        for (int kt = 0; kt < first; kt++) { // the slots start empty; weights are immutable
-            gemm_mbar_expect(full + 8u * kt, PPN_GEMM_TC_H_STAGE_BYTES);
-            load_w(kt);
+        int it = 0, i0, r0;
+        const int t0 = (int)blockIdx.x, pre = kts < GEMM_TH_S ? kts : GEMM_TH_S;
+        if (t0 < tiles) {
+            tile(t0, i0, r0);
+            for (int kt = 0; kt < pre; kt++) {
+                gemm_mbar_expect(full + 8u * kt, PPN_GEMM_TC_H_STAGE_BYTES);
+                load_w(kt, kt, r0);
+            }
         }
         ppn_pdl_wait();
-        for (int kt = 0; kt < first; kt++) load_x(kt);
-        for (int kt = GEMM_TH_S; kt < kts; kt++) {
-            int st = kt % GEMM_TH_S;
-            gemm_mbar_wait(empty + 8u * st, (unsigned)((kt / GEMM_TH_S - 1) & 1));
-            gemm_mbar_expect(full + 8u * st, PPN_GEMM_TC_H_STAGE_BYTES);
-            load_w(kt);
-            load_x(kt);
+        for (int t = t0; t < tiles; t += (int)gridDim.x) {
+            tile(t, i0, r0);
+            for (int kt = 0; kt < kts; kt++, it++) {
+                const int st = it % GEMM_TH_S;
+                if (it < pre) { // armed and its weights issued above
+                    load_x(st, kt, i0);
+                    continue;
+                }
+                if (it >= GEMM_TH_S) gemm_mbar_wait(empty + 8u * st, (unsigned)((it / GEMM_TH_S - 1) & 1));
+                gemm_mbar_expect(full + 8u * st, PPN_GEMM_TC_H_STAGE_BYTES);
+                load_w(st, kt, r0);
+                load_x(st, kt, i0);
+            }
         }
     }
 
@@ -885,53 +905,62 @@ template <bool BF16> struct gemm_th {
         for (int j = 0; j < 128; j++) asm volatile("" : "+f"(acc[j])::"memory");
     }
 
-    // k-tile kt's four k16 steps as one group; the first of k-tile 0 starts the sums from nothing (the
-    // accumulators are never zeroed: ptxas serializes the MMAs of a pipeline whose accumulators another
+    // The four k16 steps of slot st as one group; a tile's first k-tile (first) starts its sums from nothing
+    // (the accumulators are never zeroed: ptxas serializes the MMAs of a pipeline whose accumulators another
     // instruction defined).
-    __device__ __forceinline__ void mma(int kt, int c, float (&acc)[128]) const
+    __device__ __forceinline__ void mma(int st, int first, int c, float (&acc)[128]) const
     {
-        const uint32_t sb = stage(kt % GEMM_TH_S), sa = sb + GEMM_TH_W_BYTES + (uint32_t)(c * 64 * 128);
+        const uint32_t sb = stage(st), sa = sb + GEMM_TH_W_BYTES + (uint32_t)(c * 64 * 128);
         pin(acc);
         gemm_wg_fence();
 #pragma unroll
         for (int s = 0; s < 4; s++)
             gemm_wgmma_ss<BF16>(acc, gemm_desc(sa + 32u * (uint32_t)s), gemm_desc(sb + 32u * (uint32_t)s),
-                                s > 0 || kt > 0);
+                                s > 0 || !first);
         gemm_wg_commit();
     }
 
-    // k-tile kt into acc; k-tile kt - 1's slot handed back once its group is done.
-    __device__ __forceinline__ void step(int kt, int c, float (&acc)[128]) const
+    // Slot it % S's lane of a consumer warp hands it back to the producer.
+    __device__ __forceinline__ void release(int it) const
     {
-        const int st = kt % GEMM_TH_S;
-        gemm_mbar_wait(full + 8u * st, (unsigned)((kt / GEMM_TH_S) & 1));
+        __syncwarp();
+        if (((int)threadIdx.x & 31) == 0) gemm_mbar_arrive(empty + 8u * (it % GEMM_TH_S));
+    }
+
+    // The it-th k-tile (the tile's kt-th) into acc; the previous one's slot handed back once its group is done.
+    __device__ __forceinline__ void step(int it, int kt, int c, float (&acc)[128]) const
+    {
+        const int st = it % GEMM_TH_S;
+        gemm_mbar_wait(full + 8u * st, (unsigned)((it / GEMM_TH_S) & 1));
         convert(st, c);
-        mma(kt, c, acc);
-        gemm_wg_wait<1>(); // k-tile kt - 1's group is done with its slot
+        mma(st, kt == 0, c, acc);
+        gemm_wg_wait<1>(); // k-tile it - 1's group is done with its slot
         pin(acc);
-        if (kt > 0) {
-            __syncwarp();
-            if (((int)threadIdx.x & 31) == 0) gemm_mbar_arrive(empty + 8u * ((kt - 1) % GEMM_TH_S));
-        }
+        if (kt > 0) release(it - 1);
     }
 
     __device__ __forceinline__ void consume(int c) // c: 0 or 1, the consumer warpgroup
     {
         const int t = (int)threadIdx.x & 127, lrow = c * 64 + (t >> 5) * 16 + ((t & 31) >> 2);
-        float acc[128]; // k-tile 0 writes them all before anything reads them (mma)
+        float acc[128]; // a tile's first k-tile writes them all before anything reads them (mma)
         ppn_pdl_wait();
-        for (int kt = 0; kt < kts; kt++) step(kt, c, acc);
-        gemm_wg_wait<0>();
-        pin(acc);
+        int it = 0, i0, r0;
+        for (int tl = (int)blockIdx.x; tl < tiles; tl += (int)gridDim.x) {
+            tile(tl, i0, r0);
+            for (int kt = 0; kt < kts; kt++, it++) step(it, kt, c, acc);
+            gemm_wg_wait<0>();
+            pin(acc);
+            release(it - 1); // the tile's last slot: the producer may be filling the next tile's first ones
 #pragma unroll
-        for (int j = 0; j < 128; j++) acc[j] += 0.0f; // -0 to +0: gemm_tc_l's sums start from +0
-        const int row = i0 + lrow, r = r0 + (t & 3) * 2;
+            for (int j = 0; j < 128; j++) acc[j] += 0.0f; // -0 to +0: gemm_tc_l's sums start from +0
+            const int row = i0 + lrow, r = r0 + (t & 3) * 2;
 #pragma unroll
-        for (int j = 0; j < GEMM_TH_BN / 8; j++) {
-            gemm_store(p.g, row, r + 8 * j, acc[4 * j]);
-            gemm_store(p.g, row, r + 8 * j + 1, acc[4 * j + 1]);
-            gemm_store(p.g, row + 8, r + 8 * j, acc[4 * j + 2]);
-            gemm_store(p.g, row + 8, r + 8 * j + 1, acc[4 * j + 3]);
+            for (int j = 0; j < GEMM_TH_BN / 8; j++) {
+                gemm_store(p.g, row, r + 8 * j, acc[4 * j]);
+                gemm_store(p.g, row, r + 8 * j + 1, acc[4 * j + 1]);
+                gemm_store(p.g, row + 8, r + 8 * j, acc[4 * j + 2]);
+                gemm_store(p.g, row + 8, r + 8 * j + 1, acc[4 * j + 3]);
+            }
         }
     }
 

@@ -77,7 +77,10 @@ typedef struct { uint64_t out, w, x, bias, res; int32_t rows, cols, m, wdt; } pp
  * depth (k-tiles: gemm_tc_k 3 or 4; gemm_tc_kw 3), chosen by the op (ops_gemm.c; a forced tile may name them:
  * ppn_op_gemm_tile); the other kernels ignore them. The kernels read them from here, so the host's table is the
  * only place they are chosen. */
-typedef struct { uint64_t out, w, x, bias, res; int32_t m, rows, cols, wdt, ks, stages; } ppn_kp_gemm;
+/* ctas: gemm_tc_h's grid, CTAs that walk its tiles gridDim.x apart (0: the op's choice, one a multiprocessor up to
+ * the tiles; a forced tile may name another count, capped at the tiles: ppn_op_gemm_tile); the other kernels
+ * ignore it. */
+typedef struct { uint64_t out, w, x, bias, res; int32_t m, rows, cols, wdt, ks, stages, ctas; } ppn_kp_gemm;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_l;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_m;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_s;
@@ -159,7 +162,9 @@ typedef ppn_kp_gemm ppn_kp_gemm_tc_kw;
  * flight while they build the next one's. The same sum as gemm_tc_l's (k16 steps in k order into one f32
  * accumulator): the same bits. Its params add the two tensor maps (encoded by the backend: tmap_encode, gpu.h)
  * to the GEMM's; its CPU reference reads x and W through the maps, so a map that does not describe the
- * operands shows on the sim. Taken for gemm_tc_l's shapes where the device can run it (gpu.h: tma_ok). */
+ * operands shows on the sim. Taken for gemm_tc_l's shapes where the device can run it (gpu.h: tma_ok). The grid
+ * is persistent: p.ctas CTAs (one a multiprocessor) walk the tiles gridDim.x apart in gemm_tc_l's order, so a
+ * CTA's producer fills the next tile's first slots while its consumers store the last one. */
 #define PPN_GEMM_TC_H_BM 128
 #define PPN_GEMM_TC_H_BN 256
 #define PPN_GEMM_TC_H_BK 64

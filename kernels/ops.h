@@ -128,8 +128,9 @@ ppn_status ppn_op_gemm(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int
 /* ppn_op_gemm on the tile kernel the caller names (PPN_K_GEMM or a PPN_K_GEMM_TC_*) instead of the op's choice:
  * for tests and benchmarks that compare the tiles. For gemm_tc_k and gemm_tc_kw, p->ks and p->stages name the K
  * split and ring depth (kparams.h; 0: the op's choice), so a benchmark can sweep them; the other tiles ignore them.
+ * For gemm_tc_h, p->ctas names its persistent grid's CTAs (0: the op's, one a multiprocessor; capped at the tiles).
  * @return as ppn_op_gemm, and PPN_EINVAL for a kernel that is not a gemm tile or a tensor-core tile the shape,
- * dtype or alignment does not fit, or a K split or depth the tile does not take; PPN_EUNSUPPORTED for gemm_tc_h
+ * dtype or alignment does not fit, a K split or depth the tile does not take, or ctas < 0; PPN_EUNSUPPORTED for gemm_tc_h
  * where the stream's device runs no TMA kernels (gpu.h: tma_ok). */
 ppn_status ppn_op_gemm_tile(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_kp_gemm *p);
 /* Per-head rmsnorm in place (the head_rmsnorm formula) of heads h0 .. h0 + n_heads - 1 of each of c rows of x,

@@ -133,9 +133,8 @@ static ppn_launch gemm_geometry(int kernel, const ppn_kp_gemm *p)
         bm = PPN_GEMM_TC_S_BM, bn = PPN_GEMM_TC_S_BN, threads = PPN_GEMM_TC_S_THREADS;
         smem = PPN_GEMM_TC_SMEM(bm, bn, PPN_GEMM_TC_S_STAGES);
         break;
-    case PPN_K_GEMM_TC_H: { /* its own opt-in (ktable.c), past the set's */
-        ppn_launch l = launch_init(kernel, p, (unsigned)gemm_tiles(p->m, p->rows, PPN_GEMM_TC_H_BM, PPN_GEMM_TC_H_BN),
-                                   PPN_GEMM_TC_H_THREADS);
+    case PPN_K_GEMM_TC_H: { /* persistent: p->ctas CTAs (resolved by gemm_submit); its own opt-in (ktable.c) */
+        ppn_launch l = launch_init(kernel, p, (unsigned)p->ctas, PPN_GEMM_TC_H_THREADS);
         l.smem = PPN_GEMM_TC_H_SMEM;
         return l;
     }
@@ -187,6 +186,12 @@ static ppn_status gemm_submit(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_
     if (kernel == PPN_K_GEMM_TC_K) rp.ks = gemm_k_ks(pc), rp.stages = gemm_k_stages(pc);
     else if (kernel == PPN_K_GEMM_TC_KW) rp.ks = gemm_kw_ks(pc), rp.stages = gemm_kw_stages(pc);
     else rp.ks = 0, rp.stages = 0;
+    rp.ctas = 0;
+    if (kernel == PPN_K_GEMM_TC_H) { /* one CTA a multiprocessor (or the caller's count), at most one a tile */
+        size_t tiles = gemm_tiles(p->m, p->rows, PPN_GEMM_TC_H_BM, PPN_GEMM_TC_H_BN);
+        size_t want = pc->ctas > 0 ? (size_t)pc->ctas : g->ops->sm_count ? (size_t)g->ops->sm_count(g, s) : 0;
+        rp.ctas = (int)(want > 0 && want < tiles ? want : tiles);
+    }
     size_t es = ppn_dtype_size(p->wdt), ob = f32_bytes((size_t)p->m * (size_t)p->rows);
     ppn_launch l = gemm_geometry(kernel, p);
     ppn_kp_gemm_tc_h hp; /* gemm_tc_h's params: the tensor maps of x and W, then the GEMM's */
@@ -217,7 +222,7 @@ ppn_status ppn_op_gemm(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int
                        int cols, ppn_dptr bias, ppn_dptr res)
 {
     ppn_kp_gemm p = {.out = out, .w = w, .x = x, .bias = bias, .res = res, .m = m, .rows = rows, .cols = cols,
-                     .wdt = wdt, .ks = 0, .stages = 0};
+                     .wdt = wdt, .ks = 0, .stages = 0, .ctas = 0};
     PPN_CHECK(gemm_check("ppn_op_gemm", &p));
     return gemm_submit(g, s, gemm_kernel(&p, gemm_tma(g, s)), &p);
 }
@@ -229,6 +234,7 @@ ppn_status ppn_op_gemm_tile(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_kp
         kernel != PPN_K_GEMM_TC_K && kernel != PPN_K_GEMM_TC_KW && kernel != PPN_K_GEMM_TC_H)
         return ppn_err(PPN_EINVAL, "%s: kernel %d is not a gemm kernel", op, kernel);
     PPN_CHECK(gemm_check(op, p));
+    if (p->ctas < 0) return ppn_err(PPN_EINVAL, "%s: ctas %d (0: the op's choice)", op, p->ctas);
     if (kernel == PPN_K_GEMM_TC_H && !gemm_tma(g, s))
         return ppn_err(PPN_EUNSUPPORTED, "%s: gemm_tc_h on backend %s: the stream's device runs no TMA kernels "
                                          "(compute capability 9.x and sm_90a code, PPN_TMA not 0)", op, g->ops->name);

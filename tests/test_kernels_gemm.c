@@ -471,13 +471,14 @@ static ppn_status tma_encode(ppn_gpu *g, ppn_gstream *s, const ppn_tmap_desc *d,
     ppn_tmap_sim_encode(&e, map);
     return PPN_OK;
 }
+static int tma_sms(ppn_gpu *g, ppn_gstream *s) { return (void)g, (void)s, 132; }
 static struct ppn_gpu_ops tma_ops;
 static ppn_gpu tma_fake;
 
 static ppn_gstream *tma_stream(void)
 {
     tma_ops = *tu_fake.ops;
-    tma_ops.name = "fake-tma", tma_ops.tma_ok = tma_yes, tma_ops.tmap_encode = tma_encode;
+    tma_ops.name = "fake-tma", tma_ops.tma_ok = tma_yes, tma_ops.tmap_encode = tma_encode, tma_ops.sm_count = tma_sms;
     tma_fake = (ppn_gpu){.ops = &tma_ops};
     tma_shift = 0;
     return (ppn_gstream *)&tma_fake;
@@ -516,18 +517,32 @@ static void test_gemm_tc_h_choice(void **state)
             }
             assert_int_equal(tu_cap.l.kernel, PPN_K_GEMM_TC_H);
             assert_int_equal(tu_cap.l.block[0], PPN_GEMM_TC_H_THREADS);
-            assert_int_equal(tu_cap.l.grid[0], tiles(m, rows, PPN_GEMM_TC_H_BM, PPN_GEMM_TC_H_BN));
+            unsigned nt = tiles(m, rows, PPN_GEMM_TC_H_BM, PPN_GEMM_TC_H_BN); /* persistent: one CTA an SM */
+            assert_int_equal(tu_cap.l.grid[0], nt < 132 ? nt : 132);
             assert_int_equal(tu_cap.l.smem, PPN_GEMM_TC_H_SMEM);
             assert_true(PPN_GEMM_TC_H_SMEM > PPN_DYN_SMEM_MAX && PPN_GEMM_TC_H_SMEM <= 227u * 1024u);
             assert_int_equal(ppn_kernel_set()->smem_max[PPN_K_GEMM_TC_H], PPN_GEMM_TC_H_SMEM);
             assert_int_equal(tu_cap.l.params_size, sizeof(ppn_kp_gemm_tc_h));
             const ppn_kp_gemm_tc_h *q = (const ppn_kp_gemm_tc_h *)tu_cap.params;
             assert_true(q->g.out == FAKE_OUT && q->g.w == FAKE_W && q->g.x == FAKE_X && q->g.m == m &&
-                        q->g.rows == rows && q->g.cols == cols && q->g.wdt == dt);
+                        q->g.rows == rows && q->g.cols == cols && q->g.wdt == dt && q->g.ctas == (int)tu_cap.l.grid[0]);
             expect_map(&q->xmap, FAKE_X, 4, cols, m, PPN_GEMM_TC_H_XBOX, PPN_GEMM_TC_H_BM);
             expect_map(&q->wmap, FAKE_W, 2, cols, rows, PPN_GEMM_TC_H_BK, PPN_GEMM_TC_H_BN);
             tu_expect_geometry(PPN_GEMM_TC_H_THREADS);
         }
+    /* forced: the caller's CTA count, capped at the tiles; a negative one refused */
+    static const int want[][3] = {{1, 4096, 1}, {7, 4096, 7}, {500, 4096, 256}, {0, 4096, 132}, {0, 256, 16}};
+    for (size_t i = 0; i < TU_LEN(want); i++) {
+        ppn_kp_gemm p = {.out = FAKE_OUT, .w = FAKE_W, .x = FAKE_X, .m = want[i][1], .rows = 2048, .cols = 2048,
+                         .wdt = PPN_DTYPE_BF16, .ctas = want[i][0]};
+        assert_int_equal(ppn_op_gemm_tile(&tma_fake, s, PPN_K_GEMM_TC_H, &p), PPN_OK);
+        assert_int_equal(tu_cap.l.grid[0], want[i][2]);
+        assert_int_equal(((const ppn_kp_gemm_tc_h *)tu_cap.params)->g.ctas, want[i][2]);
+    }
+    ppn_kp_gemm p = {.out = FAKE_OUT, .w = FAKE_W, .x = FAKE_X, .m = 256, .rows = 2048, .cols = 2048,
+                     .wdt = PPN_DTYPE_BF16, .ctas = -1};
+    assert_int_equal(ppn_op_gemm_tile(&tma_fake, s, PPN_K_GEMM_TC_H, &p), PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "ctas -1"));
     tu_cap.dry = 0;
 }
 

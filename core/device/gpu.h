@@ -169,6 +169,9 @@ struct ppn_gpu_ops {
      * back. Both refuse a desc outside the limits above (PPN_EINVAL naming the field), and a stream where
      * tma_ok says no (PPN_EUNSUPPORTED). */
     ppn_status (*tmap_encode)(ppn_gpu *g, ppn_gstream *s, const ppn_tmap_desc *d, void *map);
+    /* The multiprocessors of s's device (a persistent grid's size: gemm_tc_h); 0 when unknown. Cheap (cached at
+     * creation): ops call it per launch. cuda: the device attribute; sim: device_info's (1). */
+    int (*sm_count)(ppn_gpu *g, ppn_gstream *s);
     ppn_status (*host_fn)(ppn_gpu *g, ppn_gstream *s, ppn_host_fn fn, void *arg);
 
     /* Checker annotations (no-op on cuda). s is the ordering stream for PPN_ANN_FREE, else NULL. */

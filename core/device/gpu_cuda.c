@@ -41,6 +41,7 @@ typedef struct cu_dev {
     _Atomic(CUfunction) fn[PPN_GPU_MAX_KERNELS];     /* per kernel id; NULL until its first launch */
     int pdl;                                 /* launches carry the programmatic-serialization attribute */
     int tma;                                 /* kernels may take tensor maps (tma_ok); immutable after create */
+    int sms;                                 /* multiprocessors; immutable after create */
 } cu_dev;
 
 #define CU_KP_RING 2048u /* event pairs per profiled stream */
@@ -293,7 +294,7 @@ static ppn_status cu_pdl_env(cu_gpu *b)
 
 /* PPN_TMA: unset, empty or 1 = the TMA kernels on every device of compute capability 9.x when the image has
  * sm_90a code (tma_ok); 0 = never (the kernels that take no tensor maps run: the same bits); anything else is
- * refused by name. */
+ * refused by name. Each device's SM count is cached here too (sm_count). */
 static ppn_status cu_tma_env(cu_gpu *b)
 {
     int on = 1;
@@ -302,9 +303,12 @@ static ppn_status cu_tma_env(cu_gpu *b)
         int cc = 0;
         PPN_CHECK(cu_attr(b, i, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, "compute capability", &cc));
         b->devs[i].tma = on && cc == 9 && b->base.kern.sm90a;
+        PPN_CHECK(cu_attr(b, i, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, "SM count", &b->devs[i].sms));
     }
     return PPN_OK;
 }
+
+static int cu_sm_count(ppn_gpu *g, ppn_gstream *s) { return s ? cu_of(g)->devs[s->dev].sms : 0; }
 
 static int cu_tma_ok(ppn_gpu *g, ppn_gstream *s) { return s && cu_of(g)->devs[s->dev].tma; }
 
@@ -1060,6 +1064,7 @@ static const struct ppn_gpu_ops cu_ops = {
     .launch = cu_launch,
     .tma_ok = cu_tma_ok,
     .tmap_encode = cu_tmap_encode,
+    .sm_count = cu_sm_count,
     .host_fn = cu_host_fn,
     .mem_annotate = cu_mem_annotate,
     .mem_issue = cu_mem_issue,

@@ -1259,6 +1259,8 @@ static ppn_status sim_launch(ppn_gpu *gg, ppn_gstream *s, const ppn_launch *l)
 
 static int sim_tma_ok(ppn_gpu *gg, ppn_gstream *s) { return s && sim_of(gg)->tma; }
 
+static int sim_sm_count(ppn_gpu *gg, ppn_gstream *s) { return (void)gg, s ? 1 : 0; } /* device_info's */
+
 /* The sim's tensor map: the desc itself (ppn_tmap_sim_encode), checked as the driver checks it, so a map the
  * driver would refuse is refused here first; the CPU references of the TMA kernels read their operands through
  * it, so a map that does not describe them gives wrong sums on the sim. */
@@ -1674,6 +1676,7 @@ static const struct ppn_gpu_ops sim_ops = {
     .launch = sim_launch,
     .tma_ok = sim_tma_ok,
     .tmap_encode = sim_tmap_encode,
+    .sm_count = sim_sm_count,
     .host_fn = sim_host_fn,
     .mem_annotate = sim_mem_annotate,
     .mem_issue = sim_mem_issue,

@@ -444,12 +444,18 @@ static double time_line(const gg_shape *s, int m, int dt)
 {
     ppn_kp_gemm p = {.out = B.out, .w = B.w[dt], .x = B.x, .m = m, .rows = s->rows, .cols = s->cols, .wdt = dt};
     double op = time_ms(-1, p);
-    char line[256];
+    char line[320];
     int n = snprintf(line, sizeof line, "  %-11s %-4s m=%-4d %6dx%-5d  %-9s %8.3f ms %6.1f TFLOP/s |", s->name,
                      ppn_dtype_name(dt), m, s->rows, s->cols, kname(op_choice(&p)), op, tflops(m, s->rows, s->cols, op));
     for (int k = PPN_K_GEMM_TC_L; dt != PPN_DTYPE_F32 && k <= gg_last_tile(); k++) {
         double t = time_ms(k, p);
         n += snprintf(line + n, sizeof line - (size_t)n, " %s %6.1f", kname(k) + 8, tflops(m, s->rows, s->cols, t));
+    }
+    if (dt != PPN_DTYPE_F32 && gg_tma()) { /* gemm_tc_h with one CTA a tile: what its persistent grid buys */
+        ppn_kp_gemm q = p;
+        q.ctas = (m + PPN_GEMM_TC_H_BM - 1) / PPN_GEMM_TC_H_BM * ((s->rows + PPN_GEMM_TC_H_BN - 1) / PPN_GEMM_TC_H_BN);
+        double t = time_ms(PPN_K_GEMM_TC_H, q);
+        n += snprintf(line + n, sizeof line - (size_t)n, " h/tile %6.1f", tflops(m, s->rows, s->cols, t));
     }
     if (m <= 64 || dt == PPN_DTYPE_F32) {
         double t = time_ms(PPN_K_GEMM, p);
