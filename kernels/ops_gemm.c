@@ -11,7 +11,8 @@
  * Above that bound, up to 64 or 128 tokens, matrices of up to 264 middle tiles of rows take gemm_tc_kw, the middle
  * tile split over K the same way (its own k-ranges: again the same bits at every m it is taken for).
  * Where the stream's device runs the TMA kernels (gpu.h: tma_ok; PPN_TMA=0 says no) the large tile is
- * gemm_tc_h, the same tile and sum warp-specialized behind the tensor memory accelerator: gemm_tc_l's bits.
+ * gemm_tc_h on the shapes where it was faster (gemm_h_wins), the same tile and sum warp-specialized behind the
+ * tensor memory accelerator: gemm_tc_l's bits.
  * So for bf16 / f16 weights a token's row depends on which of those ranges of m its chunk falls in.
  */
 #include <string.h>
@@ -20,7 +21,7 @@
 #include "kernels/ops.h"
 #include "kernels/ops_internal.h"
 
-#define GEMM_L_MIN_TILES 100 /* large tiles from about 3/4 of a wave of them on the H200's 132 SMs */
+#define GEMM_L_MIN_TILES 96 /* large tiles from about 3/4 of a wave of them on the H200's 132 SMs (below) */
 #define GEMM_L_MIN_M 65       /* and from m > 64: below, half a large tile's tokens would be padding */
 
 
@@ -45,9 +46,11 @@ static size_t gemm_tiles(int m, int rows, int bm, int bn)
  * and of x (x aligned); anything else, and f32 weights, take the SIMT kernel. The large tile is the faster one
  * per SM (H200, tests/gpu/test_gpu_gemm.c, 2026-12-01: ~350 against ~270 TFLOP/s at m = 4096) but has 4x fewer
  * CTAs: the middle one wins where the large ones leave SMs idle (llama-8b o at m = 512: 64 large tiles, 246
- * against 180 TFLOP/s) or carry mostly padding (m <= 64: lm head at m = 64, 201 against 184). From 100 large
+ * against 180 TFLOP/s) or carry mostly padding (m <= 64: lm head at m = 64, 201 against 184). From 96 large
  * tiles on, the large one won every shape measured (8b o at m = 1024, 128 tiles: 312 against 192) but one
- * (8b qkv at m = 1024, 192 tiles: 246 against 255). At m <= 16 the middle tile also beat a 16 x 32 one made
+ * (8b qkv at m = 1024, 192 tiles: 246 against 255); 96 tiles (8b q|k|v at m = 512, 1b q|k|v at m = 1024) it won
+ * by 49% and 40% on 2026-12-02 (277 against 186, 233 against 166; 64 tiles still go to the middle one: 8b o at
+ * m = 512, 194 against 245). At m <= 16 the middle tile also beat a 16 x 32 one made
  * for weight bandwidth on every shape. The square tile (gemm_tc_s, 128 x 128) is not taken: it beat the better
  * of the other two on one shape of the 40 measured (1b qkv at m = 512: 163 against 154) and lost up to 25%
  * (8b qkv at m = 512: 194 against 260). */
@@ -102,16 +105,30 @@ static int gemm_kw_fits(int m, int rows, int cols)
     return m <= GEMM_KW_MAX_M && ks >= 2 && (m <= 64 || ks == 8 || cols >= 4096);
 }
 
-/* tma: the stream's device runs the TMA kernels (gpu.h: tma_ok); then the large tile is gemm_tc_h, which gives
- * gemm_tc_l's bits. */
-static int gemm_tma(ppn_gpu *g, ppn_gstream *s) { return g->ops->tma_ok && g->ops->tma_ok(g, s); }
+/* sms: the stream's device's multiprocessors where it runs the TMA kernels (gpu.h: tma_ok, sm_count), else 0. */
+static int gemm_tma_sms(ppn_gpu *g, ppn_gstream *s)
+{
+    if (!g->ops->tma_ok || !g->ops->tma_ok(g, s)) return 0;
+    int n = g->ops->sm_count ? g->ops->sm_count(g, s) : 0;
+    return n > 0 ? n : 1;
+}
 
-static int gemm_kernel(const ppn_kp_gemm *p, int tma)
+/* Where the device runs it, gemm_tc_h replaces gemm_tc_l (the same tile and bits) but on one wave of tiles over a
+ * sum shorter than 8192 columns, where gemm_tc_l was faster: H200, test_gpu_gemm's timing table, 2026-12-02
+ * (docs/PERF.md): 8B q|k|v at m = 512 (96 tiles) 277 against 251 TFLOP/s, 8B o at m = 1024 (128 tiles) 353
+ * against 327, 1B o at m = 2048 (128 tiles) 277 against 226; with more tiles, or cols >= 8192 (8B down at
+ * m = 1024, 128 tiles: 460 against 423), gemm_tc_h was ahead or level. */
+static int gemm_h_wins(const ppn_kp_gemm *p, int sms)
+{
+    return p->cols >= 8192 || gemm_tiles(p->m, p->rows, PPN_GEMM_TC_H_BM, PPN_GEMM_TC_H_BN) > (size_t)sms;
+}
+
+static int gemm_kernel(const ppn_kp_gemm *p, int sms)
 {
     if (!gemm_tc_fits(p)) return PPN_K_GEMM;
     if (p->m <= gemm_k_max_m(p->rows, p->cols)) return PPN_K_GEMM_TC_K;
     if (p->m >= GEMM_L_MIN_M && gemm_tiles(p->m, p->rows, PPN_GEMM_TC_L_BM, PPN_GEMM_TC_L_BN) >= GEMM_L_MIN_TILES)
-        return tma ? PPN_K_GEMM_TC_H : PPN_K_GEMM_TC_L;
+        return sms && gemm_h_wins(p, sms) ? PPN_K_GEMM_TC_H : PPN_K_GEMM_TC_L;
     if (gemm_kw_fits(p->m, p->rows, p->cols)) return PPN_K_GEMM_TC_KW;
     return PPN_K_GEMM_TC_M;
 }
@@ -224,7 +241,7 @@ ppn_status ppn_op_gemm(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int
     ppn_kp_gemm p = {.out = out, .w = w, .x = x, .bias = bias, .res = res, .m = m, .rows = rows, .cols = cols,
                      .wdt = wdt, .ks = 0, .stages = 0, .ctas = 0};
     PPN_CHECK(gemm_check("ppn_op_gemm", &p));
-    return gemm_submit(g, s, gemm_kernel(&p, gemm_tma(g, s)), &p);
+    return gemm_submit(g, s, gemm_kernel(&p, gemm_tma_sms(g, s)), &p);
 }
 
 ppn_status ppn_op_gemm_tile(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_kp_gemm *p)
@@ -235,7 +252,7 @@ ppn_status ppn_op_gemm_tile(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_kp
         return ppn_err(PPN_EINVAL, "%s: kernel %d is not a gemm kernel", op, kernel);
     PPN_CHECK(gemm_check(op, p));
     if (p->ctas < 0) return ppn_err(PPN_EINVAL, "%s: ctas %d (0: the op's choice)", op, p->ctas);
-    if (kernel == PPN_K_GEMM_TC_H && !gemm_tma(g, s))
+    if (kernel == PPN_K_GEMM_TC_H && !gemm_tma_sms(g, s))
         return ppn_err(PPN_EUNSUPPORTED, "%s: gemm_tc_h on backend %s: the stream's device runs no TMA kernels "
                                          "(compute capability 9.x and sm_90a code, PPN_TMA not 0)", op, g->ops->name);
     if ((kernel == PPN_K_GEMM_TC_K || kernel == PPN_K_GEMM_TC_KW) && p->ks &&

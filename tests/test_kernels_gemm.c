@@ -202,7 +202,9 @@ static void test_gemm_op_choice(void **state)
         assert_int_equal(op_kernel(dt, 512, 4096, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_M); /* 64 large tiles */
         assert_int_equal(op_kernel(dt, 512, 128256, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_L);
         assert_int_equal(op_kernel(dt, 1024, 4096, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_L); /* 128 tiles */
-        assert_int_equal(op_kernel(dt, 1024, 3072, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_M); /* 96 large tiles */
+        assert_int_equal(op_kernel(dt, 1024, 3072, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_L); /* 96 large tiles */
+        assert_int_equal(op_kernel(dt, 512, 6144, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_L);  /* 96 */
+        assert_int_equal(op_kernel(dt, 512, 5888, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_M);  /* 92 */
         /* few tokens (batched decode): the split-K tile built for weight bandwidth, up to 16 or 32 by shape; then
          * the middle tile split over K where its split is 2 or more (up to 264 tiles), up to 64 or 128 tokens */
         assert_int_equal(op_kernel(dt, 16, 128256, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_K);
@@ -499,20 +501,33 @@ static void test_gemm_tc_h_choice(void **state)
     (void)state;
     ppn_gstream *s = tma_stream();
     tu_cap.dry = 1;
-    static const int shapes[][4] = {/* m, rows, cols, the kernel without TMA */
-                                    {4096, 2048, 2048, PPN_K_GEMM_TC_L}, {4096, 28672, 4096, PPN_K_GEMM_TC_L},
-                                    {512, 128256, 2048, PPN_K_GEMM_TC_L}, {128, 28672, 4096, PPN_K_GEMM_TC_L},
-                                    {512, 2048, 2048, PPN_K_GEMM_TC_M},   {16, 4096, 4096, PPN_K_GEMM_TC_K},
-                                    {64, 4096, 4096, PPN_K_GEMM_TC_KW},   {4096, 2048, 2047, PPN_K_GEMM}};
+    static const int shapes[][5] = {
+        /* m, rows, cols, the kernel without TMA, with it (on 132 SMs; ops_gemm.c's gemm_h_wins: gemm_tc_l on one
+         * wave of tiles over fewer than 8192 columns) */
+        {4096, 28672, 4096, PPN_K_GEMM_TC_L, PPN_K_GEMM_TC_H}, /* more tiles than SMs */
+        {2048, 4096, 4096, PPN_K_GEMM_TC_L, PPN_K_GEMM_TC_H},  /* 8B o, 256 tiles */
+        {1024, 4096, 4096, PPN_K_GEMM_TC_L, PPN_K_GEMM_TC_L},  /* 8B o, 128 tiles: gemm_tc_l */
+        {1024, 4096, 14336, PPN_K_GEMM_TC_L, PPN_K_GEMM_TC_H}, /* 8B down, 128 tiles over a long sum */
+        {2048, 2048, 8192, PPN_K_GEMM_TC_L, PPN_K_GEMM_TC_H},  /* 1B down */
+        {2048, 2048, 2048, PPN_K_GEMM_TC_L, PPN_K_GEMM_TC_L},  /* 1B o: 128 tiles over 2048 columns */
+        {4096, 2048, 2048, PPN_K_GEMM_TC_L, PPN_K_GEMM_TC_H},  /* 256 tiles: more than a wave */
+        {1024, 16384, 2048, PPN_K_GEMM_TC_L, PPN_K_GEMM_TC_H}, /* 512 tiles */
+        {1024, 16896, 2048, PPN_K_GEMM_TC_L, PPN_K_GEMM_TC_H}, {2048, 2304, 2048, PPN_K_GEMM_TC_L, PPN_K_GEMM_TC_H},
+        {2048, 2048, 2048, PPN_K_GEMM_TC_L, PPN_K_GEMM_TC_L}, /* 144 tiles: h; 128: l */
+        {512, 128256, 2048, PPN_K_GEMM_TC_L, PPN_K_GEMM_TC_H}, {128, 28672, 4096, PPN_K_GEMM_TC_L, PPN_K_GEMM_TC_L},
+        {512, 6144, 4096, PPN_K_GEMM_TC_L, PPN_K_GEMM_TC_L},   /* 96 tiles: large, one wave */
+        {512, 2048, 2048, PPN_K_GEMM_TC_M, PPN_K_GEMM_TC_M},   {512, 4096, 4096, PPN_K_GEMM_TC_M, PPN_K_GEMM_TC_M},
+        {16, 4096, 4096, PPN_K_GEMM_TC_K, PPN_K_GEMM_TC_K},    {64, 4096, 4096, PPN_K_GEMM_TC_KW, PPN_K_GEMM_TC_KW},
+        {4096, 2048, 2047, PPN_K_GEMM, PPN_K_GEMM}};
     for (int dt = PPN_DTYPE_BF16; dt <= PPN_DTYPE_F16; dt++)
         for (size_t i = 0; i < TU_LEN(shapes); i++) {
-            int m = shapes[i][0], rows = shapes[i][1], cols = shapes[i][2], plain = shapes[i][3];
+            int m = shapes[i][0], rows = shapes[i][1], cols = shapes[i][2], plain = shapes[i][3], tma = shapes[i][4];
             assert_int_equal(op_kernel(dt, m, rows, cols, FAKE_W, FAKE_X), plain); /* tu_fake: no TMA */
             tu_cap.calls = 0;
             assert_int_equal(ppn_op_gemm(&tma_fake, s, FAKE_OUT, FAKE_W, dt, FAKE_X, m, rows, cols, 0, 0), PPN_OK);
             assert_int_equal(tu_cap.calls, 1);
-            if (plain != PPN_K_GEMM_TC_L) {
-                assert_int_equal(tu_cap.l.kernel, plain);
+            if (tma != PPN_K_GEMM_TC_H) {
+                assert_int_equal(tu_cap.l.kernel, tma);
                 continue;
             }
             assert_int_equal(tu_cap.l.kernel, PPN_K_GEMM_TC_H);

@@ -1070,14 +1070,14 @@ static void test_sim_close_with_everything_alive(void **state)
 
 
 /* The TMA path on the sim (gpu.h: tma_ok, tmap_encode): the op takes gemm_tc_h for a large-tile shape (m 65,
- * 100 tiles of 256 weight rows; the kernel profile names it), its result is the reference's bits (the sim's CPU
+ * 512 tiles of 256 weight rows; the kernel profile names it), its result is the reference's bits (the sim's CPU
  * reference reads the operands through the maps the sim encoded) and the checker has nothing to report; a map
  * the driver would refuse is refused here too; PPN_TMA=0 gives gemm_tc_l (the same bits), refuses the forced
  * tile and the encoder by name; a PPN_TMA the door does not take is refused at creation. */
 static void test_sim_tma_gemm(void **state)
 {
     (void)state;
-    enum { M = 65, R = 100 * PPN_GEMM_TC_H_BN, C = 24 };
+    enum { M = 65, R = 512 * PPN_GEMM_TC_H_BN, C = 8 }; /* 512 tiles: gemm_tc_h's (ops_gemm.c) */
     float *out[2], *x = tu_frand((size_t)M * C, -2, 2), *want = malloc((size_t)M * R * 4);
     void *w = tu_wrand(PPN_DTYPE_BF16, (size_t)R * C, NULL);
     assert_non_null(want);
