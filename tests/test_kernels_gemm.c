@@ -462,28 +462,13 @@ static void test_gemm_op_refusals(void **state)
  * gemm_tc_h: the large tile behind the tensor memory accelerator, on a fake device that says it runs TMA kernels
  * and encodes maps the sim's way (so the CPU reference reads the operands through them). */
 
-static int tma_yes(ppn_gpu *g, ppn_gstream *s) { return (void)g, (void)s, 1; }
-static int tma_shift; /* a broken encoder's offset of every map's base (bytes; 0: an honest one) */
-static ppn_status tma_encode(ppn_gpu *g, ppn_gstream *s, const ppn_tmap_desc *d, void *map)
-{
-    (void)g, (void)s;
-    PPN_CHECK(ppn_tmap_check("fake", d));
-    ppn_tmap_desc e = *d;
-    e.base += (ppn_dptr)tma_shift;
-    ppn_tmap_sim_encode(&e, map);
-    return PPN_OK;
-}
-static int tma_sms(ppn_gpu *g, ppn_gstream *s) { return (void)g, (void)s, 132; }
-static struct ppn_gpu_ops tma_ops;
-static ppn_gpu tma_fake;
-
+/* tu_fake_tma (tests/util/tkern.h) on 132 SMs, its encoder honest. */
+static ppn_gpu *tma_fake;
 static ppn_gstream *tma_stream(void)
 {
-    tma_ops = *tu_fake.ops;
-    tma_ops.name = "fake-tma", tma_ops.tma_ok = tma_yes, tma_ops.tmap_encode = tma_encode, tma_ops.sm_count = tma_sms;
-    tma_fake = (ppn_gpu){.ops = &tma_ops};
-    tma_shift = 0;
-    return (ppn_gstream *)&tma_fake;
+    tma_fake = tu_fake_tma(132);
+    tu_tma_shift = 0;
+    return (ppn_gstream *)tma_fake;
 }
 
 static void expect_map(const ppn_tmap *map, ppn_dptr base, int es, int cols, int rows, unsigned b0, unsigned b1)
@@ -524,7 +509,7 @@ static void test_gemm_tc_h_choice(void **state)
             int m = shapes[i][0], rows = shapes[i][1], cols = shapes[i][2], plain = shapes[i][3], tma = shapes[i][4];
             assert_int_equal(op_kernel(dt, m, rows, cols, FAKE_W, FAKE_X), plain); /* tu_fake: no TMA */
             tu_cap.calls = 0;
-            assert_int_equal(ppn_op_gemm(&tma_fake, s, FAKE_OUT, FAKE_W, dt, FAKE_X, m, rows, cols, 0, 0), PPN_OK);
+            assert_int_equal(ppn_op_gemm(tma_fake, s, FAKE_OUT, FAKE_W, dt, FAKE_X, m, rows, cols, 0, 0), PPN_OK);
             assert_int_equal(tu_cap.calls, 1);
             if (tma != PPN_K_GEMM_TC_H) {
                 assert_int_equal(tu_cap.l.kernel, tma);
@@ -550,13 +535,13 @@ static void test_gemm_tc_h_choice(void **state)
     for (size_t i = 0; i < TU_LEN(want); i++) {
         ppn_kp_gemm p = {.out = FAKE_OUT, .w = FAKE_W, .x = FAKE_X, .m = want[i][1], .rows = 2048, .cols = 2048,
                          .wdt = PPN_DTYPE_BF16, .ctas = want[i][0]};
-        assert_int_equal(ppn_op_gemm_tile(&tma_fake, s, PPN_K_GEMM_TC_H, &p), PPN_OK);
+        assert_int_equal(ppn_op_gemm_tile(tma_fake, s, PPN_K_GEMM_TC_H, &p), PPN_OK);
         assert_int_equal(tu_cap.l.grid[0], want[i][2]);
         assert_int_equal(((const ppn_kp_gemm_tc_h *)tu_cap.params)->g.ctas, want[i][2]);
     }
     ppn_kp_gemm p = {.out = FAKE_OUT, .w = FAKE_W, .x = FAKE_X, .m = 256, .rows = 2048, .cols = 2048,
                      .wdt = PPN_DTYPE_BF16, .ctas = -1};
-    assert_int_equal(ppn_op_gemm_tile(&tma_fake, s, PPN_K_GEMM_TC_H, &p), PPN_EINVAL);
+    assert_int_equal(ppn_op_gemm_tile(tma_fake, s, PPN_K_GEMM_TC_H, &p), PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "ctas -1"));
     tu_cap.dry = 0;
 }
@@ -586,17 +571,17 @@ static void test_gemm_tc_h_values(void **state)
             assert_int_equal(ppn_op_gemm_tile(&tu_fake, tu_fake_stream, PPN_K_GEMM_TC_L, &p), PPN_OK);
             if (alias) memcpy(want, res, mr * 4), memcpy(res, res0, mr * 4);
             if (!alias) p.out = D(got);
-            assert_int_equal(ppn_op_gemm_tile(&tma_fake, s, PPN_K_GEMM_TC_H, &p), PPN_OK);
+            assert_int_equal(ppn_op_gemm_tile(tma_fake, s, PPN_K_GEMM_TC_H, &p), PPN_OK);
             assert_int_equal(tu_cap.l.kernel, PPN_K_GEMM_TC_H);
             if (alias) memcpy(got, res, mr * 4), memcpy(res, res0, mr * 4);
             assert_memory_equal(got, want, mr * 4);
             /* the maps are what the reference reads: 16 bytes off, other sums */
-            tma_shift = 16;
+            tu_tma_shift = 16;
             if (!alias) {
-                assert_int_equal(ppn_op_gemm_tile(&tma_fake, s, PPN_K_GEMM_TC_H, &p), PPN_OK);
+                assert_int_equal(ppn_op_gemm_tile(tma_fake, s, PPN_K_GEMM_TC_H, &p), PPN_OK);
                 assert_true(memcmp(got, want, mr * 4) != 0);
             }
-            tma_shift = 0;
+            tu_tma_shift = 0;
             /* a map of another shape than the launch's: NaN everywhere */
             ppn_kp_gemm_tc_h hp;
             memcpy(&hp, tu_cap.params, sizeof hp);
@@ -617,7 +602,7 @@ static void test_gemm_tc_h_values(void **state)
     assert_int_equal(ppn_op_gemm_tile(&tu_fake, tu_fake_stream, PPN_K_GEMM_TC_H, &p), PPN_EUNSUPPORTED);
     assert_non_null(strstr(ppn_last_error(), "gemm_tc_h"));
     p.wdt = PPN_DTYPE_F32;
-    assert_int_equal(ppn_op_gemm_tile(&tma_fake, s, PPN_K_GEMM_TC_H, &p), PPN_EINVAL);
+    assert_int_equal(ppn_op_gemm_tile(tma_fake, s, PPN_K_GEMM_TC_H, &p), PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "2-byte weights"));
     assert_int_equal(tu_cap.calls, 0);
 }

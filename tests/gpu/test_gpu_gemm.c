@@ -145,15 +145,16 @@ static int gg_tma(void) { return G->ops->tma_ok && G->ops->tma_ok(G, S); }
 /* The last tile the loops below force: gemm_tc_h where G runs it. */
 static int gg_last_tile(void) { return gg_tma() ? PPN_K_GEMM_TC_H : PPN_K_GEMM_TC_KW; }
 
-/* The kernel ppn_op_gemm picks for p: the op run against the fake device, capturing only. */
+/* The kernel ppn_op_gemm picks for p: the op run against a fake device like G (TMA kernels and SMs as G's
+ * stream has them), capturing only. */
 static int op_choice(const ppn_kp_gemm *p)
 {
+    ppn_gpu *f = gg_tma() ? tu_fake_tma(G->ops->sm_count ? G->ops->sm_count(G, S) : 0) : &tu_fake;
     tu_cap.dry = 1;
-    EXPECT_OK(ppn_op_gemm(&tu_fake, tu_fake_stream, p->out, p->w, p->wdt, p->x, p->m, p->rows, p->cols, p->bias,
-                          p->res));
+    tu_tma_shift = 0;
+    EXPECT_OK(ppn_op_gemm(f, (ppn_gstream *)f, p->out, p->w, p->wdt, p->x, p->m, p->rows, p->cols, p->bias, p->res));
     tu_cap.dry = 0;
-    int k = tu_cap.l.kernel; /* the fake device runs no TMA kernels: where G's does, the large tile is gemm_tc_h */
-    return k == PPN_K_GEMM_TC_L && gg_tma() ? PPN_K_GEMM_TC_H : k;
+    return tu_cap.l.kernel;
 }
 
 /* ---------------------------------------------------------------------------------------------------------

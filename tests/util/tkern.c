@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 #include <stdlib.h>
+#include "core/base/err.h"
 #include "kernels/ops.h"
 #include "tests/util/tkern.h"
 
@@ -41,6 +42,29 @@ static ppn_status fake_launch(ppn_gpu *g, ppn_gstream *s, const ppn_launch *l)
 static const struct ppn_gpu_ops fake_ops = {.name = "fake", .launch = fake_launch};
 ppn_gpu tu_fake = {.ops = &fake_ops};
 ppn_gstream *const tu_fake_stream = (ppn_gstream *)&tu_fake;
+
+int tu_tma_shift;
+static int fake_tma_sms;
+static int fake_tma_ok(ppn_gpu *g, ppn_gstream *s) { return (void)g, (void)s, 1; }
+static int fake_sm_count(ppn_gpu *g, ppn_gstream *s) { return (void)g, (void)s, fake_tma_sms; }
+static ppn_status fake_tmap_encode(ppn_gpu *g, ppn_gstream *s, const ppn_tmap_desc *d, void *map)
+{
+    (void)g, (void)s;
+    PPN_CHECK(ppn_tmap_check("fake", d));
+    ppn_tmap_desc e = *d;
+    e.base += (ppn_dptr)tu_tma_shift;
+    ppn_tmap_sim_encode(&e, map);
+    return PPN_OK;
+}
+static const struct ppn_gpu_ops fake_tma_ops = {.name = "fake-tma", .launch = fake_launch, .tma_ok = fake_tma_ok,
+                                                .tmap_encode = fake_tmap_encode, .sm_count = fake_sm_count};
+static ppn_gpu fake_tma = {.ops = &fake_tma_ops};
+
+ppn_gpu *tu_fake_tma(int sms)
+{
+    fake_tma_sms = sms;
+    return &fake_tma;
+}
 
 const ppn_access *tu_acc(int i)
 {

@@ -31,6 +31,13 @@ extern tu_capture tu_cap;
 extern ppn_gpu tu_fake;
 extern ppn_gstream *const tu_fake_stream;
 
+/* tu_fake that runs TMA kernels (gpu.h: tma_ok) on sms multiprocessors (sm_count) and encodes tensor maps the
+ * sim's way (ppn_tmap_sim_encode, after ppn_tmap_check), so the CPU references read through them; each map's base
+ * moved by tu_tma_shift bytes (0: an honest encoder; a test of the maps sets it). Its launches land in tu_cap like
+ * tu_fake's. Returns the device; its stream is the device itself, as tu_fake's is. */
+extern int tu_tma_shift;
+ppn_gpu *tu_fake_tma(int sms);
+
 /* The captured launch's access i is exactly (p, bytes, mode): i < l.nacc indexes the fixed list, then xacc. */
 void tu_expect_acc(int i, const void *p, size_t bytes, int mode);
 /* 1 when [p, p + bytes) is covered by one declared access with this mode bit. */
