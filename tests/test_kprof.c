@@ -337,6 +337,59 @@ static void test_kprof_bench_json_kernels(void **st)
     json_decref(r);
 }
 
+/* With PPN_KPROF=1 every --prompt length carries the kernel account of its timed primes: one entry per kernel
+ * with calls and time per prime, the shares against the median prime, the totals their sums; a prompt of 8 ids
+ * in chunks of 4 runs two chunks: two embeddings and the four GEMMs of every layer twice. Off: none. */
+static void test_kprof_bench_json_prompt_kernels(void **st)
+{
+    (void)st;
+    const char *args = "--shape tiny --backend sim -n 2 --prompt 2,8 --chunk 4 --reps 2 --json";
+    char *out = NULL, *err = NULL;
+    int rc = bench("PPN_KPROF=1 PPN_GRAPHS=0", args, &out, &err);
+    if (rc != 0 || !out) fail_msg("bench exited %d:\n%s\n%s", rc, out ? out : "", err ? err : "");
+    json_error_t je;
+    json_t *r = json_loads(out, 0, &je);
+    if (!r) fail_msg("bench output is not JSON (%s):\n%s", je.text, out);
+    free(out), free(err);
+    int layers = (int)num(r, "n_layers");
+    json_t *ps = json_object_get(json_array_get(json_object_get(r, "configs"), 0), "prompts");
+    assert_int_equal(json_array_size(ps), 2);
+    for (size_t j = 0; j < 2; j++) {
+        json_t *p = json_array_get(ps, j);
+        int len = (int)num(p, "len"), chunks = (len + 3) / 4;
+        assert_int_equal((int)num(p, "kernel_primes"), 2);
+        json_t *ks = json_object_get(p, "kernels");
+        if (!json_is_array(ks) || json_array_size(ks) == 0) fail_msg("prompt %d: no \"kernels\" array", len);
+        double pp_us = num(p, "ms") * 1e3, us_sum = 0, share_sum = 0, gemm_calls = 0, embed_calls = 0;
+        for (size_t i = 0; i < json_array_size(ks); i++) {
+            json_t *k = json_array_get(ks, i);
+            const char *name = json_string_value(json_object_get(k, "name"));
+            assert_non_null(name);
+            double us = num(k, "us_per_prompt"), share = num(k, "share"), calls = num(k, "calls_per_prompt");
+            assert_true(calls > 0 && us > 0);
+            if (fabs(share - us / pp_us) > 1e-6 * (1 + share)) fail_msg("%s: share %g vs us/prompt %g", name, share,
+                                                                        us / pp_us);
+            us_sum += us, share_sum += share;
+            if (!strncmp(name, "ppn_k_gemm", 10)) gemm_calls += calls;
+            if (!strcmp(name, "ppn_k_embed_rows")) embed_calls = calls;
+        }
+        if (gemm_calls != 4.0 * layers * chunks || embed_calls != chunks)
+            fail_msg("prompt %d: %g GEMM and %g embedding calls a prime, expected %d and %d", len, gemm_calls,
+                     embed_calls, 4 * layers * chunks, chunks);
+        if (fabs(num(p, "kernels_us_per_prompt") - us_sum) > 1e-6 * us_sum) fail_msg("kernels_us_per_prompt: not the sum");
+        if (fabs(num(p, "kernels_share") - share_sum) > 1e-6 * share_sum) fail_msg("kernels_share: not the sum");
+    }
+    json_decref(r);
+    rc = bench("", args, &out, &err);
+    assert_int_equal(rc, 0);
+    r = json_loads(out, 0, &je);
+    assert_non_null(r);
+    free(out), free(err);
+    ps = json_object_get(json_array_get(json_object_get(r, "configs"), 0), "prompts");
+    assert_null(json_object_get(json_array_get(ps, 0), "kernels"));
+    json_decref(r);
+}
+
 static void test_kprof_bench_refuses_bad_value(void **st)
 {
     (void)st;
@@ -357,6 +410,7 @@ int main(void)
         cmocka_unit_test(test_kprof_off_reads_nothing),
         cmocka_unit_test(test_kprof_bad_values_refused),
         cmocka_unit_test(test_kprof_bench_json_kernels),
+        cmocka_unit_test(test_kprof_bench_json_prompt_kernels),
         cmocka_unit_test(test_kprof_bench_refuses_bad_value),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

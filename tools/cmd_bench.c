@@ -48,11 +48,12 @@ typedef struct bench_args {
     int spec;                 /* --spec K: the verify step's cost against a decode step */
 } bench_args;
 
-/* The kernel account of one configuration: totals over its timed decode steps, one entry per kernel name. */
+/* A kernel account: totals over a configuration's timed decode steps, or over the timed primes of one --prompt
+ * length, one entry per kernel name. */
 typedef struct bench_kern {
     ppn_kernel_time k[PPN_KERNEL_PROFILE_MAX];
     int n;
-    int steps;                /* timed decode steps the totals cover */
+    int steps;                /* timed decode steps (or primes) the totals cover */
 } bench_kern;
 
 /* The measurements of one configuration. */
@@ -66,6 +67,7 @@ typedef struct bench_result {
     uint64_t driver_allocs_timed;
     char *stage_map_json;     /* cli_json_stage_map's text (malloc'd) */
     bench_kern kern;          /* PPN_KPROF=1 only */
+    bench_kern pp_kern[BENCH_MAX_LENS]; /* PPN_KPROF=1 only: each --prompt length's timed primes */
 } bench_result;
 
 static void bench_usage(FILE *f)
@@ -379,18 +381,23 @@ static char *stage_map_json(const ppn_model *m)
 }
 
 /* Prompt length k alone: a warm-up, then --reps timed primes of fresh sequences; r gets the median time and the
- * prompt tok/s (the time to first token: the last row's logits are on the host when ppn_prefill returns). */
-static int bench_prompt(ppn_model *m, const bench_args *a, int vocab, float *logits, int k, bench_result *r)
+ * prompt tok/s (the time to first token: the last row's logits are on the host when ppn_prefill returns), and
+ * with PPN_KPROF=1 the timed primes' kernel account (read from rt outside the timed windows). */
+static int bench_prompt(ppn_model *m, const bench_args *a, ppn_rt *rt, int vocab, float *logits, int k,
+                        bench_result *r)
 {
     double t[64];
     int n = a->reps < 64 ? a->reps : 64, rc = 0;
+    bench_kern *kn = a->kprof ? &r->pp_kern[k] : NULL;
     for (int i = -1; i < n && rc == 0; i++) {
         ppn_seq *seq = NULL;
         ppn_status st = ppn_seq_create(m, &seq);
         if (st != PPN_OK) return cli_fail_status(st, "bench: sequence");
+        if (kn && i >= 0) kern_snap(rt, kn, -1);
         double t0 = now_ms();
         rc = prime(seq, a, a->lens[k], vocab, logits);
         if (i >= 0) t[i] = now_ms() - t0;
+        if (kn && i >= 0 && rc == 0) kern_snap(rt, kn, +1), kn->steps++;
         rc = cli_seq_destroy(seq, rc);
     }
     if (rc) return rc;
@@ -435,7 +442,7 @@ static int bench_config(ppn_model *m, ppn_rt *rt, const bench_args *a, const ppn
     r->pool_reserved = after.pool_reserved;
     r->driver_allocs_timed = after.driver_allocs - before.driver_allocs;
     if (!(r->stage_map_json = stage_map_json(m))) rc = cli_fail("bench: out of memory for the stage map");
-    for (int k = 0; k < a->n_lens && rc == 0; k++) rc = bench_prompt(m, a, mi->vocab, logits, k, r);
+    for (int k = 0; k < a->n_lens && rc == 0; k++) rc = bench_prompt(m, a, rt, mi->vocab, logits, k, r);
 out:
     free(dec);
     free(pre);
@@ -486,7 +493,8 @@ static const char *kern_note(const char *backend)
                                     "not the record";
 }
 
-/* Per decode step: calls, microseconds, share of the median step, declared bytes / kernel time. */
+/* Per decode step (or prime): calls, microseconds, share of the median step (prime), declared bytes / kernel
+ * time. */
 typedef struct kern_row {
     const char *name;
     double calls, us, share, gbs;
@@ -498,11 +506,11 @@ static int cmp_row_us(const void *x, const void *y)
     return (a < b) - (a > b); /* descending */
 }
 
-/* The rows of r's kernel account, most time first; returns their number. */
-static int kern_rows(const bench_result *r, kern_row *rows)
+/* The rows of the kernel account kn, per unit of unit_ms (the median step or prime), most time first; returns
+ * their number. */
+static int kern_rows(const bench_kern *kn, double unit_ms, kern_row *rows)
 {
-    const bench_kern *kn = &r->kern;
-    double steps = kn->steps > 0 ? kn->steps : 1, step_us = r->median_ms * 1e3;
+    double steps = kn->steps > 0 ? kn->steps : 1, step_us = unit_ms * 1e3;
     int n = 0;
     for (int i = 0; i < kn->n; i++) {
         const ppn_kernel_time *k = &kn->k[i];
@@ -519,7 +527,7 @@ static int kern_rows(const bench_result *r, kern_row *rows)
 static void json_kernels(const bench_result *r, const char *backend)
 {
     kern_row rows[PPN_KERNEL_PROFILE_MAX];
-    int n = kern_rows(r, rows);
+    int n = kern_rows(&r->kern, r->median_ms, rows);
     printf("\"kernel_steps\":%d,\"kernel_clock\":", r->kern.steps);
     json_str(stdout, kern_clock(backend));
     printf(",\"kernel_note\":");
@@ -536,6 +544,30 @@ static void json_kernels(const bench_result *r, const char *backend)
         putchar(',');
         json_num(stdout, "calls_per_step", rows[i].calls);
         json_num(stdout, "us_per_step", rows[i].us);
+        json_num(stdout, "share", rows[i].share);
+        if (isfinite(rows[i].gbs)) printf("\"gbs\":%.9g}", rows[i].gbs);
+        else printf("\"gbs\":null}");
+    }
+    printf("],");
+}
+
+/* A prompt length's account as members of its JSON object (each followed by a comma): per timed prime. */
+static void json_prompt_kernels(const bench_kern *kn, double pp_ms)
+{
+    kern_row rows[PPN_KERNEL_PROFILE_MAX];
+    int n = kern_rows(kn, pp_ms, rows);
+    double us = 0;
+    for (int i = 0; i < n; i++) us += rows[i].us;
+    printf("\"kernel_primes\":%d,", kn->steps);
+    json_num(stdout, "kernels_us_per_prompt", us);
+    json_num(stdout, "kernels_share", pp_ms > 0 ? us / (pp_ms * 1e3) : 0);
+    printf("\"kernels\":[");
+    for (int i = 0; i < n; i++) {
+        printf("%s{\"name\":", i ? "," : "");
+        json_str(stdout, rows[i].name);
+        putchar(',');
+        json_num(stdout, "calls_per_prompt", rows[i].calls);
+        json_num(stdout, "us_per_prompt", rows[i].us);
         json_num(stdout, "share", rows[i].share);
         if (isfinite(rows[i].gbs)) printf("\"gbs\":%.9g}", rows[i].gbs);
         else printf("\"gbs\":null}");
@@ -574,6 +606,7 @@ static void report_json(const bench_args *a, const ppn_model_info *mi, const cha
             printf("%s{\"len\":%d,", j ? "," : "", a->lens[j]);
             json_num(stdout, "ms", r->pp_ms[j]);
             json_num(stdout, "ttft_ms", r->pp_ms[j]);
+            if (a->kprof) json_prompt_kernels(&r->pp_kern[j], r->pp_ms[j]);
             printf("\"tok_s\":%.9g}", r->pp_tok_s[j]);
         }
         printf("],");
@@ -602,34 +635,42 @@ static void table_header(const bench_args *a, const ppn_model_info *mi, const ch
     fflush(stdout);
 }
 
-/* The kernel account under a configuration's row. */
-static void table_kernels(const bench_result *r)
+/* A kernel account (kn: per median step, or per prime of median pp_ms when what is "prime") as table rows. */
+static void table_account(const bench_kern *kn, double unit_ms, const char *what)
 {
     kern_row rows[PPN_KERNEL_PROFILE_MAX];
-    int n = kern_rows(r, rows);
-    double calls = 0, us = 0, step_us = r->median_ms * 1e3;
-    printf("       kernels over %d timed decode steps (share = kernel time / median step; GB/s = declared bytes / "
-           "kernel time):\n", r->kern.steps);
-    printf("       %-14s %11s %12s %8s %10s\n", "kernel", "calls/step", "us/step", "share", "GB/s");
+    int n = kern_rows(kn, unit_ms, rows);
+    double calls = 0, us = 0, step_us = unit_ms * 1e3;
+    printf("       kernels over %d timed %s%s (share = kernel time / median %s; GB/s = declared bytes / kernel time):\n",
+           kn->steps, strcmp(what, "step") ? "prime" : "decode step", kn->steps == 1 ? "" : "s", what);
+    char c1[16], c2[16];
+    snprintf(c1, sizeof c1, "calls/%s", what);
+    snprintf(c2, sizeof c2, "us/%s", what);
+    printf("       %-22s %11s %12s %8s %10s\n", "kernel", c1, c2, "share", "GB/s");
     for (int i = 0; i < n; i++) {
-        printf("       %-14s %11.2f %12.3f %7.1f%% %10.2f\n", rows[i].name, rows[i].calls, rows[i].us,
+        printf("       %-22s %11.2f %12.3f %7.1f%% %10.2f\n", rows[i].name, rows[i].calls, rows[i].us,
                100.0 * rows[i].share, rows[i].gbs);
         calls += rows[i].calls;
         us += rows[i].us;
     }
-    printf("       %-14s %11.2f %12.3f %7.1f%%   (median step %.3f us; kernels of different stages may overlap)\n",
-           "all kernels", calls, us, step_us > 0 ? 100.0 * us / step_us : 0.0, step_us);
+    printf("       %-22s %11.2f %12.3f %7.1f%%   (median %s %.3f us; kernels of different stages may overlap)\n",
+           "all kernels", calls, us, step_us > 0 ? 100.0 * us / step_us : 0.0, what, step_us);
     printf("       embed, rope and attn declare the whole table or KV cache: their GB/s overstates the traffic\n");
 }
+
+/* The kernel account under a configuration's row. */
+static void table_kernels(const bench_result *r) { table_account(&r->kern, r->median_ms, "step"); }
 
 static void table_row(const ppn_model *m, const bench_args *a, const bench_result *r)
 {
     printf("%6d %10.4f %10.4f %10.1f %11.4f %9.2f %11.4f %13.2f %13.2f %10llu\n", r->stages, r->median_ms, r->p99_ms,
            r->tok_s, r->prefill_ms, r->gbs, r->floor_ratio, (double)r->pool_peak / 1e6, (double)r->pool_reserved / 1e6,
            (unsigned long long)r->driver_allocs_timed);
-    for (int j = 0; j < a->n_lens; j++)
+    for (int j = 0; j < a->n_lens; j++) {
         printf("       prompt %d tokens (pp%d): %.3f ms = %.1f tok/s, time to first token %.3f ms%s\n", a->lens[j],
                a->lens[j], r->pp_ms[j], r->pp_tok_s[j], r->pp_ms[j], a->chunk ? "" : " (token by token: --chunk 0)");
+        if (a->kprof) table_account(&r->pp_kern[j], r->pp_ms[j], "prompt");
+    }
     fputs("       ", stdout);
     cli_print_stage_map(stdout, m);
     if (a->kprof) table_kernels(r);
