@@ -317,8 +317,10 @@ typedef struct {
 typedef ppn_kp_attn_rows ppn_kp_attn_rows_bf16;
 typedef ppn_kp_attn_rows ppn_kp_attn_rows_f16;
 
-/* out[i, :] = silu(gu[i, 0 .. n)) * gu[i, n .. 2n) for i < c: gu [c, 2n], out [c, n] (separate). */
-typedef struct { uint64_t out, gu; int32_t n, c; } ppn_kp_swiglu_rows;
+/* out[i, :] = silu(gu[i, 0 .. n)) * gu[i, n .. 2n) for i < c: gu [c, 2n], out [c, n] (separate). vec: four
+ * elements a thread in 16-byte loads and stores (the op sets it where n % 4 == 0 and gu, out are 16-byte aligned;
+ * grid.y then covers n / 4), else one; the same per-element arithmetic either way. */
+typedef struct { uint64_t out, gu; int32_t n, c, vec; } ppn_kp_swiglu_rows;
 
 /* out[i] (int32) = argmax of row i of x [rows, n] by ppn_kp_argmax's rule (lowest index on ties, -1 when any
  * value of the row is NaN or infinite): one block per row (a batched decode step's greedy tokens). */

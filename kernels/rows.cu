@@ -120,17 +120,26 @@ extern "C" __global__ void ppn_k_rope_kv_batch(const ppn_kp_rope_kv_batch p)
 }
 
 // ---------------------------------------------------------------------------------------------------------
+// silu(g) = g / (1 + e^-g), as the single-row swiglu and the CPU reference compute it.
+__device__ __forceinline__ float ppn_swish(float g) { return g / (1.0f + expf(-g)); }
+
 // swiglu rows: block (row, column block)
 
 extern "C" __global__ void ppn_k_swiglu_rows(const ppn_kp_swiglu_rows p)
 {
     PPN_PDL_ENTER();
     int i = blockIdx.x, d = blockIdx.y * blockDim.x + threadIdx.x;
-    if (d >= p.n) return;
     const float *gu = (const float *)p.gu + (size_t)i * 2 * p.n;
-    float g = gu[d], u = gu[p.n + d];
-    float s = g / (1.0f + expf(-g));
-    ((float *)p.out)[(size_t)i * p.n + d] = s * u;
+    float *out = (float *)p.out + (size_t)i * p.n;
+    if (p.vec) { // four columns a thread, 16-byte accesses (n % 4 == 0, rows 16-byte aligned: the op's check)
+        if (4 * d >= p.n) return;
+        float4 g = __ldg((const float4 *)gu + d), u = __ldg((const float4 *)(gu + p.n) + d);
+        ((float4 *)out)[d] = make_float4(ppn_swish(g.x) * u.x, ppn_swish(g.y) * u.y, ppn_swish(g.z) * u.z,
+                                         ppn_swish(g.w) * u.w);
+        return;
+    }
+    if (d >= p.n) return;
+    out[d] = ppn_swish(gu[d]) * gu[p.n + d];
 }
 
 // ---------------------------------------------------------------------------------------------------------

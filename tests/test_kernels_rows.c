@@ -335,6 +335,18 @@ static void test_rows_ops_accesses(void **state)
     EXPECT_ST(PPN_OK, ppn_op_swiglu_rows(&tu_fake, tu_fake_stream, D(out), D(gu), dim, c));
     tu_expect_acc(0, gu, (size_t)c * 2 * dim * 4, PPN_ACC_R);
     tu_expect_acc(1, out, (size_t)c * dim * 4, PPN_ACC_W);
+    /* four columns a thread where n % 4 == 0 and the rows are 16-byte aligned, else one */
+    static const struct { int n, off, vec; } sw[] = {{256, 0, 1}, {1028, 0, 1}, {258, 0, 0}, {256, 4, 0}};
+    tu_cap.dry = 1;
+    for (size_t k = 0; k < sizeof sw / sizeof sw[0]; k++) {
+        const ppn_kp_swiglu_rows *q = (const ppn_kp_swiglu_rows *)tu_cap.params;
+        EXPECT_ST(PPN_OK, ppn_op_swiglu_rows(&tu_fake, tu_fake_stream, ((ppn_dptr)1 << 30) + (ppn_dptr)sw[k].off,
+                                             (ppn_dptr)2 << 30, sw[k].n, 3));
+        assert_int_equal(q->vec, sw[k].vec);
+        assert_int_equal(tu_cap.l.grid[1], (unsigned)((sw[k].vec ? sw[k].n / 4 : sw[k].n) + 255) / 256);
+        assert_int_equal(tu_cap.l.grid[0], 3);
+    }
+    tu_cap.dry = 0;
     free(table), free(out), free(qkv), free(kc), free(vc), free(ao), free(gu);
 }
 

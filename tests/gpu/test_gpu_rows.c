@@ -200,6 +200,20 @@ static void rowops_case(const mshape *m, int c, int wdt)
     for (size_t i = 0; i < (size_t)c * n; i++) cmp_add(&cm, swg[i], sw[i], 2e-6 * fabs(sw[i]) + 1e-30, i);
     snprintf(what, sizeof what, "%s swiglu_rows c=%d", m->name, c);
     cmp_done(&cm, what);
+    /* the same rows 4 bytes past 16-byte alignment: one column a thread (the op's scalar path), the same bits as
+     * the four a thread above */
+    {
+        size_t gb = (size_t)c * 2 * n * 4, ob = (size_t)c * n * 4;
+        ppn_dptr gu4 = dalloc(gb + 16) + 4, sw4 = dalloc(ob + 16) + 4;
+        OK(G->ops->copy_htod(G, S, gu4, gu, gb));
+        OK(ppn_op_swiglu_rows(G, S, sw4, gu4, n, c));
+        float *s1 = hmem(ob);
+        get(s1, sw4, ob);
+        snprintf(what, sizeof what, "%s swiglu_rows c=%d, rows 4 bytes off", m->name, c);
+        if (memcmp(s1, swg, ob)) fail_msg("%s: not the 16-byte path's bits", what);
+        printf("  %-58s the 16-byte path's bits\n", what);
+        free(s1);
+    }
     free(tok), free(table), free(w), free(x), free(xg), free(gu), free(sw), free(swg), free(r);
     dfree_all();
 }
