@@ -13,8 +13,10 @@
  * With PPN_KPROF=1, the kernel-by-kernel account of the timed decode steps follows each configuration: the
  * profile is read just before a rep's first decode step and after its last (every kernel of a step has
  * completed when ppn_decode_step returns), and the differences are summed over the timed reps, so prompt
- * steps and sequence setup are left out. Profiling brackets every launch with an event pair: the step times
- * of a profiled run are slower and not the record.
+ * steps and sequence setup are left out. Each --prompt length's timed primes get their own account the same
+ * way (read just before and after each timed prime), under its prompt line and in its "prompts" JSON entry.
+ * Profiling brackets every launch with an event pair: the step times of a profiled run are slower and not the
+ * record.
  */
 #include <dirent.h>
 #include <errno.h>
