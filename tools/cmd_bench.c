@@ -525,27 +525,27 @@ static int kern_rows(const bench_kern *kn, double unit_ms, kern_row *rows)
     return n;
 }
 
-/* The "kernels" members of a configuration's JSON object (each followed by a comma). */
-static void json_kernels(const bench_result *r, const char *backend)
+/* The account kn per unit of unit_ms ("step": the median decode step; "prompt": the median prime) as members of a
+ * JSON object, each followed by a comma: kernels_us_per_<unit>, kernels_share and the kernels, most time first. */
+static void json_account(const bench_kern *kn, double unit_ms, const char *unit)
 {
     kern_row rows[PPN_KERNEL_PROFILE_MAX];
-    int n = kern_rows(&r->kern, r->median_ms, rows);
-    printf("\"kernel_steps\":%d,\"kernel_clock\":", r->kern.steps);
-    json_str(stdout, kern_clock(backend));
-    printf(",\"kernel_note\":");
-    json_str(stdout, kern_note(backend));
+    int n = kern_rows(kn, unit_ms, rows);
+    char k_us[32], k_calls[32], k_tot[40];
+    snprintf(k_us, sizeof k_us, "us_per_%s", unit);
+    snprintf(k_calls, sizeof k_calls, "calls_per_%s", unit);
+    snprintf(k_tot, sizeof k_tot, "kernels_us_per_%s", unit);
     double us = 0;
     for (int i = 0; i < n; i++) us += rows[i].us;
-    printf(",");
-    json_num(stdout, "kernels_us_per_step", us);
-    json_num(stdout, "kernels_share", r->median_ms > 0 ? us / (r->median_ms * 1e3) : 0);
+    json_num(stdout, k_tot, us);
+    json_num(stdout, "kernels_share", unit_ms > 0 ? us / (unit_ms * 1e3) : 0);
     printf("\"kernels\":[");
     for (int i = 0; i < n; i++) {
         printf("%s{\"name\":", i ? "," : "");
         json_str(stdout, rows[i].name);
         putchar(',');
-        json_num(stdout, "calls_per_step", rows[i].calls);
-        json_num(stdout, "us_per_step", rows[i].us);
+        json_num(stdout, k_calls, rows[i].calls);
+        json_num(stdout, k_us, rows[i].us);
         json_num(stdout, "share", rows[i].share);
         if (isfinite(rows[i].gbs)) printf("\"gbs\":%.9g}", rows[i].gbs);
         else printf("\"gbs\":null}");
@@ -553,28 +553,22 @@ static void json_kernels(const bench_result *r, const char *backend)
     printf("],");
 }
 
+/* The "kernels" members of a configuration's JSON object (each followed by a comma). */
+static void json_kernels(const bench_result *r, const char *backend)
+{
+    printf("\"kernel_steps\":%d,\"kernel_clock\":", r->kern.steps);
+    json_str(stdout, kern_clock(backend));
+    printf(",\"kernel_note\":");
+    json_str(stdout, kern_note(backend));
+    printf(",");
+    json_account(&r->kern, r->median_ms, "step");
+}
+
 /* A prompt length's account as members of its JSON object (each followed by a comma): per timed prime. */
 static void json_prompt_kernels(const bench_kern *kn, double pp_ms)
 {
-    kern_row rows[PPN_KERNEL_PROFILE_MAX];
-    int n = kern_rows(kn, pp_ms, rows);
-    double us = 0;
-    for (int i = 0; i < n; i++) us += rows[i].us;
     printf("\"kernel_primes\":%d,", kn->steps);
-    json_num(stdout, "kernels_us_per_prompt", us);
-    json_num(stdout, "kernels_share", pp_ms > 0 ? us / (pp_ms * 1e3) : 0);
-    printf("\"kernels\":[");
-    for (int i = 0; i < n; i++) {
-        printf("%s{\"name\":", i ? "," : "");
-        json_str(stdout, rows[i].name);
-        putchar(',');
-        json_num(stdout, "calls_per_prompt", rows[i].calls);
-        json_num(stdout, "us_per_prompt", rows[i].us);
-        json_num(stdout, "share", rows[i].share);
-        if (isfinite(rows[i].gbs)) printf("\"gbs\":%.9g}", rows[i].gbs);
-        else printf("\"gbs\":null}");
-    }
-    printf("],");
+    json_account(kn, pp_ms, "prompt");
 }
 
 static void report_json(const bench_args *a, const ppn_model_info *mi, const char *backend, const bench_result *res,
