@@ -44,6 +44,9 @@ __device__ __forceinline__ void ppn_kv_put(uint64_t c, int kd, size_t i, float v
     else ((float *)c)[i] = v;
 }
 
+// silu(g) = g / (1 + e^-g), as the CPU reference computes it (the swiglu kernels).
+__device__ __forceinline__ float ppn_swish(float g) { return g / (1.0f + expf(-g)); }
+
 __device__ __forceinline__ float ppn_warp_sum(float v)
 {
 #pragma unroll

@@ -908,9 +908,7 @@ extern "C" __global__ void ppn_k_swiglu(const ppn_kp_swiglu p)
     PPN_PDL_ENTER();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= p.n) return;
-    float g = ((const float *)p.gate)[i];
-    float s = g / (1.0f + expf(-g));
-    ((float *)p.out)[i] = s * ((const float *)p.up)[i];
+    ((float *)p.out)[i] = ppn_swish(((const float *)p.gate)[i]) * ((const float *)p.up)[i];
 }
 
 extern "C" __global__ void ppn_k_add(const ppn_kp_add p)

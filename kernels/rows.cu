@@ -120,9 +120,6 @@ extern "C" __global__ void ppn_k_rope_kv_batch(const ppn_kp_rope_kv_batch p)
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// silu(g) = g / (1 + e^-g), as the single-row swiglu and the CPU reference compute it.
-__device__ __forceinline__ float ppn_swish(float g) { return g / (1.0f + expf(-g)); }
-
 // swiglu rows: block (row, column block)
 
 extern "C" __global__ void ppn_k_swiglu_rows(const ppn_kp_swiglu_rows p)

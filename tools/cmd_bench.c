@@ -631,17 +631,17 @@ static void table_header(const bench_args *a, const ppn_model_info *mi, const ch
     fflush(stdout);
 }
 
-/* A kernel account (kn: per median step, or per prime of median pp_ms when what is "prime") as table rows. */
-static void table_account(const bench_kern *kn, double unit_ms, const char *what)
+/* The account kn per unit of unit_ms ("step": the median decode step; "prompt": the median prime) as table rows. */
+static void table_account(const bench_kern *kn, double unit_ms, const char *unit)
 {
     kern_row rows[PPN_KERNEL_PROFILE_MAX];
     int n = kern_rows(kn, unit_ms, rows);
     double calls = 0, us = 0, step_us = unit_ms * 1e3;
     printf("       kernels over %d timed %s%s (share = kernel time / median %s; GB/s = declared bytes / kernel time):\n",
-           kn->steps, strcmp(what, "step") ? "prime" : "decode step", kn->steps == 1 ? "" : "s", what);
+           kn->steps, strcmp(unit, "step") ? "prime" : "decode step", kn->steps == 1 ? "" : "s", unit);
     char c1[16], c2[16];
-    snprintf(c1, sizeof c1, "calls/%s", what);
-    snprintf(c2, sizeof c2, "us/%s", what);
+    snprintf(c1, sizeof c1, "calls/%s", unit);
+    snprintf(c2, sizeof c2, "us/%s", unit);
     printf("       %-22s %11s %12s %8s %10s\n", "kernel", c1, c2, "share", "GB/s");
     for (int i = 0; i < n; i++) {
         printf("       %-22s %11.2f %12.3f %7.1f%% %10.2f\n", rows[i].name, rows[i].calls, rows[i].us,
@@ -650,7 +650,7 @@ static void table_account(const bench_kern *kn, double unit_ms, const char *what
         us += rows[i].us;
     }
     printf("       %-22s %11.2f %12.3f %7.1f%%   (median %s %.3f us; kernels of different stages may overlap)\n",
-           "all kernels", calls, us, step_us > 0 ? 100.0 * us / step_us : 0.0, what, step_us);
+           "all kernels", calls, us, step_us > 0 ? 100.0 * us / step_us : 0.0, unit, step_us);
     printf("       embed, rope and attn declare the whole table or KV cache: their GB/s overstates the traffic\n");
 }
 
