@@ -719,6 +719,12 @@ static void test_gpu_kernels_attn(void **state)
     attn_case(12, 4, 96, 300, 299, 3, PPN_DTYPE_BF16);
     attn_case(16, 4, 160, 512, 511, 7, PPN_DTYPE_BF16);
     attn_case(4, 4, 32, 64, 64, 8, PPN_DTYPE_BF16);
+    /* head dims whose rows are not whole 16-byte chunks (12-, 10- and 20-byte rows; an odd head_dim): a kernel
+     * that loads rows in wider pieces must still read every element and nothing past the row */
+    attn_case(8, 2, 6, 200, 150, 2, PPN_DTYPE_BF16);
+    attn_case(8, 2, 5, 200, 199, 3, PPN_DTYPE_BF16);
+    attn_case(8, 2, 5, 200, 130, 1, PPN_DTYPE_F16);
+    attn_case(8, 2, 5, 200, 130, 2, PPN_DTYPE_F32);
     attn_time(32, 8, 128, 4096, chosen, PPN_DTYPE_BF16);
     attn_time(32, 8, 64, 4096, chosen, PPN_DTYPE_BF16);
     attn_time(32, 8, 128, 4096, 1, PPN_DTYPE_F32);
@@ -1051,6 +1057,8 @@ static void test_gpu_kernels_attn_rope(void **state)
     attn_rope_case(32, 8, 128, 4096, 4095, chosen, 0, PPN_DTYPE_BF16);
     attn_rope_case(32, 8, 128, 4096, 700, chosen, 1, PPN_DTYPE_F16);
     attn_rope_case(4, 2, 16, 64, 63, 1, 0, PPN_DTYPE_BF16);
+    attn_rope_case(4, 2, 6, 64, 50, 1, 1, PPN_DTYPE_BF16);  /* 12-byte rows, interleaved pairs */
+    attn_rope_case(4, 2, 10, 200, 150, 2, 1, PPN_DTYPE_F16); /* 20-byte rows over two splits */
     attn_rope_time(32, 8, 64, 4096, 37, chosen, PPN_DTYPE_BF16);
     attn_rope_time(32, 8, 128, 4096, 37, chosen, PPN_DTYPE_BF16);
     attn_rope_time(32, 8, 128, 4096, 4095, chosen, PPN_DTYPE_BF16);
