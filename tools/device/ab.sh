@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ab.sh - A/B of ppn builds on the batched decode bench (docs/PERF.md): each binary in $BINS (default
 # .devcarry/ab/ppn-*) runs `ppn bench --batch $BATCH` on the llama-8b and llama-1b shapes (bf16), in $ROUNDS
-# alternating rounds, and one kernel account (PPN_KPROF=1, graphs off) at B = $KPROF_B on the 8B.
+# alternating rounds, and a kernel account (PPN_KPROF=1, graphs off) on the 8B at each B of $KPROF_B (a comma
+# list, default 16; its attention, norm, rotary and SwiGLU lines go to the summary).
 # Results: $OUT/summary.txt, one JSON per run.
 . "$(dirname "$0")/common.sh"
 BINS=$(echo ${BINS:-.devcarry/ab/ppn-*})
@@ -33,9 +34,12 @@ if [ -n "${PREFILL:-}" ]; then # prompt speed, 8B, 4,096-token prompt at 2048-ro
         done
     done
 fi
-for b in $BINS; do
-    PPN_KPROF=1 PPN_GRAPHS=0 "$b" bench --model /tmp/m-llama-8b --backend cuda --batch "${KPROF_B:-16}" --prompt 128 -n 64 \
-        --reps 1 > "$OUT/kprof_$(basename "$b").txt" 2>&1 || { fail=1; log "FAIL kprof $b"; }
-    grep -E "rmsnorm_rows|swiglu_rows|rope_kv_batch|attn_batch" "$OUT/kprof_$(basename "$b").txt" | sed "s|^|$(basename "$b") |" | tee -a "$S"
+for kb in $(echo "${KPROF_B:-16}" | tr , ' '); do
+    for b in $BINS; do
+        k="$OUT/kprof_$(basename "$b")_B$kb.txt"
+        PPN_KPROF=1 PPN_GRAPHS=0 "$b" bench --model /tmp/m-llama-8b --backend cuda --batch "$kb" --prompt 128 -n 64 \
+            --reps 1 > "$k" 2>&1 || { fail=1; log "FAIL kprof $b B=$kb"; }
+        grep -E "rmsnorm_rows|swiglu_rows|rope_kv_batch|attn_batch" "$k" | sed "s|^|$(basename "$b") |" | tee -a "$S"
+    done
 done
 finish
