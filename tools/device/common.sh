@@ -10,6 +10,7 @@
 #   begin [-a] [-h] Q     the summary's head: the UTC date (-a: appended to an existing summary, else a new
 #                         one), then nvidia-smi --query-gpu=Q (-h: with the CSV header line)
 #   summarize JSON...     one line per configuration of each `ppn bench --json` file
+#   find_ncu              the path of Nsight Compute's ncu, or nothing
 #   finish                log the verdict ("overall: PASS|FAIL") and exit with $fail
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
@@ -32,6 +33,12 @@ begin() {
     done
     if [ $append = 1 ]; then date -u +%FT%TZ >> "$S"; else date -u +%FT%TZ > "$S"; fi
     nvidia-smi --query-gpu="$1" --format="$fmt" | tee -a "$S"
+}
+
+# Nsight Compute's ncu: on PATH, else the newest under /opt/nvidia/nsight-compute; nothing when absent.
+find_ncu() {
+    # shellcheck disable=SC2012 # the newest installed version, by name
+    command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -n 1
 }
 
 summarize() {

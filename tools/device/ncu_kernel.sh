@@ -10,8 +10,9 @@
 . "$(dirname "$0")/common.sh"
 BINS=$(echo ${BINS:-build/ppn})
 KERNEL=${KERNEL:-attn_batch} B=${B:-64} SKIP=${SKIP:-300} SHAPE=${SHAPE:-llama-8b}
-NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+NCU=$(find_ncu)
 begin -h name,driver_version,memory.total
+[ -n "$NCU" ] || { log "ncu: not found"; fail=1; finish; }
 first=${BINS%% *}
 [ -d "/tmp/m-$SHAPE" ] || $first mkmodel --shape "$SHAPE" --out "/tmp/m-$SHAPE" --dtype bf16 > /dev/null
 for b in $BINS; do

@@ -104,8 +104,7 @@ for phase in "${phases[@]}"; do
         done
         ;;
     ncu)
-        # shellcheck disable=SC2012 # the newest installed version, by name
-        NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -n 1)
+        NCU=$(find_ncu)
         [ -n "$NCU" ] || { log "ncu: not found"; fail=1; continue; }
         for sh in llama-1b llama-8b; do
             m=$(model $sh)
