@@ -236,6 +236,17 @@ static void test_gemm_op_choice(void **state)
         assert_int_equal(op_kernel(dt, 129, 4096, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_M);
         assert_int_equal(op_kernel(dt, 16, 4096, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_K);
         expect_launch(PPN_K_GEMM_TC_K, 16, 4096);
+        /* from 9 tokens, gemm_tc_kw on at least 6144 rows over at least 4096 columns (the 8B's q|k|v, gate|up) */
+        assert_int_equal(op_kernel(dt, 8, 6144, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_K);
+        assert_int_equal(op_kernel(dt, 9, 6144, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
+        assert_int_equal(op_kernel(dt, 16, 6144, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
+        expect_launch(PPN_K_GEMM_TC_KW, 16, 6144);
+        assert_int_equal(op_kernel(dt, 8, 28672, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_K);
+        assert_int_equal(op_kernel(dt, 16, 28672, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
+        assert_int_equal(op_kernel(dt, 16, 5888, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_K);   /* below 6144 rows */
+        assert_int_equal(op_kernel(dt, 16, 16384, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_K);  /* 1B gate|up */
+        assert_int_equal(op_kernel(dt, 16, 4096, 14336, FAKE_W, FAKE_X), PPN_K_GEMM_TC_K);  /* 8B down */
+        assert_int_equal(op_kernel(dt, 16, 128256, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_K); /* KW_KS 1 */
         assert_int_equal(op_kernel(dt, 1, 2048, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_K);
         expect_launch(PPN_K_GEMM_TC_K, 1, 2048);
         assert_int_equal(op_kernel(dt, 33, 2048, 8192, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
