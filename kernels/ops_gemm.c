@@ -125,8 +125,8 @@ static int gemm_h_wins(const ppn_kp_gemm *p, int sms)
     return p->cols >= 8192 || gemm_tiles(p->m, p->rows, PPN_GEMM_TC_H_BM, PPN_GEMM_TC_H_BN) > (size_t)sms;
 }
 
-/* From 9 tokens on, gemm_tc_kw takes the wide matrices that are not narrow: at least 6144 rows over at least 4096
- * columns. H200, test_gpu_gemm's decode table at m = 16, two builds of one call (2026-12-03 10:48 UTC,
+/* From 9 tokens on, gemm_tc_kw takes the large matrices (at least 6144 rows over at least 4096 columns), where it
+ * was faster. H200, test_gpu_gemm's decode table at m = 16, two builds of one call (2026-12-03 10:48 UTC,
  * docs/PERF.md): 8B q|k|v 59.4 / 59.2% of the copy floor against gemm_tc_k's 55.0 / 54.4%, 8B gate|up 85.1 / 85.4%
  * against 79.4 / 80.1%; on 4096 rows gemm_tc_k stays ahead (8B o 46.8% against 61.3%, 8B down 63.9% against
  * 76.9%), and on 2048 columns (1B gate|up 50.8% against 70.6%); at m = 8 gemm_tc_k was ahead or level on all
