@@ -4,8 +4,7 @@
  * The choice is a function of (m, rows, cols, wdt) and the 16-byte alignment of w and x alone, so a given
  * shape always runs the same kernel and gives the same bits. The prefill tiles (l, m, s) sum each output in the
  * same order (k16 steps in k order into one f32 accumulator), so among them the tile never shows in the bits.
- * Few tokens (m <= gemm_k_max_m(rows, cols): 32 or 16; batched decode; from 9 tokens not on matrices of 6144 rows
- * or more over 4096 columns or more: gemm_kw_early) take gemm_tc_k, which splits K over a
+ * Few tokens (m <= gemm_k_max_m(rows, cols): 32, 16 or 8; batched decode) take gemm_tc_k, which splits K over a
  * cluster of CTAs and adds the partial sums in a fixed order: the same bits run to run, and a token's row has
  * the same bits at every m up to that bound (the k-ranges depend on rows and cols alone), but not the bits the
  * prefill tiles give it above, except where gemm_tc_k does not split (1024 weight tiles or more: the lm heads).
@@ -86,12 +85,21 @@ static size_t gemm_kw_ctas(const ppn_kp_gemm *p)
 
 /* Up to how many tokens gemm_tc_k, the split-K tile built for weight bandwidth, is taken (H200,
  * tests/gpu/test_gpu_gemm.c's decode table, 2026-12-01 15:30 and 16:15 UTC; docs/PERF.md): at m <= 16 on every
- * llama-1b / 8b shape (gemm_tc_kw within 5% of it or behind then; since gemm_tc_kw's later tuning it wins on two
- * of them from 9 tokens: gemm_kw_early); at m = 32 only on the 1B's narrow, short q|k|v
+ * llama-1b / 8b shape (gemm_tc_kw within 5% of it or behind then); at m = 32 only on the 1B's narrow, short q|k|v
  * and o (up to 8192 rows, cols < 4096: q|k|v 29% of the copy floor against 25%; o 20% against 22%, noise),
  * where gemm_tc_kw's 64-token tile is mostly padding over few k-tiles; elsewhere gemm_tc_k's x traffic (f32,
- * once per 64-row CTA: as many bytes as W's at m = 32) tells. */
-static int gemm_k_max_m(int rows, int cols) { return rows <= 8192 && cols < 4096 ? 32 : 16; }
+ * once per 64-row CTA: as many bytes as W's at m = 32) tells.
+ * Since gemm_tc_kw's later tuning, only up to 8 on the large matrices where gemm_tc_kw fits (at least 6144 rows
+ * over at least 4096 columns, KW_KS >= 2). Same table at m = 16, two builds of one call (2026-12-03 10:48 UTC):
+ * 8B q|k|v 59.4 / 59.2% against gemm_tc_k's 55.0 / 54.4%, 8B gate|up 85.1 / 85.4% against 79.4 / 80.1%; on 4096
+ * rows gemm_tc_k stays ahead (8B o 46.8% against 61.3%, 8B down 63.9% against 76.9%), and on 2048 columns (1B
+ * gate|up 50.8% against 70.6%); at m = 8 gemm_tc_k was ahead or level on all (8B q|k|v 63.7% against 59.9%,
+ * gate|up 85.3% against 86.4%). The lm heads keep 16 (KW_KS 1: gemm_tc_kw does not fit). */
+static int gemm_k_max_m(int rows, int cols)
+{
+    if (rows <= 8192 && cols < 4096) return 32;
+    return rows >= 6144 && cols >= 4096 && PPN_GEMM_TC_KW_KS(rows) >= 2u ? 8 : 16;
+}
 
 /* Above that, up to 128 tokens, gemm_tc_kw (the middle tile split over K in a cluster) where its K split is 2 or
  * more (up to 264 middle tiles of weight rows; the lm heads keep the middle / large tile). Same table: at m = 32
@@ -125,21 +133,10 @@ static int gemm_h_wins(const ppn_kp_gemm *p, int sms)
     return p->cols >= 8192 || gemm_tiles(p->m, p->rows, PPN_GEMM_TC_H_BM, PPN_GEMM_TC_H_BN) > (size_t)sms;
 }
 
-/* From 9 tokens on, gemm_tc_kw takes the large matrices (at least 6144 rows over at least 4096 columns), where it
- * was faster. H200, test_gpu_gemm's decode table at m = 16, two builds of one call (2026-12-03 10:48 UTC,
- * docs/PERF.md): 8B q|k|v 59.4 / 59.2% of the copy floor against gemm_tc_k's 55.0 / 54.4%, 8B gate|up 85.1 / 85.4%
- * against 79.4 / 80.1%; on 4096 rows gemm_tc_k stays ahead (8B o 46.8% against 61.3%, 8B down 63.9% against
- * 76.9%), and on 2048 columns (1B gate|up 50.8% against 70.6%); at m = 8 gemm_tc_k was ahead or level on all
- * (8B q|k|v 63.7% against 59.9%, gate|up 85.3% against 86.4%). The lm heads keep gemm_tc_k (KW_KS 1: no fit). */
-static int gemm_kw_early(const ppn_kp_gemm *p)
-{
-    return p->m > 8 && p->rows >= 6144 && p->cols >= 4096 && gemm_kw_fits(p->m, p->rows, p->cols);
-}
-
 static int gemm_kernel(const ppn_kp_gemm *p, int sms)
 {
     if (!gemm_tc_fits(p)) return PPN_K_GEMM;
-    if (p->m <= gemm_k_max_m(p->rows, p->cols) && !gemm_kw_early(p)) return PPN_K_GEMM_TC_K;
+    if (p->m <= gemm_k_max_m(p->rows, p->cols)) return PPN_K_GEMM_TC_K;
     if (p->m >= GEMM_L_MIN_M && gemm_tiles(p->m, p->rows, PPN_GEMM_TC_L_BM, PPN_GEMM_TC_L_BN) >= GEMM_L_MIN_TILES)
         return sms && gemm_h_wins(p, sms) ? PPN_K_GEMM_TC_H : PPN_K_GEMM_TC_L;
     if (gemm_kw_fits(p->m, p->rows, p->cols)) return PPN_K_GEMM_TC_KW;

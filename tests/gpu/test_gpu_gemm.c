@@ -356,7 +356,7 @@ static void test_gpu_gemm_correct(void **state)
         /* a few dozen tokens (gemm_tc_kw): two token groups, a last k-range short, tiles past the matrix */
         {"tails", 100, 1000, 4104, bf, 1, 1, 0, 0},       {"tails", 65, 1000, 4104, fh, 1, 0, 0, 0},
         {"8b qkv", 48, 6144, 4096, bf, 0, 0, 0, 0},        {"1b gate|up", 128, 16384, 2048, bf, 0, 1, 0, 0},
-        /* ... and from 9 tokens on wide matrices (ops_gemm.c: gemm_kw_early) */
+        /* ... and from 9 tokens on wide matrices (ops_gemm.c: gemm_k_max_m) */
         {"8b qkv", 16, 6144, 4096, bf, 1, 0, 0, 0},        {"8b gate|up", 12, 28672, 4096, fh, 0, 0, 0, 0},
     };
     static const int fx[][2] = {{96, 64}, {64, 64}, {352, 64}, {64, 176}, {128, 64}, {64, 128}, {320, 64},
