@@ -397,10 +397,18 @@ template <int N, bool BF16> __device__ __forceinline__ void gemm_wgmma(float *d,
 #endif
 }
 
-template <int WGS, int BN, bool BF16, int S = GEMM_H_STAGES> struct gemm_h {
-    static constexpr int BM = 64 * WGS, BK = GEMM_H_BK, STAGE_BYTES = BN * BK * 2;
+extern __shared__ __align__(1024) unsigned char gemm_dyn_smem[];
+
+// XR (gemm_tc_kwx): x comes through the ring too. Each stage holds W's k-tile, then x's BM rows of the k-tile as
+// f32 (PPN_GEMM_TC_KWX_XROW floats a row), copied S - 1 k-tiles ahead as W is, in whole 16-byte pieces, and the
+// fragments are read from there; otherwise each thread loads its fragments' x (8-byte pieces of 8 rows a warp
+// instruction) from global memory one k-tile ahead, into registers.
+template <int WGS, int BN, bool BF16, int S = GEMM_H_STAGES, bool XR = false> struct gemm_h {
+    static constexpr int BM = 64 * WGS, BK = GEMM_H_BK, W_BYTES = BN * BK * 2, XROW = PPN_GEMM_TC_KWX_XROW;
+    static constexpr int STAGE_BYTES = W_BYTES + (XR ? BM * XROW * 4 : 0);
     static constexpr int THREADS = 128 * WGS, WPT = BN * BK / 8 / THREADS, NACC = BN / 2;
     static_assert(WPT * THREADS * 8 == BN * BK && BN % 64 == 0, "whole 8-row swizzle atoms, whole copies");
+    static_assert(STAGE_BYTES % 1024 == 0 && XROW % 32 == 8, "stages on swizzle atoms; x rows 8 mod 32 words apart");
 
     const ppn_kp_gemm &p;
     uint32_t s0;
@@ -441,6 +449,37 @@ template <int WGS, int BN, bool BF16, int S = GEMM_H_STAGES> struct gemm_h {
         }
     }
 
+    // XR: x k-tile kt into stage st as f32, BM rows of XROW (zeros past m and cols; cols % 8 == 0).
+    __device__ __forceinline__ void load_xs(int st, int kt)
+    {
+        const uint32_t xs = s0 + (uint32_t)(st * STAGE_BYTES + W_BYTES);
+#pragma unroll
+        for (int e = 0; e < BM * BK / 4 / THREADS; e++) {
+            int idx = (int)threadIdx.x + e * THREADS, r = idx >> 4, q = idx & 15, gk = kt * BK + q * 4;
+            bool ok = i0 + r < p.m && gk < p.cols;
+            const float *src = (const float *)p.x;
+            if (ok) src += (size_t)(i0 + r) * (size_t)p.cols + (size_t)gk;
+            gemm_cp16(xs + (uint32_t)(r * XROW * 4 + q * 16), src, ok);
+        }
+    }
+
+    // XR: this thread's fragments of stage st's x, rounded to W's dtype: the elements load_x gives raw, in the
+    // same places (so the same bits).
+    __device__ __forceinline__ void frag_xs(int st, uint32_t (&a)[16]) const
+    {
+        const float *xs = (const float *)(gemm_dyn_smem + (size_t)st * STAGE_BYTES + W_BYTES);
+        const int lr = row - i0, q = ((int)threadIdx.x & 3) * 2;
+#pragma unroll
+        for (int s = 0; s < 4; s++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int rh = 0; rh < 2; rh++) {
+                    float2 v = *(const float2 *)(xs + (lr + 8 * rh) * XROW + 16 * s + 8 * h + q);
+                    a[s * 4 + h * 2 + rh] = gemm_pack<BF16>(v.x, v.y);
+                }
+    }
+
     // x k-tile kt's fragment elements: (row + 8 rh, kt BK + 16 s + 8 h + 2 (lane % 4) + {0, 1}); cols % 8 == 0,
     // so a pair is all in or all out.
     __device__ __forceinline__ void load_x(int kt)
@@ -459,9 +498,47 @@ template <int WGS, int BN, bool BF16, int S = GEMM_H_STAGES> struct gemm_h {
                 }
     }
 
+    // XR: k-tiles [kt0, kt1) into acc (zeroed by the caller), x through the ring: the ring's first S - 1 weight
+    // tiles before the wait (weights are immutable), each its own group; then their x tiles as one group, so the
+    // first k-tile waits for all of them.
+    __device__ __forceinline__ void mainloop_xs(float (&acc)[NACC])
+    {
+        const int n = kt1 - kt0;
+        if (s0 & 1023u) __trap(); // the swizzle atoms must sit on 1024-byte boundaries
+#pragma unroll
+        for (int s = 0; s < S - 1; s++) {
+            if (s < n) load_w(s, kt0 + s);
+            gemm_cp_commit();
+        }
+        ppn_pdl_wait();
+        for (int s = 0; s < S - 1 && s < n; s++) load_xs(s, kt0 + s);
+        gemm_cp_commit();
+        for (int i = 0; i < n; i++) {
+            if (i == 0) gemm_cp_wait<0>();
+            else gemm_cp_wait<S - 2>(); // k-tile i's group is the oldest of the S - 1 in flight
+            gemm_fence_async(); // the cp.async writes (generic proxy) before wgmma's reads (async proxy)
+            __syncthreads();    // every thread's copies of k-tile i landed; every warp's wgmma of i - 1 done
+            int ni = i + S - 1;
+            if (ni < n) load_w(ni % S, kt0 + ni), load_xs(ni % S, kt0 + ni);
+            gemm_cp_commit();
+            uint32_t a[16];
+            frag_xs(i % S, a);
+            const uint32_t sb = s0 + (uint32_t)((i % S) * STAGE_BYTES);
+            gemm_wg_fence();
+#pragma unroll
+            for (int s = 0; s < 4; s++) gemm_wgmma<BN, BF16>(acc, a + 4 * s, gemm_desc(sb + 32u * (uint32_t)s));
+            gemm_wg_commit_wait();
+        }
+        gemm_cp_wait<0>();
+    }
+
     // k-tiles [kt0, kt1) into acc (zeroed by the caller).
     __device__ __forceinline__ void mainloop(float (&acc)[NACC])
     {
+        if constexpr (XR) {
+            mainloop_xs(acc);
+            return;
+        }
         const int n = kt1 - kt0;
         if (s0 & 1023u) __trap(); // the swizzle atoms must sit on 1024-byte boundaries
 #pragma unroll
@@ -512,8 +589,6 @@ template <int WGS, int BN, bool BF16, int S = GEMM_H_STAGES> struct gemm_h {
         store(acc);
     }
 };
-
-extern __shared__ __align__(1024) unsigned char gemm_dyn_smem[];
 
 template <int BM, int BN, int WM, int WN, int STAGES> __device__ __forceinline__ void gemm_tc_run(const ppn_kp_gemm &p)
 {
@@ -1134,8 +1209,11 @@ extern "C" __global__ void GEMM_K_CLUSTER_DIMS __launch_bounds__(PPN_GEMM_TC_K_T
 // barrier keeps every CTA's memory alive until all have read it. Without warpgroup MMA (the sm_80 SASS, the
 // PTX) the first CTA of each tile sums all of K on mma.sync (gemm_tc, the middle tile's warps) and the others
 // return.
+// gemm_tc_kwx is the same with x copied through the ring beside W (gemm_h's XR), S - 1 k-tiles ahead, in whole
+// 16-byte pieces: fewer, wider loads than gemm_tc_kw's 8-byte fragments from global memory, at 102 KB of shared
+// memory a CTA (2 an SM). It reads the same elements into the same fragments, so it gives gemm_tc_kw's bits.
 
-template <bool BF16, int S> __device__ __forceinline__ void gemm_kw_run(const ppn_kp_gemm &p)
+template <bool XR, bool BF16, int S> __device__ __forceinline__ void gemm_kw_run(const ppn_kp_gemm &p)
 {
     constexpr int BM = PPN_GEMM_TC_M_BM, BN = PPN_GEMM_TC_M_BN, CL = PPN_GEMM_TC_K_CLUSTER;
     const int rank = (int)(blockIdx.x % CL), kl = p.ks; // = %cluster_ctarank; the op's K split
@@ -1148,7 +1226,7 @@ template <bool BF16, int S> __device__ __forceinline__ void gemm_kw_run(const pp
     const int ks = kl, kts = (p.cols + GEMM_H_BK - 1) / GEMM_H_BK, per = (kts + ks - 1) / ks;
     int kt0 = min(kts, part * per), kt1 = min(kts, kt0 + per);
     if (r0 >= p.rows) kt1 = kt0; // a cluster's tiles past the matrix: no loads, only the barriers
-    gemm_h<1, BN, BF16, S> k(p, gemm_dyn_smem, i0, r0, kt0, kt1);
+    gemm_h<1, BN, BF16, S, XR> k(p, gemm_dyn_smem, i0, r0, kt0, kt1);
     float acc[NQ * 4];
 #pragma unroll
     for (int j = 0; j < NQ * 4; j++) acc[j] = 0.0f;
@@ -1196,6 +1274,19 @@ extern "C" __global__ void GEMM_K_CLUSTER_DIMS __launch_bounds__(PPN_GEMM_TC_M_T
     // One ring depth (GEMM_H_STAGES, p.stages says 3): with depths 3, 4 and 6 instantiated in this kernel it ran
     // the 8B's gate|up at m = 64 at 52% of the copy floor against 76% with one (H200, 2026-12-01 night: the
     // registers of the widest path, so fewer CTAs an SM; docs/PERF.md).
-    if (p.wdt == PPN_DTYPE_BF16) gemm_kw_run<true, GEMM_H_STAGES>(p);
-    else gemm_kw_run<false, GEMM_H_STAGES>(p);
+    if (p.wdt == PPN_DTYPE_BF16) gemm_kw_run<false, true, GEMM_H_STAGES>(p);
+    else gemm_kw_run<false, false, GEMM_H_STAGES>(p);
+}
+
+extern "C" __global__ void GEMM_K_CLUSTER_DIMS __launch_bounds__(PPN_GEMM_TC_M_THREADS)
+    ppn_k_gemm_tc_kwx(const ppn_kp_gemm_tc_kwx p)
+{
+    static_assert(PPN_GEMM_TC_KWX_SMEM == PPN_GEMM_TC_KWX_STAGES * (PPN_GEMM_TC_M_BN * GEMM_H_BK * 2u +
+                                                                    PPN_GEMM_TC_M_BM * PPN_GEMM_TC_KWX_XROW * 4u),
+                  "kparams.h's ring");
+    static_assert(PPN_GEMM_TC_KWX_SMEM >= PPN_GEMM_TC_SMEM(PPN_GEMM_TC_M_BM, PPN_GEMM_TC_M_BN, PPN_GEMM_TC_M_STAGES),
+                  "it also holds the sm_80 fallback's");
+    ppn_pdl_trigger();
+    if (p.wdt == PPN_DTYPE_BF16) gemm_kw_run<true, true, PPN_GEMM_TC_KWX_STAGES>(p);
+    else gemm_kw_run<true, false, PPN_GEMM_TC_KWX_STAGES>(p);
 }

@@ -86,6 +86,7 @@ void ppn_cpu_gemm_tc_m(const void *params) { ppn_cpu_gemm(params); }
 void ppn_cpu_gemm_tc_s(const void *params) { ppn_cpu_gemm(params); }
 void ppn_cpu_gemm_tc_k(const void *params) { ppn_cpu_gemm(params); }
 void ppn_cpu_gemm_tc_kw(const void *params) { ppn_cpu_gemm(params); }
+void ppn_cpu_gemm_tc_kwx(const void *params) { ppn_cpu_gemm(params); }
 
 /* gemm_tc_h: x and W are read where its tensor maps say (the sim's encoding, gpu.h), not from p.g's x and w, so
  * a map that does not describe the operands gives wrong sums on the sim; a map that is not the sim's, or one

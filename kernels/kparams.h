@@ -54,7 +54,7 @@ typedef struct { uint64_t out, w, x, bias, res; int32_t rows, cols, m, wdt; } pp
  * out[i, r] = (res ? res[i, r] : 0) + (bias ? bias[r] : 0) + sum_k W[r, k] x[i, k]
  * x [m, cols] f32; out and res [m, rows] f32 (res may alias out); W [rows, cols] row-major and bias [rows] in wdt.
  * bf16 / f16 W: x is rounded to wdt (nearest even) and the products (exact in f32) are summed in f32; f32 W:
- * f32 throughout. Three kernels take these params (one CPU reference, gemm_cpu.c, serves them all):
+ * f32 throughout. These kernels take these params (one CPU reference, gemm_cpu.c, serves them all):
  *   gemm       SIMT tiles, any shape, dtype and alignment (f32 weights, odd shapes)
  *   gemm_tc_l  tensor cores, bf16 / f16 W, cols % 8 == 0, w and x 16-byte aligned: 128 x 256 output tiles
  *              (warpgroup MMA on sm_90a, mma.sync m16n8k16 on sm_80)
@@ -67,16 +67,17 @@ typedef struct { uint64_t out, w, x, bias, res; int32_t rows, cols, m, wdt; } pp
  *   gemm_tc_kw the same, for a few dozen tokens: the middle tile (64 tokens x 128 weight rows, warpgroup MMA on
  *              sm_90a) with K split over KW_KS(rows) CTAs of a cluster as gemm_tc_k splits it (elsewhere the
  *              first CTA of each tile sums all of K on mma.sync and the others return)
- * Only gemm_tc_k and gemm_tc_kw split a sum over K: elsewhere every output is one thread's sum in k order (SIMT:
- * a fmaf chain; tensor cores: one f32 accumulator through k16 steps in k order, which on the H200 gave the same
- * bits from both tiles and both instruction families). gemm_tc_k sums each of KS(rows) k-ranges so (the ranges
- * depend on rows and cols alone), then adds the partial sums in k order: its bits are the same for every m, and
- * where KS is 1 (the lm heads) they are the tiles' bits. gemm_tc_kw does the same over its own KW_KS(rows)
- * ranges (its bits: the same for every m, not gemm_tc_k's). */
-/* ks and stages: gemm_tc_k's and gemm_tc_kw's K split (CTAs of a cluster per weight tile: 1, 2, 4 or 8) and ring
- * depth (k-tiles: gemm_tc_k 3 or 4; gemm_tc_kw 3), chosen by the op (ops_gemm.c; a forced tile may name them:
- * ppn_op_gemm_tile); the other kernels ignore them. The kernels read them from here, so the host's table is the
- * only place they are chosen. */
+ *   gemm_tc_kwx gemm_tc_kw with x copied through its ring beside W (sm_90a): the same tile, split and bits
+ * Only gemm_tc_k and gemm_tc_kw (and gemm_tc_kwx) split a sum over K: elsewhere every output is one thread's sum in
+ * k order (SIMT: a fmaf chain; tensor cores: one f32 accumulator through k16 steps in k order, which on the H200
+ * gave the same bits from both tiles and both instruction families). gemm_tc_k sums each of KS(rows) k-ranges so
+ * (the ranges depend on rows and cols alone), then adds the partial sums in k order: its bits are the same for
+ * every m, and where KS is 1 (the lm heads) they are the tiles' bits. gemm_tc_kw does the same over its own
+ * KW_KS(rows) ranges (its bits: the same for every m, not gemm_tc_k's), and gemm_tc_kwx gives gemm_tc_kw's. */
+/* ks and stages: gemm_tc_k's and gemm_tc_kw's (gemm_tc_kwx's) K split (CTAs of a cluster per weight tile: 1, 2, 4
+ * or 8) and ring depth (k-tiles: gemm_tc_k 3 or 4; gemm_tc_kw and gemm_tc_kwx 3), chosen by the op (ops_gemm.c; a
+ * forced tile may name them: ppn_op_gemm_tile); the other kernels ignore them. The kernels read them from here, so
+ * the host's table is the only place they are chosen. */
 /* ctas: gemm_tc_h's grid, CTAs that walk its tiles gridDim.x apart (0: the op's choice, one a multiprocessor up to
  * the tiles; a forced tile may name another count, capped at the tiles: ppn_op_gemm_tile); the other kernels
  * ignore it. */
@@ -86,6 +87,7 @@ typedef ppn_kp_gemm ppn_kp_gemm_tc_m;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_s;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_k;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_kw;
+typedef ppn_kp_gemm ppn_kp_gemm_tc_kwx;
 /* Each gemm kernel's tile (BM tokens x BN weight rows of out per CTA), threads and pipeline: the contract
  * between ops_gemm.c's geometry and gemm.cu. A 1-D grid of ceil(m / BM) * ceil(rows / BN) CTAs; the tensor-core
  * kernels take PPN_GEMM_TC_SMEM(BM, BN, STAGES) bytes of dynamic shared memory, the SIMT one none. */
@@ -153,6 +155,14 @@ typedef ppn_kp_gemm ppn_kp_gemm_tc_kw;
              PPN_GEMM_TC_SMEM(PPN_GEMM_TC_M_BM, PPN_GEMM_TC_M_BN, PPN_GEMM_TC_M_STAGES)                          \
          ? (unsigned)(stages) * PPN_GEMM_TC_M_BN * 64u * 2u                                                       \
          : PPN_GEMM_TC_SMEM(PPN_GEMM_TC_M_BM, PPN_GEMM_TC_M_BN, PPN_GEMM_TC_M_STAGES))
+
+/* gemm_tc_kwx: gemm_tc_kw's tile, grid and K split with x copied through the ring beside W: STAGES x (a W k-tile
+ * of 128 x 64 16-bit elements, then x's 64 rows of the k-tile as f32, XROW floats a row) = 102 KB, above the
+ * set's opt-in (ktable.c asks it for this kernel alone). */
+#define PPN_GEMM_TC_KWX_XROW 72 /* 64 + 8: rows 8 mod 32 words apart, so the fragments' float2 reads miss no bank */
+#define PPN_GEMM_TC_KWX_STAGES 3u
+#define PPN_GEMM_TC_KWX_SMEM                                                                                      \
+    (PPN_GEMM_TC_KWX_STAGES * (PPN_GEMM_TC_M_BN * 64u * 2u + PPN_GEMM_TC_M_BM * PPN_GEMM_TC_KWX_XROW * 4u))
 
 /* gemm_tc_h (sm_90a, Hopper): the large tile (128 tokens x 256 weight rows) warp-specialized. One producer
  * warpgroup's thread streams x (f32) and W (16-bit) k-tiles of 64 columns into a ring of STAGES through the tensor

@@ -30,6 +30,7 @@ const ppn_gpu_kernel ppn_kernels[PPN_K_COUNT] = {
     PPN_KDESC(PPN_K_GEMM_TC_S, gemm_tc_s),
     PPN_KDESC(PPN_K_GEMM_TC_K, gemm_tc_k),
     PPN_KDESC(PPN_K_GEMM_TC_KW, gemm_tc_kw),
+    PPN_KDESC(PPN_K_GEMM_TC_KWX, gemm_tc_kwx),
     PPN_KDESC(PPN_K_GEMM_TC_H, gemm_tc_h),
     PPN_KDESC(PPN_K_EMBED_ROWS, embed_rows),
     PPN_KDESC(PPN_K_RMSNORM_ROWS, rmsnorm_rows),
@@ -52,7 +53,8 @@ extern const unsigned char ppn_fatbin_data[], ppn_fatbin_end[]; /* the build's e
 #endif
 
 /* The kernels that need more dynamic shared memory than the set's opt-in (PPN_DYN_SMEM_MAX). */
-static const unsigned kernel_smem[PPN_K_COUNT] = {[PPN_K_GEMM_TC_H] = PPN_GEMM_TC_H_SMEM};
+static const unsigned kernel_smem[PPN_K_COUNT] = {[PPN_K_GEMM_TC_H] = PPN_GEMM_TC_H_SMEM,
+                                                  [PPN_K_GEMM_TC_KWX] = PPN_GEMM_TC_KWX_SMEM};
 
 static ppn_gpu_kernels kernel_set;
 static pthread_once_t kernel_set_once = PTHREAD_ONCE_INIT;

@@ -126,8 +126,9 @@ ppn_status ppn_op_rmsnorm_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dpt
 ppn_status ppn_op_gemm(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x, int m, int rows,
                        int cols, ppn_dptr bias, ppn_dptr res);
 /* ppn_op_gemm on the tile kernel the caller names (PPN_K_GEMM or a PPN_K_GEMM_TC_*) instead of the op's choice:
- * for tests and benchmarks that compare the tiles. For gemm_tc_k and gemm_tc_kw, p->ks and p->stages name the K
- * split and ring depth (kparams.h; 0: the op's choice), so a benchmark can sweep them; the other tiles ignore them.
+ * for tests and benchmarks that compare the tiles. For gemm_tc_k, gemm_tc_kw and gemm_tc_kwx, p->ks and p->stages
+ * name the K split and ring depth (kparams.h; 0: the op's choice), so a benchmark can sweep them; the other tiles
+ * ignore them.
  * For gemm_tc_h, p->ctas names its persistent grid's CTAs (0: the op's, one a multiprocessor; capped at the tiles).
  * @return as ppn_op_gemm, and PPN_EINVAL for a kernel that is not a gemm tile or a tensor-core tile the shape,
  * dtype or alignment does not fit, a K split or depth the tile does not take, or ctas < 0; PPN_EUNSUPPORTED for gemm_tc_h

@@ -9,7 +9,8 @@
  * the same bits at every m up to that bound (the k-ranges depend on rows and cols alone), but not the bits the
  * prefill tiles give it above, except where gemm_tc_k does not split (1024 weight tiles or more: the lm heads).
  * Above that bound, up to 64 or 128 tokens, matrices of up to 264 middle tiles of rows take gemm_tc_kw, the middle
- * tile split over K the same way (its own k-ranges: again the same bits at every m it is taken for).
+ * tile split over K the same way (its own k-ranges: again the same bits at every m it is taken for), or below 4096
+ * rows gemm_tc_kwx, the same tile and sums with x through its ring (gemm_tc_kw's bits).
  * Where the stream's device runs the TMA kernels (gpu.h: tma_ok; PPN_TMA=0 says no) the large tile is
  * gemm_tc_h on the shapes where it was faster (gemm_h_wins), the same tile and sum warp-specialized behind the
  * tensor memory accelerator: gemm_tc_l's bits.
@@ -75,7 +76,8 @@ static size_t gemm_k_ctas(const ppn_kp_gemm *p)
            PPN_GEMM_TC_K_CLUSTER;
 }
 
-/* gemm_tc_kw's CTAs: clusters of CLUSTER / KW_KS middle tiles, for each group of 64 tokens (kparams.h). */
+/* gemm_tc_kw's (and gemm_tc_kwx's) CTAs: clusters of CLUSTER / KW_KS middle tiles, for each group of 64 tokens
+ * (kparams.h). */
 static size_t gemm_kw_ctas(const ppn_kp_gemm *p)
 {
     unsigned per = PPN_GEMM_TC_K_CLUSTER / (unsigned)gemm_kw_ks(p);
@@ -115,6 +117,14 @@ static int gemm_kw_fits(int m, int rows, int cols)
     return m <= GEMM_KW_MAX_M && ks >= 2 && (m <= 64 || ks == 8 || cols >= 4096);
 }
 
+/* Where gemm_tc_kw is taken, gemm_tc_kwx (the same tile and bits, x copied through the ring beside W in 16-byte
+ * pieces, 102 KB of shared memory a CTA) replaces it on matrices of fewer than 4096 rows: the 1B's q|k|v, o and
+ * down. H200, test_gpu_gemm's decode table, 2026-12-03 14:24 UTC (docs/PERF.md), % of the copy floor, kw against
+ * kwx: at m = 64 1B q|k|v 20.4 / 30.5, o 18.4 / 21.1, down 31.2 / 42.3; at m = 32 1B down 39.1 / 45.3; the 1B's
+ * B=64 step 2.51-2.56 -> 2.26-2.28 ms. On the 8B's 4096-row o and down it was level alone (m = 64: 35.2 / 35.7,
+ * 49.0 / 51.2) but slower in the step (B=64 7.95-8.00 -> 8.62-8.67 ms), and behind on the wider matrices. */
+static int gemm_kwx_wins(int rows) { return rows < 4096; }
+
 /* sms: the stream's device's multiprocessors where it runs the TMA kernels (gpu.h: tma_ok, sm_count), else 0. */
 static int gemm_tma_sms(ppn_gpu *g, ppn_gstream *s)
 {
@@ -139,7 +149,7 @@ static int gemm_kernel(const ppn_kp_gemm *p, int sms)
     if (p->m <= gemm_k_max_m(p->rows, p->cols)) return PPN_K_GEMM_TC_K;
     if (p->m >= GEMM_L_MIN_M && gemm_tiles(p->m, p->rows, PPN_GEMM_TC_L_BM, PPN_GEMM_TC_L_BN) >= GEMM_L_MIN_TILES)
         return sms && gemm_h_wins(p, sms) ? PPN_K_GEMM_TC_H : PPN_K_GEMM_TC_L;
-    if (gemm_kw_fits(p->m, p->rows, p->cols)) return PPN_K_GEMM_TC_KW;
+    if (gemm_kw_fits(p->m, p->rows, p->cols)) return gemm_kwx_wins(p->rows) ? PPN_K_GEMM_TC_KWX : PPN_K_GEMM_TC_KW;
     return PPN_K_GEMM_TC_M;
 }
 
@@ -177,6 +187,11 @@ static ppn_launch gemm_geometry(int kernel, const ppn_kp_gemm *p)
         PPN_ASSERT(l.smem <= PPN_DYN_SMEM_MAX);
         return l;
     }
+    case PPN_K_GEMM_TC_KWX: { /* above the set's opt-in: its own (ktable.c) */
+        ppn_launch l = launch_init(kernel, p, (unsigned)gemm_kw_ctas(p), PPN_GEMM_TC_M_THREADS);
+        l.smem = PPN_GEMM_TC_KWX_SMEM;
+        return l;
+    }
     default: break;
     }
     PPN_ASSERT(smem <= PPN_DYN_SMEM_MAX);
@@ -212,6 +227,7 @@ static ppn_status gemm_submit(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_
     ppn_kp_gemm rp = *pc, *p = &rp;
     if (kernel == PPN_K_GEMM_TC_K) rp.ks = gemm_k_ks(pc), rp.stages = gemm_k_stages(pc);
     else if (kernel == PPN_K_GEMM_TC_KW) rp.ks = gemm_kw_ks(pc), rp.stages = gemm_kw_stages(pc);
+    else if (kernel == PPN_K_GEMM_TC_KWX) rp.ks = gemm_kw_ks(pc), rp.stages = (int)PPN_GEMM_TC_KWX_STAGES;
     else rp.ks = 0, rp.stages = 0;
     rp.ctas = 0;
     if (kernel == PPN_K_GEMM_TC_H) { /* one CTA a multiprocessor (or the caller's count), at most one a tile */
@@ -258,14 +274,16 @@ ppn_status ppn_op_gemm_tile(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_kp
 {
     static const char op[] = "ppn_op_gemm_tile";
     if (kernel != PPN_K_GEMM && kernel != PPN_K_GEMM_TC_L && kernel != PPN_K_GEMM_TC_M && kernel != PPN_K_GEMM_TC_S &&
-        kernel != PPN_K_GEMM_TC_K && kernel != PPN_K_GEMM_TC_KW && kernel != PPN_K_GEMM_TC_H)
+        kernel != PPN_K_GEMM_TC_K && kernel != PPN_K_GEMM_TC_KW && kernel != PPN_K_GEMM_TC_KWX &&
+        kernel != PPN_K_GEMM_TC_H)
         return ppn_err(PPN_EINVAL, "%s: kernel %d is not a gemm kernel", op, kernel);
     PPN_CHECK(gemm_check(op, p));
     if (p->ctas < 0) return ppn_err(PPN_EINVAL, "%s: ctas %d (0: the op's choice)", op, p->ctas);
     if (kernel == PPN_K_GEMM_TC_H && !gemm_tma_sms(g, s))
         return ppn_err(PPN_EUNSUPPORTED, "%s: gemm_tc_h on backend %s: the stream's device runs no TMA kernels "
                                          "(compute capability 9.x and sm_90a code, PPN_TMA not 0)", op, g->ops->name);
-    if ((kernel == PPN_K_GEMM_TC_K || kernel == PPN_K_GEMM_TC_KW) && p->ks &&
+    const int kw = kernel == PPN_K_GEMM_TC_KW || kernel == PPN_K_GEMM_TC_KWX;
+    if ((kernel == PPN_K_GEMM_TC_K || kw) && p->ks &&
         p->ks != 1 && p->ks != 2 && p->ks != 4 && p->ks != 8)
         return ppn_err(PPN_EINVAL, "%s: ks %d for %s: 1, 2, 4 or 8 CTAs of a cluster of %d (or 0: the op's)", op,
                        p->ks, ppn_kernels[kernel].name, PPN_GEMM_TC_K_CLUSTER);
@@ -279,7 +297,10 @@ ppn_status ppn_op_gemm_tile(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_kp
     if (kernel == PPN_K_GEMM_TC_K && gemm_k_ctas(p) > GEMM_MAX_CTAS)
         return ppn_err(PPN_EINVAL, "%s: m %d x rows %d needs more than 2^31 - 1 CTAs of %s", op, p->m, p->rows,
                        ppn_kernels[kernel].name);
-    if (kernel == PPN_K_GEMM_TC_KW && gemm_kw_ctas(p) > GEMM_MAX_CTAS)
+    if (kernel == PPN_K_GEMM_TC_KWX && p->stages && p->stages != (int)PPN_GEMM_TC_KWX_STAGES)
+        return ppn_err(PPN_EINVAL, "%s: stages %d for gemm_tc_kwx: %u (or 0: the op's)", op, p->stages,
+                       PPN_GEMM_TC_KWX_STAGES);
+    if (kw && gemm_kw_ctas(p) > GEMM_MAX_CTAS)
         return ppn_err(PPN_EINVAL, "%s: m %d x rows %d needs more than 2^31 - 1 CTAs of %s", op, p->m, p->rows,
                        ppn_kernels[kernel].name);
     if (kernel != PPN_K_GEMM && !gemm_tc_fits(p))

@@ -173,11 +173,17 @@ static void expect_launch(int k, int m, int rows)
     if (k == PPN_K_GEMM_TC_KW) /* clusters of 8 CTAs: 8 / KW_KS middle tiles of 128 rows, per 64 tokens */
         th = PPN_GEMM_TC_M_THREADS, smem = PPN_GEMM_TC_SMEM(PPN_GEMM_TC_M_BM, PPN_GEMM_TC_M_BN, PPN_GEMM_TC_M_STAGES),
         grid = tiles(m, rows * (int)PPN_GEMM_TC_KW_KS(rows), PPN_GEMM_TC_M_BM, PPN_GEMM_TC_M_BN * 8) * 8;
+    if (k == PPN_K_GEMM_TC_KWX) /* gemm_tc_kw's grid; its ring holds x too: 3 x (16 KB of W + 64 x 72 floats) */
+        th = PPN_GEMM_TC_M_THREADS, smem = 3u * (128u * 64u * 2u + 64u * 72u * 4u),
+        grid = tiles(m, rows * (int)PPN_GEMM_TC_KW_KS(rows), PPN_GEMM_TC_M_BM, PPN_GEMM_TC_M_BN * 8) * 8;
     assert_int_equal(tu_cap.l.kernel, k);
     assert_int_equal(tu_cap.l.block[0], th);
     assert_int_equal(tu_cap.l.grid[0], grid);
     assert_int_equal(tu_cap.l.smem, smem);
-    assert_true(tu_cap.l.smem <= PPN_DYN_SMEM_MAX);
+    if (k == PPN_K_GEMM_TC_KWX) /* above the set's opt-in: the kernel's own */
+        assert_int_equal(ppn_kernel_set()->smem_max[PPN_K_GEMM_TC_KWX], PPN_GEMM_TC_KWX_SMEM);
+    else
+        assert_true(tu_cap.l.smem <= PPN_DYN_SMEM_MAX);
     tu_expect_geometry(th);
 }
 
@@ -213,11 +219,11 @@ static void test_gemm_op_choice(void **state)
         assert_int_equal(op_kernel(dt, 65, 128256, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_L);
         assert_int_equal(op_kernel(dt, 32, 6144, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW); /* cols >= 4096 */
         assert_int_equal(op_kernel(dt, 32, 3072, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_K);
-        assert_int_equal(op_kernel(dt, 33, 3072, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
+        assert_int_equal(op_kernel(dt, 33, 3072, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KWX);
         assert_int_equal(op_kernel(dt, 32, 16384, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW); /* rows > 8192 */
         assert_int_equal(op_kernel(dt, 16, 4096, 14336, FAKE_W, FAKE_X), PPN_K_GEMM_TC_K);
         assert_int_equal(op_kernel(dt, 17, 4096, 14336, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
-        assert_int_equal(op_kernel(dt, 128, 3072, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW); /* KW_KS 8 */
+        assert_int_equal(op_kernel(dt, 128, 3072, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KWX); /* KW_KS 8 */
         assert_int_equal(op_kernel(dt, 64, 16384, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
         assert_int_equal(op_kernel(dt, 65, 16384, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_M); /* KW_KS 4, cols < 4096 */
         assert_int_equal(op_kernel(dt, 128, 28672, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_L); /* 112 large tiles */
@@ -227,9 +233,17 @@ static void test_gemm_op_choice(void **state)
         assert_int_equal(tu_cap.l.grid[0], 48 * 8); /* the 6144 rows' 48 tiles, each over 8 k-ranges */
         assert_int_equal(op_kernel(dt, 64, 4096, 14336, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
         expect_launch(PPN_K_GEMM_TC_KW, 64, 4096);
+        /* below 4096 rows, x through the ring too (gemm_tc_kwx: the 1B's q|k|v, o, down); from 4096, gemm_tc_kw */
         assert_int_equal(op_kernel(dt, 128, 4096, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
         expect_launch(PPN_K_GEMM_TC_KW, 128, 4096);
         assert_int_equal(tu_cap.l.grid[0], 2 * 32 * 8); /* two token groups */
+        assert_int_equal(op_kernel(dt, 96, 4095, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KWX);
+        expect_launch(PPN_K_GEMM_TC_KWX, 96, 4095);
+        assert_int_equal(tu_cap.l.grid[0], 2 * 32 * 8);
+        assert_int_equal(op_kernel(dt, 64, 3072, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KWX); /* 1B q|k|v */
+        assert_int_equal(op_kernel(dt, 64, 2048, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KWX); /* 1B o */
+        assert_int_equal(op_kernel(dt, 64, 2048, 8192, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KWX); /* 1B down */
+        assert_int_equal(op_kernel(dt, 64, 16384, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW); /* 1B gate|up */
         assert_int_equal(op_kernel(dt, 64, 28672, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
         expect_launch(PPN_K_GEMM_TC_KW, 64, 28672);
         assert_int_equal(op_kernel(dt, 64, 128256, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_M); /* KW_KS 1 */
@@ -249,8 +263,8 @@ static void test_gemm_op_choice(void **state)
         assert_int_equal(op_kernel(dt, 16, 128256, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_K); /* KW_KS 1 */
         assert_int_equal(op_kernel(dt, 1, 2048, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_K);
         expect_launch(PPN_K_GEMM_TC_K, 1, 2048);
-        assert_int_equal(op_kernel(dt, 33, 2048, 8192, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
-        expect_launch(PPN_K_GEMM_TC_KW, 33, 2048);
+        assert_int_equal(op_kernel(dt, 33, 2048, 8192, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KWX);
+        expect_launch(PPN_K_GEMM_TC_KWX, 33, 2048);
         assert_int_equal(tu_cap.l.grid[0], 16 * 8); /* the 2048 rows' 16 middle tiles, each over 8 k-ranges */
         assert_int_equal(PPN_GEMM_TC_KW_KS(128256), 1);
         assert_int_equal(PPN_GEMM_TC_KW_KS(28672), 2);
@@ -282,7 +296,7 @@ static void test_gemm_op_tile_forced(void **state)
     tu_cap.dry = 1;
     ppn_kp_gemm p = {.out = FAKE_OUT, .w = FAKE_W, .x = FAKE_X, .m = 512, .rows = 2048, .cols = 2048,
                      .wdt = PPN_DTYPE_BF16};
-    for (int k = PPN_K_GEMM; k <= PPN_K_GEMM_TC_KW; k++) {
+    for (int k = PPN_K_GEMM; k <= PPN_K_GEMM_TC_KWX; k++) {
         tu_cap.calls = 0;
         assert_int_equal(ppn_op_gemm_tile(&tu_fake, tu_fake_stream, k, &p), PPN_OK);
         assert_int_equal(tu_cap.calls, 1);
@@ -306,6 +320,7 @@ static void test_gemm_op_tile_forced(void **state)
     for (size_t i = 0; i < TU_LEN(bad); i++) {
         assert_int_equal(ppn_op_gemm_tile(&tu_fake, tu_fake_stream, PPN_K_GEMM_TC_K, bad[i]), PPN_EINVAL);
         assert_int_equal(ppn_op_gemm_tile(&tu_fake, tu_fake_stream, PPN_K_GEMM_TC_KW, bad[i]), PPN_EINVAL);
+        assert_int_equal(ppn_op_gemm_tile(&tu_fake, tu_fake_stream, PPN_K_GEMM_TC_KWX, bad[i]), PPN_EINVAL);
     }
     assert_int_equal(tu_cap.calls, 3);
     tu_cap.dry = 0;
@@ -355,7 +370,17 @@ static void test_gemm_op_split_knobs(void **state)
             assert_int_equal(tu_cap.l.smem, ring > mid ? ring : mid);
             assert_true(tu_cap.l.smem <= PPN_DYN_SMEM_MAX);
         }
+        ppn_kp_gemm p2 = {.out = FAKE_OUT, .w = FAKE_W, .x = FAKE_X, .m = 64, .rows = 4096, .cols = 4096,
+                          .wdt = PPN_DTYPE_BF16, .ks = kss[a]};
+        assert_int_equal(ppn_op_gemm_tile(&tu_fake, tu_fake_stream, PPN_K_GEMM_TC_KWX, &p2), PPN_OK);
+        assert_true(q->ks == kss[a] && q->stages == (int)PPN_GEMM_TC_KWX_STAGES);
+        assert_int_equal(tu_cap.l.grid[0], (4096 / PPN_GEMM_TC_M_BN) * kss[a]);
+        assert_int_equal(tu_cap.l.smem, PPN_GEMM_TC_KWX_SMEM);
     }
+    /* gemm_tc_kwx (the 1B's o at m = 64) takes gemm_tc_kw's split: a token's bits are the same from either */
+    assert_int_equal(op_kernel(PPN_DTYPE_BF16, 64, 2048, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KWX);
+    assert_int_equal(q->ks, (int)PPN_GEMM_TC_KW_KS(2048));
+    assert_int_equal(q->stages, (int)PPN_GEMM_TC_KWX_STAGES);
     /* refused, nothing launched: a split that does not divide a cluster, depths not instantiated */
     static const struct { int k, m, ks, stages; const char *what; } bad[] = {
         {PPN_K_GEMM_TC_K, 16, 3, 0, "ks 3"},     {PPN_K_GEMM_TC_K, 16, 16, 0, "ks 16"},
@@ -363,6 +388,7 @@ static void test_gemm_op_split_knobs(void **state)
         {PPN_K_GEMM_TC_K, 16, 0, 2, "stages 2"}, {PPN_K_GEMM_TC_K, 16, 0, 6, "stages 6"},
         {PPN_K_GEMM_TC_KW, 64, 6, 0, "ks 6"},    {PPN_K_GEMM_TC_KW, 64, 0, 4, "stages 4"},
         {PPN_K_GEMM_TC_KW, 64, 0, 5, "stages 5"},
+        {PPN_K_GEMM_TC_KWX, 64, 5, 0, "ks 5"},    {PPN_K_GEMM_TC_KWX, 64, 0, 4, "stages 4"},
     };
     tu_cap.calls = 0;
     for (size_t i = 0; i < TU_LEN(bad); i++) {
@@ -395,7 +421,7 @@ static void test_gemm_op_model_shapes(void **state)
                 int k = op_kernel(dts[d], ms[i], shapes[s][0], shapes[s][1], FAKE_W, FAKE_X);
                 int tc = dts[d] != PPN_DTYPE_F32 && shapes[s][1] % 8 == 0;
                 assert_int_equal(k != PPN_K_GEMM, tc);
-                assert_true(tu_cap.l.smem <= PPN_DYN_SMEM_MAX);
+                assert_true(tu_cap.l.smem <= (k == PPN_K_GEMM_TC_KWX ? PPN_GEMM_TC_KWX_SMEM : PPN_DYN_SMEM_MAX));
                 tu_expect_geometry(1);
             }
     tu_cap.dry = 0;

@@ -143,7 +143,7 @@ static const char *kname(int k) { return k < 0 ? "op" : ppn_kernels[k].name + 6;
 static int gg_tma(void) { return G->ops->tma_ok && G->ops->tma_ok(G, S); }
 
 /* The last tile the loops below force: gemm_tc_h where G runs it. */
-static int gg_last_tile(void) { return gg_tma() ? PPN_K_GEMM_TC_H : PPN_K_GEMM_TC_KW; }
+static int gg_last_tile(void) { return gg_tma() ? PPN_K_GEMM_TC_H : PPN_K_GEMM_TC_KWX; }
 
 /* The kernel ppn_op_gemm picks for p: the op run against a fake device like G (TMA kernels and SMs as G's
  * stream has them), capturing only. */
@@ -263,9 +263,10 @@ static void gg_check(const gg_case *c)
     gg_run(c, -1, &p, t, ns, g2);
     int same = !memcmp(g1, g2, n * 4), chosen = op_choice(&p);
     double max_abs, worst = err_ratio(g1, ref, scale, n, &wi, &max_abs), tile_worst = 0;
-    char tiles[224] = "";
-    int tc = c->dt != PPN_DTYPE_F32 && c->cols % 8 == 0 && c->xoff % 4 == 0, h_as_l = 1;
+    char tiles[288] = "";
+    int tc = c->dt != PPN_DTYPE_F32 && c->cols % 8 == 0 && c->xoff % 4 == 0, h_as_l = 1, kwx_as_kw = 1;
     float *gl = hmem(n * 4); /* gemm_tc_l's rows: gemm_tc_h must give these bits */
+    float *gkw = hmem(n * 4); /* gemm_tc_kw's rows: gemm_tc_kwx must give these bits */
     for (int k = PPN_K_GEMM_TC_L; tc && k <= gg_last_tile(); k++) {
         gg_run(c, k, &p, t, ns, g2);
         size_t wk;
@@ -273,18 +274,22 @@ static void gg_check(const gg_case *c)
         if (rk > tile_worst) tile_worst = rk;
         if (k == PPN_K_GEMM_TC_L) memcpy(gl, g2, n * 4);
         if (k == PPN_K_GEMM_TC_H) h_as_l = !memcmp(gl, g2, n * 4);
+        if (k == PPN_K_GEMM_TC_KW) memcpy(gkw, g2, n * 4);
+        if (k == PPN_K_GEMM_TC_KWX) kwx_as_kw = !memcmp(gkw, g2, n * 4);
         snprintf(tiles + strlen(tiles), sizeof tiles - strlen(tiles), " %s%s%.3f%s", kname(k) + 8,
-                 memcmp(g1, g2, n * 4) ? "!=" : "=", rk, k == PPN_K_GEMM_TC_H ? (h_as_l ? "(=l)" : "(!=l)") : "");
+                 memcmp(g1, g2, n * 4) ? "!=" : "=", rk,
+                 k == PPN_K_GEMM_TC_H ? (h_as_l ? "(=l)" : "(!=l)")
+                 : k == PPN_K_GEMM_TC_KWX ? (kwx_as_kw ? "(=kw)" : "(!=kw)") : "");
     }
-    free(gl);
+    free(gl), free(gkw);
     /* Every K split and ring depth the split-K tiles take (ppn_op_gemm_tile's ks and stages, what the decode
      * sweep times), each within the bound; a depth whose ring does not fit at this m is refused, not run. */
     double knob_worst = 0;
     int knobs = 0;
-    for (int k = PPN_K_GEMM_TC_K; tc && k <= PPN_K_GEMM_TC_KW; k++) {
-        static const int kss[] = {1, 2, 4, 8}, k_st[] = {3, 4}, kw_st[] = {3};
-        const int *st = k == PPN_K_GEMM_TC_K ? k_st : kw_st;
-        int nst = k == PPN_K_GEMM_TC_K ? (int)TU_LEN(k_st) : (int)TU_LEN(kw_st);
+    for (int k = PPN_K_GEMM_TC_K; tc && k <= PPN_K_GEMM_TC_KWX; k++) {
+        static const int kss[] = {1, 2, 4, 8}, k_st[] = {3, 4}, kw_st[] = {3}, kwx_st[] = {3};
+        const int *st = k == PPN_K_GEMM_TC_K ? k_st : k == PPN_K_GEMM_TC_KW ? kw_st : kwx_st;
+        int nst = k == PPN_K_GEMM_TC_K ? (int)TU_LEN(k_st) : 1;
         for (size_t a = 0; a < TU_LEN(kss); a++)
             for (int b = 0; b < nst; b++) {
                 if (k == PPN_K_GEMM_TC_K && PPN_GEMM_TC_K_SMEM_S(c->m, st[b]) > PPN_DYN_SMEM_MAX) continue;
@@ -304,7 +309,7 @@ static void gg_check(const gg_case *c)
      * gemm_tc_kw, forced at m = 1: their k-splits depend on rows and cols alone); checked on the first sampled
      * row, where res does not alias out. */
     int alone = 1;
-    if ((chosen == PPN_K_GEMM_TC_K || chosen == PPN_K_GEMM_TC_KW) && !c->alias) {
+    if ((chosen == PPN_K_GEMM_TC_K || chosen == PPN_K_GEMM_TC_KW || chosen == PPN_K_GEMM_TC_KWX) && !c->alias) {
         ppn_kp_gemm q = p;
         q.m = 1, q.x = p.x + (size_t)t[0] * C * 4, q.res = c->res ? B.res + (size_t)t[0] * R * 4 : 0;
         q.out = B.out + (size_t)c->m * R * 4; /* past the batch's rows */
@@ -316,7 +321,7 @@ static void gg_check(const gg_case *c)
             snprintf(tiles + strlen(tiles), sizeof tiles - strlen(tiles), " m=1%s", alone ? "=" : "!=");
         }
     }
-    int ok = same && alone && h_as_l && worst <= 1.0 && tile_worst <= 1.0;
+    int ok = same && alone && h_as_l && kwx_as_kw && worst <= 1.0 && tile_worst <= 1.0;
     printf("  %-14s %-4s m=%-4d %6dx%-5d%s%s%s%s  %-9s max|err| %.2e err/tol %.3f  %s%s%s\n", c->name,
            ppn_dtype_name(c->dt), c->m, c->rows, c->cols, c->bias ? " +bias" : "", c->res ? " +res" : "",
            c->alias ? "=out" : "", c->xoff ? " x+4B" : "", kname(chosen), max_abs, worst,
@@ -358,6 +363,11 @@ static void test_gpu_gemm_correct(void **state)
         {"8b qkv", 48, 6144, 4096, bf, 0, 0, 0, 0},        {"1b gate|up", 128, 16384, 2048, bf, 0, 1, 0, 0},
         /* ... and from 9 tokens on wide matrices (ops_gemm.c: gemm_k_max_m) */
         {"8b qkv", 16, 6144, 4096, bf, 1, 0, 0, 0},        {"8b gate|up", 12, 28672, 4096, fh, 0, 0, 0, 0},
+        /* x through the ring (gemm_tc_kwx, the op's below 4096 rows; forced on every case): token groups and
+         * k-ranges partly out */
+        {"8b o", 96, 4096, 4096, bf, 0, 1, 1, 0},          {"8b down", 80, 4096, 14336, fh, 0, 0, 0, 0},
+        {"8b qkv", 127, 6144, 4096, bf, 1, 0, 0, 0},       {"1b qkv", 66, 3072, 2048, bf, 0, 0, 0, 0},
+        {"1b down", 40, 2048, 8192, bf, 1, 1, 0, 0},       {"1b o", 64, 2048, 2048, fh, 0, 1, 1, 0},
     };
     static const int fx[][2] = {{96, 64}, {64, 64}, {352, 64}, {64, 176}, {128, 64}, {64, 128}, {320, 64},
                                 {64, 160}, {256, 64}, {344, 64}, {64, 172}, {512, 64}};
@@ -569,7 +579,7 @@ static void test_gpu_gemm_decode(void **state)
                 int n = snprintf(line, sizeof line, "  decode %-11s m=%-4d %-9s %8.2f us %6.0f GB/s %5.1f%% |",
                                  sh->name, ms[j], kname(op_choice(&p)), op * 1e3, wb / (op * 1e6),
                                  100.0 * wb / (op * 1e6) / floor_gbs);
-                static const int ks[] = {PPN_K_GEMM_TC_M, PPN_K_GEMM_TC_K, PPN_K_GEMM_TC_KW};
+                static const int ks[] = {PPN_K_GEMM_TC_M, PPN_K_GEMM_TC_K, PPN_K_GEMM_TC_KW, PPN_K_GEMM_TC_KWX};
                 for (size_t q = 0; q < TU_LEN(ks); q++) {
                     double t = burst_ms(ks[q], p);
                     n += snprintf(line + n, sizeof line - (size_t)n, " %s %7.2f us %5.1f%%", kname(ks[q]) + 8,
@@ -593,8 +603,9 @@ static void test_gpu_gemm_sweep(void **state)
     static const struct { int k, m; } runs[] = {
         {PPN_K_GEMM_TC_K, 1},   {PPN_K_GEMM_TC_K, 4},   {PPN_K_GEMM_TC_K, 8},   {PPN_K_GEMM_TC_K, 16},
         {PPN_K_GEMM_TC_K, 32},  {PPN_K_GEMM_TC_KW, 32}, {PPN_K_GEMM_TC_KW, 64}, {PPN_K_GEMM_TC_KW, 128},
+        {PPN_K_GEMM_TC_KWX, 32}, {PPN_K_GEMM_TC_KWX, 64},
     };
-    static const int kss[] = {1, 2, 4, 8}, k_st[] = {3, 4}, kw_st[] = {3};
+    static const int kss[] = {1, 2, 4, 8}, k_st[] = {3, 4}, kw_st[] = {3}, kwx_st[] = {3};
     const gg_shape *all[] = {shapes_1b, shapes_8b};
     for (size_t r = 0; r < TU_LEN(runs); r++)
         for (int a = 0; a < 2; a++)
@@ -609,8 +620,8 @@ static void test_gpu_gemm_sweep(void **state)
                                  kname(k), pct0);
                 double best = 0;
                 int bks = 0, bst = 0;
-                const int *st = k == PPN_K_GEMM_TC_K ? k_st : kw_st;
-                int nst = k == PPN_K_GEMM_TC_K ? (int)TU_LEN(k_st) : (int)TU_LEN(kw_st);
+                const int *st = k == PPN_K_GEMM_TC_K ? k_st : k == PPN_K_GEMM_TC_KW ? kw_st : kwx_st;
+                int nst = k == PPN_K_GEMM_TC_K ? (int)TU_LEN(k_st) : 1;
                 for (size_t x = 0; x < TU_LEN(kss); x++)
                     for (int y = 0; y < nst; y++) {
                         if (k == PPN_K_GEMM_TC_K && PPN_GEMM_TC_K_SMEM_S(p.m, st[y]) > PPN_DYN_SMEM_MAX) continue;
