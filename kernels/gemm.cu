@@ -498,11 +498,10 @@ template <int WGS, int BN, bool BF16, int S = GEMM_H_STAGES, bool XR = false> st
                 }
     }
 
-    // k-tiles [kt0, kt1) into acc (zeroed by the caller). The ring's first S - 1 weight tiles go before the wait
-    // (weights are immutable), each its own group. Then x: without XR, k-tile 0's fragments into registers, each
-    // next one loaded while the tensor cores work on the current; with XR, the first S - 1 x tiles into the ring
-    // as one group (so k-tile 0 waits for all of them), each next one beside its W tile.
-    __device__ __forceinline__ void mainloop(float (&acc)[NACC])
+    // XR: k-tiles [kt0, kt1) into acc (zeroed by the caller), x through the ring: the ring's first S - 1 weight
+    // tiles before the wait (weights are immutable), each its own group; then their x tiles as one group, so the
+    // first k-tile waits for all of them.
+    __device__ __forceinline__ void mainloop_xs(float (&acc)[NACC])
     {
         const int n = kt1 - kt0;
         if (s0 & 1023u) __trap(); // the swizzle atoms must sit on 1024-byte boundaries
@@ -512,31 +511,54 @@ template <int WGS, int BN, bool BF16, int S = GEMM_H_STAGES, bool XR = false> st
             gemm_cp_commit();
         }
         ppn_pdl_wait();
-        if constexpr (XR) {
-            for (int s = 0; s < S - 1 && s < n; s++) load_xs(s, kt0 + s);
-            gemm_cp_commit();
-        } else if (n > 0) {
-            load_x(kt0);
-        }
+        for (int s = 0; s < S - 1 && s < n; s++) load_xs(s, kt0 + s);
+        gemm_cp_commit();
         for (int i = 0; i < n; i++) {
-            if (XR && i == 0) gemm_cp_wait<0>();
+            if (i == 0) gemm_cp_wait<0>();
             else gemm_cp_wait<S - 2>(); // k-tile i's group is the oldest of the S - 1 in flight
             gemm_fence_async(); // the cp.async writes (generic proxy) before wgmma's reads (async proxy)
             __syncthreads();    // every thread's copies of k-tile i landed; every warp's wgmma of i - 1 done
             int ni = i + S - 1;
-            if (ni < n) {
-                load_w(ni % S, kt0 + ni);
-                if constexpr (XR) load_xs(ni % S, kt0 + ni);
-            }
+            if (ni < n) load_w(ni % S, kt0 + ni), load_xs(ni % S, kt0 + ni);
             gemm_cp_commit();
             uint32_t a[16];
-            if constexpr (XR) {
-                frag_xs(i % S, a);
-            } else {
+            frag_xs(i % S, a);
+            const uint32_t sb = s0 + (uint32_t)((i % S) * STAGE_BYTES);
+            gemm_wg_fence();
 #pragma unroll
-                for (int j = 0; j < 16; j++) a[j] = gemm_pack<BF16>(raw[j].x, raw[j].y);
-                if (i + 1 < n) load_x(kt0 + i + 1); // lands while the tensor cores work on this one
-            }
+            for (int s = 0; s < 4; s++) gemm_wgmma<BN, BF16>(acc, a + 4 * s, gemm_desc(sb + 32u * (uint32_t)s));
+            gemm_wg_commit_wait();
+        }
+        gemm_cp_wait<0>();
+    }
+
+    // k-tiles [kt0, kt1) into acc (zeroed by the caller).
+    __device__ __forceinline__ void mainloop(float (&acc)[NACC])
+    {
+        if constexpr (XR) {
+            mainloop_xs(acc);
+            return;
+        }
+        const int n = kt1 - kt0;
+        if (s0 & 1023u) __trap(); // the swizzle atoms must sit on 1024-byte boundaries
+#pragma unroll
+        for (int s = 0; s < S - 1; s++) {
+            if (s < n) load_w(s, kt0 + s);
+            gemm_cp_commit();
+        }
+        ppn_pdl_wait();
+        if (n > 0) load_x(kt0);
+        for (int i = 0; i < n; i++) {
+            gemm_cp_wait<S - 2>();
+            gemm_fence_async(); // the cp.async writes (generic proxy) before wgmma's reads (async proxy)
+            __syncthreads();    // every thread's copies of k-tile i landed; every warp's wgmma of i - 1 done
+            int ni = i + S - 1;
+            if (ni < n) load_w(ni % S, kt0 + ni);
+            gemm_cp_commit();
+            uint32_t a[16];
+#pragma unroll
+            for (int j = 0; j < 16; j++) a[j] = gemm_pack<BF16>(raw[j].x, raw[j].y);
+            if (i + 1 < n) load_x(kt0 + i + 1); // lands while the tensor cores work on this one
             const uint32_t sb = s0 + (uint32_t)((i % S) * STAGE_BYTES);
             gemm_wg_fence();
 #pragma unroll
