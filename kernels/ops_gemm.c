@@ -66,7 +66,11 @@ static int gemm_tc_fits(const ppn_kp_gemm *p)
 static int gemm_k_ks(const ppn_kp_gemm *p) { return p->ks ? p->ks : (int)PPN_GEMM_TC_K_KS(p->rows); }
 static int gemm_k_stages(const ppn_kp_gemm *p) { return p->stages ? p->stages : (int)PPN_GEMM_TC_K_STAGES(p->m); }
 static int gemm_kw_ks(const ppn_kp_gemm *p) { return p->ks ? p->ks : (int)PPN_GEMM_TC_KW_KS(p->rows); }
-static int gemm_kw_stages(const ppn_kp_gemm *p) { return p->stages ? p->stages : (int)PPN_GEMM_TC_KW_STAGES; }
+/* gemm_tc_kw's and gemm_tc_kwx's ring depth: one each (kparams.h). */
+static int gemm_kw_depth(int kernel)
+{
+    return kernel == PPN_K_GEMM_TC_KWX ? (int)PPN_GEMM_TC_KWX_STAGES : (int)PPN_GEMM_TC_KW_STAGES;
+}
 
 /* gemm_tc_k's CTAs: clusters of CLUSTER / KS weight tiles, for each token group (kparams.h). */
 static size_t gemm_k_ctas(const ppn_kp_gemm *p)
@@ -226,8 +230,8 @@ static ppn_status gemm_submit(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_
 {
     ppn_kp_gemm rp = *pc, *p = &rp;
     if (kernel == PPN_K_GEMM_TC_K) rp.ks = gemm_k_ks(pc), rp.stages = gemm_k_stages(pc);
-    else if (kernel == PPN_K_GEMM_TC_KW) rp.ks = gemm_kw_ks(pc), rp.stages = gemm_kw_stages(pc);
-    else if (kernel == PPN_K_GEMM_TC_KWX) rp.ks = gemm_kw_ks(pc), rp.stages = (int)PPN_GEMM_TC_KWX_STAGES;
+    else if (kernel == PPN_K_GEMM_TC_KW || kernel == PPN_K_GEMM_TC_KWX)
+        rp.ks = gemm_kw_ks(pc), rp.stages = gemm_kw_depth(kernel);
     else rp.ks = 0, rp.stages = 0;
     rp.ctas = 0;
     if (kernel == PPN_K_GEMM_TC_H) { /* one CTA a multiprocessor (or the caller's count), at most one a tile */
@@ -291,15 +295,12 @@ ppn_status ppn_op_gemm_tile(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_kp
         ((p->stages != 3 && p->stages != 4) || PPN_GEMM_TC_K_SMEM_S(p->m, p->stages) > PPN_DYN_SMEM_MAX))
         return ppn_err(PPN_EINVAL, "%s: stages %d for gemm_tc_k: 3 or 4 whose ring fits %u B at m %d (or 0: the "
                                    "op's)", op, p->stages, PPN_DYN_SMEM_MAX, p->m);
-    if (kernel == PPN_K_GEMM_TC_KW && p->stages && p->stages != (int)PPN_GEMM_TC_KW_STAGES)
-        return ppn_err(PPN_EINVAL, "%s: stages %d for gemm_tc_kw: %u (or 0: the op's)", op, p->stages,
-                       PPN_GEMM_TC_KW_STAGES);
+    if (kw && p->stages && p->stages != gemm_kw_depth(kernel))
+        return ppn_err(PPN_EINVAL, "%s: stages %d for %s: %d (or 0: the op's)", op, p->stages, ppn_kernels[kernel].name,
+                       gemm_kw_depth(kernel));
     if (kernel == PPN_K_GEMM_TC_K && gemm_k_ctas(p) > GEMM_MAX_CTAS)
         return ppn_err(PPN_EINVAL, "%s: m %d x rows %d needs more than 2^31 - 1 CTAs of %s", op, p->m, p->rows,
                        ppn_kernels[kernel].name);
-    if (kernel == PPN_K_GEMM_TC_KWX && p->stages && p->stages != (int)PPN_GEMM_TC_KWX_STAGES)
-        return ppn_err(PPN_EINVAL, "%s: stages %d for gemm_tc_kwx: %u (or 0: the op's)", op, p->stages,
-                       PPN_GEMM_TC_KWX_STAGES);
     if (kw && gemm_kw_ctas(p) > GEMM_MAX_CTAS)
         return ppn_err(PPN_EINVAL, "%s: m %d x rows %d needs more than 2^31 - 1 CTAs of %s", op, p->m, p->rows,
                        ppn_kernels[kernel].name);
