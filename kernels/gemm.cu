@@ -163,7 +163,10 @@ template <bool BF16> __device__ __forceinline__ void gemm_mma(float *d, const ui
 
 // One CTA of BM tokens x BN weight rows; WM x WN warps of (BM / WM) x (BN / WN) outputs each. Shared memory:
 // STAGES x [x tile BM x 32 (16-bit), W tile BN x 32], each 64-byte rows swizzled (gemm_swz).
-template <int BM, int BN, int WM, int WN, int STAGES, bool BF16> struct gemm_tc {
+// XH (gemm_tc_kw16's fallback): x arrives in bf16 already (its producer rounded it), in gemm_tc_kw16's layout
+// (kparams.h, PPN_X16_POS), so its pairs are gathered and copied as they are instead of rounded here: the same
+// elements in the same places.
+template <int BM, int BN, int WM, int WN, int STAGES, bool BF16, bool XH = false> struct gemm_tc {
     static constexpr int THREADS = WM * WN * 32, BK = PPN_GEMM_TC_BK;
     static constexpr int MI = BM / WM / 16, NI = BN / WN / 8; // m16 and n8 tiles a warp holds
     static constexpr int A_BYTES = BM * BK * 2, STAGE_BYTES = (BM + BN) * BK * 2;
@@ -178,6 +181,7 @@ template <int BM, int BN, int WM, int WN, int STAGES, bool BF16> struct gemm_tc 
     uint32_t s0;  // shared memory base
     int i0, r0;   // first token and first weight row of the tile
     float4 xr[XPT];
+    uint2 xh[XPT]; // XH: the same pieces, 16-bit
 
     __device__ gemm_tc(const ppn_kp_gemm &p_, unsigned char *smem) : p(p_), s0(gemm_smem_addr(smem))
     {
@@ -211,9 +215,17 @@ template <int BM, int BN, int WM, int WN, int STAGES, bool BF16> struct gemm_tc 
 #pragma unroll
         for (int e = 0; e < XPT; e++) {
             int idx = (int)threadIdx.x + e * THREADS, r = idx >> 3, gk = kt * BK + (idx & 7) * 4;
-            xr[e] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (i0 + r < p.m && gk < p.cols)
-                xr[e] = *(const float4 *)((const float *)p.x + (size_t)(i0 + r) * (size_t)p.cols + (size_t)gk);
+            size_t o = (size_t)(i0 + r) * (size_t)p.cols + (size_t)gk;
+            if constexpr (XH) { // gemm_tc_kw16's layout (PPN_X16_POS): the two pairs apart
+                xh[e] = make_uint2(0u, 0u);
+                const unsigned short *xrow = (const unsigned short *)p.x + (o - (size_t)gk);
+                if (i0 + r < p.m && gk < p.cols)
+                    xh[e] = make_uint2(*(const uint32_t *)(xrow + PPN_X16_POS(gk)),
+                                       *(const uint32_t *)(xrow + PPN_X16_POS(gk + 2)));
+            } else {
+                xr[e] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                if (i0 + r < p.m && gk < p.cols) xr[e] = *(const float4 *)((const float *)p.x + o);
+            }
         }
     }
 
@@ -223,7 +235,8 @@ template <int BM, int BN, int WM, int WN, int STAGES, bool BF16> struct gemm_tc 
 #pragma unroll
         for (int e = 0; e < XPT; e++) {
             int idx = (int)threadIdx.x + e * THREADS, r = idx >> 3, q = idx & 7;
-            uint32_t lo = gemm_pack<BF16>(xr[e].x, xr[e].y), hi = gemm_pack<BF16>(xr[e].z, xr[e].w);
+            uint32_t lo = XH ? xh[e].x : gemm_pack<BF16>(xr[e].x, xr[e].y);
+            uint32_t hi = XH ? xh[e].y : gemm_pack<BF16>(xr[e].z, xr[e].w);
             uint32_t a = s0 + (uint32_t)(st * STAGE_BYTES) + gemm_swz(r, q >> 1) + (uint32_t)((q & 1) * 8);
             asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(a), "r"(lo), "r"(hi) : "memory");
         }
@@ -402,19 +415,23 @@ extern __shared__ __align__(1024) unsigned char gemm_dyn_smem[];
 // XR (gemm_tc_kwx): x comes through the ring too. Each stage holds W's k-tile, then x's BM rows of the k-tile as
 // f32 (PPN_GEMM_TC_KWX_XROW floats a row), copied S - 1 k-tiles ahead as W is, in whole 16-byte pieces, and the
 // fragments are read from there; otherwise each thread loads its fragments' x (8-byte pieces of 8 rows a warp
-// instruction) from global memory one k-tile ahead, into registers.
-template <int WGS, int BN, bool BF16, int S = GEMM_H_STAGES, bool XR = false> struct gemm_h {
+// instruction) from global memory one k-tile ahead, into registers. XH (gemm_tc_kw16; not with XR): x is bf16
+// already (its producer rounded it), in the layout that puts a thread's fragments of a k-tile together
+// (kparams.h, PPN_X16_POS): two 16-byte loads a row, used as they are.
+template <int WGS, int BN, bool BF16, int S = GEMM_H_STAGES, bool XR = false, bool XH = false> struct gemm_h {
     static constexpr int BM = 64 * WGS, BK = GEMM_H_BK, W_BYTES = BN * BK * 2, XROW = PPN_GEMM_TC_KWX_XROW;
     static constexpr int STAGE_BYTES = W_BYTES + (XR ? BM * XROW * 4 : 0);
     static constexpr int THREADS = 128 * WGS, WPT = BN * BK / 8 / THREADS, NACC = BN / 2;
     static_assert(WPT * THREADS * 8 == BN * BK && BN % 64 == 0, "whole 8-row swizzle atoms, whole copies");
     static_assert(STAGE_BYTES % 1024 == 0 && XROW % 32 == 8, "stages on swizzle atoms; x rows 8 mod 32 words apart");
+    static_assert(!(XR && XH), "the ring's x is f32");
 
     const ppn_kp_gemm &p;
     uint32_t s0;
     int i0, r0, row; // row: this thread's first token (its fragment rows are row and row + 8)
     int kt0, kt1;    // the k-tiles summed: all of K, or gemm_tc_kw's range
     float2 raw[16];  // the next k-tile's x: [k16 step][k half][row half]
+    uint32_t rawh[16]; // XH: the same, as 16-bit pairs
 
     __device__ gemm_h(const ppn_kp_gemm &p_, unsigned char *smem) : p(p_), s0(gemm_smem_addr(smem))
     {
@@ -484,6 +501,10 @@ template <int WGS, int BN, bool BF16, int S = GEMM_H_STAGES, bool XR = false> st
     // so a pair is all in or all out.
     __device__ __forceinline__ void load_x(int kt)
     {
+        if constexpr (XH) {
+            load_xh(kt);
+            return;
+        }
         const int q = ((int)threadIdx.x & 3) * 2;
 #pragma unroll
         for (int s = 0; s < 4; s++)
@@ -496,6 +517,26 @@ template <int WGS, int BN, bool BF16, int S = GEMM_H_STAGES, bool XR = false> st
                     if (i < p.m && k < p.cols) v = *(const float2 *)((const float *)p.x + (size_t)i * p.cols + k);
                     raw[s * 4 + h * 2 + rh] = v;
                 }
+    }
+
+    // XH: the same elements from x in gemm_tc_kw16's layout (kparams.h, PPN_X16_POS; cols % 64 == 0): this thread's
+    // 16 of a row's k-tile lie together at 16 (lane % 4), two 16-byte loads a row.
+    __device__ __forceinline__ void load_xh(int kt)
+    {
+        const unsigned short *xh = (const unsigned short *)p.x;
+#pragma unroll
+        for (int rh = 0; rh < 2; rh++) {
+            int i = row + 8 * rh;
+            uint4 a = make_uint4(0u, 0u, 0u, 0u), b = a;
+            if (i < p.m && kt * BK < p.cols) {
+                size_t o = (size_t)i * p.cols + (size_t)kt * BK + (size_t)(((int)threadIdx.x & 3) * 16);
+                const uint4 *src = (const uint4 *)(xh + o);
+                a = src[0], b = src[1];
+            }
+            // [s][h] pairs in order: a holds s = 0, 1 and b s = 2, 3 (PPN_X16_POS)
+            rawh[0 + rh] = a.x, rawh[2 + rh] = a.y, rawh[4 + rh] = a.z, rawh[6 + rh] = a.w;
+            rawh[8 + rh] = b.x, rawh[10 + rh] = b.y, rawh[12 + rh] = b.z, rawh[14 + rh] = b.w;
+        }
     }
 
     // XR: k-tiles [kt0, kt1) into acc (zeroed by the caller), x through the ring: the ring's first S - 1 weight
@@ -557,7 +598,7 @@ template <int WGS, int BN, bool BF16, int S = GEMM_H_STAGES, bool XR = false> st
             gemm_cp_commit();
             uint32_t a[16];
 #pragma unroll
-            for (int j = 0; j < 16; j++) a[j] = gemm_pack<BF16>(raw[j].x, raw[j].y);
+            for (int j = 0; j < 16; j++) a[j] = XH ? rawh[j] : gemm_pack<BF16>(raw[j].x, raw[j].y);
             if (i + 1 < n) load_x(kt0 + i + 1); // lands while the tensor cores work on this one
             const uint32_t sb = s0 + (uint32_t)((i % S) * STAGE_BYTES);
             gemm_wg_fence();
@@ -1213,7 +1254,7 @@ extern "C" __global__ void GEMM_K_CLUSTER_DIMS __launch_bounds__(PPN_GEMM_TC_K_T
 // 16-byte pieces: fewer, wider loads than gemm_tc_kw's 8-byte fragments from global memory, at 102 KB of shared
 // memory a CTA (2 an SM). It reads the same elements into the same fragments, so it gives gemm_tc_kw's bits.
 
-template <bool XR, bool BF16, int S> __device__ __forceinline__ void gemm_kw_run(const ppn_kp_gemm &p)
+template <bool XR, bool BF16, int S, bool XH = false> __device__ __forceinline__ void gemm_kw_run(const ppn_kp_gemm &p)
 {
     constexpr int BM = PPN_GEMM_TC_M_BM, BN = PPN_GEMM_TC_M_BN, CL = PPN_GEMM_TC_K_CLUSTER;
     const int rank = (int)(blockIdx.x % CL), kl = p.ks; // = %cluster_ctarank; the op's K split
@@ -1226,7 +1267,7 @@ template <bool XR, bool BF16, int S> __device__ __forceinline__ void gemm_kw_run
     const int ks = kl, kts = (p.cols + GEMM_H_BK - 1) / GEMM_H_BK, per = (kts + ks - 1) / ks;
     int kt0 = min(kts, part * per), kt1 = min(kts, kt0 + per);
     if (r0 >= p.rows) kt1 = kt0; // a cluster's tiles past the matrix: no loads, only the barriers
-    gemm_h<1, BN, BF16, S, XR> k(p, gemm_dyn_smem, i0, r0, kt0, kt1);
+    gemm_h<1, BN, BF16, S, XR, XH> k(p, gemm_dyn_smem, i0, r0, kt0, kt1);
     float acc[NQ * 4];
 #pragma unroll
     for (int j = 0; j < NQ * 4; j++) acc[j] = 0.0f;
@@ -1262,7 +1303,7 @@ template <bool XR, bool BF16, int S> __device__ __forceinline__ void gemm_kw_run
 #else
     (void)lead;
     if (part != 0) return; // the tile's first CTA sums all of K
-    gemm_tc<BM, BN, 2, 2, PPN_GEMM_TC_M_STAGES, BF16> k(p, gemm_dyn_smem, i0, r0);
+    gemm_tc<BM, BN, 2, 2, PPN_GEMM_TC_M_STAGES, BF16, XH> k(p, gemm_dyn_smem, i0, r0);
     k.run();
 #endif
 }
@@ -1289,4 +1330,16 @@ extern "C" __global__ void GEMM_K_CLUSTER_DIMS __launch_bounds__(PPN_GEMM_TC_M_T
     ppn_pdl_trigger();
     if (p.wdt == PPN_DTYPE_BF16) gemm_kw_run<true, true, PPN_GEMM_TC_KWX_STAGES>(p);
     else gemm_kw_run<true, false, PPN_GEMM_TC_KWX_STAGES>(p);
+}
+
+// gemm_tc_kw16: gemm_tc_kw on x already in bf16 (the norm and SwiGLU write it so for the GEMM after them:
+// kernels/ops_rows.c), so a token's x costs half the bytes and no conversion. The producers round as gemm_tc_kw
+// rounds (nearest even), so it gives gemm_tc_kw's bits on the f32 x they rounded. bf16 weights only (the op
+// refuses others).
+extern "C" __global__ void GEMM_K_CLUSTER_DIMS __launch_bounds__(PPN_GEMM_TC_M_THREADS)
+    ppn_k_gemm_tc_kw16(const ppn_kp_gemm_tc_kw16 p)
+{
+    ppn_pdl_trigger();
+    if (p.wdt != PPN_DTYPE_BF16) __trap();
+    gemm_kw_run<false, true, GEMM_H_STAGES, true>(p);
 }

@@ -53,21 +53,24 @@ static float gemm_dot(const float *w, const float *x, int n)
 }
 
 /* Each weight row is widened once and met with every (rounded) x row; out[i, r] = res[i, r] + (dot + bias),
- * res read before out is written (they may alias). Without host memory for the rounded x the output is NaN
- * (loud, as the other references' faults). */
-void ppn_cpu_gemm(const void *params)
+ * res read before out is written (they may alias). x16: x is given in bf16 (gemm_tc_kw16), already rounded and in
+ * its layout (kparams.h, PPN_X16_POS), so widened as it is (bf16 weights and cols % 64 == 0 only: otherwise the
+ * output is NaN, as the op refuses them). Without host
+ * memory for the rounded x the output is NaN (loud, as the other references' faults). */
+static void gemm_ref(const ppn_kp_gemm *p, int x16)
 {
-    const ppn_kp_gemm *p = params;
     size_t m = (size_t)p->m, rows = (size_t)p->rows, cols = (size_t)p->cols;
     float *out = PTR(float, p->out);
     const float *res = p->res ? PTR(const float, p->res) : NULL, *x = PTR(const float, p->x);
     float *xr = malloc(m * cols * sizeof *xr), *wr = malloc(cols * sizeof *wr);
-    if (!xr || !wr) {
+    if (!xr || !wr || (x16 && (p->wdt != PPN_DTYPE_BF16 || cols % 64))) {
         for (size_t i = 0; i < m * rows; i++) out[i] = NAN;
         free(xr), free(wr);
         return;
     }
-    for (size_t i = 0; i < m * cols; i++) xr[i] = gemm_x_round(x[i], p->wdt);
+    for (size_t i = 0; i < m * cols; i++) /* x16: row i / cols's element i % cols at PPN_X16_POS of it */
+        xr[i] = x16 ? ppn_bf16_to_f32(PTR(const uint16_t, p->x)[i - i % cols + PPN_X16_POS(i % cols)])
+                    : gemm_x_round(x[i], p->wdt);
     for (size_t r = 0; r < rows; r++) {
         for (size_t k = 0; k < cols; k++) wr[k] = gemm_w_at(p->w, p->wdt, r * cols + k);
         float b = p->bias ? gemm_w_at(p->bias, p->wdt, r) : 0.0f;
@@ -80,6 +83,9 @@ void ppn_cpu_gemm(const void *params)
     }
     free(xr), free(wr);
 }
+
+void ppn_cpu_gemm(const void *params) { gemm_ref(params, 0); }
+void ppn_cpu_gemm_tc_kw16(const void *params) { gemm_ref(params, 1); }
 
 void ppn_cpu_gemm_tc_l(const void *params) { ppn_cpu_gemm(params); }
 void ppn_cpu_gemm_tc_m(const void *params) { ppn_cpu_gemm(params); }

@@ -68,6 +68,9 @@ typedef struct { uint64_t out, w, x, bias, res; int32_t rows, cols, m, wdt; } pp
  *              sm_90a) with K split over KW_KS(rows) CTAs of a cluster as gemm_tc_k splits it (elsewhere the
  *              first CTA of each tile sums all of K on mma.sync and the others return)
  *   gemm_tc_kwx gemm_tc_kw with x copied through its ring beside W (sm_90a): the same tile, split and bits
+ *   gemm_tc_kw16 gemm_tc_kw on x given in bf16 (W bf16 only) in its fragment layout (PPN_X16_POS below): x's
+ *              producer (the rows norm, SwiGLU: odt below) rounded it as gemm_tc_kw rounds, so the same tile,
+ *              split and bits on the x it rounded
  * Only gemm_tc_k and gemm_tc_kw (and gemm_tc_kwx) split a sum over K: elsewhere every output is one thread's sum in
  * k order (SIMT: a fmaf chain; tensor cores: one f32 accumulator through k16 steps in k order, which on the H200
  * gave the same bits from both tiles and both instruction families). gemm_tc_k sums each of KS(rows) k-ranges so
@@ -88,6 +91,14 @@ typedef ppn_kp_gemm ppn_kp_gemm_tc_s;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_k;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_kw;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_kwx;
+typedef ppn_kp_gemm ppn_kp_gemm_tc_kw16; /* x [m, cols] in bf16, not f32: see gemm_tc_kw16 above */
+/* gemm_tc_kw16's x: bf16 rows of cols % 64 == 0 elements laid out by 64-element blocks, element k of a row at
+ * PPN_X16_POS(k): within a block, k = 16 s + 8 h + 2 q + e (s < 4, h < 2, q < 4, e < 2) sits at 16 q + 4 s + 2 h + e,
+ * so the 16 elements a thread's wgmma fragments take from a 64-column k-tile (those of its q = lane % 4) lie
+ * together and come in two 16-byte loads, whole 32-byte sectors for the warp. The producers (rmsnorm and SwiGLU
+ * rows with odt bf16) write it so; nothing else reads it. */
+#define PPN_X16_POS(k)                                                                                            \
+    (((k) & ~63) | ((((k) >> 1) & 3) << 4) | ((((k) >> 4) & 3) << 2) | ((((k) >> 3) & 1) << 1) | ((k) & 1))
 /* Each gemm kernel's tile (BM tokens x BN weight rows of out per CTA), threads and pipeline: the contract
  * between ops_gemm.c's geometry and gemm.cu. A 1-D grid of ceil(m / BM) * ceil(rows / BN) CTAs; the tensor-core
  * kernels take PPN_GEMM_TC_SMEM(BM, BN, STAGES) bytes of dynamic shared memory, the SIMT one none. */
@@ -298,8 +309,11 @@ typedef struct { uint64_t out; uint32_t value; int32_t n; } ppn_kp_fill;
 /* out[i, :] = table[tok[i], :] for i < c (tok int32 [c]); a token outside [0, vocab) gives a row of zeros. */
 typedef struct { uint64_t out, table, tok; int32_t dim, vocab, wdt, c; } ppn_kp_embed_rows;
 
-/* The rmsnorm formula on each of c rows of n: in, out [c, n] (out may alias in), w [n] in wdt. */
-typedef struct { uint64_t out, in, w; int32_t n, wdt, c; float eps; } ppn_kp_rmsnorm_rows;
+/* The rmsnorm formula on each of c rows of n: in, out [c, n] (out may alias in), w [n] in wdt. odt: out's dtype,
+ * PPN_DTYPE_F32 or PPN_DTYPE_BF16: each value rounded to nearest even as the f32 is computed (what a bf16 GEMM
+ * does to its f32 x, so the GEMM after it reads the same values) and stored in gemm_tc_kw16's layout
+ * (PPN_X16_POS; n % 64 == 0, out apart from in). */
+typedef struct { uint64_t out, in, w; int32_t n, wdt, c; float eps; int32_t odt; } ppn_kp_rmsnorm_rows;
 
 /* head_rmsnorm in place on heads h0 .. h0 + n_heads - 1 of each of c rows of x, a row being stride floats. */
 typedef struct { uint64_t x, w; int32_t stride, h0, n_heads, head_dim, wdt, c; float eps; } ppn_kp_head_rmsnorm_rows;
@@ -328,9 +342,10 @@ typedef ppn_kp_attn_rows ppn_kp_attn_rows_bf16;
 typedef ppn_kp_attn_rows ppn_kp_attn_rows_f16;
 
 /* out[i, :] = silu(gu[i, 0 .. n)) * gu[i, n .. 2n) for i < c: gu [c, 2n], out [c, n] (separate). vec: four
- * elements a thread in 16-byte loads and stores (the op sets it where n % 4 == 0 and gu, out are 16-byte aligned;
- * grid.y then covers n / 4), else one; the same per-element arithmetic either way. */
-typedef struct { uint64_t out, gu; int32_t n, c, vec; } ppn_kp_swiglu_rows;
+ * elements a thread in 16-byte loads (the op sets it where n % 4 == 0, gu is 16-byte aligned and out aligned to
+ * four of its elements; grid.y then covers n / 4), else one; the same per-element arithmetic either way. odt: out's
+ * dtype, PPN_DTYPE_F32 or PPN_DTYPE_BF16 (rounded and laid out as rmsnorm rows' odt). */
+typedef struct { uint64_t out, gu; int32_t n, c, vec, odt; } ppn_kp_swiglu_rows;
 
 /* out[i] (int32) = argmax of row i of x [rows, n] by ppn_kp_argmax's rule (lowest index on ties, -1 when any
  * value of the row is NaN or infinite): one block per row (a batched decode step's greedy tokens). */

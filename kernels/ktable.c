@@ -31,6 +31,7 @@ const ppn_gpu_kernel ppn_kernels[PPN_K_COUNT] = {
     PPN_KDESC(PPN_K_GEMM_TC_K, gemm_tc_k),
     PPN_KDESC(PPN_K_GEMM_TC_KW, gemm_tc_kw),
     PPN_KDESC(PPN_K_GEMM_TC_KWX, gemm_tc_kwx),
+    PPN_KDESC(PPN_K_GEMM_TC_KW16, gemm_tc_kw16),
     PPN_KDESC(PPN_K_GEMM_TC_H, gemm_tc_h),
     PPN_KDESC(PPN_K_EMBED_ROWS, embed_rows),
     PPN_KDESC(PPN_K_RMSNORM_ROWS, rmsnorm_rows),

@@ -29,6 +29,7 @@ typedef enum ppn_kernel_id {
     PPN_K_GEMM_TC_K,
     PPN_K_GEMM_TC_KW,
     PPN_K_GEMM_TC_KWX,
+    PPN_K_GEMM_TC_KW16,
     PPN_K_GEMM_TC_H,
     PPN_K_EMBED_ROWS,
     PPN_K_RMSNORM_ROWS,

@@ -113,6 +113,11 @@ ppn_status ppn_op_embed_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr 
 /* The rmsnorm kernel's formula on each of c rows of n (out may be in itself; a partial overlap is refused). */
 ppn_status ppn_op_rmsnorm_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr in, ppn_dptr w, int wdt, int n,
                                float eps, int c);
+/* The same with out [c, n] of dtype odt: PPN_DTYPE_F32 (as above) or PPN_DTYPE_BF16, each value rounded to nearest
+ * even and laid out for gemm_tc_kw16 (kparams.h, PPN_X16_POS; n % 64 == 0): the x of ppn_op_gemm_x16, rounded as
+ * the GEMM would round its f32 x. A bf16 out must not overlap in. */
+ppn_status ppn_op_rmsnorm_rows_to(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt, ppn_dptr in, ppn_dptr w, int wdt,
+                                  int n, float eps, int c);
 /* out[i, r] = (res ? res[i, r] : 0) + (bias ? bias[r] : 0) + sum_k W[r, k] x[i, k], for i < m, r < rows:
  * x [m, cols] f32, W [rows, cols] in wdt (row-major, as the checkpoint stores it), bias [rows] in wdt (0: none),
  * res [m, rows] f32 (0: none; may alias out). bf16 / f16 W: x is rounded to W's dtype (nearest even) and the
@@ -134,6 +139,16 @@ ppn_status ppn_op_gemm(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int
  * dtype or alignment does not fit, a K split or depth the tile does not take, or ctas < 0; PPN_EUNSUPPORTED for gemm_tc_h
  * where the stream's device runs no TMA kernels (gpu.h: tma_ok). */
 ppn_status ppn_op_gemm_tile(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_kp_gemm *p);
+/* ppn_op_gemm with x16 [m, cols] in bf16 (bf16 W) in gemm_tc_kw16's layout (kparams.h, PPN_X16_POS): the rounding
+ * ppn_op_gemm does to its f32 x done by x's producer (ppn_op_rmsnorm_rows_to, ppn_op_swiglu_rows_to with
+ * PPN_DTYPE_BF16), so a token's row has the bits ppn_op_gemm gives it on the f32 x that was rounded, at half of x's
+ * bytes and a quarter of its loads (gemm_tc_kw16). Taken only on the shapes
+ * ppn_op_gemm_x16_fits names, else PPN_EUNSUPPORTED (and PPN_EINVAL as ppn_op_gemm, for unaligned w or x16). */
+ppn_status ppn_op_gemm_x16(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x16, int m,
+                           int rows, int cols, ppn_dptr bias, ppn_dptr res);
+/* 1 where ppn_op_gemm runs gemm_tc_kw (m tokens over rows x cols of wdt), wdt is bf16 and cols a multiple of 64:
+ * the shapes ppn_op_gemm_x16 takes (a function of the shape alone, so a caller decides before x's producer runs). */
+int ppn_op_gemm_x16_fits(int m, int rows, int cols, int wdt);
 /* Per-head rmsnorm in place (the head_rmsnorm formula) of heads h0 .. h0 + n_heads - 1 of each of c rows of x,
  * a row being stride floats (Qwen3's q and k norms over the rows of the q|k|v projection). */
 ppn_status ppn_op_head_rmsnorm_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr x, int stride, int h0, int n_heads,
@@ -158,6 +173,8 @@ ppn_status ppn_op_attn_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr q
 /* out[i, :] = silu(gu[i, 0 .. n)) * gu[i, n .. 2n) for i < c: gu [c, 2n] (the gate|up GEMM's rows), out [c, n],
  * a separate buffer. */
 ppn_status ppn_op_swiglu_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr gu, int n, int c);
+/* The same with out of dtype odt (PPN_DTYPE_F32 or PPN_DTYPE_BF16, as ppn_op_rmsnorm_rows_to). */
+ppn_status ppn_op_swiglu_rows_to(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt, ppn_dptr gu, int n, int c);
 /* out_i32[i] = argmax of row i of x [rows, n] (ppn_op_argmax_wide's rule: lowest index on ties, -1 for a row
  * holding a NaN or an infinity), one block per row; out must not overlap x. */
 ppn_status ppn_op_argmax_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out_i32, ppn_dptr x, int n, int rows);

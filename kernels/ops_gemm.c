@@ -10,7 +10,8 @@
  * prefill tiles give it above, except where gemm_tc_k does not split (1024 weight tiles or more: the lm heads).
  * Above that bound, up to 64 or 128 tokens, matrices of up to 264 middle tiles of rows take gemm_tc_kw, the middle
  * tile split over K the same way (its own k-ranges: again the same bits at every m it is taken for), or below 4096
- * rows gemm_tc_kwx, the same tile and sums with x through its ring (gemm_tc_kw's bits).
+ * rows gemm_tc_kwx, the same tile and sums with x through its ring (gemm_tc_kw's bits). ppn_op_gemm_x16 runs
+ * gemm_tc_kw16 where gemm_tc_kw is taken (bf16 W): x given in bf16 by its producer, the same bits again.
  * Where the stream's device runs the TMA kernels (gpu.h: tma_ok; PPN_TMA=0 says no) the large tile is
  * gemm_tc_h on the shapes where it was faster (gemm_h_wins), the same tile and sum warp-specialized behind the
  * tensor memory accelerator: gemm_tc_l's bits.
@@ -71,6 +72,15 @@ static int gemm_kw_depth(int kernel)
 {
     return kernel == PPN_K_GEMM_TC_KWX ? (int)PPN_GEMM_TC_KWX_STAGES : (int)PPN_GEMM_TC_KW_STAGES;
 }
+
+/* The middle split-K tile in any of its forms: gemm_tc_kw, gemm_tc_kwx, gemm_tc_kw16 (one grid, split and bits). */
+static int gemm_is_kw(int kernel)
+{
+    return kernel == PPN_K_GEMM_TC_KW || kernel == PPN_K_GEMM_TC_KWX || kernel == PPN_K_GEMM_TC_KW16;
+}
+
+/* x's element size: bf16 for gemm_tc_kw16, f32 for every other kernel. */
+static size_t gemm_x_es(int kernel) { return kernel == PPN_K_GEMM_TC_KW16 ? 2u : 4u; }
 
 /* gemm_tc_k's CTAs: clusters of CLUSTER / KS weight tiles, for each token group (kparams.h). */
 static size_t gemm_k_ctas(const ppn_kp_gemm *p)
@@ -185,7 +195,8 @@ static ppn_launch gemm_geometry(int kernel, const ppn_kp_gemm *p)
         l.smem = PPN_GEMM_TC_K_SMEM_S(p->m, p->stages);
         return l;
     }
-    case PPN_K_GEMM_TC_KW: {
+    case PPN_K_GEMM_TC_KW:
+    case PPN_K_GEMM_TC_KW16: {
         ppn_launch l = launch_init(kernel, p, (unsigned)gemm_kw_ctas(p), PPN_GEMM_TC_M_THREADS);
         l.smem = PPN_GEMM_TC_KW_SMEM(p->stages);
         PPN_ASSERT(l.smem <= PPN_DYN_SMEM_MAX);
@@ -204,9 +215,9 @@ static ppn_launch gemm_geometry(int kernel, const ppn_kp_gemm *p)
     return l;
 }
 
-/* Every CTA reads x while others write out, so they must not overlap (res may alias out: each element is read
- * by the thread that then writes it). The grid is 1-D: its CTA count must stay below 2^31. */
-static ppn_status gemm_check(const char *op, const ppn_kp_gemm *p)
+/* Every CTA reads x (xes bytes an element) while others write out, so they must not overlap (res may alias out:
+ * each element is read by the thread that then writes it). The grid is 1-D: its CTA count must stay below 2^31. */
+static ppn_status gemm_check(const char *op, const ppn_kp_gemm *p, size_t xes)
 {
     PPN_CHECK(need_positive(op, "m", p->m));
     PPN_CHECK(need_positive(op, "rows", p->rows));
@@ -217,7 +228,7 @@ static ppn_status gemm_check(const char *op, const ppn_kp_gemm *p)
     PPN_CHECK(need_ptr(op, "x", p->x));
     if (gemm_tiles(p->m, p->rows, PPN_GEMM_SIMT_BM, PPN_GEMM_SIMT_BN) > GEMM_MAX_CTAS) /* the most CTAs a tile takes */
         return ppn_err(PPN_EINVAL, "%s: m %d x rows %d needs more than 2^31 - 1 CTAs", op, p->m, p->rows);
-    size_t ob = f32_bytes((size_t)p->m * (size_t)p->rows), xb = f32_bytes((size_t)p->m * (size_t)p->cols);
+    size_t ob = f32_bytes((size_t)p->m * (size_t)p->rows), xb = (size_t)p->m * (size_t)p->cols * xes;
     if (p->out < p->x + xb && p->x < p->out + ob)
         return ppn_err(PPN_EINVAL, "%s: out [0x%llx, +%zu) overlaps x [0x%llx, +%zu)", op,
                        (unsigned long long)p->out, ob, (unsigned long long)p->x, xb);
@@ -230,8 +241,7 @@ static ppn_status gemm_submit(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_
 {
     ppn_kp_gemm rp = *pc, *p = &rp;
     if (kernel == PPN_K_GEMM_TC_K) rp.ks = gemm_k_ks(pc), rp.stages = gemm_k_stages(pc);
-    else if (kernel == PPN_K_GEMM_TC_KW || kernel == PPN_K_GEMM_TC_KWX)
-        rp.ks = gemm_kw_ks(pc), rp.stages = gemm_kw_depth(kernel);
+    else if (gemm_is_kw(kernel)) rp.ks = gemm_kw_ks(pc), rp.stages = gemm_kw_depth(kernel);
     else rp.ks = 0, rp.stages = 0;
     rp.ctas = 0;
     if (kernel == PPN_K_GEMM_TC_H) { /* one CTA a multiprocessor (or the caller's count), at most one a tile */
@@ -258,7 +268,7 @@ static ppn_status gemm_submit(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_
         l.params_size = sizeof hp;
     }
     acc_add(&l, p->w, (size_t)p->rows * (size_t)p->cols * es, PPN_ACC_R);
-    acc_add(&l, p->x, f32_bytes((size_t)p->m * (size_t)p->cols), PPN_ACC_R);
+    acc_add(&l, p->x, (size_t)p->m * (size_t)p->cols * gemm_x_es(kernel), PPN_ACC_R);
     if (p->bias) acc_add(&l, p->bias, (size_t)p->rows * es, PPN_ACC_R);
     if (p->res) acc_add(&l, p->res, ob, PPN_ACC_R);
     acc_add(&l, p->out, ob, PPN_ACC_W);
@@ -270,23 +280,56 @@ ppn_status ppn_op_gemm(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int
 {
     ppn_kp_gemm p = {.out = out, .w = w, .x = x, .bias = bias, .res = res, .m = m, .rows = rows, .cols = cols,
                      .wdt = wdt, .ks = 0, .stages = 0, .ctas = 0};
-    PPN_CHECK(gemm_check("ppn_op_gemm", &p));
+    PPN_CHECK(gemm_check("ppn_op_gemm", &p, 4));
     return gemm_submit(g, s, gemm_kernel(&p, gemm_tma_sms(g, s)), &p);
+}
+
+/* Where ppn_op_gemm runs gemm_tc_kw on bf16 weights over whole 64-column blocks: there gemm_tc_kw16 gives its bits
+ * from x rounded to bf16 by its producer, in its layout (kparams.h, PPN_X16_POS), with a quarter of gemm_tc_kw's x
+ * loads. H200, test_gpu_gemm's decode table, 2026-12-03 17:49 UTC (docs/PERF.md), % of the copy floor, kw against
+ * kw16: 8B at m = 64 q|k|v 52.8 / 59.5, gate|up 78.1 / 84.1, down 49.9 / 64.4; m = 16 gate|up 88.1 / 91.6; 8B B=64
+ * step 7.89-7.94 -> 7.25-7.32 ms. Not where the op takes gemm_tc_kwx (x through its ring, f32): on the 1B's q|k|v
+ * and down it kept ahead (m = 64: 31.5 / 25.7, 42.7 / 37.7), and the 1B's B=64 step was 2.32 ms with kw16 there
+ * against 2.18-2.22 without. The shape's choice alone (the pointers' alignment is the op's check). */
+int ppn_op_gemm_x16_fits(int m, int rows, int cols, int wdt)
+{
+    if (wdt != PPN_DTYPE_BF16 || m < 1 || rows < 1 || cols < 1 || cols % 64) return 0;
+    ppn_kp_gemm p = {.out = 256, .w = 256, .x = 256, .m = m, .rows = rows, .cols = cols, .wdt = wdt};
+    return gemm_kernel(&p, 0) == PPN_K_GEMM_TC_KW;
+}
+
+ppn_status ppn_op_gemm_x16(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x16, int m,
+                           int rows, int cols, ppn_dptr bias, ppn_dptr res)
+{
+    static const char op[] = "ppn_op_gemm_x16";
+    ppn_kp_gemm p = {.out = out, .w = w, .x = x16, .bias = bias, .res = res, .m = m, .rows = rows, .cols = cols,
+                     .wdt = wdt, .ks = 0, .stages = 0, .ctas = 0};
+    PPN_CHECK(gemm_check(op, &p, 2));
+    if (!ppn_op_gemm_x16_fits(m, rows, cols, wdt))
+        return ppn_err(PPN_EUNSUPPORTED, "%s: m %d, rows %d, cols %d, %s weights: bf16 x is taken only where "
+                                         "ppn_op_gemm runs gemm_tc_kw on bf16 weights (ppn_op_gemm_x16_fits); give "
+                                         "ppn_op_gemm f32 x", op, m, rows, cols, ppn_dtype_name(wdt));
+    if (!gemm_tc_fits(&p))
+        return ppn_err(PPN_EINVAL, "%s: w and x must be 16-byte aligned (w 0x%llx, x 0x%llx)", op,
+                       (unsigned long long)w, (unsigned long long)x16);
+    return gemm_submit(g, s, PPN_K_GEMM_TC_KW16, &p);
 }
 
 ppn_status ppn_op_gemm_tile(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_kp_gemm *p)
 {
     static const char op[] = "ppn_op_gemm_tile";
     if (kernel != PPN_K_GEMM && kernel != PPN_K_GEMM_TC_L && kernel != PPN_K_GEMM_TC_M && kernel != PPN_K_GEMM_TC_S &&
-        kernel != PPN_K_GEMM_TC_K && kernel != PPN_K_GEMM_TC_KW && kernel != PPN_K_GEMM_TC_KWX &&
-        kernel != PPN_K_GEMM_TC_H)
+        kernel != PPN_K_GEMM_TC_K && !gemm_is_kw(kernel) && kernel != PPN_K_GEMM_TC_H)
         return ppn_err(PPN_EINVAL, "%s: kernel %d is not a gemm kernel", op, kernel);
-    PPN_CHECK(gemm_check(op, p));
+    PPN_CHECK(gemm_check(op, p, gemm_x_es(kernel)));
+    if (kernel == PPN_K_GEMM_TC_KW16 && (p->wdt != PPN_DTYPE_BF16 || p->cols % 64))
+        return ppn_err(PPN_EINVAL, "%s: gemm_tc_kw16 takes bf16 weights (and bf16 x) over cols %% 64 == 0, not %s "
+                                   "over %d", op, ppn_dtype_name(p->wdt), p->cols);
     if (p->ctas < 0) return ppn_err(PPN_EINVAL, "%s: ctas %d (0: the op's choice)", op, p->ctas);
     if (kernel == PPN_K_GEMM_TC_H && !gemm_tma_sms(g, s))
         return ppn_err(PPN_EUNSUPPORTED, "%s: gemm_tc_h on backend %s: the stream's device runs no TMA kernels "
                                          "(compute capability 9.x and sm_90a code, PPN_TMA not 0)", op, g->ops->name);
-    const int kw = kernel == PPN_K_GEMM_TC_KW || kernel == PPN_K_GEMM_TC_KWX;
+    const int kw = gemm_is_kw(kernel);
     if ((kernel == PPN_K_GEMM_TC_K || kw) && p->ks &&
         p->ks != 1 && p->ks != 2 && p->ks != 4 && p->ks != 8)
         return ppn_err(PPN_EINVAL, "%s: ks %d for %s: 1, 2, 4 or 8 CTAs of a cluster of %d (or 0: the op's)", op,

@@ -78,24 +78,43 @@ ppn_status ppn_op_embed_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr 
     return submit(g, s, &l);
 }
 
-ppn_status ppn_op_rmsnorm_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr in, ppn_dptr w, int wdt, int n,
-                               float eps, int c)
+/* The rows ops' output dtypes: f32, or bf16 in gemm_tc_kw16's layout for the GEMM that reads it (ops.h), whole
+ * 64-element blocks a row. */
+static ppn_status need_odt(const char *op, int odt, int n)
+{
+    if (odt != PPN_DTYPE_F32 && odt != PPN_DTYPE_BF16)
+        return ppn_err(PPN_EINVAL, "%s: output dtype %d: PPN_DTYPE_F32 or PPN_DTYPE_BF16", op, odt);
+    if (odt == PPN_DTYPE_BF16 && n % 64)
+        return ppn_err(PPN_EINVAL, "%s: bf16 output rows of %d: a multiple of 64 (gemm_tc_kw16's layout)", op, n);
+    return PPN_OK;
+}
+
+ppn_status ppn_op_rmsnorm_rows_to(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt, ppn_dptr in, ppn_dptr w, int wdt,
+                                  int n, float eps, int c)
 {
     static const char op[] = "ppn_op_rmsnorm_rows";
     PPN_CHECK(need_rows(op, c));
     PPN_CHECK(need_positive(op, "n", n));
     PPN_CHECK(need_wdt(op, wdt));
+    PPN_CHECK(need_odt(op, odt, n));
     PPN_CHECK(need_ptr(op, "out", out));
     PPN_CHECK(need_ptr(op, "in", in));
     PPN_CHECK(need_ptr(op, "w", w));
-    size_t bytes = f32_bytes((size_t)c * (size_t)n);
-    if (out != in) PPN_CHECK(need_apart(op, "out", out, bytes, "in", in, bytes)); /* a row reads before it writes */
-    ppn_kp_rmsnorm_rows p = {.out = out, .in = in, .w = w, .n = n, .wdt = wdt, .c = c, .eps = eps};
+    size_t bytes = f32_bytes((size_t)c * (size_t)n), ob = (size_t)c * (size_t)n * ppn_dtype_size(odt);
+    /* a row reads before it writes, so in place is fine in f32; bf16 rows sit elsewhere than the f32 ones */
+    if (out != in || odt != PPN_DTYPE_F32) PPN_CHECK(need_apart(op, "out", out, ob, "in", in, bytes));
+    ppn_kp_rmsnorm_rows p = {.out = out, .in = in, .w = w, .n = n, .wdt = wdt, .c = c, .eps = eps, .odt = odt};
     ppn_launch l = launch_init(PPN_K_RMSNORM_ROWS, &p, (unsigned)c, ROWS_NORM_BLOCK);
     acc_add(&l, in, bytes, PPN_ACC_R);
     acc_add(&l, w, (size_t)n * ppn_dtype_size(wdt), PPN_ACC_R);
-    acc_add(&l, out, bytes, PPN_ACC_W);
+    acc_add(&l, out, ob, PPN_ACC_W);
     return submit(g, s, &l);
+}
+
+ppn_status ppn_op_rmsnorm_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr in, ppn_dptr w, int wdt, int n,
+                               float eps, int c)
+{
+    return ppn_op_rmsnorm_rows_to(g, s, out, PPN_DTYPE_F32, in, w, wdt, n, eps, c);
 }
 
 ppn_status ppn_op_head_rmsnorm_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr x, int stride, int h0, int n_heads,
@@ -223,24 +242,30 @@ ppn_status ppn_op_attn_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr q
     return ppn_kv_submit(g, s, &l, kv, n_kv, head_dim, 0, pos0 + c, PPN_ACC_R);
 }
 
-ppn_status ppn_op_swiglu_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr gu, int n, int c)
+ppn_status ppn_op_swiglu_rows_to(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt, ppn_dptr gu, int n, int c)
 {
     static const char op[] = "ppn_op_swiglu_rows";
     PPN_CHECK(need_rows(op, c));
     PPN_CHECK(need_positive(op, "n", n));
+    PPN_CHECK(need_odt(op, odt, n));
     PPN_CHECK(need_ptr(op, "out", out));
     PPN_CHECK(need_ptr(op, "gu", gu));
-    size_t ob = f32_bytes((size_t)c * (size_t)n), gb = 2u * ob;
+    size_t es = ppn_dtype_size(odt), ob = (size_t)c * (size_t)n * es, gb = 2u * f32_bytes((size_t)c * (size_t)n);
     PPN_CHECK(need_apart(op, "out", out, ob, "gu", gu, gb));
-    /* four columns a thread where every row starts 16-byte aligned: on the H200 the prompt's SwiGLU moved 2.3 TB/s
-     * one column a thread (docs/PERF.md, the prime's kernel account) */
-    int vec = n % 4 == 0 && !(out & 15u) && !(gu & 15u);
-    ppn_kp_swiglu_rows p = {.out = out, .gu = gu, .n = n, .c = c, .vec = vec};
+    /* four columns a thread where every row starts 16-byte aligned (out: four of its elements): on the H200 the
+     * prompt's SwiGLU moved 2.3 TB/s one column a thread (docs/PERF.md, the prime's kernel account) */
+    int vec = n % 4 == 0 && !(out & (4u * es - 1u)) && !(gu & 15u);
+    ppn_kp_swiglu_rows p = {.out = out, .gu = gu, .n = n, .c = c, .vec = vec, .odt = odt};
     ppn_launch l = launch_init(PPN_K_SWIGLU_ROWS, &p, (unsigned)c, ROWS_ELEM_BLOCK);
     l.grid[1] = blocks_for(vec ? n / 4 : n, ROWS_ELEM_BLOCK);
     acc_add(&l, gu, gb, PPN_ACC_R);
     acc_add(&l, out, ob, PPN_ACC_W);
     return submit(g, s, &l);
+}
+
+ppn_status ppn_op_swiglu_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr gu, int n, int c)
+{
+    return ppn_op_swiglu_rows_to(g, s, out, PPN_DTYPE_F32, gu, n, c);
 }
 
 ppn_status ppn_op_argmax_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out_i32, ppn_dptr x, int n, int rows)

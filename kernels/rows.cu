@@ -45,6 +45,12 @@ extern "C" __global__ void ppn_k_rmsnorm_rows(const ppn_kp_rmsnorm_rows p)
     for (int i = threadIdx.x; i < p.n; i += blockDim.x) ss = fmaf(x[i], x[i], ss);
     float var = ppn_block_sum(ss, sh) / (float)p.n;
     float r = 1.0f / sqrtf(var + p.eps);
+    if (p.odt == PPN_DTYPE_BF16) { // for the bf16 GEMM after it (gemm_tc_kw16): rounded as that GEMM rounds
+        __nv_bfloat16 *o16 = (__nv_bfloat16 *)p.out + (size_t)blockIdx.x * p.n;
+        for (int i = threadIdx.x; i < p.n; i += blockDim.x)
+            o16[PPN_X16_POS(i)] = __float2bfloat16_rn((x[i] * r) * ppn_wload(p.w, p.wdt, (size_t)i));
+        return;
+    }
     for (int i = threadIdx.x; i < p.n; i += blockDim.x) out[i] = (x[i] * r) * ppn_wload(p.w, p.wdt, (size_t)i);
 }
 
@@ -128,15 +134,24 @@ extern "C" __global__ void ppn_k_swiglu_rows(const ppn_kp_swiglu_rows p)
     int i = blockIdx.x, d = blockIdx.y * blockDim.x + threadIdx.x;
     const float *gu = (const float *)p.gu + (size_t)i * 2 * p.n;
     float *out = (float *)p.out + (size_t)i * p.n;
-    if (p.vec) { // four columns a thread, 16-byte accesses (n % 4 == 0, rows 16-byte aligned: the op's check)
+    __nv_bfloat16 *o16 = (__nv_bfloat16 *)p.out + (size_t)i * p.n; // odt bf16 (for gemm_tc_kw16)
+    if (p.vec) { // four columns a thread, 16-byte loads (n % 4 == 0, rows aligned: the op's check)
         if (4 * d >= p.n) return;
         float4 g = __ldg((const float4 *)gu + d), u = __ldg((const float4 *)(gu + p.n) + d);
-        ((float4 *)out)[d] = make_float4(ppn_swish(g.x) * u.x, ppn_swish(g.y) * u.y, ppn_swish(g.z) * u.z,
-                                         ppn_swish(g.w) * u.w);
+        float4 v = make_float4(ppn_swish(g.x) * u.x, ppn_swish(g.y) * u.y, ppn_swish(g.z) * u.z, ppn_swish(g.w) * u.w);
+        if (p.odt == PPN_DTYPE_BF16) { // pairs stay together in gemm_tc_kw16's layout (PPN_X16_POS)
+            __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+            *(__nv_bfloat162 *)(o16 + PPN_X16_POS(4 * d)) = lo;
+            *(__nv_bfloat162 *)(o16 + PPN_X16_POS(4 * d + 2)) = hi;
+        } else {
+            ((float4 *)out)[d] = v;
+        }
         return;
     }
     if (d >= p.n) return;
-    out[d] = ppn_swish(gu[d]) * gu[p.n + d];
+    float v = ppn_swish(gu[d]) * gu[p.n + d];
+    if (p.odt == PPN_DTYPE_BF16) o16[PPN_X16_POS(d)] = __float2bfloat16_rn(v);
+    else out[d] = v;
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -7,7 +7,9 @@
  * the stack. Device pointers are host addresses here.
  */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include "core/base/dtype.h"
 #include "kernels/ktable.h"
 
 #include "kernels/cpu_ref.h"
@@ -35,14 +37,36 @@ void ppn_cpu_embed_rows(const void *params)
     }
 }
 
+/* odt bf16: row i computed in f32 into tmp, then rounded (nearest even) into out's row i of n bf16 in
+ * gemm_tc_kw16's layout (kparams.h, PPN_X16_POS). Without host memory for tmp, or for n % 64 != 0 (the op refuses
+ * it), the rows are NaN (loud, as the other references' faults). */
+static float *bf16_rows_tmp(uint64_t out, int odt, int n, int c)
+{
+    if (odt != PPN_DTYPE_BF16) return NULL;
+    float *t = n % 64 ? NULL : malloc((size_t)n * sizeof *t);
+    if (!t)
+        for (size_t k = 0; k < (size_t)n * (size_t)c; k++) PTR(uint16_t, out)[k] = 0x7fc0u;
+    return t;
+}
+
+static void bf16_row_store(uint64_t out, int i, const float *t, int n)
+{
+    uint16_t *o = PTR(uint16_t, out) + (size_t)i * (size_t)n;
+    for (int k = 0; k < n; k++) o[PPN_X16_POS(k)] = ppn_f32_to_bf16(t[k]); /* gemm_tc_kw16's layout (n % 64 == 0) */
+}
+
 void ppn_cpu_rmsnorm_rows(const void *params)
 {
     const ppn_kp_rmsnorm_rows *p = params;
+    float *t = bf16_rows_tmp(p->out, p->odt, p->n, p->c);
+    if (p->odt == PPN_DTYPE_BF16 && !t) return;
     for (int i = 0; i < p->c; i++) {
-        ppn_kp_rmsnorm r = {.out = row_at(p->out, i, (size_t)p->n), .in = row_at(p->in, i, (size_t)p->n), .w = p->w,
-                            .n = p->n, .wdt = p->wdt, .eps = p->eps};
+        ppn_kp_rmsnorm r = {.out = t ? (uint64_t)(uintptr_t)t : row_at(p->out, i, (size_t)p->n),
+                            .in = row_at(p->in, i, (size_t)p->n), .w = p->w, .n = p->n, .wdt = p->wdt, .eps = p->eps};
         ppn_cpu_rmsnorm(&r);
+        if (t) bf16_row_store(p->out, i, t, p->n);
     }
+    free(t);
 }
 
 void ppn_cpu_head_rmsnorm_rows(const void *params)
@@ -94,12 +118,16 @@ void ppn_cpu_attn_rows_f16(const void *params) { ppn_cpu_attn_rows(params); }
 void ppn_cpu_swiglu_rows(const void *params)
 {
     const ppn_kp_swiglu_rows *p = params;
+    float *t = bf16_rows_tmp(p->out, p->odt, p->n, p->c);
+    if (p->odt == PPN_DTYPE_BF16 && !t) return;
     for (int i = 0; i < p->c; i++) {
         uint64_t gu = row_at(p->gu, i, 2u * (size_t)p->n);
-        ppn_kp_swiglu s = {.out = row_at(p->out, i, (size_t)p->n), .gate = gu,
+        ppn_kp_swiglu s = {.out = t ? (uint64_t)(uintptr_t)t : row_at(p->out, i, (size_t)p->n), .gate = gu,
                            .up = gu + (uint64_t)p->n * sizeof(float), .n = p->n};
         ppn_cpu_swiglu(&s);
+        if (t) bf16_row_store(p->out, i, t, p->n);
     }
+    free(t);
 }
 
 /* Each row by the one-row argmax's rule (ppn_cpu_argmax). */

@@ -170,7 +170,8 @@ static void expect_launch(int k, int m, int rows)
     if (k == PPN_K_GEMM_TC_K) /* clusters of 8 CTAs: 8 / KS weight tiles of 64 rows, per 32 tokens */
         th = PPN_GEMM_TC_K_THREADS, smem = PPN_GEMM_TC_K_SMEM(m),
         grid = tiles(m, rows * (int)PPN_GEMM_TC_K_KS(rows), PPN_GEMM_TC_K_MG, PPN_GEMM_TC_K_BN * 8) * 8;
-    if (k == PPN_K_GEMM_TC_KW) /* clusters of 8 CTAs: 8 / KW_KS middle tiles of 128 rows, per 64 tokens */
+    if (k == PPN_K_GEMM_TC_KW || k == PPN_K_GEMM_TC_KW16) /* clusters of 8 CTAs: 8 / KW_KS middle tiles of 128 rows,
+                                                               * per 64 tokens (kw16: the same, x in bf16) */
         th = PPN_GEMM_TC_M_THREADS, smem = PPN_GEMM_TC_SMEM(PPN_GEMM_TC_M_BM, PPN_GEMM_TC_M_BN, PPN_GEMM_TC_M_STAGES),
         grid = tiles(m, rows * (int)PPN_GEMM_TC_KW_KS(rows), PPN_GEMM_TC_M_BM, PPN_GEMM_TC_M_BN * 8) * 8;
     if (k == PPN_K_GEMM_TC_KWX) /* gemm_tc_kw's grid; its ring holds x too: 3 x (16 KB of W + 64 x 72 floats) */
@@ -496,6 +497,137 @@ static void test_gemm_op_refusals(void **state)
 
 
 /* ---------------------------------------------------------------------------------------------------------
+ * ppn_op_gemm_x16: x given in bf16 (gemm_tc_kw16) where ppn_op_gemm runs the middle split-K tile on bf16 W. */
+
+/* gemm_tc_kw16's layout: a permutation of each 64-element block that puts a thread's fragment elements together
+ * (k = 16 s + 8 h + 2 q + e at 16 q + 4 s + 2 h + e), pairs kept whole. */
+static void test_gemm_x16_layout(void **state)
+{
+    (void)state;
+    int seen[192] = {0};
+    for (int k = 0; k < 192; k++) {
+        int p = PPN_X16_POS(k), s = (k >> 4) & 3, h = (k >> 3) & 1, q = (k >> 1) & 3, e = k & 1;
+        assert_int_equal(p, (k & ~63) + 16 * q + 4 * s + 2 * h + e);
+        assert_true(p / 64 == k / 64);
+        seen[p]++;
+        if (e) assert_int_equal(p, PPN_X16_POS(k - 1) + 1);
+    }
+    for (int p = 0; p < 192; p++) assert_int_equal(seen[p], 1);
+}
+
+/* The shapes it takes are those where the op picks gemm_tc_kw over whole 64-column blocks, bf16 only. */
+static void test_gemm_x16_fits(void **state)
+{
+    (void)state;
+    tu_cap.dry = 1;
+    static const int shapes[][3] = {
+        {16, 6144, 4096}, {8, 6144, 4096}, {9, 6144, 4096}, {16, 4096, 4096}, {64, 4096, 4096}, {64, 4096, 14336},
+        {64, 28672, 4096}, {96, 4096, 4096}, {128, 28672, 4096}, {64, 3072, 2048}, {32, 3072, 2048},
+        {33, 3072, 2048}, {40, 256, 128}, {40, 768, 128}, {33, 128, 384}, {32, 256, 128}, {16, 128256, 2048},
+        {65, 128256, 4096}, {512, 4096, 4096}, {1, 6144, 4096}, {40, 256, 136}, {40, 352, 176},
+    };
+    int taken = 0;
+    for (size_t i = 0; i < TU_LEN(shapes); i++) {
+        int m = shapes[i][0], rows = shapes[i][1], cols = shapes[i][2];
+        int k = op_kernel(PPN_DTYPE_BF16, m, rows, cols, FAKE_W, FAKE_X);
+        int want = k == PPN_K_GEMM_TC_KW && cols % 64 == 0;
+        if (ppn_op_gemm_x16_fits(m, rows, cols, PPN_DTYPE_BF16) != want)
+            fail_msg("m %d, %d x %d: op kernel %s, x16_fits %d", m, rows, cols, ppn_kernels[k].name, !want);
+        taken += want;
+        assert_false(ppn_op_gemm_x16_fits(m, rows, cols, PPN_DTYPE_F16));
+        assert_false(ppn_op_gemm_x16_fits(m, rows, cols, PPN_DTYPE_F32));
+    }
+    assert_true(taken >= 5 && taken < (int)TU_LEN(shapes)); /* both answers met */
+    assert_false(ppn_op_gemm_x16_fits(64, 3072, 2048, PPN_DTYPE_BF16)); /* gemm_tc_kwx there (the 1B's q|k|v) */
+    assert_true(ppn_op_gemm_x16_fits(16, 6144, 4096, PPN_DTYPE_BF16)); /* the 8B's q|k|v at B=16 */
+    assert_false(ppn_op_gemm_x16_fits(8, 6144, 4096, PPN_DTYPE_BF16));  /* gemm_tc_k there */
+    assert_false(ppn_op_gemm_x16_fits(0, 6144, 4096, PPN_DTYPE_BF16));
+    /* its launch: gemm_tc_kw's grid, split and depth, x declared as m x cols bf16 */
+    tu_cap.calls = 0;
+    assert_int_equal(ppn_op_gemm_x16(&tu_fake, tu_fake_stream, FAKE_OUT, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 16, 6144,
+                                     4096, 0, 0), PPN_OK);
+    assert_int_equal(tu_cap.calls, 1);
+    expect_launch(PPN_K_GEMM_TC_KW16, 16, 6144);
+    const ppn_kp_gemm *q = (const ppn_kp_gemm *)tu_cap.params;
+    assert_true(q->ks == (int)PPN_GEMM_TC_KW_KS(6144) && q->stages == (int)PPN_GEMM_TC_KW_STAGES);
+    assert_int_equal(tu_cap.l.nacc, 3);
+    assert_true(tu_cap.l.acc[1].ptr == FAKE_X && tu_cap.l.acc[1].bytes == (size_t)16 * 4096 * 2 &&
+                tu_cap.l.acc[1].mode == PPN_ACC_R);
+    tu_cap.dry = 0;
+}
+
+/* Its sums are ppn_op_gemm's on the f32 x that was rounded (both on the one reference here; tests/gpu compares
+ * the kernels); what it refuses, it refuses before any launch. */
+static void test_gemm_x16_values(void **state)
+{
+    (void)state;
+    static const int cs[][5] = {{40, 4096, 128, 1, 0}, {33, 4100, 192, 0, 1}, {64, 6144, 64, 1, 1}};
+    for (size_t i = 0; i < TU_LEN(cs); i++) {
+        int m = cs[i][0], rows = cs[i][1], cols = cs[i][2];
+        size_t mr = (size_t)m * (size_t)rows, mc = (size_t)m * (size_t)cols;
+        assert_true(ppn_op_gemm_x16_fits(m, rows, cols, PPN_DTYPE_BF16));
+        void *w = tu_wrand(PPN_DTYPE_BF16, (size_t)rows * (size_t)cols, NULL);
+        void *b = tu_wrand(PPN_DTYPE_BF16, rows, NULL);
+        float *x = tu_frand(mc, -3, 3), *res = tu_frand(mr, -1, 1), *want = malloc(mr * 4), *got = malloc(mr * 4);
+        uint16_t *xh = malloc(mc * 2);
+        assert_true(want && got && xh);
+        for (size_t k = 0; k < mc; k++) /* rounded, in gemm_tc_kw16's layout (kparams.h) */
+            xh[k - k % (size_t)cols + PPN_X16_POS(k % (size_t)cols)] = ppn_f32_to_bf16(x[k]);
+        ppn_dptr bias = cs[i][3] ? D(b) : 0, rs = cs[i][4] ? D(res) : 0;
+        assert_int_equal(ppn_op_gemm(&tu_fake, tu_fake_stream, D(want), D(w), PPN_DTYPE_BF16, D(x), m, rows, cols,
+                                     bias, rs), PPN_OK);
+        tu_cap.calls = 0;
+        assert_int_equal(ppn_op_gemm_x16(&tu_fake, tu_fake_stream, D(got), D(w), PPN_DTYPE_BF16, D(xh), m, rows, cols,
+                                         bias, rs), PPN_OK);
+        assert_int_equal(tu_cap.calls, 1);
+        assert_int_equal(tu_cap.l.kernel, PPN_K_GEMM_TC_KW16);
+        assert_memory_equal(got, want, mr * 4);
+        /* the same bytes read as f32 x, or as bf16 in row order, would give other sums */
+        ppn_kp_gemm p = *(const ppn_kp_gemm *)tu_cap.params;
+        p.out = D(got);
+        tu_kernel_run(PPN_K_GEMM_TC_KW, &p);
+        assert_true(memcmp(got, want, mr * 4) != 0);
+        for (size_t k = 0; k < mc; k++) xh[k] = ppn_f32_to_bf16(x[k]);
+        tu_kernel_run(PPN_K_GEMM_TC_KW16, &p);
+        assert_true(memcmp(got, want, mr * 4) != 0);
+        free(w), free(b), free(x), free(res), free(want), free(got), free(xh);
+    }
+    /* refusals: a shape the middle tile does not take, other weights, misaligned or overlapping x, a forced
+     * gemm_tc_kw16 on f16 */
+    ppn_gpu *g = &tu_fake;
+    ppn_gstream *s = tu_fake_stream;
+    tu_cap.dry = 1;
+    tu_cap.calls = 0;
+    assert_int_equal(ppn_op_gemm_x16(g, s, FAKE_OUT, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 8, 6144, 4096, 0, 0),
+                     PPN_EUNSUPPORTED);
+    assert_non_null(strstr(ppn_last_error(), "ppn_op_gemm_x16_fits"));
+    assert_int_equal(ppn_op_gemm_x16(g, s, FAKE_OUT, FAKE_W, PPN_DTYPE_F16, FAKE_X, 16, 6144, 4096, 0, 0),
+                     PPN_EUNSUPPORTED);
+    assert_int_equal(ppn_op_gemm_x16(g, s, FAKE_OUT, FAKE_W, PPN_DTYPE_BF16, FAKE_X + 8, 16, 6144, 4096, 0, 0),
+                     PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "16-byte aligned"));
+    /* x16 of 16 x 4096 bf16 is 128 KB: out 64 KB in is inside it (as f32 x it would be 256 KB) */
+    assert_int_equal(ppn_op_gemm_x16(g, s, FAKE_X + 65536, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 16, 6144, 4096, 0, 0),
+                     PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "overlaps x"));
+    assert_int_equal(ppn_op_gemm_x16(g, s, FAKE_X + 131072, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 16, 6144, 4096, 0, 0),
+                     PPN_OK); /* right after it: apart */
+    assert_int_equal(tu_cap.calls, 1);
+    ppn_kp_gemm p = {.out = FAKE_OUT, .w = FAKE_W, .x = FAKE_X, .m = 16, .rows = 6144, .cols = 4096,
+                     .wdt = PPN_DTYPE_F16};
+    assert_int_equal(ppn_op_gemm_tile(g, s, PPN_K_GEMM_TC_KW16, &p), PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "gemm_tc_kw16 takes bf16"));
+    p.wdt = PPN_DTYPE_BF16, p.cols = 4104;
+    assert_int_equal(ppn_op_gemm_tile(g, s, PPN_K_GEMM_TC_KW16, &p), PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "cols % 64 == 0"));
+    p.cols = 4096;
+    assert_int_equal(ppn_op_gemm_tile(g, s, PPN_K_GEMM_TC_KW16, &p), PPN_OK);
+    expect_launch(PPN_K_GEMM_TC_KW16, 16, 6144);
+    assert_int_equal(tu_cap.calls, 2);
+    tu_cap.dry = 0;
+}
+
+/* ---------------------------------------------------------------------------------------------------------
  * gemm_tc_h: the large tile behind the tensor memory accelerator, on a fake device that says it runs TMA kernels
  * and encodes maps the sim's way (so the CPU reference reads the operands through them). */
 
@@ -687,6 +819,9 @@ int main(void)
         cmocka_unit_test_teardown(test_gemm_op_split_knobs, dry_off),
         cmocka_unit_test(test_gemm_op_accesses),
         cmocka_unit_test(test_gemm_op_refusals),
+        cmocka_unit_test(test_gemm_x16_layout),
+        cmocka_unit_test_teardown(test_gemm_x16_fits, dry_off),
+        cmocka_unit_test_teardown(test_gemm_x16_values, dry_off),
         cmocka_unit_test_teardown(test_gemm_tc_h_choice, dry_off),
         cmocka_unit_test(test_gemm_tc_h_values),
         cmocka_unit_test(test_gemm_tmap_check),

@@ -432,6 +432,68 @@ static void test_rows_ops_refusals(void **state)
     EXPECT_ST(PPN_EINVAL, ppn_op_swiglu_rows(g, s, a, b, 0, 2));
 }
 
+/* The norm and SwiGLU rows with bf16 output (the x of ppn_op_gemm_x16): each value the f32 op's, rounded to
+ * nearest even, in gemm_tc_kw16's layout (kparams.h, PPN_X16_POS); out declared at 2 bytes an element; the vector
+ * path from out aligned to four of its elements; a bf16 out over in, rows not of whole 64-element blocks, or another
+ * output dtype, refused. */
+static void test_rows_bf16_out(void **state)
+{
+    (void)state;
+    enum { C = 5, N = 320 };
+    float *x = tu_frand((size_t)C * N, -3, 3), *gu = tu_frand((size_t)C * 2 * N, -4, 4), *f = malloc(C * N * 4);
+    void *nw = tu_wrand(PPN_DTYPE_BF16, N, NULL);
+    uint16_t *h = malloc(C * N * 2);
+    assert_true(f && h);
+    for (int op = 0; op < 2; op++) {
+        ppn_status a = op ? ppn_op_swiglu_rows(&tu_fake, tu_fake_stream, D(f), D(gu), N, C)
+                          : ppn_op_rmsnorm_rows(&tu_fake, tu_fake_stream, D(f), D(x), D(nw), PPN_DTYPE_BF16, N, 1e-5f,
+                                                C);
+        EXPECT_ST(PPN_OK, a);
+        memset(h, 0xff, C * N * 2);
+        ppn_status b = op ? ppn_op_swiglu_rows_to(&tu_fake, tu_fake_stream, D(h), PPN_DTYPE_BF16, D(gu), N, C)
+                          : ppn_op_rmsnorm_rows_to(&tu_fake, tu_fake_stream, D(h), PPN_DTYPE_BF16, D(x), D(nw),
+                                                   PPN_DTYPE_BF16, N, 1e-5f, C);
+        EXPECT_ST(PPN_OK, b);
+        int outs = 0;
+        for (int k = 0; k < tu_cap.l.nacc; k++)
+            if (tu_cap.l.acc[k].mode == PPN_ACC_W) {
+                assert_true(tu_cap.l.acc[k].ptr == D(h) && tu_cap.l.acc[k].bytes == (size_t)C * N * 2);
+                outs++;
+            }
+        assert_int_equal(outs, 1);
+        for (int k = 0; k < C * N; k++) {
+            int at = k - k % N + PPN_X16_POS(k % N);
+            if (h[at] != ppn_f32_to_bf16(f[k]))
+                fail_msg("op %d element %d (at %d): 0x%04x, want 0x%04x", op, k, at, h[at], ppn_f32_to_bf16(f[k]));
+        }
+    }
+    tu_cap.dry = 1;
+    static const struct { int off, vec; } al[] = {{0, 1}, {8, 1}, {4, 0}};
+    for (size_t k = 0; k < sizeof al / sizeof al[0]; k++) {
+        EXPECT_ST(PPN_OK, ppn_op_swiglu_rows_to(&tu_fake, tu_fake_stream, ((ppn_dptr)1 << 30) + (ppn_dptr)al[k].off,
+                                                PPN_DTYPE_BF16, (ppn_dptr)2 << 30, 256, 3));
+        assert_int_equal(((const ppn_kp_swiglu_rows *)tu_cap.params)->vec, al[k].vec);
+        assert_int_equal(((const ppn_kp_swiglu_rows *)tu_cap.params)->odt, PPN_DTYPE_BF16);
+    }
+    tu_cap.dry = 0;
+    tu_cap.calls = 0;
+    EXPECT_ST(PPN_EINVAL, ppn_op_rmsnorm_rows_to(&tu_fake, tu_fake_stream, D(x), PPN_DTYPE_BF16, D(x), D(nw),
+                                                 PPN_DTYPE_BF16, N, 1e-5f, C));
+    MSG_HAS("overlaps");
+    EXPECT_ST(PPN_EINVAL, ppn_op_rmsnorm_rows_to(&tu_fake, tu_fake_stream, D(h), PPN_DTYPE_F16, D(x), D(nw),
+                                                 PPN_DTYPE_BF16, N, 1e-5f, C));
+    MSG_HAS("output dtype 2");
+    EXPECT_ST(PPN_EINVAL, ppn_op_swiglu_rows_to(&tu_fake, tu_fake_stream, D(h), 7, D(gu), N, C));
+    MSG_HAS("output dtype 7");
+    EXPECT_ST(PPN_EINVAL, ppn_op_swiglu_rows_to(&tu_fake, tu_fake_stream, D(h), PPN_DTYPE_BF16, D(gu), N - 4, C));
+    MSG_HAS("multiple of 64");
+    EXPECT_ST(PPN_EINVAL, ppn_op_rmsnorm_rows_to(&tu_fake, tu_fake_stream, D(h), PPN_DTYPE_BF16, D(x), D(nw),
+                                                 PPN_DTYPE_BF16, N - 8, 1e-5f, C));
+    MSG_HAS("multiple of 64");
+    assert_int_equal(tu_cap.calls, 0);
+    free(x), free(gu), free(f), free(nw), free(h);
+}
+
 /* ---------------------------------------------------------------------------------------------------------
  * the sim backend: a two-chunk prefill on exactly sized buffers, the checker holding each access to its
  * declaration, then the decode of one more token; the results as the references give them */
@@ -448,6 +510,38 @@ static ppn_dptr sim_buf(simdev *d, const void *h, size_t n)
     if (h) EXPECT_ST(PPN_OK, d->g->ops->copy_htod(d->g, d->s, p, h, n));
     else EXPECT_ST(PPN_OK, d->g->ops->memset_d8(d->g, d->s, p, 0, n));
     return p;
+}
+
+/* On the sim backend, its checker holding each launch to its declared accesses on exactly sized buffers: SwiGLU
+ * rows with bf16 output (2 bytes an element, gemm_tc_kw16's layout), then the down projection on them
+ * (ppn_op_gemm_x16: 4096 rows, gemm_tc_kw16), and the same pair in f32 (ppn_op_gemm): the same bits. The norm's
+ * bf16 rows meet gemm_tc_kw16 in a forward (tests/test_kprof.c). */
+static void test_rows_sim_swiglu_x16(void **state)
+{
+    (void)state;
+    simdev d = {0};
+    EXPECT_ST(PPN_OK, ppn_gpu_open("sim", ppn_kernel_set(), &d.g));
+    EXPECT_ST(PPN_OK, d.g->ops->stream_create(d.g, 0, &d.s));
+    enum { C = 40, N = 128, R = 4096 };
+    assert_true(ppn_op_gemm_x16_fits(C, R, N, PPN_DTYPE_BF16));
+    float *gu = tu_frand((size_t)C * 2 * N, -3, 3), *a = zmem((size_t)C * R * 4), *b = zmem((size_t)C * R * 4);
+    void *w = tu_wrand(PPN_DTYPE_BF16, (size_t)R * N, NULL);
+    ppn_dptr dgu = sim_buf(&d, gu, (size_t)C * 2 * N * 4), dw = sim_buf(&d, w, (size_t)R * N * 2);
+    ppn_dptr dh = sim_buf(&d, NULL, (size_t)C * N * 2), df = sim_buf(&d, NULL, (size_t)C * N * 4);
+    ppn_dptr da = sim_buf(&d, NULL, (size_t)C * R * 4), db = sim_buf(&d, NULL, (size_t)C * R * 4);
+    EXPECT_ST(PPN_OK, ppn_op_swiglu_rows_to(d.g, d.s, dh, PPN_DTYPE_BF16, dgu, N, C));
+    EXPECT_ST(PPN_OK, ppn_op_gemm_x16(d.g, d.s, da, dw, PPN_DTYPE_BF16, dh, C, R, N, 0, 0));
+    EXPECT_ST(PPN_OK, ppn_op_swiglu_rows(d.g, d.s, df, dgu, N, C));
+    EXPECT_ST(PPN_OK, ppn_op_gemm(d.g, d.s, db, dw, PPN_DTYPE_BF16, df, C, R, N, 0, 0));
+    EXPECT_ST(PPN_OK, d.g->ops->copy_dtoh(d.g, d.s, a, da, (size_t)C * R * 4));
+    EXPECT_ST(PPN_OK, d.g->ops->copy_dtoh(d.g, d.s, b, db, (size_t)C * R * 4));
+    EXPECT_ST(PPN_OK, d.g->ops->stream_sync(d.g, d.s));
+    assert_memory_equal(a, b, (size_t)C * R * 4);
+    ppn_dptr bufs[] = {dgu, dw, dh, df, da, db};
+    for (size_t i = 0; i < TU_LEN(bufs); i++) EXPECT_ST(PPN_OK, d.g->ops->mem_free(d.g, 0, bufs[i]));
+    EXPECT_ST(PPN_OK, d.g->ops->stream_destroy(d.g, d.s));
+    d.g->ops->destroy(d.g);
+    free(gu), free(a), free(b), free(w);
 }
 
 static void test_rows_sim_chunks(void **state)
@@ -514,7 +608,9 @@ int main(void)
         cmocka_unit_test(test_rows_ops_accesses),
         cmocka_unit_test(test_attn_rows_op_geometry),
         cmocka_unit_test(test_rows_ops_refusals),
+        cmocka_unit_test(test_rows_bf16_out),
         cmocka_unit_test(test_rows_sim_chunks),
+        cmocka_unit_test(test_rows_sim_swiglu_x16),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -69,6 +69,8 @@ static struct {
     size_t wn[3];    /* elements in each */
     void *hw[3];     /* host copies */
     ppn_dptr x, out, res, bias[3];
+    ppn_dptr xh; /* x rounded to bf16 (nearest even) in gemm_tc_kw16's layout, by 64-element blocks of the whole
+                  * buffer: for cols % 64 == 0 the blocks of each row, what ppn_op_gemm_x16 reads */
     float *hx, *hres;
     void *hbias[3];
 } B;
@@ -109,6 +111,11 @@ static int setup(void **state)
     size_t xn = (size_t)GG_MAX_M * GG_MAX_COLS, on = (size_t)GG_MAX_M * GG_MAX_ROWS, rn = (size_t)512 * 16384;
     B.hx = tu_frand(xn, -2, 2);
     B.x = up(B.hx, xn * 4);
+    uint16_t *hxh = hmem(xn * 2);
+    for (size_t i = 0; i < xn; i++) hxh[PPN_X16_POS(i)] = ppn_f32_to_bf16(B.hx[i]);
+    B.xh = up(hxh, xn * 2);
+    EXPECT_OK(G->ops->stream_sync(G, S));
+    free(hxh);
     B.hres = tu_frand(rn, -4, 4);
     B.res = up(B.hres, rn * 4);
     B.out = tu_dalloc(G, 0, on * 4);
@@ -124,7 +131,7 @@ static int teardown(void **state)
         G->ops->mem_free(G, 0, B.w[dt]), G->ops->mem_free(G, 0, B.bias[dt]);
         free(B.hw[dt]), free(B.hbias[dt]);
     }
-    G->ops->mem_free(G, 0, B.x), G->ops->mem_free(G, 0, B.out);
+    G->ops->mem_free(G, 0, B.x), G->ops->mem_free(G, 0, B.xh), G->ops->mem_free(G, 0, B.out);
     G->ops->mem_free(G, 0, B.res);
     free(B.hx), free(B.hres);
     return 0;
@@ -268,6 +275,7 @@ static void gg_check(const gg_case *c)
     float *gl = hmem(n * 4); /* gemm_tc_l's rows: gemm_tc_h must give these bits */
     float *gkw = hmem(n * 4); /* gemm_tc_kw's rows: gemm_tc_kwx must give these bits */
     for (int k = PPN_K_GEMM_TC_L; tc && k <= gg_last_tile(); k++) {
+        if (k == PPN_K_GEMM_TC_KW16) continue; /* its x is bf16: below */
         gg_run(c, k, &p, t, ns, g2);
         size_t wk;
         double ak, rk = err_ratio(g2, ref, scale, n, &wk, &ak);
@@ -280,6 +288,24 @@ static void gg_check(const gg_case *c)
                  memcmp(g1, g2, n * 4) ? "!=" : "=", rk,
                  k == PPN_K_GEMM_TC_H ? (h_as_l ? "(=l)" : "(!=l)")
                  : k == PPN_K_GEMM_TC_KWX ? (kwx_as_kw ? "(=kw)" : "(!=kw)") : "");
+    }
+    /* x in bf16 (rounded as the tiles round it): gemm_tc_kw16 forced gives gemm_tc_kw's bits, and where the op takes
+     * bf16 x (ppn_op_gemm_x16_fits) ppn_op_gemm_x16 gives the op's */
+    int kw16_as_kw = 1, x16_as_op = 1;
+    if (tc && c->dt == PPN_DTYPE_BF16 && c->xoff % 64 == 0 && c->cols % 64 == 0) {
+        ppn_kp_gemm q = p;
+        q.x = B.xh + (size_t)c->xoff * 2;
+        gg_run(c, PPN_K_GEMM_TC_KW16, &q, t, ns, g2);
+        kw16_as_kw = !memcmp(gkw, g2, n * 4);
+        snprintf(tiles + strlen(tiles), sizeof tiles - strlen(tiles), " kw16%s", kw16_as_kw ? "(=kw)" : "(!=kw)");
+        if (ppn_op_gemm_x16_fits(c->m, c->rows, c->cols, c->dt)) {
+            reset_alias(c);
+            EXPECT_OK(ppn_op_gemm_x16(G, S, q.out, q.w, q.wdt, q.x, q.m, q.rows, q.cols, q.bias, q.res));
+            EXPECT_OK(G->ops->stream_sync(G, S));
+            fetch_rows(g2, B.out, t, ns, c->rows);
+            x16_as_op = !memcmp(g1, g2, n * 4);
+            snprintf(tiles + strlen(tiles), sizeof tiles - strlen(tiles), " x16%s", x16_as_op ? "(=op)" : "(!=op)");
+        }
     }
     free(gl), free(gkw);
     /* Every K split and ring depth the split-K tiles take (ppn_op_gemm_tile's ks and stages, what the decode
@@ -321,7 +347,7 @@ static void gg_check(const gg_case *c)
             snprintf(tiles + strlen(tiles), sizeof tiles - strlen(tiles), " m=1%s", alone ? "=" : "!=");
         }
     }
-    int ok = same && alone && h_as_l && kwx_as_kw && worst <= 1.0 && tile_worst <= 1.0;
+    int ok = same && alone && h_as_l && kwx_as_kw && kw16_as_kw && x16_as_op && worst <= 1.0 && tile_worst <= 1.0;
     printf("  %-14s %-4s m=%-4d %6dx%-5d%s%s%s%s  %-9s max|err| %.2e err/tol %.3f  %s%s%s\n", c->name,
            ppn_dtype_name(c->dt), c->m, c->rows, c->cols, c->bias ? " +bias" : "", c->res ? " +res" : "",
            c->alias ? "=out" : "", c->xoff ? " x+4B" : "", kname(chosen), max_abs, worst,
@@ -461,6 +487,7 @@ static double time_line(const gg_shape *s, int m, int dt)
     int n = snprintf(line, sizeof line, "  %-11s %-4s m=%-4d %6dx%-5d  %-9s %8.3f ms %6.1f TFLOP/s |", s->name,
                      ppn_dtype_name(dt), m, s->rows, s->cols, kname(op_choice(&p)), op, tflops(m, s->rows, s->cols, op));
     for (int k = PPN_K_GEMM_TC_L; dt != PPN_DTYPE_F32 && k <= gg_last_tile(); k++) {
+        if (k == PPN_K_GEMM_TC_KW16) continue; /* bf16 x: the decode table times it */
         double t = time_ms(k, p);
         n += snprintf(line + n, sizeof line - (size_t)n, " %s %6.1f", kname(k) + 8, tflops(m, s->rows, s->cols, t));
     }
@@ -575,13 +602,16 @@ static void test_gpu_gemm_decode(void **state)
                 ppn_kp_gemm p = {.out = B.out, .w = B.w[PPN_DTYPE_BF16], .x = B.x, .m = ms[j], .rows = sh->rows,
                                  .cols = sh->cols, .wdt = PPN_DTYPE_BF16};
                 double wb = (double)sh->rows * sh->cols * 2, op = burst_ms(-1, p);
-                char line[256];
+                char line[320];
                 int n = snprintf(line, sizeof line, "  decode %-11s m=%-4d %-9s %8.2f us %6.0f GB/s %5.1f%% |",
                                  sh->name, ms[j], kname(op_choice(&p)), op * 1e3, wb / (op * 1e6),
                                  100.0 * wb / (op * 1e6) / floor_gbs);
-                static const int ks[] = {PPN_K_GEMM_TC_M, PPN_K_GEMM_TC_K, PPN_K_GEMM_TC_KW, PPN_K_GEMM_TC_KWX};
+                static const int ks[] = {PPN_K_GEMM_TC_M, PPN_K_GEMM_TC_K, PPN_K_GEMM_TC_KW, PPN_K_GEMM_TC_KWX,
+                                         PPN_K_GEMM_TC_KW16};
                 for (size_t q = 0; q < TU_LEN(ks); q++) {
-                    double t = burst_ms(ks[q], p);
+                    ppn_kp_gemm pk = p;
+                    if (ks[q] == PPN_K_GEMM_TC_KW16) pk.x = B.xh; /* its x in bf16 */
+                    double t = burst_ms(ks[q], pk);
                     n += snprintf(line + n, sizeof line - (size_t)n, " %s %7.2f us %5.1f%%", kname(ks[q]) + 8,
                                   t * 1e3, 100.0 * wb / (t * 1e6) / floor_gbs);
                 }

@@ -191,6 +191,19 @@ static void rowops_case(const mshape *m, int c, int wdt)
     for (size_t i = 0; i < (size_t)c * dim; i++) cmp_add(&cm, xg[i], x[i], 1e-5 * fmax(1.0, fabs(x[i])), i);
     snprintf(what, sizeof what, "%s rmsnorm_rows c=%d %s", m->name, c, ppn_dtype_name(wdt));
     cmp_done(&cm, what);
+    /* bf16 rows for gemm_tc_kw16 (kparams.h, PPN_X16_POS): each the f32 kernel's value rounded, in that layout */
+    if (dim % 64 == 0) {
+        ppn_dptr dh = dalloc((size_t)c * dim * 2);
+        uint16_t *h16 = hmem((size_t)c * dim * 2);
+        put(dx, r, xb);
+        OK(ppn_op_rmsnorm_rows_to(G, S, dh, PPN_DTYPE_BF16, dx, dw, wdt, dim, 1e-5f, c));
+        get(h16, dh, (size_t)c * dim * 2);
+        for (size_t i = 0; i < (size_t)c * dim; i++)
+            if (h16[i - i % (size_t)dim + PPN_X16_POS(i % (size_t)dim)] != ppn_f32_to_bf16(xg[i]))
+                fail_msg("%s: bf16 element %zu is not the f32 kernel's rounded", what, i);
+        printf("  %-58s bf16 out: the f32 kernel's, rounded\n", what);
+        free(h16);
+    }
     /* swiglu */
     OK(ppn_op_swiglu_rows(G, S, dsw, dgu, n, c));
     get(swg, dsw, (size_t)c * n * 4);
@@ -200,6 +213,17 @@ static void rowops_case(const mshape *m, int c, int wdt)
     for (size_t i = 0; i < (size_t)c * n; i++) cmp_add(&cm, swg[i], sw[i], 2e-6 * fabs(sw[i]) + 1e-30, i);
     snprintf(what, sizeof what, "%s swiglu_rows c=%d", m->name, c);
     cmp_done(&cm, what);
+    if (n % 64 == 0) { /* bf16 rows for gemm_tc_kw16, as the norm's above */
+        ppn_dptr dh = dalloc((size_t)c * n * 2);
+        uint16_t *h16 = hmem((size_t)c * n * 2);
+        OK(ppn_op_swiglu_rows_to(G, S, dh, PPN_DTYPE_BF16, dgu, n, c));
+        get(h16, dh, (size_t)c * n * 2);
+        for (size_t i = 0; i < (size_t)c * n; i++)
+            if (h16[i - i % (size_t)n + PPN_X16_POS(i % (size_t)n)] != ppn_f32_to_bf16(swg[i]))
+                fail_msg("%s: bf16 element %zu is not the f32 kernel's rounded", what, i);
+        printf("  %-58s bf16 out: the f32 kernel's, rounded\n", what);
+        free(h16);
+    }
     /* the same rows 4 bytes past 16-byte alignment: one column a thread (the op's scalar path), the same bits as
      * the four a thread above */
     {
