@@ -148,6 +148,18 @@ static ppn_status rows_attention(ppn_model *m, ppn_gstream *s, int dev, const pp
     return mixed ? batch_attention(m, s, dev, r, cmd, l) : PPN_OK;
 }
 
+/* out = x . W^T (+ bias)(+ res) over m rows, x in bf16 where x16 (ppn_op_gemm_x16), else f32. */
+static ppn_status gemm_of(ppn_gpu *g, ppn_gstream *s, int x16, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x, int m,
+                          int rows, int cols, ppn_dptr bias, ppn_dptr res)
+{
+    return x16 ? ppn_op_gemm_x16(g, s, out, w, wdt, x, m, rows, cols, bias, res)
+               : ppn_op_gemm(g, s, out, w, wdt, x, m, rows, cols, bias, res);
+}
+
+/* A layer over the walk's rows. Where the GEMM after the norm or SwiGLU runs the middle split-K tile on bf16
+ * weights (ppn_op_gemm_x16_fits: a function of the shape, so a captured graph never meets the other form), they
+ * write its x in bf16, rounded as the GEMM would round the f32 (the same bits, half of x's bytes; the bf16 rows sit
+ * in the front half of xb and act). PPN_FUSE=0 keeps x f32 there too (the GEMM rounds it). */
 ppn_status ppn_fwd_rows_layer(ppn_model *m, ppn_gstream *s, int dev, const ppn_rows_scratch *r, ppn_dptr x,
                               const ppn_step_cmd *cmd, int l)
 {
@@ -157,18 +169,22 @@ ppn_status ppn_fwd_rows_layer(ppn_model *m, ppn_gstream *s, int dev, const ppn_r
     ppn_gpu *g = m->rt->g;
     int wdt = m->wdt, dim = c->dim, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads, ffn = c->ffn_dim;
     int qkv_cols = (nh + 2 * nkv) * hd;
-    PPN_CHECK(ppn_op_rmsnorm_rows(g, s, r->xb, x, w->attn_norm, wdt, dim, c->norm_eps, rows));
-    PPN_CHECK(ppn_op_gemm(g, s, r->qkv, w->wqkv, wdt, r->xb, rows, qkv_cols, dim, w->bqkv, 0));
+    int f = m->map->door.fuse, qx = f && ppn_op_gemm_x16_fits(rows, qkv_cols, dim, wdt);
+    int gx = f && ppn_op_gemm_x16_fits(rows, 2 * ffn, dim, wdt), dx = f && ppn_op_gemm_x16_fits(rows, dim, ffn, wdt);
+    PPN_CHECK(ppn_op_rmsnorm_rows_to(g, s, r->xb, qx ? PPN_DTYPE_BF16 : PPN_DTYPE_F32, x, w->attn_norm, wdt, dim,
+                                     c->norm_eps, rows));
+    PPN_CHECK(gemm_of(g, s, qx, r->qkv, w->wqkv, wdt, r->xb, rows, qkv_cols, dim, w->bqkv, 0));
     if (c->qk_norm) {
         PPN_CHECK(ppn_op_head_rmsnorm_rows(g, s, r->qkv, qkv_cols, 0, nh, hd, w->q_norm, wdt, c->norm_eps, rows));
         PPN_CHECK(ppn_op_head_rmsnorm_rows(g, s, r->qkv, qkv_cols, nh, nkv, hd, w->k_norm, wdt, c->norm_eps, rows));
     }
     PPN_CHECK(rows_attention(m, s, dev, r, cmd, l));
     PPN_CHECK(ppn_op_gemm(g, s, x, w->wo, wdt, r->att, rows, dim, nh * hd, 0, x));
-    PPN_CHECK(ppn_op_rmsnorm_rows(g, s, r->xb, x, w->ffn_norm, wdt, dim, c->norm_eps, rows));
-    PPN_CHECK(ppn_op_gemm(g, s, r->gu, w->wgu, wdt, r->xb, rows, 2 * ffn, dim, 0, 0));
-    PPN_CHECK(ppn_op_swiglu_rows(g, s, r->act, r->gu, ffn, rows));
-    return ppn_op_gemm(g, s, x, w->w_down, wdt, r->act, rows, dim, ffn, 0, x);
+    PPN_CHECK(ppn_op_rmsnorm_rows_to(g, s, r->xb, gx ? PPN_DTYPE_BF16 : PPN_DTYPE_F32, x, w->ffn_norm, wdt, dim,
+                                     c->norm_eps, rows));
+    PPN_CHECK(gemm_of(g, s, gx, r->gu, w->wgu, wdt, r->xb, rows, 2 * ffn, dim, 0, 0));
+    PPN_CHECK(ppn_op_swiglu_rows_to(g, s, r->act, dx ? PPN_DTYPE_BF16 : PPN_DTYPE_F32, r->gu, ffn, rows));
+    return gemm_of(g, s, dx, x, w->w_down, wdt, r->act, rows, dim, ffn, 0, x);
 }
 
 ppn_status ppn_fwd_rows_lall(ppn_model *m, ppn_rows_scratch *r)
@@ -188,8 +204,10 @@ static ppn_status rows_head_all(ppn_model *m, ppn_gstream *s, ppn_rows_scratch *
     const ppn_model_config *c = &m->cfg;
     ppn_gpu *g = m->rt->g;
     PPN_CHECK(ppn_fwd_rows_lall(m, r));
-    PPN_CHECK(ppn_op_rmsnorm_rows(g, s, r->xb, x, m->final_norm, m->wdt, c->dim, c->norm_eps, rows));
-    return ppn_op_gemm(g, s, r->lall, m->lm_head, m->wdt, r->xb, rows, c->vocab, c->dim, 0, 0);
+    int hx = m->map->door.fuse && ppn_op_gemm_x16_fits(rows, c->vocab, c->dim, m->wdt); /* as the layers' */
+    PPN_CHECK(ppn_op_rmsnorm_rows_to(g, s, r->xb, hx ? PPN_DTYPE_BF16 : PPN_DTYPE_F32, x, m->final_norm, m->wdt,
+                                     c->dim, c->norm_eps, rows));
+    return gemm_of(g, s, hx, r->lall, m->lm_head, m->wdt, r->xb, rows, c->vocab, c->dim, 0, 0);
 }
 
 ppn_status ppn_fwd_rows_head_batch(ppn_model *m, ppn_gstream *s, ppn_rows_scratch *r, ppn_dptr x, int rows, int ids)

@@ -89,7 +89,9 @@ const char *ppn_version(void);
  *   PPN_GRAPHS=0               issue every kernel through the stream instead of replaying each stage's
  *                              captured graph; default 1 (PPN_KPROF=1 needs 0: its timing is per launch)
  *   PPN_FUSE=0                 give the RMSNorms their own launches instead of computing them in the next
- *                              matvec's input; default 1 (docs/PERF.md measures both)
+ *                              matvec's input, the rotary its own instead of attention's, and the many-rows
+ *                              GEMMs f32 x instead of bf16 x written by the norm and SwiGLU before them (the
+ *                              same bits either way); default 1 (docs/PERF.md measures each)
  * CLI flags --stages --splits --split --devices --shard --streams --overlap --spin --graphs --fuse say the same.
  * --------------------------------------------------------------------------------------------------------- */
 

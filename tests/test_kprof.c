@@ -15,11 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include "ppn.h"
+#include "core/model/ckpt.h"
 #include "tests/util/tutil.h"
 
 #define STEPS 3
 
-/* The llama-tiny shape, read from its config.json with jansson. */
+/* A fixture's shape (llama-tiny's unless named), read from its config.json with jansson. */
 typedef struct shape {
     int layers, dim, heads, kv_heads, head_dim, ffn, vocab;
 } shape;
@@ -31,10 +32,10 @@ static int cfg_int(json_t *c, const char *key)
     return (int)json_integer_value(v);
 }
 
-static shape read_shape(void)
+static shape read_shape_of(const char *fixture)
 {
     char path[4200];
-    snprintf(path, sizeof path, "%s/config.json", tu_fixture("hf/llama-tiny"));
+    snprintf(path, sizeof path, "%s/config.json", tu_fixture(fixture));
     json_error_t je;
     json_t *c = json_load_file(path, 0, &je);
     if (!c) fail_msg("cannot read %s: %s", path, je.text);
@@ -44,6 +45,8 @@ static shape read_shape(void)
     json_decref(c);
     return s;
 }
+
+static shape read_shape(void) { return read_shape_of("hf/llama-tiny"); }
 
 /* A sim runtime created with PPN_KPROF set to value (NULL: unset). */
 static ppn_rt *rt_with(const char *value)
@@ -241,6 +244,61 @@ static void test_kprof_batch_rotary_fused(void **st)
     ppn_rt_destroy(rt);
 }
 
+/* A batch of 40 rows on bf16 weights of `ppn mkmodel --shape wide-tiny` (its q|k|v, gate|up and head 4096 rows
+ * over 64 columns), where ppn_op_gemm takes the middle split-K tile gemm_tc_kw (kernels/ops_gemm.c): with the fusion
+ * on (the default) the norms write those GEMMs' x in bf16 and they run gemm_tc_kw16; o and down (64 rows: gemm_tc_kwx)
+ * keep f32 x; with PPN_FUSE=0 all take f32 x. The sim's checker holds every launch to its declared accesses (2 bytes
+ * an element of x there), and the logits are the same bits. */
+static void test_kprof_batch_x16(void **st)
+{
+    (void)st;
+    enum { NB = 40 };
+    char *dir = tu_tmpdir();
+    assert_int_equal(ppn_mkmodel("wide-tiny", PPN_DTYPE_BF16, dir, 11), PPN_OK);
+    int tok[NB];
+    ppn_seq *q[NB];
+    float *logits[2] = {0};
+    ppn_rt *rt = rt_with("1");
+    for (int fuse = 1; fuse >= 0; fuse--) {
+        ppn_door d = ppn_door_default();
+        d.graphs = 0;
+        d.fuse = fuse;
+        ppn_load_opts o = ppn_load_opts_default();
+        o.ctx = 32;
+        o.kv_tokens = NB * 16;
+        o.dtype = PPN_DTYPE_BF16;
+        o.door = &d;
+        ppn_model *m = tu_model_load(rt, dir, &o);
+        ppn_model_info mi;
+        ppn_model_get_info(m, &mi);
+        for (int i = 0; i < NB; i++) {
+            int prompt[2] = {(3 * i + 1) % mi.vocab, (5 * i + 2) % mi.vocab};
+            assert_int_equal(ppn_seq_create(m, &q[i]), PPN_OK);
+            assert_int_equal(ppn_prefill(q[i], prompt, 2, NULL, NULL), PPN_OK);
+            tok[i] = (7 * i + 3) % mi.vocab;
+        }
+        logits[fuse] = malloc(sizeof(float) * NB * (size_t)mi.vocab);
+        assert_non_null(logits[fuse]);
+        ppn_rt_kernel_profile_reset(rt);
+        if (ppn_decode_batch_ex(q, tok, NB, NULL, logits[fuse], NULL) != PPN_OK)
+            fail_msg("batch step: %s", ppn_last_error());
+        ppn_kernel_time e[PPN_KERNEL_PROFILE_MAX];
+        int n = ppn_rt_kernel_profile(rt, e, PPN_KERNEL_PROFILE_MAX);
+        const ppn_kernel_time *h = find(e, n, "ppn_k_gemm_tc_kw16"), *w = find(e, n, "ppn_k_gemm_tc_kw");
+        long hc = h ? (long)h->calls : 0, wc = w ? (long)w->calls : 0, L = mi.n_layers;
+        if (hc != (fuse ? 2 * L + 1 : 0) || wc != (fuse ? 0 : 2 * L + 1))
+            fail_msg("fuse %d: gemm_tc_kw16 %ld calls, gemm_tc_kw %ld (want %ld and %ld)", fuse, hc, wc,
+                     fuse ? 2 * L + 1 : 0, fuse ? 0 : 2 * L + 1);
+        for (int i = 0; i < NB; i++) ppn_seq_destroy(q[i]);
+        assert_int_equal(ppn_model_free(m), PPN_OK);
+        if (!fuse) assert_memory_equal(logits[0], logits[1], sizeof(float) * NB * (size_t)mi.vocab);
+    }
+    free(logits[0]), free(logits[1]);
+    ppn_rt_destroy(rt);
+    tu_rmrf(dir);
+    free(dir);
+}
+
 /* Unset, empty or 0: no account at all, whatever runs. */
 static void test_kprof_off_reads_nothing(void **st)
 {
@@ -407,6 +465,7 @@ int main(void)
         cmocka_unit_test(test_kprof_counts_match_forward),
         cmocka_unit_test(test_kprof_pipelined_counts),
         cmocka_unit_test(test_kprof_batch_rotary_fused),
+        cmocka_unit_test(test_kprof_batch_x16),
         cmocka_unit_test(test_kprof_off_reads_nothing),
         cmocka_unit_test(test_kprof_bad_values_refused),
         cmocka_unit_test(test_kprof_bench_json_kernels),

@@ -60,8 +60,8 @@ int cmd_mkmodel(int argc, char **argv)
         const char *f = argv[i], *v;
         int rc = 0;
         if (!strcmp(f, "--help")) {
-            puts("usage: ppn mkmodel --shape tiny|qwen3-tiny|llama-1b|llama-8b|qwen2-7b --out DIR [--dtype bf16]"
-                 " [--seed S] [--tokenizer TOKDIR]\n"
+            puts("usage: ppn mkmodel --shape tiny|qwen3-tiny|wide-tiny|llama-1b|llama-8b|qwen2-7b --out DIR"
+                 " [--dtype bf16] [--seed S] [--tokenizer TOKDIR]\n"
                  "  --tokenizer TOKDIR  the vocabulary of TOKDIR's tokenizer.json (and its BOS / EOS), its tokenizer\n"
                  "                      files (tokenizer.json, tokenizer_config.json, special_tokens_map.json,\n"
                  "                      chat_template.jinja: those present) copied into DIR");
