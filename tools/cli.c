@@ -260,7 +260,8 @@ void cli_print_stage_map(FILE *f, const ppn_model *m)
     }
     fprintf(f, "%s%s%s%s\n", si.door.overlap ? "; overlap" : "", si.door.streams ? "" : "; one stream",
             si.door.shard ? "" : "; unsharded", si.door.graphs ? "; graphs" : "; no graphs");
-    if (!si.door.fuse) fprintf(f, "       (PPN_FUSE=0: the norms and the rotary in their own launches)\n");
+    if (!si.door.fuse)
+        fprintf(f, "       (PPN_FUSE=0: the norms and the rotary in their own launches, f32 x into every GEMM)\n");
     for (int s = 0; s < si.n_stages; s++) {
         ppn_stage_place p;
         char node[64];
