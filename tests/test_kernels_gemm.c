@@ -569,7 +569,7 @@ static void test_gemm_x16_values(void **state)
         void *w = tu_wrand(PPN_DTYPE_BF16, (size_t)rows * (size_t)cols, NULL);
         void *b = tu_wrand(PPN_DTYPE_BF16, rows, NULL);
         float *x = tu_frand(mc, -3, 3), *res = tu_frand(mr, -1, 1), *want = malloc(mr * 4), *got = malloc(mr * 4);
-        uint16_t *xh = malloc(mc * 2);
+        uint16_t *xh = calloc(mc, 4); /* room for mc floats: its bytes are read as f32 x below */
         assert_true(want && got && xh);
         for (size_t k = 0; k < mc; k++) /* rounded, in gemm_tc_kw16's layout (kparams.h) */
             xh[k - k % (size_t)cols + PPN_X16_POS(k % (size_t)cols)] = ppn_f32_to_bf16(x[k]);
