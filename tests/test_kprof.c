@@ -200,6 +200,29 @@ static void test_kprof_pipelined_counts(void **st)
     ppn_rt_destroy(rt);
 }
 
+/* A model at path for the batch tests below: graphs off (the profile times launches one by one), PPN_FUSE as fuse,
+ * ctx 32, kv_tokens and dtype as given (0 / PPN_DTYPE_DEFAULT: the defaults). */
+static ppn_model *load_fuse(ppn_rt *rt, const char *path, int fuse, int kv_tokens, int dtype)
+{
+    ppn_door d = ppn_door_default();
+    d.graphs = 0;
+    d.fuse = fuse;
+    ppn_load_opts o = ppn_load_opts_default();
+    o.ctx = 32;
+    o.kv_tokens = kv_tokens;
+    o.dtype = dtype;
+    o.door = &d;
+    return tu_model_load(rt, path, &o);
+}
+
+/* One batch step of q with the account reset before it: its entries into e, their count returned. */
+static int batch_step_profiled(ppn_rt *rt, ppn_seq **q, const int *tok, int nb, float *logits, ppn_kernel_time *e)
+{
+    ppn_rt_kernel_profile_reset(rt);
+    if (ppn_decode_batch_ex(q, tok, nb, NULL, logits, NULL) != PPN_OK) fail_msg("batch step: %s", ppn_last_error());
+    return ppn_rt_kernel_profile(rt, e, PPN_KERNEL_PROFILE_MAX);
+}
+
 /* A batch step's launch plan per door: with the fusion on (the default), each layer's rows take their rotary and
  * k/v store inside the batched attention (ppn_k_attn_batch, no ppn_k_rope_kv_batch); with PPN_FUSE=0 both launch.
  * The logits are the same bits either way. */
@@ -212,24 +235,15 @@ static void test_kprof_batch_rotary_fused(void **st)
     float *logits[2];
     ppn_rt *rt = rt_with("1");
     for (int fuse = 1; fuse >= 0; fuse--) {
-        ppn_door d = ppn_door_default();
-        d.graphs = 0;
-        d.fuse = fuse;
-        ppn_load_opts o = ppn_load_opts_default();
-        o.ctx = 32;
-        o.door = &d;
-        ppn_model *m = tu_model_load(rt, tu_fixture("hf/llama-tiny"), &o);
+        ppn_model *m = load_fuse(rt, tu_fixture("hf/llama-tiny"), fuse, 0, PPN_DTYPE_DEFAULT);
         ppn_seq *q[NB];
         for (int i = 0; i < NB; i++) {
             assert_int_equal(ppn_seq_create(m, &q[i]), PPN_OK);
             assert_int_equal(ppn_prefill(q[i], prompt[i], 1 + i, NULL, NULL), PPN_OK);
         }
         logits[fuse] = malloc(sizeof(float) * NB * (size_t)s.vocab);
-        ppn_rt_kernel_profile_reset(rt);
-        if (ppn_decode_batch_ex(q, tok, NB, NULL, logits[fuse], NULL) != PPN_OK)
-            fail_msg("batch step: %s", ppn_last_error());
         ppn_kernel_time e[PPN_KERNEL_PROFILE_MAX];
-        int n = ppn_rt_kernel_profile(rt, e, PPN_KERNEL_PROFILE_MAX);
+        int n = batch_step_profiled(rt, q, tok, NB, logits[fuse], e);
         const ppn_kernel_time *a = find(e, n, "ppn_k_attn_batch"), *r = find(e, n, "ppn_k_rope_kv_batch");
         if (!a || (long)a->calls != s.layers) fail_msg("fuse %d: ppn_k_attn_batch %llu calls, want %d", fuse,
                                                        a ? (unsigned long long)a->calls : 0ull, s.layers);
@@ -260,15 +274,7 @@ static void test_kprof_batch_x16(void **st)
     float *logits[2] = {0};
     ppn_rt *rt = rt_with("1");
     for (int fuse = 1; fuse >= 0; fuse--) {
-        ppn_door d = ppn_door_default();
-        d.graphs = 0;
-        d.fuse = fuse;
-        ppn_load_opts o = ppn_load_opts_default();
-        o.ctx = 32;
-        o.kv_tokens = NB * 16;
-        o.dtype = PPN_DTYPE_BF16;
-        o.door = &d;
-        ppn_model *m = tu_model_load(rt, dir, &o);
+        ppn_model *m = load_fuse(rt, dir, fuse, NB * 16, PPN_DTYPE_BF16);
         ppn_model_info mi;
         ppn_model_get_info(m, &mi);
         for (int i = 0; i < NB; i++) {
@@ -279,11 +285,8 @@ static void test_kprof_batch_x16(void **st)
         }
         logits[fuse] = malloc(sizeof(float) * NB * (size_t)mi.vocab);
         assert_non_null(logits[fuse]);
-        ppn_rt_kernel_profile_reset(rt);
-        if (ppn_decode_batch_ex(q, tok, NB, NULL, logits[fuse], NULL) != PPN_OK)
-            fail_msg("batch step: %s", ppn_last_error());
         ppn_kernel_time e[PPN_KERNEL_PROFILE_MAX];
-        int n = ppn_rt_kernel_profile(rt, e, PPN_KERNEL_PROFILE_MAX);
+        int n = batch_step_profiled(rt, q, tok, NB, logits[fuse], e);
         const ppn_kernel_time *h = find(e, n, "ppn_k_gemm_tc_kw16"), *w = find(e, n, "ppn_k_gemm_tc_kw");
         long hc = h ? (long)h->calls : 0, wc = w ? (long)w->calls : 0, L = mi.n_layers;
         if (hc != (fuse ? 2 * L + 1 : 0) || wc != (fuse ? 0 : 2 * L + 1))

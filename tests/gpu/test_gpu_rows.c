@@ -160,6 +160,19 @@ static const mshape MODELS[] = {
     {"llama-tiny", 64, 8, 2, 8, 172},
 };
 
+/* c rows of n bf16 at dh (gemm_tc_kw16's layout, kparams.h PPN_X16_POS) against f32 rows want: each element the
+ * f32 value rounded to nearest even, at its place in the layout. */
+static void check_bf16_rows(const char *what, ppn_dptr dh, const float *want, size_t c, size_t n)
+{
+    uint16_t *h16 = hmem(c * n * 2);
+    get(h16, dh, c * n * 2);
+    for (size_t i = 0; i < c * n; i++)
+        if (h16[i - i % n + PPN_X16_POS(i % n)] != ppn_f32_to_bf16(want[i]))
+            fail_msg("%s: bf16 element %zu is not the f32 kernel's rounded", what, i);
+    printf("  %-58s bf16 out: the f32 kernel's, rounded\n", what);
+    free(h16);
+}
+
 static void rowops_case(const mshape *m, int c, int wdt)
 {
     char what[128];
@@ -194,15 +207,9 @@ static void rowops_case(const mshape *m, int c, int wdt)
     /* bf16 rows for gemm_tc_kw16 (kparams.h, PPN_X16_POS): each the f32 kernel's value rounded, in that layout */
     if (dim % 64 == 0) {
         ppn_dptr dh = dalloc((size_t)c * dim * 2);
-        uint16_t *h16 = hmem((size_t)c * dim * 2);
         put(dx, r, xb);
         OK(ppn_op_rmsnorm_rows_to(G, S, dh, PPN_DTYPE_BF16, dx, dw, wdt, dim, 1e-5f, c));
-        get(h16, dh, (size_t)c * dim * 2);
-        for (size_t i = 0; i < (size_t)c * dim; i++)
-            if (h16[i - i % (size_t)dim + PPN_X16_POS(i % (size_t)dim)] != ppn_f32_to_bf16(xg[i]))
-                fail_msg("%s: bf16 element %zu is not the f32 kernel's rounded", what, i);
-        printf("  %-58s bf16 out: the f32 kernel's, rounded\n", what);
-        free(h16);
+        check_bf16_rows(what, dh, xg, (size_t)c, (size_t)dim);
     }
     /* swiglu */
     OK(ppn_op_swiglu_rows(G, S, dsw, dgu, n, c));
@@ -215,14 +222,8 @@ static void rowops_case(const mshape *m, int c, int wdt)
     cmp_done(&cm, what);
     if (n % 64 == 0) { /* bf16 rows for gemm_tc_kw16, as the norm's above */
         ppn_dptr dh = dalloc((size_t)c * n * 2);
-        uint16_t *h16 = hmem((size_t)c * n * 2);
         OK(ppn_op_swiglu_rows_to(G, S, dh, PPN_DTYPE_BF16, dgu, n, c));
-        get(h16, dh, (size_t)c * n * 2);
-        for (size_t i = 0; i < (size_t)c * n; i++)
-            if (h16[i - i % (size_t)n + PPN_X16_POS(i % (size_t)n)] != ppn_f32_to_bf16(swg[i]))
-                fail_msg("%s: bf16 element %zu is not the f32 kernel's rounded", what, i);
-        printf("  %-58s bf16 out: the f32 kernel's, rounded\n", what);
-        free(h16);
+        check_bf16_rows(what, dh, swg, (size_t)c, (size_t)n);
     }
     /* the same rows 4 bytes past 16-byte alignment: one column a thread (the op's scalar path), the same bits as
      * the four a thread above */
