@@ -156,6 +156,24 @@ static ppn_status gemm_of(ppn_gpu *g, ppn_gstream *s, int x16, ppn_dptr out, ppn
                : ppn_op_gemm(g, s, out, w, wdt, x, m, rows, cols, bias, res);
 }
 
+/* The GEMM of m rows over a rows x cols matrix takes bf16 x from its producer (the door's fusion on, and
+ * ppn_op_gemm_x16_fits: a function of the shape). */
+static int x16_takes(const ppn_model *m, int rows_m, int rows, int cols)
+{
+    return m->map->door.fuse && ppn_op_gemm_x16_fits(rows_m, rows, cols, m->wdt);
+}
+
+/* out = rmsnorm(x; nw) . W^T (+ bias) over m rows of dim: the norm into r->xb, in bf16 where the GEMM takes it. */
+static ppn_status norm_gemm(ppn_model *m, ppn_gstream *s, const ppn_rows_scratch *r, ppn_dptr x, ppn_dptr nw,
+                            ppn_dptr out, ppn_dptr w, int rows, ppn_dptr bias, int rows_m)
+{
+    const ppn_model_config *c = &m->cfg;
+    int h = x16_takes(m, rows_m, rows, c->dim);
+    PPN_CHECK(ppn_op_rmsnorm_rows_to(m->rt->g, s, r->xb, h ? PPN_DTYPE_BF16 : PPN_DTYPE_F32, x, nw, m->wdt, c->dim,
+                                     c->norm_eps, rows_m));
+    return gemm_of(m->rt->g, s, h, out, w, m->wdt, r->xb, rows_m, rows, c->dim, bias, 0);
+}
+
 /* A layer over the walk's rows. Where the GEMM after the norm or SwiGLU runs the middle split-K tile on bf16
  * weights (ppn_op_gemm_x16_fits: a function of the shape, so a captured graph never meets the other form), they
  * write its x in bf16, rounded as the GEMM would round the f32 (the same bits, half of x's bytes; the bf16 rows sit
@@ -169,20 +187,15 @@ ppn_status ppn_fwd_rows_layer(ppn_model *m, ppn_gstream *s, int dev, const ppn_r
     ppn_gpu *g = m->rt->g;
     int wdt = m->wdt, dim = c->dim, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads, ffn = c->ffn_dim;
     int qkv_cols = (nh + 2 * nkv) * hd;
-    int f = m->map->door.fuse, qx = f && ppn_op_gemm_x16_fits(rows, qkv_cols, dim, wdt);
-    int gx = f && ppn_op_gemm_x16_fits(rows, 2 * ffn, dim, wdt), dx = f && ppn_op_gemm_x16_fits(rows, dim, ffn, wdt);
-    PPN_CHECK(ppn_op_rmsnorm_rows_to(g, s, r->xb, qx ? PPN_DTYPE_BF16 : PPN_DTYPE_F32, x, w->attn_norm, wdt, dim,
-                                     c->norm_eps, rows));
-    PPN_CHECK(gemm_of(g, s, qx, r->qkv, w->wqkv, wdt, r->xb, rows, qkv_cols, dim, w->bqkv, 0));
+    PPN_CHECK(norm_gemm(m, s, r, x, w->attn_norm, r->qkv, w->wqkv, qkv_cols, w->bqkv, rows));
     if (c->qk_norm) {
         PPN_CHECK(ppn_op_head_rmsnorm_rows(g, s, r->qkv, qkv_cols, 0, nh, hd, w->q_norm, wdt, c->norm_eps, rows));
         PPN_CHECK(ppn_op_head_rmsnorm_rows(g, s, r->qkv, qkv_cols, nh, nkv, hd, w->k_norm, wdt, c->norm_eps, rows));
     }
     PPN_CHECK(rows_attention(m, s, dev, r, cmd, l));
     PPN_CHECK(ppn_op_gemm(g, s, x, w->wo, wdt, r->att, rows, dim, nh * hd, 0, x));
-    PPN_CHECK(ppn_op_rmsnorm_rows_to(g, s, r->xb, gx ? PPN_DTYPE_BF16 : PPN_DTYPE_F32, x, w->ffn_norm, wdt, dim,
-                                     c->norm_eps, rows));
-    PPN_CHECK(gemm_of(g, s, gx, r->gu, w->wgu, wdt, r->xb, rows, 2 * ffn, dim, 0, 0));
+    PPN_CHECK(norm_gemm(m, s, r, x, w->ffn_norm, r->gu, w->wgu, 2 * ffn, 0, rows));
+    int dx = x16_takes(m, rows, dim, ffn);
     PPN_CHECK(ppn_op_swiglu_rows_to(g, s, r->act, dx ? PPN_DTYPE_BF16 : PPN_DTYPE_F32, r->gu, ffn, rows));
     return gemm_of(g, s, dx, x, w->w_down, wdt, r->act, rows, dim, ffn, 0, x);
 }
@@ -201,13 +214,8 @@ ppn_status ppn_fwd_rows_lall(ppn_model *m, ppn_rows_scratch *r)
 /* Every row's logits into r->lall [rows, vocab] (allocated on first use, on this stage's device). */
 static ppn_status rows_head_all(ppn_model *m, ppn_gstream *s, ppn_rows_scratch *r, ppn_dptr x, int rows)
 {
-    const ppn_model_config *c = &m->cfg;
-    ppn_gpu *g = m->rt->g;
     PPN_CHECK(ppn_fwd_rows_lall(m, r));
-    int hx = m->map->door.fuse && ppn_op_gemm_x16_fits(rows, c->vocab, c->dim, m->wdt); /* as the layers' */
-    PPN_CHECK(ppn_op_rmsnorm_rows_to(g, s, r->xb, hx ? PPN_DTYPE_BF16 : PPN_DTYPE_F32, x, m->final_norm, m->wdt,
-                                     c->dim, c->norm_eps, rows));
-    return gemm_of(g, s, hx, r->lall, m->lm_head, m->wdt, r->xb, rows, c->vocab, c->dim, 0, 0);
+    return norm_gemm(m, s, r, x, m->final_norm, r->lall, m->lm_head, m->cfg.vocab, 0, rows);
 }
 
 ppn_status ppn_fwd_rows_head_batch(ppn_model *m, ppn_gstream *s, ppn_rows_scratch *r, ppn_dptr x, int rows, int ids)
