@@ -3,6 +3,7 @@
  * header in device memory, so they are ordered by the same stream/event chain as the hidden state. */
 #include <math.h>
 #include "core/rt.h"
+#include "core/base/dtype.h"
 #include "core/base/err.h"
 #include "kernels/ops.h"
 
@@ -95,13 +96,14 @@ ppn_status ppn_fwd_rows_embed(ppn_model *m, ppn_gstream *s, const ppn_rows_scrat
  * 8B at B = 16, where the model's 33 splits took 1.5x one's time: docs/PERF.md). A function of B alone: a captured
  * graph never meets another; the scratch's counters are untouched with one split. */
 static ppn_status batch_attention(ppn_model *m, ppn_gstream *s, int dev, const ppn_rows_scratch *r,
-                                  const ppn_step_cmd *c, int l)
+                                  const ppn_step_cmd *c, int l, int odt)
 {
     const ppn_model_config *cf = &m->cfg;
     int hd = cf->head_dim, nh = cf->n_heads, nkv = cf->n_kv_heads, st = ppn_layer_stage(m->map, l);
     int slot = r == &m->stages[st].rs ? 0 : st, b0 = c->brow0, nb = c->rows - c->brow0;
     size_t stride = (size_t)(nh + 2 * nkv) * (size_t)hd;
-    ppn_dptr qkv = row_at(r->qkv, b0, stride), att = row_at(r->att, b0, (size_t)nh * (size_t)hd);
+    ppn_dptr qkv = row_at(r->qkv, b0, stride);
+    ppn_dptr att = r->att + (ppn_dptr)b0 * (size_t)nh * (size_t)hd * ppn_dtype_size(odt);
     float scale = 1.0f / sqrtf((float)hd);
     ppn_kv_pool pool = ppn_kv_pool_of(m, l);
     ppn_dptr segs_d = r->segs + sizeof(ppn_kseg) * (size_t)slot * (size_t)nb;
@@ -116,20 +118,22 @@ static ppn_status batch_attention(ppn_model *m, ppn_gstream *s, int dev, const p
      * timing: it takes the fused form at every B, so the checker watches it (PPN_FUSE=0 takes the other). */
     int wave = m->sm_count <= 1 || nb * nkv <= m->sm_count;
     if (m->map->door.fuse && wave && ppn_op_attn_rope_fits(hd, cf->rope_interleaved))
-        return ppn_op_attn_rope_batch(m->rt->g, s, att, qkv, nh, nkv, hd, scale, &pool, segs_d, segs_h, c->tbl_hs,
-                                      c->n_tbls, nb, r->attp, split, m->inv_freq[dev], cf->rope_interleaved);
+        return ppn_op_attn_rope_batch_to(m->rt->g, s, att, odt, qkv, nh, nkv, hd, scale, &pool, segs_d, segs_h,
+                                         c->tbl_hs, c->n_tbls, nb, r->attp, split, m->inv_freq[dev],
+                                         cf->rope_interleaved);
     PPN_CHECK(ppn_op_rope_kv_batch(m->rt->g, s, qkv, nh, nkv, hd, m->inv_freq[dev], cf->rope_interleaved, &pool,
                                    segs_d, segs_h, c->tbl_hs, c->n_tbls, nb));
-    return ppn_op_attn_batch(m->rt->g, s, att, qkv, nh, nkv, hd, scale, &pool, segs_d, segs_h, c->tbl_hs,
-                             c->n_tbls, nb, r->attp, split);
+    return ppn_op_attn_batch_to(m->rt->g, s, att, odt, qkv, nh, nkv, hd, scale, &pool, segs_d, segs_h, c->tbl_hs,
+                                c->n_tbls, nb, r->attp, split);
 }
 
 /* The rotary with the KV store, then causal attention over the sequence's cache, for each segment; a batch's
- * rows (and a mixed walk's decode rows, after its prompt segments) in one launch each. */
+ * rows (and a mixed walk's decode rows, after its prompt segments) in one launch each. odt: the output's dtype,
+ * PPN_DTYPE_BF16 (o's x for gemm_tc_kw16) in a batch walk only. */
 static ppn_status rows_attention(ppn_model *m, ppn_gstream *s, int dev, const ppn_rows_scratch *r,
-                                 const ppn_step_cmd *cmd, int l)
+                                 const ppn_step_cmd *cmd, int l, int odt)
 {
-    if (cmd->kind == PPN_ROWS_BATCH) return batch_attention(m, s, dev, r, cmd, l);
+    if (cmd->kind == PPN_ROWS_BATCH) return batch_attention(m, s, dev, r, cmd, l, odt);
     const ppn_model_config *c = &m->cfg;
     int hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads, st = ppn_layer_stage(m->map, l);
     size_t stride = (size_t)(nh + 2 * nkv) * (size_t)hd;
@@ -145,7 +149,7 @@ static ppn_status rows_attention(ppn_model *m, ppn_gstream *s, int dev, const pp
         PPN_CHECK(ppn_op_attn_rows(m->rt->g, s, row_at(r->att, g->r0, (size_t)nh * (size_t)hd), qkv, &cache, nh,
                                    nkv, hd, scale, g->pos0, g->n));
     }
-    return mixed ? batch_attention(m, s, dev, r, cmd, l) : PPN_OK;
+    return mixed ? batch_attention(m, s, dev, r, cmd, l, PPN_DTYPE_F32) : PPN_OK;
 }
 
 /* out = x . W^T (+ bias)(+ res) over m rows, x in bf16 where x16 (ppn_op_gemm_x16), else f32. */
@@ -174,10 +178,11 @@ static ppn_status norm_gemm(ppn_model *m, ppn_gstream *s, const ppn_rows_scratch
     return gemm_of(m->rt->g, s, h, out, w, m->wdt, r->xb, rows_m, rows, c->dim, bias, 0);
 }
 
-/* A layer over the walk's rows. Where the GEMM after the norm or SwiGLU runs the middle split-K tile on bf16
- * weights (ppn_op_gemm_x16_fits: a function of the shape, so a captured graph never meets the other form), they
- * write its x in bf16, rounded as the GEMM would round the f32 (the same bits, half of x's bytes; the bf16 rows sit
- * in the front half of xb and act). PPN_FUSE=0 keeps x f32 there too (the GEMM rounds it). */
+/* A layer over the walk's rows. Where the GEMM after the norm, SwiGLU or a batch walk's attention runs the middle
+ * split-K tile on bf16 weights (ppn_op_gemm_x16_fits: a function of the shape, so a captured graph never meets the
+ * other form), they write its x in bf16, rounded as the GEMM would round the f32 (the same bits, half of x's bytes;
+ * the bf16 rows sit in the front half of xb, act and att). A mixed walk's prompt segments (attn_rows) write f32, so
+ * o takes f32 x there. PPN_FUSE=0 keeps x f32 everywhere (the GEMM rounds it). */
 ppn_status ppn_fwd_rows_layer(ppn_model *m, ppn_gstream *s, int dev, const ppn_rows_scratch *r, ppn_dptr x,
                               const ppn_step_cmd *cmd, int l)
 {
@@ -192,8 +197,9 @@ ppn_status ppn_fwd_rows_layer(ppn_model *m, ppn_gstream *s, int dev, const ppn_r
         PPN_CHECK(ppn_op_head_rmsnorm_rows(g, s, r->qkv, qkv_cols, 0, nh, hd, w->q_norm, wdt, c->norm_eps, rows));
         PPN_CHECK(ppn_op_head_rmsnorm_rows(g, s, r->qkv, qkv_cols, nh, nkv, hd, w->k_norm, wdt, c->norm_eps, rows));
     }
-    PPN_CHECK(rows_attention(m, s, dev, r, cmd, l));
-    PPN_CHECK(ppn_op_gemm(g, s, x, w->wo, wdt, r->att, rows, dim, nh * hd, 0, x));
+    int ox = cmd->kind == PPN_ROWS_BATCH && x16_takes(m, rows, dim, nh * hd);
+    PPN_CHECK(rows_attention(m, s, dev, r, cmd, l, ox ? PPN_DTYPE_BF16 : PPN_DTYPE_F32));
+    PPN_CHECK(gemm_of(g, s, ox, x, w->wo, wdt, r->att, rows, dim, nh * hd, 0, x));
     PPN_CHECK(norm_gemm(m, s, r, x, w->ffn_norm, r->gu, w->wgu, 2 * ffn, 0, rows));
     int dx = x16_takes(m, rows, dim, ffn);
     PPN_CHECK(ppn_op_swiglu_rows_to(g, s, r->act, dx ? PPN_DTYPE_BF16 : PPN_DTYPE_F32, r->gu, ffn, rows));

@@ -274,6 +274,7 @@ typedef struct {
     uint64_t out, q, kc, vc, hdr, part, inv_freq, tbl;
     int32_t n_heads, n_kv, head_dim, cap, n_split, interleaved, kvdt, block_log2;
     float scale;
+    int32_t odt; /* out's dtype: PPN_DTYPE_F32 (0), or PPN_DTYPE_BF16 for gemm_tc_kw16 (batched rows only, below) */
 } ppn_kp_attn;
 /* The same op for bf16 and f16 caches: a kernel per cache dtype, so each keeps its registers unspilled. */
 typedef ppn_kp_attn ppn_kp_attn_bf16;
@@ -372,7 +373,9 @@ typedef struct {
  * scratch: row i's part is a.part + i * ppn_op_attn_scratch_bytes(n_heads, n_split, head_dim). a.hdr and a.tbl are
  * 0. a.inv_freq: 0, or the fused rotary per row (ppn_kp_attn's: row i's q and k rotated at segs[i].pos, k and v
  * stored there through segs[i].tbl). Grid (n_kv, n_split, B): every CTA is a decode attention CTA of its row, so
- * row i's bits are ppn_kp_attn's at that position and n_split, whatever the other rows are. */
+ * row i's bits are ppn_kp_attn's at that position and n_split, whatever the other rows are. a.odt PPN_DTYPE_BF16:
+ * out is [B, n_heads head_dim] bf16 in gemm_tc_kw16's layout (PPN_X16_POS; n_heads head_dim % 64 == 0), each
+ * value the f32 one rounded to nearest even (as gemm_tc_kw rounds its f32 x: the o projection's same bits). */
 typedef struct {
     ppn_kp_attn a;
     uint64_t segs;

@@ -213,6 +213,17 @@ ppn_status ppn_op_attn_rope_batch(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_
                                   int head_dim, float scale, const ppn_kv_pool *pool, ppn_dptr segs_d,
                                   const ppn_kseg *segs_h, const int32_t *const *tbl_h, const int *n_tbl, int B,
                                   ppn_dptr part, int n_split, ppn_dptr inv_freq, int interleaved);
+/* The same two with out [B, n_heads head_dim] of dtype odt: PPN_DTYPE_F32 (as above) or PPN_DTYPE_BF16, each value
+ * rounded to nearest even in gemm_tc_kw16's layout (kparams.h, PPN_X16_POS; n_heads head_dim % 64 == 0), for
+ * ppn_op_gemm_x16 (the o projection: the bits gemm_tc_kw gives from the f32 rows). */
+ppn_status ppn_op_attn_batch_to(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt, ppn_dptr qkv, int n_heads,
+                                int n_kv, int head_dim, float scale, const ppn_kv_pool *pool, ppn_dptr segs_d,
+                                const ppn_kseg *segs_h, const int32_t *const *tbl_h, const int *n_tbl, int B,
+                                ppn_dptr part, int n_split);
+ppn_status ppn_op_attn_rope_batch_to(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt, ppn_dptr qkv, int n_heads,
+                                     int n_kv, int head_dim, float scale, const ppn_kv_pool *pool, ppn_dptr segs_d,
+                                     const ppn_kseg *segs_h, const int32_t *const *tbl_h, const int *n_tbl, int B,
+                                     ppn_dptr part, int n_split, ppn_dptr inv_freq, int interleaved);
 /* Bytes of ppn_op_attn_batch's scratch: B rows of ppn_op_attn_scratch_bytes (0 for a non-positive argument). */
 size_t ppn_op_attn_batch_scratch_bytes(int B, int n_heads, int n_split, int head_dim);
 

@@ -60,6 +60,17 @@ static inline ppn_status need_kvdt(const char *op, int kvdt)
     return PPN_OK;
 }
 
+/* An output dtype for a GEMM's x (the rows norm, SwiGLU, batched attention): PPN_DTYPE_F32, or PPN_DTYPE_BF16 in
+ * gemm_tc_kw16's layout (PPN_X16_POS), which takes rows of whole 64-element blocks (n per row). */
+static inline ppn_status need_odt(const char *op, int odt, int n)
+{
+    if (odt != PPN_DTYPE_F32 && odt != PPN_DTYPE_BF16)
+        return ppn_err(PPN_EINVAL, "%s: output dtype %d: PPN_DTYPE_F32 or PPN_DTYPE_BF16", op, odt);
+    if (odt == PPN_DTYPE_BF16 && n % 64)
+        return ppn_err(PPN_EINVAL, "%s: bf16 output rows of %d: a multiple of 64 (gemm_tc_kw16's layout)", op, n);
+    return PPN_OK;
+}
+
 static inline ppn_status submit(ppn_gpu *g, ppn_gstream *s, const ppn_launch *l)
 {
     PPN_ASSERT(g && g->ops && s);

@@ -254,8 +254,8 @@ size_t ppn_op_attn_batch_scratch_bytes(int B, int n_heads, int n_split, int head
     return (size_t)B * ppn_op_attn_scratch_bytes(n_heads, n_split, head_dim);
 }
 
-static ppn_status attn_batch_check(const char *op, ppn_dptr out, ppn_dptr qkv, int n_heads, int n_kv, int head_dim,
-                                   ppn_dptr part, int n_split, int B)
+static ppn_status attn_batch_check(const char *op, ppn_dptr out, int odt, ppn_dptr qkv, int n_heads, int n_kv,
+                                   int head_dim, ppn_dptr part, int n_split, int B)
 {
     if (n_split < 1 || n_split > BATCH_ATTN_MAX_SPLIT)
         return ppn_err(PPN_EINVAL, "%s: n_split must be in 1..%d (got %d)", op, BATCH_ATTN_MAX_SPLIT, n_split);
@@ -264,11 +264,13 @@ static ppn_status attn_batch_check(const char *op, ppn_dptr out, ppn_dptr qkv, i
     if (n_heads % n_kv)
         return ppn_err(PPN_EINVAL, "%s: n_heads (%d) must be a multiple of n_kv (%d)", op, n_heads, n_kv);
     PPN_CHECK(need_head(op, head_dim, 0));
+    PPN_CHECK(need_odt(op, odt, n_heads * head_dim));
     PPN_CHECK(need_ptr(op, "out", out));
     PPN_CHECK(need_ptr(op, "qkv", qkv));
     PPN_CHECK(need_ptr(op, "part", part));
     size_t hd = (size_t)head_dim, row = (size_t)(n_heads + 2 * n_kv) * hd;
-    size_t qb = f32_bytes((size_t)(B - 1) * row + (size_t)n_heads * hd), ob = f32_bytes((size_t)B * n_heads * hd);
+    size_t qb = f32_bytes((size_t)(B - 1) * row + (size_t)n_heads * hd);
+    size_t ob = (size_t)B * (size_t)n_heads * hd * ppn_dtype_size(odt);
     if (!(out + ob <= qkv || qkv + qb <= out))
         return ppn_err(PPN_EINVAL, "%s: out [0x%llx, +%zu) overlaps qkv [0x%llx, +%zu)", op, (unsigned long long)out,
                        ob, (unsigned long long)qkv, qb);
@@ -277,7 +279,7 @@ static ppn_status attn_batch_check(const char *op, ppn_dptr out, ppn_dptr qkv, i
 
 /* ppn_op_attn_batch, and with inv_freq ppn_op_attn_rope_batch: the rotary of each row's q (in registers) and
  * of its k, stored with v at the row's position, inside the launch (so qkv is only read, all of it). */
-static ppn_status attn_batch_submit(const char *op, ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr qkv,
+static ppn_status attn_batch_submit(const char *op, ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt, ppn_dptr qkv,
                                     int n_heads, int n_kv, int head_dim, float scale, const ppn_kv_pool *pool,
                                     ppn_dptr segs_d, const ppn_kseg *segs_h, const int32_t *const *tbl_h,
                                     const int *n_tbl, int B, ppn_dptr part, int n_split, ppn_dptr inv_freq,
@@ -286,12 +288,13 @@ static ppn_status attn_batch_submit(const char *op, ppn_gpu *g, ppn_gstream *s, 
     if (!pool) return ppn_err(PPN_EINVAL, "%s: the pool is NULL", op);
     PPN_CHECK(pool_check(op, pool));
     PPN_CHECK(batch_rows_check(op, pool, segs_h, tbl_h, n_tbl, B));
-    PPN_CHECK(attn_batch_check(op, out, qkv, n_heads, n_kv, head_dim, part, n_split, B));
+    PPN_CHECK(attn_batch_check(op, out, odt, qkv, n_heads, n_kv, head_dim, part, n_split, B));
     PPN_CHECK(need_ptr(op, "segs_d", segs_d));
     ppn_kp_attn_batch p = {.a = {.out = out, .q = qkv, .kc = pool->k, .vc = pool->v, .part = part,
                                  .inv_freq = inv_freq, .n_heads = n_heads, .n_kv = n_kv, .head_dim = head_dim,
                                  .cap = pool->cap, .n_split = n_split, .kvdt = pool->kvdt,
-                                 .block_log2 = pool->block_log2, .interleaved = interleaved ? 1 : 0, .scale = scale},
+                                 .block_log2 = pool->block_log2, .interleaved = interleaved ? 1 : 0, .scale = scale,
+                                 .odt = odt},
                            .segs = segs_d, .B = B};
     int kvdt = pool->kvdt;
     int k = kvdt == PPN_DTYPE_BF16 ? PPN_K_ATTN_BATCH_BF16 : kvdt == PPN_DTYPE_F16 ? PPN_K_ATTN_BATCH_F16 : PPN_K_ATTN_BATCH;
@@ -303,7 +306,7 @@ static ppn_status attn_batch_submit(const char *op, ppn_gpu *g, ppn_gstream *s, 
     acc_add(&l, qkv, f32_bytes((size_t)(B - 1) * row + (inv_freq ? row : (size_t)n_heads * hd)), PPN_ACC_R);
     if (inv_freq) acc_add(&l, inv_freq, f32_bytes(hd / 2), PPN_ACC_R);
     acc_add(&l, part, ppn_op_attn_batch_scratch_bytes(B, n_heads, n_split, head_dim), PPN_ACC_RW);
-    acc_add(&l, out, f32_bytes((size_t)B * n_heads * hd), PPN_ACC_W);
+    acc_add(&l, out, (size_t)B * (size_t)n_heads * hd * ppn_dtype_size(odt), PPN_ACC_W);
     ppn_kv_decl d = {0};
     ppn_status st = batch_decl(&d, pool, n_kv, head_dim, segs_d, segs_h, tbl_h, n_tbl, B,
                                inv_freq ? PPN_ACC_RW : PPN_ACC_R);
@@ -319,8 +322,29 @@ ppn_status ppn_op_attn_batch(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr 
                              const ppn_kseg *segs_h, const int32_t *const *tbl_h, const int *n_tbl, int B,
                              ppn_dptr part, int n_split)
 {
-    return attn_batch_submit("ppn_op_attn_batch", g, s, out, qkv, n_heads, n_kv, head_dim, scale, pool, segs_d,
-                             segs_h, tbl_h, n_tbl, B, part, n_split, 0, 0);
+    return attn_batch_submit("ppn_op_attn_batch", g, s, out, PPN_DTYPE_F32, qkv, n_heads, n_kv, head_dim, scale,
+                             pool, segs_d, segs_h, tbl_h, n_tbl, B, part, n_split, 0, 0);
+}
+
+ppn_status ppn_op_attn_batch_to(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt, ppn_dptr qkv, int n_heads,
+                                int n_kv, int head_dim, float scale, const ppn_kv_pool *pool, ppn_dptr segs_d,
+                                const ppn_kseg *segs_h, const int32_t *const *tbl_h, const int *n_tbl, int B,
+                                ppn_dptr part, int n_split)
+{
+    return attn_batch_submit("ppn_op_attn_batch_to", g, s, out, odt, qkv, n_heads, n_kv, head_dim, scale, pool,
+                             segs_d, segs_h, tbl_h, n_tbl, B, part, n_split, 0, 0);
+}
+
+static ppn_status attn_rope_batch(const char *op, ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt, ppn_dptr qkv,
+                                  int n_heads, int n_kv, int head_dim, float scale, const ppn_kv_pool *pool,
+                                  ppn_dptr segs_d, const ppn_kseg *segs_h, const int32_t *const *tbl_h,
+                                  const int *n_tbl, int B, ppn_dptr part, int n_split, ppn_dptr inv_freq,
+                                  int interleaved)
+{
+    PPN_CHECK(need_ptr(op, "inv_freq", inv_freq));
+    PPN_CHECK(need_rope_fits(op, head_dim, interleaved, "rope_kv_batch + attn_batch"));
+    return attn_batch_submit(op, g, s, out, odt, qkv, n_heads, n_kv, head_dim, scale, pool, segs_d, segs_h, tbl_h,
+                             n_tbl, B, part, n_split, inv_freq, interleaved);
 }
 
 ppn_status ppn_op_attn_rope_batch(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr qkv, int n_heads, int n_kv,
@@ -328,9 +352,15 @@ ppn_status ppn_op_attn_rope_batch(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_
                                   const ppn_kseg *segs_h, const int32_t *const *tbl_h, const int *n_tbl, int B,
                                   ppn_dptr part, int n_split, ppn_dptr inv_freq, int interleaved)
 {
-    static const char op[] = "ppn_op_attn_rope_batch";
-    PPN_CHECK(need_ptr(op, "inv_freq", inv_freq));
-    PPN_CHECK(need_rope_fits(op, head_dim, interleaved, "rope_kv_batch + attn_batch"));
-    return attn_batch_submit(op, g, s, out, qkv, n_heads, n_kv, head_dim, scale, pool, segs_d, segs_h, tbl_h, n_tbl,
-                             B, part, n_split, inv_freq, interleaved);
+    return attn_rope_batch("ppn_op_attn_rope_batch", g, s, out, PPN_DTYPE_F32, qkv, n_heads, n_kv, head_dim, scale,
+                           pool, segs_d, segs_h, tbl_h, n_tbl, B, part, n_split, inv_freq, interleaved);
+}
+
+ppn_status ppn_op_attn_rope_batch_to(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt, ppn_dptr qkv, int n_heads,
+                                     int n_kv, int head_dim, float scale, const ppn_kv_pool *pool, ppn_dptr segs_d,
+                                     const ppn_kseg *segs_h, const int32_t *const *tbl_h, const int *n_tbl, int B,
+                                     ppn_dptr part, int n_split, ppn_dptr inv_freq, int interleaved)
+{
+    return attn_rope_batch("ppn_op_attn_rope_batch_to", g, s, out, odt, qkv, n_heads, n_kv, head_dim, scale, pool,
+                           segs_d, segs_h, tbl_h, n_tbl, B, part, n_split, inv_freq, interleaved);
 }

@@ -80,15 +80,6 @@ ppn_status ppn_op_embed_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr 
 
 /* The rows ops' output dtypes: f32, or bf16 in gemm_tc_kw16's layout for the GEMM that reads it (ops.h), whole
  * 64-element blocks a row. */
-static ppn_status need_odt(const char *op, int odt, int n)
-{
-    if (odt != PPN_DTYPE_F32 && odt != PPN_DTYPE_BF16)
-        return ppn_err(PPN_EINVAL, "%s: output dtype %d: PPN_DTYPE_F32 or PPN_DTYPE_BF16", op, odt);
-    if (odt == PPN_DTYPE_BF16 && n % 64)
-        return ppn_err(PPN_EINVAL, "%s: bf16 output rows of %d: a multiple of 64 (gemm_tc_kw16's layout)", op, n);
-    return PPN_OK;
-}
-
 ppn_status ppn_op_rmsnorm_rows_to(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt, ppn_dptr in, ppn_dptr w, int wdt,
                                   int n, float eps, int c)
 {

@@ -577,6 +577,14 @@ __device__ __forceinline__ void ppn_attn_rotate(float (&x)[NJ], const float (&c)
     for (int i = 0; i < NJ; i++) x[i] = y[i];
 }
 
+// Element k of attention's output row: f32, or (p.odt bf16, batched rows for gemm_tc_kw16) rounded to nearest
+// even at PPN_X16_POS(k), as gemm_tc_kw rounds the f32.
+__device__ __forceinline__ void ppn_attn_put(const ppn_kp_attn &p, size_t k, float v)
+{
+    if (p.odt == PPN_DTYPE_BF16) ((__nv_bfloat16 *)p.out)[PPN_X16_POS(k)] = __float2bfloat16_rn(v);
+    else ((float *)p.out)[k] = v;
+}
+
 // One pass: query heads h0 .. h0 + ng - 1 (ng <= HP) over the block's positions [t0, t1), into the block's
 // partial per head (the output when n_split is 1). s_acc: per warp, HP x NJ x 32 accumulators; s_m, s_l: per
 // warp, PPN_ATTN_MAXG maxima and sums. With the fused rotary, q is rotated in registers as it is loaded, and
@@ -701,7 +709,7 @@ __device__ void ppn_attn_pass(const ppn_kp_attn &p, const float *q, int kvh, int
         }
         size_t h = (size_t)h0 + g;
         if (ns == 1) {
-            ((float *)p.out)[h * hd + d] = num / den;
+            ppn_attn_put(p, h * hd + d, num / den);
         } else {
             float *rec = (float *)p.part + (h * ns + j) * ((size_t)hd + 2);
             rec[2 + d] = num;
@@ -786,7 +794,7 @@ __device__ void ppn_attn_merge(const ppn_kp_attn &p, int ns, int h0, int G, floa
             float num = 0.0f;
 #pragma unroll 8
             for (int s = 0; s < ns; s++) num = fmaf(__ldcg(o + s * rec), w[s], num);
-            ((float *)p.out)[(size_t)(h0 + c0 + c) * hd + d] = num / s_den[c];
+            ppn_attn_put(p, (size_t)(h0 + c0 + c) * hd + d, num / s_den[c]);
         }
         __syncthreads(); // the next heads reuse s_w, s_den
     }
@@ -809,9 +817,9 @@ __device__ __forceinline__ void ppn_attn_body(const ppn_kp_attn &p, int32_t pos,
     float *s_acc = sm.acc, *s_m = sm.m, *s_l = sm.l, *s_kv = sm.kv;
     int hd = p.head_dim, G = p.n_heads / p.n_kv;
     if (pos < 0 || pos >= p.cap) { // uniform over the grid: no block counts, so the counters stay 0
-        float *out = (float *)p.out + (size_t)kvh * G * hd;
         if (j == 0)
-            for (int d = threadIdx.x; d < G * hd; d += blockDim.x) out[d] = __int_as_float(0x7fc00000);
+            for (int d = threadIdx.x; d < G * hd; d += blockDim.x)
+                ppn_attn_put(p, (size_t)kvh * G * hd + d, __int_as_float(0x7fc00000));
         return;
     }
     // The launch has p.n_split splits for the longest context; this step uses only as many as give each at
@@ -864,7 +872,7 @@ template <int KD> __device__ __forceinline__ void ppn_attn_batch_kernel(const pp
     ppn_kp_attn p = pb.a;
     const size_t hd = (size_t)p.head_dim;
     p.q += (uint64_t)i * (uint64_t)(p.n_heads + 2 * p.n_kv) * hd * sizeof(float);
-    p.out += (uint64_t)i * (uint64_t)p.n_heads * hd * sizeof(float);
+    p.out += (uint64_t)i * (uint64_t)p.n_heads * hd * (p.odt == PPN_DTYPE_BF16 ? 2u : 4u);
     p.part += (uint64_t)i * ((uint64_t)p.n_heads * p.n_split * (hd + 2) * sizeof(float) + (uint64_t)p.n_heads * 4u);
     p.tbl = seg.tbl; // p.inv_freq as the op set it: the fused rotary at the row's own position, or none
     ppn_attn_body<KD>(p, seg.pos, blockIdx.x, blockIdx.y, sm);

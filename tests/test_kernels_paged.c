@@ -698,6 +698,74 @@ static void test_batch_attn_rope(void **state)
     batch_free(&b);
 }
 
+/* attn_batch_to / attn_rope_batch_to with a bf16 out (the o projection's x for gemm_tc_kw16): row i's element k is
+ * the f32 op's rounded to nearest even at k's block + PPN_X16_POS(k % 64), out declared written for its 2-byte
+ * elements only; q|k|v and the pools as the f32 ops leave them. Paged rows, one and several splits, bf16 caches. */
+static void test_batch_attn_bf16_out(void **state)
+{
+    (void)state;
+    for (int rope = 0; rope < 2; rope++)
+        for (int ns = 1; ns <= 4; ns += 3) {
+            const int nq = 8, nkv = 2, hd = 64, L = 2, B = 5;
+            int npos[5] = {1, 9, 33, 4, 70};
+            batch b = batch_new(B, nq, nkv, hd, L, PPN_DTYPE_BF16, npos);
+            size_t row = (size_t)(nq + 2 * nkv) * hd, on = (size_t)nq * hd, pb = (size_t)nkv * b.cap * hd * b.es;
+            size_t partb = ppn_op_attn_batch_scratch_bytes(B, nq, ns, hd);
+            float inv[32], *x = tu_frand((size_t)B * row, -1, 1), *y = dup_mem(x, (size_t)B * row * 4);
+            float *o32 = zmem((size_t)B * on * 4), scale = 1.0f / sqrtf((float)hd);
+            uint16_t *o16 = zmem((size_t)B * on * 2 + 64);
+            unsigned char *k2 = dup_mem(b.k, pb), *v2 = dup_mem(b.v, pb), *part = zmem(partb);
+            inv_freq_fill(inv, hd);
+            ppn_kv_pool pool = batch_pool(&b), p2 = pool;
+            p2.k = D(k2), p2.v = D(v2);
+            ppn_dptr iv = rope ? D(inv) : 0;
+            if (rope) {
+                EXPECT_ST(PPN_OK, ppn_op_attn_rope_batch(&tu_fake, tu_fake_stream, D(o32), D(x), nq, nkv, hd, scale,
+                                                         &pool, D(b.segs), b.segs, b.tbl_c, b.n_tbl, B, D(part), ns,
+                                                         iv, 0));
+                EXPECT_ST(PPN_OK, ppn_op_attn_rope_batch_to(&tu_fake, tu_fake_stream, D(o16), PPN_DTYPE_BF16, D(y), nq,
+                                                            nkv, hd, scale, &p2, D(b.segs), b.segs, b.tbl_c, b.n_tbl,
+                                                            B, D(part), ns, iv, 0));
+            } else {
+                EXPECT_ST(PPN_OK, ppn_op_attn_batch(&tu_fake, tu_fake_stream, D(o32), D(x), nq, nkv, hd, scale, &pool,
+                                                    D(b.segs), b.segs, b.tbl_c, b.n_tbl, B, D(part), ns));
+                EXPECT_ST(PPN_OK, ppn_op_attn_batch_to(&tu_fake, tu_fake_stream, D(o16), PPN_DTYPE_BF16, D(y), nq, nkv,
+                                                       hd, scale, &p2, D(b.segs), b.segs, b.tbl_c, b.n_tbl, B, D(part),
+                                                       ns));
+            }
+            assert_true(tu_declared(o16, (size_t)B * on * 2, PPN_ACC_W));
+            assert_false(tu_declared(o16, (size_t)B * on * 2 + 2, PPN_ACC_W));
+            for (size_t k = 0; k < (size_t)B * on; k++) {
+                size_t at = k - k % 64 + (size_t)PPN_X16_POS((int)(k % 64));
+                if (o16[at] != ppn_f32_to_bf16(o32[k]))
+                    fail_msg("rope %d, %d splits: element %zu: 0x%04x, want 0x%04x (of %g)", rope, ns, k, o16[at],
+                             ppn_f32_to_bf16(o32[k]), (double)o32[k]);
+            }
+            for (size_t k = (size_t)B * on; k < (size_t)B * on + 32; k++) assert_int_equal(o16[k], 0);
+            assert_memory_equal(x, y, (size_t)B * row * 4);
+            assert_memory_equal(b.k, k2, pb);
+            assert_memory_equal(b.v, v2, pb);
+            free(x), free(y), free(o32), free(o16), free(k2), free(v2), free(part);
+            batch_free(&b);
+        }
+    /* refused: an output dtype other than f32 and bf16; bf16 rows of 2 x 16 elements (not whole 64-element blocks) */
+    int npos[2] = {5, 20};
+    batch b = batch_new(2, 4, 2, 16, 2, PPN_DTYPE_F32, npos);
+    ppn_kv_pool pool = batch_pool(&b);
+    float *x = zmem(2 * 8 * 16 * 4), *out = zmem(2 * 4 * 16 * 4);
+    unsigned char *part = zmem(ppn_op_attn_batch_scratch_bytes(2, 4, 1, 16));
+    EXPECT_ST(PPN_EINVAL, ppn_op_attn_batch_to(&tu_fake, tu_fake_stream, D(out), PPN_DTYPE_F16, D(x), 4, 2, 16, 0.25f,
+                                               &pool, D(b.segs), b.segs, b.tbl_c, b.n_tbl, 2, D(part), 1));
+    assert_non_null(strstr(ppn_last_error(), "output dtype 2"));
+    EXPECT_ST(PPN_EINVAL, ppn_op_attn_batch_to(&tu_fake, tu_fake_stream, D(out), PPN_DTYPE_BF16, D(x), 2, 2, 16, 0.25f,
+                                               &pool, D(b.segs), b.segs, b.tbl_c, b.n_tbl, 2, D(part), 1));
+    assert_non_null(strstr(ppn_last_error(), "bf16 output rows of 32"));
+    EXPECT_ST(PPN_OK, ppn_op_attn_batch_to(&tu_fake, tu_fake_stream, D(out), PPN_DTYPE_BF16, D(x), 4, 2, 16, 0.25f,
+                                           &pool, D(b.segs), b.segs, b.tbl_c, b.n_tbl, 2, D(part), 1));
+    free(x), free(out), free(part);
+    batch_free(&b);
+}
+
 static void test_batch_refusals(void **state)
 {
     (void)state;
@@ -743,7 +811,7 @@ int main(void)
         cmocka_unit_test(test_paged_guard),          cmocka_unit_test(test_paged_sim),
         cmocka_unit_test(test_batch_attn_reference), cmocka_unit_test(test_batch_attn_invariance),
         cmocka_unit_test(test_batch_rope_kv),        cmocka_unit_test(test_batch_refusals),
-        cmocka_unit_test(test_batch_attn_rope),
+        cmocka_unit_test(test_batch_attn_rope),      cmocka_unit_test(test_batch_attn_bf16_out),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

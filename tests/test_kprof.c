@@ -258,17 +258,17 @@ static void test_kprof_batch_rotary_fused(void **st)
     ppn_rt_destroy(rt);
 }
 
-/* A batch of 40 rows on bf16 weights of `ppn mkmodel --shape wide-tiny` (its q|k|v, gate|up and head 4096 rows
- * over 64 columns), where ppn_op_gemm takes the middle split-K tile gemm_tc_kw (kernels/ops_gemm.c): with the fusion
- * on (the default) the norms write those GEMMs' x in bf16 and they run gemm_tc_kw16; o and down (64 rows: gemm_tc_kwx)
- * keep f32 x; with PPN_FUSE=0 all take f32 x. The sim's checker holds every launch to its declared accesses (2 bytes
- * an element of x there), and the logits are the same bits. */
-static void test_kprof_batch_x16(void **st)
+/* A batch of 40 rows on bf16 weights of a `ppn mkmodel` shape whose GEMMs of 4096 rows take the middle split-K tile
+ * gemm_tc_kw (kernels/ops_gemm.c): with the fusion on (the default) their x's producers write it in bf16 and they
+ * run gemm_tc_kw16: wide-tiny's q|k|v, gate|up and head over 64 columns (the rows norms; its o and down have 64 rows:
+ * gemm_tc_kwx, f32 x), wide-dim-tiny's o and down (the batch's attention, SwiGLU; its other matrices have fewer
+ * rows). With PPN_FUSE=0 all take f32 x. The sim's checker holds every launch to its declared accesses (2 bytes an
+ * element of x there), and the logits are the same bits. */
+static void batch_x16_case(const char *shape_name, long per_layer, long head)
 {
-    (void)st;
     enum { NB = 40 };
     char *dir = tu_tmpdir();
-    assert_int_equal(ppn_mkmodel("wide-tiny", PPN_DTYPE_BF16, dir, 11), PPN_OK);
+    assert_int_equal(ppn_mkmodel(shape_name, PPN_DTYPE_BF16, dir, 11), PPN_OK);
     int tok[NB];
     ppn_seq *q[NB];
     float *logits[2] = {0};
@@ -288,10 +288,10 @@ static void test_kprof_batch_x16(void **st)
         ppn_kernel_time e[PPN_KERNEL_PROFILE_MAX];
         int n = batch_step_profiled(rt, q, tok, NB, logits[fuse], e);
         const ppn_kernel_time *h = find(e, n, "ppn_k_gemm_tc_kw16"), *w = find(e, n, "ppn_k_gemm_tc_kw");
-        long hc = h ? (long)h->calls : 0, wc = w ? (long)w->calls : 0, L = mi.n_layers;
-        if (hc != (fuse ? 2 * L + 1 : 0) || wc != (fuse ? 0 : 2 * L + 1))
-            fail_msg("fuse %d: gemm_tc_kw16 %ld calls, gemm_tc_kw %ld (want %ld and %ld)", fuse, hc, wc,
-                     fuse ? 2 * L + 1 : 0, fuse ? 0 : 2 * L + 1);
+        long hc = h ? (long)h->calls : 0, wc = w ? (long)w->calls : 0, n_x16 = per_layer * mi.n_layers + head;
+        if (hc != (fuse ? n_x16 : 0) || wc != (fuse ? 0 : n_x16))
+            fail_msg("%s, fuse %d: gemm_tc_kw16 %ld calls, gemm_tc_kw %ld (want %ld and %ld)", shape_name, fuse, hc, wc,
+                     fuse ? n_x16 : 0, fuse ? 0 : n_x16);
         for (int i = 0; i < NB; i++) ppn_seq_destroy(q[i]);
         assert_int_equal(ppn_model_free(m), PPN_OK);
         if (!fuse) assert_memory_equal(logits[0], logits[1], sizeof(float) * NB * (size_t)mi.vocab);
@@ -300,6 +300,18 @@ static void test_kprof_batch_x16(void **st)
     ppn_rt_destroy(rt);
     tu_rmrf(dir);
     free(dir);
+}
+
+static void test_kprof_batch_x16(void **st)
+{
+    (void)st;
+    batch_x16_case("wide-tiny", 2, 1);
+}
+
+static void test_kprof_batch_x16_attention(void **st)
+{
+    (void)st;
+    batch_x16_case("wide-dim-tiny", 2, 0);
 }
 
 /* Unset, empty or 0: no account at all, whatever runs. */
@@ -469,6 +481,7 @@ int main(void)
         cmocka_unit_test(test_kprof_pipelined_counts),
         cmocka_unit_test(test_kprof_batch_rotary_fused),
         cmocka_unit_test(test_kprof_batch_x16),
+        cmocka_unit_test(test_kprof_batch_x16_attention),
         cmocka_unit_test(test_kprof_off_reads_nothing),
         cmocka_unit_test(test_kprof_bad_values_refused),
         cmocka_unit_test(test_kprof_bench_json_kernels),

@@ -60,7 +60,7 @@ int cmd_mkmodel(int argc, char **argv)
         const char *f = argv[i], *v;
         int rc = 0;
         if (!strcmp(f, "--help")) {
-            puts("usage: ppn mkmodel --shape tiny|qwen3-tiny|wide-tiny|llama-1b|llama-8b|qwen2-7b --out DIR"
+            puts("usage: ppn mkmodel --shape tiny|qwen3-tiny|wide-tiny|wide-dim-tiny|llama-1b|llama-8b|qwen2-7b --out DIR"
                  " [--dtype bf16] [--seed S] [--tokenizer TOKDIR]\n"
                  "  --tokenizer TOKDIR  the vocabulary of TOKDIR's tokenizer.json (and its BOS / EOS), its tokenizer\n"
                  "                      files (tokenizer.json, tokenizer_config.json, special_tokens_map.json,\n"

@@ -51,6 +51,10 @@ static const mk_shape k_shapes[] = {
      * GEMMs take the middle split-K tile with bf16 x on the sim (tests/test_kprof.c) */
     {"wide-tiny", "Qwen3ForCausalLM", "qwen3", 64, 2, 16, 8, 128, 2048, 4096, 1024, 0, 1e6, 1e-6, 0, 0, 0, 0, 0,
      -1, {0}, 0},
+    /* tiny but for a dim of 4096 (two 128-wide query heads, one KV head, ffn 128): o and down have 4096 rows over
+     * 256 and 128 columns, where a batch's o takes bf16 x from attention on the sim (tests/test_kprof.c) */
+    {"wide-dim-tiny", "Qwen3ForCausalLM", "qwen3", 4096, 2, 2, 1, 128, 128, 256, 1024, 0, 1e6, 1e-6, 0, 0, 0, 0, 0,
+     -1, {0}, 0},
     {"llama-1b", "LlamaForCausalLM", "llama", 2048, 16, 32, 8, 0, 8192, 128256, 131072, 1, 5e5, 1e-5, 1, 32, 1,
      4, 8192, 128000, {128001}, 1},
     {"llama-8b", "LlamaForCausalLM", "llama", 4096, 32, 32, 8, 0, 14336, 128256, 131072, 0, 5e5, 1e-5, 1, 8, 1,

@@ -697,6 +697,11 @@ static void batch_case(const ashape *a, int kvdt, int L, int B)
     OK(ppn_op_attn_batch(G, S, dout, dq, a->nq, a->nkv, hd, scale, &pool, dsegs, segs, tb, nt, B, dpart, ns));
     get(ob_, dout, ob);
     get(pk, dpk, pb), get(pv, dpv, pb);
+    /* out in bf16 for the o projection's gemm_tc_kw16 (attn_batch_to): the f32 bits rounded, in its layout */
+    ppn_dptr d16 = dalloc((size_t)B * orow * 2);
+    OK(ppn_op_attn_batch_to(G, S, d16, PPN_DTYPE_BF16, dq, a->nq, a->nkv, hd, scale, &pool, dsegs, segs, tb, nt, B,
+                            dpart, ns));
+    check_bf16_rows(what, d16, ob_, (size_t)B, orow);
     /* the rotary inside (ppn_op_attn_rope_batch) on the unrotated rows and the pools as they were: the same bits
      * as rope_kv_batch then attn_batch, out and both pools, and q|k|v left as it was */
     ppn_kv_pool pool3 = {.k = dpk3, .v = dpv3, .cap = pg.cap, .block_log2 = L, .kvdt = kvdt};
@@ -710,6 +715,12 @@ static void batch_case(const ashape *a, int kvdt, int L, int B)
         if (memcmp(of, ob_, ob)) fail_msg("%s: attn_rope_batch's out differs from rope_kv_batch + attn_batch", what);
         if (memcmp(kf, pk, pb) || memcmp(vf, pv, pb)) fail_msg("%s: attn_rope_batch's pools differ", what);
         if (memcmp(xf, qkv, (size_t)B * row * 4)) fail_msg("%s: attn_rope_batch wrote q|k|v", what);
+        /* again into bf16 (attn_rope_batch_to; it stores the same k and v at each row's position) */
+        OK(ppn_op_attn_rope_batch_to(G, S, d16, PPN_DTYPE_BF16, dq3, a->nq, a->nkv, hd, scale, &pool3, dsegs, segs, tb,
+                                     nt, B, dpart, ns, dinv, 0));
+        char w16[200];
+        snprintf(w16, sizeof w16, "%s rope", what);
+        check_bf16_rows(w16, d16, of, (size_t)B, orow);
         free(of), free(xf), free(kf), free(vf);
     } else if (ppn_op_attn_rope_batch(G, S, dout, dq3, a->nq, a->nkv, hd, scale, &pool3, dsegs, segs, tb, nt, B, dpart,
                                       ns, dinv, 0) != PPN_EUNSUPPORTED) {
