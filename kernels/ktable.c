@@ -50,7 +50,9 @@ const ppn_gpu_kernel ppn_kernels[PPN_K_COUNT] = {
 };
 
 #if PPN_HAVE_FATBIN
-extern const unsigned char ppn_fatbin_data[], ppn_fatbin_end[]; /* the build's embedded fatbin (CMakeLists) */
+/* The build's embedded fatbins (CMakeLists): kernels/gemm.cu's, and the other kernel sources'. */
+extern const unsigned char ppn_fatbin_main_data[], ppn_fatbin_main_end[];
+extern const unsigned char ppn_fatbin_gemm_data[], ppn_fatbin_gemm_end[];
 #endif
 
 /* The kernels that need more dynamic shared memory than the set's opt-in (PPN_DYN_SMEM_MAX). */
@@ -58,6 +60,9 @@ static const unsigned kernel_smem[PPN_K_COUNT] = {[PPN_K_GEMM_TC_H] = PPN_GEMM_T
                                                   [PPN_K_GEMM_TC_KWX] = PPN_GEMM_TC_KWX_SMEM};
 
 static ppn_gpu_kernels kernel_set;
+#if PPN_HAVE_FATBIN
+static ppn_gpu_image kernel_images[2];
+#endif
 static pthread_once_t kernel_set_once = PTHREAD_ONCE_INIT;
 
 static void kernel_set_init(void)
@@ -66,8 +71,12 @@ static void kernel_set_init(void)
                                    .smem_max = kernel_smem};
 #if PPN_HAVE_FATBIN
     kernel_set.sm90a = PPN_FATBIN_SM90A;
-    kernel_set.image = ppn_fatbin_data;
-    kernel_set.image_size = (size_t)(ppn_fatbin_end - ppn_fatbin_data);
+    kernel_images[0] = (ppn_gpu_image){"main", ppn_fatbin_main_data,
+                                       (size_t)(ppn_fatbin_main_end - ppn_fatbin_main_data)};
+    kernel_images[1] = (ppn_gpu_image){"gemm", ppn_fatbin_gemm_data,
+                                       (size_t)(ppn_fatbin_gemm_end - ppn_fatbin_gemm_data)};
+    kernel_set.images = kernel_images;
+    kernel_set.n_images = 2;
 #endif
 }
 

@@ -141,6 +141,50 @@ static void test_gpu_open_cuda_forced(void **state)
     }
 }
 
+/* The build's kernel images: two fatbins (kernels/gemm.cu's and the rest's) in a build with nvcc, none without.
+ * Each begins with the fatbin container's magic (0xba55ed50, little-endian, as cuda.h's loaders expect). A table
+ * naming more images than a backend holds, or an empty one, is refused by name. */
+static void test_gpu_open_kernel_images(void **state)
+{
+    (void)state;
+    const ppn_gpu_kernels *ks = ppn_kernel_set();
+    if (!PPN_HAVE_FATBIN) {
+        assert_int_equal(ks->n_images, 0);
+    } else {
+        assert_int_equal(ks->n_images, 2);
+        assert_string_equal(ks->images[0].name, "main");
+        assert_string_equal(ks->images[1].name, "gemm");
+        for (int i = 0; i < 2; i++) {
+            const unsigned char *p = ks->images[i].data;
+            assert_true(ks->images[i].size > 16);
+            uint32_t magic = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+            assert_int_equal(magic, 0xba55ed50u);
+        }
+    }
+    ppn_gpu_kernels bad = *ks;
+    ppn_gpu_image im[PPN_GPU_MAX_IMAGES + 1] = {{"x", "\x50\xed\x55\xba", 4}};
+    for (int i = 1; i <= PPN_GPU_MAX_IMAGES; i++) im[i] = im[0];
+    ppn_gpu *g = NULL;
+    bad.images = im;
+    bad.n_images = PPN_GPU_MAX_IMAGES + 1;
+    EXPECT_ST(PPN_EINVAL, ppn_gpu_open("sim", &bad, &g));
+    MSG_HAS("5 kernel images (at most 4)");
+    assert_null(g);
+    bad.n_images = 2;
+    im[1] = (ppn_gpu_image){"empty", NULL, 0};
+    EXPECT_ST(PPN_EINVAL, ppn_gpu_open("sim", &bad, &g));
+    MSG_HAS("kernel image 1 (empty) is empty");
+    assert_null(g);
+    bad.images = NULL;
+    EXPECT_ST(PPN_EINVAL, ppn_gpu_open("sim", &bad, &g));
+    MSG_HAS("2 kernel images at NULL");
+    assert_null(g);
+    bad.n_images = 1;
+    bad.images = im;
+    EXPECT_ST(PPN_OK, ppn_gpu_open("sim", &bad, &g));
+    ppn_gpu_close(g);
+}
+
 /* auto is cuda exactly when cuda can be created and the build has kernels; sim otherwise. An empty name
  * with PPN_BACKEND unset means auto too. */
 static void test_gpu_open_auto(void **state)
@@ -178,6 +222,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_gpu_open_cuda_create, env_clear, env_restore),
         cmocka_unit_test_setup_teardown(test_gpu_open_cuda_forced, env_clear, env_restore),
         cmocka_unit_test_setup_teardown(test_gpu_open_auto, env_clear, env_restore),
+        cmocka_unit_test_setup_teardown(test_gpu_open_kernel_images, env_clear, env_restore),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

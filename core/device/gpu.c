@@ -10,6 +10,15 @@ ppn_status ppn_gpu_set_kernels(ppn_gpu *g, const ppn_gpu_kernels *kern)
     if (kern->n < 0 || kern->n > PPN_GPU_MAX_KERNELS || (kern->n && !kern->k))
         return ppn_err(PPN_EINVAL, "%s: a kernel table of %d entries (at most %d)", g->ops->name, kern->n,
                        PPN_GPU_MAX_KERNELS);
+    if (kern->n_images < 0 || kern->n_images > PPN_GPU_MAX_IMAGES)
+        return ppn_err(PPN_EINVAL, "%s: %d kernel images (at most %d)", g->ops->name, kern->n_images,
+                       PPN_GPU_MAX_IMAGES);
+    if (kern->n_images && !kern->images)
+        return ppn_err(PPN_EINVAL, "%s: %d kernel images at NULL", g->ops->name, kern->n_images);
+    for (int i = 0; i < kern->n_images; i++)
+        if (!kern->images[i].data || !kern->images[i].size)
+            return ppn_err(PPN_EINVAL, "%s: kernel image %d (%s) is empty", g->ops->name, i,
+                           kern->images[i].name ? kern->images[i].name : "unnamed");
     g->kern = *kern;
     return PPN_OK;
 }

@@ -67,12 +67,23 @@ typedef struct ppn_tmap_desc {
 } ppn_tmap_desc;
 #define PPN_TMAP_BYTES 128
 
+/* One embedded fatbin: the build compiles the kernels in a few translation units (CMakeLists: kernels/gemm.cu's
+ * templates apart from the rest, so their compilers run side by side), each into its own image. */
+typedef struct ppn_gpu_image {
+    const char *name; /* the build's name for it, in messages */
+    const void *data;
+    size_t size;
+} ppn_gpu_image;
+#define PPN_GPU_MAX_IMAGES 4
+
 /* The kernels a backend may launch: launch ids index k. */
 typedef struct ppn_gpu_kernels {
     const ppn_gpu_kernel *k;
     int n;                /* <= PPN_GPU_MAX_KERNELS */
-    const void *image;    /* the fatbin (cuda); NULL: built without nvcc (cuda refuses to open for models) */
-    size_t image_size;
+    /* The fatbins (cuda): a kernel is looked up by name in the first image that has it. n_images 0: built
+     * without nvcc (cuda refuses to open for models). */
+    const ppn_gpu_image *images;
+    int n_images;         /* <= PPN_GPU_MAX_IMAGES */
     unsigned dyn_smem_max; /* dynamic shared memory every kernel is opted in to (cuda) */
     const unsigned *smem_max; /* [n] or NULL: a kernel's own opt-in where it needs more (0: dyn_smem_max) */
     int sm90a;            /* the image has sm_90a code (warpgroup MMA, TMA): tma_ok's condition on cuda */

@@ -4,9 +4,9 @@
  * device memory, so unused GPUs stay untouched) and released at destroy. Every op that needs a context makes
  * the right one current on the calling thread first; a per-thread cache skips redundant cuCtxSetCurrent.
  *
- * Kernels: the fatbin embedded by the build (ppn_fatbin_data) is loaded into a device's context on the first
- * launch there; each kernel's CUfunction is looked up by its kernel-table name on its first launch and
- * cached per device.
+ * Kernels: the fatbins embedded by the build (kernels/ktable.c's images) are loaded into a device's context on
+ * the first launch there; each kernel's CUfunction is looked up by its kernel-table name, in the first image
+ * that has it, on its first launch and cached per device.
  *
  * Threading contract (gpu.h): every op may be called from any thread; calls on one stream are serialized by
  * the caller. Per-device lazy state (context, module, functions) is created under the device's mutex and
@@ -37,7 +37,7 @@ typedef struct cu_dev {
     CUdevice dev;                            /* written at create, read-only after */
     pthread_mutex_t mu;                      /* serializes the lazy creation of ctx, mod and fn[] */
     _Atomic(CUcontext) ctx;                  /* retained primary context; NULL until first use */
-    _Atomic(CUmodule) mod;                   /* the embedded fatbin in ctx; NULL until first launch */
+    CUmodule mod[PPN_GPU_MAX_IMAGES];        /* the embedded images in ctx (under mu); NULL until first launch */
     _Atomic(CUfunction) fn[PPN_GPU_MAX_KERNELS];     /* per kernel id; NULL until its first launch */
     int pdl;                                 /* launches carry the programmatic-serialization attribute */
     int tma;                                 /* kernels may take tensor maps (tma_ok); immutable after create */
@@ -723,20 +723,21 @@ static ppn_status cu_peer_enable(ppn_gpu *g, int dev, int peer)
 /* ---------------------------------------------------------------------------------------------------------
  * Kernels */
 
-static ppn_status cu_module_locked(cu_gpu *b, int dev, CUmodule *out)
+/* Every embedded image loaded into dev's context (on the first launch there). Under d->mu. */
+static ppn_status cu_modules_locked(cu_gpu *b, int dev)
 {
     cu_dev *d = &b->devs[dev];
-    CUmodule m = atomic_load_explicit(&d->mod, memory_order_relaxed);
-    if (!m) {
-        if (!b->base.kern.image)
-            return ppn_err(PPN_ENOKERNELS, "cuda: this build has no kernels (built without nvcc)");
-        ppn_status st = PPN_CU(&b->drv, cuModuleLoadData, &m, b->base.kern.image);
-        if (st != PPN_OK)
-            return ppn_err_ctx(st, "loading the embedded kernels (%zu-byte fatbin) on device %d",
-                               b->base.kern.image_size, dev);
-        atomic_store_explicit(&d->mod, m, memory_order_release); /* pairs with the acquire in cu_kernel() */
+    if (!b->base.kern.n_images) return ppn_err(PPN_ENOKERNELS, "cuda: this build has no kernels (built without nvcc)");
+    for (int i = 0; i < b->base.kern.n_images; i++) {
+        if (d->mod[i]) continue;
+        const ppn_gpu_image *im = &b->base.kern.images[i];
+        ppn_status st = PPN_CU(&b->drv, cuModuleLoadData, &d->mod[i], im->data);
+        if (st != PPN_OK) {
+            d->mod[i] = NULL;
+            return ppn_err_ctx(st, "loading the embedded kernel image %s (%zu-byte fatbin) on device %d", im->name,
+                               im->size, dev);
+        }
     }
-    *out = m;
     return PPN_OK;
 }
 
@@ -765,12 +766,16 @@ static ppn_status cu_function_locked(cu_gpu *b, int dev, int id, CUfunction *out
     cu_dev *d = &b->devs[dev];
     CUfunction f = atomic_load_explicit(&d->fn[id], memory_order_relaxed);
     if (!f) {
-        CUmodule m = NULL;
-        PPN_CHECK(cu_module_locked(b, dev, &m));
+        PPN_CHECK(cu_modules_locked(b, dev));
         const char *name = b->base.kern.k[id].name;
-        ppn_status st = PPN_CU(&b->drv, cuModuleGetFunction, &f, m, name);
+        CUresult r = CUDA_ERROR_NOT_FOUND; /* each kernel lives in one image: the others answer NOT_FOUND */
+        for (int i = 0; i < b->base.kern.n_images && r == CUDA_ERROR_NOT_FOUND; i++)
+            r = b->drv.cuModuleGetFunction(&f, d->mod[i], name);
+        ppn_status st = ppn_cuda_result(&b->drv, r, "cuModuleGetFunction(&f, d->mod[i], name)", PPN_CU_FILE_,
+                                        __LINE__);
         if (st != PPN_OK)
-            return ppn_err_ctx(st, "looking up kernel %s in the embedded fatbin (device %d)", name, dev);
+            return ppn_err_ctx(st, "looking up kernel %s in the %d embedded kernel images (device %d)", name,
+                               b->base.kern.n_images, dev);
         PPN_CHECK(cu_smem_optin(b, dev, id, f, name));
         atomic_store_explicit(&d->fn[id], f, memory_order_release); /* pairs with the acquire in cu_kernel() */
     }
@@ -916,7 +921,7 @@ static ppn_status cu_mem_issue(ppn_gpu *g, int dev, ppn_dptr p, size_t n, ppn_dp
 static ppn_status cu_kernels_all(cu_gpu *b, int dev)
 {
     CUfunction f;
-    if (!b->base.kern.image) return ppn_err(PPN_ENOKERNELS, "cuda: this build has no kernels (built without nvcc)");
+    if (!b->base.kern.n_images) return ppn_err(PPN_ENOKERNELS, "cuda: this build has no kernels (built without nvcc)");
     for (int k = 0; k < b->base.kern.n; k++) PPN_CHECK(cu_kernel(b, dev, k, &f));
     return PPN_OK;
 }
@@ -1006,10 +1011,10 @@ static void cu_release_dev(cu_gpu *b, int dev)
 {
     cu_dev *d = &b->devs[dev];
     CUcontext c = atomic_load_explicit(&d->ctx, memory_order_acquire);
-    CUmodule m = atomic_load_explicit(&d->mod, memory_order_acquire);
-    if (m) {
+    for (int i = 0; i < PPN_GPU_MAX_IMAGES; i++) {
+        if (!d->mod[i]) continue;
         ppn_status st = cu_set_current(b, c);
-        if (st == PPN_OK) st = PPN_CU(&b->drv, cuModuleUnload, m);
+        if (st == PPN_OK) st = PPN_CU(&b->drv, cuModuleUnload, d->mod[i]);
         cu_teardown_warn(st);
     }
     if (c) cu_teardown_warn(PPN_CU(&b->drv, cuDevicePrimaryCtxRelease, d->dev));

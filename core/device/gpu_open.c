@@ -13,7 +13,7 @@ static ppn_status gpu_open_cuda(const ppn_gpu_kernels *kern, ppn_gpu **out)
 {
     ppn_gpu *g = NULL;
     PPN_CHECK(ppn_gpu_cuda_create(kern, &g));
-    if (!kern || !kern->image) {
+    if (!kern || !kern->n_images) {
         ppn_gpu_close(g);
         return ppn_err(PPN_ENOKERNELS, "backend cuda: this build has no kernels (built without nvcc; rebuild "
                                        "with nvcc on PATH and PPN_CUDA_KERNELS=ON, or use the sim backend)");
@@ -31,7 +31,7 @@ static ppn_status gpu_open_auto(const ppn_gpu_kernels *kern, ppn_gpu **out)
 {
     ppn_gpu *g = NULL;
     ppn_status st = ppn_gpu_cuda_create(kern, &g);
-    if (st == PPN_OK && kern && kern->image) {
+    if (st == PPN_OK && kern && kern->n_images) {
         *out = g;
         return PPN_OK;
     }

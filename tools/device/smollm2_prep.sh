@@ -31,7 +31,7 @@ size() { stat -c %s "$1"; }
 
 [ -f "$REF/reference.json" ] || die "$REF/reference.json is missing (PPN_FIXTURES?)"
 [ -x "$PPN" ] || die "$PPN is missing: build first (./build.sh)"
-if ! nm "$PPN" 2>/dev/null | grep ' ppn_fatbin_data$' > /dev/null && [ "${ALLOW_NO_KERNELS:-0}" != 1 ]; then
+if ! nm "$PPN" 2>/dev/null | grep ' ppn_fatbin_main_data$' > /dev/null && [ "${ALLOW_NO_KERNELS:-0}" != 1 ]; then
     die "$PPN has no CUDA kernels (built without nvcc): the GPU run needs them (ALLOW_NO_KERNELS=1: a sim-only payload)"
 fi
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/smollm2-prep.XXXXXX")
