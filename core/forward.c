@@ -182,7 +182,9 @@ static ppn_status norm_gemm(ppn_model *m, ppn_gstream *s, const ppn_rows_scratch
  * split-K tile on bf16 weights (ppn_op_gemm_x16_fits: a function of the shape, so a captured graph never meets the
  * other form), they write its x in bf16, rounded as the GEMM would round the f32 (the same bits, half of x's bytes;
  * the bf16 rows sit in the front half of xb, act and att). A mixed walk's prompt segments (attn_rows) write f32, so
- * o takes f32 x there. PPN_FUSE=0 keeps x f32 everywhere (the GEMM rounds it). */
+ * o takes f32 x there. Where gate|up takes bf16 x on a device that runs the TMA kernels, SwiGLU runs in its epilogue
+ * (ppn_op_gemm_swiglu: the same bits, no gate|up round trip). PPN_FUSE=0 keeps x f32 everywhere (the GEMM rounds it)
+ * and SwiGLU its own kernel. */
 ppn_status ppn_fwd_rows_layer(ppn_model *m, ppn_gstream *s, int dev, const ppn_rows_scratch *r, ppn_dptr x,
                               const ppn_step_cmd *cmd, int l)
 {
@@ -200,9 +202,14 @@ ppn_status ppn_fwd_rows_layer(ppn_model *m, ppn_gstream *s, int dev, const ppn_r
     int ox = cmd->kind == PPN_ROWS_BATCH && x16_takes(m, rows, dim, nh * hd);
     PPN_CHECK(rows_attention(m, s, dev, r, cmd, l, ox ? PPN_DTYPE_BF16 : PPN_DTYPE_F32));
     PPN_CHECK(gemm_of(g, s, ox, x, w->wo, wdt, r->att, rows, dim, nh * hd, 0, x));
-    PPN_CHECK(norm_gemm(m, s, r, x, w->ffn_norm, r->gu, w->wgu, 2 * ffn, 0, rows));
-    int dx = x16_takes(m, rows, dim, ffn);
-    PPN_CHECK(ppn_op_swiglu_rows_to(g, s, r->act, dx ? PPN_DTYPE_BF16 : PPN_DTYPE_F32, r->gu, ffn, rows));
+    int dx = x16_takes(m, rows, dim, ffn), adt = dx ? PPN_DTYPE_BF16 : PPN_DTYPE_F32;
+    if (m->map->door.fuse && ppn_op_gemm_swiglu_fits(g, s, rows, ffn, dim, wdt)) { /* gate|up takes bf16 x too */
+        PPN_CHECK(ppn_op_rmsnorm_rows_to(g, s, r->xb, PPN_DTYPE_BF16, x, w->ffn_norm, wdt, dim, c->norm_eps, rows));
+        PPN_CHECK(ppn_op_gemm_swiglu(g, s, r->act, adt, w->wgu, wdt, r->xb, rows, ffn, dim));
+    } else {
+        PPN_CHECK(norm_gemm(m, s, r, x, w->ffn_norm, r->gu, w->wgu, 2 * ffn, 0, rows));
+        PPN_CHECK(ppn_op_swiglu_rows_to(g, s, r->act, adt, r->gu, ffn, rows));
+    }
     return gemm_of(g, s, dx, x, w->w_down, wdt, r->act, rows, dim, ffn, 0, x);
 }
 

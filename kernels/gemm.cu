@@ -418,13 +418,18 @@ extern __shared__ __align__(1024) unsigned char gemm_dyn_smem[];
 // instruction) from global memory one k-tile ahead, into registers. XH (gemm_tc_kw16; not with XR): x is bf16
 // already (its producer rounded it), in the layout that puts a thread's fragments of a k-tile together
 // (kparams.h, PPN_X16_POS): two 16-byte loads a row, used as they are.
-template <int WGS, int BN, bool BF16, int S = GEMM_H_STAGES, bool XR = false, bool XH = false> struct gemm_h {
+// GU (gemm_swiglu): W is a gate|up matrix (gate rows [0, rows / 2), up rows after them), and the tile at weight
+// row r0 reads gate rows r0 / 2 + [0, BN / 2) into its first half and the up rows rows / 2 further into its
+// second, so a thread's accumulator j < NQ / 2 (gate) pairs with j + NQ / 2 (up) of the same output column.
+template <int WGS, int BN, bool BF16, int S = GEMM_H_STAGES, bool XR = false, bool XH = false, bool GU = false>
+struct gemm_h {
     static constexpr int BM = 64 * WGS, BK = GEMM_H_BK, W_BYTES = BN * BK * 2, XROW = PPN_GEMM_TC_KWX_XROW;
     static constexpr int STAGE_BYTES = W_BYTES + (XR ? BM * XROW * 4 : 0);
     static constexpr int THREADS = 128 * WGS, WPT = BN * BK / 8 / THREADS, NACC = BN / 2;
     static_assert(WPT * THREADS * 8 == BN * BK && BN % 64 == 0, "whole 8-row swizzle atoms, whole copies");
     static_assert(STAGE_BYTES % 1024 == 0 && XROW % 32 == 8, "stages on swizzle atoms; x rows 8 mod 32 words apart");
     static_assert(!(XR && XH), "the ring's x is f32");
+    static_assert(!GU || WGS == 1, "gate|up tiles: one warpgroup");
 
     const ppn_kp_gemm &p;
     uint32_t s0;
@@ -459,9 +464,15 @@ template <int WGS, int BN, bool BF16, int S = GEMM_H_STAGES, bool XR = false, bo
 #pragma unroll
         for (int e = 0; e < WPT; e++) {
             int idx = (int)threadIdx.x + e * THREADS, r = idx >> 3, c = idx & 7, gk = kt * BK + c * 8;
-            bool ok = r0 + r < p.rows && gk < p.cols;
+            int wr = r0 + r; // the weight row tile row r holds
+            bool ok = wr < p.rows;
+            if constexpr (GU) {
+                int f = r0 / 2 + (r & (BN / 2 - 1)); // its output column
+                wr = (r < BN / 2 ? 0 : p.rows / 2) + f, ok = f < p.rows / 2;
+            }
+            ok = ok && gk < p.cols;
             const unsigned short *src = (const unsigned short *)p.w;
-            if (ok) src += (size_t)(r0 + r) * (size_t)p.cols + (size_t)gk;
+            if (ok) src += (size_t)wr * (size_t)p.cols + (size_t)gk;
             gemm_cp16(s0 + (uint32_t)(st * STAGE_BYTES + r * 128 + ((c ^ (r & 7)) << 4)), src, ok);
         }
     }
@@ -1254,7 +1265,24 @@ extern "C" __global__ void GEMM_K_CLUSTER_DIMS __launch_bounds__(PPN_GEMM_TC_K_T
 // 16-byte pieces: fewer, wider loads than gemm_tc_kw's 8-byte fragments from global memory, at 102 KB of shared
 // memory a CTA (2 an SM). It reads the same elements into the same fragments, so it gives gemm_tc_kw's bits.
 
-template <bool XR, bool BF16, int S, bool XH = false> __device__ __forceinline__ void gemm_kw_run(const ppn_kp_gemm &p)
+// gemm_swiglu's epilogue: out column f and f + 1 (f even) of token i = silu(gate) * up, as ppn_k_swiglu_rows
+// computes them from gemm_tc_kw16's f32 outputs; odt bf16: rounded into gemm_tc_kw16's layout (a pair stays
+// together there). out is [m, rows / 2].
+__device__ __forceinline__ void gemm_gu_put(const ppn_kp_gemm &p, int odt, int i, int f, float g0, float u0, float g1,
+                                            float u1)
+{
+    const int n = p.rows / 2;
+    if (i >= p.m || f >= n) return;
+    const float v0 = ppn_swish(g0) * u0, v1 = ppn_swish(g1) * u1;
+    const size_t o = (size_t)i * (size_t)n;
+    if (odt == PPN_DTYPE_BF16)
+        *(__nv_bfloat162 *)((__nv_bfloat16 *)p.out + o + PPN_X16_POS(f)) = __floats2bfloat162_rn(v0, v1);
+    else
+        *(float2 *)((float *)p.out + o + f) = make_float2(v0, v1);
+}
+
+template <bool XR, bool BF16, int S, bool XH = false, bool GU = false>
+__device__ __forceinline__ void gemm_kw_run(const ppn_kp_gemm &p, int odt = PPN_DTYPE_F32)
 {
     constexpr int BM = PPN_GEMM_TC_M_BM, BN = PPN_GEMM_TC_M_BN, CL = PPN_GEMM_TC_K_CLUSTER;
     const int rank = (int)(blockIdx.x % CL), kl = p.ks; // = %cluster_ctarank; the op's K split
@@ -1267,13 +1295,24 @@ template <bool XR, bool BF16, int S, bool XH = false> __device__ __forceinline__
     const int ks = kl, kts = (p.cols + GEMM_H_BK - 1) / GEMM_H_BK, per = (kts + ks - 1) / ks;
     int kt0 = min(kts, part * per), kt1 = min(kts, kt0 + per);
     if (r0 >= p.rows) kt1 = kt0; // a cluster's tiles past the matrix: no loads, only the barriers
-    gemm_h<1, BN, BF16, S, XR, XH> k(p, gemm_dyn_smem, i0, r0, kt0, kt1);
+    gemm_h<1, BN, BF16, S, XR, XH, GU> k(p, gemm_dyn_smem, i0, r0, kt0, kt1);
     float acc[NQ * 4];
 #pragma unroll
     for (int j = 0; j < NQ * 4; j++) acc[j] = 0.0f;
     k.mainloop(acc);
     if (ks == 1) { // the whole sum is here: no partials
-        if (r0 < p.rows) k.store(acc);
+        if (r0 >= p.rows) return;
+        if constexpr (GU) {
+            const int f = r0 / 2 + ((int)threadIdx.x & 3) * 2;
+#pragma unroll
+            for (int j = 0; j < NQ / 2; j++) {
+                const float *g = acc + 4 * j, *u = acc + 4 * (j + NQ / 2);
+                gemm_gu_put(p, odt, k.row, f + 8 * j, g[0], u[0], g[1], u[1]);
+                gemm_gu_put(p, odt, k.row + 8, f + 8 * j, g[2], u[2], g[3], u[3]);
+            }
+        } else {
+            k.store(acc);
+        }
         return;
     }
     __syncthreads(); // the ring is free (every warp's wgmma waited for): the partial sums go there
@@ -1283,8 +1322,25 @@ template <bool XR, bool BF16, int S, bool XH = false> __device__ __forceinline__
     for (int j = 0; j < NQ; j++)
         pp[j * T + t] = make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
     gemm_cluster_sync(); // every CTA's partials written
-    const int share = NQ * T / ks;
     const uint32_t s0 = gemm_smem_addr(gemm_dyn_smem);
+    if constexpr (GU) { // a gate float4 (j < NQ / 2) and its up float4 (j + NQ / 2) together, each summed as below
+        const int share = NQ / 2 * T / ks;
+        for (int e = part * share + t; e < (part + 1) * share && r0 < p.rows; e += T) {
+            uint32_t a = s0 + (uint32_t)e * 16u, b = a + (uint32_t)(NQ / 2 * T) * 16u;
+            float4 g = gemm_ld_peer(a, (unsigned)lead), u = gemm_ld_peer(b, (unsigned)lead);
+            for (int q = 1; q < ks; q++) {
+                float4 x = gemm_ld_peer(a, (unsigned)(lead + q)), y = gemm_ld_peer(b, (unsigned)(lead + q));
+                g.x += x.x, g.y += x.y, g.z += x.z, g.w += x.w;
+                u.x += y.x, u.y += y.y, u.z += y.z, u.w += y.w;
+            }
+            int j = e / T, w = e % T, row = i0 + (w >> 5) * 16 + ((w & 31) >> 2), f = r0 / 2 + (w & 3) * 2 + 8 * j;
+            gemm_gu_put(p, odt, row, f, g.x, u.x, g.y, u.y);
+            gemm_gu_put(p, odt, row + 8, f, g.z, u.z, g.w, u.w);
+        }
+        gemm_cluster_sync(); // no CTA leaves while a peer may still read its partials
+        return;
+    }
+    const int share = NQ * T / ks;
     for (int e = part * share + t; e < (part + 1) * share && r0 < p.rows; e += T) {
         uint32_t a = s0 + (uint32_t)e * 16u;
         float4 v = gemm_ld_peer(a, (unsigned)lead);
@@ -1301,10 +1357,14 @@ template <bool XR, bool BF16, int S, bool XH = false> __device__ __forceinline__
     }
     gemm_cluster_sync(); // no CTA leaves while a peer may still read its partials
 #else
-    (void)lead;
-    if (part != 0) return; // the tile's first CTA sums all of K
-    gemm_tc<BM, BN, 2, 2, PPN_GEMM_TC_M_STAGES, BF16, XH> k(p, gemm_dyn_smem, i0, r0);
-    k.run();
+    (void)lead, (void)odt;
+    if constexpr (GU) {
+        __trap(); // gemm_swiglu runs only on sm_90a code (ppn_op_gemm_swiglu_fits: the device's TMA kernels)
+    } else {
+        if (part != 0) return; // the tile's first CTA sums all of K
+        gemm_tc<BM, BN, 2, 2, PPN_GEMM_TC_M_STAGES, BF16, XH> k(p, gemm_dyn_smem, i0, r0);
+        k.run();
+    }
 #endif
 }
 
@@ -1342,4 +1402,16 @@ extern "C" __global__ void GEMM_K_CLUSTER_DIMS __launch_bounds__(PPN_GEMM_TC_M_T
     ppn_pdl_trigger();
     if (p.wdt != PPN_DTYPE_BF16) __trap();
     gemm_kw_run<false, true, GEMM_H_STAGES, true>(p);
+}
+
+// gemm_swiglu: gemm_tc_kw16 over a gate|up matrix with SwiGLU in its epilogue: each tile holds 64 gate rows and
+// their 64 up rows (gemm_h's GU), so the [m, 2 n] f32 gate|up never reaches memory; out is [m, n] in odt (f32, or
+// bf16 in gemm_tc_kw16's layout for the down projection). The same K split (KW_KS of 2 n rows), k-ranges and sums as
+// gemm_tc_kw16, and ppn_k_swiglu_rows' arithmetic after them: the same bits as the two kernels. sm_90a only.
+extern "C" __global__ void GEMM_K_CLUSTER_DIMS __launch_bounds__(PPN_GEMM_TC_M_THREADS)
+    ppn_k_gemm_swiglu(const ppn_kp_gemm_swiglu p)
+{
+    ppn_pdl_trigger();
+    if (p.g.wdt != PPN_DTYPE_BF16) __trap();
+    gemm_kw_run<false, true, GEMM_H_STAGES, true, true>(p.g, p.odt);
 }

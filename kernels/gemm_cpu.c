@@ -87,6 +87,30 @@ static void gemm_ref(const ppn_kp_gemm *p, int x16)
 void ppn_cpu_gemm(const void *params) { gemm_ref(params, 0); }
 void ppn_cpu_gemm_tc_kw16(const void *params) { gemm_ref(params, 1); }
 
+/* gemm_swiglu: the gate|up sums as gemm_tc_kw16's reference gives them (into host memory), then swiglu rows'
+ * reference over them into out (its odt). The kernel adds no bias or res, nor does this. Without host memory for
+ * the sums, or an odd row count, out is NaN (loud, as the other references' faults). */
+void ppn_cpu_gemm_swiglu(const void *params)
+{
+    const ppn_kp_gemm_swiglu *p = params;
+    size_t m = (size_t)p->g.m, n = (size_t)p->g.rows / 2;
+    float *gu = p->g.rows % 2 ? NULL : malloc(m * 2u * n * sizeof *gu);
+    if (!gu) {
+        for (size_t i = 0; i < m * n; i++) {
+            if (p->odt == PPN_DTYPE_BF16) PTR(uint16_t, p->g.out)[i] = 0x7fc0u;
+            else PTR(float, p->g.out)[i] = NAN;
+        }
+        return;
+    }
+    ppn_kp_gemm q = p->g;
+    q.out = (uint64_t)(uintptr_t)gu, q.bias = 0, q.res = 0;
+    gemm_ref(&q, 1);
+    ppn_kp_swiglu_rows r = {.out = p->g.out, .gu = (uint64_t)(uintptr_t)gu, .n = (int32_t)n, .c = p->g.m, .vec = 0,
+                            .odt = p->odt};
+    ppn_cpu_swiglu_rows(&r);
+    free(gu);
+}
+
 void ppn_cpu_gemm_tc_l(const void *params) { ppn_cpu_gemm(params); }
 void ppn_cpu_gemm_tc_m(const void *params) { ppn_cpu_gemm(params); }
 void ppn_cpu_gemm_tc_s(const void *params) { ppn_cpu_gemm(params); }

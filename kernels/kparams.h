@@ -71,6 +71,9 @@ typedef struct { uint64_t out, w, x, bias, res; int32_t rows, cols, m, wdt; } pp
  *   gemm_tc_kw16 gemm_tc_kw on x given in bf16 (W bf16 only) in its fragment layout (PPN_X16_POS below): x's
  *              producer (the rows norm, SwiGLU: odt below) rounded it as gemm_tc_kw rounds, so the same tile,
  *              split and bits on the x it rounded
+ *   gemm_swiglu gemm_tc_kw16 over a gate|up matrix (gate rows, then as many up rows) with SwiGLU in its
+ *              epilogue: out [m, rows / 2] = silu(gate) * up, f32 or bf16 in PPN_X16_POS's layout (odt); the same
+ *              split and sums, so the bits of gemm_tc_kw16 then swiglu rows (sm_90a only)
  * Only gemm_tc_k and gemm_tc_kw (and gemm_tc_kwx) split a sum over K: elsewhere every output is one thread's sum in
  * k order (SIMT: a fmaf chain; tensor cores: one f32 accumulator through k16 steps in k order, which on the H200
  * gave the same bits from both tiles and both instruction families). gemm_tc_k sums each of KS(rows) k-ranges so
@@ -92,6 +95,9 @@ typedef ppn_kp_gemm ppn_kp_gemm_tc_k;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_kw;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_kwx;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_kw16; /* x [m, cols] in bf16, not f32: see gemm_tc_kw16 above */
+/* g: gemm_tc_kw16's over the gate|up matrix (rows = 2 n, rows / 2 % 64 == 0, no bias or res); out [m, n] in odt
+ * (PPN_DTYPE_F32 or PPN_DTYPE_BF16), 16-byte aligned. */
+typedef struct { ppn_kp_gemm g; int32_t odt, pad; } ppn_kp_gemm_swiglu;
 /* gemm_tc_kw16's x: bf16 rows of cols % 64 == 0 elements laid out by 64-element blocks, element k of a row at
  * PPN_X16_POS(k): within a block, k = 16 s + 8 h + 2 q + e (s < 4, h < 2, q < 4, e < 2) sits at 16 q + 4 s + 2 h + e,
  * so the 16 elements a thread's wgmma fragments take from a 64-column k-tile (those of its q = lane % 4) lie

@@ -149,6 +149,17 @@ ppn_status ppn_op_gemm_x16(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w,
 /* 1 where ppn_op_gemm runs gemm_tc_kw (m tokens over rows x cols of wdt), wdt is bf16 and cols a multiple of 64:
  * the shapes ppn_op_gemm_x16 takes (a function of the shape alone, so a caller decides before x's producer runs). */
 int ppn_op_gemm_x16_fits(int m, int rows, int cols, int wdt);
+/* out [m, n] = silu(gate) * up, gate|up = x16 . W^T over W's 2 n rows (gate rows, then up rows; bf16), x16 in bf16
+ * in gemm_tc_kw16's layout: ppn_op_gemm_x16 into [m, 2 n] f32 then ppn_op_swiglu_rows_to(odt) in one kernel
+ * (gemm_swiglu), the same bits, without the gate|up round trip through memory. odt: PPN_DTYPE_F32, or
+ * PPN_DTYPE_BF16 in gemm_tc_kw16's layout (the down projection's x). Taken only where ppn_op_gemm_swiglu_fits;
+ * else PPN_EUNSUPPORTED. PPN_EINVAL: a bad dtype, pointer or size, out overlapping x16, w or x16 not 16-byte
+ * aligned, out not 16-byte aligned. */
+ppn_status ppn_op_gemm_swiglu(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt, ppn_dptr w, int wdt, ppn_dptr x16,
+                              int m, int n, int cols);
+/* 1 where ppn_op_gemm_x16 takes the gate|up GEMM (m tokens over 2 n rows x cols), n is a multiple of 64 and s's
+ * device runs the TMA kernels (gpu.h: tma_ok; the kernel is sm_90a's): ppn_op_gemm_swiglu's shapes. */
+int ppn_op_gemm_swiglu_fits(ppn_gpu *g, ppn_gstream *s, int m, int n, int cols, int wdt);
 /* Per-head rmsnorm in place (the head_rmsnorm formula) of heads h0 .. h0 + n_heads - 1 of each of c rows of x,
  * a row being stride floats (Qwen3's q and k norms over the rows of the q|k|v projection). */
 ppn_status ppn_op_head_rmsnorm_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr x, int stride, int h0, int n_heads,

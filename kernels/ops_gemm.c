@@ -315,6 +315,49 @@ ppn_status ppn_op_gemm_x16(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w,
     return gemm_submit(g, s, PPN_K_GEMM_TC_KW16, &p);
 }
 
+/* SwiGLU in gemm_tc_kw16's epilogue: on the H200 the gate|up output's round trip (m x 2 ffn f32 written, read back
+ * by swiglu rows) and one launch a layer go. See ops.h; sm_90a only (the kernel's split-K epilogue). */
+int ppn_op_gemm_swiglu_fits(ppn_gpu *g, ppn_gstream *s, int m, int n, int cols, int wdt)
+{
+    return n > 0 && n % 64 == 0 && n <= INT32_MAX / 2 && ppn_op_gemm_x16_fits(m, 2 * n, cols, wdt) &&
+           gemm_tma_sms(g, s) > 0;
+}
+
+ppn_status ppn_op_gemm_swiglu(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt, ppn_dptr w, int wdt, ppn_dptr x16,
+                              int m, int n, int cols)
+{
+    static const char op[] = "ppn_op_gemm_swiglu";
+    PPN_CHECK(need_positive(op, "m", m));
+    PPN_CHECK(need_positive(op, "n", n));
+    PPN_CHECK(need_positive(op, "cols", cols));
+    PPN_CHECK(need_wdt(op, wdt));
+    PPN_CHECK(need_odt(op, odt, n));
+    PPN_CHECK(need_ptr(op, "out", out));
+    PPN_CHECK(need_ptr(op, "w", w));
+    PPN_CHECK(need_ptr(op, "x16", x16));
+    if (!ppn_op_gemm_swiglu_fits(g, s, m, n, cols, wdt))
+        return ppn_err(PPN_EUNSUPPORTED, "%s: m %d, n %d, cols %d, %s weights on backend %s: taken only where "
+                                         "ppn_op_gemm_x16 takes the 2 n-row gate|up GEMM, n %% 64 == 0 and the device "
+                                         "runs TMA kernels (ppn_op_gemm_swiglu_fits); use ppn_op_gemm_x16 and "
+                                         "ppn_op_swiglu_rows_to", op, m, n, cols, ppn_dtype_name(wdt), g->ops->name);
+    size_t ob = (size_t)m * (size_t)n * ppn_dtype_size(odt), xb = (size_t)m * (size_t)cols * 2u;
+    if (out < x16 + xb && x16 < out + ob)
+        return ppn_err(PPN_EINVAL, "%s: out [0x%llx, +%zu) overlaps x16 [0x%llx, +%zu)", op, (unsigned long long)out,
+                       ob, (unsigned long long)x16, xb);
+    if ((w | x16 | out) & 15u)
+        return ppn_err(PPN_EINVAL, "%s: out, w and x16 must be 16-byte aligned (out 0x%llx, w 0x%llx, x16 0x%llx)", op,
+                       (unsigned long long)out, (unsigned long long)w, (unsigned long long)x16);
+    ppn_kp_gemm_swiglu p = {.g = {.out = out, .w = w, .x = x16, .m = m, .rows = 2 * n, .cols = cols, .wdt = wdt},
+                            .odt = odt, .pad = 0};
+    p.g.ks = gemm_kw_ks(&p.g), p.g.stages = gemm_kw_depth(PPN_K_GEMM_TC_KW16); /* gemm_tc_kw16's split: its bits */
+    ppn_launch l = gemm_geometry(PPN_K_GEMM_TC_KW16, &p.g);
+    l.kernel = PPN_K_GEMM_SWIGLU, l.params = &p, l.params_size = sizeof p;
+    acc_add(&l, w, (size_t)p.g.rows * (size_t)cols * 2u, PPN_ACC_R);
+    acc_add(&l, x16, xb, PPN_ACC_R);
+    acc_add(&l, out, ob, PPN_ACC_W);
+    return submit(g, s, &l);
+}
+
 ppn_status ppn_op_gemm_tile(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_kp_gemm *p)
 {
     static const char op[] = "ppn_op_gemm_tile";

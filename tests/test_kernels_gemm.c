@@ -627,6 +627,90 @@ static void test_gemm_x16_values(void **state)
     tu_cap.dry = 0;
 }
 
+/* ppn_op_gemm_swiglu (gemm_swiglu: SwiGLU in gemm_tc_kw16's epilogue) on a device that runs TMA kernels: out is
+ * ppn_op_gemm_x16 into [m, 2 n] then ppn_op_swiglu_rows_to in either output dtype, byte for byte; one launch on
+ * gemm_tc_kw16's grid, split and ring, declaring W, x16 and out. Where it does not fit (no TMA, n % 64, f16) or
+ * is given bad operands, it refuses by name before any launch. */
+static void test_gemm_swiglu_values(void **state)
+{
+    (void)state;
+    ppn_gpu *tg = tu_fake_tma(132);
+    ppn_gstream *ts = (ppn_gstream *)tg;
+    static const int cs[][3] = {{40, 2048, 128}, {64, 3072, 64}, {33, 2112, 192}, {48, 4096, 64}};
+    for (size_t i = 0; i < TU_LEN(cs); i++)
+        for (int bf = 0; bf < 2; bf++) {
+            int m = cs[i][0], n = cs[i][1], cols = cs[i][2], odt = bf ? PPN_DTYPE_BF16 : PPN_DTYPE_F32;
+            size_t mc = (size_t)m * (size_t)cols, ob = (size_t)m * (size_t)n * (bf ? 2u : 4u);
+            assert_true(ppn_op_gemm_x16_fits(m, 2 * n, cols, PPN_DTYPE_BF16));
+            assert_true(ppn_op_gemm_swiglu_fits(tg, ts, m, n, cols, PPN_DTYPE_BF16));
+            assert_false(ppn_op_gemm_swiglu_fits(&tu_fake, tu_fake_stream, m, n, cols, PPN_DTYPE_BF16));
+            void *w = tu_wrand(PPN_DTYPE_BF16, 2u * (size_t)n * (size_t)cols, NULL);
+            float *x = tu_frand(mc, -3, 3), *gu = malloc((size_t)m * 2u * (size_t)n * 4u);
+            void *want = malloc(ob), *got = malloc(ob);
+            uint16_t *xh = malloc(mc * 2u);
+            assert_true(gu && want && got && xh);
+            for (size_t k = 0; k < mc; k++) /* rounded, in gemm_tc_kw16's layout (kparams.h) */
+                xh[k - k % (size_t)cols + PPN_X16_POS(k % (size_t)cols)] = ppn_f32_to_bf16(x[k]);
+            tu_cap.calls = 0;
+            assert_int_equal(ppn_op_gemm_x16(&tu_fake, tu_fake_stream, D(gu), D(w), PPN_DTYPE_BF16, D(xh), m, 2 * n,
+                                             cols, 0, 0), PPN_OK);
+            ppn_launch kw = tu_cap.l;
+            ppn_kp_gemm kp = *(const ppn_kp_gemm *)tu_cap.params;
+            assert_int_equal(ppn_op_swiglu_rows_to(&tu_fake, tu_fake_stream, D(want), odt, D(gu), n, m), PPN_OK);
+            memset(got, 0xa5, ob);
+            assert_int_equal(ppn_op_gemm_swiglu(tg, ts, D(got), odt, D(w), PPN_DTYPE_BF16, D(xh), m, n, cols), PPN_OK);
+            assert_int_equal(tu_cap.calls, 3);
+            assert_memory_equal(got, want, ob);
+            /* one launch on gemm_tc_kw16's geometry and split */
+            assert_int_equal(tu_cap.l.kernel, PPN_K_GEMM_SWIGLU);
+            assert_int_equal(kw.kernel, PPN_K_GEMM_TC_KW16);
+            assert_int_equal(tu_cap.l.grid[0], kw.grid[0]);
+            assert_int_equal(tu_cap.l.block[0], kw.block[0]);
+            assert_int_equal(tu_cap.l.smem, kw.smem);
+            const ppn_kp_gemm_swiglu *sp = (const ppn_kp_gemm_swiglu *)tu_cap.params;
+            assert_int_equal(sp->odt, odt);
+            assert_int_equal(sp->g.rows, 2 * n);
+            assert_int_equal(sp->g.ks, kp.ks);
+            assert_int_equal(sp->g.stages, kp.stages);
+            assert_true(sp->g.bias == 0 && sp->g.res == 0);
+            assert_int_equal(tu_cap.l.nacc, 3);
+            tu_expect_acc(0, w, 2u * (size_t)n * (size_t)cols * 2u, PPN_ACC_R);
+            tu_expect_acc(1, xh, mc * 2u, PPN_ACC_R);
+            tu_expect_acc(2, got, ob, PPN_ACC_W);
+            free(w), free(x), free(gu), free(want), free(got), free(xh);
+        }
+    /* refusals, before any launch */
+    tu_cap.dry = 1;
+    tu_cap.calls = 0;
+    assert_int_equal(ppn_op_gemm_swiglu(&tu_fake, tu_fake_stream, FAKE_OUT, PPN_DTYPE_BF16, FAKE_W, PPN_DTYPE_BF16,
+                                        FAKE_X, 64, 2048, 4096), PPN_EUNSUPPORTED);
+    assert_non_null(strstr(ppn_last_error(), "ppn_op_gemm_swiglu_fits"));
+    assert_non_null(strstr(ppn_last_error(), "backend fake"));
+    assert_int_equal(ppn_op_gemm_swiglu(tg, ts, FAKE_OUT, PPN_DTYPE_F32, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 64, 2080,
+                                        4096), PPN_EUNSUPPORTED); /* n % 64 */
+    assert_int_equal(ppn_op_gemm_swiglu(tg, ts, FAKE_OUT, PPN_DTYPE_F32, FAKE_W, PPN_DTYPE_F16, FAKE_X, 64, 2048,
+                                        4096), PPN_EUNSUPPORTED);
+    assert_int_equal(ppn_op_gemm_swiglu(tg, ts, FAKE_OUT, PPN_DTYPE_F32, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 8, 7168,
+                                        4096), PPN_EUNSUPPORTED); /* gemm_tc_k's m */
+    assert_int_equal(ppn_op_gemm_swiglu(tg, ts, FAKE_OUT, PPN_DTYPE_F16, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 64, 2048,
+                                        4096), PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "output dtype"));
+    assert_int_equal(ppn_op_gemm_swiglu(tg, ts, FAKE_OUT + 8, PPN_DTYPE_F32, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 64, 2048,
+                                        4096), PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "16-byte aligned"));
+    assert_int_equal(ppn_op_gemm_swiglu(tg, ts, FAKE_OUT, PPN_DTYPE_F32, FAKE_W, PPN_DTYPE_BF16, 0, 64, 2048, 4096),
+                     PPN_EINVAL);
+    /* x16 of 64 x 4096 bf16 is 512 KB: out at 256 KB in overlaps it; right after it is apart */
+    assert_int_equal(ppn_op_gemm_swiglu(tg, ts, FAKE_X + 262144, PPN_DTYPE_BF16, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 64,
+                                        2048, 4096), PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "overlaps x16"));
+    assert_int_equal(tu_cap.calls, 0);
+    assert_int_equal(ppn_op_gemm_swiglu(tg, ts, FAKE_X + 524288, PPN_DTYPE_BF16, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 64,
+                                        2048, 4096), PPN_OK);
+    assert_int_equal(tu_cap.calls, 1);
+    tu_cap.dry = 0;
+}
+
 /* ---------------------------------------------------------------------------------------------------------
  * gemm_tc_h: the large tile behind the tensor memory accelerator, on a fake device that says it runs TMA kernels
  * and encodes maps the sim's way (so the CPU reference reads the operands through them). */
@@ -822,6 +906,7 @@ int main(void)
         cmocka_unit_test(test_gemm_x16_layout),
         cmocka_unit_test_teardown(test_gemm_x16_fits, dry_off),
         cmocka_unit_test_teardown(test_gemm_x16_values, dry_off),
+        cmocka_unit_test_teardown(test_gemm_swiglu_values, dry_off),
         cmocka_unit_test_teardown(test_gemm_tc_h_choice, dry_off),
         cmocka_unit_test(test_gemm_tc_h_values),
         cmocka_unit_test(test_gemm_tmap_check),

@@ -262,9 +262,11 @@ static void test_kprof_batch_rotary_fused(void **st)
  * gemm_tc_kw (kernels/ops_gemm.c): with the fusion on (the default) their x's producers write it in bf16 and they
  * run gemm_tc_kw16: wide-tiny's q|k|v, gate|up and head over 64 columns (the rows norms; its o and down have 64 rows:
  * gemm_tc_kwx, f32 x), wide-dim-tiny's o and down (the batch's attention, SwiGLU; its other matrices have fewer
- * rows). With PPN_FUSE=0 all take f32 x. The sim's checker holds every launch to its declared accesses (2 bytes an
- * element of x there), and the logits are the same bits. */
-static void batch_x16_case(const char *shape_name, long per_layer, long head)
+ * rows). Where gate|up takes it (wide-tiny), SwiGLU runs in its epilogue (gemm_swiglu, no ppn_k_swiglu_rows: the
+ * sim runs TMA kernels). With PPN_FUSE=0 all take f32 x through gemm_tc_kw and SwiGLU its own kernel. The sim's
+ * checker holds every launch to its declared accesses (2 bytes an element of x there), and the logits are the same
+ * bits. per_layer: gemm_tc_kw16's launches a layer besides gate|up's, gu: 1 where gate|up takes bf16 x. */
+static void batch_x16_case(const char *shape_name, long per_layer, long head, long gu)
 {
     enum { NB = 40 };
     char *dir = tu_tmpdir();
@@ -288,10 +290,15 @@ static void batch_x16_case(const char *shape_name, long per_layer, long head)
         ppn_kernel_time e[PPN_KERNEL_PROFILE_MAX];
         int n = batch_step_profiled(rt, q, tok, NB, logits[fuse], e);
         const ppn_kernel_time *h = find(e, n, "ppn_k_gemm_tc_kw16"), *w = find(e, n, "ppn_k_gemm_tc_kw");
+        const ppn_kernel_time *f = find(e, n, "ppn_k_gemm_swiglu"), *r = find(e, n, "ppn_k_swiglu_rows");
         long hc = h ? (long)h->calls : 0, wc = w ? (long)w->calls : 0, n_x16 = per_layer * mi.n_layers + head;
-        if (hc != (fuse ? n_x16 : 0) || wc != (fuse ? 0 : n_x16))
+        long fc = f ? (long)f->calls : 0, rc = r ? (long)r->calls : 0, n_gu = gu * mi.n_layers;
+        if (hc != (fuse ? n_x16 : 0) || wc != (fuse ? 0 : n_x16 + n_gu))
             fail_msg("%s, fuse %d: gemm_tc_kw16 %ld calls, gemm_tc_kw %ld (want %ld and %ld)", shape_name, fuse, hc, wc,
-                     fuse ? n_x16 : 0, fuse ? 0 : n_x16);
+                     fuse ? n_x16 : 0, fuse ? 0 : n_x16 + n_gu);
+        if (fc != (fuse ? n_gu : 0) || rc != (fuse ? mi.n_layers - n_gu : mi.n_layers))
+            fail_msg("%s, fuse %d: gemm_swiglu %ld calls, swiglu_rows %ld (want %ld and %ld)", shape_name, fuse, fc, rc,
+                     fuse ? n_gu : 0, fuse ? mi.n_layers - n_gu : (long)mi.n_layers);
         for (int i = 0; i < NB; i++) ppn_seq_destroy(q[i]);
         assert_int_equal(ppn_model_free(m), PPN_OK);
         if (!fuse) assert_memory_equal(logits[0], logits[1], sizeof(float) * NB * (size_t)mi.vocab);
@@ -305,13 +312,13 @@ static void batch_x16_case(const char *shape_name, long per_layer, long head)
 static void test_kprof_batch_x16(void **st)
 {
     (void)st;
-    batch_x16_case("wide-tiny", 2, 1);
+    batch_x16_case("wide-tiny", 1, 1, 1);
 }
 
 static void test_kprof_batch_x16_attention(void **st)
 {
     (void)st;
-    batch_x16_case("wide-dim-tiny", 2, 0);
+    batch_x16_case("wide-dim-tiny", 2, 0, 0);
 }
 
 /* Unset, empty or 0: no account at all, whatever runs. */

@@ -620,6 +620,99 @@ static void test_gpu_gemm_decode(void **state)
     for (int i = 0; i < 2; i++) G->ops->event_destroy(G, ev[i]);
 }
 
+/* gemm_swiglu (ppn_op_gemm_swiglu: SwiGLU in gemm_tc_kw16's epilogue) against the two kernels it replaces,
+ * ppn_op_gemm_x16 into [m, 2 n] f32 then ppn_op_swiglu_rows_to: the same bytes in both output dtypes, on the
+ * llama-1b / 8b gate|up matrices at every m where it is taken; then both timed in bursts (bf16 out, as the forward
+ * runs them). */
+#define GS_MAX_M 128
+static void gs_pair(int fused, ppn_dptr gu, ppn_dptr out, int odt, ppn_dptr w, int m, int n, int cols)
+{
+    if (fused) {
+        EXPECT_OK(ppn_op_gemm_swiglu(G, S, out, odt, w, PPN_DTYPE_BF16, B.xh, m, n, cols));
+    } else {
+        EXPECT_OK(ppn_op_gemm_x16(G, S, gu, w, PPN_DTYPE_BF16, B.xh, m, 2 * n, cols, 0, 0));
+        EXPECT_OK(ppn_op_swiglu_rows_to(G, S, out, odt, gu, n, m));
+    }
+}
+
+static double gs_burst_ms(int fused, ppn_dptr gu, ppn_dptr out, int m, int n, int cols)
+{
+    size_t wb = (size_t)2 * n * cols * 2, slots = B.wn[PPN_DTYPE_BF16] * 2 / wb;
+    unsigned turn = 0;
+    float ms[GD_REPS];
+    for (int r = -1; r < GD_REPS; r++) {
+        EXPECT_OK(G->ops->event_record(G, ev[0], S));
+        for (int i = 0; i < GD_BURST; i++)
+            gs_pair(fused, gu, out, PPN_DTYPE_BF16, B.w[PPN_DTYPE_BF16] + (size_t)(turn++ % slots) * wb, m, n, cols);
+        EXPECT_OK(G->ops->event_record(G, ev[1], S));
+        EXPECT_OK(G->ops->stream_sync(G, S));
+        if (r >= 0) EXPECT_OK(G->ops->event_elapsed(G, ev[0], ev[1], &ms[r]));
+    }
+    qsort(ms, GD_REPS, sizeof ms[0], cmp_float);
+    return ms[GD_REPS / 2] / GD_BURST;
+}
+
+static void test_gpu_gemm_swiglu(void **state)
+{
+    (void)state;
+    static const struct { const char *name; int n, cols; } sh[] = {{"1b gate|up", 8192, 2048}, {"8b gate|up", 14336, 4096}};
+    static const int ms[] = {8, 17, 32, 40, 64, 100, 128};
+    size_t ob = (size_t)GS_MAX_M * 14336 * 4;
+    ppn_dptr gu = tu_dalloc(G, 0, ob * 2), o1 = tu_dalloc(G, 0, ob), o2 = tu_dalloc(G, 0, ob);
+    unsigned char *h1 = hmem(ob), *h2 = hmem(ob);
+    for (int i = 0; i < 2; i++) ev[i] = tu_event(G, 0, 1);
+    int checked = 0, bad = 0;
+    for (size_t a = 0; a < TU_LEN(sh); a++) {
+        int n = sh[a].n, cols = sh[a].cols;
+        if ((size_t)2 * n * cols > B.wn[PPN_DTYPE_BF16] || cols > GG_MAX_COLS) continue; /* GG_SMOKE's pool */
+        for (size_t j = 0; j < TU_LEN(ms); j++) {
+            int m = ms[j];
+            if (!ppn_op_gemm_swiglu_fits(G, S, m, n, cols, PPN_DTYPE_BF16)) {
+                if (ppn_op_gemm_x16_fits(m, 2 * n, cols, PPN_DTYPE_BF16) && gg_tma())
+                    fail_msg("%s m=%d: gemm_tc_kw16 takes it on a TMA device, gemm_swiglu does not", sh[a].name, m);
+                printf("  swiglu %-11s m=%-4d not taken (ppn_op_gemm_x16_fits %d, TMA %d)\n", sh[a].name, m,
+                       ppn_op_gemm_x16_fits(m, 2 * n, cols, PPN_DTYPE_BF16), gg_tma());
+                continue;
+            }
+            for (int bf = 0; bf < 2; bf++) {
+                int odt = bf ? PPN_DTYPE_BF16 : PPN_DTYPE_F32;
+                size_t nb = (size_t)m * n * (bf ? 2u : 4u);
+                EXPECT_OK(G->ops->memset_d8(G, S, o1, 0xa5, nb));
+                EXPECT_OK(G->ops->memset_d8(G, S, o2, 0x5a, nb));
+                gs_pair(0, gu, o1, odt, B.w[PPN_DTYPE_BF16], m, n, cols);
+                gs_pair(1, gu, o2, odt, B.w[PPN_DTYPE_BF16], m, n, cols);
+                tu_download(G, S, h1, o1, nb);
+                tu_download(G, S, h2, o2, nb);
+                int same = !memcmp(h1, h2, nb);
+                size_t first = 0;
+                while (!same && first < nb && h1[first] == h2[first]) first++;
+                printf("  swiglu %-11s m=%-4d %s out: %s", sh[a].name, m, bf ? "bf16" : "f32 ",
+                       same ? "the bytes of gemm_tc_kw16 + swiglu_rows" : "DIFFERENT");
+                if (!same) printf(" (first at byte %zu: token %zu)", first, first / ((size_t)n * (bf ? 2u : 4u)));
+                printf("\n");
+                checked++, bad += !same;
+            }
+        }
+    }
+#ifndef GG_SMOKE
+    printf("  per layer in bursts of %d (median of %d), bf16 out: gemm_tc_kw16 + swiglu_rows against gemm_swiglu\n",
+           GD_BURST, GD_REPS);
+    for (size_t a = 0; a < TU_LEN(sh); a++)
+        for (size_t j = 0; j < TU_LEN(ms); j++) {
+            int m = ms[j], n = sh[a].n, cols = sh[a].cols;
+            if (!ppn_op_gemm_swiglu_fits(G, S, m, n, cols, PPN_DTYPE_BF16)) continue;
+            double t0 = gs_burst_ms(0, gu, o1, m, n, cols), t1 = gs_burst_ms(1, gu, o1, m, n, cols);
+            printf("  swiglu %-11s m=%-4d two kernels %8.2f us, gemm_swiglu %8.2f us (%+.1f%%)\n", sh[a].name, m,
+                   t0 * 1e3, t1 * 1e3, 100.0 * (t1 - t0) / t0);
+        }
+#endif
+    for (int i = 0; i < 2; i++) G->ops->event_destroy(G, ev[i]);
+    G->ops->mem_free(G, 0, gu), G->ops->mem_free(G, 0, o1), G->ops->mem_free(G, 0, o2);
+    free(h1), free(h2);
+    if (gg_tma() && !checked) fail_msg("gemm_swiglu was taken on no shape of a TMA device");
+    if (bad) fail_msg("%d of %d gemm_swiglu cases differ from gemm_tc_kw16 + swiglu_rows", bad, checked);
+}
+
 /* The split-K tiles' K split and ring depth swept (ppn_op_gemm_tile's ks and stages) on every llama-1b / 8b matrix
  * but the lm heads, at the m each tile is taken for: per launch in bursts, % of the copy floor. The op's choice
  * comes first; "best" names the fastest combination. A table for choosing kparams.h's KS and STAGES, not a
@@ -682,6 +775,7 @@ int main(void)
     if (only && *only) cmocka_set_test_filter(only);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpu_gemm_correct),
+        cmocka_unit_test(test_gpu_gemm_swiglu),
 #ifndef GG_SMOKE
         cmocka_unit_test(test_gpu_gemm_timing),
         cmocka_unit_test(test_gpu_gemm_decode),
