@@ -355,8 +355,10 @@ typedef ppn_kp_attn_rows ppn_kp_attn_rows_f16;
 typedef struct { uint64_t out, gu; int32_t n, c, vec, odt; } ppn_kp_swiglu_rows;
 
 /* out[i] (int32) = argmax of row i of x [rows, n] by ppn_kp_argmax's rule (lowest index on ties, -1 when any
- * value of the row is NaN or infinite): one block per row (a batched decode step's greedy tokens). */
-typedef struct { uint64_t out, x; int32_t n, rows; } ppn_kp_argmax_rows;
+ * value of the row is NaN or infinite): one block per row (a batched decode step's greedy tokens). vec: four
+ * elements a 16-byte load, four loads in flight a thread (the op sets it where n % 4 == 0 and x is 16-byte
+ * aligned); the winner is the same either way (a total order). */
+typedef struct { uint64_t out, x; int32_t n, rows, vec, pad; } ppn_kp_argmax_rows;
 #define PPN_ARGMAX_ROWS_THREADS 1024
 
 /* ---------------------------------------------------------------------------------------------------------

@@ -1009,17 +1009,17 @@ __device__ __forceinline__ void ppn_argmax_warp(float &bv, int &bi)
     }
 }
 
-// The block's (value, index) winner, on every thread of warp 0 (the others return -1). Elements
-// i0, i0 + stride, ... of x.
-__device__ void ppn_argmax_block(const float *x, int n, int i0, int stride, float &bv, int &bi)
+// x[i] as a candidate: its index, or PPN_ARGMAX_POISON where it is not finite.
+__device__ __forceinline__ void ppn_argmax_elem(float &bv, int &bi, float v, int i)
+{
+    ppn_argmax_take(bv, bi, v, isfinite(v) ? i : PPN_ARGMAX_POISON);
+}
+
+// The block's winner of every thread's (bv, bi), on every thread of warp 0 (the others get -1).
+__device__ void ppn_argmax_block_reduce(float &bv, int &bi)
 {
     __shared__ float s_v[32];
     __shared__ int s_i[32];
-    bv = 0.0f, bi = -1;
-    for (int i = i0; i < n; i += stride) {
-        float v = x[i];
-        ppn_argmax_take(bv, bi, v, isfinite(v) ? i : PPN_ARGMAX_POISON);
-    }
     ppn_argmax_warp(bv, bi);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (lane == 0) s_v[warp] = bv, s_i[warp] = bi;
@@ -1028,6 +1028,15 @@ __device__ void ppn_argmax_block(const float *x, int n, int i0, int stride, floa
     bi = lane < (int)(blockDim.x >> 5) ? s_i[lane] : -1;
     if (warp == 0) ppn_argmax_warp(bv, bi);
     else bi = -1;
+}
+
+// The block's (value, index) winner, on every thread of warp 0 (the others return -1). Elements
+// i0, i0 + stride, ... of x.
+__device__ void ppn_argmax_block(const float *x, int n, int i0, int stride, float &bv, int &bi)
+{
+    bv = 0.0f, bi = -1;
+    for (int i = i0; i < n; i += stride) ppn_argmax_elem(bv, bi, x[i], i);
+    ppn_argmax_block_reduce(bv, bi);
 }
 
 extern "C" __global__ void ppn_k_argmax(const ppn_kp_argmax p)

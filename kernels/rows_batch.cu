@@ -11,8 +11,32 @@ extern "C" __global__ void ppn_k_argmax_rows(const ppn_kp_argmax_rows p)
     PPN_PDL_ENTER();
     int i = blockIdx.x;
     if (i >= p.rows) return;
-    float bv;
-    int bi;
-    ppn_argmax_block((const float *)p.x + (size_t)i * (size_t)p.n, p.n, threadIdx.x, blockDim.x, bv, bi);
+    float bv = 0.0f;
+    int bi = -1;
+    const float *x = (const float *)p.x + (size_t)i * (size_t)p.n;
+    if (p.vec) { // float4 j holds elements 4 j .. 4 j + 3; four of them in flight a thread
+        const float4 *x4 = (const float4 *)x;
+        const int n4 = p.n / 4, bd = (int)blockDim.x;
+        int j = (int)threadIdx.x;
+        for (; j + 3 * bd < n4; j += 4 * bd) {
+            float4 v[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) v[u] = __ldg(x4 + j + u * bd);
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                int k = 4 * (j + u * bd);
+                ppn_argmax_elem(bv, bi, v[u].x, k), ppn_argmax_elem(bv, bi, v[u].y, k + 1);
+                ppn_argmax_elem(bv, bi, v[u].z, k + 2), ppn_argmax_elem(bv, bi, v[u].w, k + 3);
+            }
+        }
+        for (; j < n4; j += bd) {
+            float4 v = __ldg(x4 + j);
+            ppn_argmax_elem(bv, bi, v.x, 4 * j), ppn_argmax_elem(bv, bi, v.y, 4 * j + 1);
+            ppn_argmax_elem(bv, bi, v.z, 4 * j + 2), ppn_argmax_elem(bv, bi, v.w, 4 * j + 3);
+        }
+        ppn_argmax_block_reduce(bv, bi);
+    } else {
+        ppn_argmax_block(x, p.n, threadIdx.x, blockDim.x, bv, bi);
+    }
     if (threadIdx.x == 0) ((int32_t *)p.out)[i] = ppn_argmax_result(bi);
 }

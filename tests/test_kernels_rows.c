@@ -346,6 +346,20 @@ static void test_rows_ops_accesses(void **state)
         assert_int_equal(tu_cap.l.grid[1], (unsigned)((sw[k].vec ? sw[k].n / 4 : sw[k].n) + 255) / 256);
         assert_int_equal(tu_cap.l.grid[0], 3);
     }
+    /* argmax rows: 16-byte loads where n % 4 == 0 and x is 16-byte aligned, else 4-byte ones; one block a row,
+     * x read and the ids written, declared */
+    static const struct { int n, off, vec; } am[] = {{128256, 0, 1}, {1000, 0, 1}, {1001, 0, 0}, {1000, 8, 0}};
+    for (size_t k = 0; k < sizeof am / sizeof am[0]; k++) {
+        const ppn_kp_argmax_rows *q = (const ppn_kp_argmax_rows *)tu_cap.params;
+        ppn_dptr xa = ((ppn_dptr)3 << 30) + (ppn_dptr)am[k].off, oa = (ppn_dptr)4 << 30;
+        EXPECT_ST(PPN_OK, ppn_op_argmax_rows(&tu_fake, tu_fake_stream, oa, xa, am[k].n, 5));
+        assert_int_equal(tu_cap.l.kernel, PPN_K_ARGMAX_ROWS);
+        assert_int_equal(q->vec, am[k].vec);
+        assert_int_equal(tu_cap.l.grid[0], 5);
+        assert_int_equal(tu_cap.l.block[0], PPN_ARGMAX_ROWS_THREADS);
+        assert_true(tu_cap.l.acc[0].ptr == xa && tu_cap.l.acc[0].bytes == (size_t)5 * (size_t)am[k].n * 4u);
+        assert_true(tu_cap.l.acc[1].ptr == oa && tu_cap.l.acc[1].bytes == 5u * 4u);
+    }
     tu_cap.dry = 0;
     free(table), free(out), free(qkv), free(kc), free(vc), free(ao), free(gu);
 }

@@ -747,6 +747,69 @@ static void batch_case(const ashape *a, int kvdt, int L, int B)
     dfree_all();
 }
 
+/* The batched argmax (ppn_op_argmax_rows) against its CPU reference, row by row: random rows, ties (the lower index
+ * wins), the winner first or last, a NaN, +Inf or -Inf among numbers (-1), every value NaN, on the 16-byte-load
+ * path (n % 4 == 0, x aligned: the vocabularies of llama 3 and the fixtures) and the 4-byte one (n odd, or x off by
+ * one float); then each timed on 64 rows of 128256 (the 8B's B=64 greedy step). */
+typedef struct argmax_run {
+    ppn_dptr out, x;
+    int n, rows;
+} argmax_run;
+
+static ppn_status argmax_launch(void *arg)
+{
+    argmax_run *r = arg;
+    return ppn_op_argmax_rows(G, S, r->out, r->x, r->n, r->rows);
+}
+
+static void test_gpu_rows_argmax(void **state)
+{
+    (void)state;
+    enum { ROWS = 64 };
+    static const struct { int n, off, vec; } cs[] = {{128256, 0, 1}, {1000, 0, 1}, {1001, 0, 0}, {128256, 1, 0},
+                                                     {4, 0, 1}, {3, 0, 0}};
+    for (size_t k = 0; k < TU_LEN(cs); k++) {
+        int n = cs[k].n, off = cs[k].off;
+        size_t xn = (size_t)ROWS * (size_t)n;
+        float *x = tu_frand(xn + (size_t)off, -8, 8), *xr = x + off;
+        int32_t got[ROWS], want[ROWS];
+        /* row 0: a tie at the front and the back; 1: the first wins; 2: the last wins; 3: a NaN; 4: +Inf; 5: -Inf;
+         * 6: every value NaN; the rest random (ties unlikely) */
+        float *r0 = xr;
+        r0[n / 3] = 50.0f, r0[n - 1 - n / 5] = 50.0f;
+        xr[1 * (size_t)n] = 60.0f;
+        xr[2 * (size_t)n + (size_t)n - 1] = 70.0f;
+        xr[3 * (size_t)n + (size_t)n / 2] = NAN;
+        xr[4 * (size_t)n + (size_t)n / 2] = INFINITY;
+        xr[5 * (size_t)n] = -INFINITY;
+        for (int i = 0; i < n; i++) xr[6 * (size_t)n + (size_t)i] = NAN;
+        ppn_kp_argmax_rows p = {.out = (uint64_t)(uintptr_t)want, .x = (uint64_t)(uintptr_t)xr, .n = n, .rows = ROWS};
+        tu_kernel_run(PPN_K_ARGMAX_ROWS, &p);
+        ppn_dptr dx = up(x, (xn + (size_t)off) * 4), dout = dalloc(sizeof got);
+        argmax_run r = {.out = dout, .x = dx + (ppn_dptr)off * 4u, .n = n, .rows = ROWS};
+        OK(argmax_launch(&r));
+        get(got, dout, sizeof got);
+        int bad = 0;
+        for (int i = 0; i < ROWS; i++)
+            if (got[i] != want[i]) {
+                if (!bad) printf("  argmax n=%d row %d: device %d, reference %d\n", n, i, got[i], want[i]);
+                bad++;
+            }
+        if (n >= 5) {
+            assert_int_equal(want[0], n / 3);
+            assert_int_equal(want[1], 0);
+            assert_int_equal(want[2], n - 1);
+            for (int i = 3; i < 7; i++) assert_int_equal(want[i], -1);
+        }
+        double us = 1e3 * time_ms(argmax_launch, &r);
+        printf("  argmax rows %d x %-6d %s: %s, %.2f us a launch\n", ROWS, n, cs[k].vec ? "16-byte loads" : "4-byte loads ",
+               bad ? "DIFFERENT" : "every row the reference's", us);
+        free(x);
+        dfree_all();
+        if (bad) fail_msg("argmax rows n=%d: %d of %d rows differ from the reference", n, bad, ROWS);
+    }
+}
+
 static void test_gpu_rows_paged(void **state)
 {
     (void)state;
@@ -775,6 +838,7 @@ int main(void)
         cmocka_unit_test(test_gpu_rows_attn_fixtures),
         cmocka_unit_test(test_gpu_rows_attn_timing),
         cmocka_unit_test(test_gpu_rows_paged),
+        cmocka_unit_test(test_gpu_rows_argmax),
     };
     const char *f = getenv("PPN_GPU_TEST_FILTER");
     if (f && *f) cmocka_set_test_filter(f);
