@@ -315,8 +315,10 @@ ppn_status ppn_op_gemm_x16(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w,
     return gemm_submit(g, s, PPN_K_GEMM_TC_KW16, &p);
 }
 
-/* SwiGLU in gemm_tc_kw16's epilogue: on the H200 the gate|up output's round trip (m x 2 ffn f32 written, read back
- * by swiglu rows) and one launch a layer go. See ops.h; sm_90a only (the kernel's split-K epilogue). */
+/* SwiGLU in gemm_tc_kw16's epilogue: the gate|up output's round trip (m x 2 ffn f32 written, read back by swiglu
+ * rows) and one launch a layer go. H200, test_gpu_gemm_swiglu, 2026-12-04 (docs/PERF.md), us a layer with bf16 out:
+ * 8B gate|up m = 17 69.3 -> 64.3, m = 64 74.7 -> 66.7; 1B m = 64 38.6 -> 32.1; the 8B's B=64 step 7.07 from 7.10 ms.
+ * See ops.h; sm_90a only (the kernel's split-K epilogue). */
 int ppn_op_gemm_swiglu_fits(ppn_gpu *g, ppn_gstream *s, int m, int n, int cols, int wdt)
 {
     return n > 0 && n % 64 == 0 && n <= INT32_MAX / 2 && ppn_op_gemm_x16_fits(m, 2 * n, cols, wdt) &&
