@@ -167,15 +167,21 @@ static int x16_takes(const ppn_model *m, int rows_m, int rows, int cols)
     return m->map->door.fuse && ppn_op_gemm_x16_fits(rows_m, rows, cols, m->wdt);
 }
 
+/* rmsnorm(x; nw) of m rows of dim into r->xb, in bf16 where x16 (for the GEMM after it). */
+static ppn_status norm_rows(ppn_model *m, ppn_gstream *s, const ppn_rows_scratch *r, ppn_dptr x, ppn_dptr nw, int x16,
+                            int rows_m)
+{
+    return ppn_op_rmsnorm_rows_to(m->rt->g, s, r->xb, x16 ? PPN_DTYPE_BF16 : PPN_DTYPE_F32, x, nw, m->wdt, m->cfg.dim,
+                                  m->cfg.norm_eps, rows_m);
+}
+
 /* out = rmsnorm(x; nw) . W^T (+ bias) over m rows of dim: the norm into r->xb, in bf16 where the GEMM takes it. */
 static ppn_status norm_gemm(ppn_model *m, ppn_gstream *s, const ppn_rows_scratch *r, ppn_dptr x, ppn_dptr nw,
                             ppn_dptr out, ppn_dptr w, int rows, ppn_dptr bias, int rows_m)
 {
-    const ppn_model_config *c = &m->cfg;
-    int h = x16_takes(m, rows_m, rows, c->dim);
-    PPN_CHECK(ppn_op_rmsnorm_rows_to(m->rt->g, s, r->xb, h ? PPN_DTYPE_BF16 : PPN_DTYPE_F32, x, nw, m->wdt, c->dim,
-                                     c->norm_eps, rows_m));
-    return gemm_of(m->rt->g, s, h, out, w, m->wdt, r->xb, rows_m, rows, c->dim, bias, 0);
+    int h = x16_takes(m, rows_m, rows, m->cfg.dim);
+    PPN_CHECK(norm_rows(m, s, r, x, nw, h, rows_m));
+    return gemm_of(m->rt->g, s, h, out, w, m->wdt, r->xb, rows_m, rows, m->cfg.dim, bias, 0);
 }
 
 /* A layer over the walk's rows. Where the GEMM after the norm, SwiGLU or a batch walk's attention runs the middle
@@ -204,7 +210,7 @@ ppn_status ppn_fwd_rows_layer(ppn_model *m, ppn_gstream *s, int dev, const ppn_r
     PPN_CHECK(gemm_of(g, s, ox, x, w->wo, wdt, r->att, rows, dim, nh * hd, 0, x));
     int dx = x16_takes(m, rows, dim, ffn), adt = dx ? PPN_DTYPE_BF16 : PPN_DTYPE_F32;
     if (m->map->door.fuse && ppn_op_gemm_swiglu_fits(g, s, rows, ffn, dim, wdt)) { /* gate|up takes bf16 x too */
-        PPN_CHECK(ppn_op_rmsnorm_rows_to(g, s, r->xb, PPN_DTYPE_BF16, x, w->ffn_norm, wdt, dim, c->norm_eps, rows));
+        PPN_CHECK(norm_rows(m, s, r, x, w->ffn_norm, 1, rows));
         PPN_CHECK(ppn_op_gemm_swiglu(g, s, r->act, adt, w->wgu, wdt, r->xb, rows, ffn, dim));
     } else {
         PPN_CHECK(norm_gemm(m, s, r, x, w->ffn_norm, r->gu, w->wgu, 2 * ffn, 0, rows));

@@ -6,6 +6,13 @@
 // argmax rows: block i reduces row i with the one-block argmax (the (value, index) total order of ppn_k_argmax,
 // so a row's winner is the one ppn_k_argmax gives for it alone; -1 where the row holds a NaN or an infinity).
 
+// Elements k .. k + 3 of a row, as candidates.
+__device__ __forceinline__ void ppn_argmax_elem4(float &bv, int &bi, float4 v, int k)
+{
+    ppn_argmax_elem(bv, bi, v.x, k), ppn_argmax_elem(bv, bi, v.y, k + 1);
+    ppn_argmax_elem(bv, bi, v.z, k + 2), ppn_argmax_elem(bv, bi, v.w, k + 3);
+}
+
 extern "C" __global__ void ppn_k_argmax_rows(const ppn_kp_argmax_rows p)
 {
     PPN_PDL_ENTER();
@@ -23,17 +30,9 @@ extern "C" __global__ void ppn_k_argmax_rows(const ppn_kp_argmax_rows p)
 #pragma unroll
             for (int u = 0; u < 4; u++) v[u] = __ldg(x4 + j + u * bd);
 #pragma unroll
-            for (int u = 0; u < 4; u++) {
-                int k = 4 * (j + u * bd);
-                ppn_argmax_elem(bv, bi, v[u].x, k), ppn_argmax_elem(bv, bi, v[u].y, k + 1);
-                ppn_argmax_elem(bv, bi, v[u].z, k + 2), ppn_argmax_elem(bv, bi, v[u].w, k + 3);
-            }
+            for (int u = 0; u < 4; u++) ppn_argmax_elem4(bv, bi, v[u], 4 * (j + u * bd));
         }
-        for (; j < n4; j += bd) {
-            float4 v = __ldg(x4 + j);
-            ppn_argmax_elem(bv, bi, v.x, 4 * j), ppn_argmax_elem(bv, bi, v.y, 4 * j + 1);
-            ppn_argmax_elem(bv, bi, v.z, 4 * j + 2), ppn_argmax_elem(bv, bi, v.w, 4 * j + 3);
-        }
+        for (; j < n4; j += bd) ppn_argmax_elem4(bv, bi, __ldg(x4 + j), 4 * j);
         ppn_argmax_block_reduce(bv, bi);
     } else {
         ppn_argmax_block(x, p.n, threadIdx.x, blockDim.x, bv, bi);
