@@ -43,6 +43,7 @@ ppn_door ppn_door_default(void)
     d.batch_pp = d.spec_pp = d.prime_pp = d.prime_pipe = 1;
     d.graphs = 1;
     d.fuse = 1;
+    d.attn_tc = 1;
     return d;
 }
 
@@ -93,6 +94,7 @@ ppn_status ppn_door_from_env(ppn_door *d)
     PPN_CHECK(ppn_env_flag("PPN_SPIN", &t.spin));
     PPN_CHECK(ppn_env_flag("PPN_GRAPHS", &t.graphs));
     PPN_CHECK(ppn_env_flag("PPN_FUSE", &t.fuse));
+    PPN_CHECK(ppn_env_flag("PPN_ATTN_TC", &t.attn_tc));
     if (t.n_stages >= 2) {
         PPN_CHECK(env_cuts(&t));
         PPN_CHECK(ppn_env_ints("MEMRA_PP_DEVICES", t.devices, (int)PPN_ARRAY_LEN(t.devices), &t.n_devices));

@@ -87,7 +87,9 @@ ppn_status ppn_fwd_rows_embed(ppn_model *m, ppn_gstream *s, const ppn_rows_scrat
 }
 
 /* A batch's rows (one per sequence; a mixed walk's rows [brow0, rows)): the rotary with the KV store and attention
- * of every row, in one launch where the door fuses, the shape fits and the blocks fit a wave
+ * of every row. On tensor cores where the door lets them (PPN_ATTN_TC) and the cache and heads fit
+ * (ppn_op_attn_batch_tc: two launches, each row's bits its own but not the decode kernel's). Else in one launch
+ * where the door fuses, the shape fits and the blocks fit a wave
  * (ppn_op_attn_rope_batch, the same bits), else one launch each, through the row descriptors the walk uploaded:
  * this stage's in the first slot of r->segs in the split, stage st's in slot st of stage 0's in the unsplit walk
  * (r is then stage 0's scratch). Attention's position splits: as many as leave about one (row, KV head, split)
@@ -109,6 +111,17 @@ static ppn_status batch_attention(ppn_model *m, ppn_gstream *s, int dev, const p
     ppn_dptr segs_d = r->segs + sizeof(ppn_kseg) * (size_t)slot * (size_t)nb;
     const ppn_kseg *segs_h = c->ksegs_h + (size_t)st * (size_t)nb;
     int split = m->attn_split;
+    if (m->map->door.attn_tc && ppn_op_attn_batch_tc_fits(nh, nkv, hd, pool.kvdt)) {
+        /* Tensor cores (PPN_ATTN_TC): the rotary and the k/v store first, then attention reading the caches only.
+         * Its 128-thread blocks fit three an SM: about three (row, KV head, split) blocks an SM, a function of B
+         * alone (the scratch holds the model's split). */
+        int per = m->sm_count > 0 ? 3 * m->sm_count / (nb * nkv) : split;
+        if (split > per) split = per > 1 ? per : 1;
+        PPN_CHECK(ppn_op_rope_kv_batch(m->rt->g, s, qkv, nh, nkv, hd, m->inv_freq[dev], cf->rope_interleaved, &pool,
+                                       segs_d, segs_h, c->tbl_hs, c->n_tbls, nb));
+        return ppn_op_attn_batch_tc(m->rt->g, s, att, odt, qkv, nh, nkv, hd, scale, &pool, segs_d, segs_h, c->tbl_hs,
+                                    c->n_tbls, nb, r->attp, split);
+    }
     if (m->sm_count > 0 && split > m->sm_count / (nb * nkv)) /* about one (row, KV head, split) block an SM */
         split = m->sm_count / (nb * nkv) > 1 ? m->sm_count / (nb * nkv) : 1;
     /* The rotary inside attention while the rows' (row, KV head) blocks fit one wave of the SMs: there it saves a

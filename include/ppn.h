@@ -92,7 +92,12 @@ const char *ppn_version(void);
  *                              matvec's input, the rotary its own instead of attention's, and the many-rows
  *                              GEMMs f32 x instead of bf16 x written by the norm and SwiGLU before them (the
  *                              same bits either way); default 1 (docs/PERF.md measures each)
- * CLI flags --stages --splits --split --devices --shard --streams --overlap --spin --graphs --fuse say the same.
+ *   PPN_ATTN_TC=0              a batch step's attention (bf16 cache, head_dim 64 or 128, at most 8 query heads a
+ *                              KV head) on the decode kernel per row instead of tensor cores: each row's attention
+ *                              then has the decode kernel's arithmetic (q and the softmax weights in f32) at the
+ *                              batch's split; default 1 (tensor cores, q and the weights rounded to bf16)
+ * CLI flags --stages --splits --split --devices --shard --streams --overlap --spin --graphs --fuse --attn-tc say the
+ * same.
  * --------------------------------------------------------------------------------------------------------- */
 
 #define PPN_MAX_STAGES 64
@@ -109,6 +114,7 @@ typedef struct ppn_door {
     int spin;                    /* 0 by default */
     int graphs;                  /* 1 by default: each stage's step replays a captured graph (PPN_GRAPHS) */
     int fuse;                    /* 1 by default: the norms computed in the next matvec's input (PPN_FUSE) */
+    int attn_tc;                 /* 1 by default: a batch step's attention on tensor cores (PPN_ATTN_TC) */
 } ppn_door;
 
 /* The door with every default (shut). */

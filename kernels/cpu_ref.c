@@ -240,6 +240,7 @@ typedef struct attn_head {
     int L, cap, g;      /* block_log2, pool positions, the KV head */
     int kvdt, hd, npos; /* cache dtype; head_dim; positions 0..npos-1 attended */
     double scale, max;  /* softmax scale; max score (set by attn_max) */
+    int tc;             /* 1: the weights in the output's sum rounded to bf16 (ppn_k_attn_batch_tc's), q given so */
 } attn_head;
 
 /* Element 0 of position t's row; -1: mapped nowhere (the row reads as zeros). */
@@ -273,6 +274,7 @@ static void attn_chunk(const attn_head *a, float *out, int d0, int nd)
         int64_t row = attn_row(a, t);
         sum += pt;
         if (row < 0) continue;
+        if (a->tc) pt = (double)ppn_bf16_to_f32(ppn_f32_to_bf16((float)pt));
         size_t vt = (size_t)row + (size_t)d0;
         for (int i = 0; i < nd; i++) acc[i] += pt * (double)w_at(a->v, a->kvdt, vt + (size_t)i);
     }
@@ -312,7 +314,35 @@ void ppn_cpu_attn(const void *params)
             qh = qr;
         }
         attn_head a = {qh, p->kc, p->vc, p->tbl, p->block_log2, p->cap, h / group, p->kvdt, p->head_dim, pos + 1,
-                       p->scale, 0.0};
+                       p->scale, 0.0, 0};
+        float *out = PTR(float, p->out) + (size_t)h * hd;
+        attn_max(&a);
+        for (int d0 = 0; d0 < p->head_dim; d0 += ATTN_CHUNK) {
+            int nd = p->head_dim - d0 < ATTN_CHUNK ? p->head_dim - d0 : ATTN_CHUNK;
+            attn_chunk(&a, out, d0, nd);
+        }
+    }
+}
+
+/* ppn_k_attn_batch_tc's arithmetic for one row (p->inv_freq 0): ppn_cpu_attn with q rounded to bf16 and each
+ * weight rounded to bf16 where it multiplies v (the sum it is divided by keeps the unrounded weights). Exact
+ * otherwise; the device rounds each weight against its tile's running maximum, not the row's, and sums in the
+ * tensor cores' order: the same values within rounding, not the same bits. */
+void ppn_cpu_attn_tc(const ppn_kp_attn *p)
+{
+    int32_t pos = hdr_of(p->hdr)->pos;
+    size_t hd = (size_t)p->head_dim;
+    if (pos < 0 || pos >= p->cap) {
+        fill_nan(PTR(float, p->out), (size_t)p->n_heads * hd);
+        return;
+    }
+    float qr[256];
+    int group = p->n_heads / p->n_kv;
+    for (int h = 0; h < p->n_heads; h++) {
+        const float *qh = PTR(const float, p->q) + (size_t)h * hd;
+        for (size_t i = 0; i < hd; i++) qr[i] = ppn_bf16_to_f32(ppn_f32_to_bf16(qh[i]));
+        attn_head a = {qr, p->kc, p->vc, p->tbl, p->block_log2, p->cap, h / group, p->kvdt, p->head_dim, pos + 1,
+                       p->scale, 0.0, 1};
         float *out = PTR(float, p->out) + (size_t)h * hd;
         attn_max(&a);
         for (int d0 = 0; d0 < p->head_dim; d0 += ATTN_CHUNK) {

@@ -42,5 +42,8 @@ void ppn_cpu_rope_kv_batch(const void *params);
 void ppn_cpu_attn_batch(const void *params);
 void ppn_cpu_attn_batch_bf16(const void *params); /* = ppn_cpu_attn_batch (it reads kvdt) */
 void ppn_cpu_attn_batch_f16(const void *params);  /* = ppn_cpu_attn_batch */
+void ppn_cpu_attn_batch_tc(const void *params);   /* each row by ppn_cpu_attn_tc */
+/* One decode attention with ppn_k_attn_batch_tc's roundings (q and the weights to bf16): a helper, not a kernel. */
+void ppn_cpu_attn_tc(const ppn_kp_attn *p);
 
 #endif

@@ -45,6 +45,7 @@ typedef enum ppn_kernel_id {
     PPN_K_ATTN_BATCH_BF16,
     PPN_K_ATTN_BATCH_F16,
     PPN_K_GEMM_SWIGLU,
+    PPN_K_ATTN_BATCH_TC,
     PPN_K_COUNT
 } ppn_kernel_id;
 

@@ -18,6 +18,8 @@
 #define BATCH_MAX_ROWS 65535 /* grid.z of the attention, grid.y of nothing: rows are blockIdx.x or .z */
 #define BATCH_ROPE_BLOCK 1024u /* a block per row (256: a quarter slower at 16 rows of the 8B, PERF.md) */
 #define BATCH_ATTN_BLOCK 256u  /* ppn_op_attn's CTA (ops.c ATTN_BLOCK) */
+#define BATCH_ATTN_TC_BLOCK 128u /* ppn_k_attn_batch_tc's CTA: 4 warps (rows_batch_attn.cu PPN_ATC_WARPS) */
+#define BATCH_ATTN_TC_MAXG 8     /* query heads a KV head: the mma's 16 rows hold at most 8 (rows 8..15 unused) */
 #define BATCH_ATTN_MAX_SPLIT 64
 #define BATCH_ATTN_MAX_HEAD_DIM 256
 
@@ -283,7 +285,7 @@ static ppn_status attn_batch_submit(const char *op, ppn_gpu *g, ppn_gstream *s, 
                                     int n_heads, int n_kv, int head_dim, float scale, const ppn_kv_pool *pool,
                                     ppn_dptr segs_d, const ppn_kseg *segs_h, const int32_t *const *tbl_h,
                                     const int *n_tbl, int B, ppn_dptr part, int n_split, ppn_dptr inv_freq,
-                                    int interleaved)
+                                    int interleaved, int tc)
 {
     if (!pool) return ppn_err(PPN_EINVAL, "%s: the pool is NULL", op);
     PPN_CHECK(pool_check(op, pool));
@@ -297,8 +299,12 @@ static ppn_status attn_batch_submit(const char *op, ppn_gpu *g, ppn_gstream *s, 
                                  .odt = odt},
                            .segs = segs_d, .B = B};
     int kvdt = pool->kvdt;
-    int k = kvdt == PPN_DTYPE_BF16 ? PPN_K_ATTN_BATCH_BF16 : kvdt == PPN_DTYPE_F16 ? PPN_K_ATTN_BATCH_F16 : PPN_K_ATTN_BATCH;
-    ppn_launch l = launch_init(k, &p, (unsigned)n_kv, BATCH_ATTN_BLOCK); /* a CTA per (KV head, split, row) */
+    int k = tc                         ? PPN_K_ATTN_BATCH_TC
+            : kvdt == PPN_DTYPE_BF16 ? PPN_K_ATTN_BATCH_BF16
+            : kvdt == PPN_DTYPE_F16  ? PPN_K_ATTN_BATCH_F16
+                                     : PPN_K_ATTN_BATCH;
+    /* a CTA per (KV head, split, row) */
+    ppn_launch l = launch_init(k, &p, (unsigned)n_kv, tc ? BATCH_ATTN_TC_BLOCK : BATCH_ATTN_BLOCK);
     l.grid[1] = (unsigned)n_split;
     l.grid[2] = (unsigned)B;
     size_t hd = (size_t)head_dim, row = (size_t)(n_heads + 2 * n_kv) * hd;
@@ -323,7 +329,7 @@ ppn_status ppn_op_attn_batch(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr 
                              ppn_dptr part, int n_split)
 {
     return attn_batch_submit("ppn_op_attn_batch", g, s, out, PPN_DTYPE_F32, qkv, n_heads, n_kv, head_dim, scale,
-                             pool, segs_d, segs_h, tbl_h, n_tbl, B, part, n_split, 0, 0);
+                             pool, segs_d, segs_h, tbl_h, n_tbl, B, part, n_split, 0, 0, 0);
 }
 
 ppn_status ppn_op_attn_batch_to(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt, ppn_dptr qkv, int n_heads,
@@ -332,7 +338,7 @@ ppn_status ppn_op_attn_batch_to(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int od
                                 ppn_dptr part, int n_split)
 {
     return attn_batch_submit("ppn_op_attn_batch_to", g, s, out, odt, qkv, n_heads, n_kv, head_dim, scale, pool,
-                             segs_d, segs_h, tbl_h, n_tbl, B, part, n_split, 0, 0);
+                             segs_d, segs_h, tbl_h, n_tbl, B, part, n_split, 0, 0, 0);
 }
 
 static ppn_status attn_rope_batch(const char *op, ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt, ppn_dptr qkv,
@@ -344,7 +350,7 @@ static ppn_status attn_rope_batch(const char *op, ppn_gpu *g, ppn_gstream *s, pp
     PPN_CHECK(need_ptr(op, "inv_freq", inv_freq));
     PPN_CHECK(need_rope_fits(op, head_dim, interleaved, "rope_kv_batch + attn_batch"));
     return attn_batch_submit(op, g, s, out, odt, qkv, n_heads, n_kv, head_dim, scale, pool, segs_d, segs_h, tbl_h,
-                             n_tbl, B, part, n_split, inv_freq, interleaved);
+                             n_tbl, B, part, n_split, inv_freq, interleaved, 0);
 }
 
 ppn_status ppn_op_attn_rope_batch(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr qkv, int n_heads, int n_kv,
@@ -363,4 +369,30 @@ ppn_status ppn_op_attn_rope_batch_to(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, i
 {
     return attn_rope_batch("ppn_op_attn_rope_batch_to", g, s, out, odt, qkv, n_heads, n_kv, head_dim, scale, pool,
                            segs_d, segs_h, tbl_h, n_tbl, B, part, n_split, inv_freq, interleaved);
+}
+
+int ppn_op_attn_batch_tc_fits(int n_heads, int n_kv, int head_dim, int kvdt)
+{
+    return kvdt == PPN_DTYPE_BF16 && (head_dim == 64 || head_dim == 128) && n_kv > 0 && n_heads > 0 &&
+           n_heads % n_kv == 0 && n_heads / n_kv <= BATCH_ATTN_TC_MAXG;
+}
+
+ppn_status ppn_op_attn_batch_tc(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt, ppn_dptr qkv, int n_heads, int n_kv,
+                                int head_dim, float scale, const ppn_kv_pool *pool, ppn_dptr segs_d,
+                                const ppn_kseg *segs_h, const int32_t *const *tbl_h, const int *n_tbl, int B,
+                                ppn_dptr part, int n_split)
+{
+    const char *op = "ppn_op_attn_batch_tc";
+    if (!pool) return ppn_err(PPN_EINVAL, "%s: the pool is NULL", op);
+    if (!ppn_op_attn_batch_tc_fits(n_heads, n_kv, head_dim, pool->kvdt))
+        return ppn_err(PPN_EUNSUPPORTED,
+                       "%s: %d query heads over %d KV heads of head_dim %d, %s cache: the tensor-core attention takes a "
+                       "bf16 cache, head_dim 64 or 128 and at most %d query heads a KV head (ppn_op_attn_batch_to "
+                       "takes the rest)",
+                       op, n_heads, n_kv, head_dim, ppn_dtype_name((ppn_dtype)pool->kvdt), BATCH_ATTN_TC_MAXG);
+    if (qkv % 16)
+        return ppn_err(PPN_EINVAL, "%s: qkv 0x%llx must be 16-byte aligned (q is read 4 floats at a time)", op,
+                       (unsigned long long)qkv);
+    return attn_batch_submit(op, g, s, out, odt, qkv, n_heads, n_kv, head_dim, scale, pool, segs_d, segs_h, tbl_h,
+                             n_tbl, B, part, n_split, 0, 0, 1);
 }

@@ -768,14 +768,15 @@ __device__ void ppn_attn_rope_row(const ppn_kp_attn &p, int kvh, int32_t pos, fl
 // The last block of KV head kvh merges each of its G query heads' n_split partials in split order, a head per
 // warp at a time: the warp reduces the head's maxima and sums (split j on lane j % 32, a fixed shuffle tree),
 // then the block forms num / den per output dim, summing in j order. Reads go through L2 (__ldcg): other
-// blocks wrote them. s_w: PPN_ATTN_WARPS x PPN_ATTN_MAX_SPLIT floats; s_den: PPN_ATTN_WARPS.
+// blocks wrote them. s_w: (blockDim.x / 32) x PPN_ATTN_MAX_SPLIT floats; s_den: blockDim.x / 32 (the block's
+// warps take the heads a chunk at a time: PPN_ATTN_WARPS in ppn_attn_body, fewer in ppn_k_attn_batch_tc).
 __device__ void ppn_attn_merge(const ppn_kp_attn &p, int ns, int h0, int G, float *s_w, float *s_den)
 {
-    int hd = p.head_dim, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int hd = p.head_dim, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (int)(blockDim.x >> 5);
     int rec = hd + 2; // <= 258 (int keeps ptxas from spilling the 64-bit index on sm_90a)
     const float *part = (const float *)p.part;
-    for (int c0 = 0; c0 < G; c0 += PPN_ATTN_WARPS) {
-        int nc = min(PPN_ATTN_WARPS, G - c0);
+    for (int c0 = 0; c0 < G; c0 += nw) {
+        int nc = min(nw, G - c0);
         if (warp < nc) {
             const float *ph = part + (size_t)(h0 + c0 + warp) * ns * rec;
             float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;

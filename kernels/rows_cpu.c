@@ -183,5 +183,28 @@ void ppn_cpu_attn_batch(const void *params)
     free(t);
 }
 
+/* ppn_cpu_attn_batch's rows by ppn_cpu_attn_tc (no fused rotary: the op refuses inv_freq). */
+void ppn_cpu_attn_batch_tc(const void *params)
+{
+    const ppn_kp_attn_batch *p = params;
+    const ppn_kseg *segs = PTR(const ppn_kseg, p->segs);
+    int n = p->a.n_heads * p->a.head_dim;
+    size_t hd = (size_t)p->a.head_dim, row = (size_t)(p->a.n_heads + 2 * p->a.n_kv) * hd;
+    float *t = bf16_rows_tmp(p->a.out, p->a.odt, n, p->B);
+    if (p->a.odt == PPN_DTYPE_BF16 && !t) return;
+    for (int i = 0; i < p->B; i++) {
+        ppn_step_hdr hdr = {.pos = segs[i].pos};
+        ppn_kp_attn a = p->a;
+        a.odt = PPN_DTYPE_F32;
+        a.out = t ? (uint64_t)(uintptr_t)t : row_at(p->a.out, i, (size_t)n);
+        a.q = row_at(p->a.q, i, row);
+        a.hdr = (uint64_t)(uintptr_t)&hdr;
+        a.tbl = segs[i].tbl;
+        ppn_cpu_attn_tc(&a);
+        if (t) bf16_row_store(p->a.out, i, t, n);
+    }
+    free(t);
+}
+
 void ppn_cpu_attn_batch_bf16(const void *params) { ppn_cpu_attn_batch(params); }
 void ppn_cpu_attn_batch_f16(const void *params) { ppn_cpu_attn_batch(params); }

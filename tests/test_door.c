@@ -17,7 +17,7 @@ static const char *const door_vars[] = {
     "MEMRA_PP_STAGES", "MEMRA_PP_SPLITS", "MEMRA_PP_SPLIT", "MEMRA_PP_DEVICES", "MEMRA_PP_SHARD",
     "MEMRA_PP_STREAMS", "MEMRA_PP_OVERLAP", "MEMRA_BATCH_PP", "MEMRA_SPEC_PP", "MEMRA_PRIME_PP",
     "MEMRA_PRIME_PIPE", "MEMRA_PP_ALLOW_UNSPLIT_BATCH", "PPN_SPIN",
-    "PPN_GRAPHS", "PPN_FUSE",
+    "PPN_GRAPHS", "PPN_FUSE", "PPN_ATTN_TC",
 };
 #define N_VARS (sizeof door_vars / sizeof door_vars[0])
 
@@ -42,6 +42,7 @@ static const seam flag_bits[] = {
     {"--spin", offsetof(ppn_door, spin), 0},
     {"--graphs", offsetof(ppn_door, graphs), 1},
     {"--fuse", offsetof(ppn_door, fuse), 1},
+    {"--attn-tc", offsetof(ppn_door, attn_tc), 1},
 };
 #define N_FLAG_BITS (sizeof flag_bits / sizeof flag_bits[0])
 
@@ -224,6 +225,13 @@ static void test_spin_always_read(void **state)
     setenv("PPN_FUSE", "yes", 1);
     env_refused("yes", "PPN_FUSE", "must be 0 or 1");
     unsetenv("PPN_FUSE");
+    setenv("PPN_ATTN_TC", "0", 1);
+    assert_int_equal(env_door().attn_tc, 0);
+    assert_int_equal(env_door().n_stages, 0);
+    setenv("PPN_ATTN_TC", "2", 1);
+    env_refused("2", "PPN_ATTN_TC", "must be 0 or 1");
+    unsetenv("PPN_ATTN_TC");
+    assert_int_equal(env_door().attn_tc, 1);
     setenv("PPN_SPIN", "1", 1);
     ppn_door d = env_door();
     assert_int_equal(d.spin, 1);

@@ -119,6 +119,7 @@ static void test_door_defaults_agree(void **state)
         {"PPN_SPIN", offsetof(ppn_door, spin)},
         {"PPN_GRAPHS", offsetof(ppn_door, graphs)},
         {"PPN_FUSE", offsetof(ppn_door, fuse)},
+        {"PPN_ATTN_TC", offsetof(ppn_door, attn_tc)},
     };
     for (size_t k = 0; k < sizeof bits / sizeof bits[0]; k++) {
         int v = -1;

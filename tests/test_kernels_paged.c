@@ -9,7 +9,9 @@
  *
  * Batched decode (ppn_op_rope_kv_batch, ppn_op_attn_batch): against a double-precision reference written here for
  * f32, bf16 and f16 caches, head_dim 48, 64 and 128, GQA 1, 4 and 8, contexts crossing blocks; a row's bits do not
- * depend on the batch (the same row in batches of 1, 3 and 17), and equal the single-sequence op's.
+ * depend on the batch (the same row in batches of 1, 3 and 17), and equal the single-sequence op's. The
+ * tensor-core form (ppn_op_attn_batch_tc): against that reference with its roundings and within their bound of the
+ * exact attention, the caches only read, its refusals.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -478,36 +480,51 @@ static ppn_kv_pool batch_pool(const batch *b)
     return (ppn_kv_pool){.k = D(b->k), .v = D(b->v), .cap = b->cap, .block_log2 = b->L, .kvdt = b->kvdt};
 }
 
-/* The double-precision attention of row i: softmax(q . K * scale) V over positions 0 .. pos through its table. */
-static void batch_expect(const batch *b, int i, const float *q, float scale, const float *got)
+static double bf16_of(double x) { return ppn_bf16_to_f32(ppn_f32_to_bf16((float)x)); }
+
+/* The double-precision attention of row i: softmax(q . K * scale) V over positions 0 .. pos through its table.
+ * tc: the tensor-core form's roundings too (q to bf16; each weight to bf16 where it multiplies v, the sum it is
+ * divided by unrounded): got is within a few f32 ulps of that, and within the roundings' bound of the exact
+ * attention (2^-8 of the magnitude for the weights, and the scores' change from q's rounding, d, moving each
+ * weight by at most a factor e^(2d)). */
+static void batch_expect(const batch *b, int i, const float *q, float scale, const float *got, int tc)
 {
     int pos = b->segs[i].pos, hd = b->hd, group = b->nq / b->nkv;
-    double *s = malloc(sizeof(double) * (size_t)(pos + 1));
+    double *s = malloc(sizeof(double) * (size_t)(pos + 1)), *x = malloc(sizeof(double) * (size_t)(pos + 1));
     assert_non_null(s);
+    assert_non_null(x);
     for (int h = 0; h < b->nq; h++) {
         int g = h / group;
-        double mx = -INFINITY, den = 0.0;
+        double mx = -INFINITY, xmx = -INFINITY, den = 0.0, xden = 0.0, dq = 0.0;
         for (int t = 0; t <= pos; t++) {
             int32_t pp = (b->tbl[i][t >> b->L] << b->L) | (t & ((1 << b->L) - 1));
             size_t at = ((size_t)g * b->cap + (size_t)pp) * hd;
-            double d = 0.0;
-            for (int e = 0; e < hd; e++) d += (double)q[h * hd + e] * tu_wval(b->k, b->kvdt, at + (size_t)e);
-            s[t] = d * scale;
+            double d = 0.0, dx = 0.0, dd = 0.0;
+            for (int e = 0; e < hd; e++) {
+                double qe = q[h * hd + e], k = tu_wval(b->k, b->kvdt, at + (size_t)e), qr = tc ? bf16_of(qe) : qe;
+                d += qr * k, dx += qe * k, dd += fabs(qe - qr) * fabs(k);
+            }
+            s[t] = d * scale, x[t] = dx * scale;
+            if (dd * scale > dq) dq = dd * scale;
             if (s[t] > mx) mx = s[t];
+            if (x[t] > xmx) xmx = x[t];
         }
-        for (int t = 0; t <= pos; t++) s[t] = exp(s[t] - mx), den += s[t];
+        for (int t = 0; t <= pos; t++) s[t] = exp(s[t] - mx), den += s[t], x[t] = exp(x[t] - xmx), xden += x[t];
         for (int e = 0; e < hd; e++) {
-            double num = 0.0, mag = 0.0;
+            double num = 0.0, mag = 0.0, xnum = 0.0;
             for (int t = 0; t <= pos; t++) {
                 int32_t pp = (b->tbl[i][t >> b->L] << b->L) | (t & ((1 << b->L) - 1));
                 double v = tu_wval(b->v, b->kvdt, ((size_t)g * b->cap + (size_t)pp) * hd + (size_t)e);
-                num += s[t] * v, mag += s[t] * fabs(v);
+                num += (tc ? bf16_of(s[t]) : s[t]) * v, mag += s[t] * fabs(v), xnum += x[t] * v;
             }
             /* the reference sums in double and rounds once: a few f32 ulps of the magnitude */
             tu_check_close(got[h * hd + e], num / den, 1e-6 * (mag / den) + 1e-30, "attn_batch", (size_t)e);
+            if (tc)
+                tu_check_close(got[h * hd + e], xnum / xden, (mag / den) * (1.0 / 256 + expm1(4 * dq)) + 1e-30,
+                               "attn_batch_tc against the exact attention", (size_t)e);
         }
     }
-    free(s);
+    free(s), free(x);
 }
 
 static void test_batch_attn_reference(void **state)
@@ -533,7 +550,7 @@ static void test_batch_attn_reference(void **state)
                 assert_int_equal(tu_cap.l.grid[0], nkv);
                 assert_int_equal(tu_cap.l.grid[1], ns);
                 assert_int_equal(tu_cap.l.grid[2], B);
-                for (int i = 0; i < B; i++) batch_expect(&b, i, qkv + (size_t)i * row, scale, out + (size_t)i * on);
+                for (int i = 0; i < B; i++) batch_expect(&b, i, qkv + (size_t)i * row, scale, out + (size_t)i * on, 0);
                 free(qkv), free(out), free(part);
                 batch_free(&b);
             }
@@ -766,6 +783,120 @@ static void test_batch_attn_bf16_out(void **state)
     batch_free(&b);
 }
 
+/* Whether the captured launch declares a write touching [p, p + bytes). */
+static int overlaps_written(const void *p, size_t bytes)
+{
+    for (int i = 0; i < tu_cap.l.nacc + tu_cap.l.nxacc; i++) {
+        const ppn_access *a = tu_acc(i);
+        if ((a->mode & PPN_ACC_W) && a->ptr < D(p) + bytes && D(p) < a->ptr + a->bytes) return 1;
+    }
+    return 0;
+}
+
+/* The tensor-core form (ppn_op_attn_batch_tc): every row against the reference with its roundings and against
+ * the exact attention (batch_expect), head_dim 64 and 128, GQA 1, 4 and 8, blocks of 1 and 16, one and four
+ * splits; a 128-thread CTA per (KV head, split, row); the caches only read and declared so, not one byte written;
+ * a row's bits the same alone and in the batch; bf16 out in gemm_tc_kw16's layout as the f32 out rounded; every
+ * shape it does not take refused by name, as a misaligned qkv. */
+static void test_batch_attn_tc(void **state)
+{
+    (void)state;
+    static const int hds[] = {64, 128};
+    static const int groups[] = {1, 4, 8};
+    static const int npos[] = {1, 17, 64, 65, 130, 3};
+    for (size_t h = 0; h < TU_LEN(hds); h++)
+        for (size_t gi = 0; gi < TU_LEN(groups); gi++)
+            for (int ns = 1; ns <= 4; ns += 3) {
+                const int nkv = 2, nq = nkv * groups[gi], hd = hds[h], B = (int)TU_LEN(npos), L = (int)(h + gi) % 2 ? 4 : 0;
+                batch b = batch_new(B, nq, nkv, hd, L, PPN_DTYPE_BF16, npos);
+                size_t row = (size_t)(nq + 2 * nkv) * hd, on = (size_t)nq * hd, pb = (size_t)nkv * b.cap * hd * b.es;
+                float *qkv = tu_frand((size_t)B * row, -1, 1), *out = zmem((size_t)B * on * 4);
+                float *one = zmem(on * 4), *q0 = dup_mem(qkv, (size_t)B * row * 4);
+                uint16_t *o16 = zmem((size_t)B * on * 2);
+                unsigned char *part = zmem(ppn_op_attn_batch_scratch_bytes(B, nq, ns, hd));
+                unsigned char *k0 = dup_mem(b.k, pb), *v0 = dup_mem(b.v, pb);
+                ppn_kv_pool pool = batch_pool(&b);
+                float scale = 1.0f / sqrtf((float)hd);
+                EXPECT_ST(PPN_OK, ppn_op_attn_batch_tc(&tu_fake, tu_fake_stream, D(out), PPN_DTYPE_F32, D(qkv), nq, nkv,
+                                                       hd, scale, &pool, D(b.segs), b.segs, b.tbl_c, b.n_tbl, B, D(part),
+                                                       ns));
+                assert_int_equal(tu_cap.l.kernel, PPN_K_ATTN_BATCH_TC);
+                assert_int_equal(tu_cap.l.grid[0], nkv);
+                assert_int_equal(tu_cap.l.grid[1], ns);
+                assert_int_equal(tu_cap.l.grid[2], B);
+                assert_int_equal(tu_cap.l.block[0], 128);
+                for (int i = 0; i < b.B; i++)
+                    if (b.n_tbl[i]) assert_true(tu_declared(b.k + ((size_t)b.tbl[i][0] << L) * hd * b.es, b.es, PPN_ACC_R));
+                assert_false(overlaps_written(b.k, pb));
+                assert_false(overlaps_written(b.v, pb));
+                assert_memory_equal(b.k, k0, pb);
+                assert_memory_equal(b.v, v0, pb);
+                assert_memory_equal(qkv, q0, (size_t)B * row * 4);
+                for (int i = 0; i < B; i++) batch_expect(&b, i, qkv + (size_t)i * row, scale, out + (size_t)i * on, 1);
+                for (int r = 0; r < B; r += 2) { /* alone */
+                    EXPECT_ST(PPN_OK, ppn_op_attn_batch_tc(&tu_fake, tu_fake_stream, D(one), PPN_DTYPE_F32,
+                                                           D(qkv + (size_t)r * row), nq, nkv, hd, scale, &pool,
+                                                           D(&b.segs[r]), &b.segs[r], &b.tbl_c[r], &b.n_tbl[r], 1,
+                                                           D(part), ns));
+                    assert_memory_equal(one, out + (size_t)r * on, on * 4);
+                }
+                EXPECT_ST(PPN_OK, ppn_op_attn_batch_tc(&tu_fake, tu_fake_stream, D(o16), PPN_DTYPE_BF16, D(qkv), nq,
+                                                       nkv, hd, scale, &pool, D(b.segs), b.segs, b.tbl_c, b.n_tbl, B,
+                                                       D(part), ns));
+                assert_true(tu_declared(o16, (size_t)B * on * 2, PPN_ACC_W));
+                for (size_t k = 0; k < (size_t)B * on; k++) {
+                    size_t at = k - k % 64 + (size_t)PPN_X16_POS((int)(k % 64));
+                    if (o16[at] != ppn_f32_to_bf16(out[k]))
+                        fail_msg("hd %d, group %d: element %zu: 0x%04x, want 0x%04x", hd, groups[gi], k, o16[at],
+                                 ppn_f32_to_bf16(out[k]));
+                }
+                float inv[64]; /* the check above can fail: the rotary's k/v store is declared written */
+                inv_freq_fill(inv, hd);
+                EXPECT_ST(PPN_OK, ppn_op_rope_kv_batch(&tu_fake, tu_fake_stream, D(qkv), nq, nkv, hd, D(inv), 0, &pool,
+                                                       D(b.segs), b.segs, b.tbl_c, b.n_tbl, B));
+                assert_true(overlaps_written(b.k, pb) && overlaps_written(b.v, pb));
+                free(qkv), free(out), free(one), free(q0), free(o16), free(part), free(k0), free(v0);
+                batch_free(&b);
+            }
+    /* refused: caches other than bf16, head_dim other than 64 and 128, more than 8 query heads a KV head, the
+     * fits rule saying the same; a qkv not 16-byte aligned; no pool */
+    static const struct { int nq, nkv, hd, kvdt; const char *word; } no[] = {
+        {4, 2, 64, PPN_DTYPE_F32, "f32 cache"}, {4, 2, 64, PPN_DTYPE_F16, "f16 cache"},
+        {4, 2, 48, PPN_DTYPE_BF16, "head_dim 48"}, {4, 2, 256, PPN_DTYPE_BF16, "head_dim 256"},
+        {32, 2, 64, PPN_DTYPE_BF16, "32 query heads over 2 KV heads"},
+    };
+    int np2[2] = {5, 20};
+    for (size_t k = 0; k < TU_LEN(no); k++) {
+        batch b = batch_new(2, no[k].nq, no[k].nkv, no[k].hd, 2, no[k].kvdt, np2);
+        ppn_kv_pool pool = batch_pool(&b);
+        size_t row = (size_t)(no[k].nq + 2 * no[k].nkv) * no[k].hd;
+        float *x = zmem(2 * row * 4 + 16), *out = zmem((size_t)2 * no[k].nq * no[k].hd * 4);
+        unsigned char *part = zmem(ppn_op_attn_batch_scratch_bytes(2, no[k].nq, 1, no[k].hd));
+        assert_false(ppn_op_attn_batch_tc_fits(no[k].nq, no[k].nkv, no[k].hd, no[k].kvdt));
+        EXPECT_ST(PPN_EUNSUPPORTED, ppn_op_attn_batch_tc(&tu_fake, tu_fake_stream, D(out), PPN_DTYPE_F32, D(x), no[k].nq,
+                                                         no[k].nkv, no[k].hd, 0.125f, &pool, D(b.segs), b.segs, b.tbl_c,
+                                                         b.n_tbl, 2, D(part), 1));
+        if (!strstr(ppn_last_error(), no[k].word)) fail_msg("'%s' does not name %s", ppn_last_error(), no[k].word);
+        if (k == 0) { /* the same shape on a bf16 cache is taken; 4 bytes off alignment it is refused */
+            b.kvdt = PPN_DTYPE_BF16;
+            pool = batch_pool(&b);
+            assert_true(ppn_op_attn_batch_tc_fits(no[k].nq, no[k].nkv, no[k].hd, b.kvdt));
+            EXPECT_ST(PPN_OK, ppn_op_attn_batch_tc(&tu_fake, tu_fake_stream, D(out), PPN_DTYPE_F32, D(x), no[k].nq,
+                                                   no[k].nkv, no[k].hd, 0.125f, &pool, D(b.segs), b.segs, b.tbl_c,
+                                                   b.n_tbl, 2, D(part), 1));
+            EXPECT_ST(PPN_EINVAL, ppn_op_attn_batch_tc(&tu_fake, tu_fake_stream, D(out), PPN_DTYPE_F32, D(x) + 4,
+                                                       no[k].nq, no[k].nkv, no[k].hd, 0.125f, &pool, D(b.segs), b.segs,
+                                                       b.tbl_c, b.n_tbl, 2, D(part), 1));
+            assert_non_null(strstr(ppn_last_error(), "16-byte aligned"));
+            EXPECT_ST(PPN_EINVAL, ppn_op_attn_batch_tc(&tu_fake, tu_fake_stream, D(out), PPN_DTYPE_F32, D(x), no[k].nq,
+                                                       no[k].nkv, no[k].hd, 0.125f, NULL, D(b.segs), b.segs, b.tbl_c,
+                                                       b.n_tbl, 2, D(part), 1));
+        }
+        free(x), free(out), free(part);
+        batch_free(&b);
+    }
+}
+
 static void test_batch_refusals(void **state)
 {
     (void)state;
@@ -812,6 +943,7 @@ int main(void)
         cmocka_unit_test(test_batch_attn_reference), cmocka_unit_test(test_batch_attn_invariance),
         cmocka_unit_test(test_batch_rope_kv),        cmocka_unit_test(test_batch_refusals),
         cmocka_unit_test(test_batch_attn_rope),      cmocka_unit_test(test_batch_attn_bf16_out),
+        cmocka_unit_test(test_batch_attn_tc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -262,6 +262,8 @@ void cli_print_stage_map(FILE *f, const ppn_model *m)
             si.door.shard ? "" : "; unsharded", si.door.graphs ? "; graphs" : "; no graphs");
     if (!si.door.fuse)
         fprintf(f, "       (PPN_FUSE=0: the norms and the rotary in their own launches, f32 x into every GEMM)\n");
+    if (!si.door.attn_tc)
+        fprintf(f, "       (PPN_ATTN_TC=0: a batch step's attention on the decode kernel per row, not tensor cores)\n");
     for (int s = 0; s < si.n_stages; s++) {
         ppn_stage_place p;
         char node[64];
@@ -300,9 +302,9 @@ void cli_json_stage_map(FILE *f, const ppn_model *m)
     for (int s = 0; s + 1 < si.n_stages; s++) fprintf(f, "%s\"%s\"", s ? "," : "", ppn_transport_name(si.xport[s]));
     fprintf(f, "],\"cores\":[");
     for (int s = 0; s < si.n_stages; s++) fprintf(f, "%s%d", s ? "," : "", si.pu[s]);
-    fprintf(f, "],\"threads\":%s,\"overlap\":%d,\"streams\":%d,\"shard\":%d,\"graphs\":%d,\"fuse\":%d",
+    fprintf(f, "],\"threads\":%s,\"overlap\":%d,\"streams\":%d,\"shard\":%d,\"graphs\":%d,\"fuse\":%d,\"attn_tc\":%d",
             si.threads ? "true" : "false", si.door.overlap, si.door.streams, si.door.shard, si.door.graphs,
-            si.door.fuse);
+            si.door.fuse, si.door.attn_tc);
     fprintf(f, ",\"placement\":[");
     for (int s = 0; s < si.n_stages; s++) {
         ppn_stage_place p;

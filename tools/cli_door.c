@@ -1,5 +1,5 @@
 /* cli_door.c - the door's CLI flags (--stages --splits --split --devices --shard --streams --overlap --spin
- * --graphs --fuse). Each flag spells a variable of the environment table (core/base/env.c) and is parsed by
+ * --graphs --fuse --attn-tc). Each flag spells a variable of the environment table (core/base/env.c) and is parsed by
  * that variable's rule, so a flag and its variable accept the same text; the messages name the flag. The CLI
  * reads the door from the environment first (ppn_door_from_env), then applies its flags over it. */
 #include <stddef.h>
@@ -30,6 +30,7 @@ static const struct door_flag {
     {"--spin", "PPN_SPIN", DOOR_BIT, offsetof(ppn_door, spin)},
     {"--graphs", "PPN_GRAPHS", DOOR_BIT, offsetof(ppn_door, graphs)},
     {"--fuse", "PPN_FUSE", DOOR_BIT, offsetof(ppn_door, fuse)},
+    {"--attn-tc", "PPN_ATTN_TC", DOOR_BIT, offsetof(ppn_door, attn_tc)},
 };
 
 static const struct door_flag *flag_find(const char *flag)
@@ -65,7 +66,7 @@ ppn_status cli_door_set_flag(ppn_door *d, const char *flag, const char *value)
     const struct door_flag *f = flag_find(flag);
     if (!f)
         return ppn_err(PPN_EINVAL, "unknown door flag '%.*s%s' (known: --stages --splits --split --devices "
-                       "--shard --streams --overlap --spin --graphs --fuse)", FLAG_QUOTE_MAX, flag, ell);
+                       "--shard --streams --overlap --spin --graphs --fuse --attn-tc)", FLAG_QUOTE_MAX, flag, ell);
     if (!value || !*value) return ppn_err(PPN_EINVAL, "%s='': a door flag needs a value", flag);
     ppn_door t = *d;
     PPN_CHECK(flag_apply(&t, f, value));

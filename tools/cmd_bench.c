@@ -77,7 +77,7 @@ static void bench_usage(FILE *f)
     fputs("usage: ppn bench (--model PATH | --shape tiny|qwen3-tiny|llama-1b|llama-8b|qwen2-7b)\n"
           "                 [--backend auto|sim|cuda] [--dtype f32|bf16|f16] [--stages N | --stages-sweep 1,2,4,8]\n"
           "                 [--splits c1,..] [--devices d0,..] [--overlap 0|1] [--streams 0|1] [--shard 0|1] [--spin 0|1]\n"
-          "                 [--graphs 0|1] [--fuse 0|1]\n"
+          "                 [--graphs 0|1] [--fuse 0|1] [--attn-tc 0|1]\n"
           "                 [-n 128] [--prompt 16 | --prompt 512,4096] [--chunk 2048] [--ctx C] [--reps 3] [--warmup 1]\n"
           "                 [--bw-gbs 4280] [--json] [--device-greedy] [--batch 1,4,16,64] [--spec K]\n"
           "--shape writes a random checkpoint (seed 1; bf16 unless --dtype) into a temporary directory, removed at exit.\n"

@@ -56,6 +56,9 @@ static const ppn_env_var env_table[] = {
          "0: launch every kernel through the stream instead of replaying each stage's captured graph"),
     FLAG("PPN_FUSE", PPN_ENV_DOOR, 0, "1",
          "0: the RMSNorms and the rotary in their own launches instead of fused into their neighbours"),
+    FLAG("PPN_ATTN_TC", PPN_ENV_DOOR, 0, "1",
+         "0: a batch step's attention on the decode kernel per row (q and the softmax weights in f32) instead of "
+         "tensor cores (both rounded to bf16); bf16 caches of head_dim 64 or 128, at most 8 query heads a KV head"),
     /* The stage map (core/stagemap.c), read when a map is built. */
     ENUM("PPN_PIN", PPN_ENV_SCHED, pin_words, "near",
          "stage issue threads pinned near their device, far from it, or not at all (far, none: measurement arms)"),

@@ -18,6 +18,10 @@
  * launches after 3 warm-up ones, with the causal attention's TFLOP/s (4 head_dim flops per (query head, query,
  * attended position)); and the row ops' GB/s at c = 4096.
  *
+ * The batched decode attention on tensor cores (test_gpu_rows_attn_tc): every row against a reference with its
+ * roundings and against the exact attention, alone and in a batch, with pool blocks nobody holds full of NaN;
+ * then timed beside the decode kernel per row at the batch step's shapes and splits.
+ *
  * Runs only where a CUDA driver and GPU exist. PPN_GPU_TEST_FILTER=<cmocka pattern> runs only the tests it names.
  */
 #include <stdarg.h>
@@ -747,6 +751,198 @@ static void batch_case(const ashape *a, int kvdt, int L, int B)
     dfree_all();
 }
 
+/* ---------------------------------------------------------------------------------------------------------
+ * The batched decode attention on tensor cores (ppn_op_attn_batch_tc). Each row against a double-precision
+ * reference with the kernel's roundings (q to bf16; each weight to bf16 where it multiplies v, the sum unrounded)
+ * within 2^-7 of the magnitude sum p |v| / sum p (the device rounds each weight against its tile's running maximum,
+ * the reference against the row's: two roundings of 2^-9, and f32 sums), and against the exact attention within
+ * those roundings' bound; every row alone gives its bits in the batch; two launches give the same bits (the split
+ * counters back at 0); bf16 out = the f32 out rounded in gemm_tc_kw16's layout. Then timed beside the decode
+ * kernel per row (ppn_op_attn_batch_to) at the batch step's shapes. */
+
+/* Row i's reference at pos over the pool through tbl; worst |got - ref| / tol over the row: tc 2^-7 mag; exact the
+ * roundings' bound (as tests/test_kernels_paged.c's batch_expect). */
+static void tc_expect(const ashape *a, const float *q, const void *pk, const void *pv, int kvdt, int cap, const int32_t *tbl,
+                      int L, int pos, const float *got, double *worst_tc, double *worst_exact)
+{
+    int hd = a->hd, group = a->nq / a->nkv;
+    double *s = hmem(sizeof(double) * (size_t)(pos + 1)), *x = hmem(sizeof(double) * (size_t)(pos + 1));
+    for (int h = 0; h < a->nq; h++) {
+        int g = h / group;
+        double mx = -INFINITY, xmx = -INFINITY, den = 0, xden = 0, dq = 0;
+        for (int t = 0; t <= pos; t++) {
+            size_t at = ((size_t)g * cap + (size_t)((tbl[t >> L] << L) | (t & ((1 << L) - 1)))) * hd;
+            double d = 0, dx = 0, dd = 0;
+            for (int e = 0; e < hd; e++) {
+                double qe = q[h * hd + e], qr = ppn_bf16_to_f32(ppn_f32_to_bf16(q[h * hd + e])), k = elem(pk, kvdt, at + e);
+                d += qr * k, dx += qe * k, dd += fabs(qe - qr) * fabs(k);
+            }
+            s[t] = d / sqrt((double)hd), x[t] = dx / sqrt((double)hd);
+            dq = fmax(dq, dd / sqrt((double)hd)), mx = fmax(mx, s[t]), xmx = fmax(xmx, x[t]);
+        }
+        for (int t = 0; t <= pos; t++) s[t] = exp(s[t] - mx), den += s[t], x[t] = exp(x[t] - xmx), xden += x[t];
+        for (int e = 0; e < hd; e++) {
+            double num = 0, mag = 0, xnum = 0;
+            for (int t = 0; t <= pos; t++) {
+                size_t at = ((size_t)g * cap + (size_t)((tbl[t >> L] << L) | (t & ((1 << L) - 1)))) * hd + e;
+                double v = elem(pv, kvdt, at);
+                num += ppn_bf16_to_f32(ppn_f32_to_bf16((float)s[t])) * v, mag += s[t] * fabs(v), xnum += x[t] * v;
+            }
+            double o = got[h * hd + e], m = mag / den;
+            *worst_tc = fmax(*worst_tc, fabs(o - num / den) / (m / 128 + 1e-30));
+            *worst_exact = fmax(*worst_exact, fabs(o - xnum / xden) / (m * (1.0 / 256 + expm1(4 * dq)) + 1e-30));
+            if (!(o == o)) *worst_tc = INFINITY;
+        }
+    }
+    free(s), free(x);
+}
+
+static void tc_case(const ashape *a, int L, int B, int ns)
+{
+    char what[160];
+    const int hd = a->hd, maxpos = 700;
+    int per = (maxpos + (1 << L) - 1) >> L;
+    pgv pg = pgv_new(L, B * (per << L));
+    size_t row = (size_t)(a->nq + 2 * a->nkv) * hd, orow = (size_t)a->nq * hd;
+    size_t pb = (size_t)a->nkv * pg.cap * hd * 2, ob = (size_t)B * orow * 4;
+    void *pk = tu_wrand(PPN_DTYPE_BF16, pb / 2, NULL), *pv = tu_wrand(PPN_DTYPE_BF16, pb / 2, NULL);
+    char *held = hmem((size_t)pg.n_blocks);
+    memset(held, 0, (size_t)pg.n_blocks);
+    for (int b = 0; b < pg.n_tbl; b++) held[pg.tbl[b]] = 1;
+    for (int b = 0; b < pg.n_blocks; b++) /* blocks nobody holds: NaN, which must never reach an output */
+        for (size_t e = 0; !held[b] && e < (size_t)a->nkv * ((size_t)1 << L) * hd; e++) {
+            size_t g = e / (((size_t)1 << L) * hd), r = e % (((size_t)1 << L) * hd);
+            size_t at = (g * pg.cap + ((size_t)b << L)) * hd + r;
+            ((uint16_t *)pk)[at] = ((uint16_t *)pv)[at] = 0x7fc0u;
+        }
+    free(held);
+    float *qkv = tu_frand((size_t)B * row, -3, 3), *o1 = hmem(ob), *o2 = hmem(ob), *one = hmem(orow * 4);
+    ppn_kseg *segs = hmem((size_t)B * sizeof(ppn_kseg));
+    const int32_t **tb = hmem((size_t)B * sizeof(int32_t *));
+    int *nt = hmem((size_t)B * sizeof(int));
+    size_t partb = ppn_op_attn_batch_scratch_bytes(B, a->nq, ns, hd);
+    ppn_dptr dpk = up(pk, pb), dpv = up(pv, pb), dtbl = up(pg.tbl, (size_t)pg.n_tbl * 4), dq = up(qkv, (size_t)B * row * 4);
+    ppn_dptr dout = dalloc(ob), d1 = dalloc(orow * 4), dpart = dalloc(partb), dsegs = dalloc((size_t)B * sizeof(ppn_kseg));
+    ppn_dptr d16 = dalloc((size_t)B * orow * 2);
+    OK(G->ops->memset_d8(G, S, dpart, 0, partb));
+    static const int edge[] = {0, 1, 15, 16, 17, 63, 64, 65, 127, 128, 699};
+    for (int i = 0; i < B; i++) {
+        int pos = i < (int)TU_LEN(edge) ? edge[i] : (i * 997 + 13) % maxpos;
+        segs[i] = (ppn_kseg){.pos = pos, .tbl = dtbl + (size_t)i * per * 4};
+        tb[i] = pg.tbl + (size_t)i * per, nt[i] = per;
+    }
+    put(dsegs, segs, (size_t)B * sizeof(ppn_kseg));
+    ppn_kv_pool pool = {.k = dpk, .v = dpv, .cap = pg.cap, .block_log2 = L, .kvdt = PPN_DTYPE_BF16};
+    float scale = 1.0f / sqrtf((float)hd);
+    OK(ppn_op_attn_batch_tc(G, S, dout, PPN_DTYPE_F32, dq, a->nq, a->nkv, hd, scale, &pool, dsegs, segs, tb, nt, B,
+                            dpart, ns));
+    get(o1, dout, ob);
+    OK(ppn_op_attn_batch_tc(G, S, dout, PPN_DTYPE_F32, dq, a->nq, a->nkv, hd, scale, &pool, dsegs, segs, tb, nt, B,
+                            dpart, ns));
+    get(o2, dout, ob);
+    snprintf(what, sizeof what, "%s attn_batch_tc B=%d block %d, %d splits", a->name, B, 1 << L, ns);
+    if (memcmp(o1, o2, ob)) fail_msg("%s: two launches differ", what);
+    OK(ppn_op_attn_batch_tc(G, S, d16, PPN_DTYPE_BF16, dq, a->nq, a->nkv, hd, scale, &pool, dsegs, segs, tb, nt, B,
+                            dpart, ns));
+    check_bf16_rows(what, d16, o1, (size_t)B, orow);
+    double wt = 0, we = 0;
+    for (int i = 0; i < B; i++) {
+        if (i % 5 == 0 || i < (int)TU_LEN(edge)) { /* alone: the same bits */
+            OK(ppn_op_attn_batch_tc(G, S, d1, PPN_DTYPE_F32, dq + (size_t)i * row * 4, a->nq, a->nkv, hd, scale, &pool,
+                                    dsegs + (size_t)i * sizeof(ppn_kseg), &segs[i], &tb[i], &nt[i], 1, dpart, ns));
+            get(one, d1, orow * 4);
+            if (memcmp(one, o1 + (size_t)i * orow, orow * 4)) fail_msg("%s: row %d alone differs", what, i);
+        }
+        tc_expect(a, qkv + (size_t)i * row, pk, pv, PPN_DTYPE_BF16, pg.cap, tb[i], L, segs[i].pos, o1 + (size_t)i * orow,
+                  &wt, &we);
+    }
+    printf("  %-58s worst %.3f of 2^-7 mag (rounded ref), %.3f of the bound (exact)\n", what, wt, we);
+    if (!(wt <= 1.0) || !(we <= 1.0)) fail_msg("%s: off the reference (%.3f, %.3f of tolerance)", what, wt, we);
+    free(pk), free(pv), free(qkv), free(o1), free(o2), free(one), free(segs), free(tb), free(nt), free(pg.tbl);
+    dfree_all();
+}
+
+typedef struct tcrun {
+    const ashape *a;
+    ppn_kv_pool pool;
+    ppn_dptr out, q, segs, part;
+    const ppn_kseg *segs_h;
+    const int32_t **tb;
+    int *nt;
+    int B, ns, tc;
+} tcrun;
+
+static ppn_status tc_launch(void *arg)
+{
+    tcrun *r = arg;
+    const ashape *a = r->a;
+    float scale = 1.0f / sqrtf((float)a->hd);
+    if (r->tc)
+        return ppn_op_attn_batch_tc(G, S, r->out, PPN_DTYPE_BF16, r->q, a->nq, a->nkv, a->hd, scale, &r->pool, r->segs,
+                                    r->segs_h, r->tb, r->nt, r->B, r->part, r->ns);
+    return ppn_op_attn_batch_to(G, S, r->out, PPN_DTYPE_BF16, r->q, a->nq, a->nkv, a->hd, scale, &r->pool, r->segs,
+                                r->segs_h, r->tb, r->nt, r->B, r->part, r->ns);
+}
+
+static void test_gpu_rows_attn_tc(void **state)
+{
+    (void)state;
+    static const ashape shapes[] = {{"llama-8b", 32, 8, 128}, {"llama-1b", 32, 8, 64}, {"g8", 16, 2, 128}, {"g1", 8, 8, 64}};
+    for (size_t k = 0; k < TU_LEN(shapes); k++) {
+        tc_case(&shapes[k], 4, 17, 1);
+        tc_case(&shapes[k], 4, 17, 8);
+        tc_case(&shapes[k], 0, 3, 3);
+        tc_case(&shapes[k], 6, 64, 2);
+    }
+    /* timing: each position's context as the bench's (prompt 128, then decoding: positions 128 .. 191) and long */
+    int sms = G->ops->sm_count(G, S);
+    printf("  batched decode attention, bf16 cache in blocks of 16, bf16 out; %d SMs; us a launch (median of 15):\n", sms);
+    printf("  %-9s %3s %5s | %-22s | %s\n", "model", "B", "pos", "per row (splits)", "tensor cores: splits 1 / 2 / 3 / 4 / rule");
+    static const int Bs[] = {16, 64};
+    static const int ctxs[] = {160, 1000};
+    for (size_t k = 0; k < 2; k++)
+        for (size_t bi = 0; bi < TU_LEN(Bs); bi++)
+            for (size_t ci = 0; ci < TU_LEN(ctxs); ci++) {
+                const ashape *a = &shapes[k];
+                const int B = Bs[bi], L = 4, maxpos = ctxs[ci] + 32;
+                int per = (maxpos + 15) >> 4;
+                pgv pg = pgv_new(L, B * (per << L));
+                size_t row = (size_t)(a->nq + 2 * a->nkv) * a->hd, pb = (size_t)a->nkv * pg.cap * a->hd * 2;
+                void *pk = tu_wrand(PPN_DTYPE_BF16, pb / 2, NULL);
+                float *qkv = tu_frand((size_t)B * row, -3, 3);
+                ppn_kseg *segs = hmem((size_t)B * sizeof(ppn_kseg));
+                const int32_t **tb = hmem((size_t)B * sizeof(int32_t *));
+                int *nt = hmem((size_t)B * sizeof(int));
+                ppn_dptr dtbl = up(pg.tbl, (size_t)pg.n_tbl * 4);
+                for (int i = 0; i < B; i++) {
+                    segs[i] = (ppn_kseg){.pos = ctxs[ci] + (i * 7) % 32, .tbl = dtbl + (size_t)i * per * 4};
+                    tb[i] = pg.tbl + (size_t)i * per, nt[i] = per;
+                }
+                int model_split = ppn_op_attn_split(a->nkv, sms);
+                size_t partb = ppn_op_attn_batch_scratch_bytes(B, a->nq, model_split, a->hd);
+                tcrun r = {.a = a, .pool = {.k = up(pk, pb), .v = up(pk, pb), .cap = pg.cap, .block_log2 = L,
+                                            .kvdt = PPN_DTYPE_BF16},
+                           .out = dalloc((size_t)B * a->nq * a->hd * 2), .q = up(qkv, (size_t)B * row * 4),
+                           .segs = up(segs, (size_t)B * sizeof(ppn_kseg)), .part = dalloc(partb), .segs_h = segs,
+                           .tb = tb, .nt = nt, .B = B};
+                OK(G->ops->memset_d8(G, S, r.part, 0, partb));
+                /* the forward's rules (core/forward.c batch_attention) */
+                int one = sms / (B * a->nkv), three = 3 * sms / (B * a->nkv);
+                r.ns = one > 1 ? (one < model_split ? one : model_split) : 1;
+                double base = time_ms(tc_launch, &r) * 1e3;
+                printf("  %-9s %3d %5d | %14.2f (%2d) | ", a->name, B, ctxs[ci], base, r.ns);
+                r.tc = 1;
+                for (int ns = 1; ns <= 4; ns++) {
+                    r.ns = ns;
+                    printf("%6.2f ", time_ms(tc_launch, &r) * 1e3);
+                }
+                r.ns = three > 1 ? (three < model_split ? three : model_split) : 1;
+                printf("/ %6.2f (%d)\n", time_ms(tc_launch, &r) * 1e3, r.ns);
+                free(pk), free(qkv), free(segs), free(tb), free(nt), free(pg.tbl);
+                dfree_all();
+            }
+}
+
 /* The batched argmax (ppn_op_argmax_rows) against its CPU reference, row by row: random rows, ties (the lower index
  * wins), the winner first or last, a NaN, +Inf or -Inf among numbers (-1), every value NaN, on the 16-byte-load
  * path (n % 4 == 0, x aligned: the vocabularies of llama 3 and the fixtures) and the 4-byte one (n odd, or x off by
@@ -839,6 +1035,7 @@ int main(void)
         cmocka_unit_test(test_gpu_rows_attn_timing),
         cmocka_unit_test(test_gpu_rows_paged),
         cmocka_unit_test(test_gpu_rows_argmax),
+        cmocka_unit_test(test_gpu_rows_attn_tc),
     };
     const char *f = getenv("PPN_GPU_TEST_FILTER");
     if (f && *f) cmocka_set_test_filter(f);
