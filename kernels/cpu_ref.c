@@ -281,6 +281,22 @@ static void attn_chunk(const attn_head *a, float *out, int d0, int nd)
     for (int i = 0; i < nd; i++) out[d0 + i] = (float)(acc[i] / sum);
 }
 
+/* The fused rotary's stores: each KV head's k rotated at pos and v into the caches there (none past a missing
+ * block). tmp: head_dim floats. */
+static void attn_rope_store(const ppn_kp_attn *p, int32_t pos, const float *inv, float *tmp)
+{
+    size_t hd = (size_t)p->head_dim;
+    const float *k = PTR(const float, p->q) + (size_t)p->n_heads * hd, *v = k + (size_t)p->n_kv * hd;
+    for (int g = 0; g < p->n_kv; g++) {
+        int64_t dst = kv_elem(p->tbl, p->block_log2, p->cap, p->head_dim, g, pos);
+        if (dst < 0) break;
+        memcpy(tmp, k + (size_t)g * hd, hd * sizeof(float));
+        rope_head(tmp, p->head_dim, pos, inv, p->interleaved);
+        kv_put_row(p->kc, p->kvdt, (size_t)dst, tmp, hd);
+        kv_put_row(p->vc, p->kvdt, (size_t)dst, v + (size_t)g * hd, hd);
+    }
+}
+
 /* Exact over [0, pos] whatever p->n_split is: the split only reshapes the CUDA reduction, and the scratch
  * (p->part) is left untouched, its counters staying 0 as the CUDA kernel leaves them. */
 void ppn_cpu_attn(const void *params)
@@ -294,17 +310,7 @@ void ppn_cpu_attn(const void *params)
     }
     const float *inv = p->inv_freq ? PTR(const float, p->inv_freq) : NULL;
     float qr[256]; /* a rotated query or key head: ppn_op_attn allows head_dim <= 256 */
-    if (inv) { /* the fused rotary: rotated k and v into the caches at pos first */
-        const float *k = PTR(const float, p->q) + (size_t)p->n_heads * hd, *v = k + (size_t)p->n_kv * hd;
-        for (int g = 0; g < p->n_kv; g++) {
-            int64_t dst = kv_elem(p->tbl, p->block_log2, p->cap, p->head_dim, g, pos);
-            if (dst < 0) break;
-            memcpy(qr, k + (size_t)g * hd, hd * sizeof(float));
-            rope_head(qr, p->head_dim, pos, inv, p->interleaved);
-            kv_put_row(p->kc, p->kvdt, (size_t)dst, qr, hd);
-            kv_put_row(p->vc, p->kvdt, (size_t)dst, v + (size_t)g * hd, hd);
-        }
-    }
+    if (inv) attn_rope_store(p, pos, inv, qr);
     int group = p->n_heads / p->n_kv;
     for (int h = 0; h < p->n_heads; h++) {
         const float *qh = PTR(const float, p->q) + (size_t)h * hd;
@@ -324,7 +330,8 @@ void ppn_cpu_attn(const void *params)
     }
 }
 
-/* ppn_k_attn_batch_tc's arithmetic for one row (p->inv_freq 0): ppn_cpu_attn with q rounded to bf16 and each
+/* ppn_k_attn_batch_tc's arithmetic for one row: ppn_cpu_attn (with its fused rotary where p->inv_freq is set) with
+ * q rounded to bf16 and each
  * weight rounded to bf16 where it multiplies v (the sum it is divided by keeps the unrounded weights). Exact
  * otherwise; the device rounds each weight against its tile's running maximum, not the row's, and sums in the
  * tensor cores' order: the same values within rounding, not the same bits. */
@@ -337,10 +344,13 @@ void ppn_cpu_attn_tc(const ppn_kp_attn *p)
         return;
     }
     float qr[256];
+    const float *inv = p->inv_freq ? PTR(const float, p->inv_freq) : NULL;
+    if (inv) attn_rope_store(p, pos, inv, qr);
     int group = p->n_heads / p->n_kv;
     for (int h = 0; h < p->n_heads; h++) {
-        const float *qh = PTR(const float, p->q) + (size_t)h * hd;
-        for (size_t i = 0; i < hd; i++) qr[i] = ppn_bf16_to_f32(ppn_f32_to_bf16(qh[i]));
+        memcpy(qr, PTR(const float, p->q) + (size_t)h * hd, hd * sizeof(float));
+        if (inv) rope_head(qr, p->head_dim, pos, inv, p->interleaved);
+        for (size_t i = 0; i < hd; i++) qr[i] = ppn_bf16_to_f32(ppn_f32_to_bf16(qr[i]));
         attn_head a = {qr, p->kc, p->vc, p->tbl, p->block_log2, p->cap, h / group, p->kvdt, p->head_dim, pos + 1,
                        p->scale, 0.0, 1};
         float *out = PTR(float, p->out) + (size_t)h * hd;

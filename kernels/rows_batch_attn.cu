@@ -17,16 +17,23 @@
 // So q and the softmax weights are rounded to bf16 (K and V are bf16 already) and the products summed in the
 // tensor cores' order: other bits than ppn_k_attn's, within the fixtures' tolerance (docs/VALIDATION.md). The
 // warps' (max, sum, output) are merged in warp order through shared memory; with several splits, into the
-// partial records and the last block's merge of ppn_k_attn (ppn_attn_merge). Rotary and the k/v store come
-// before, from ppn_k_rope_kv_batch: this kernel only reads the caches.
+// partial records and the last block's merge of ppn_k_attn (ppn_attn_merge). The rotary and the k/v store at
+// the row's position: before, from ppn_k_rope_kv_batch (p.inv_freq 0: the caches only read), or inside (p.inv_freq
+// set: ppn_k_attn_rope_batch's scheme, the same bits as the two launches).
 
-#define PPN_ATC_WARPS 4 // 128 threads: three CTAs fit an SM's registers
+#define PPN_ATC_WARPS 4 // 128 threads
+#ifndef PPN_ATC_MINB
+#define PPN_ATC_MINB 3 // CTAs an SM: 170 registers a thread at most
+#endif
 #define PPN_ATC_MAXD 128
 #define PPN_ATC_PAD 4 // floats after each (warp, head) row of shared memory: a quad's stores in distinct banks
+#define PPN_ATC_TBL 256 // block-table entries of a span held in shared memory (4,096 positions in blocks of 16)
 
 struct ppn_atc_smem {
     float o[PPN_ATC_WARPS * 8 * (PPN_ATC_MAXD + PPN_ATC_PAD)]; // per warp and head: its outputs; then the merge's
     float m[PPN_ATC_WARPS * 8], l[PPN_ATC_WARPS * 8];
+    int32_t tbl[PPN_ATC_TBL];
+    float kv[2 * PPN_ATC_MAXD]; // the fused rotary's k and v rows at pos (ppn_attn_rope_row), rounded to bf16
     int last;
 };
 static_assert(PPN_ATC_WARPS * 8 * (PPN_ATC_MAXD + PPN_ATC_PAD) >= PPN_ATC_WARPS * (PPN_ATTN_MAX_SPLIT + 1),
@@ -37,6 +44,13 @@ __device__ __forceinline__ uint32_t ppn_atc_pack(float lo, float hi)
 {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *(uint32_t *)&v;
+}
+
+// 8 floats already bf16 values (ppn_attn_rope_row's rounded row) as the 16 bytes the cache holds for them.
+__device__ __forceinline__ uint4 ppn_atc_pack8(const float *f)
+{
+    return make_uint4(ppn_atc_pack(f[0], f[1]), ppn_atc_pack(f[2], f[3]), ppn_atc_pack(f[4], f[5]),
+                      ppn_atc_pack(f[6], f[7]));
 }
 
 // d[0..1] += rows g of A . B (rows g + 8 of A are zero, so their outputs are dropped).
@@ -73,8 +87,14 @@ __device__ __forceinline__ void ppn_atc_body(const ppn_kp_attn &p, int32_t pos, 
     if (j >= ns) return;
     int t0, t1;
     ppn_attn_span(pos, ns, j, &t0, &t1);
+    // The fused rotary (p.inv_freq set): the block whose span holds pos rotates this step's k head, stores it and
+    // v into the caches at pos, and keeps both rows (rounded as stored) in shared memory for its tiles; every
+    // block rotates q in registers. The same bits as ppn_k_rope_kv_batch before this kernel (ppn_rope_angle,
+    // ppn_rope_rot), without its launch.
+    const bool rope = p.inv_freq != 0;
+    if (rope && t0 <= pos && pos < t1) ppn_attn_rope_row(p, kvh, pos, sm.kv);
     // q of head g (rows g >= G zero) as the A fragments, in K's dims order
-    uint32_t qa[NC][2][2];
+    float qf[NC][2][4];
     const float *qh = (const float *)p.q + ((size_t)kvh * G + (g < G ? g : 0)) * HD;
 #pragma unroll
     for (int c = 0; c < NC; c++)
@@ -82,40 +102,99 @@ __device__ __forceinline__ void ppn_atc_body(const ppn_kp_attn &p, int32_t pos, 
         for (int h = 0; h < 2; h++) {
             float4 v = *(const float4 *)(qh + 32 * c + 8 * tq + 4 * h);
             if (g >= G) v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            qa[c][h][0] = ppn_atc_pack(v.x, v.y), qa[c][h][1] = ppn_atc_pack(v.z, v.w);
+            qf[c][h][0] = v.x, qf[c][h][1] = v.y, qf[c][h][2] = v.z, qf[c][h][3] = v.w;
         }
+    if (rope) { // pairs (d, d + HD / 2): chunks c and c + NC / 2 of this thread; interleaved (2 i, 2 i + 1): a float4
+        const float *inv = (const float *)p.inv_freq;
+#pragma unroll
+        for (int c = 0; c < NC; c++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int d = 32 * c + 8 * tq + 4 * h + e;
+                    float sn, cs;
+                    if (p.interleaved) {
+                        if (e & 1) continue;
+                        ppn_rope_angle(pos, inv[d >> 1], &sn, &cs);
+                        float x0 = qf[c][h][e], x1 = qf[c][h][e + 1];
+                        qf[c][h][e] = ppn_rope_rot(x0, x1, cs, sn, false);
+                        qf[c][h][e + 1] = ppn_rope_rot(x1, x0, cs, sn, true);
+                    } else if (c < NC / 2) {
+                        ppn_rope_angle(pos, inv[d], &sn, &cs);
+                        float x0 = qf[c][h][e], x1 = qf[c + NC / 2][h][e];
+                        qf[c][h][e] = ppn_rope_rot(x0, x1, cs, sn, false);
+                        qf[c + NC / 2][h][e] = ppn_rope_rot(x1, x0, cs, sn, true);
+                    }
+                }
+    }
+    uint32_t qa[NC][2][2];
+#pragma unroll
+    for (int c = 0; c < NC; c++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            qa[c][h][0] = ppn_atc_pack(qf[c][h][0], qf[c][h][1]), qa[c][h][1] = ppn_atc_pack(qf[c][h][2], qf[c][h][3]);
     const uint16_t *kc = (const uint16_t *)p.kc + (size_t)kvh * (size_t)p.cap * HD;
     const uint16_t *vc = (const uint16_t *)p.vc + (size_t)kvh * (size_t)p.cap * HD;
+    // The span's block-table entries in shared memory (one global read each, not one per row a tile): pool
+    // position of t as ppn_kv_pool_pos gives it (-1: no block). A span of more blocks reads the table itself.
     const int32_t *tbl = (const int32_t *)p.tbl; // the block table (kparams.h); NULL: identity
+    const int L = p.block_log2, blk0 = t0 >> L, nblk = ((t1 - 1) >> L) - blk0 + 1, nbmax = p.cap >> L;
+    const bool stbl = tbl && nblk <= PPN_ATC_TBL;
+    if (stbl)
+        for (int b = threadIdx.x; b < nblk; b += blockDim.x) sm.tbl[b] = tbl[blk0 + b];
+    __syncthreads();
+    auto pool_pos = [&](int t) -> int32_t {
+        if (t >= t1) return -1;
+        if (!stbl) return ppn_kv_pool_pos(tbl, L, p.cap, t);
+        int32_t b = sm.tbl[(t >> L) - blk0];
+        return b < 0 || b >= nbmax ? -1 : (b << L) | (t & ((1 << L) - 1));
+    };
     float o[NT][2];
 #pragma unroll
     for (int u = 0; u < NT; u++) o[u][0] = o[u][1] = 0.0f;
     float m = -INFINITY, l = 0.0f; // head g's running max (the same on its quad); this thread's share of the sum
-    for (int tb = t0 + 16 * warp; tb < t1; tb += 16 * PPN_ATC_WARPS) {
-        // every load of the tile first: K rows tb + 8 u + g, V rows tb + 8 u + 2 tq + e. A position past t1 or
-        // without a block reads row 0 and takes zeros (a position without a block weighs as ppn_k_attn's zeros).
-        uint4 kr[2][NC], vr[2][2][NH];
-        bool kin[2], vin[2][2];
+    // A tile's loads: K rows tb + 8 u + g, V rows tb + 8 u + 2 tq + e. A position past t1 or without a block reads
+    // row 0 and takes zeros (a position without a block weighs as ppn_k_attn's zeros). The next tile's K loads
+    // issue once the scores are formed, its V loads once the outputs are: they fly while this tile computes.
+    uint4 kr[2][NC], vr[2][2][NH];
+    bool kin[2], vin[2][2];
+    auto load_k = [&](int tb) {
 #pragma unroll
         for (int u = 0; u < 2; u++) {
-            int t = tb + 8 * u + g;
-            int32_t pp = t < t1 ? ppn_kv_pool_pos(tbl, p.block_log2, p.cap, t) : -1;
+            int32_t pp = pool_pos(tb + 8 * u + g);
             kin[u] = pp >= 0;
             size_t at = (size_t)(pp >= 0 ? pp : 0) * HD + 8 * tq;
 #pragma unroll
             for (int c = 0; c < NC; c++) kr[u][c] = ppn_atc_load(kc, at + 32 * c);
+            if (rope && tb + 8 * u + g == pos) { // this step's row, as ppn_attn_rope_row stored it
+                kin[u] = true;
+#pragma unroll
+                for (int c = 0; c < NC; c++) kr[u][c] = ppn_atc_pack8(sm.kv + 32 * c + 8 * tq);
+            }
         }
+    };
+    auto load_v = [&](int tb) {
 #pragma unroll
         for (int u = 0; u < 2; u++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                int t = tb + 8 * u + 2 * tq + e;
-                int32_t pp = t < t1 ? ppn_kv_pool_pos(tbl, p.block_log2, p.cap, t) : -1;
+                int32_t pp = pool_pos(tb + 8 * u + 2 * tq + e);
                 vin[u][e] = pp >= 0;
                 size_t at = (size_t)(pp >= 0 ? pp : 0) * HD + 8 * g;
 #pragma unroll
                 for (int h = 0; h < NH; h++) vr[u][e][h] = ppn_atc_load(vc, at + 64 * h);
+                if (rope && tb + 8 * u + 2 * tq + e == pos) {
+                    vin[u][e] = true;
+#pragma unroll
+                    for (int h = 0; h < NH; h++) vr[u][e][h] = ppn_atc_pack8(sm.kv + HD + 64 * h + 8 * g);
+                }
             }
+    };
+    int tb = t0 + 16 * warp;
+    if (tb < t1) load_k(tb), load_v(tb);
+    for (; tb < t1; tb += 16 * PPN_ATC_WARPS) {
+        const int nb = tb + 16 * PPN_ATC_WARPS; // this warp's next tile
         // scores of positions tb + 8 u + 2 tq + e for head g
         float s[2][2];
 #pragma unroll
@@ -129,6 +208,7 @@ __device__ __forceinline__ void ppn_atc_body(const ppn_kp_attn &p, int32_t pos, 
                 ppn_atc_mma(s[u][0], s[u][1], qa[c][1][0], qa[c][1][1], k.z, k.w);
             }
         }
+        if (nb < t1) load_k(nb);
         float mx = -INFINITY;
 #pragma unroll
         for (int u = 0; u < 2; u++)
@@ -167,6 +247,7 @@ __device__ __forceinline__ void ppn_atc_body(const ppn_kp_attn &p, int32_t pos, 
                 d0 *= corr, d1 *= corr;
                 ppn_atc_mma(d0, d1, pa0, pa2, b0, b1);
             }
+        if (nb < t1) load_v(nb);
     }
     l += __shfl_xor_sync(PPN_FULL_MASK, l, 1);
     l += __shfl_xor_sync(PPN_FULL_MASK, l, 2);
@@ -214,7 +295,7 @@ __device__ __forceinline__ void ppn_atc_body(const ppn_kp_attn &p, int32_t pos, 
     if (threadIdx.x == 0) *cnt = 0;
 }
 
-extern "C" __global__ void __launch_bounds__(32 * PPN_ATC_WARPS, 3) ppn_k_attn_batch_tc(const ppn_kp_attn_batch_tc pb)
+extern "C" __global__ void __launch_bounds__(32 * PPN_ATC_WARPS, PPN_ATC_MINB) ppn_k_attn_batch_tc(const ppn_kp_attn_batch_tc pb)
 {
     __shared__ ppn_atc_smem sm;
     PPN_PDL_ENTER();

@@ -322,12 +322,12 @@ static void test_kprof_batch_x16_attention(void **st)
 }
 
 /* The batch step's attention on tensor cores (PPN_ATTN_TC, the default) where the cache is bf16 and the heads fit
- * (qwen3-tiny: head_dim 64, 2 query heads a KV head): per layer ppn_k_rope_kv_batch then ppn_k_attn_batch_tc,
- * neither ppn_k_attn_batch_bf16; with PPN_ATTN_TC=0 the decode kernel per row with the rotary inside
- * (ppn_k_attn_batch_bf16 alone). Rows at different positions; each row's logits against the same sequence decoded
- * alone (ppn_decode_step, f32 attention) within the bf16 fixtures' tolerance (tests/test_fixtures.c: 2e-2 of
- * max(1, max|row|)) in both forms, and the two forms' logits not the same bits (q and the weights rounded). The
- * sim's checker holds every launch to its declared accesses (the caches read only by the tensor-core kernel). */
+ * (qwen3-tiny: head_dim 64, 2 query heads a KV head): per layer ppn_k_attn_batch_tc with the rotary inside, no
+ * other attention or rotary launch; with PPN_FUSE=0 ppn_k_rope_kv_batch before it, the same logits bits; with
+ * PPN_ATTN_TC=0 the decode kernel per row (ppn_k_attn_batch_bf16). Rows at different positions; each row's logits
+ * against the same sequence decoded alone (ppn_decode_step, f32 attention) within the bf16 fixtures' tolerance
+ * (tests/test_fixtures.c: 2e-2 of max(1, max|row|)) in every arm, and the tensor-core and decode kernels' logits not
+ * the same bits (q and the weights rounded). The sim's checker holds every launch to its declared accesses. */
 static void test_kprof_batch_attn_tc(void **st)
 {
     (void)st;
@@ -335,11 +335,13 @@ static void test_kprof_batch_attn_tc(void **st)
     char *dir = tu_tmpdir();
     assert_int_equal(ppn_mkmodel("qwen3-tiny", PPN_DTYPE_BF16, dir, 5), PPN_OK);
     ppn_rt *rt = rt_with("1");
-    float *logits[2] = {0};
-    for (int tc = 1; tc >= 0; tc--) {
+    float *logits[3] = {0};
+    for (int arm = 0; arm < 3; arm++) { /* tc + fused, tc + PPN_FUSE=0, PPN_ATTN_TC=0 */
+        const int tc = arm < 2, fuse = arm != 1;
         ppn_door d = ppn_door_default();
         d.graphs = 0;
         d.attn_tc = tc;
+        d.fuse = fuse;
         ppn_load_opts o = ppn_load_opts_default();
         o.ctx = 32;
         o.dtype = PPN_DTYPE_BF16;
@@ -355,16 +357,16 @@ static void test_kprof_batch_attn_tc(void **st)
             assert_int_equal(ppn_seq_create(m, &q[i]), PPN_OK);
             assert_int_equal(ppn_prefill(q[i], prompt[i], i + 1, NULL, NULL), PPN_OK);
         }
-        logits[tc] = malloc(sizeof(float) * NB * (size_t)mi.vocab);
-        assert_non_null(logits[tc]);
+        logits[arm] = malloc(sizeof(float) * NB * (size_t)mi.vocab);
+        assert_non_null(logits[arm]);
         ppn_kernel_time e[PPN_KERNEL_PROFILE_MAX];
-        int n = batch_step_profiled(rt, q, tok, NB, logits[tc], e);
+        int n = batch_step_profiled(rt, q, tok, NB, logits[arm], e);
         const ppn_kernel_time *t = find(e, n, "ppn_k_attn_batch_tc"), *r = find(e, n, "ppn_k_rope_kv_batch");
         const ppn_kernel_time *b = find(e, n, "ppn_k_attn_batch_bf16");
-        long tcc = t ? (long)t->calls : 0, rc = r ? (long)r->calls : 0, bc = b ? (long)b->calls : 0;
-        if (tcc != (tc ? mi.n_layers : 0) || rc != (tc ? mi.n_layers : 0) || bc != (tc ? 0 : mi.n_layers))
-            fail_msg("PPN_ATTN_TC %d: attn_batch_tc %ld, rope_kv_batch %ld, attn_batch_bf16 %ld calls (%d layers)", tc,
-                     tcc, rc, bc, mi.n_layers);
+        long tcc = t ? (long)t->calls : 0, rc = r ? (long)r->calls : 0, bc = b ? (long)b->calls : 0, L = mi.n_layers;
+        if (tcc != (tc ? L : 0) || rc != (arm == 1 ? L : 0) || bc != (tc ? 0 : L))
+            fail_msg("PPN_ATTN_TC %d PPN_FUSE %d: attn_batch_tc %ld, rope_kv_batch %ld, attn_batch_bf16 %ld calls (%ld "
+                     "layers)", tc, fuse, tcc, rc, bc, L);
         float *alone = malloc(sizeof(float) * (size_t)mi.vocab);
         assert_non_null(alone);
         tu_cmp c = {0};
@@ -373,20 +375,21 @@ static void test_kprof_batch_attn_tc(void **st)
             assert_int_equal(ppn_seq_create(m, &s1), PPN_OK);
             for (int k = 0; k <= i; k++) assert_int_equal(ppn_decode_step(s1, prompt[i][k], NULL), PPN_OK);
             assert_int_equal(ppn_decode_step(s1, tok[i], alone), PPN_OK);
-            tu_cmp_row(&c, i, logits[tc] + (size_t)i * mi.vocab, alone, mi.vocab, 2e-2, -1);
+            tu_cmp_row(&c, i, logits[arm] + (size_t)i * mi.vocab, alone, mi.vocab, 2e-2, -1);
             ppn_seq_destroy(s1);
         }
-        printf("# PPN_ATTN_TC=%d: %d rows, worst at %.3g of the bf16 tolerance against each decoded alone\n", tc, NB,
-               c.worst_ratio);
+        printf("# PPN_ATTN_TC=%d PPN_FUSE=%d: %d rows, worst at %.3g of the bf16 tolerance against each decoded alone\n",
+               tc, fuse, NB, c.worst_ratio);
         assert_true(c.worst_ratio <= 1.0);
         assert_int_equal(c.greedy_mismatch, 0);
         free(alone);
         for (int i = 0; i < NB; i++) ppn_seq_destroy(q[i]);
         assert_int_equal(ppn_model_free(m), PPN_OK);
-        if (!tc && !memcmp(logits[0], logits[1], sizeof(float) * NB * (size_t)mi.vocab))
+        if (arm == 1) assert_memory_equal(logits[0], logits[1], sizeof(float) * NB * (size_t)mi.vocab);
+        if (arm == 2 && !memcmp(logits[0], logits[2], sizeof(float) * NB * (size_t)mi.vocab))
             fail_msg("PPN_ATTN_TC 1 and 0 gave the same bits: the tensor-core form did not run");
     }
-    free(logits[0]), free(logits[1]);
+    free(logits[0]), free(logits[1]), free(logits[2]);
     ppn_rt_destroy(rt);
     tu_rmrf(dir);
     free(dir);

@@ -4,6 +4,11 @@
   fixture DIR --dtype f32|bf16 --tol T      ppn (cuda) vs a shared fixture's logits.f32
   random  KIND OUTDIR --steps 64 --tol T    build a random bf16 model with transformers (KIND: llama|qwen3),
                                             compute its float32 logits on the GPU, run ppn, compare
+  random-batch KIND OUTDIR --prompts 24 --steps 24 --dtype bf16 --tol T
+                                            the same model; ppn decodes the prompts as one batch (`ppn run
+                                            --ids-file`, the batched decode step); transformers, teacher-forced on
+                                            each prompt and what ppn generated, must have ppn's id as its argmax
+                                            wherever its top-1/top-2 margin exceeds 2 tol max(1, max|row|)
 
 Tolerance rule (fixtures README): max|ppn - ref| <= tol * max(1, max|ref row|) on every row; greedy ids must
 agree wherever the reference top-1/top-2 margin exceeds `margin`. Prints one JSON line per comparison.
@@ -147,6 +152,53 @@ def random_model(args):
     return 0 if ok else 1
 
 
+def random_batch(args):
+    """ppn's batched greedy ids against transformers' argmax on the same sequences (no logits leave a batch run).
+    Every generated id after the first comes from a batched decode step; each is checked where the reference's
+    margin exceeds the widest gap a result within tolerance could close."""
+    import random
+    import torch
+    from transformers import AutoModelForCausalLM
+    os.makedirs(args.outdir, exist_ok=True)
+    if not os.path.exists(os.path.join(args.outdir, "config.json")):
+        build_random(args.kind, args.outdir)
+    rng = random.Random(99)
+    prompts = [[rng.randrange(1, 32000) for _ in range(3 + (i * 5) % 11)] for i in range(args.prompts)]
+    ids_file = os.path.join(args.outdir, "batch_prompts.txt")
+    with open(ids_file, "w") as f:
+        f.write("".join(",".join(map(str, p)) + "\n" for p in prompts))
+    cmd = [PPN, "run", "--model", args.outdir, "--backend", "cuda", "--dtype", args.dtype, "--ids-file", ids_file,
+           "-n", str(args.steps)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit("ppn failed: %s\n%s" % (" ".join(cmd), r.stderr))
+    gens = [[int(x) for x in line.split(",")] for line in r.stdout.strip().splitlines()]
+    assert len(gens) == len(prompts), "ppn printed %d lines for %d prompts" % (len(gens), len(prompts))
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model = AutoModelForCausalLM.from_pretrained(args.outdir, dtype=torch.float32, attn_implementation="eager").cuda()
+    model.eval()
+    checked = mism = 0
+    worst_first = None
+    with torch.no_grad():
+        for i, (p, g) in enumerate(zip(prompts, gens)):
+            seq = p + g
+            logits = model(torch.tensor([seq], device="cuda")).logits[0].float().cpu().numpy()
+            for t in range(len(g)):
+                row = logits[len(p) - 1 + t]
+                scale = max(1.0, float(np.abs(row).max()))
+                top2 = np.sort(row)[-2:]
+                if top2[1] - top2[0] > 2 * args.tol * scale:
+                    checked += 1
+                    if int(np.argmax(row)) != g[t]:
+                        mism += 1
+                        worst_first = worst_first or (i, t)
+    ok = mism == 0 and checked > 0
+    print(json.dumps({"random_batch": args.kind, "dtype": args.dtype, "prompts": len(prompts), "steps": args.steps,
+                      "attn_tc": os.environ.get("PPN_ATTN_TC", "default"), "ids_checked": checked,
+                      "ids_mismatch": mism, "first_mismatch": worst_first, "pass": bool(ok)}))
+    return 0 if ok else 1
+
+
 def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -160,13 +212,20 @@ def main():
     r.add_argument("--steps", type=int, default=64)
     r.add_argument("--dtype", default="f32")
     r.add_argument("--tol", type=float, default=1e-3)
+    rb = sub.add_parser("random-batch")
+    rb.add_argument("kind", choices=["llama", "qwen3"])
+    rb.add_argument("outdir")
+    rb.add_argument("--prompts", type=int, default=24)
+    rb.add_argument("--steps", type=int, default=24)
+    rb.add_argument("--dtype", default="bf16")
+    rb.add_argument("--tol", type=float, default=2e-2)
     l2 = sub.add_parser("llama2c")
     l2.add_argument("bin")
     l2.add_argument("ids")
     l2.add_argument("logits")
     l2.add_argument("--tol", type=float, default=1e-3)
     a = ap.parse_args()
-    return {"fixture": fixture, "random": random_model, "llama2c": llama2c}[a.cmd](a)
+    return {"fixture": fixture, "random": random_model, "random-batch": random_batch, "llama2c": llama2c}[a.cmd](a)
 
 
 if __name__ == "__main__":
