@@ -88,8 +88,8 @@ ppn_status ppn_fwd_rows_embed(ppn_model *m, ppn_gstream *s, const ppn_rows_scrat
 
 /* A batch's rows (one per sequence; a mixed walk's rows [brow0, rows)): the rotary with the KV store and attention
  * of every row. On tensor cores where the door lets them (PPN_ATTN_TC) and the cache and heads fit
- * (ppn_op_attn_rope_batch_tc, or ppn_op_rope_kv_batch then ppn_op_attn_batch_tc with PPN_FUSE=0: the same bits;
- * each row's bits its own but not the decode kernel's). Else in one launch
+ * (ppn_op_rope_kv_batch then ppn_op_attn_batch_tc; each row's bits its own but not the decode kernel's). Else in one
+ * launch
  * where the door fuses, the shape fits and the blocks fit a wave
  * (ppn_op_attn_rope_batch, the same bits), else one launch each, through the row descriptors the walk uploaded:
  * this stage's in the first slot of r->segs in the split, stage st's in slot st of stage 0's in the unsplit walk
@@ -113,15 +113,12 @@ static ppn_status batch_attention(ppn_model *m, ppn_gstream *s, int dev, const p
     const ppn_kseg *segs_h = c->ksegs_h + (size_t)st * (size_t)nb;
     int split = m->attn_split;
     if (m->map->door.attn_tc && ppn_op_attn_batch_tc_fits(nh, nkv, hd, pool.kvdt)) {
-        /* Tensor cores (PPN_ATTN_TC): the rotary and the k/v store inside where the door fuses (at every B: only
-         * the block holding a row's position stores), else first in their own launch. About three (row, KV head,
-         * split) blocks an SM, a function of B alone (the scratch holds the model's split). */
+        /* Tensor cores (PPN_ATTN_TC): the rotary and the k/v store first, in their own launch. Not inside (tried in
+         * 46599d0, the same bits): on the H200 (2026-12-05) every block's sincosf for q made the 8B's B=16 step
+         * 5.80 ms against 5.39-5.44 with the two launches, B=64 7.50 against 6.95. About three (row,
+         * KV head, split) blocks an SM, a function of B alone (the scratch holds the model's split). */
         int per = m->sm_count > 0 ? 3 * m->sm_count / (nb * nkv) : split;
         if (split > per) split = per > 1 ? per : 1;
-        if (m->map->door.fuse && ppn_op_attn_rope_fits(hd, cf->rope_interleaved))
-            return ppn_op_attn_rope_batch_tc(m->rt->g, s, att, odt, qkv, nh, nkv, hd, scale, &pool, segs_d, segs_h,
-                                             c->tbl_hs, c->n_tbls, nb, r->attp, split, m->inv_freq[dev],
-                                             cf->rope_interleaved);
         PPN_CHECK(ppn_op_rope_kv_batch(m->rt->g, s, qkv, nh, nkv, hd, m->inv_freq[dev], cf->rope_interleaved, &pool,
                                        segs_d, segs_h, c->tbl_hs, c->n_tbls, nb));
         return ppn_op_attn_batch_tc(m->rt->g, s, att, odt, qkv, nh, nkv, hd, scale, &pool, segs_d, segs_h, c->tbl_hs,

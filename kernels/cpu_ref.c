@@ -330,8 +330,7 @@ void ppn_cpu_attn(const void *params)
     }
 }
 
-/* ppn_k_attn_batch_tc's arithmetic for one row: ppn_cpu_attn (with its fused rotary where p->inv_freq is set) with
- * q rounded to bf16 and each
+/* ppn_k_attn_batch_tc's arithmetic for one row (p->inv_freq 0): ppn_cpu_attn with q rounded to bf16 and each
  * weight rounded to bf16 where it multiplies v (the sum it is divided by keeps the unrounded weights). Exact
  * otherwise; the device rounds each weight against its tile's running maximum, not the row's, and sums in the
  * tensor cores' order: the same values within rounding, not the same bits. */
@@ -344,13 +343,10 @@ void ppn_cpu_attn_tc(const ppn_kp_attn *p)
         return;
     }
     float qr[256];
-    const float *inv = p->inv_freq ? PTR(const float, p->inv_freq) : NULL;
-    if (inv) attn_rope_store(p, pos, inv, qr);
     int group = p->n_heads / p->n_kv;
     for (int h = 0; h < p->n_heads; h++) {
-        memcpy(qr, PTR(const float, p->q) + (size_t)h * hd, hd * sizeof(float));
-        if (inv) rope_head(qr, p->head_dim, pos, inv, p->interleaved);
-        for (size_t i = 0; i < hd; i++) qr[i] = ppn_bf16_to_f32(ppn_f32_to_bf16(qr[i]));
+        const float *qh = PTR(const float, p->q) + (size_t)h * hd;
+        for (size_t i = 0; i < hd; i++) qr[i] = ppn_bf16_to_f32(ppn_f32_to_bf16(qh[i]));
         attn_head a = {qr, p->kc, p->vc, p->tbl, p->block_log2, p->cap, h / group, p->kvdt, p->head_dim, pos + 1,
                        p->scale, 0.0, 1};
         float *out = PTR(float, p->out) + (size_t)h * hd;

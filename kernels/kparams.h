@@ -392,7 +392,7 @@ typedef struct {
 typedef ppn_kp_attn_batch ppn_kp_attn_batch_bf16;
 typedef ppn_kp_attn_batch ppn_kp_attn_batch_f16;
 /* The same rows on tensor cores (kernels/rows_batch_attn.cu): a.kvdt bf16, head_dim 64 or 128, n_heads / n_kv <= 8,
- * a.inv_freq 0 (the rotary and k/v store ran before: the caches are only read) or the fused rotary as above. Grid (n_kv, n_split, B) of 128-thread
+ * a.inv_freq 0 (the rotary and k/v store ran before: the caches are only read). Grid (n_kv, n_split, B) of 128-thread
  * CTAs, the same splits, scratch and merge; q and the softmax weights are rounded to bf16 and the products summed in
  * the tensor cores' order, so a row's bits are not ppn_kp_attn's, but still its own (never the other rows'). */
 typedef ppn_kp_attn_batch ppn_kp_attn_batch_tc;

@@ -236,7 +236,7 @@ ppn_status ppn_op_attn_rope_batch_to(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, i
                                      const ppn_kseg *segs_h, const int32_t *const *tbl_h, const int *n_tbl, int B,
                                      ppn_dptr part, int n_split, ppn_dptr inv_freq, int interleaved);
 /* ppn_op_attn_batch_to on tensor cores (ppn_k_attn_batch_tc): the caches are only read (the rotary and the k/v
- * store ran before, ppn_op_rope_kv_batch; or inside: ppn_op_attn_rope_batch_tc below), q and the softmax weights rounded to bf16; the same grid, splits and
+ * store ran before, ppn_op_rope_kv_batch), q and the softmax weights rounded to bf16; the same grid, splits and
  * scratch. PPN_EUNSUPPORTED where !ppn_op_attn_batch_tc_fits (a bf16 cache, head_dim 64 or 128, at most 8 query
  * heads a KV head); PPN_EINVAL for qkv not 16-byte aligned and for what ppn_op_attn_batch_to refuses. */
 int ppn_op_attn_batch_tc_fits(int n_heads, int n_kv, int head_dim, int kvdt);
@@ -244,13 +244,6 @@ ppn_status ppn_op_attn_batch_tc(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int od
                                 int head_dim, float scale, const ppn_kv_pool *pool, ppn_dptr segs_d,
                                 const ppn_kseg *segs_h, const int32_t *const *tbl_h, const int *n_tbl, int B,
                                 ppn_dptr part, int n_split);
-/* ppn_op_attn_batch_tc with each row's rotary inside, as ppn_op_attn_rope_batch_to: q rotated in registers, the
- * rotated k and v stored at the row's position (the caches read and written), the bits of ppn_op_rope_kv_batch then
- * ppn_op_attn_batch_tc in one launch. PPN_EUNSUPPORTED also where !ppn_op_attn_rope_fits(head_dim, interleaved). */
-ppn_status ppn_op_attn_rope_batch_tc(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt, ppn_dptr qkv, int n_heads,
-                                     int n_kv, int head_dim, float scale, const ppn_kv_pool *pool, ppn_dptr segs_d,
-                                     const ppn_kseg *segs_h, const int32_t *const *tbl_h, const int *n_tbl, int B,
-                                     ppn_dptr part, int n_split, ppn_dptr inv_freq, int interleaved);
 /* Bytes of ppn_op_attn_batch's scratch: B rows of ppn_op_attn_scratch_bytes (0 for a non-positive argument). */
 size_t ppn_op_attn_batch_scratch_bytes(int B, int n_heads, int n_split, int head_dim);
 

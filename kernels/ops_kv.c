@@ -377,11 +377,12 @@ int ppn_op_attn_batch_tc_fits(int n_heads, int n_kv, int head_dim, int kvdt)
            n_heads % n_kv == 0 && n_heads / n_kv <= BATCH_ATTN_TC_MAXG;
 }
 
-static ppn_status attn_batch_tc(const char *op, ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt, ppn_dptr qkv,
-                                int n_heads, int n_kv, int head_dim, float scale, const ppn_kv_pool *pool,
-                                ppn_dptr segs_d, const ppn_kseg *segs_h, const int32_t *const *tbl_h, const int *n_tbl,
-                                int B, ppn_dptr part, int n_split, ppn_dptr inv_freq, int interleaved)
+ppn_status ppn_op_attn_batch_tc(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt, ppn_dptr qkv, int n_heads, int n_kv,
+                                int head_dim, float scale, const ppn_kv_pool *pool, ppn_dptr segs_d,
+                                const ppn_kseg *segs_h, const int32_t *const *tbl_h, const int *n_tbl, int B,
+                                ppn_dptr part, int n_split)
 {
+    const char *op = "ppn_op_attn_batch_tc";
     if (!pool) return ppn_err(PPN_EINVAL, "%s: the pool is NULL", op);
     if (!ppn_op_attn_batch_tc_fits(n_heads, n_kv, head_dim, pool->kvdt))
         return ppn_err(PPN_EUNSUPPORTED,
@@ -393,26 +394,5 @@ static ppn_status attn_batch_tc(const char *op, ppn_gpu *g, ppn_gstream *s, ppn_
         return ppn_err(PPN_EINVAL, "%s: qkv 0x%llx must be 16-byte aligned (q is read 4 floats at a time)", op,
                        (unsigned long long)qkv);
     return attn_batch_submit(op, g, s, out, odt, qkv, n_heads, n_kv, head_dim, scale, pool, segs_d, segs_h, tbl_h,
-                             n_tbl, B, part, n_split, inv_freq, interleaved, 1);
-}
-
-ppn_status ppn_op_attn_batch_tc(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt, ppn_dptr qkv, int n_heads, int n_kv,
-                                int head_dim, float scale, const ppn_kv_pool *pool, ppn_dptr segs_d,
-                                const ppn_kseg *segs_h, const int32_t *const *tbl_h, const int *n_tbl, int B,
-                                ppn_dptr part, int n_split)
-{
-    return attn_batch_tc("ppn_op_attn_batch_tc", g, s, out, odt, qkv, n_heads, n_kv, head_dim, scale, pool, segs_d,
-                         segs_h, tbl_h, n_tbl, B, part, n_split, 0, 0);
-}
-
-ppn_status ppn_op_attn_rope_batch_tc(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt, ppn_dptr qkv, int n_heads,
-                                     int n_kv, int head_dim, float scale, const ppn_kv_pool *pool, ppn_dptr segs_d,
-                                     const ppn_kseg *segs_h, const int32_t *const *tbl_h, const int *n_tbl, int B,
-                                     ppn_dptr part, int n_split, ppn_dptr inv_freq, int interleaved)
-{
-    const char *op = "ppn_op_attn_rope_batch_tc";
-    PPN_CHECK(need_ptr(op, "inv_freq", inv_freq));
-    PPN_CHECK(need_rope_fits(op, head_dim, interleaved, "rope_kv_batch + attn_batch_tc"));
-    return attn_batch_tc(op, g, s, out, odt, qkv, n_heads, n_kv, head_dim, scale, pool, segs_d, segs_h, tbl_h, n_tbl,
-                         B, part, n_split, inv_freq, interleaved);
+                             n_tbl, B, part, n_split, 0, 0, 1);
 }

@@ -17,9 +17,9 @@
 // So q and the softmax weights are rounded to bf16 (K and V are bf16 already) and the products summed in the
 // tensor cores' order: other bits than ppn_k_attn's, within the fixtures' tolerance (docs/VALIDATION.md). The
 // warps' (max, sum, output) are merged in warp order through shared memory; with several splits, into the
-// partial records and the last block's merge of ppn_k_attn (ppn_attn_merge). The rotary and the k/v store at
-// the row's position: before, from ppn_k_rope_kv_batch (p.inv_freq 0: the caches only read), or inside (p.inv_freq
-// set: ppn_k_attn_rope_batch's scheme, the same bits as the two launches).
+// partial records and the last block's merge of ppn_k_attn (ppn_attn_merge). The rotary and the k/v store come
+// before, from ppn_k_rope_kv_batch: this kernel only reads the caches. (Inside, every block's sincosf for q cost
+// more than the launch it saved: docs/PERF.md, 2026-12-05.)
 
 #define PPN_ATC_WARPS 4 // 128 threads
 #ifndef PPN_ATC_MINB
@@ -33,7 +33,6 @@ struct ppn_atc_smem {
     float o[PPN_ATC_WARPS * 8 * (PPN_ATC_MAXD + PPN_ATC_PAD)]; // per warp and head: its outputs; then the merge's
     float m[PPN_ATC_WARPS * 8], l[PPN_ATC_WARPS * 8];
     int32_t tbl[PPN_ATC_TBL];
-    float kv[2 * PPN_ATC_MAXD]; // the fused rotary's k and v rows at pos (ppn_attn_rope_row), rounded to bf16
     int last;
 };
 static_assert(PPN_ATC_WARPS * 8 * (PPN_ATC_MAXD + PPN_ATC_PAD) >= PPN_ATC_WARPS * (PPN_ATTN_MAX_SPLIT + 1),
@@ -44,13 +43,6 @@ __device__ __forceinline__ uint32_t ppn_atc_pack(float lo, float hi)
 {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *(uint32_t *)&v;
-}
-
-// 8 floats already bf16 values (ppn_attn_rope_row's rounded row) as the 16 bytes the cache holds for them.
-__device__ __forceinline__ uint4 ppn_atc_pack8(const float *f)
-{
-    return make_uint4(ppn_atc_pack(f[0], f[1]), ppn_atc_pack(f[2], f[3]), ppn_atc_pack(f[4], f[5]),
-                      ppn_atc_pack(f[6], f[7]));
 }
 
 // d[0..1] += rows g of A . B (rows g + 8 of A are zero, so their outputs are dropped).
@@ -87,14 +79,8 @@ __device__ __forceinline__ void ppn_atc_body(const ppn_kp_attn &p, int32_t pos, 
     if (j >= ns) return;
     int t0, t1;
     ppn_attn_span(pos, ns, j, &t0, &t1);
-    // The fused rotary (p.inv_freq set): the block whose span holds pos rotates this step's k head, stores it and
-    // v into the caches at pos, and keeps both rows (rounded as stored) in shared memory for its tiles; every
-    // block rotates q in registers. The same bits as ppn_k_rope_kv_batch before this kernel (ppn_rope_angle,
-    // ppn_rope_rot), without its launch.
-    const bool rope = p.inv_freq != 0;
-    if (rope && t0 <= pos && pos < t1) ppn_attn_rope_row(p, kvh, pos, sm.kv);
     // q of head g (rows g >= G zero) as the A fragments, in K's dims order
-    float qf[NC][2][4];
+    uint32_t qa[NC][2][2];
     const float *qh = (const float *)p.q + ((size_t)kvh * G + (g < G ? g : 0)) * HD;
 #pragma unroll
     for (int c = 0; c < NC; c++)
@@ -102,38 +88,8 @@ __device__ __forceinline__ void ppn_atc_body(const ppn_kp_attn &p, int32_t pos, 
         for (int h = 0; h < 2; h++) {
             float4 v = *(const float4 *)(qh + 32 * c + 8 * tq + 4 * h);
             if (g >= G) v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            qf[c][h][0] = v.x, qf[c][h][1] = v.y, qf[c][h][2] = v.z, qf[c][h][3] = v.w;
+            qa[c][h][0] = ppn_atc_pack(v.x, v.y), qa[c][h][1] = ppn_atc_pack(v.z, v.w);
         }
-    if (rope) { // pairs (d, d + HD / 2): chunks c and c + NC / 2 of this thread; interleaved (2 i, 2 i + 1): a float4
-        const float *inv = (const float *)p.inv_freq;
-#pragma unroll
-        for (int c = 0; c < NC; c++)
-#pragma unroll
-            for (int h = 0; h < 2; h++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int d = 32 * c + 8 * tq + 4 * h + e;
-                    float sn, cs;
-                    if (p.interleaved) {
-                        if (e & 1) continue;
-                        ppn_rope_angle(pos, inv[d >> 1], &sn, &cs);
-                        float x0 = qf[c][h][e], x1 = qf[c][h][e + 1];
-                        qf[c][h][e] = ppn_rope_rot(x0, x1, cs, sn, false);
-                        qf[c][h][e + 1] = ppn_rope_rot(x1, x0, cs, sn, true);
-                    } else if (c < NC / 2) {
-                        ppn_rope_angle(pos, inv[d], &sn, &cs);
-                        float x0 = qf[c][h][e], x1 = qf[c + NC / 2][h][e];
-                        qf[c][h][e] = ppn_rope_rot(x0, x1, cs, sn, false);
-                        qf[c + NC / 2][h][e] = ppn_rope_rot(x1, x0, cs, sn, true);
-                    }
-                }
-    }
-    uint32_t qa[NC][2][2];
-#pragma unroll
-    for (int c = 0; c < NC; c++)
-#pragma unroll
-        for (int h = 0; h < 2; h++)
-            qa[c][h][0] = ppn_atc_pack(qf[c][h][0], qf[c][h][1]), qa[c][h][1] = ppn_atc_pack(qf[c][h][2], qf[c][h][3]);
     const uint16_t *kc = (const uint16_t *)p.kc + (size_t)kvh * (size_t)p.cap * HD;
     const uint16_t *vc = (const uint16_t *)p.vc + (size_t)kvh * (size_t)p.cap * HD;
     // The span's block-table entries in shared memory (one global read each, not one per row a tile): pool
@@ -167,11 +123,6 @@ __device__ __forceinline__ void ppn_atc_body(const ppn_kp_attn &p, int32_t pos, 
             size_t at = (size_t)(pp >= 0 ? pp : 0) * HD + 8 * tq;
 #pragma unroll
             for (int c = 0; c < NC; c++) kr[u][c] = ppn_atc_load(kc, at + 32 * c);
-            if (rope && tb + 8 * u + g == pos) { // this step's row, as ppn_attn_rope_row stored it
-                kin[u] = true;
-#pragma unroll
-                for (int c = 0; c < NC; c++) kr[u][c] = ppn_atc_pack8(sm.kv + 32 * c + 8 * tq);
-            }
         }
     };
     auto load_v = [&](int tb) {
@@ -184,11 +135,6 @@ __device__ __forceinline__ void ppn_atc_body(const ppn_kp_attn &p, int32_t pos, 
                 size_t at = (size_t)(pp >= 0 ? pp : 0) * HD + 8 * g;
 #pragma unroll
                 for (int h = 0; h < NH; h++) vr[u][e][h] = ppn_atc_load(vc, at + 64 * h);
-                if (rope && tb + 8 * u + 2 * tq + e == pos) {
-                    vin[u][e] = true;
-#pragma unroll
-                    for (int h = 0; h < NH; h++) vr[u][e][h] = ppn_atc_pack8(sm.kv + HD + 64 * h + 8 * g);
-                }
             }
     };
     int tb = t0 + 16 * warp;

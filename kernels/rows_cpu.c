@@ -183,7 +183,7 @@ void ppn_cpu_attn_batch(const void *params)
     free(t);
 }
 
-/* ppn_cpu_attn_batch's rows by ppn_cpu_attn_tc (with the fused rotary where a.inv_freq is set). */
+/* ppn_cpu_attn_batch's rows by ppn_cpu_attn_tc (no fused rotary: the op takes no inv_freq). */
 void ppn_cpu_attn_batch_tc(const void *params)
 {
     const ppn_kp_attn_batch *p = params;

@@ -859,28 +859,6 @@ static void tc_case(const ashape *a, int L, int B, int ns)
     }
     printf("  %-58s worst %.3f of 2^-7 mag (rounded ref), %.3f of the bound (exact)\n", what, wt, we);
     if (!(wt <= 1.0) || !(we <= 1.0)) fail_msg("%s: off the reference (%.3f, %.3f of tolerance)", what, wt, we);
-    /* the rotary inside (ppn_op_attn_rope_batch_tc) on the unrotated rows and fresh pools: the bits of
-     * rope_kv_batch then attn_batch_tc, out and both pools, for both pair layouts */
-    float inv[64];
-    for (int k = 0; k < hd / 2; k++) inv[k] = (float)(1.0 / pow(10000.0, (2.0 * k) / hd));
-    ppn_dptr dinv = up(inv, sizeof inv);
-    unsigned char *k3 = hmem(pb), *k4 = hmem(pb), *v3 = hmem(pb), *v4 = hmem(pb);
-    for (int il = 0; il < 2; il++) {
-        ppn_dptr dq3 = up(qkv, (size_t)B * row * 4), dq4 = up(qkv, (size_t)B * row * 4);
-        ppn_kv_pool p3 = pool, p4 = pool;
-        p3.k = up(pk, pb), p3.v = up(pv, pb), p4.k = up(pk, pb), p4.v = up(pv, pb);
-        OK(ppn_op_attn_rope_batch_tc(G, S, dout, PPN_DTYPE_F32, dq3, a->nq, a->nkv, hd, scale, &p3, dsegs, segs, tb,
-                                     nt, B, dpart, ns, dinv, il));
-        get(o1, dout, ob), get(k3, p3.k, pb), get(v3, p3.v, pb);
-        OK(ppn_op_rope_kv_batch(G, S, dq4, a->nq, a->nkv, hd, dinv, il, &p4, dsegs, segs, tb, nt, B));
-        OK(ppn_op_attn_batch_tc(G, S, dout, PPN_DTYPE_F32, dq4, a->nq, a->nkv, hd, scale, &p4, dsegs, segs, tb, nt, B,
-                                dpart, ns));
-        get(o2, dout, ob), get(k4, p4.k, pb), get(v4, p4.v, pb);
-        if (memcmp(o1, o2, ob)) fail_msg("%s: attn_rope_batch_tc (interleaved %d) differs from the two launches", what, il);
-        if (memcmp(k3, k4, pb) || memcmp(v3, v4, pb)) fail_msg("%s: attn_rope_batch_tc's pools differ", what);
-    }
-    printf("  %-58s rotary inside: the two launches' bits\n", what);
-    free(k3), free(k4), free(v3), free(v4);
     free(pk), free(pv), free(qkv), free(o1), free(o2), free(one), free(segs), free(tb), free(nt), free(pg.tbl);
     dfree_all();
 }
@@ -888,11 +866,11 @@ static void tc_case(const ashape *a, int L, int B, int ns)
 typedef struct tcrun {
     const ashape *a;
     ppn_kv_pool pool;
-    ppn_dptr out, q, segs, part, inv;
+    ppn_dptr out, q, segs, part;
     const ppn_kseg *segs_h;
     const int32_t **tb;
     int *nt;
-    int B, ns, tc, rope;
+    int B, ns, tc;
 } tcrun;
 
 static ppn_status graph_replay(void *arg) { return G->ops->graph_launch(G, (ppn_ggraph *)arg, S); }
@@ -916,9 +894,6 @@ static ppn_status tc_launch(void *arg)
     tcrun *r = arg;
     const ashape *a = r->a;
     float scale = 1.0f / sqrtf((float)a->hd);
-    if (r->tc && r->rope)
-        return ppn_op_attn_rope_batch_tc(G, S, r->out, PPN_DTYPE_BF16, r->q, a->nq, a->nkv, a->hd, scale, &r->pool,
-                                         r->segs, r->segs_h, r->tb, r->nt, r->B, r->part, r->ns, r->inv, 0);
     if (r->tc)
         return ppn_op_attn_batch_tc(G, S, r->out, PPN_DTYPE_BF16, r->q, a->nq, a->nkv, a->hd, scale, &r->pool, r->segs,
                                     r->segs_h, r->tb, r->nt, r->B, r->part, r->ns);
@@ -941,7 +916,7 @@ static void test_gpu_rows_attn_tc(void **state)
     printf("  batched decode attention, bf16 cache in blocks of 16, bf16 out; %d SMs; us a launch on the device (10 "
            "launches in a graph, median of 15 replays):\n", sms);
     printf("  %-9s %3s %5s | %-22s | %s\n", "model", "B", "pos", "per row (splits)",
-           "tensor cores: splits 1 / 2 / 3 / 4 / the rule / the rule, rotary inside");
+           "tensor cores: splits 1 / 2 / 3 / 4 / the rule");
     static const int Bs[] = {16, 64};
     static const int ctxs[] = {160, 1000};
     for (size_t k = 0; k < 2; k++)
@@ -981,11 +956,7 @@ static void test_gpu_rows_attn_tc(void **state)
                     printf("%6.2f ", time_graph_us(tc_launch, &r));
                 }
                 r.ns = three > 1 ? (three < model_split ? three : model_split) : 1;
-                printf("/ %6.2f (%d) ", time_graph_us(tc_launch, &r), r.ns);
-                float inv[64];
-                for (int e = 0; e < a->hd / 2; e++) inv[e] = (float)(1.0 / pow(10000.0, (2.0 * e) / a->hd));
-                r.inv = up(inv, sizeof inv), r.rope = 1;
-                printf("/ %6.2f\n", time_graph_us(tc_launch, &r));
+                printf("/ %6.2f (%d)\n", time_graph_us(tc_launch, &r), r.ns);
                 free(pk), free(qkv), free(segs), free(tb), free(nt), free(pg.tbl);
                 dfree_all();
             }
