@@ -281,6 +281,16 @@ static void attn_chunk(const attn_head *a, float *out, int d0, int nd)
     for (int i = 0; i < nd; i++) out[d0 + i] = (float)(acc[i] / sum);
 }
 
+/* One head's output: its max score, then every chunk of its dims. */
+static void attn_head_out(attn_head *a, float *out)
+{
+    attn_max(a);
+    for (int d0 = 0; d0 < a->hd; d0 += ATTN_CHUNK) {
+        int nd = a->hd - d0 < ATTN_CHUNK ? a->hd - d0 : ATTN_CHUNK;
+        attn_chunk(a, out, d0, nd);
+    }
+}
+
 /* The fused rotary's stores: each KV head's k rotated at pos and v into the caches there (none past a missing
  * block). tmp: head_dim floats. */
 static void attn_rope_store(const ppn_kp_attn *p, int32_t pos, const float *inv, float *tmp)
@@ -321,12 +331,7 @@ void ppn_cpu_attn(const void *params)
         }
         attn_head a = {qh, p->kc, p->vc, p->tbl, p->block_log2, p->cap, h / group, p->kvdt, p->head_dim, pos + 1,
                        p->scale, 0.0, 0};
-        float *out = PTR(float, p->out) + (size_t)h * hd;
-        attn_max(&a);
-        for (int d0 = 0; d0 < p->head_dim; d0 += ATTN_CHUNK) {
-            int nd = p->head_dim - d0 < ATTN_CHUNK ? p->head_dim - d0 : ATTN_CHUNK;
-            attn_chunk(&a, out, d0, nd);
-        }
+        attn_head_out(&a, PTR(float, p->out) + (size_t)h * hd);
     }
 }
 
@@ -349,12 +354,7 @@ void ppn_cpu_attn_tc(const ppn_kp_attn *p)
         for (size_t i = 0; i < hd; i++) qr[i] = ppn_bf16_to_f32(ppn_f32_to_bf16(qh[i]));
         attn_head a = {qr, p->kc, p->vc, p->tbl, p->block_log2, p->cap, h / group, p->kvdt, p->head_dim, pos + 1,
                        p->scale, 0.0, 1};
-        float *out = PTR(float, p->out) + (size_t)h * hd;
-        attn_max(&a);
-        for (int d0 = 0; d0 < p->head_dim; d0 += ATTN_CHUNK) {
-            int nd = p->head_dim - d0 < ATTN_CHUNK ? p->head_dim - d0 : ATTN_CHUNK;
-            attn_chunk(&a, out, d0, nd);
-        }
+        attn_head_out(&a, PTR(float, p->out) + (size_t)h * hd);
     }
 }
 

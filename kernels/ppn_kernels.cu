@@ -864,19 +864,27 @@ template <int KD> __device__ __forceinline__ void ppn_attn_kernel(const ppn_kp_a
 
 // Batched decode (ppn_kp_attn_batch): CTA (kvh, j, i) is CTA (kvh, j) of row i's decode attention, with row i's q,
 // out, scratch, table and position, so a row's bits are ppn_k_attn's whatever the other rows are.
-template <int KD> __device__ __forceinline__ void ppn_attn_batch_kernel(const ppn_kp_attn_batch &pb)
+// Row i's params (its q, out, scratch and table) and position (*pos); p.inv_freq as the op set it.
+__device__ __forceinline__ ppn_kp_attn ppn_attn_batch_row(const ppn_kp_attn_batch &pb, int i, int32_t *pos)
 {
-    __shared__ ppn_attn_smem sm;
-    PPN_PDL_ENTER();
-    const int i = blockIdx.z;
     const ppn_kseg seg = ((const ppn_kseg *)pb.segs)[i];
     ppn_kp_attn p = pb.a;
     const size_t hd = (size_t)p.head_dim;
     p.q += (uint64_t)i * (uint64_t)(p.n_heads + 2 * p.n_kv) * hd * sizeof(float);
     p.out += (uint64_t)i * (uint64_t)p.n_heads * hd * (p.odt == PPN_DTYPE_BF16 ? 2u : 4u);
     p.part += (uint64_t)i * ((uint64_t)p.n_heads * p.n_split * (hd + 2) * sizeof(float) + (uint64_t)p.n_heads * 4u);
-    p.tbl = seg.tbl; // p.inv_freq as the op set it: the fused rotary at the row's own position, or none
-    ppn_attn_body<KD>(p, seg.pos, blockIdx.x, blockIdx.y, sm);
+    p.tbl = seg.tbl;
+    *pos = seg.pos;
+    return p;
+}
+
+template <int KD> __device__ __forceinline__ void ppn_attn_batch_kernel(const ppn_kp_attn_batch &pb)
+{
+    __shared__ ppn_attn_smem sm;
+    PPN_PDL_ENTER();
+    int32_t pos;
+    const ppn_kp_attn p = ppn_attn_batch_row(pb, blockIdx.z, &pos);
+    ppn_attn_body<KD>(p, pos, blockIdx.x, blockIdx.y, sm);
 }
 
 extern "C" __global__ void __launch_bounds__(32 * PPN_ATTN_WARPS, 2) ppn_k_attn_batch(const ppn_kp_attn_batch p)

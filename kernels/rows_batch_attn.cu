@@ -245,14 +245,8 @@ extern "C" __global__ void __launch_bounds__(32 * PPN_ATC_WARPS, PPN_ATC_MINB) p
 {
     __shared__ ppn_atc_smem sm;
     PPN_PDL_ENTER();
-    const int i = blockIdx.z;
-    const ppn_kseg seg = ((const ppn_kseg *)pb.segs)[i];
-    ppn_kp_attn p = pb.a;
-    const size_t hd = (size_t)p.head_dim;
-    p.q += (uint64_t)i * (uint64_t)(p.n_heads + 2 * p.n_kv) * hd * sizeof(float);
-    p.out += (uint64_t)i * (uint64_t)p.n_heads * hd * (p.odt == PPN_DTYPE_BF16 ? 2u : 4u);
-    p.part += (uint64_t)i * ((uint64_t)p.n_heads * p.n_split * (hd + 2) * sizeof(float) + (uint64_t)p.n_heads * 4u);
-    p.tbl = seg.tbl;
-    if (p.head_dim == 128) ppn_atc_body<128>(p, seg.pos, blockIdx.x, blockIdx.y, sm);
-    else ppn_atc_body<64>(p, seg.pos, blockIdx.x, blockIdx.y, sm); // ops_kv.c admits 64 and 128 only
+    int32_t pos;
+    const ppn_kp_attn p = ppn_attn_batch_row(pb, blockIdx.z, &pos);
+    if (p.head_dim == 128) ppn_atc_body<128>(p, pos, blockIdx.x, blockIdx.y, sm);
+    else ppn_atc_body<64>(p, pos, blockIdx.x, blockIdx.y, sm); // ops_kv.c admits 64 and 128 only
 }

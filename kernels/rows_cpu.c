@@ -158,12 +158,11 @@ void ppn_cpu_rope_kv_batch(const void *params)
     }
 }
 
-/* Row i is decode attention at segs[i].pos through segs[i].tbl, on its rows of qkv and out (exact: it touches no
- * scratch, whatever n_split is), with the fused rotary where inv_freq is set. So a row never depends on the other
- * rows. odt bf16: each row computed in f32, then rounded into gemm_tc_kw16's layout (bf16_row_store). */
-void ppn_cpu_attn_batch(const void *params)
+/* Row i of a batched decode attention by one: ppn_cpu_attn or ppn_cpu_attn_tc on its rows of qkv and out, at
+ * segs[i].pos through segs[i].tbl. odt bf16: each row computed in f32, then rounded into gemm_tc_kw16's layout
+ * (bf16_row_store). */
+static void attn_batch_rows(const ppn_kp_attn_batch *p, void (*one)(const ppn_kp_attn *))
 {
-    const ppn_kp_attn_batch *p = params;
     const ppn_kseg *segs = PTR(const ppn_kseg, p->segs);
     int n = p->a.n_heads * p->a.head_dim;
     size_t hd = (size_t)p->a.head_dim, row = (size_t)(p->a.n_heads + 2 * p->a.n_kv) * hd;
@@ -177,34 +176,21 @@ void ppn_cpu_attn_batch(const void *params)
         a.q = row_at(p->a.q, i, row);
         a.hdr = (uint64_t)(uintptr_t)&hdr;
         a.tbl = segs[i].tbl; /* a.inv_freq as given: the fused rotary at the row's position */
-        ppn_cpu_attn(&a);
+        one(&a);
         if (t) bf16_row_store(p->a.out, i, t, n);
     }
     free(t);
 }
 
+static void attn_one(const ppn_kp_attn *a) { ppn_cpu_attn(a); }
+
+/* Row i is decode attention at segs[i].pos through segs[i].tbl, on its rows of qkv and out (exact: it touches no
+ * scratch, whatever n_split is), with the fused rotary where inv_freq is set. So a row never depends on the other
+ * rows. */
+void ppn_cpu_attn_batch(const void *params) { attn_batch_rows(params, attn_one); }
+
 /* ppn_cpu_attn_batch's rows by ppn_cpu_attn_tc (no fused rotary: the op takes no inv_freq). */
-void ppn_cpu_attn_batch_tc(const void *params)
-{
-    const ppn_kp_attn_batch *p = params;
-    const ppn_kseg *segs = PTR(const ppn_kseg, p->segs);
-    int n = p->a.n_heads * p->a.head_dim;
-    size_t hd = (size_t)p->a.head_dim, row = (size_t)(p->a.n_heads + 2 * p->a.n_kv) * hd;
-    float *t = bf16_rows_tmp(p->a.out, p->a.odt, n, p->B);
-    if (p->a.odt == PPN_DTYPE_BF16 && !t) return;
-    for (int i = 0; i < p->B; i++) {
-        ppn_step_hdr hdr = {.pos = segs[i].pos};
-        ppn_kp_attn a = p->a;
-        a.odt = PPN_DTYPE_F32;
-        a.out = t ? (uint64_t)(uintptr_t)t : row_at(p->a.out, i, (size_t)n);
-        a.q = row_at(p->a.q, i, row);
-        a.hdr = (uint64_t)(uintptr_t)&hdr;
-        a.tbl = segs[i].tbl;
-        ppn_cpu_attn_tc(&a);
-        if (t) bf16_row_store(p->a.out, i, t, n);
-    }
-    free(t);
-}
+void ppn_cpu_attn_batch_tc(const void *params) { attn_batch_rows(params, ppn_cpu_attn_tc); }
 
 void ppn_cpu_attn_batch_bf16(const void *params) { ppn_cpu_attn_batch(params); }
 void ppn_cpu_attn_batch_f16(const void *params) { ppn_cpu_attn_batch(params); }
