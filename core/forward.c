@@ -86,11 +86,20 @@ ppn_status ppn_fwd_rows_embed(ppn_model *m, ppn_gstream *s, const ppn_rows_scrat
     return ppn_op_embed_rows(m->rt->g, s, x, m->embed, m->wdt, m->cfg.vocab, m->cfg.dim, r->tok, c);
 }
 
+/* Attention's position splits for nb rows: as many as leave about per_sm (row, KV head, split) blocks an SM, at most
+ * the model's (its scratch holds those) and at least one; the model's where the SM count is unknown. A function of
+ * nb alone. */
+static int attn_splits(const ppn_model *m, int per_sm, int nb, int nkv)
+{
+    int split = m->attn_split, per = per_sm * m->sm_count / (nb * nkv);
+    if (m->sm_count > 0 && split > per) split = per > 1 ? per : 1;
+    return split;
+}
+
 /* A batch's rows (one per sequence; a mixed walk's rows [brow0, rows)): the rotary with the KV store and attention
  * of every row. On tensor cores where the door lets them (PPN_ATTN_TC) and the cache and heads fit
  * (ppn_op_rope_kv_batch then ppn_op_attn_batch_tc; each row's bits its own but not the decode kernel's). Else in one
- * launch
- * where the door fuses, the shape fits and the blocks fit a wave
+ * launch where the door fuses, the shape fits and the blocks fit a wave
  * (ppn_op_attn_rope_batch, the same bits), else one launch each, through the row descriptors the walk uploaded:
  * this stage's in the first slot of r->segs in the split, stage st's in slot st of stage 0's in the unsplit walk
  * (r is then stage 0's scratch). Attention's position splits: as many as leave about one (row, KV head, split)
@@ -111,21 +120,18 @@ static ppn_status batch_attention(ppn_model *m, ppn_gstream *s, int dev, const p
     ppn_kv_pool pool = ppn_kv_pool_of(m, l);
     ppn_dptr segs_d = r->segs + sizeof(ppn_kseg) * (size_t)slot * (size_t)nb;
     const ppn_kseg *segs_h = c->ksegs_h + (size_t)st * (size_t)nb;
-    int split = m->attn_split;
     if (m->map->door.attn_tc && ppn_op_attn_batch_tc_fits(nh, nkv, hd, pool.kvdt)) {
         /* Tensor cores (PPN_ATTN_TC): the rotary and the k/v store first, in their own launch. Not inside (tried in
          * 46599d0, the same bits): on the H200 (2026-12-05) every block's sincosf for q made the 8B's B=16 step
-         * 5.80 ms against 5.39-5.44 with the two launches, B=64 7.50 against 6.95. About three (row,
-         * KV head, split) blocks an SM, a function of B alone (the scratch holds the model's split). */
-        int per = m->sm_count > 0 ? 3 * m->sm_count / (nb * nkv) : split;
-        if (split > per) split = per > 1 ? per : 1;
+         * 5.80 ms against 5.39-5.44 with the two launches, B=64 7.50 against 6.95. Its 128-thread blocks fit three
+         * an SM. */
+        int split = attn_splits(m, 3, nb, nkv);
         PPN_CHECK(ppn_op_rope_kv_batch(m->rt->g, s, qkv, nh, nkv, hd, m->inv_freq[dev], cf->rope_interleaved, &pool,
                                        segs_d, segs_h, c->tbl_hs, c->n_tbls, nb));
         return ppn_op_attn_batch_tc(m->rt->g, s, att, odt, qkv, nh, nkv, hd, scale, &pool, segs_d, segs_h, c->tbl_hs,
                                     c->n_tbls, nb, r->attp, split);
     }
-    if (m->sm_count > 0 && split > m->sm_count / (nb * nkv)) /* about one (row, KV head, split) block an SM */
-        split = m->sm_count / (nb * nkv) > 1 ? m->sm_count / (nb * nkv) : 1;
+    int split = attn_splits(m, 1, nb, nkv); /* about one (row, KV head, split) block an SM */
     /* The rotary inside attention while the rows' (row, KV head) blocks fit one wave of the SMs: there it saves a
      * launch (H200, 2026-12-02: llama-1b B=16 1.568 -> 1.541 ms, 8B B=16 unchanged); past a wave every block carries
      * the rotary's code and the launch it saves is cheaper (8B B=64 7.510 -> 7.588 ms). A function of B alone, so a
