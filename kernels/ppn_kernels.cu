@@ -585,6 +585,21 @@ __device__ __forceinline__ void ppn_attn_put(const ppn_kp_attn &p, size_t k, flo
     else ((float *)p.out)[k] = v;
 }
 
+// ppn_k_attn's arrival, after a block wrote its partials: released device-wide (every thread's stores) before
+// thread 0 counts the block in on cnt; true in the block that counts last, whose merge then reads the others'
+// partials (acquire: after seeing every other block's count). s_last: the block's shared flag.
+__device__ __forceinline__ bool ppn_attn_arrive(unsigned *cnt, int ns, int &s_last)
+{
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        s_last = atomicAdd(cnt, 1u) == (unsigned)(ns - 1);
+        __threadfence();
+    }
+    __syncthreads();
+    return s_last;
+}
+
 // One pass: query heads h0 .. h0 + ng - 1 (ng <= HP) over the block's positions [t0, t1), into the block's
 // partial per head (the output when n_split is 1). s_acc: per warp, HP x NJ x 32 accumulators; s_m, s_l: per
 // warp, PPN_ATTN_MAXG maxima and sums. With the fused rotary, q is rotated in registers as it is loaded, and
@@ -842,15 +857,7 @@ __device__ __forceinline__ void ppn_attn_body(const ppn_kp_attn &p, int32_t pos,
     else if (nj == 4) ppn_attn_by_hp<4, KD>(p, qg, pos, hp, kvh, ns, j, t0, t1, s_kv, s_acc, s_m, s_l);
     else ppn_attn_by_hp<PPN_ATTN_MAXJ, KD>(p, qg, pos, hp, kvh, ns, j, t0, t1, s_kv, s_acc, s_m, s_l);
     if (ns == 1) return;
-    // Release: every thread's stores are visible device-wide before thread 0 counts the block in.
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        sm.last = atomicAdd(cnt, 1u) == (unsigned)(ns - 1);
-        __threadfence(); // acquire: the merge's reads come after seeing every other block's count
-    }
-    __syncthreads();
-    if (!sm.last) return;
+    if (!ppn_attn_arrive(cnt, ns, sm.last)) return;
     ppn_attn_merge(p, ns, kvh * G, G, s_acc, s_acc + PPN_ATTN_WARPS * PPN_ATTN_MAX_SPLIT);
     if (threadIdx.x == 0) *cnt = 0; // every block of kvh has counted; the next launch starts from 0
 }

@@ -229,14 +229,7 @@ __device__ __forceinline__ void ppn_atc_body(const ppn_kp_attn &p, int32_t pos, 
     if (ns == 1) return;
     // ppn_k_attn's arrival: the last block of the KV head merges the ns partials of its G heads
     unsigned *cnt = (unsigned *)((float *)p.part + (size_t)p.n_heads * p.n_split * ((size_t)HD + 2)) + kvh;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        sm.last = atomicAdd(cnt, 1u) == (unsigned)(ns - 1);
-        __threadfence();
-    }
-    __syncthreads();
-    if (!sm.last) return;
+    if (!ppn_attn_arrive(cnt, ns, sm.last)) return;
     ppn_attn_merge(p, ns, kvh * G, G, sm.o, sm.o + PPN_ATC_WARPS * PPN_ATTN_MAX_SPLIT);
     if (threadIdx.x == 0) *cnt = 0;
 }
