@@ -743,7 +743,11 @@ static void publish_stats(ppn_engine *e)
 {
     ppn_kv_info kv;
     ppn_model_get_kv_info(e->m, &kv);
+    ppn_stats ms;
+    ppn_model_get_stats(e->m, &ms);
     pthread_mutex_lock(&e->mu);
+    e->st.n_stages = ms.n_stages;
+    for (int s = 0; s < PPN_MAX_STAGES; s++) e->st.stage_busy_s[s] = (double)ms.stage_busy_ns[s] / 1e9;
     e->st.queued = e->n_queued;
     e->st.running = e->n_run;
     e->st.kv_blocks_used = kv.blocks_used;
@@ -879,6 +883,11 @@ ppn_status ppn_engine_create(ppn_model *m, const ppn_engine_opts *opts, ppn_engi
         return engine_free(e), ppn_err(PPN_ENOMEM, "engine: batch buffers for %d rows", e->max_batch);
     e->st.kv_blocks_total = kv.blocks_total;
     /* what this thread synced on the model (its load) is the scheduler's */
+    st = ppn_model_time_stages(m, 1); /* the stages' busy time, for the metrics */
+    if (st != PPN_OK) return engine_free(e), st;
+    ppn_stats ms;
+    ppn_model_get_stats(m, &ms);
+    e->st.n_stages = ms.n_stages;
     (void)ppn_model_handoff_release(m, &e->thread);
     if (pthread_create(&e->thread, NULL, sched_main, e) != 0)
         return engine_free(e), ppn_err(PPN_ENOMEM, "engine: cannot start the scheduler thread");
@@ -895,5 +904,6 @@ ppn_status ppn_engine_destroy(ppn_engine *e)
     pthread_mutex_unlock(&e->mu);
     pthread_join(e->thread, NULL);
     (void)ppn_model_handoff_acquire(e->m, &e->stopping); /* pairs with the release at the end of sched_main() */
+    (void)ppn_model_time_stages(e->m, 0); /* as loaded (a failed model, which steps no more, keeps it on) */
     return engine_free(e); /* on this thread: a failure's message is the caller's ppn_last_error() */
 }

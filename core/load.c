@@ -99,6 +99,7 @@ static ppn_status model_alloc(ppn_rt *rt, const ppn_ckpt *c, const ppn_load_opts
         m->stages[s].index = s;
         m->stages[s].dev = -1;
         m->stages[s].rs.dev = -1;
+        m->stages[s].busy.dev = -1;
     }
     m->rb_dev = -1;
     m->max_rows = 1;

@@ -73,8 +73,10 @@ ppn_status ppn_rows_run_unsplit(ppn_model *m, const ppn_step_cmd *cmds, int n)
         const ppn_step_cmd *c = &cmds[k];
         PPN_CHECK(ppn_rows_tokens(m, s0->stream, c));
         if (c->kind != PPN_ROWS_PRIME) PPN_CHECK(ppn_fwd_rows_lall(m, &s0->rs));
+        PPN_CHECK(ppn_busy_begin(m, 0, s0->stream)); /* the whole trunk: stage 0's stream's busy time */
         PPN_CHECK(ppn_rows_body(m, s0->stream, map->dev[0], &s0->rs, s0->rs.io + PPN_IO_HDR_BYTES, c, 0,
                                 m->cfg.n_layers, 1, 1));
+        PPN_CHECK(ppn_busy_end(m, 0, s0->stream));
         ppn_gpu *gg = m->rt->g;
         size_t v = (size_t)m->cfg.vocab, nr = (size_t)(c->rows - c->brow0);
         if (c->logits_h) PPN_CHECK(gg->ops->copy_dtoh(gg, s0->stream, c->logits_h, s0->rs.lall, sizeof(float) * v * nr));

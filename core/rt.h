@@ -161,6 +161,17 @@ typedef struct ppn_batch_graph {
 } ppn_batch_graph;
 
 /* One stage's execution home. */
+/* A stage stream's busy time (ppn_model_time_stages): a pair of timing events around each walk it runs (the
+ * kernels between its boundary ops), their elapsed time summed as they complete. The ring and events are the
+ * issuing thread's (the stage's, or the caller's on one stream); the sums are read by any thread. */
+#define PPN_BUSY_RING 16
+typedef struct ppn_busy {
+    ppn_gevent *ev[PPN_BUSY_RING][2]; /* start, end: on dev (created when first timed) */
+    int dev;                          /* -1: none */
+    unsigned head, tail, open;        /* pairs recorded, pairs summed; open: a start recorded, its end not yet */
+    _Atomic uint64_t ns, walks;       /* device time of the walks summed, and how many */
+} ppn_busy;
+
 typedef struct ppn_stage_rt {
     _Alignas(64) struct ppn_model *m;
     int index;
@@ -174,6 +185,7 @@ typedef struct ppn_stage_rt {
     _Atomic uint64_t batch_walks;        /* liveness: batched decode steps (or micro-batches) this stage walked */
     ppn_batch_graph bg[PPN_BATCH_GRAPHS];/* captured batch walks (PPN_GRAPHS=1): this stage's issuing thread only */
     unsigned bg_next;
+    ppn_busy busy;                       /* this stage stream's busy time */
 } ppn_stage_rt;
 
 struct ppn_model {
@@ -203,6 +215,7 @@ struct ppn_model {
 
     uint32_t next_step;        /* caller: the global step counter */
     struct ppn_seq *seqs;      /* live sequences (caller) */
+    _Atomic int busy_on;       /* ppn_model_time_stages: time the walks (read by the issuing threads per walk) */
     _Atomic int active_walkers;
     _Atomic uint64_t overlap_observed;   /* liveness: a walker started while another stage's walker ran */
     _Atomic uint64_t graph_captures;     /* stage bodies captured (PPN_GRAPHS=1) */
@@ -349,6 +362,13 @@ ppn_status ppn_map_install(ppn_model *m, ppn_stage_map *map, ppn_issue_fn stage_
 ppn_status ppn_map_teardown(ppn_model *m);
 /* Destroy stage s's captured batch walks (its rows scratch or map is about to change; between drained steps). */
 void ppn_stage_drop_batch_graphs(ppn_model *m, int s);
+/* busy.c. Around a walk on stage s's stream q (s: the stream's stage, 0 on one stream): begin records the start
+ * (when timing is on) after summing the pairs that completed; end records the end of an opened pair. */
+ppn_status ppn_busy_begin(ppn_model *m, int s, ppn_gstream *q);
+ppn_status ppn_busy_end(ppn_model *m, int s, ppn_gstream *q);
+/* With the stage's stream idle (drained, synchronised): every pair summed; fini also frees the events. */
+ppn_status ppn_busy_flush(ppn_model *m, int s);
+void ppn_busy_fini(ppn_model *m, int s);
 /* Destroy every stage's captured batch walks whose rows included q (q is being destroyed; between drains). */
 void ppn_drop_batch_graphs_of(ppn_model *m, const struct ppn_seq *q);
 /* Room for many-rows walks of up to rows rows: boundary slots and every stage's rows scratch grown (after a

@@ -176,6 +176,7 @@ static ppn_status stage_streams(ppn_model *m, const ppn_stage_map *map)
         int want = s < map->n_stages ? map->dev[s] : -1;
         if (sr->dev == want) continue;
         stream_drop(m, &sr->stream, sr->dev);
+        ppn_busy_fini(m, s); /* its pairs summed (the stream synchronised), its events with its device */
         sr->dev = -1;
         if (want < 0) continue;
         PPN_CHECK(m->rt->g->ops->stream_create(m->rt->g, want, &sr->stream));
@@ -423,6 +424,7 @@ ppn_status ppn_map_teardown(ppn_model *m)
     }
     for (int s = 0; s < PPN_MAX_STAGES; s++) {
         stream_drop(m, &m->stages[s].stream, m->stages[s].dev);
+        ppn_busy_fini(m, s);
         m->stages[s].dev = -1;
     }
     stream_drop(m, &m->rb_stream, m->rb_dev);

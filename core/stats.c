@@ -44,8 +44,11 @@ void ppn_model_get_stats(const ppn_model *m, ppn_stats *o)
     o->prime_pipe_overlaps = atomic_load_explicit(&m->prime_pipe_overlaps, memory_order_relaxed);
     o->prime_batches = atomic_load_explicit(&m->prime_batches, memory_order_relaxed);
     o->prime_batch_splits = atomic_load_explicit(&m->prime_batch_splits, memory_order_relaxed);
-    for (int s = 0; s < PPN_MAX_STAGES; s++)
+    for (int s = 0; s < PPN_MAX_STAGES; s++) {
         o->batch_walks[s] = atomic_load_explicit(&m->stages[s].batch_walks, memory_order_relaxed);
+        o->stage_busy_ns[s] = atomic_load_explicit(&m->stages[s].busy.ns, memory_order_relaxed);
+        o->stage_busy_walks[s] = atomic_load_explicit(&m->stages[s].busy.walks, memory_order_relaxed);
+    }
     o->batch_steps = atomic_load_explicit(&m->batch_steps, memory_order_relaxed);
     o->mixed_steps = atomic_load_explicit(&m->mixed_steps, memory_order_relaxed);
     o->batch_split_steps = atomic_load_explicit(&m->batch_split_steps, memory_order_relaxed);

@@ -377,7 +377,9 @@ static ppn_status stage_issue(ppn_model *m, const ppn_stage_map *map, int s, con
         PPN_CHECK(ppn_boundary_recv(&m->bnd[s - 1], g, q, c->slot, c->step, local, &io, rows, spin));
         p->released = !ppn_boundary_in_place(&m->bnd[s - 1]);
     }
+    PPN_CHECK(ppn_busy_begin(m, s, q));
     PPN_CHECK(c->rows ? rows_walk(m, map, s, q, c, io) : stage_walk(m, map, s, q, seq, io, out_of(map, s, c)));
+    PPN_CHECK(ppn_busy_end(m, s, q));
     if (s + 1 < n) {
         PPN_CHECK(ppn_boundary_send(&m->bnd[s], g, q, c->slot, c->step, io, rows, spin));
         p->sent = 1;
@@ -442,8 +444,10 @@ static ppn_status one_stream_issue(ppn_model *m, const ppn_stage_map *map, const
         PPN_CHECK(ppn_kv_sync(m, seq, s, q, c->n_tbl));
         if (s == 0) PPN_CHECK(step_header(m, map, q, c, io, 1));
         else PPN_CHECK(ppn_boundary_get_plain(&m->bnd[s - 1], g, q, io, 1));
-        /* every stage is on stage 0's device here */
+        /* every stage is on stage 0's device here, and its busy time on stage 0's stream */
+        PPN_CHECK(ppn_busy_begin(m, 0, q));
         PPN_CHECK(stage_walk(m, map, s, q, seq, io, out_of(map, s, c)));
+        PPN_CHECK(ppn_busy_end(m, 0, q));
         if (s + 1 < n) PPN_CHECK(ppn_boundary_put_plain(&m->bnd[s], g, q, io, 1));
     }
     return stage_finish(m, q, seq, c, p);

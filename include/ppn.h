@@ -499,9 +499,20 @@ typedef struct ppn_stats {
      * every model on it shares, like pool_in_use. */
     uint64_t pool_retired;
     size_t pool_retired_bytes;                 /* their bytes (size classes; still counted in pool_reserved) */
+    /* With ppn_model_time_stages on: the device time each stage's stream spent in its walks (its kernels between
+     * the boundary ops, from timing events around each walk), and how many walks that sums. Counted as the walks
+     * complete (the running ones not yet); one stream (MEMRA_PP_STREAMS=0) or the unsplit walk counts on stage 0. */
+    uint64_t stage_busy_ns[PPN_MAX_STAGES];
+    uint64_t stage_busy_walks[PPN_MAX_STAGES];
 } ppn_stats;
 /* A snapshot of the counters (relaxed reads: exact between steps). Never fails. */
 void ppn_model_get_stats(const ppn_model *m, ppn_stats *out);
+/* Per-stage busy time (ppn_stats.stage_busy_ns) on or off; off at load. On, every walk on a stage stream is
+ * bracketed by two timing events on that stream (recorded outside any graph), so the steps change nothing else.
+ * Drains the model first and sums every walk done so far, so the counters are exact when it returns (call it
+ * with the current setting to bring them up to date). The caller's thread, like a step.
+ * @return PPN_OK, PPN_EINVAL (m NULL), the model's failure, a driver error naming the event. */
+ppn_status ppn_model_time_stages(ppn_model *m, int on);
 
 /* The published stage map. */
 typedef struct ppn_stage_info {
@@ -768,8 +779,10 @@ typedef struct ppn_engine_opts {
 /* All defaults, no tokenizer, no template. */
 ppn_engine_opts ppn_engine_opts_default(void);
 
-/* Start an engine on m (its scheduler thread).
- * @return PPN_OK, PPN_EINVAL (NULL, an option out of range: named), PPN_ENOMEM (host memory, or the thread). */
+/* Start an engine on m (its scheduler thread). It turns m's per-stage busy time on (ppn_model_time_stages, for
+ * ppn_engine_stats.stage_busy_s), and off again at ppn_engine_destroy.
+ * @return PPN_OK, PPN_EINVAL (NULL, an option out of range: named), PPN_ENOMEM (host memory, or the thread), the
+ * model's failure (a model that failed earlier). */
 ppn_status ppn_engine_create(ppn_model *m, const ppn_engine_opts *opts, ppn_engine **out);
 /* Stop the engine (NULL: nothing to do): no more submits (they get PPN_ESTATE); every queued and running request
  * is cancelled and gets its final event before this returns; the thread is joined, the sequences destroyed
@@ -819,6 +832,9 @@ typedef struct ppn_engine_stats {
     uint64_t iterations, decode_batches, prefill_chunks;
     uint64_t mixed_steps;              /* iterations that primed and decoded in one forward */
     ppn_engine_hist ttft, itl;         /* submit to first id; between two ids of one request */
+    int n_stages;                      /* the model's stage map */
+    double stage_busy_s[PPN_MAX_STAGES]; /* device time each stage's stream spent in walks (ppn_stats.stage_busy_ns:
+                                        * the engine turns ppn_model_time_stages on) */
     double uptime_s;
 } ppn_engine_stats;
 /* A snapshot (as of the scheduler's last iteration). Never fails. */

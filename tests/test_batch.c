@@ -561,6 +561,70 @@ static void test_batch_kv_soak(void **state)
     free(ids);
 }
 
+/* Per-stage busy time (ppn_model_time_stages, ppn_stats.stage_busy_*): off at load; on, every walk a stage stream
+ * runs is counted once on that stage with a positive device time (the split over 4 devices: each stage's walks are
+ * its walker's; the door shut: stage 0's; one stream, MEMRA_PP_STREAMS=0: every stage's decode walks and the
+ * unsplit batch walk on stage 0), exact once ppn_model_time_stages returns; off again, nothing more is counted;
+ * and the logits with timing on are the bits of the same steps with it off. */
+static void test_batch_stage_busy(void **state)
+{
+    (void)state;
+    enum { STEPS = 3 };
+    static const struct { int n_stages, devs[4], streams; } arms[] = {
+        {4, {0, 1, 2, 3}, 1}, {1, {0}, 1}, {4, {0, 0, 0, 0}, 0}};
+    assert_int_equal(ppn_model_time_stages(NULL, 1), PPN_EINVAL);
+    for (size_t k = 0; k < sizeof arms / sizeof arms[0]; k++) {
+        ppn_door d = arm_door(arms[k].n_stages, arms[k].devs, 1);
+        d.streams = arms[k].streams;
+        ppn_model *m = load(tu_fixture("hf/llama-tiny"), arms[k].n_stages > 1 ? &d : NULL, 64);
+        ppn_model_info mi;
+        ppn_model_get_info(m, &mi);
+        size_t v = (size_t)mi.vocab;
+        float *on = malloc(sizeof(float) * v * (STEPS + 2)), *off = malloc(sizeof(float) * v * (STEPS + 2));
+        assert_non_null(on);
+        assert_non_null(off);
+        ppn_seq *q[4];
+        for (int i = 0; i < 4; i++) assert_int_equal(ppn_seq_create(m, &q[i]), PPN_OK);
+        ppn_stats a, b, c;
+        assert_int_equal(ppn_decode_step(q[0], 3, on), PPN_OK); /* before: not counted */
+        assert_int_equal(ppn_decode_step(q[2], 3, off), PPN_OK);
+        ppn_model_get_stats(m, &a);
+        for (int s = 0; s < PPN_MAX_STAGES; s++) assert_true(a.stage_busy_walks[s] == 0 && a.stage_busy_ns[s] == 0);
+        /* the same steps twice: timing on (q[0], q[1]), then off (q[2], q[3]) */
+        for (int pass = 0; pass < 2; pass++) {
+            float *x = pass ? off : on;
+            assert_int_equal(ppn_model_time_stages(m, !pass), PPN_OK);
+            if (pass) ppn_model_get_stats(m, &b);
+            else ppn_model_get_stats(m, &a);
+            for (int t = 0; t < STEPS; t++)
+                assert_int_equal(ppn_decode_step(q[2 * pass], 5 + 7 * t, x + (size_t)t * v), PPN_OK);
+            ppn_seq *two[2] = {q[2 * pass], q[2 * pass + 1]};
+            int toks[2] = {11, 13};
+            assert_int_equal(ppn_decode_batch(two, toks, 2, x + (size_t)STEPS * v), PPN_OK);
+        }
+        assert_int_equal(ppn_model_time_stages(m, 0), PPN_OK);
+        ppn_model_get_stats(m, &c);
+        assert_memory_equal(on, off, sizeof(float) * v * (STEPS + 2));
+        int ns = arms[k].n_stages;
+        for (int s = 0; s < PPN_MAX_STAGES; s++) {
+            uint64_t walks = b.stage_busy_walks[s] - a.stage_busy_walks[s], runs = b.walker_runs[s] - a.walker_runs[s];
+            uint64_t want = !arms[k].streams ? (s == 0 ? (uint64_t)STEPS * (uint64_t)ns + 1 : 0) : s < ns ? runs : 0;
+            if (s < 4)
+                printf("# arm %zu stage %d: %llu walks (walker runs %llu), busy %.1f us\n", k, s,
+                       (unsigned long long)walks, (unsigned long long)runs,
+                       (double)(b.stage_busy_ns[s] - a.stage_busy_ns[s]) / 1e3);
+            assert_true(walks == want);
+            if (s < ns && arms[k].streams) assert_true(runs >= STEPS + 1); /* the steps' walks, the batch's (2 on 4 devices) */
+            assert_true(want == 0 || b.stage_busy_ns[s] > a.stage_busy_ns[s]);
+            assert_true(c.stage_busy_walks[s] == b.stage_busy_walks[s] && c.stage_busy_ns[s] == b.stage_busy_ns[s]);
+        }
+        for (int i = 0; i < 4; i++) ppn_seq_destroy(q[i]);
+        free(on);
+        free(off);
+        assert_int_equal(ppn_model_free(m), PPN_OK);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -569,7 +633,7 @@ int main(void)
         cmocka_unit_test(test_batch_stories),            cmocka_unit_test(test_batch_split_unsplit_micro),
         cmocka_unit_test(test_batch_refusals),           cmocka_unit_test(test_batch_kv_exhaustion),
         cmocka_unit_test(test_batch_kv_soak),            cmocka_unit_test(test_batch_mixed),
-        cmocka_unit_test(test_batch_mixed_refusals),
+        cmocka_unit_test(test_batch_mixed_refusals),     cmocka_unit_test(test_batch_stage_busy),
     };
     return cmocka_run_group_tests(tests, tu_sim_rt_setup, tu_sim_rt_teardown);
 }

@@ -219,6 +219,8 @@ def run_all(port):
                  "ppn_requests_queued", "ppn_requests_running", "ppn_kv_blocks_used",
                  "ppn_generation_tokens_per_second"):
         check(name in out, "metrics has " + name)
+    busy = [float(l.split()[-1]) for l in out.splitlines() if l.startswith("ppn_stage_busy_seconds_total{stage=")]
+    check(busy and all(b > 0 for b in busy), "metrics: every stage busy after the answers: %r" % busy)
 
 
 def bench(port):

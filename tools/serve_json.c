@@ -217,6 +217,11 @@ char *serve_metrics(serve_ctx *s)
             (unsigned long long)st.refused);
     hist(f, "ppn_time_to_first_token_seconds", "submit to the first generated token", &st.ttft);
     hist(f, "ppn_inter_token_latency_seconds", "between two tokens of one request", &st.itl);
+    fprintf(f, "# HELP ppn_stage_busy_seconds_total device time each pipeline stage's stream spent running its "
+               "walks (its layers; the walks still running not yet counted)\n"
+               "# TYPE ppn_stage_busy_seconds_total counter\n");
+    for (int i = 0; i < st.n_stages; i++)
+        fprintf(f, "ppn_stage_busy_seconds_total{stage=\"%d\"} %.6f\n", i, st.stage_busy_s[i]);
     gauge(f, "ppn_uptime_seconds", "gauge", "seconds since the engine started", st.uptime_s);
     fclose(f);
     return buf;
