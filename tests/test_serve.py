@@ -7,6 +7,7 @@ under load stops it cleanly; tools/serve_bench.py reports on a short load. Usage
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -224,13 +225,27 @@ def run_all(port):
 
 
 def bench(port):
-    """tools/serve_bench.py against the server, briefly: its JSON report counts every request."""
+    """tools/serve_bench.py against the server, briefly: its JSON report counts every request, gives each stage a
+    busy fraction in (0, 1] from /metrics, and its SVG draws the two distributions, a point per sample."""
     tool = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools", "serve_bench.py")
+    fd, svg = tempfile.mkstemp(suffix=".svg")
+    os.close(fd)
     r = subprocess.run([sys.executable, tool, "--url", "http://127.0.0.1:%d" % port, "--clients", "3", "--requests",
-                        "6", "--prompt-len", "40", "--output-len", "6"], capture_output=True, text=True, timeout=300)
+                        "6", "--prompt-len", "40", "--output-len", "6", "--plot", svg], capture_output=True, text=True,
+                       timeout=300)
     out = json.loads(r.stdout) if r.returncode == 0 else {}
     check(out.get("completed") == 6 and out["itl_ms"]["p50"] is not None and out["output_tok_per_s"] > 0,
           "serve_bench: %s %s" % (r.stdout[-300:], r.stderr[-300:]))
+    busy = out.get("stage_busy_fraction") or {}
+    check(busy and all(0 < f <= 1 for f in busy.values()), "serve_bench: stage busy fractions %r" % busy)
+    with open(svg) as f:
+        text = f.read()
+    os.unlink(svg)
+    lines = re.findall(r'<polyline class="cdf"[^>]*points="([^"]*)"', text)
+    n = out.get("samples", {})
+    check(text.startswith("<svg") and len(lines) == 2 and n.get("ttft") == 6 and n.get("itl", 0) > 0 and
+          [len(l.split()) for l in lines] == [n["ttft"], n["itl"]],
+          "serve_bench --plot: a point per TTFT and ITL sample %s: %s" % (n, [len(l.split()) for l in lines]))
 
 
 def shutdown_under_load(srv, port):

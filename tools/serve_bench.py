@@ -6,7 +6,12 @@ report time to first token, inter-token latency (p50 / p99) and throughput as JS
   fixed rate:   serve_bench.py --url ... --rate 4 --requests 64 ...   (Poisson arrivals, requests/s)
 
 Prompts are --prompt-len token ids (so the length is exact whatever the tokenizer), outputs --output-len tokens with
-the end-of-sequence ignored. Each streamed event is one token's text: ITL is measured between events."""
+the end-of-sequence ignored. Each streamed event is one token's text: ITL is measured between events.
+
+--plot FILE.svg draws the distributions (TTFT and ITL, cumulative, in ms) as an SVG of its own. Where the server's
+/metrics has ppn_stage_busy_seconds_total (ppn serve), the report adds each stage's busy fraction over the run: the
+device time its stream spent in the model's layers per second of wall time (1 - that is the device idle, waiting on
+the host between iterations or on the other stages)."""
 import argparse
 import http.client
 import json
@@ -15,6 +20,7 @@ import sys
 import threading
 import time
 import urllib.parse
+import urllib.request
 
 
 def one(url, body, timeout):
@@ -44,6 +50,56 @@ def one(url, body, timeout):
             "latency": stamps[-1] - t0}
 
 
+def stage_busy(url):
+    """{stage: busy seconds} from the server's /metrics (ppn serve's ppn_stage_busy_seconds_total), or None."""
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/metrics", timeout=30) as r:
+            text = r.read().decode("utf-8", "replace")
+    except Exception:
+        return None
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("ppn_stage_busy_seconds_total{stage=\""):
+            out[line.split("\"")[1]] = float(line.split()[-1])
+    return out or None
+
+
+def svg_cdf(path, title, series):
+    """series: [(name, values in ms, colour)]: each one's cumulative distribution on one log-scaled ms axis."""
+    import math
+    W, H, L, R, T, B = 720, 420, 70, 20, 40, 60
+    vals = [v for _, vs, _ in series for v in vs if v > 0]
+    lo, hi = (min(vals), max(vals)) if vals else (1.0, 10.0)
+    lo, hi = 10 ** math.floor(math.log10(lo)), 10 ** math.ceil(math.log10(hi))
+    if hi <= lo:
+        hi = lo * 10
+    x = lambda v: L + (W - L - R) * (math.log10(max(v, lo)) - math.log10(lo)) / (math.log10(hi) - math.log10(lo))
+    y = lambda f: H - B - (H - T - B) * f
+    o = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">' % (W, H),
+         '<rect width="100%" height="100%" fill="white"/>',
+         '<text x="%d" y="22" font-size="14">%s</text>' % (L, title.replace("&", "&amp;").replace("<", "&lt;"))]
+    d = lo
+    while d <= hi * 1.0001:
+        o.append('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#ddd"/>' % (x(d), T, x(d), H - B))
+        o.append('<text x="%.1f" y="%d" text-anchor="middle">%g</text>' % (x(d), H - B + 16, d))
+        d *= 10
+    for f in (0, 0.5, 0.9, 0.99, 1):
+        o.append('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#ddd"/>' % (L, y(f), W - R, y(f)))
+        o.append('<text x="%d" y="%.1f" text-anchor="end">%g</text>' % (L - 6, y(f) + 4, f))
+    o.append('<text x="%d" y="%d" text-anchor="middle">ms (log scale)</text>' % ((L + W - R) // 2, H - 20))
+    o.append('<text x="16" y="%d" transform="rotate(-90 16 %d)" text-anchor="middle">fraction at or below</text>'
+             % ((T + H - B) // 2, (T + H - B) // 2))
+    for k, (name, vs, colour) in enumerate(series):
+        vs = sorted(v for v in vs if v > 0)
+        if vs:
+            pts = " ".join("%.1f,%.1f" % (x(v), y((i + 1) / len(vs))) for i, v in enumerate(vs))
+            o.append('<polyline class="cdf" fill="none" stroke="%s" stroke-width="2" points="%s"/>' % (colour, pts))
+        o.append('<text x="%d" y="%d" fill="%s">%s (%d)</text>' % (L + 10, T + 16 + 16 * k, colour, name, len(vs)))
+    o.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(o) + "\n")
+
+
 def pct(v, q):
     if not v:
         return None
@@ -62,6 +118,7 @@ def main():
     ap.add_argument("--vocab", type=int, default=1000, help="prompt ids are drawn from [3, vocab)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--plot", help="write the TTFT and ITL distributions as an SVG here")
     a = ap.parse_args()
     rng = random.Random(a.seed)
     bodies = [{"prompt": [rng.randrange(3, a.vocab) for _ in range(a.prompt_len)], "max_tokens": a.output_len,
@@ -81,6 +138,7 @@ def main():
             if i >= a.requests:
                 return
             run(bodies[i])
+    busy0 = stage_busy(a.url)
     t0 = time.perf_counter()
     if a.rate > 0:
         ts = []
@@ -94,6 +152,7 @@ def main():
         [t.start() for t in ts]
     [t.join() for t in ts]
     wall = time.perf_counter() - t0
+    busy1 = stage_busy(a.url)
     ok = [r for r in results if "error" not in r]
     ttft = [r["ttft"] for r in ok]
     itl = [x for r in ok for x in r["itl"]]
@@ -105,7 +164,16 @@ def main():
            "output_tok_per_s": round(toks / wall, 2) if wall > 0 else 0,
            "requests_per_s": round(len(ok) / wall, 3) if wall > 0 else 0,
            "ttft_ms": {"p50": ms(pct(ttft, 0.5)), "p99": ms(pct(ttft, 0.99))},
-           "itl_ms": {"p50": ms(pct(itl, 0.5)), "p99": ms(pct(itl, 0.99))}}
+           "itl_ms": {"p50": ms(pct(itl, 0.5)), "p99": ms(pct(itl, 0.99))},
+           "samples": {"ttft": len(ttft), "itl": len(itl)},
+           "stage_busy_fraction": {k: round((busy1[k] - busy0.get(k, 0.0)) / wall, 4) for k in busy1}
+           if busy1 and busy0 is not None and wall > 0 else None}
+    if a.plot:
+        svg_cdf(a.plot, "%s: %s, prompts %d, outputs %d: %.1f output tok/s" % (a.url, out["mode"], a.prompt_len,
+                                                                            a.output_len, out["output_tok_per_s"]),
+                [("time to first token", [v * 1e3 for v in ttft], "#1f77b4"),
+                 ("inter-token latency", [v * 1e3 for v in itl], "#d62728")])
+        out["plot"] = a.plot
     print(json.dumps(out, indent=1))
     return 0 if len(ok) == a.requests else 1
 
