@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """test_serve.py - `ppn serve` driven over loopback by a real client (python3's http.client): a tiny random model
 with Llama 2's tokenizer and chat template; completions and chat, with and without streaming; 32 concurrent
-clients x 4 requests, every answer checked against the same request run alone (temperature 0); a client that
+clients x 10 requests, every answer checked against the same request run alone (temperature 0); a client that
 disconnects mid-stream cancels its request; the bad-input list answers 400 and the server keeps serving; SIGTERM
 under load stops it cleanly; tools/serve_bench.py reports on a short load. Usage: test_serve.py PPN_BIN FIXTURES"""
 import http.client
@@ -140,7 +140,7 @@ def run_all(port):
         text, finish, done = stream(port, *reqs[k])
         check(text == alone[k] and finish == "length" and done, "stream %d: %r vs %r" % (k, text, alone[k]))
 
-    # 32 concurrent clients x 4 requests, half of them streamed
+    # 32 concurrent clients x 10 requests, half of them streamed
     errs = []
 
     def client(c):
@@ -150,8 +150,8 @@ def run_all(port):
             errs.append((c, "exception", repr(e)))
 
     def client_requests(c):
-        for j in range(4):
-            k = (c * 4 + j) % len(reqs)
+        for j in range(10):
+            k = (c * 10 + j) % len(reqs)
             path, body = reqs[k]
             if (c + j) % 2:
                 text, finish, done = stream(port, path, body)
