@@ -1078,11 +1078,17 @@ __device__ __forceinline__ float4 gemm_ld_peer(uint32_t a, unsigned r)
     return v;
 }
 
-template <bool BF16, int S> struct gemm_k {
+// XH (gemm_tc_k16, W bf16): x given in bf16 in gemm_tc_kw16's layout (kparams.h, PPN_X16_POS; cols % 64 == 0),
+// copied as it is: an x row of a k-tile is 128 bytes, its 16-byte chunk c at c ^ (row % 2), and a thread's two
+// fragments of k16 steps 2 h and 2 h + 1 are chunk 2 (lane % 4) + h of its token's row (one 16-byte load, no
+// bank conflict within a quarter warp). The producer rounded x as gemm_pack rounds the f32: the same bits.
+template <bool BF16, int S, bool XH = false> struct gemm_k {
     static constexpr int BN = PPN_GEMM_TC_K_BN, MG = PPN_GEMM_TC_K_MG, KT = PPN_GEMM_TC_K_KT;
     static constexpr int THREADS = PPN_GEMM_TC_K_THREADS, XROW = PPN_GEMM_TC_K_XROW;
     static constexpr int CL = PPN_GEMM_TC_K_CLUSTER;
     static constexpr int NT = MG / 8, W_BYTES = BN * KT * 2, WPT = BN * KT / 8 / THREADS;
+    static constexpr int X_ROW_BYTES = XH ? KT * 2 : XROW * 4; // an x row of a stage
+    static_assert(!XH || (BF16 && KT == 64), "bf16 x: bf16 W, 64-column k-tiles (PPN_X16_POS's blocks)");
     static_assert(BN == 16 * (THREADS / 32) && KT == 64 && WPT * THREADS * 8 == BN * KT, "a warp's 16 rows");
     static_assert(XROW % 32 == 8 && MG % 8 == 0, "x rows 8 mod 32 words apart; whole n8 tiles");
     static_assert(NT * (THREADS / 32) * 32 * 16 <= S * W_BYTES && S >= 2, "partials fit in the ring");
@@ -1098,7 +1104,7 @@ template <bool BF16, int S> struct gemm_k {
         int groups = (p.m + MG - 1) / MG, c = (int)blockIdx.x / CL;
         part = rank % ks, lead = rank - rank % kl;
         r0 = (c / groups * (CL / kl) + rank / kl) * BN, i0 = c % groups * MG, mg = min(p.m - i0, MG);
-        stage_bytes = (uint32_t)W_BYTES + PPN_GEMM_TC_K_MP(p.m) * XROW * 4u;
+        stage_bytes = (uint32_t)W_BYTES + PPN_GEMM_TC_K_MP(p.m) * (uint32_t)X_ROW_BYTES;
         int kts = (p.cols + KT - 1) / KT, per = (kts + ks - 1) / ks;
         kt0 = min(kts, part * per), kt1 = min(kts, kt0 + per);
         if (r0 >= p.rows) kt1 = kt0; // a cluster's tiles past the matrix: no loads, only the barriers
@@ -1117,9 +1123,22 @@ template <bool BF16, int S> struct gemm_k {
         }
     }
 
-    // x k-tile kt into stage st as f32: ceil8(mg) rows of XROW (zeros past mg and cols; cols % 8 == 0).
+    // x k-tile kt into stage st as f32: ceil8(mg) rows of XROW (zeros past mg and cols; cols % 8 == 0). XH: as
+    // bf16, the row's 16-byte chunks as they lie (swizzled by the row's parity).
     __device__ __forceinline__ void load_x(int st, int kt)
     {
+        if constexpr (XH) {
+            const int n = ((mg + 7) & ~7) * (KT / 8);
+            const uint32_t xs = s0 + (uint32_t)st * stage_bytes + (uint32_t)W_BYTES;
+            for (int idx = (int)threadIdx.x; idx < n; idx += THREADS) {
+                int r = idx >> 3, c = idx & 7, gk = kt * KT + c * 8;
+                bool ok = r < mg && gk < p.cols;
+                const unsigned short *src = (const unsigned short *)p.x;
+                if (ok) src += (size_t)(i0 + r) * (size_t)p.cols + (size_t)gk;
+                gemm_cp16(xs + (uint32_t)(r * X_ROW_BYTES + ((c ^ (r & 1)) << 4)), src, ok);
+            }
+            return;
+        }
         const int n = ((mg + 7) & ~7) * (KT / 4);
         const uint32_t xs = s0 + (uint32_t)st * stage_bytes + (uint32_t)W_BYTES;
         for (int idx = (int)threadIdx.x; idx < n; idx += THREADS) {
@@ -1138,17 +1157,34 @@ template <bool BF16, int S> struct gemm_k {
         const uint32_t sw = s0 + (uint32_t)st * stage_bytes;
         const float *xs = (const float *)(gemm_dyn_smem + (size_t)st * stage_bytes + W_BYTES);
         const int row = warp * 16 + (lane & 15), tok = lane >> 2, kq = (lane & 3) * 2;
+        uint4 xh[XH ? NT : 1]; // XH: the fragments of k16 steps kk and kk + 1 (kk even), one 16-byte load a tile
 #pragma unroll
         for (int kk = 0; kk < KT / 16; kk++) {
+            if constexpr (XH) {
+                if (!(kk & 1)) {
+                    const unsigned char *xb = gemm_dyn_smem + (size_t)st * stage_bytes + W_BYTES;
+#pragma unroll
+                    for (int j = 0; j < NT; j++)
+                        if (j < nt) {
+                            int r = j * 8 + tok;
+                            xh[j] = *(const uint4 *)(xb + r * X_ROW_BYTES + (((kq + (kk >> 1)) ^ (r & 1)) << 4));
+                        }
+                }
+            }
             uint32_t a[4];
             int c = kk * 2 + (lane >> 4);
             gemm_ldsm4(sw + (uint32_t)(row * 128 + ((c ^ (row & 7)) << 4)), a[0], a[1], a[2], a[3]);
 #pragma unroll
             for (int j = 0; j < NT; j++) {
                 if (j < nt) {
-                    const float *xr = xs + (j * 8 + tok) * XROW + kk * 16 + kq;
-                    float2 lo = *(const float2 *)xr, hi = *(const float2 *)(xr + 8);
-                    uint32_t b[2] = {gemm_pack<BF16>(lo.x, lo.y), gemm_pack<BF16>(hi.x, hi.y)};
+                    uint32_t b[2];
+                    if constexpr (XH) {
+                        b[0] = kk & 1 ? xh[j].z : xh[j].x, b[1] = kk & 1 ? xh[j].w : xh[j].y;
+                    } else {
+                        const float *xr = xs + (j * 8 + tok) * XROW + kk * 16 + kq;
+                        float2 lo = *(const float2 *)xr, hi = *(const float2 *)(xr + 8);
+                        b[0] = gemm_pack<BF16>(lo.x, lo.y), b[1] = gemm_pack<BF16>(hi.x, hi.y);
+                    }
                     gemm_mma<BF16>(acc[j], a, b);
                 }
             }
@@ -1226,10 +1262,10 @@ template <bool BF16, int S> struct gemm_k {
     }
 };
 
-template <int S> __device__ __forceinline__ void gemm_k_run(const ppn_kp_gemm &p, int rank)
+template <int S, bool XH = false> __device__ __forceinline__ void gemm_k_run(const ppn_kp_gemm &p, int rank)
 {
-    if (p.wdt == PPN_DTYPE_BF16) {
-        gemm_k<true, S> k(p, gemm_dyn_smem, rank);
+    if (XH || p.wdt == PPN_DTYPE_BF16) { // XH: bf16 W (ops_gemm.c takes no other)
+        gemm_k<true, S, XH> k(p, gemm_dyn_smem, rank);
         k.run();
     } else {
         gemm_k<false, S> k(p, gemm_dyn_smem, rank);
@@ -1248,6 +1284,20 @@ extern "C" __global__ void GEMM_K_CLUSTER_DIMS __launch_bounds__(PPN_GEMM_TC_K_T
     // kernel risk its registers (gemm_tc_kw lost a third of its speed that way).
     if (p.stages == 4) gemm_k_run<4>(p, rank);
     else gemm_k_run<3>(p, rank);
+}
+
+// gemm_tc_k on x given in bf16 (gemm_tc_kw16's layout, W bf16, cols % 64 == 0): the same tile, split, ring depths
+// and bits, half of x's bytes through L2 and shared memory, and no rounding in the inner loop.
+// Five CTAs a multiprocessor, as gemm_tc_k's 96 registers allow (118 without the bound, sm_80): the lm head's
+// thousands of CTAs come in as few waves.
+extern "C" __global__ void GEMM_K_CLUSTER_DIMS __launch_bounds__(PPN_GEMM_TC_K_THREADS, 5)
+    ppn_k_gemm_tc_k16(const ppn_kp_gemm_tc_k16 p)
+{
+    ppn_pdl_trigger();
+    int rank = (int)(blockIdx.x % PPN_GEMM_TC_K_CLUSTER);
+    if (!GEMM_K_CLUSTER && rank % p.ks != 0) return;
+    if (p.stages == 4) gemm_k_run<4, true>(p, rank);
+    else gemm_k_run<3, true>(p, rank);
 }
 
 // ---------------------------------------------------------------------------------------------------------

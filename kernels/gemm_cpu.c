@@ -86,6 +86,7 @@ static void gemm_ref(const ppn_kp_gemm *p, int x16)
 
 void ppn_cpu_gemm(const void *params) { gemm_ref(params, 0); }
 void ppn_cpu_gemm_tc_kw16(const void *params) { gemm_ref(params, 1); }
+void ppn_cpu_gemm_tc_k16(const void *params) { gemm_ref(params, 1); }
 
 /* gemm_swiglu: the gate|up sums as gemm_tc_kw16's reference gives them (into host memory), then swiglu rows'
  * reference over them into out (its odt). The kernel adds no bias or res, nor does this. Without host memory for

@@ -68,6 +68,8 @@ typedef struct { uint64_t out, w, x, bias, res; int32_t rows, cols, m, wdt; } pp
  *              sm_90a) with K split over KW_KS(rows) CTAs of a cluster as gemm_tc_k splits it (elsewhere the
  *              first CTA of each tile sums all of K on mma.sync and the others return)
  *   gemm_tc_kwx gemm_tc_kw with x copied through its ring beside W (sm_90a): the same tile, split and bits
+ *   gemm_tc_k16 gemm_tc_k on x given in bf16 (W bf16 only) in gemm_tc_kw16's layout (PPN_X16_POS below): the same
+ *              tile, split and bits on the x its producer rounded
  *   gemm_tc_kw16 gemm_tc_kw on x given in bf16 (W bf16 only) in its fragment layout (PPN_X16_POS below): x's
  *              producer (the rows norm, SwiGLU: odt below) rounded it as gemm_tc_kw rounds, so the same tile,
  *              split and bits on the x it rounded
@@ -92,6 +94,7 @@ typedef ppn_kp_gemm ppn_kp_gemm_tc_l;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_m;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_s;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_k;
+typedef ppn_kp_gemm ppn_kp_gemm_tc_k16; /* x [m, cols] in bf16 (PPN_X16_POS), not f32: see gemm_tc_k16 above */
 typedef ppn_kp_gemm ppn_kp_gemm_tc_kw;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_kwx;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_kw16; /* x [m, cols] in bf16, not f32: see gemm_tc_kw16 above */
@@ -153,6 +156,9 @@ typedef struct { ppn_kp_gemm g; int32_t odt, pad; } ppn_kp_gemm_swiglu;
     ((unsigned)(stages) *                                                                                       \
      ((unsigned)PPN_GEMM_TC_K_BN * PPN_GEMM_TC_K_KT * 2u + PPN_GEMM_TC_K_MP(m) * PPN_GEMM_TC_K_XROW * 4u))
 #define PPN_GEMM_TC_K_SMEM(m) PPN_GEMM_TC_K_SMEM_S(m, PPN_GEMM_TC_K_STAGES(m))
+/* gemm_tc_k16's ring: the same stages, x rows of 64 bf16 (128 bytes, unpadded: its 16-byte chunks swizzled). */
+#define PPN_GEMM_TC_K16_SMEM_S(m, stages)                                                                         \
+    ((unsigned)(stages) * ((unsigned)PPN_GEMM_TC_K_BN * PPN_GEMM_TC_K_KT * 2u + PPN_GEMM_TC_K_MP(m) * PPN_GEMM_TC_K_KT * 2u))
 /* gemm_tc_kw: the middle tile's BM x BN (64 tokens x 128 weight rows), threads and shared memory, in clusters of
  * CLUSTER CTAs laid out as gemm_tc_k's: a cluster holds CLUSTER / KW_KS(rows) weight tiles, each summed over K in
  * KW_KS(rows) k-ranges of whole 64-column k-tiles, ceil(ceil(cols / 64) / KS) a range, whose partial sums are

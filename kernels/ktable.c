@@ -49,6 +49,7 @@ const ppn_gpu_kernel ppn_kernels[PPN_K_COUNT] = {
     PPN_KDESC(PPN_K_ATTN_BATCH_F16, attn_batch_f16),
     PPN_KDESC(PPN_K_GEMM_SWIGLU, gemm_swiglu),
     PPN_KDESC(PPN_K_ATTN_BATCH_TC, attn_batch_tc),
+    PPN_KDESC(PPN_K_GEMM_TC_K16, gemm_tc_k16),
 };
 
 #if PPN_HAVE_FATBIN

@@ -46,6 +46,7 @@ typedef enum ppn_kernel_id {
     PPN_K_ATTN_BATCH_F16,
     PPN_K_GEMM_SWIGLU,
     PPN_K_ATTN_BATCH_TC,
+    PPN_K_GEMM_TC_K16,
     PPN_K_COUNT
 } ppn_kernel_id;
 

@@ -142,13 +142,16 @@ ppn_status ppn_op_gemm_tile(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_kp
 /* ppn_op_gemm with x16 [m, cols] in bf16 (bf16 W) in gemm_tc_kw16's layout (kparams.h, PPN_X16_POS): the rounding
  * ppn_op_gemm does to its f32 x done by x's producer (ppn_op_rmsnorm_rows_to, ppn_op_swiglu_rows_to with
  * PPN_DTYPE_BF16), so a token's row has the bits ppn_op_gemm gives it on the f32 x that was rounded, at half of x's
- * bytes and a quarter of its loads (gemm_tc_kw16). Taken only on the shapes
- * ppn_op_gemm_x16_fits names, else PPN_EUNSUPPORTED (and PPN_EINVAL as ppn_op_gemm, for unaligned w or x16). */
+ * bytes and a quarter of its loads (gemm_tc_kw16; gemm_tc_k16 on the shapes of ppn_op_gemm_k16_fits). Taken only on
+ * the shapes those two name, else PPN_EUNSUPPORTED (and PPN_EINVAL as ppn_op_gemm, for unaligned w or x16). */
 ppn_status ppn_op_gemm_x16(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x16, int m,
                            int rows, int cols, ppn_dptr bias, ppn_dptr res);
 /* 1 where ppn_op_gemm runs gemm_tc_kw (m tokens over rows x cols of wdt), wdt is bf16 and cols a multiple of 64:
  * the shapes ppn_op_gemm_x16 takes (a function of the shape alone, so a caller decides before x's producer runs). */
 int ppn_op_gemm_x16_fits(int m, int rows, int cols, int wdt);
+/* 1 where ppn_op_gemm runs gemm_tc_k (few tokens) under the same conditions: ppn_op_gemm_x16 takes these too
+ * (gemm_tc_k16). Not yet chosen by the forward (not yet timed on a GPU: ops_gemm.c). */
+int ppn_op_gemm_k16_fits(int m, int rows, int cols, int wdt);
 /* out [m, n] = silu(gate) * up, gate|up = x16 . W^T over W's 2 n rows (gate rows, then up rows; bf16), x16 in bf16
  * in gemm_tc_kw16's layout: ppn_op_gemm_x16 into [m, 2 n] f32 then ppn_op_swiglu_rows_to(odt) in one kernel
  * (gemm_swiglu), the same bits, without the gate|up round trip through memory. odt: PPN_DTYPE_F32, or

@@ -11,7 +11,8 @@
  * Above that bound, up to 64 or 128 tokens, matrices of up to 264 middle tiles of rows take gemm_tc_kw, the middle
  * tile split over K the same way (its own k-ranges: again the same bits at every m it is taken for), or below 4096
  * rows gemm_tc_kwx, the same tile and sums with x through its ring (gemm_tc_kw's bits). ppn_op_gemm_x16 runs
- * gemm_tc_kw16 where gemm_tc_kw is taken (bf16 W): x given in bf16 by its producer, the same bits again.
+ * gemm_tc_kw16 where gemm_tc_kw is taken (bf16 W), and gemm_tc_k16 where gemm_tc_k is: x given in bf16 by its
+ * producer, the same bits again.
  * Where the stream's device runs the TMA kernels (gpu.h: tma_ok; PPN_TMA=0 says no) the large tile is
  * gemm_tc_h on the shapes where it was faster (gemm_h_wins), the same tile and sum warp-specialized behind the
  * tensor memory accelerator: gemm_tc_l's bits.
@@ -73,14 +74,23 @@ static int gemm_kw_depth(int kernel)
     return kernel == PPN_K_GEMM_TC_KWX ? (int)PPN_GEMM_TC_KWX_STAGES : (int)PPN_GEMM_TC_KW_STAGES;
 }
 
+/* The small split-K tile in either form: gemm_tc_k, gemm_tc_k16 (one grid, split, ring and bits). */
+static int gemm_is_k(int kernel) { return kernel == PPN_K_GEMM_TC_K || kernel == PPN_K_GEMM_TC_K16; }
+
 /* The middle split-K tile in any of its forms: gemm_tc_kw, gemm_tc_kwx, gemm_tc_kw16 (one grid, split and bits). */
 static int gemm_is_kw(int kernel)
 {
     return kernel == PPN_K_GEMM_TC_KW || kernel == PPN_K_GEMM_TC_KWX || kernel == PPN_K_GEMM_TC_KW16;
 }
 
-/* x's element size: bf16 for gemm_tc_kw16, f32 for every other kernel. */
-static size_t gemm_x_es(int kernel) { return kernel == PPN_K_GEMM_TC_KW16 ? 2u : 4u; }
+/* x's element size: bf16 for gemm_tc_kw16 and gemm_tc_k16, f32 for every other kernel. */
+static size_t gemm_x_es(int kernel) { return kernel == PPN_K_GEMM_TC_KW16 || kernel == PPN_K_GEMM_TC_K16 ? 2u : 4u; }
+
+/* gemm_tc_k's (or gemm_tc_k16's) ring at m tokens and that depth. */
+static unsigned gemm_k_smem(int kernel, int m, int stages)
+{
+    return kernel == PPN_K_GEMM_TC_K16 ? PPN_GEMM_TC_K16_SMEM_S(m, stages) : PPN_GEMM_TC_K_SMEM_S(m, stages);
+}
 
 /* gemm_tc_k's CTAs: clusters of CLUSTER / KS weight tiles, for each token group (kparams.h). */
 static size_t gemm_k_ctas(const ppn_kp_gemm *p)
@@ -189,10 +199,11 @@ static ppn_launch gemm_geometry(int kernel, const ppn_kp_gemm *p)
         l.smem = PPN_GEMM_TC_H_SMEM;
         return l;
     }
-    case PPN_K_GEMM_TC_K: {
-        PPN_ASSERT(PPN_GEMM_TC_K_SMEM_S(p->m, p->stages) <= PPN_DYN_SMEM_MAX);
+    case PPN_K_GEMM_TC_K:
+    case PPN_K_GEMM_TC_K16: {
+        PPN_ASSERT(gemm_k_smem(kernel, p->m, p->stages) <= PPN_DYN_SMEM_MAX);
         ppn_launch l = launch_init(kernel, p, (unsigned)gemm_k_ctas(p), PPN_GEMM_TC_K_THREADS);
-        l.smem = PPN_GEMM_TC_K_SMEM_S(p->m, p->stages);
+        l.smem = gemm_k_smem(kernel, p->m, p->stages);
         return l;
     }
     case PPN_K_GEMM_TC_KW:
@@ -240,7 +251,7 @@ static ppn_status gemm_check(const char *op, const ppn_kp_gemm *p, size_t xes)
 static ppn_status gemm_submit(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_kp_gemm *pc)
 {
     ppn_kp_gemm rp = *pc, *p = &rp;
-    if (kernel == PPN_K_GEMM_TC_K) rp.ks = gemm_k_ks(pc), rp.stages = gemm_k_stages(pc);
+    if (gemm_is_k(kernel)) rp.ks = gemm_k_ks(pc), rp.stages = gemm_k_stages(pc);
     else if (gemm_is_kw(kernel)) rp.ks = gemm_kw_ks(pc), rp.stages = gemm_kw_depth(kernel);
     else rp.ks = 0, rp.stages = 0;
     rp.ctas = 0;
@@ -291,11 +302,26 @@ ppn_status ppn_op_gemm(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int
  * step 7.89-7.94 -> 7.25-7.32 ms. Not where the op takes gemm_tc_kwx (x through its ring, f32): on the 1B's q|k|v
  * and down it kept ahead (m = 64: 31.5 / 25.7, 42.7 / 37.7), and the 1B's B=64 step was 2.32 ms with kw16 there
  * against 2.18-2.22 without. The shape's choice alone (the pointers' alignment is the op's check). */
+/* The kernel ppn_op_gemm runs on this shape with bf16 W over whole 64-column blocks (aligned pointers), else -1. */
+static int gemm_x16_base(int m, int rows, int cols, int wdt)
+{
+    if (wdt != PPN_DTYPE_BF16 || m < 1 || rows < 1 || cols < 1 || cols % 64) return -1;
+    ppn_kp_gemm p = {.out = 256, .w = 256, .x = 256, .m = m, .rows = rows, .cols = cols, .wdt = wdt};
+    return gemm_kernel(&p, 0);
+}
+
 int ppn_op_gemm_x16_fits(int m, int rows, int cols, int wdt)
 {
-    if (wdt != PPN_DTYPE_BF16 || m < 1 || rows < 1 || cols < 1 || cols % 64) return 0;
-    ppn_kp_gemm p = {.out = 256, .w = 256, .x = 256, .m = m, .rows = rows, .cols = cols, .wdt = wdt};
-    return gemm_kernel(&p, 0) == PPN_K_GEMM_TC_KW;
+    return gemm_x16_base(m, rows, cols, wdt) == PPN_K_GEMM_TC_KW;
+}
+
+/* Where ppn_op_gemm runs gemm_tc_k on bf16 weights over whole 64-column blocks, gemm_tc_k16 gives its bits from x
+ * in bf16 (its tile reads that layout through its ring as gemm_tc_kw16 does): half of x's bytes, which gemm_tc_k
+ * reads once per 64 weight rows (at m = 16 half as many bytes as W's on the 8B's o and down). Not yet timed on a
+ * GPU: the forward does not take it (ppn_op_gemm_x16_fits), tests/gpu checks and times it against gemm_tc_k. */
+int ppn_op_gemm_k16_fits(int m, int rows, int cols, int wdt)
+{
+    return gemm_x16_base(m, rows, cols, wdt) == PPN_K_GEMM_TC_K;
 }
 
 ppn_status ppn_op_gemm_x16(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x16, int m,
@@ -305,14 +331,16 @@ ppn_status ppn_op_gemm_x16(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w,
     ppn_kp_gemm p = {.out = out, .w = w, .x = x16, .bias = bias, .res = res, .m = m, .rows = rows, .cols = cols,
                      .wdt = wdt, .ks = 0, .stages = 0, .ctas = 0};
     PPN_CHECK(gemm_check(op, &p, 2));
-    if (!ppn_op_gemm_x16_fits(m, rows, cols, wdt))
+    int k16 = ppn_op_gemm_k16_fits(m, rows, cols, wdt);
+    if (!k16 && !ppn_op_gemm_x16_fits(m, rows, cols, wdt))
         return ppn_err(PPN_EUNSUPPORTED, "%s: m %d, rows %d, cols %d, %s weights: bf16 x is taken only where "
-                                         "ppn_op_gemm runs gemm_tc_kw on bf16 weights (ppn_op_gemm_x16_fits); give "
-                                         "ppn_op_gemm f32 x", op, m, rows, cols, ppn_dtype_name(wdt));
+                                         "ppn_op_gemm runs gemm_tc_kw or gemm_tc_k on bf16 weights "
+                                         "(ppn_op_gemm_x16_fits, ppn_op_gemm_k16_fits); give ppn_op_gemm f32 x", op, m,
+                       rows, cols, ppn_dtype_name(wdt));
     if (!gemm_tc_fits(&p))
         return ppn_err(PPN_EINVAL, "%s: w and x must be 16-byte aligned (w 0x%llx, x 0x%llx)", op,
                        (unsigned long long)w, (unsigned long long)x16);
-    return gemm_submit(g, s, PPN_K_GEMM_TC_KW16, &p);
+    return gemm_submit(g, s, k16 ? PPN_K_GEMM_TC_K16 : PPN_K_GEMM_TC_KW16, &p);
 }
 
 /* SwiGLU in gemm_tc_kw16's epilogue: the gate|up output's round trip (m x 2 ffn f32 written, read back by swiglu
@@ -364,29 +392,29 @@ ppn_status ppn_op_gemm_tile(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_kp
 {
     static const char op[] = "ppn_op_gemm_tile";
     if (kernel != PPN_K_GEMM && kernel != PPN_K_GEMM_TC_L && kernel != PPN_K_GEMM_TC_M && kernel != PPN_K_GEMM_TC_S &&
-        kernel != PPN_K_GEMM_TC_K && !gemm_is_kw(kernel) && kernel != PPN_K_GEMM_TC_H)
+        !gemm_is_k(kernel) && !gemm_is_kw(kernel) && kernel != PPN_K_GEMM_TC_H)
         return ppn_err(PPN_EINVAL, "%s: kernel %d is not a gemm kernel", op, kernel);
     PPN_CHECK(gemm_check(op, p, gemm_x_es(kernel)));
-    if (kernel == PPN_K_GEMM_TC_KW16 && (p->wdt != PPN_DTYPE_BF16 || p->cols % 64))
-        return ppn_err(PPN_EINVAL, "%s: gemm_tc_kw16 takes bf16 weights (and bf16 x) over cols %% 64 == 0, not %s "
-                                   "over %d", op, ppn_dtype_name(p->wdt), p->cols);
+    if (gemm_x_es(kernel) == 2 && (p->wdt != PPN_DTYPE_BF16 || p->cols % 64))
+        return ppn_err(PPN_EINVAL, "%s: %s takes bf16 weights (and bf16 x) over cols %% 64 == 0, not %s over %d", op,
+                       ppn_kernels[kernel].name, ppn_dtype_name(p->wdt), p->cols);
     if (p->ctas < 0) return ppn_err(PPN_EINVAL, "%s: ctas %d (0: the op's choice)", op, p->ctas);
     if (kernel == PPN_K_GEMM_TC_H && !gemm_tma_sms(g, s))
         return ppn_err(PPN_EUNSUPPORTED, "%s: gemm_tc_h on backend %s: the stream's device runs no TMA kernels "
                                          "(compute capability 9.x and sm_90a code, PPN_TMA not 0)", op, g->ops->name);
     const int kw = gemm_is_kw(kernel);
-    if ((kernel == PPN_K_GEMM_TC_K || kw) && p->ks &&
+    if ((gemm_is_k(kernel) || kw) && p->ks &&
         p->ks != 1 && p->ks != 2 && p->ks != 4 && p->ks != 8)
         return ppn_err(PPN_EINVAL, "%s: ks %d for %s: 1, 2, 4 or 8 CTAs of a cluster of %d (or 0: the op's)", op,
                        p->ks, ppn_kernels[kernel].name, PPN_GEMM_TC_K_CLUSTER);
-    if (kernel == PPN_K_GEMM_TC_K && p->stages &&
-        ((p->stages != 3 && p->stages != 4) || PPN_GEMM_TC_K_SMEM_S(p->m, p->stages) > PPN_DYN_SMEM_MAX))
-        return ppn_err(PPN_EINVAL, "%s: stages %d for gemm_tc_k: 3 or 4 whose ring fits %u B at m %d (or 0: the "
-                                   "op's)", op, p->stages, PPN_DYN_SMEM_MAX, p->m);
+    if (gemm_is_k(kernel) && p->stages &&
+        ((p->stages != 3 && p->stages != 4) || gemm_k_smem(kernel, p->m, p->stages) > PPN_DYN_SMEM_MAX))
+        return ppn_err(PPN_EINVAL, "%s: stages %d for %s: 3 or 4 whose ring fits %u B at m %d (or 0: the op's)", op,
+                       p->stages, ppn_kernels[kernel].name, PPN_DYN_SMEM_MAX, p->m);
     if (kw && p->stages && p->stages != gemm_kw_depth(kernel))
         return ppn_err(PPN_EINVAL, "%s: stages %d for %s: %d (or 0: the op's)", op, p->stages, ppn_kernels[kernel].name,
                        gemm_kw_depth(kernel));
-    if (kernel == PPN_K_GEMM_TC_K && gemm_k_ctas(p) > GEMM_MAX_CTAS)
+    if (gemm_is_k(kernel) && gemm_k_ctas(p) > GEMM_MAX_CTAS)
         return ppn_err(PPN_EINVAL, "%s: m %d x rows %d needs more than 2^31 - 1 CTAs of %s", op, p->m, p->rows,
                        ppn_kernels[kernel].name);
     if (kw && gemm_kw_ctas(p) > GEMM_MAX_CTAS)

@@ -170,6 +170,10 @@ static void expect_launch(int k, int m, int rows)
     if (k == PPN_K_GEMM_TC_K) /* clusters of 8 CTAs: 8 / KS weight tiles of 64 rows, per 32 tokens */
         th = PPN_GEMM_TC_K_THREADS, smem = PPN_GEMM_TC_K_SMEM(m),
         grid = tiles(m, rows * (int)PPN_GEMM_TC_K_KS(rows), PPN_GEMM_TC_K_MG, PPN_GEMM_TC_K_BN * 8) * 8;
+    if (k == PPN_K_GEMM_TC_K16) /* gemm_tc_k's grid; its ring's x rows 64 bf16: 128 bytes (kparams.h) */
+        th = PPN_GEMM_TC_K_THREADS,
+        smem = PPN_GEMM_TC_K_STAGES(m) * (64u * 64u * 2u + PPN_GEMM_TC_K_MP(m) * 128u),
+        grid = tiles(m, rows * (int)PPN_GEMM_TC_K_KS(rows), PPN_GEMM_TC_K_MG, PPN_GEMM_TC_K_BN * 8) * 8;
     if (k == PPN_K_GEMM_TC_KW || k == PPN_K_GEMM_TC_KW16) /* clusters of 8 CTAs: 8 / KW_KS middle tiles of 128 rows,
                                                                * per 64 tokens (kw16: the same, x in bf16) */
         th = PPN_GEMM_TC_M_THREADS, smem = PPN_GEMM_TC_SMEM(PPN_GEMM_TC_M_BM, PPN_GEMM_TC_M_BN, PPN_GEMM_TC_M_STAGES),
@@ -598,9 +602,11 @@ static void test_gemm_x16_values(void **state)
     ppn_gstream *s = tu_fake_stream;
     tu_cap.dry = 1;
     tu_cap.calls = 0;
-    assert_int_equal(ppn_op_gemm_x16(g, s, FAKE_OUT, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 8, 6144, 4096, 0, 0),
-                     PPN_EUNSUPPORTED);
+    assert_int_equal(ppn_op_gemm_x16(g, s, FAKE_OUT, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 64, 3072, 2048, 0, 0),
+                     PPN_EUNSUPPORTED); /* gemm_tc_kwx there */
     assert_non_null(strstr(ppn_last_error(), "ppn_op_gemm_x16_fits"));
+    assert_int_equal(ppn_op_gemm_x16(g, s, FAKE_OUT, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 512, 4096, 4096, 0, 0),
+                     PPN_EUNSUPPORTED); /* a prefill tile */
     assert_int_equal(ppn_op_gemm_x16(g, s, FAKE_OUT, FAKE_W, PPN_DTYPE_F16, FAKE_X, 16, 6144, 4096, 0, 0),
                      PPN_EUNSUPPORTED);
     assert_int_equal(ppn_op_gemm_x16(g, s, FAKE_OUT, FAKE_W, PPN_DTYPE_BF16, FAKE_X + 8, 16, 6144, 4096, 0, 0),
@@ -625,6 +631,87 @@ static void test_gemm_x16_values(void **state)
     expect_launch(PPN_K_GEMM_TC_KW16, 16, 6144);
     assert_int_equal(tu_cap.calls, 2);
     tu_cap.dry = 0;
+}
+
+/* gemm_tc_k16: where the op picks gemm_tc_k over whole 64-column blocks of bf16 W, ppn_op_gemm_x16 takes bf16 x
+ * there too (ppn_op_gemm_k16_fits; the forward does not yet), on gemm_tc_k's grid, split and ring depth with a
+ * ring of bf16 x rows; its sums are ppn_op_gemm's on the f32 x that was rounded (one reference here; tests/gpu
+ * compares the kernels); f16 or cols % 64 are refused by name. */
+static void test_gemm_k16(void **state)
+{
+    (void)state;
+    tu_cap.dry = 1;
+    static const int shapes[][3] = {
+        {16, 4096, 4096}, {16, 4096, 14336}, {8, 6144, 4096}, {1, 6144, 4096}, {16, 6144, 4096}, {16, 128256, 4096},
+        {32, 3072, 2048}, {33, 3072, 2048}, {40, 256, 136}, {4, 256, 136}, {64, 4096, 4096}, {512, 4096, 4096},
+    };
+    int taken = 0;
+    for (size_t i = 0; i < TU_LEN(shapes); i++) {
+        int m = shapes[i][0], rows = shapes[i][1], cols = shapes[i][2];
+        int k = op_kernel(PPN_DTYPE_BF16, m, rows, cols, FAKE_W, FAKE_X);
+        int want = k == PPN_K_GEMM_TC_K && cols % 64 == 0;
+        if (ppn_op_gemm_k16_fits(m, rows, cols, PPN_DTYPE_BF16) != want)
+            fail_msg("m %d, %d x %d: op kernel %s, k16_fits %d", m, rows, cols, ppn_kernels[k].name, !want);
+        assert_false(want && ppn_op_gemm_x16_fits(m, rows, cols, PPN_DTYPE_BF16)); /* one tile or the other */
+        assert_false(ppn_op_gemm_k16_fits(m, rows, cols, PPN_DTYPE_F16));
+        taken += want;
+        if (!want) continue;
+        tu_cap.calls = 0;
+        assert_int_equal(ppn_op_gemm_x16(&tu_fake, tu_fake_stream, FAKE_OUT, FAKE_W, PPN_DTYPE_BF16, FAKE_X, m, rows,
+                                         cols, 0, 0), PPN_OK);
+        assert_int_equal(tu_cap.calls, 1);
+        expect_launch(PPN_K_GEMM_TC_K16, m, rows);
+        const ppn_kp_gemm *q = (const ppn_kp_gemm *)tu_cap.params;
+        assert_true(q->ks == (int)PPN_GEMM_TC_K_KS(rows) && q->stages == (int)PPN_GEMM_TC_K_STAGES(m));
+        assert_true(tu_cap.l.acc[1].ptr == FAKE_X && tu_cap.l.acc[1].bytes == (size_t)m * (size_t)cols * 2);
+    }
+    assert_true(taken >= 5 && taken < (int)TU_LEN(shapes)); /* both answers met */
+    assert_true(ppn_op_gemm_k16_fits(16, 4096, 14336, PPN_DTYPE_BF16)); /* the 8B's down at B=16 */
+    ppn_kp_gemm p = {.out = FAKE_OUT, .w = FAKE_W, .x = FAKE_X, .m = 16, .rows = 4096, .cols = 4096,
+                     .wdt = PPN_DTYPE_F16};
+    assert_int_equal(ppn_op_gemm_tile(&tu_fake, tu_fake_stream, PPN_K_GEMM_TC_K16, &p), PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "gemm_tc_k16 takes bf16"));
+    p.wdt = PPN_DTYPE_BF16, p.cols = 4104;
+    assert_int_equal(ppn_op_gemm_tile(&tu_fake, tu_fake_stream, PPN_K_GEMM_TC_K16, &p), PPN_EINVAL);
+    p.cols = 4096, p.stages = 5;
+    assert_int_equal(ppn_op_gemm_tile(&tu_fake, tu_fake_stream, PPN_K_GEMM_TC_K16, &p), PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "stages 5 for ppn_k_gemm_tc_k16"));
+    p.stages = 4;
+    tu_cap.calls = 0;
+    assert_int_equal(ppn_op_gemm_tile(&tu_fake, tu_fake_stream, PPN_K_GEMM_TC_K16, &p), PPN_OK);
+    assert_int_equal(tu_cap.calls, 1);
+    assert_int_equal(tu_cap.l.smem, 4u * (64u * 64u * 2u + 16u * 128u));
+    tu_cap.dry = 0;
+    /* values, with bias and res */
+    static const int cs[][5] = {{16, 512, 128, 1, 0}, {5, 256, 192, 0, 1}, {1, 320, 64, 1, 1}};
+    for (size_t i = 0; i < TU_LEN(cs); i++) {
+        int m = cs[i][0], rows = cs[i][1], cols = cs[i][2];
+        size_t mr = (size_t)m * (size_t)rows, mc = (size_t)m * (size_t)cols;
+        assert_true(ppn_op_gemm_k16_fits(m, rows, cols, PPN_DTYPE_BF16));
+        void *w = tu_wrand(PPN_DTYPE_BF16, (size_t)rows * (size_t)cols, NULL);
+        void *b = tu_wrand(PPN_DTYPE_BF16, rows, NULL);
+        float *x = tu_frand(mc, -3, 3), *res = tu_frand(mr, -1, 1), *want = malloc(mr * 4), *got = malloc(mr * 4);
+        uint16_t *xh = calloc(mc, 2);
+        assert_true(want && got && xh);
+        for (size_t k = 0; k < mc; k++)
+            xh[k - k % (size_t)cols + PPN_X16_POS(k % (size_t)cols)] = ppn_f32_to_bf16(x[k]);
+        ppn_dptr bias = cs[i][3] ? D(b) : 0, rs = cs[i][4] ? D(res) : 0;
+        assert_int_equal(ppn_op_gemm(&tu_fake, tu_fake_stream, D(want), D(w), PPN_DTYPE_BF16, D(x), m, rows, cols,
+                                     bias, rs), PPN_OK);
+        assert_int_equal(tu_cap.l.kernel, PPN_K_GEMM_TC_K);
+        tu_cap.calls = 0;
+        assert_int_equal(ppn_op_gemm_x16(&tu_fake, tu_fake_stream, D(got), D(w), PPN_DTYPE_BF16, D(xh), m, rows, cols,
+                                         bias, rs), PPN_OK);
+        assert_int_equal(tu_cap.calls, 1);
+        assert_int_equal(tu_cap.l.kernel, PPN_K_GEMM_TC_K16);
+        assert_memory_equal(got, want, mr * 4);
+        for (size_t k = 0; k < mc; k++) xh[k] = ppn_f32_to_bf16(x[k]); /* in row order: other sums */
+        ppn_kp_gemm q = *(const ppn_kp_gemm *)tu_cap.params;
+        q.out = D(got);
+        tu_kernel_run(PPN_K_GEMM_TC_K16, &q);
+        assert_true(memcmp(got, want, mr * 4) != 0);
+        free(w), free(b), free(x), free(res), free(want), free(got), free(xh);
+    }
 }
 
 /* ppn_op_gemm_swiglu (gemm_swiglu: SwiGLU in gemm_tc_kw16's epilogue) on a device that runs TMA kernels: out is
@@ -903,7 +990,7 @@ int main(void)
         cmocka_unit_test_teardown(test_gemm_op_split_knobs, dry_off),
         cmocka_unit_test(test_gemm_op_accesses),
         cmocka_unit_test(test_gemm_op_refusals),
-        cmocka_unit_test(test_gemm_x16_layout),
+        cmocka_unit_test(test_gemm_x16_layout), cmocka_unit_test(test_gemm_k16),
         cmocka_unit_test_teardown(test_gemm_x16_fits, dry_off),
         cmocka_unit_test_teardown(test_gemm_x16_values, dry_off),
         cmocka_unit_test_teardown(test_gemm_swiglu_values, dry_off),

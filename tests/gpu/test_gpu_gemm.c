@@ -270,10 +270,11 @@ static void gg_check(const gg_case *c)
     gg_run(c, -1, &p, t, ns, g2);
     int same = !memcmp(g1, g2, n * 4), chosen = op_choice(&p);
     double max_abs, worst = err_ratio(g1, ref, scale, n, &wi, &max_abs), tile_worst = 0;
-    char tiles[288] = "";
+    char tiles[320] = "";
     int tc = c->dt != PPN_DTYPE_F32 && c->cols % 8 == 0 && c->xoff % 4 == 0, h_as_l = 1, kwx_as_kw = 1;
     float *gl = hmem(n * 4); /* gemm_tc_l's rows: gemm_tc_h must give these bits */
     float *gkw = hmem(n * 4); /* gemm_tc_kw's rows: gemm_tc_kwx must give these bits */
+    float *gk = hmem(n * 4);  /* gemm_tc_k's rows: gemm_tc_k16 must give these bits */
     for (int k = PPN_K_GEMM_TC_L; tc && k <= gg_last_tile(); k++) {
         if (k == PPN_K_GEMM_TC_KW16) continue; /* its x is bf16: below */
         gg_run(c, k, &p, t, ns, g2);
@@ -283,22 +284,37 @@ static void gg_check(const gg_case *c)
         if (k == PPN_K_GEMM_TC_L) memcpy(gl, g2, n * 4);
         if (k == PPN_K_GEMM_TC_H) h_as_l = !memcmp(gl, g2, n * 4);
         if (k == PPN_K_GEMM_TC_KW) memcpy(gkw, g2, n * 4);
+        if (k == PPN_K_GEMM_TC_K) memcpy(gk, g2, n * 4);
         if (k == PPN_K_GEMM_TC_KWX) kwx_as_kw = !memcmp(gkw, g2, n * 4);
         snprintf(tiles + strlen(tiles), sizeof tiles - strlen(tiles), " %s%s%.3f%s", kname(k) + 8,
                  memcmp(g1, g2, n * 4) ? "!=" : "=", rk,
                  k == PPN_K_GEMM_TC_H ? (h_as_l ? "(=l)" : "(!=l)")
                  : k == PPN_K_GEMM_TC_KWX ? (kwx_as_kw ? "(=kw)" : "(!=kw)") : "");
     }
-    /* x in bf16 (rounded as the tiles round it): gemm_tc_kw16 forced gives gemm_tc_kw's bits, and where the op takes
-     * bf16 x (ppn_op_gemm_x16_fits) ppn_op_gemm_x16 gives the op's */
-    int kw16_as_kw = 1, x16_as_op = 1;
+    /* x in bf16 (rounded as the tiles round it): gemm_tc_kw16 forced gives gemm_tc_kw's bits, gemm_tc_k16 gemm_tc_k's
+     * (at every K split and ring depth), and where the op takes bf16 x (ppn_op_gemm_x16_fits, _k16_fits)
+     * ppn_op_gemm_x16 gives the op's */
+    int kw16_as_kw = 1, x16_as_op = 1, k16_as_k = 1;
     if (tc && c->dt == PPN_DTYPE_BF16 && c->xoff % 64 == 0 && c->cols % 64 == 0) {
         ppn_kp_gemm q = p;
         q.x = B.xh + (size_t)c->xoff * 2;
         gg_run(c, PPN_K_GEMM_TC_KW16, &q, t, ns, g2);
         kw16_as_kw = !memcmp(gkw, g2, n * 4);
         snprintf(tiles + strlen(tiles), sizeof tiles - strlen(tiles), " kw16%s", kw16_as_kw ? "(=kw)" : "(!=kw)");
-        if (ppn_op_gemm_x16_fits(c->m, c->rows, c->cols, c->dt)) {
+        gg_run(c, PPN_K_GEMM_TC_K16, &q, t, ns, g2);
+        k16_as_k = !memcmp(gk, g2, n * 4);
+        static const int kss[] = {1, 2, 4, 8}, st[] = {3, 4};
+        for (size_t a = 0; a < TU_LEN(kss); a++)
+            for (size_t b = 0; b < TU_LEN(st); b++) {
+                if (PPN_GEMM_TC_K_SMEM_S(c->m, st[b]) > PPN_DYN_SMEM_MAX) continue;
+                ppn_kp_gemm pf = p, ph = q;
+                pf.ks = ph.ks = kss[a], pf.stages = ph.stages = st[b];
+                gg_run(c, PPN_K_GEMM_TC_K, &pf, t, ns, gk);
+                gg_run(c, PPN_K_GEMM_TC_K16, &ph, t, ns, g2);
+                k16_as_k &= !memcmp(gk, g2, n * 4);
+            }
+        snprintf(tiles + strlen(tiles), sizeof tiles - strlen(tiles), " k16%s", k16_as_k ? "(=k)" : "(!=k)");
+        if (ppn_op_gemm_x16_fits(c->m, c->rows, c->cols, c->dt) || ppn_op_gemm_k16_fits(c->m, c->rows, c->cols, c->dt)) {
             reset_alias(c);
             EXPECT_OK(ppn_op_gemm_x16(G, S, q.out, q.w, q.wdt, q.x, q.m, q.rows, q.cols, q.bias, q.res));
             EXPECT_OK(G->ops->stream_sync(G, S));
@@ -307,7 +323,7 @@ static void gg_check(const gg_case *c)
             snprintf(tiles + strlen(tiles), sizeof tiles - strlen(tiles), " x16%s", x16_as_op ? "(=op)" : "(!=op)");
         }
     }
-    free(gl), free(gkw);
+    free(gl), free(gkw), free(gk);
     /* Every K split and ring depth the split-K tiles take (ppn_op_gemm_tile's ks and stages, what the decode
      * sweep times), each within the bound; a depth whose ring does not fit at this m is refused, not run. */
     double knob_worst = 0;
@@ -347,7 +363,8 @@ static void gg_check(const gg_case *c)
             snprintf(tiles + strlen(tiles), sizeof tiles - strlen(tiles), " m=1%s", alone ? "=" : "!=");
         }
     }
-    int ok = same && alone && h_as_l && kwx_as_kw && kw16_as_kw && x16_as_op && worst <= 1.0 && tile_worst <= 1.0;
+    int ok = same && alone && h_as_l && kwx_as_kw && kw16_as_kw && k16_as_k && x16_as_op && worst <= 1.0 &&
+             tile_worst <= 1.0;
     printf("  %-14s %-4s m=%-4d %6dx%-5d%s%s%s%s  %-9s max|err| %.2e err/tol %.3f  %s%s%s\n", c->name,
            ppn_dtype_name(c->dt), c->m, c->rows, c->cols, c->bias ? " +bias" : "", c->res ? " +res" : "",
            c->alias ? "=out" : "", c->xoff ? " x+4B" : "", kname(chosen), max_abs, worst,
@@ -602,15 +619,15 @@ static void test_gpu_gemm_decode(void **state)
                 ppn_kp_gemm p = {.out = B.out, .w = B.w[PPN_DTYPE_BF16], .x = B.x, .m = ms[j], .rows = sh->rows,
                                  .cols = sh->cols, .wdt = PPN_DTYPE_BF16};
                 double wb = (double)sh->rows * sh->cols * 2, op = burst_ms(-1, p);
-                char line[320];
+                char line[400];
                 int n = snprintf(line, sizeof line, "  decode %-11s m=%-4d %-9s %8.2f us %6.0f GB/s %5.1f%% |",
                                  sh->name, ms[j], kname(op_choice(&p)), op * 1e3, wb / (op * 1e6),
                                  100.0 * wb / (op * 1e6) / floor_gbs);
-                static const int ks[] = {PPN_K_GEMM_TC_M, PPN_K_GEMM_TC_K, PPN_K_GEMM_TC_KW, PPN_K_GEMM_TC_KWX,
-                                         PPN_K_GEMM_TC_KW16};
+                static const int ks[] = {PPN_K_GEMM_TC_M, PPN_K_GEMM_TC_K, PPN_K_GEMM_TC_K16, PPN_K_GEMM_TC_KW,
+                                         PPN_K_GEMM_TC_KWX, PPN_K_GEMM_TC_KW16};
                 for (size_t q = 0; q < TU_LEN(ks); q++) {
                     ppn_kp_gemm pk = p;
-                    if (ks[q] == PPN_K_GEMM_TC_KW16) pk.x = B.xh; /* its x in bf16 */
+                    if (ks[q] == PPN_K_GEMM_TC_KW16 || ks[q] == PPN_K_GEMM_TC_K16) pk.x = B.xh; /* its x in bf16 */
                     double t = burst_ms(ks[q], pk);
                     n += snprintf(line + n, sizeof line - (size_t)n, " %s %7.2f us %5.1f%%", kname(ks[q]) + 8,
                                   t * 1e3, 100.0 * wb / (t * 1e6) / floor_gbs);
