@@ -560,42 +560,49 @@ static void test_gemm_x16_fits(void **state)
     tu_cap.dry = 0;
 }
 
+/* ppn_op_gemm_x16 on case c = {m, rows, cols, bias?, res?} (bf16 W, x rounded into gemm_tc_kw16's layout) runs
+ * kernel and gives ppn_op_gemm's sums on the f32 x, byte for byte (one reference here; tests/gpu compares the
+ * kernels); the same bytes read as f32 x by the f32 tile, or as bf16 in row order, give other sums. */
+static void x16_case(const int *c, int kernel)
+{
+    int m = c[0], rows = c[1], cols = c[2], f32_tile = kernel == PPN_K_GEMM_TC_K16 ? PPN_K_GEMM_TC_K : PPN_K_GEMM_TC_KW;
+    size_t mr = (size_t)m * (size_t)rows, mc = (size_t)m * (size_t)cols;
+    assert_true(kernel == PPN_K_GEMM_TC_K16 ? ppn_op_gemm_k16_fits(m, rows, cols, PPN_DTYPE_BF16)
+                                            : ppn_op_gemm_x16_fits(m, rows, cols, PPN_DTYPE_BF16));
+    void *w = tu_wrand(PPN_DTYPE_BF16, (size_t)rows * (size_t)cols, NULL);
+    void *b = tu_wrand(PPN_DTYPE_BF16, rows, NULL);
+    float *x = tu_frand(mc, -3, 3), *res = tu_frand(mr, -1, 1), *want = malloc(mr * 4), *got = malloc(mr * 4);
+    uint16_t *xh = calloc(mc, 4); /* room for mc floats: its bytes are read as f32 x below */
+    assert_true(want && got && xh);
+    for (size_t k = 0; k < mc; k++) /* rounded, in gemm_tc_kw16's layout (kparams.h) */
+        xh[k - k % (size_t)cols + PPN_X16_POS(k % (size_t)cols)] = ppn_f32_to_bf16(x[k]);
+    ppn_dptr bias = c[3] ? D(b) : 0, rs = c[4] ? D(res) : 0;
+    assert_int_equal(ppn_op_gemm(&tu_fake, tu_fake_stream, D(want), D(w), PPN_DTYPE_BF16, D(x), m, rows, cols, bias,
+                                 rs), PPN_OK);
+    assert_int_equal(tu_cap.l.kernel, f32_tile);
+    tu_cap.calls = 0;
+    assert_int_equal(ppn_op_gemm_x16(&tu_fake, tu_fake_stream, D(got), D(w), PPN_DTYPE_BF16, D(xh), m, rows, cols,
+                                     bias, rs), PPN_OK);
+    assert_int_equal(tu_cap.calls, 1);
+    assert_int_equal(tu_cap.l.kernel, kernel);
+    assert_memory_equal(got, want, mr * 4);
+    ppn_kp_gemm p = *(const ppn_kp_gemm *)tu_cap.params;
+    p.out = D(got);
+    tu_kernel_run(f32_tile, &p);
+    assert_true(memcmp(got, want, mr * 4) != 0);
+    for (size_t k = 0; k < mc; k++) xh[k] = ppn_f32_to_bf16(x[k]);
+    tu_kernel_run(kernel, &p);
+    assert_true(memcmp(got, want, mr * 4) != 0);
+    free(w), free(b), free(x), free(res), free(want), free(got), free(xh);
+}
+
 /* Its sums are ppn_op_gemm's on the f32 x that was rounded (both on the one reference here; tests/gpu compares
  * the kernels); what it refuses, it refuses before any launch. */
 static void test_gemm_x16_values(void **state)
 {
     (void)state;
     static const int cs[][5] = {{40, 4096, 128, 1, 0}, {33, 4100, 192, 0, 1}, {64, 6144, 64, 1, 1}};
-    for (size_t i = 0; i < TU_LEN(cs); i++) {
-        int m = cs[i][0], rows = cs[i][1], cols = cs[i][2];
-        size_t mr = (size_t)m * (size_t)rows, mc = (size_t)m * (size_t)cols;
-        assert_true(ppn_op_gemm_x16_fits(m, rows, cols, PPN_DTYPE_BF16));
-        void *w = tu_wrand(PPN_DTYPE_BF16, (size_t)rows * (size_t)cols, NULL);
-        void *b = tu_wrand(PPN_DTYPE_BF16, rows, NULL);
-        float *x = tu_frand(mc, -3, 3), *res = tu_frand(mr, -1, 1), *want = malloc(mr * 4), *got = malloc(mr * 4);
-        uint16_t *xh = calloc(mc, 4); /* room for mc floats: its bytes are read as f32 x below */
-        assert_true(want && got && xh);
-        for (size_t k = 0; k < mc; k++) /* rounded, in gemm_tc_kw16's layout (kparams.h) */
-            xh[k - k % (size_t)cols + PPN_X16_POS(k % (size_t)cols)] = ppn_f32_to_bf16(x[k]);
-        ppn_dptr bias = cs[i][3] ? D(b) : 0, rs = cs[i][4] ? D(res) : 0;
-        assert_int_equal(ppn_op_gemm(&tu_fake, tu_fake_stream, D(want), D(w), PPN_DTYPE_BF16, D(x), m, rows, cols,
-                                     bias, rs), PPN_OK);
-        tu_cap.calls = 0;
-        assert_int_equal(ppn_op_gemm_x16(&tu_fake, tu_fake_stream, D(got), D(w), PPN_DTYPE_BF16, D(xh), m, rows, cols,
-                                         bias, rs), PPN_OK);
-        assert_int_equal(tu_cap.calls, 1);
-        assert_int_equal(tu_cap.l.kernel, PPN_K_GEMM_TC_KW16);
-        assert_memory_equal(got, want, mr * 4);
-        /* the same bytes read as f32 x, or as bf16 in row order, would give other sums */
-        ppn_kp_gemm p = *(const ppn_kp_gemm *)tu_cap.params;
-        p.out = D(got);
-        tu_kernel_run(PPN_K_GEMM_TC_KW, &p);
-        assert_true(memcmp(got, want, mr * 4) != 0);
-        for (size_t k = 0; k < mc; k++) xh[k] = ppn_f32_to_bf16(x[k]);
-        tu_kernel_run(PPN_K_GEMM_TC_KW16, &p);
-        assert_true(memcmp(got, want, mr * 4) != 0);
-        free(w), free(b), free(x), free(res), free(want), free(got), free(xh);
-    }
+    for (size_t i = 0; i < TU_LEN(cs); i++) x16_case(cs[i], PPN_K_GEMM_TC_KW16);
     /* refusals: a shape the middle tile does not take, other weights, misaligned or overlapping x, a forced
      * gemm_tc_kw16 on f16 */
     ppn_gpu *g = &tu_fake;
@@ -684,34 +691,7 @@ static void test_gemm_k16(void **state)
     tu_cap.dry = 0;
     /* values, with bias and res */
     static const int cs[][5] = {{16, 512, 128, 1, 0}, {5, 256, 192, 0, 1}, {1, 320, 64, 1, 1}};
-    for (size_t i = 0; i < TU_LEN(cs); i++) {
-        int m = cs[i][0], rows = cs[i][1], cols = cs[i][2];
-        size_t mr = (size_t)m * (size_t)rows, mc = (size_t)m * (size_t)cols;
-        assert_true(ppn_op_gemm_k16_fits(m, rows, cols, PPN_DTYPE_BF16));
-        void *w = tu_wrand(PPN_DTYPE_BF16, (size_t)rows * (size_t)cols, NULL);
-        void *b = tu_wrand(PPN_DTYPE_BF16, rows, NULL);
-        float *x = tu_frand(mc, -3, 3), *res = tu_frand(mr, -1, 1), *want = malloc(mr * 4), *got = malloc(mr * 4);
-        uint16_t *xh = calloc(mc, 2);
-        assert_true(want && got && xh);
-        for (size_t k = 0; k < mc; k++)
-            xh[k - k % (size_t)cols + PPN_X16_POS(k % (size_t)cols)] = ppn_f32_to_bf16(x[k]);
-        ppn_dptr bias = cs[i][3] ? D(b) : 0, rs = cs[i][4] ? D(res) : 0;
-        assert_int_equal(ppn_op_gemm(&tu_fake, tu_fake_stream, D(want), D(w), PPN_DTYPE_BF16, D(x), m, rows, cols,
-                                     bias, rs), PPN_OK);
-        assert_int_equal(tu_cap.l.kernel, PPN_K_GEMM_TC_K);
-        tu_cap.calls = 0;
-        assert_int_equal(ppn_op_gemm_x16(&tu_fake, tu_fake_stream, D(got), D(w), PPN_DTYPE_BF16, D(xh), m, rows, cols,
-                                         bias, rs), PPN_OK);
-        assert_int_equal(tu_cap.calls, 1);
-        assert_int_equal(tu_cap.l.kernel, PPN_K_GEMM_TC_K16);
-        assert_memory_equal(got, want, mr * 4);
-        for (size_t k = 0; k < mc; k++) xh[k] = ppn_f32_to_bf16(x[k]); /* in row order: other sums */
-        ppn_kp_gemm q = *(const ppn_kp_gemm *)tu_cap.params;
-        q.out = D(got);
-        tu_kernel_run(PPN_K_GEMM_TC_K16, &q);
-        assert_true(memcmp(got, want, mr * 4) != 0);
-        free(w), free(b), free(x), free(res), free(want), free(got), free(xh);
-    }
+    for (size_t i = 0; i < TU_LEN(cs); i++) x16_case(cs[i], PPN_K_GEMM_TC_K16);
 }
 
 /* ppn_op_gemm_swiglu (gemm_swiglu: SwiGLU in gemm_tc_kw16's epilogue) on a device that runs TMA kernels: out is
