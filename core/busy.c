@@ -20,13 +20,13 @@ static ppn_status busy_sum(ppn_model *m, ppn_busy *b, unsigned k)
     return PPN_OK;
 }
 
-/* Sum the completed pairs in order; with wait, every pair (waiting on each end). */
-static ppn_status busy_harvest(ppn_model *m, ppn_busy *b, int wait)
+/* Sum the pairs in order: the completed ones, and waiting for each while more than keep are outstanding. */
+static ppn_status busy_harvest(ppn_model *m, ppn_busy *b, unsigned keep)
 {
     ppn_gpu *g = m->rt->g;
     while (b->tail != b->head) {
         ppn_gevent *end = b->ev[b->tail % PPN_BUSY_RING][1];
-        if (wait) {
+        if (b->head - b->tail > keep) {
             PPN_CHECK(g->ops->event_sync(g, end));
         } else {
             int done = 0;
@@ -53,7 +53,7 @@ static void busy_events_free(ppn_model *m, ppn_busy *b)
 static ppn_status busy_events(ppn_model *m, ppn_busy *b, int dev)
 {
     if (b->dev == dev) return PPN_OK;
-    if (b->dev >= 0) PPN_CHECK(busy_harvest(m, b, 1));
+    if (b->dev >= 0) PPN_CHECK(busy_harvest(m, b, 0));
     busy_events_free(m, b);
     ppn_gpu *g = m->rt->g;
     for (int k = 0; k < PPN_BUSY_RING; k++)
@@ -75,12 +75,7 @@ ppn_status ppn_busy_begin(ppn_model *m, int s, ppn_gstream *q)
     if (!atomic_load_explicit(&m->busy_on, memory_order_relaxed)) return PPN_OK;
     ppn_gpu *g = m->rt->g;
     PPN_CHECK(busy_events(m, b, g->ops->stream_device(g, q)));
-    PPN_CHECK(busy_harvest(m, b, 0));
-    if (b->head - b->tail == PPN_BUSY_RING) { /* every pair still running: wait for the oldest */
-        PPN_CHECK(g->ops->event_sync(g, b->ev[b->tail % PPN_BUSY_RING][1]));
-        PPN_CHECK(busy_sum(m, b, b->tail));
-        b->tail++;
-    }
+    PPN_CHECK(busy_harvest(m, b, PPN_BUSY_RING - 1)); /* a free pair: waits only when all are running */
     PPN_CHECK(g->ops->event_record(g, b->ev[b->head % PPN_BUSY_RING][0], q));
     b->open = 1;
     return PPN_OK;
@@ -97,7 +92,7 @@ ppn_status ppn_busy_end(ppn_model *m, int s, ppn_gstream *q)
     return PPN_OK;
 }
 
-ppn_status ppn_busy_flush(ppn_model *m, int s) { return busy_harvest(m, &m->stages[s].busy, 1); }
+ppn_status ppn_busy_flush(ppn_model *m, int s) { return busy_harvest(m, &m->stages[s].busy, 0); }
 
 void ppn_busy_fini(ppn_model *m, int s)
 {

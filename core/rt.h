@@ -160,7 +160,6 @@ typedef struct ppn_batch_graph {
                                 * which name their tables, so the graph dies with any of them (ppn_seq_destroy) */
 } ppn_batch_graph;
 
-/* One stage's execution home. */
 /* A stage stream's busy time (ppn_model_time_stages): a pair of timing events around each walk it runs (the
  * kernels between its boundary ops), their elapsed time summed as they complete. The ring and events are the
  * issuing thread's (the stage's, or the caller's on one stream); the sums are read by any thread. */
@@ -172,6 +171,7 @@ typedef struct ppn_busy {
     _Atomic uint64_t ns, walks;       /* device time of the walks summed, and how many */
 } ppn_busy;
 
+/* One stage's execution home. */
 typedef struct ppn_stage_rt {
     _Alignas(64) struct ppn_model *m;
     int index;

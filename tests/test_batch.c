@@ -569,7 +569,7 @@ static void test_batch_kv_soak(void **state)
 static void test_batch_stage_busy(void **state)
 {
     (void)state;
-    enum { STEPS = 3 };
+    enum { STEPS = 5 }; /* one stream: 5 x 4 + 1 walks on stage 0, more than the ring of 16 pairs */
     static const struct { int n_stages, devs[4], streams; } arms[] = {
         {4, {0, 1, 2, 3}, 1}, {1, {0}, 1}, {4, {0, 0, 0, 0}, 0}};
     assert_int_equal(ppn_model_time_stages(NULL, 1), PPN_EINVAL);
