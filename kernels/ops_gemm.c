@@ -295,13 +295,6 @@ ppn_status ppn_op_gemm(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int
     return gemm_submit(g, s, gemm_kernel(&p, gemm_tma_sms(g, s)), &p);
 }
 
-/* Where ppn_op_gemm runs gemm_tc_kw on bf16 weights over whole 64-column blocks: there gemm_tc_kw16 gives its bits
- * from x rounded to bf16 by its producer, in its layout (kparams.h, PPN_X16_POS), with a quarter of gemm_tc_kw's x
- * loads. H200, test_gpu_gemm's decode table, 2026-12-03 17:49 UTC (docs/PERF.md), % of the copy floor, kw against
- * kw16: 8B at m = 64 q|k|v 52.8 / 59.5, gate|up 78.1 / 84.1, down 49.9 / 64.4; m = 16 gate|up 88.1 / 91.6; 8B B=64
- * step 7.89-7.94 -> 7.25-7.32 ms. Not where the op takes gemm_tc_kwx (x through its ring, f32): on the 1B's q|k|v
- * and down it kept ahead (m = 64: 31.5 / 25.7, 42.7 / 37.7), and the 1B's B=64 step was 2.32 ms with kw16 there
- * against 2.18-2.22 without. The shape's choice alone (the pointers' alignment is the op's check). */
 /* The kernel ppn_op_gemm runs on this shape with bf16 W over whole 64-column blocks (aligned pointers), else -1. */
 static int gemm_x16_base(int m, int rows, int cols, int wdt)
 {
@@ -310,6 +303,13 @@ static int gemm_x16_base(int m, int rows, int cols, int wdt)
     return gemm_kernel(&p, 0);
 }
 
+/* Where ppn_op_gemm runs gemm_tc_kw on bf16 weights over whole 64-column blocks: there gemm_tc_kw16 gives its bits
+ * from x rounded to bf16 by its producer, in its layout (kparams.h, PPN_X16_POS), with a quarter of gemm_tc_kw's x
+ * loads. H200, test_gpu_gemm's decode table, 2026-12-03 17:49 UTC (docs/PERF.md), % of the copy floor, kw against
+ * kw16: 8B at m = 64 q|k|v 52.8 / 59.5, gate|up 78.1 / 84.1, down 49.9 / 64.4; m = 16 gate|up 88.1 / 91.6; 8B B=64
+ * step 7.89-7.94 -> 7.25-7.32 ms. Not where the op takes gemm_tc_kwx (x through its ring, f32): on the 1B's q|k|v
+ * and down it kept ahead (m = 64: 31.5 / 25.7, 42.7 / 37.7), and the 1B's B=64 step was 2.32 ms with kw16 there
+ * against 2.18-2.22 without. The shape's choice alone (the pointers' alignment is the op's check). */
 int ppn_op_gemm_x16_fits(int m, int rows, int cols, int wdt)
 {
     return gemm_x16_base(m, rows, cols, wdt) == PPN_K_GEMM_TC_KW;
