@@ -90,7 +90,7 @@ def svg_cdf(path, title, series):
     o.append('<text x="16" y="%d" transform="rotate(-90 16 %d)" text-anchor="middle">fraction at or below</text>'
              % ((T + H - B) // 2, (T + H - B) // 2))
     for k, (name, vs, colour) in enumerate(series):
-        vs = sorted(v for v in vs if v > 0)
+        vs = sorted(vs)  # every sample: one at or below the axis' start (0 ms included) is drawn there
         if vs:
             pts = " ".join("%.1f,%.1f" % (x(v), y((i + 1) / len(vs))) for i, v in enumerate(vs))
             o.append('<polyline class="cdf" fill="none" stroke="%s" stroke-width="2" points="%s"/>' % (colour, pts))
