@@ -38,7 +38,7 @@ for cfg in $CONFIGS; do
         log "serve_bench $c client(s), $n requests"
         python3 tools/serve_bench.py --url "http://127.0.0.1:$PORT" --clients "$c" --requests "$n" --prompt-len 512 \
             --output-len 128 --vocab 128000 > "$OUT/bench_${tag}_c$c.json" || { fail=1; log "FAIL serve_bench $c"; }
-        python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['mode'], 'out tok/s', d['output_tok_per_s'], 'ttft', d['ttft_ms'], 'itl', d['itl_ms'], 'errors', d['errors'])" "$OUT/bench_${tag}_c$c.json" | tee -a "$S"
+        python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['mode'], 'out tok/s', d['output_tok_per_s'], 'ttft', d['ttft_ms'], 'itl', d['itl_ms'], 'errors', d['errors'], 'stage busy', d.get('stage_busy_fraction'))" "$OUT/bench_${tag}_c$c.json" | tee -a "$S"
     done
     curl -s "http://127.0.0.1:$PORT/metrics" > "$OUT/metrics_$tag.txt"
     grep -E "^ppn_(mixed_steps|decode_batches|prefill_chunks)_total" "$OUT/metrics_$tag.txt" | tee -a "$S"
