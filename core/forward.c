@@ -150,7 +150,7 @@ static ppn_status batch_attention(ppn_model *m, ppn_gstream *s, int dev, const p
 
 /* The rotary with the KV store, then causal attention over the sequence's cache, for each segment; a batch's
  * rows (and a mixed walk's decode rows, after its prompt segments) in one launch each. odt: the output's dtype,
- * PPN_DTYPE_BF16 (o's x for gemm_tc_kw16) in a batch walk only. */
+ * f32, or PPN_DTYPE_BF16 (o's x for gemm_tc_kw16) in every segment's rows and the batch's alike. */
 static ppn_status rows_attention(ppn_model *m, ppn_gstream *s, int dev, const ppn_rows_scratch *r,
                                  const ppn_step_cmd *cmd, int l, int odt)
 {
@@ -164,13 +164,13 @@ static ppn_status rows_attention(ppn_model *m, ppn_gstream *s, int dev, const pp
     for (int i = 0; i < nseg; i++) {
         const ppn_rowseg *g = &cmd->segs[i];
         ppn_dptr qkv = row_at(r->qkv, g->r0, stride);
+        ppn_dptr att = r->att + (ppn_dptr)g->r0 * (size_t)nh * (size_t)hd * ppn_dtype_size(odt);
         ppn_kv_view cache = ppn_kv_view_of(m, g->seq, st, l, g->n_tbl);
         PPN_CHECK(ppn_op_rope_kv_rows(m->rt->g, s, qkv, nh, nkv, hd, m->inv_freq[dev], c->rope_interleaved, &cache,
                                       g->pos0, g->n));
-        PPN_CHECK(ppn_op_attn_rows(m->rt->g, s, row_at(r->att, g->r0, (size_t)nh * (size_t)hd), qkv, &cache, nh,
-                                   nkv, hd, scale, g->pos0, g->n));
+        PPN_CHECK(ppn_op_attn_rows_to(m->rt->g, s, att, odt, qkv, &cache, nh, nkv, hd, scale, g->pos0, g->n));
     }
-    return mixed ? batch_attention(m, s, dev, r, cmd, l, PPN_DTYPE_F32) : PPN_OK;
+    return mixed ? batch_attention(m, s, dev, r, cmd, l, odt) : PPN_OK;
 }
 
 /* out = x . W^T (+ bias)(+ res) over m rows, x in bf16 where x16 (ppn_op_gemm_x16), else f32. */
@@ -205,13 +205,14 @@ static ppn_status norm_gemm(ppn_model *m, ppn_gstream *s, const ppn_rows_scratch
     return gemm_of(m->rt->g, s, h, out, w, m->wdt, r->xb, rows_m, rows, m->cfg.dim, bias, 0);
 }
 
-/* A layer over the walk's rows. Where the GEMM after the norm, SwiGLU or a batch walk's attention runs the middle
- * split-K tile on bf16 weights (ppn_op_gemm_x16_fits: a function of the shape, so a captured graph never meets the
- * other form), they write its x in bf16, rounded as the GEMM would round the f32 (the same bits, half of x's bytes;
- * the bf16 rows sit in the front half of xb, act and att). A mixed walk's prompt segments (attn_rows) write f32, so
- * o takes f32 x there. Where gate|up takes bf16 x on a device that runs the TMA kernels, SwiGLU runs in its epilogue
- * (ppn_op_gemm_swiglu: the same bits, no gate|up round trip). PPN_FUSE=0 keeps x f32 everywhere (the GEMM rounds it)
- * and SwiGLU its own kernel. */
+/* A layer over the walk's rows. Where the GEMM after the norm, SwiGLU or attention runs the middle split-K tile on
+ * bf16 weights (ppn_op_gemm_x16_fits: a function of the shape, so a captured graph never meets the other form),
+ * they write its x in bf16, rounded as the GEMM would round the f32 (the same bits, half of x's bytes; the bf16
+ * rows sit in the front half of xb, act and att). Attention writes it so in every walk: a prompt segment's rows
+ * (attn_rows) as a batch's, so a mixed walk's o takes it too (it took f32 before: gemm_tc_kw ran the 8B's o at
+ * m = 64 at 36% of the copy floor against gemm_tc_kw16's 45%, H200 2026-12-03, docs/PERF.md). Where gate|up takes
+ * bf16 x on a device that runs the TMA kernels, SwiGLU runs in its epilogue (ppn_op_gemm_swiglu: the same bits, no
+ * gate|up round trip). PPN_FUSE=0 keeps x f32 everywhere (the GEMM rounds it) and SwiGLU its own kernel. */
 ppn_status ppn_fwd_rows_layer(ppn_model *m, ppn_gstream *s, int dev, const ppn_rows_scratch *r, ppn_dptr x,
                               const ppn_step_cmd *cmd, int l)
 {
@@ -226,7 +227,7 @@ ppn_status ppn_fwd_rows_layer(ppn_model *m, ppn_gstream *s, int dev, const ppn_r
         PPN_CHECK(ppn_op_head_rmsnorm_rows(g, s, r->qkv, qkv_cols, 0, nh, hd, w->q_norm, wdt, c->norm_eps, rows));
         PPN_CHECK(ppn_op_head_rmsnorm_rows(g, s, r->qkv, qkv_cols, nh, nkv, hd, w->k_norm, wdt, c->norm_eps, rows));
     }
-    int ox = cmd->kind == PPN_ROWS_BATCH && x16_takes(m, rows, dim, nh * hd);
+    int ox = x16_takes(m, rows, dim, nh * hd);
     PPN_CHECK(rows_attention(m, s, dev, r, cmd, l, ox ? PPN_DTYPE_BF16 : PPN_DTYPE_F32));
     PPN_CHECK(gemm_of(g, s, ox, x, w->wo, wdt, r->att, rows, dim, nh * hd, 0, x));
     int dx = x16_takes(m, rows, dim, ffn), adt = dx ? PPN_DTYPE_BF16 : PPN_DTYPE_F32;

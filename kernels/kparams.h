@@ -345,11 +345,14 @@ typedef struct {
  * [c, n_heads head_dim]; kc, vc of dtype kvdt (the KV pools above, through tbl), holding positions 0 .. pos0 + c - 1.
  * One kernel per cache dtype: bf16 and f16 caches with head_dim 64 or 128 run on tensor cores (q and the
  * softmax weights rounded to the cache's dtype, f32 accumulation); f32 caches and other head_dims on a SIMT path
- * in f32. The CPU reference is ppn_cpu_attn run per row. */
+ * in f32. The CPU reference is ppn_cpu_attn run per row. odt: out's dtype, PPN_DTYPE_F32, or PPN_DTYPE_BF16 for
+ * the o GEMM after it (gemm_tc_kw16, gemm_tc_k16): each f32 output rounded to nearest even in PPN_X16_POS's
+ * layout (n_heads head_dim % 64 == 0), as rmsnorm rows' odt. */
 typedef struct {
     uint64_t out, qkv, kc, vc, tbl;
     int32_t n_heads, n_kv, head_dim, cap, kvdt, pos0, c, block_log2;
     float scale;
+    int32_t odt;
 } ppn_kp_attn_rows;
 typedef ppn_kp_attn_rows ppn_kp_attn_rows_bf16;
 typedef ppn_kp_attn_rows ppn_kp_attn_rows_f16;

@@ -184,6 +184,11 @@ ppn_status ppn_op_rope_kv_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr qkv, int n_q
  * 16-byte and qkv, out 8-byte aligned, else PPN_EINVAL); f32 caches and other head_dims on a slower f32 path. */
 ppn_status ppn_op_attn_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr qkv, const ppn_kv_view *kv,
                             int n_heads, int n_kv, int head_dim, float scale, int pos0, int c);
+/* The same with out of dtype odt (PPN_DTYPE_F32 or PPN_DTYPE_BF16, as ppn_op_rmsnorm_rows_to: the o GEMM's bf16 x;
+ * out is then [c, n_heads * head_dim] bf16). */
+ppn_status ppn_op_attn_rows_to(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt, ppn_dptr qkv,
+                               const ppn_kv_view *kv, int n_heads, int n_kv, int head_dim, float scale, int pos0,
+                               int c);
 /* out[i, :] = silu(gu[i, 0 .. n)) * gu[i, n .. 2n) for i < c: gu [c, 2n] (the gate|up GEMM's rows), out [c, n],
  * a separate buffer. */
 ppn_status ppn_op_swiglu_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr gu, int n, int c);

@@ -203,6 +203,13 @@ static void attn_rows_geometry(ppn_launch *l, const ppn_kp_attn_rows *p)
 ppn_status ppn_op_attn_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr qkv, const ppn_kv_view *kv,
                             int n_heads, int n_kv, int head_dim, float scale, int pos0, int c)
 {
+    return ppn_op_attn_rows_to(g, s, out, PPN_DTYPE_F32, qkv, kv, n_heads, n_kv, head_dim, scale, pos0, c);
+}
+
+ppn_status ppn_op_attn_rows_to(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt, ppn_dptr qkv,
+                               const ppn_kv_view *kv, int n_heads, int n_kv, int head_dim, float scale, int pos0,
+                               int c)
+{
     static const char op[] = "ppn_op_attn_rows";
     PPN_CHECK(need_span(op, pos0, c, kv));
     const ppn_kv_pool *pl = &kv->pool;
@@ -215,8 +222,10 @@ ppn_status ppn_op_attn_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr q
     PPN_CHECK(need_even_head(op, head_dim));
     PPN_CHECK(need_ptr(op, "out", out));
     PPN_CHECK(need_ptr(op, "qkv", qkv));
+    PPN_CHECK(need_odt(op, odt, n_heads * head_dim));
     size_t hd = (size_t)head_dim, row = (size_t)(n_heads + 2 * n_kv) * hd;
-    size_t qb = f32_bytes((size_t)(c - 1) * row + (size_t)n_heads * hd), ob = f32_bytes((size_t)c * n_heads * hd);
+    size_t qb = f32_bytes((size_t)(c - 1) * row + (size_t)n_heads * hd);
+    size_t ob = (size_t)c * (size_t)n_heads * hd * ppn_dtype_size(odt);
     PPN_CHECK(need_apart(op, "out", out, ob, "qkv", qkv, qb));
     if (attn_rows_tc(kvdt, head_dim) && ((kc | vc) % 16u || (qkv | out) % 8u))
         return ppn_err(PPN_EINVAL, "%s: the tensor-core path needs kc, vc 16-byte aligned and qkv, out 8-byte aligned "
@@ -224,7 +233,7 @@ ppn_status ppn_op_attn_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr q
                        (unsigned long long)vc, (unsigned long long)qkv, (unsigned long long)out);
     ppn_kp_attn_rows p = {.out = out, .qkv = qkv, .kc = kc, .vc = vc, .tbl = kv->tbl, .n_heads = n_heads,
                           .n_kv = n_kv, .head_dim = head_dim, .cap = pl->cap, .kvdt = kvdt, .pos0 = pos0, .c = c,
-                          .block_log2 = pl->block_log2, .scale = scale};
+                          .block_log2 = pl->block_log2, .scale = scale, .odt = odt};
     int k = kvdt == PPN_DTYPE_BF16 ? PPN_K_ATTN_ROWS_BF16 : kvdt == PPN_DTYPE_F16 ? PPN_K_ATTN_ROWS_F16 : PPN_K_ATTN_ROWS;
     ppn_launch l = launch_init(k, &p, 1, ROWS_ATTN_BLOCK);
     attn_rows_geometry(&l, &p);

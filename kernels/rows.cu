@@ -224,11 +224,16 @@ template <int KD, int NJ> __device__ void ppn_rw_attn_simt(const ppn_kp_attn_row
             }
         }
         if (on) {
-            float *out = (float *)p.out + (size_t)i * p.n_heads * hd + (size_t)h * hd;
+            const size_t o0 = (size_t)i * p.n_heads * hd, c0 = (size_t)h * hd;
 #pragma unroll
             for (int j = 0; j < NJ; j++) {
                 int d = lane + 32 * j;
-                if (d < hd) out[d] = acc[j] / l;
+                if (d >= hd) continue;
+                float v = acc[j] / l;
+                if (p.odt == PPN_DTYPE_BF16) // for the o GEMM on bf16 x: rounded as that GEMM rounds the f32
+                    ((__nv_bfloat16 *)p.out)[o0 + PPN_X16_POS(c0 + d)] = __float2bfloat16_rn(v);
+                else
+                    ((float *)p.out)[o0 + c0 + d] = v;
             }
         }
         __syncthreads(); // s_q of the next round
@@ -464,8 +469,17 @@ template <int KD, int HD> __device__ void ppn_rw_attn_tc(const ppn_kp_attn_rows 
         l[u] += __shfl_xor_sync(PPN_FULL_MASK, l[u], 1);
         l[u] += __shfl_xor_sync(PPN_FULL_MASK, l[u], 2);
         if (qi[u] >= p.c) continue;
-        float *out = (float *)p.out + (size_t)qi[u] * ostride + (size_t)hh[u] * HD + 2 * t4;
+        const size_t o0 = (size_t)qi[u] * ostride, c0 = (size_t)hh[u] * HD + 2 * t4;
         float inv = 1.0f / l[u];
+        if (p.odt == PPN_DTYPE_BF16) { // a pair stays together in PPN_X16_POS's layout (its first column even)
+            __nv_bfloat16 *out = (__nv_bfloat16 *)p.out + o0;
+#pragma unroll
+            for (int d = 0; d < ND; d++)
+                *(__nv_bfloat162 *)(out + PPN_X16_POS(c0 + 8 * d)) =
+                    __floats2bfloat162_rn(o[d][2 * u] * inv, o[d][2 * u + 1] * inv);
+            continue;
+        }
+        float *out = (float *)p.out + o0 + c0;
 #pragma unroll
         for (int d = 0; d < ND; d++)
             *(float2 *)(out + 8 * d) = make_float2(o[d][2 * u] * inv, o[d][2 * u + 1] * inv);

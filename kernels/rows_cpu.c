@@ -102,14 +102,20 @@ void ppn_cpu_attn_rows(const void *params)
 {
     const ppn_kp_attn_rows *p = params;
     size_t hd = (size_t)p->head_dim, row = (size_t)(p->n_heads + 2 * p->n_kv) * hd;
+    int n = p->n_heads * p->head_dim;
+    float *t = bf16_rows_tmp(p->out, p->odt, n, p->c); /* odt bf16: each row in f32, then rounded (as the GPU's) */
+    if (p->odt == PPN_DTYPE_BF16 && !t) return;
     for (int i = 0; i < p->c; i++) {
         ppn_step_hdr hdr = {.pos = p->pos0 + i};
-        ppn_kp_attn a = {.out = row_at(p->out, i, (size_t)p->n_heads * hd), .q = row_at(p->qkv, i, row),
+        ppn_kp_attn a = {.out = t ? (uint64_t)(uintptr_t)t : row_at(p->out, i, (size_t)n), .q = row_at(p->qkv, i, row),
                          .kc = p->kc, .vc = p->vc, .hdr = (uint64_t)(uintptr_t)&hdr, .tbl = p->tbl,
                          .n_heads = p->n_heads, .n_kv = p->n_kv, .head_dim = p->head_dim, .cap = p->cap,
-                         .n_split = 1, .kvdt = p->kvdt, .block_log2 = p->block_log2, .scale = p->scale};
+                         .n_split = 1, .kvdt = p->kvdt, .block_log2 = p->block_log2, .scale = p->scale,
+                         .odt = PPN_DTYPE_F32};
         ppn_cpu_attn(&a);
+        if (t) bf16_row_store(p->out, i, t, n);
     }
+    free(t);
 }
 
 void ppn_cpu_attn_rows_bf16(const void *params) { ppn_cpu_attn_rows(params); }

@@ -508,6 +508,60 @@ static void test_rows_bf16_out(void **state)
     free(x), free(gu), free(f), free(nw), free(h);
 }
 
+/* Attention rows with bf16 output (o's x for ppn_op_gemm_x16, in a mixed walk or a short chunk): each value the f32
+ * op's, rounded to nearest even, in gemm_tc_kw16's layout, for both cache dtypes' references; out declared at 2
+ * bytes an element (so an out that would overlap qkv only in f32 is fine); heads of fewer than 64 elements a row in
+ * all, or another output dtype, refused before any launch. */
+static void test_attn_rows_bf16_out(void **state)
+{
+    (void)state;
+    enum { NQ = 4, NKV = 2, HD = 32, C = 5, POS0 = 3, CTX = 16 };
+    const int n = NQ * HD, row = (NQ + 2 * NKV) * HD;
+    for (int kvdt = PPN_DTYPE_F32; kvdt <= PPN_DTYPE_BF16; kvdt++) {
+        float *qkv = tu_frand((size_t)C * row, -2, 2), *f = zmem(sizeof(float) * C * n);
+        void *kc = tu_wrand(kvdt, (size_t)NKV * CTX * HD, NULL), *vc = tu_wrand(kvdt, (size_t)NKV * CTX * HD, NULL);
+        uint16_t *h = zmem(sizeof(uint16_t) * C * n);
+        ppn_kv_view kv = ppn_kv_view_identity(D(kc), D(vc), CTX, kvdt);
+        EXPECT_ST(PPN_OK, ppn_op_attn_rows(&tu_fake, tu_fake_stream, D(f), D(qkv), &kv, NQ, NKV, HD, 0.3f, POS0, C));
+        memset(h, 0xff, sizeof(uint16_t) * C * n);
+        EXPECT_ST(PPN_OK, ppn_op_attn_rows_to(&tu_fake, tu_fake_stream, D(h), PPN_DTYPE_BF16, D(qkv), &kv, NQ, NKV, HD,
+                                              0.3f, POS0, C));
+        assert_int_equal(((const ppn_kp_attn_rows *)tu_cap.params)->odt, PPN_DTYPE_BF16);
+        int outs = 0;
+        for (int k = 0; k < tu_cap.l.nacc; k++)
+            if (tu_cap.l.acc[k].mode == PPN_ACC_W) {
+                assert_true(tu_cap.l.acc[k].ptr == D(h) && tu_cap.l.acc[k].bytes == (size_t)C * n * 2);
+                outs++;
+            }
+        assert_int_equal(outs, 1);
+        for (int k = 0; k < C * n; k++) {
+            int at = k - k % n + PPN_X16_POS(k % n);
+            if (h[at] != ppn_f32_to_bf16(f[k]))
+                fail_msg("%s cache, element %d (at %d): 0x%04x, want 0x%04x", ppn_dtype_name(kvdt), k, at, h[at],
+                         ppn_f32_to_bf16(f[k]));
+        }
+        free(qkv), free(f), free(kc), free(vc), free(h);
+    }
+    tu_cap.dry = 1;
+    ppn_kv_view kv = ppn_kv_view_identity((ppn_dptr)3 << 30, (ppn_dptr)4 << 30, 64, PPN_DTYPE_BF16);
+    /* bf16 out of 2 rows x 128 = 512 bytes, just below qkv: apart (f32 it would be 1024 bytes, overlapping) */
+    ppn_dptr q = (ppn_dptr)1 << 30;
+    EXPECT_ST(PPN_OK, ppn_op_attn_rows_to(&tu_fake, tu_fake_stream, q - 512, PPN_DTYPE_BF16, q, &kv, 4, 2, 32, 0.3f,
+                                          0, 2));
+    EXPECT_ST(PPN_EINVAL, ppn_op_attn_rows_to(&tu_fake, tu_fake_stream, q - 512, PPN_DTYPE_F32, q, &kv, 4, 2, 32,
+                                              0.3f, 0, 2));
+    MSG_HAS("overlaps");
+    tu_cap.dry = 0;
+    tu_cap.calls = 0;
+    EXPECT_ST(PPN_EINVAL, ppn_op_attn_rows_to(&tu_fake, tu_fake_stream, (ppn_dptr)2 << 30, PPN_DTYPE_BF16, q, &kv, 2,
+                                              2, 16, 0.3f, 0, 2));
+    MSG_HAS("multiple of 64");
+    EXPECT_ST(PPN_EINVAL, ppn_op_attn_rows_to(&tu_fake, tu_fake_stream, (ppn_dptr)2 << 30, PPN_DTYPE_F16, q, &kv, 4,
+                                              2, 32, 0.3f, 0, 2));
+    MSG_HAS("output dtype 2");
+    assert_int_equal(tu_cap.calls, 0);
+}
+
 /* ---------------------------------------------------------------------------------------------------------
  * the sim backend: a two-chunk prefill on exactly sized buffers, the checker holding each access to its
  * declaration, then the decode of one more token; the results as the references give them */
@@ -623,6 +677,7 @@ int main(void)
         cmocka_unit_test(test_attn_rows_op_geometry),
         cmocka_unit_test(test_rows_ops_refusals),
         cmocka_unit_test(test_rows_bf16_out),
+        cmocka_unit_test(test_attn_rows_bf16_out),
         cmocka_unit_test(test_rows_sim_chunks),
         cmocka_unit_test(test_rows_sim_swiglu_x16),
     };

@@ -215,12 +215,19 @@ static ppn_model *load_fuse(ppn_rt *rt, const char *path, int fuse, int kv_token
     return tu_model_load(rt, path, &o);
 }
 
-/* One batch step of q with the account reset before it: its entries into e, their count returned. */
-static int batch_step_profiled(ppn_rt *rt, ppn_seq **q, const int *tok, int nb, float *logits, ppn_kernel_time *e)
+/* One batch step of q with the account reset before it: its entries into e, their count returned. o: NULL, or a
+ * mixed step's prompt slices. */
+static int batch_step_profiled_ex(ppn_rt *rt, ppn_seq **q, const int *tok, int nb, const ppn_batch_opts *o,
+                                  float *logits, ppn_kernel_time *e)
 {
     ppn_rt_kernel_profile_reset(rt);
-    if (ppn_decode_batch_ex(q, tok, nb, NULL, logits, NULL) != PPN_OK) fail_msg("batch step: %s", ppn_last_error());
+    if (ppn_decode_batch_ex(q, tok, nb, o, logits, NULL) != PPN_OK) fail_msg("batch step: %s", ppn_last_error());
     return ppn_rt_kernel_profile(rt, e, PPN_KERNEL_PROFILE_MAX);
+}
+
+static int batch_step_profiled(ppn_rt *rt, ppn_seq **q, const int *tok, int nb, float *logits, ppn_kernel_time *e)
+{
+    return batch_step_profiled_ex(rt, q, tok, nb, NULL, logits, e);
 }
 
 /* A batch step's launch plan per door: with the fusion on (the default), each layer's rows take their rotary and
@@ -265,30 +272,40 @@ static void test_kprof_batch_rotary_fused(void **st)
  * rows). Where gate|up takes it (wide-tiny), SwiGLU runs in its epilogue (gemm_swiglu, no ppn_k_swiglu_rows: the
  * sim runs TMA kernels). With PPN_FUSE=0 all take f32 x through gemm_tc_kw and SwiGLU its own kernel. The sim's
  * checker holds every launch to its declared accesses (2 bytes an element of x there), and the logits are the same
- * bits. per_layer: gemm_tc_kw16's launches a layer besides gate|up's, gu: 1 where gate|up takes bf16 x. */
-static void batch_x16_case(const char *shape_name, long per_layer, long head, long gu)
+ * bits. per_layer: gemm_tc_kw16's launches a layer besides gate|up's, gu: 1 where gate|up takes bf16 x. slice: 0, or
+ * the rows of a prompt slice fed beside the batch in one mixed walk (ppn_batch_opts.n_prime), whose attention rows
+ * (attn_rows) write o's x in bf16 as the batch's rows do; its logits too are the same bits. */
+static void batch_x16_case(const char *shape_name, long per_layer, long head, long gu, int slice)
 {
     enum { NB = 40 };
     char *dir = tu_tmpdir();
     assert_int_equal(ppn_mkmodel(shape_name, PPN_DTYPE_BF16, dir, 11), PPN_OK);
-    int tok[NB];
-    ppn_seq *q[NB];
+    int tok[NB], pid[16];
+    ppn_seq *q[NB + 1];
     float *logits[2] = {0};
     ppn_rt *rt = rt_with("1");
+    assert_true(slice >= 0 && slice <= 16);
     for (int fuse = 1; fuse >= 0; fuse--) {
-        ppn_model *m = load_fuse(rt, dir, fuse, NB * 16, PPN_DTYPE_BF16);
+        ppn_model *m = load_fuse(rt, dir, fuse, (NB + 1) * 32, PPN_DTYPE_BF16);
         ppn_model_info mi;
         ppn_model_get_info(m, &mi);
-        for (int i = 0; i < NB; i++) {
+        for (int i = 0; i <= NB; i++) {
             int prompt[2] = {(3 * i + 1) % mi.vocab, (5 * i + 2) % mi.vocab};
             assert_int_equal(ppn_seq_create(m, &q[i]), PPN_OK);
             assert_int_equal(ppn_prefill(q[i], prompt, 2, NULL, NULL), PPN_OK);
-            tok[i] = (7 * i + 3) % mi.vocab;
+            tok[i % NB] = (7 * i + 3) % mi.vocab;
         }
-        logits[fuse] = malloc(sizeof(float) * NB * (size_t)mi.vocab);
+        for (int i = 0; i < slice; i++) pid[i] = (11 * i + 5) % mi.vocab;
+        size_t v = (size_t)mi.vocab;
+        logits[fuse] = malloc(sizeof(float) * (NB + 1) * v);
         assert_non_null(logits[fuse]);
+        float *pout = logits[fuse] + NB * v;
+        const int *pids = pid;
+        ppn_batch_opts o = {.n_prime = 1, .prime_seqs = &q[NB], .prime_ids = &pids, .prime_n = &slice,
+                            .prime_logits = &pout};
+        memset(pout, 0, sizeof(float) * v);
         ppn_kernel_time e[PPN_KERNEL_PROFILE_MAX];
-        int n = batch_step_profiled(rt, q, tok, NB, logits[fuse], e);
+        int n = batch_step_profiled_ex(rt, q, tok, NB, slice ? &o : NULL, logits[fuse], e);
         const ppn_kernel_time *h = find(e, n, "ppn_k_gemm_tc_kw16"), *w = find(e, n, "ppn_k_gemm_tc_kw");
         const ppn_kernel_time *f = find(e, n, "ppn_k_gemm_swiglu"), *r = find(e, n, "ppn_k_swiglu_rows");
         long hc = h ? (long)h->calls : 0, wc = w ? (long)w->calls : 0, n_x16 = per_layer * mi.n_layers + head;
@@ -299,9 +316,19 @@ static void batch_x16_case(const char *shape_name, long per_layer, long head, lo
         if (fc != (fuse ? n_gu : 0) || rc != (fuse ? mi.n_layers - n_gu : mi.n_layers))
             fail_msg("%s, fuse %d: gemm_swiglu %ld calls, swiglu_rows %ld (want %ld and %ld)", shape_name, fuse, fc, rc,
                      fuse ? n_gu : 0, fuse ? mi.n_layers - n_gu : (long)mi.n_layers);
-        for (int i = 0; i < NB; i++) ppn_seq_destroy(q[i]);
+        if (slice) { /* the walk was mixed: its attention rows and the batch's, one launch of each a layer */
+            static const char *const ak[] = {"ppn_k_attn_rows", "ppn_k_attn_rows_bf16", "ppn_k_attn_rows_f16"};
+            long ac = 0;
+            for (int k = 0; k < 3; k++) ac += find(e, n, ak[k]) ? (long)find(e, n, ak[k])->calls : 0L;
+            if (ac != mi.n_layers)
+                fail_msg("%s, slice %d: ppn_k_attn_rows* %ld calls, want %d", shape_name, slice, ac, mi.n_layers);
+            int nz = 0; /* the slice's logits came back: finite, not the zeros put there */
+            for (size_t k = 0; k < v; k++) assert_true(isfinite(pout[k])), nz += pout[k] != 0.0f;
+            assert_true(nz > 0);
+        }
+        for (int i = 0; i <= NB; i++) ppn_seq_destroy(q[i]);
         assert_int_equal(ppn_model_free(m), PPN_OK);
-        if (!fuse) assert_memory_equal(logits[0], logits[1], sizeof(float) * NB * (size_t)mi.vocab);
+        if (!fuse) assert_memory_equal(logits[0], logits[1], sizeof(float) * (NB + 1) * (size_t)mi.vocab);
     }
     free(logits[0]), free(logits[1]);
     ppn_rt_destroy(rt);
@@ -312,13 +339,21 @@ static void batch_x16_case(const char *shape_name, long per_layer, long head, lo
 static void test_kprof_batch_x16(void **st)
 {
     (void)st;
-    batch_x16_case("wide-tiny", 1, 1, 1);
+    batch_x16_case("wide-tiny", 1, 1, 1, 0);
 }
 
 static void test_kprof_batch_x16_attention(void **st)
 {
     (void)st;
-    batch_x16_case("wide-dim-tiny", 2, 0, 0);
+    batch_x16_case("wide-dim-tiny", 2, 0, 0, 0);
+}
+
+/* The same in a mixed walk (a prompt slice of 8 rows beside the 40 decode rows): o takes bf16 x from both kinds of
+ * attention rows. */
+static void test_kprof_mixed_x16_attention(void **st)
+{
+    (void)st;
+    batch_x16_case("wide-dim-tiny", 2, 0, 0, 8);
 }
 
 /* The batch step's attention on tensor cores (PPN_ATTN_TC, the default) where the cache is bf16 and the heads fit
@@ -563,6 +598,7 @@ int main(void)
         cmocka_unit_test(test_kprof_batch_rotary_fused),
         cmocka_unit_test(test_kprof_batch_x16),
         cmocka_unit_test(test_kprof_batch_x16_attention),
+        cmocka_unit_test(test_kprof_mixed_x16_attention),
         cmocka_unit_test(test_kprof_batch_attn_tc),
         cmocka_unit_test(test_kprof_off_reads_nothing),
         cmocka_unit_test(test_kprof_bad_values_refused),

@@ -376,6 +376,20 @@ static void attn_case(const ashape *a, int c, int pos0, int kvdt)
     get(out2, dout, ob);
     snprintf(what, sizeof what, "%s attn_rows c=%d pos0=%d %s", a->name, c, pos0, ppn_dtype_name(kvdt));
     if (memcmp(out, out2, ob)) fail_msg("%s: two launches gave different bits", what);
+    if (orow % 64 == 0) { /* bf16 out (o's x for gemm_tc_kw16): the f32 out rounded, in PPN_X16_POS's layout */
+        ppn_dptr dh = dalloc(ob / 2);
+        uint16_t *h = hmem(ob / 2);
+        ppn_kv_view kv = ppn_kv_view_identity(dkc, dvc, ctx, kvdt);
+        OK(ppn_op_attn_rows_to(G, S, dh, PPN_DTYPE_BF16, dq, &kv, a->nq, a->nkv, hd, scale, pos0, c));
+        get(h, dh, ob / 2);
+        for (size_t k = 0; k < (size_t)c * orow; k++) {
+            size_t at = k - k % orow + PPN_X16_POS(k % orow);
+            if (h[at] != ppn_f32_to_bf16(out[k]))
+                fail_msg("%s: bf16 out element %zu (at %zu) 0x%04x, want 0x%04x (the f32 out rounded)", what, k, at,
+                         h[at], ppn_f32_to_bf16(out[k]));
+        }
+        free(h);
+    }
     cmp cm = {0};
     double tol = attn_tol(kvdt, hd);
     int step = c <= 64 ? 1 : c / 29; /* a sample of long chunks' rows, the last always in */
