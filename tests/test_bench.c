@@ -148,6 +148,43 @@ static void test_bench_batch_device_greedy(void **s)
     free(err);
 }
 
+/* --batch with --mixed P: each timed step also feeds a slice of up to P rows of one more sequence's --prompt ids (a
+ * `ppn serve` iteration), which starts over once fed: the JSON row names P and the mean rows a step fed (10 ids in
+ * slices of 4: 4, 4, 2, 4, 4, 2 over 6 steps, 3 a step), and the kernel account (PPN_KPROF=1) shows the slices'
+ * attention rows (ppn_k_attn_rows*), which a plain batched step never launches. */
+static void test_bench_batch_mixed(void **s)
+{
+    (void)s;
+    char *out = NULL, *err = NULL;
+    int rc = bench("--shape tiny --backend sim -n 6 --prompt 10 --reps 1 --warmup 0 --batch 2 --mixed 4 --json", &out,
+                   &err);
+    if (rc != 0 || !out) fail_msg("bench exited %d:\n%s\n%s", rc, out ? out : "", err ? err : "");
+    json_error_t je;
+    json_t *r = json_loads(out, 0, &je);
+    if (!r) fail_msg("bench output is not JSON (%s, line %d):\n%s", je.text, je.line, out);
+    json_t *row = json_array_get(json_object_get(r, "batch"), 0);
+    assert_non_null(row);
+    assert_true(num(row, "mixed") == 4 && num(row, "prompt_rows_per_step") == 3 && num(row, "step_ms") > 0);
+    json_decref(r);
+    free(out);
+    free(err);
+    for (int mixed = 1; mixed >= 0; mixed--) {
+        int left = -1;
+        rc = tu_run_ppn("PPN_KPROF=1 PPN_GRAPHS=0", mixed ? "bench --shape tiny --backend sim -n 6 --prompt 10 --reps 1 --warmup 0 "
+                                               "--batch 2 --mixed 4"
+                                             : "bench --shape tiny --backend sim -n 6 --prompt 10 --reps 1 --warmup 0 "
+                                               "--batch 2",
+                        &out, &err, &left);
+        if (rc != 0 || !out) fail_msg("bench exited %d:\n%s\n%s", rc, out ? out : "", err ? err : "");
+        assert_non_null(strstr(out, "B=2 ppn_k_gemm")); /* the account is there */
+        if (!strstr(out, "B=2 ppn_k_attn_rows") != !mixed)
+            fail_msg("--mixed %d: attention rows %s in the account:\n%s", mixed, mixed ? "missing" : "present", out);
+        assert_int_equal(!strstr(out, "prompt rows a step"), !mixed);
+        free(out);
+        free(err);
+    }
+}
+
 /* The default output: the header naming the floor's bandwidth, one row and a stage map line per config. */
 static void test_bench_table(void **s)
 {
@@ -180,6 +217,9 @@ static void test_bench_refusals(void **s)
         {"--shape tiny --backend sim --stages 1 --streams 0", "--streams needs --stages N >= 2", 1},
         {"--shape tiny --backend sim --prompt ' 2'", "--prompt: ' 2'", 1},
         {"--shape tiny --backend sim --stages-sweep 1,+2", "--stages-sweep: '1,+2'", 1},
+        {"--shape tiny --backend sim --mixed 4", "--mixed P times host-fed batched steps", 1},
+        {"--shape tiny --backend sim --batch 2 --mixed 4 --device-greedy", "takes no --device-greedy", 1},
+        {"--shape tiny --backend sim --batch 2 --mixed 0", "--mixed: '0'", 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *out = NULL, *err = NULL;
@@ -218,6 +258,7 @@ int main(void)
         cmocka_unit_test(test_bench_device_greedy_json),
         cmocka_unit_test(test_bench_table),
         cmocka_unit_test(test_bench_batch_device_greedy),
+        cmocka_unit_test(test_bench_batch_mixed),
         cmocka_unit_test(test_bench_refusals),
         cmocka_unit_test(test_bench_door_flag_sweep),
     };

@@ -48,6 +48,7 @@ typedef struct bench_args {
     int kprof;                /* PPN_KPROF=1 (the runtime has validated the variable) */
     int *batch, n_batch;      /* --batch B1,B2,..: batched decode per B instead of the one-sequence reps */
     int spec;                 /* --spec K: the verify step's cost against a decode step */
+    int mixed;                /* --mixed P: each batched step also feeds P prompt rows (a mixed step) */
 } bench_args;
 
 /* A kernel account: totals over a configuration's timed decode steps, or over the timed primes of one --prompt
@@ -79,7 +80,7 @@ static void bench_usage(FILE *f)
           "                 [--splits c1,..] [--devices d0,..] [--overlap 0|1] [--streams 0|1] [--shard 0|1] [--spin 0|1]\n"
           "                 [--graphs 0|1] [--fuse 0|1] [--attn-tc 0|1]\n"
           "                 [-n 128] [--prompt 16 | --prompt 512,4096] [--chunk 2048] [--ctx C] [--reps 3] [--warmup 1]\n"
-          "                 [--bw-gbs 4280] [--json] [--device-greedy] [--batch 1,4,16,64] [--spec K]\n"
+          "                 [--bw-gbs 4280] [--json] [--device-greedy] [--batch 1,4,16,64 [--mixed P]] [--spec K]\n"
           "--shape writes a random checkpoint (seed 1; bf16 unless --dtype) into a temporary directory, removed at exit.\n"
           "Each rep: a fresh sequence, the first --prompt length of fixed ids primed --chunk rows at a time (ppn_prefill;\n"
           "--chunk 0: token by token) and timed, then -n greedy decode steps, each timed. Every --prompt length is also\n"
@@ -90,6 +91,8 @@ static void bench_usage(FILE *f)
           "llama-batched-bench's S_TG): aggregate tok/s = B / median step, per-sequence tok/s, and the weight floor;\n"
           "with --device-greedy also the batch's device greedy loop (ppn_decode_batch_greedy: -n steps in one call, up\n"
           "to 4 in flight, each fed on the device): its step time and aggregate tok/s beside the synchronous step's.\n"
+          "--mixed P (with --batch): each timed step is a mixed step, one `ppn serve` iteration: the B decode rows and up\n"
+          "to P rows of one more sequence's --prompt ids (chunked prefill beside the decodes; it starts over once fed).\n"
           "--spec K: -n rounds of one greedy decode step and one verify of K drafts (K + 1 rows), medians and ratio.\n",
           f);
 }
@@ -133,6 +136,11 @@ static int parse_value(bench_args *a, const char *f, const char *v)
         a->spec = (int)x;
         return 0;
     }
+    if (!strcmp(f, "--mixed")) {
+        if ((rc = cli_int(f, v, 1, PPN_PREFILL_MAX_CHUNK, &x))) return rc;
+        a->mixed = (int)x;
+        return 0;
+    }
     if (!strcmp(f, "--stages-sweep")) {
         free(a->sweep);
         a->sweep = NULL;
@@ -158,6 +166,9 @@ static int parse_check(const bench_args *a)
         return cli_fail("bench: --batch takes one configuration and one --prompt length (no --stages-sweep)"), 2;
     if (a->spec && a->device_greedy)
         return cli_fail("bench: --spec times greedy decode on the device already (no --device-greedy)"), 2;
+    if (a->mixed && (!a->batch || a->device_greedy || a->spec))
+        return cli_fail("bench: --mixed P times host-fed batched steps: it needs --batch, and takes no --device-greedy "
+                        "or --spec"), 2;
     if (!a->sweep) return 0;
     if (a->stages_flag) return cli_fail("bench: --stages and --stages-sweep are exclusive"), 2;
     if (a->door.n_devices)
@@ -695,7 +706,8 @@ static int load(ppn_rt *rt, const bench_args *a, ppn_model **m)
     lo.ctx = a->ctx ? a->ctx : longest + a->n_new + (a->spec ? a->n_new * a->spec + 1 : 0); /* the KV the reps use */
     for (int k = 0; k < a->n_batch; k++) { /* every sequence of the largest batch at full length, in whole blocks */
         int per = (lo.ctx + PPN_KV_BLOCK_POSITIONS - 1) / PPN_KV_BLOCK_POSITIONS * PPN_KV_BLOCK_POSITIONS;
-        if ((long)a->batch[k] * per > lo.kv_tokens) lo.kv_tokens = a->batch[k] * per;
+        long need = (long)(a->batch[k] + (a->mixed ? 1 : 0)) * per; /* --mixed: the prompt's sequence too */
+        if (need > lo.kv_tokens) lo.kv_tokens = (int)need;
     }
     lo.door = &d;
     if (!a->json) lo.progress = cli_progress;
@@ -778,7 +790,7 @@ int cmd_bench(int argc, char **argv)
         bench_batch_opts bo = {.sizes = a.batch, .n_sizes = a.n_batch, .prompt = a.prompt, .n_new = a.n_new,
                                .reps = a.reps, .warmup = a.warmup, .chunk = a.chunk ? a.chunk : PPN_PREFILL_CHUNK,
                                .json = a.json, .bw_gbs = a.bw_gbs, .rt = rt, .kprof = a.kprof,
-                               .device_greedy = a.device_greedy};
+                               .device_greedy = a.device_greedy, .mixed = a.mixed};
         char name[600];
         if (a.json) {
             printf("{\"model\":");
