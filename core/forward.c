@@ -182,10 +182,14 @@ static ppn_status gemm_of(ppn_gpu *g, ppn_gstream *s, int x16, ppn_dptr out, ppn
 }
 
 /* The GEMM of m rows over a rows x cols matrix takes bf16 x from its producer (the door's fusion on, and
- * ppn_op_gemm_x16_fits: a function of the shape). */
+ * ppn_op_gemm_x16_fits or ppn_op_gemm_k16_fits: functions of the shape): where the op runs gemm_tc_kw and, for few
+ * rows, gemm_tc_k (gemm_tc_k16 then; H200 2026-12-05, docs/PERF.md: at m = 16 the 8B's o 68.3% of the copy floor
+ * against 62.3%, down 85.1 against 79.2, lm head 96.2 against 87.8; B=16 step 5.391, 5.408 -> 5.376, 5.341 ms; the
+ * same ids). */
 static int x16_takes(const ppn_model *m, int rows_m, int rows, int cols)
 {
-    return m->map->door.fuse && ppn_op_gemm_x16_fits(rows_m, rows, cols, m->wdt);
+    return m->map->door.fuse &&
+           (ppn_op_gemm_x16_fits(rows_m, rows, cols, m->wdt) || ppn_op_gemm_k16_fits(rows_m, rows, cols, m->wdt));
 }
 
 /* rmsnorm(x; nw) of m rows of dim into r->xb, in bf16 where x16 (for the GEMM after it). */

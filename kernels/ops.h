@@ -150,7 +150,7 @@ ppn_status ppn_op_gemm_x16(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w,
  * the shapes ppn_op_gemm_x16 takes (a function of the shape alone, so a caller decides before x's producer runs). */
 int ppn_op_gemm_x16_fits(int m, int rows, int cols, int wdt);
 /* 1 where ppn_op_gemm runs gemm_tc_k (few tokens) under the same conditions: ppn_op_gemm_x16 takes these too
- * (gemm_tc_k16). Not yet chosen by the forward (not yet timed on a GPU: ops_gemm.c). */
+ * (gemm_tc_k16; the forward does where the door fuses: ops_gemm.c has its figures). */
 int ppn_op_gemm_k16_fits(int m, int rows, int cols, int wdt);
 /* out [m, n] = silu(gate) * up, gate|up = x16 . W^T over W's 2 n rows (gate rows, then up rows; bf16), x16 in bf16
  * in gemm_tc_kw16's layout: ppn_op_gemm_x16 into [m, 2 n] f32 then ppn_op_swiglu_rows_to(odt) in one kernel

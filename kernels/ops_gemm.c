@@ -317,8 +317,10 @@ int ppn_op_gemm_x16_fits(int m, int rows, int cols, int wdt)
 
 /* Where ppn_op_gemm runs gemm_tc_k on bf16 weights over whole 64-column blocks, gemm_tc_k16 gives its bits from x
  * in bf16 (its tile reads that layout through its ring as gemm_tc_kw16 does): half of x's bytes, which gemm_tc_k
- * reads once per 64 weight rows (at m = 16 half as many bytes as W's on the 8B's o and down). Not yet timed on a
- * GPU: the forward does not take it (ppn_op_gemm_x16_fits), tests/gpu checks and times it against gemm_tc_k. */
+ * reads once per 64 weight rows (at m = 16 half as many bytes as W's on the 8B's o and down). H200, tests/gpu's
+ * decode table (2026-12-05 10:48 UTC, docs/PERF.md), % of the copy floor, gemm_tc_k / gemm_tc_k16: at m = 16 the 8B's
+ * o 62.3 / 68.3, down 79.2 / 85.1, lm head 87.2 / 96.2; at m = 1 level (o 73.4 / 74.1, lm head 99.6 / 101.7). The
+ * forward takes it (core/forward.c x16_takes). */
 int ppn_op_gemm_k16_fits(int m, int rows, int cols, int wdt)
 {
     return gemm_x16_base(m, rows, cols, wdt) == PPN_K_GEMM_TC_K;

@@ -641,7 +641,7 @@ static void test_gemm_x16_values(void **state)
 }
 
 /* gemm_tc_k16: where the op picks gemm_tc_k over whole 64-column blocks of bf16 W, ppn_op_gemm_x16 takes bf16 x
- * there too (ppn_op_gemm_k16_fits; the forward does not yet), on gemm_tc_k's grid, split and ring depth with a
+ * there too (ppn_op_gemm_k16_fits; the forward takes it), on gemm_tc_k's grid, split and ring depth with a
  * ring of bf16 x rows; its sums are ppn_op_gemm's on the f32 x that was rounded (one reference here; tests/gpu
  * compares the kernels); f16 or cols % 64 are refused by name. */
 static void test_gemm_k16(void **state)

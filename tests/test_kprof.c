@@ -274,45 +274,47 @@ static void test_kprof_batch_rotary_fused(void **st)
  * checker holds every launch to its declared accesses (2 bytes an element of x there), and the logits are the same
  * bits. per_layer: gemm_tc_kw16's launches a layer besides gate|up's, gu: 1 where gate|up takes bf16 x. slice: 0, or
  * the rows of a prompt slice fed beside the batch in one mixed walk (ppn_batch_opts.n_prime), whose attention rows
- * (attn_rows) write o's x in bf16 as the batch's rows do; its logits too are the same bits. */
-static void batch_x16_case(const char *shape_name, long per_layer, long head, long gu, int slice)
+ * (attn_rows) write o's x in bf16 as the batch's rows do; its logits too are the same bits. nb: the batch (40; at 8
+ * rows the tiny shape's GEMMs take gemm_tc_k, so gemm_tc_k16 with the fusion on: names the kernels counted). */
+static void batch_x16_rows(const char *shape_name, int nb, const char *x16_name, const char *f32_name, long per_layer,
+                           long head, long gu, int slice)
 {
     enum { NB = 40 };
+    assert_true(nb >= 1 && nb <= NB && slice >= 0 && slice <= 16);
     char *dir = tu_tmpdir();
     assert_int_equal(ppn_mkmodel(shape_name, PPN_DTYPE_BF16, dir, 11), PPN_OK);
     int tok[NB], pid[16];
-    ppn_seq *q[NB + 1];
+    ppn_seq *q[NB + 1]; /* the batch's nb, then the slice's sequence at q[nb] */
     float *logits[2] = {0};
     ppn_rt *rt = rt_with("1");
-    assert_true(slice >= 0 && slice <= 16);
     for (int fuse = 1; fuse >= 0; fuse--) {
         ppn_model *m = load_fuse(rt, dir, fuse, (NB + 1) * 32, PPN_DTYPE_BF16);
         ppn_model_info mi;
         ppn_model_get_info(m, &mi);
-        for (int i = 0; i <= NB; i++) {
+        for (int i = 0; i <= nb; i++) {
             int prompt[2] = {(3 * i + 1) % mi.vocab, (5 * i + 2) % mi.vocab};
             assert_int_equal(ppn_seq_create(m, &q[i]), PPN_OK);
             assert_int_equal(ppn_prefill(q[i], prompt, 2, NULL, NULL), PPN_OK);
-            tok[i % NB] = (7 * i + 3) % mi.vocab;
+            if (i < nb) tok[i] = (7 * i + 3) % mi.vocab;
         }
         for (int i = 0; i < slice; i++) pid[i] = (11 * i + 5) % mi.vocab;
-        size_t v = (size_t)mi.vocab;
-        logits[fuse] = malloc(sizeof(float) * (NB + 1) * v);
+        size_t v = (size_t)mi.vocab, bytes = sizeof(float) * (size_t)(nb + 1) * v;
+        logits[fuse] = malloc(bytes);
         assert_non_null(logits[fuse]);
-        float *pout = logits[fuse] + NB * v;
+        float *pout = logits[fuse] + (size_t)nb * v;
         const int *pids = pid;
-        ppn_batch_opts o = {.n_prime = 1, .prime_seqs = &q[NB], .prime_ids = &pids, .prime_n = &slice,
+        ppn_batch_opts o = {.n_prime = 1, .prime_seqs = &q[nb], .prime_ids = &pids, .prime_n = &slice,
                             .prime_logits = &pout};
         memset(pout, 0, sizeof(float) * v);
         ppn_kernel_time e[PPN_KERNEL_PROFILE_MAX];
-        int n = batch_step_profiled_ex(rt, q, tok, NB, slice ? &o : NULL, logits[fuse], e);
-        const ppn_kernel_time *h = find(e, n, "ppn_k_gemm_tc_kw16"), *w = find(e, n, "ppn_k_gemm_tc_kw");
+        int n = batch_step_profiled_ex(rt, q, tok, nb, slice ? &o : NULL, logits[fuse], e);
+        const ppn_kernel_time *h = find(e, n, x16_name), *w = find(e, n, f32_name);
         const ppn_kernel_time *f = find(e, n, "ppn_k_gemm_swiglu"), *r = find(e, n, "ppn_k_swiglu_rows");
         long hc = h ? (long)h->calls : 0, wc = w ? (long)w->calls : 0, n_x16 = per_layer * mi.n_layers + head;
         long fc = f ? (long)f->calls : 0, rc = r ? (long)r->calls : 0, n_gu = gu * mi.n_layers;
         if (hc != (fuse ? n_x16 : 0) || wc != (fuse ? 0 : n_x16 + n_gu))
-            fail_msg("%s, fuse %d: gemm_tc_kw16 %ld calls, gemm_tc_kw %ld (want %ld and %ld)", shape_name, fuse, hc, wc,
-                     fuse ? n_x16 : 0, fuse ? 0 : n_x16 + n_gu);
+            fail_msg("%s, %d rows, fuse %d: %s %ld calls, %s %ld (want %ld and %ld)", shape_name, nb, fuse, x16_name,
+                     hc, f32_name, wc, fuse ? n_x16 : 0, fuse ? 0 : n_x16 + n_gu);
         if (fc != (fuse ? n_gu : 0) || rc != (fuse ? mi.n_layers - n_gu : mi.n_layers))
             fail_msg("%s, fuse %d: gemm_swiglu %ld calls, swiglu_rows %ld (want %ld and %ld)", shape_name, fuse, fc, rc,
                      fuse ? n_gu : 0, fuse ? mi.n_layers - n_gu : (long)mi.n_layers);
@@ -326,14 +328,19 @@ static void batch_x16_case(const char *shape_name, long per_layer, long head, lo
             for (size_t k = 0; k < v; k++) assert_true(isfinite(pout[k])), nz += pout[k] != 0.0f;
             assert_true(nz > 0);
         }
-        for (int i = 0; i <= NB; i++) ppn_seq_destroy(q[i]);
+        for (int i = 0; i <= nb; i++) ppn_seq_destroy(q[i]);
         assert_int_equal(ppn_model_free(m), PPN_OK);
-        if (!fuse) assert_memory_equal(logits[0], logits[1], sizeof(float) * (NB + 1) * (size_t)mi.vocab);
+        if (!fuse) assert_memory_equal(logits[0], logits[1], bytes);
     }
     free(logits[0]), free(logits[1]);
     ppn_rt_destroy(rt);
     tu_rmrf(dir);
     free(dir);
+}
+
+static void batch_x16_case(const char *shape_name, long per_layer, long head, long gu, int slice)
+{
+    batch_x16_rows(shape_name, 40, "ppn_k_gemm_tc_kw16", "ppn_k_gemm_tc_kw", per_layer, head, gu, slice);
 }
 
 static void test_kprof_batch_x16(void **st)
@@ -354,6 +361,16 @@ static void test_kprof_mixed_x16_attention(void **st)
 {
     (void)st;
     batch_x16_case("wide-dim-tiny", 2, 0, 0, 8);
+}
+
+/* Few rows (8, and 8 beside a 4-row prompt slice), where the op runs gemm_tc_k on every GEMM of the tiny shape (its
+ * columns whole 64-element blocks): with the fusion on all take bf16 x through gemm_tc_k16 (q|k|v, o, gate|up and
+ * down a layer, and the head), with it off gemm_tc_k on f32; the same bits. */
+static void test_kprof_batch_k16(void **st)
+{
+    (void)st;
+    batch_x16_rows("tiny", 8, "ppn_k_gemm_tc_k16", "ppn_k_gemm_tc_k", 4, 1, 0, 0);
+    batch_x16_rows("tiny", 8, "ppn_k_gemm_tc_k16", "ppn_k_gemm_tc_k", 4, 1, 0, 4);
 }
 
 /* The batch step's attention on tensor cores (PPN_ATTN_TC, the default) where the cache is bf16 and the heads fit
@@ -599,6 +616,7 @@ int main(void)
         cmocka_unit_test(test_kprof_batch_x16),
         cmocka_unit_test(test_kprof_batch_x16_attention),
         cmocka_unit_test(test_kprof_mixed_x16_attention),
+        cmocka_unit_test(test_kprof_batch_k16),
         cmocka_unit_test(test_kprof_batch_attn_tc),
         cmocka_unit_test(test_kprof_off_reads_nothing),
         cmocka_unit_test(test_kprof_bad_values_refused),
