@@ -1264,8 +1264,11 @@ template <bool BF16, int S, bool XH = false> struct gemm_k {
 
 template <int S, bool XH = false> __device__ __forceinline__ void gemm_k_run(const ppn_kp_gemm &p, int rank)
 {
-    if (XH || p.wdt == PPN_DTYPE_BF16) { // XH: bf16 W (ops_gemm.c takes no other)
-        gemm_k<true, S, XH> k(p, gemm_dyn_smem, rank);
+    if constexpr (XH) { // bf16 W only (ops_gemm.c takes no other)
+        gemm_k<true, S, true> k(p, gemm_dyn_smem, rank);
+        k.run();
+    } else if (p.wdt == PPN_DTYPE_BF16) {
+        gemm_k<true, S> k(p, gemm_dyn_smem, rank);
         k.run();
     } else {
         gemm_k<false, S> k(p, gemm_dyn_smem, rank);
