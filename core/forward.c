@@ -212,9 +212,11 @@ static ppn_status norm_gemm(ppn_model *m, ppn_gstream *s, const ppn_rows_scratch
 /* A layer over the walk's rows. Where the GEMM after the norm, SwiGLU or attention runs the middle split-K tile on
  * bf16 weights (ppn_op_gemm_x16_fits: a function of the shape, so a captured graph never meets the other form),
  * they write its x in bf16, rounded as the GEMM would round the f32 (the same bits, half of x's bytes; the bf16
- * rows sit in the front half of xb, act and att). Attention writes it so in every walk: a prompt segment's rows
- * (attn_rows) as a batch's, so a mixed walk's o takes it too (it took f32 before: gemm_tc_kw ran the 8B's o at
- * m = 64 at 36% of the copy floor against gemm_tc_kw16's 45%, H200 2026-12-03, docs/PERF.md). Where gate|up takes
+ * rows sit in the front half of xb, act and att). Attention writes it so in a batch walk. A prompt segment's rows
+ * (attn_rows) can be written so too (ppn_op_attn_rows_to), which would give a mixed walk's, a verify's and a short
+ * chunk's o bf16 x (gemm_tc_kw ran the 8B's o at m = 64 at 36% of the copy floor against gemm_tc_kw16's 45%, H200
+ * 2026-12-03, docs/PERF.md), but that store has not run on a GPU yet (tests/gpu attn_case checks it): until it has,
+ * those walks' o keeps f32 x (ox below; test_kprof's mixed cases count it). Where gate|up takes
  * bf16 x on a device that runs the TMA kernels, SwiGLU runs in its epilogue (ppn_op_gemm_swiglu: the same bits, no
  * gate|up round trip). PPN_FUSE=0 keeps x f32 everywhere (the GEMM rounds it) and SwiGLU its own kernel. */
 ppn_status ppn_fwd_rows_layer(ppn_model *m, ppn_gstream *s, int dev, const ppn_rows_scratch *r, ppn_dptr x,
@@ -231,7 +233,7 @@ ppn_status ppn_fwd_rows_layer(ppn_model *m, ppn_gstream *s, int dev, const ppn_r
         PPN_CHECK(ppn_op_head_rmsnorm_rows(g, s, r->qkv, qkv_cols, 0, nh, hd, w->q_norm, wdt, c->norm_eps, rows));
         PPN_CHECK(ppn_op_head_rmsnorm_rows(g, s, r->qkv, qkv_cols, nh, nkv, hd, w->k_norm, wdt, c->norm_eps, rows));
     }
-    int ox = x16_takes(m, rows, dim, nh * hd);
+    int ox = cmd->kind == PPN_ROWS_BATCH && x16_takes(m, rows, dim, nh * hd);
     PPN_CHECK(rows_attention(m, s, dev, r, cmd, l, ox ? PPN_DTYPE_BF16 : PPN_DTYPE_F32));
     PPN_CHECK(gemm_of(g, s, ox, x, w->wo, wdt, r->att, rows, dim, nh * hd, 0, x));
     int dx = x16_takes(m, rows, dim, ffn), adt = dx ? PPN_DTYPE_BF16 : PPN_DTYPE_F32;
