@@ -213,10 +213,9 @@ static ppn_status norm_gemm(ppn_model *m, ppn_gstream *s, const ppn_rows_scratch
  * bf16 weights (ppn_op_gemm_x16_fits: a function of the shape, so a captured graph never meets the other form),
  * they write its x in bf16, rounded as the GEMM would round the f32 (the same bits, half of x's bytes; the bf16
  * rows sit in the front half of xb, act and att). Attention writes it so in a batch walk. A prompt segment's rows
- * (attn_rows) can be written so too (ppn_op_attn_rows_to), which would give a mixed walk's, a verify's and a short
- * chunk's o bf16 x (gemm_tc_kw ran the 8B's o at m = 64 at 36% of the copy floor against gemm_tc_kw16's 45%, H200
- * 2026-12-03, docs/PERF.md), but that store has not run on a GPU yet (tests/gpu attn_case checks it): until it has,
- * those walks' o keeps f32 x (ox below; test_kprof's mixed cases count it). Where gate|up takes
+ * (attn_rows) can be written so too (ppn_op_attn_rows_to; tests/gpu attn_case passed on an H100, 2026-12-05), which
+ * gives a mixed walk's, a verify's and a short chunk's o bf16 x, but a mixed step of 64 or 80 rows was level with it
+ * (docs/PERF.md), so those walks' o keeps f32 x (ox below; test_kprof's mixed cases count it). Where gate|up takes
  * bf16 x on a device that runs the TMA kernels, SwiGLU runs in its epilogue (ppn_op_gemm_swiglu: the same bits, no
  * gate|up round trip). PPN_FUSE=0 keeps x f32 everywhere (the GEMM rounds it) and SwiGLU its own kernel. */
 ppn_status ppn_fwd_rows_layer(ppn_model *m, ppn_gstream *s, int dev, const ppn_rows_scratch *r, ppn_dptr x,
