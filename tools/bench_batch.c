@@ -34,21 +34,22 @@ static void kacct_add(kacct *a, ppn_rt *rt, int sign)
     }
 }
 
-/* Step t's prompt slice beside the decode rows (o->mixed rows of ps's prompt of o->prompt ids, from where ps is;
- * ps starts over once its prompt is fed whole). Sets *opt and returns its row count (0: no slice). */
-static int mixed_slice(const bench_batch_opts *o, ppn_seq *ps, const int *pids, const int **at, int *n,
+/* Step t's prompt slice beside the decode rows (o->mixed rows of *ps's prompt of o->prompt ids, from where *ps is;
+ * it starts over once its prompt is fed whole). Sets *opt, which points at *ps, *at and *n (the caller's: they
+ * must outlive the step), and returns its row count (0: no slice). */
+static int mixed_slice(const bench_batch_opts *o, ppn_seq **ps, const int *pids, const int **at, int *n,
                        ppn_batch_opts *opt, ppn_status *st)
 {
     *opt = ppn_batch_opts_default();
     if (!o->mixed) return 0;
-    int pos = ppn_seq_pos(ps);
+    int pos = ppn_seq_pos(*ps);
     if (pos >= o->prompt) {
-        if ((*st = ppn_seq_reset(ps)) != PPN_OK) return 0;
+        if ((*st = ppn_seq_reset(*ps)) != PPN_OK) return 0;
         pos = 0;
     }
     *n = o->prompt - pos < o->mixed ? o->prompt - pos : o->mixed;
     *at = pids + pos;
-    opt->n_prime = 1, opt->prime_seqs = &ps, opt->prime_ids = at, opt->prime_n = n;
+    opt->n_prime = 1, opt->prime_seqs = ps, opt->prime_ids = at, opt->prime_n = n;
     return *n;
 }
 
@@ -94,7 +95,7 @@ static int one_rep(ppn_model *m, const ppn_model_info *mi, const bench_batch_opt
         const int *at = NULL;
         int n_at = 0;
         ppn_batch_opts mo;
-        int fed = mixed_slice(o, ps, pids, &at, &n_at, &mo, &st);
+        int fed = mixed_slice(o, &ps, pids, &at, &n_at, &mo, &st);
         if (st != PPN_OK) {
             rc = cli_fail_status(st, "bench: --mixed: starting the prompt over");
             break;
