@@ -42,15 +42,27 @@ static ppn_status choose_ctx(ppn_model *m, const ppn_stage_map *map, int want, i
             return ppn_err(PPN_ENOMEM, "device %d: a KV cache of %d positions for %zu layers needs %zu B; %zu B free",
                            dev, ctx < 1 ? 1 : ctx, layers, (size_t)(ctx < 1 ? 1 : ctx) * layers * per_layer, free_b);
     }
+    size_t kv = ppn_kv_pool_positions(room, &ctx, want == 0, kv_want);
     m->ctx = ctx;
-    size_t kv = kv_want > 0 ? (size_t)kv_want : 4 * (size_t)ctx;
-    if (kv_want == 0 && kv < PPN_KV_DEFAULT_MIN) kv = PPN_KV_DEFAULT_MIN; /* short contexts: room for many */
-    if (kv_want == 0 && kv > room) kv = room < (size_t)ctx ? (size_t)ctx : room;
-    kv = (kv + PPN_KV_BLOCK - 1) / PPN_KV_BLOCK * PPN_KV_BLOCK;
     if (kv > room || kv > (size_t)INT32_MAX / 2)
         return ppn_err(PPN_ENOMEM, "kv_tokens %zu: the KV pools of that many positions do not fit next to the weights "
                                    "(room for %zu)", kv, room);
     return ppn_kv_init(m, (int)kv);
+}
+
+size_t ppn_kv_pool_positions(size_t room, int *ctx, int ctx_free, int kv_want)
+{
+    if (kv_want > 0) return ((size_t)kv_want + PPN_KV_BLOCK - 1) / PPN_KV_BLOCK * PPN_KV_BLOCK; /* as asked */
+    size_t kv = 4 * (size_t)*ctx;
+    if (kv < PPN_KV_DEFAULT_MIN) kv = PPN_KV_DEFAULT_MIN; /* short contexts: room for many */
+    kv = (kv + PPN_KV_BLOCK - 1) / PPN_KV_BLOCK * PPN_KV_BLOCK;
+    if (kv <= room) return kv;
+    kv = room / PPN_KV_BLOCK * PPN_KV_BLOCK; /* the whole blocks the room holds (rounding up would pass it) */
+    if (kv >= (size_t)*ctx) return kv;
+    if (!ctx_free || kv == 0) /* one sequence of the asked context does not fit: past the room, so refused */
+        return ((size_t)*ctx + PPN_KV_BLOCK - 1) / PPN_KV_BLOCK * PPN_KV_BLOCK;
+    *ctx = (int)kv; /* a chosen context shrinks to what the pool holds */
+    return kv;
 }
 
 ppn_load_opts ppn_load_opts_default(void)

@@ -322,6 +322,11 @@ ppn_status ppn_model_block_free(ppn_model *m, int dev, ppn_dptr *p);
 /* kvpool.c: paged KV */
 int ppn_kv_max_blocks(const ppn_model *m);          /* blocks of one full-context sequence */
 ppn_status ppn_kv_init(ppn_model *m, int tokens);   /* the host side, for tokens positions (no pools yet) */
+/* The KV pools' positions (whole blocks) for room positions of free memory and a context of *ctx: kv_want rounded
+ * up when given; else 4 contexts (at least PPN_KV_DEFAULT_MIN), or the whole blocks the room holds when that is
+ * less, and where even those cannot hold one sequence of *ctx, a *ctx that was chosen (ctx_free) shrinks to them.
+ * A result past room is the caller's refusal (core/load.c). */
+size_t ppn_kv_pool_positions(size_t room, int *ctx, int ctx_free, int kv_want);
 ppn_status ppn_kv_fini(ppn_model *m);            /* the pools freed; the first failed free returned */
 /* PPN_ESTATE when a sequence holds blocks of a layer map would move (checked before anything changes). */
 ppn_status ppn_kv_check_map(const ppn_model *m, const ppn_stage_map *map);

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "core/model/ckpt.h"
+#include "core/rt.h"
 #include "tests/util/trand.h"
 #include "tests/util/tutil.h"
 
@@ -1175,6 +1176,37 @@ static void test_loader_open_paths(void **state)
 
 #define TMP_TEST(f) cmocka_unit_test_setup_teardown(f, setup_tmp, teardown_tmp)
 
+/* The KV pools' size at load (core/load.c ppn_kv_pool_positions): whole blocks of PPN_KV_BLOCK, never past the room
+ * the free memory leaves. The 8B on an 80 GB H100 (2026-12-05) had room for 521,121 positions at its chosen
+ * context of 131,072: the default (4 contexts) was clamped to the room and then rounded up past it, so the load was
+ * refused; it takes the 521,120 the room holds now. A chosen context shrinks to the pool where even that cannot
+ * hold one sequence; an asked context, or kv_tokens, past the room is still refused (a result past room). */
+static void test_loader_kv_pool_positions(void **state)
+{
+    (void)state;
+    int ctx = 131072;
+    assert_int_equal(ppn_kv_pool_positions(521121, &ctx, 1, 0), 521120);
+    assert_int_equal(ctx, 131072);
+    for (size_t room = 1000; room < 9000; room += 7) /* every remainder mod 16, both sides of 4 contexts */
+        for (int free_ctx = 0; free_ctx <= 1; free_ctx++) {
+            int c = 1001;
+            size_t kv = ppn_kv_pool_positions(room, &c, free_ctx, 0);
+            if (kv % PPN_KV_BLOCK) fail_msg("room %zu: %zu positions, not whole blocks", room, kv);
+            if (room >= 1008 && (kv > room || kv < (size_t)c || c != 1001))
+                fail_msg("room %zu, ctx free %d: %zu positions, ctx %d", room, free_ctx, kv, c);
+            if (room >= 4016 && kv != 4016) fail_msg("room %zu: %zu positions, not 4 contexts (4004) in blocks", room, kv);
+            if (room < 1008 && free_ctx && (kv > room || (size_t)c != kv)) /* shrunk to the blocks the room holds */
+                fail_msg("room %zu: %zu positions, ctx %d", room, kv, c);
+            if (room < 1008 && !free_ctx && kv <= room) fail_msg("room %zu: an asked ctx of 1001 not refused", room);
+        }
+    ctx = 100;
+    assert_int_equal(ppn_kv_pool_positions(1 << 20, &ctx, 1, 0), PPN_KV_DEFAULT_MIN); /* short contexts: the minimum */
+    assert_int_equal(ppn_kv_pool_positions(1 << 20, &ctx, 1, 40), 48);                /* asked: rounded up */
+    assert_true(ppn_kv_pool_positions(40, &ctx, 1, 50) > 40);                         /* asked past the room */
+    ctx = 5;
+    assert_true(ppn_kv_pool_positions(15, &ctx, 1, 0) > 15); /* not one block: refused */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1185,6 +1217,7 @@ int main(void)
         TMP_TEST(test_loader_llama2c_malformed),
         cmocka_unit_test(test_loader_config_spellings),
         cmocka_unit_test(test_loader_config_cases),
+        cmocka_unit_test(test_loader_kv_pool_positions),
         TMP_TEST(test_loader_mkmodel_tiny),
         TMP_TEST(test_loader_mkmodel_qwen3_tiny),
         TMP_TEST(test_loader_mkmodel_seed_and_args),
