@@ -274,7 +274,7 @@ static void test_kprof_batch_rotary_fused(void **st)
  * checker holds every launch to its declared accesses (2 bytes an element of x there), and the logits are the same
  * bits. per_layer: gemm_tc_kw16's launches a layer besides gate|up's, gu: 1 where gate|up takes bf16 x. slice: 0, or
  * the rows of a prompt slice fed beside the batch in one mixed walk (ppn_batch_opts.n_prime): there o keeps f32 x
- * (core/forward.c: attn_rows' bf16 out has not run on a GPU yet), one f32 launch a layer with the fusion on too; its
+ * (core/forward.c: a mixed step was level with attn_rows' bf16 out), one f32 launch a layer with the fusion on too; its
  * logits too are the same bits. nb: the batch (40; at 8 rows the tiny shape's GEMMs take gemm_tc_k, so gemm_tc_k16
  * with the fusion on: names the kernels counted). */
 static void batch_x16_rows(const char *shape_name, int nb, const char *x16_name, const char *f32_name, long per_layer,
