@@ -446,6 +446,24 @@ static void test_rows_ops_refusals(void **state)
     EXPECT_ST(PPN_EINVAL, ppn_op_swiglu_rows(g, s, a, b, 0, 2));
 }
 
+/* The last launch's bf16 out h of c rows of n: declared as its one write of c n 2 bytes, and each element the f32
+ * op's f rounded to nearest even at PPN_X16_POS. */
+static void expect_bf16_rows(const uint16_t *h, const float *f, int c, int n, const char *what)
+{
+    int outs = 0;
+    for (int k = 0; k < tu_cap.l.nacc; k++)
+        if (tu_cap.l.acc[k].mode == PPN_ACC_W) {
+            assert_true(tu_cap.l.acc[k].ptr == D(h) && tu_cap.l.acc[k].bytes == (size_t)c * (size_t)n * 2);
+            outs++;
+        }
+    assert_int_equal(outs, 1);
+    for (int k = 0; k < c * n; k++) {
+        int at = k - k % n + PPN_X16_POS(k % n);
+        if (h[at] != ppn_f32_to_bf16(f[k]))
+            fail_msg("%s: element %d (at %d): 0x%04x, want 0x%04x", what, k, at, h[at], ppn_f32_to_bf16(f[k]));
+    }
+}
+
 /* The norm and SwiGLU rows with bf16 output (the x of ppn_op_gemm_x16): each value the f32 op's, rounded to
  * nearest even, in gemm_tc_kw16's layout (kparams.h, PPN_X16_POS); out declared at 2 bytes an element; the vector
  * path from out aligned to four of its elements; a bf16 out over in, rows not of whole 64-element blocks, or another
@@ -468,18 +486,7 @@ static void test_rows_bf16_out(void **state)
                           : ppn_op_rmsnorm_rows_to(&tu_fake, tu_fake_stream, D(h), PPN_DTYPE_BF16, D(x), D(nw),
                                                    PPN_DTYPE_BF16, N, 1e-5f, C);
         EXPECT_ST(PPN_OK, b);
-        int outs = 0;
-        for (int k = 0; k < tu_cap.l.nacc; k++)
-            if (tu_cap.l.acc[k].mode == PPN_ACC_W) {
-                assert_true(tu_cap.l.acc[k].ptr == D(h) && tu_cap.l.acc[k].bytes == (size_t)C * N * 2);
-                outs++;
-            }
-        assert_int_equal(outs, 1);
-        for (int k = 0; k < C * N; k++) {
-            int at = k - k % N + PPN_X16_POS(k % N);
-            if (h[at] != ppn_f32_to_bf16(f[k]))
-                fail_msg("op %d element %d (at %d): 0x%04x, want 0x%04x", op, k, at, h[at], ppn_f32_to_bf16(f[k]));
-        }
+        expect_bf16_rows(h, f, C, N, op ? "swiglu rows" : "rmsnorm rows");
     }
     tu_cap.dry = 1;
     static const struct { int off, vec; } al[] = {{0, 1}, {8, 1}, {4, 0}};
@@ -527,19 +534,7 @@ static void test_attn_rows_bf16_out(void **state)
         EXPECT_ST(PPN_OK, ppn_op_attn_rows_to(&tu_fake, tu_fake_stream, D(h), PPN_DTYPE_BF16, D(qkv), &kv, NQ, NKV, HD,
                                               0.3f, POS0, C));
         assert_int_equal(((const ppn_kp_attn_rows *)tu_cap.params)->odt, PPN_DTYPE_BF16);
-        int outs = 0;
-        for (int k = 0; k < tu_cap.l.nacc; k++)
-            if (tu_cap.l.acc[k].mode == PPN_ACC_W) {
-                assert_true(tu_cap.l.acc[k].ptr == D(h) && tu_cap.l.acc[k].bytes == (size_t)C * n * 2);
-                outs++;
-            }
-        assert_int_equal(outs, 1);
-        for (int k = 0; k < C * n; k++) {
-            int at = k - k % n + PPN_X16_POS(k % n);
-            if (h[at] != ppn_f32_to_bf16(f[k]))
-                fail_msg("%s cache, element %d (at %d): 0x%04x, want 0x%04x", ppn_dtype_name(kvdt), k, at, h[at],
-                         ppn_f32_to_bf16(f[k]));
-        }
+        expect_bf16_rows(h, f, C, n, kvdt == PPN_DTYPE_F32 ? "attn rows, f32 cache" : "attn rows, bf16 cache");
         free(qkv), free(f), free(kc), free(vc), free(h);
     }
     tu_cap.dry = 1;
