@@ -779,6 +779,14 @@ static int iterate(ppn_engine *e)
     if (stopping) return 0;
     start_admitted(e, adm);
     step(e);
+    /* Idle (the step waited for its ids; nothing runs): sum the walks' timing pairs that completed, which a next
+     * walk would otherwise sum, so the busy counters a scrape reads between two loads are exact, not one load's
+     * last walks short (they would land in the next load's window: more busy time than wall time). A model that
+     * failed here fails every request from now on, as in a step. */
+    if (!e->n_run && e->sticky == PPN_OK) {
+        ppn_status st = ppn_model_time_stages(e->m, 1);
+        if (st != PPN_OK) fail_model(e, st);
+    }
     publish_stats(e);
     return 1;
 }

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include "ppn.h"
 #include "tests/util/tutil.h"
@@ -222,6 +223,43 @@ static void test_engine_concurrent_step_rows(void **s)
     (void)s;
     uint64_t whole = concurrent_equals_alone(0, -1), cut = concurrent_equals_alone(0, 20);
     assert_true(cut > whole); /* the same prompt rows in smaller chunks */
+}
+
+/* A scrape between two loads reads exact busy counters: once the engine is idle, its stats' stage busy time is the
+ * model's whole sum (ppn_engine_destroy's ppn_model_time_stages(m, 0) drains and sums every walk), not short of the
+ * last walks, which a server's next load would count in its own window (busy fraction over 1: the CI failure of
+ * stop 37's serve_bench under TSan). */
+static void test_engine_busy_exact_when_idle(void **state)
+{
+    (void)state;
+    ppn_model *m = load(128, 0);
+    ppn_engine *e = engine(m, 4, 0, 40);
+    rec r[3];
+    uint64_t id;
+    for (int p = 0; p < 3; p++) {
+        rec_init(&r[p]);
+        ppn_request q = greedy_req(p, 5, &r[p]);
+        SUBMIT_OK(e, &q, &id);
+    }
+    for (int p = 0; p < 3; p++) rec_wait(&r[p]), rec_fini(&r[p]);
+    ppn_engine_stats st;
+    int waited = 0;
+    for (ppn_engine_get_stats(e, &st); st.running || st.queued; ppn_engine_get_stats(e, &st)) {
+        struct timespec ms1 = {0, 1000000};
+        nanosleep(&ms1, NULL);
+        if (++waited > 60000) fail_msg("the engine did not go idle in 60 s (running %d, queued %d)", st.running, st.queued);
+    }
+    ppn_engine_destroy(e);
+    ppn_stats ms;
+    ppn_model_get_stats(m, &ms);
+    assert_true(ms.n_stages >= 1 && st.n_stages == ms.n_stages);
+    for (int s = 0; s < ms.n_stages; s++) {
+        printf("# stage %d: %llu walks, %.6f s busy; the idle engine's stats %.6f s\n", s,
+               (unsigned long long)ms.stage_busy_walks[s], (double)ms.stage_busy_ns[s] / 1e9, st.stage_busy_s[s]);
+        assert_true(ms.stage_busy_walks[s] > 0 && ms.stage_busy_ns[s] > 0);
+        assert_true(st.stage_busy_s[s] == (double)ms.stage_busy_ns[s] / 1e9);
+    }
+    assert_int_equal(ppn_model_free(m), PPN_OK);
 }
 
 /* 8 threads submit 6 requests each; every other one is cancelled at once or from its callback after 3 ids. */
@@ -562,6 +600,7 @@ int main(void)
         cmocka_unit_test(test_engine_concurrent_equals_alone),
         cmocka_unit_test(test_engine_concurrent_separate),
         cmocka_unit_test(test_engine_concurrent_step_rows),
+        cmocka_unit_test(test_engine_busy_exact_when_idle),
         cmocka_unit_test(test_engine_threads),
         cmocka_unit_test(test_engine_cancel_stop_length),
         cmocka_unit_test(test_engine_kv_exhaustion_and_refusals),

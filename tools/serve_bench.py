@@ -50,13 +50,32 @@ def one(url, body, timeout):
             "latency": stamps[-1] - t0}
 
 
-def stage_busy(url):
-    """{stage: busy seconds} from the server's /metrics (ppn serve's ppn_stage_busy_seconds_total), or None."""
+def metrics(url):
+    """The server's /metrics text, or None."""
     try:
         with urllib.request.urlopen(url.rstrip("/") + "/metrics", timeout=30) as r:
-            text = r.read().decode("utf-8", "replace")
+            return r.read().decode("utf-8", "replace")
     except Exception:
         return None
+
+
+def stage_busy(url, wait_idle_s=0.0):
+    """{stage: busy seconds} from the server's /metrics (ppn serve's ppn_stage_busy_seconds_total), or None. With
+    wait_idle_s, first waits up to that long for ppn_requests_running and ppn_requests_queued to read 0: ppn serve
+    publishes those with the busy counters, which are exact once it is idle (a running walk is counted when it
+    completes, so a window opened on a busy server would count the walks running at its start)."""
+    t_end = time.perf_counter() + wait_idle_s
+    while True:
+        text = metrics(url)
+        if text is None:
+            return None
+        g = {}
+        for line in text.splitlines():
+            if line.startswith(("ppn_requests_running ", "ppn_requests_queued ")):
+                g[line.split()[0]] = float(line.split()[-1])
+        if not g or not any(g.values()) or time.perf_counter() >= t_end:
+            break
+        time.sleep(0.01)
     out = {}
     for line in text.splitlines():
         if line.startswith("ppn_stage_busy_seconds_total{stage=\""):
@@ -138,7 +157,7 @@ def main():
             if i >= a.requests:
                 return
             run(bodies[i])
-    busy0 = stage_busy(a.url)
+    busy0 = stage_busy(a.url, wait_idle_s=60.0)  # the window opens on an idle server
     t0 = time.perf_counter()
     if a.rate > 0:
         ts = []
@@ -152,7 +171,7 @@ def main():
         [t.start() for t in ts]
     [t.join() for t in ts]
     wall = time.perf_counter() - t0
-    busy1 = stage_busy(a.url)
+    busy1 = stage_busy(a.url, wait_idle_s=60.0)  # and closes once its last iteration is published
     ok = [r for r in results if "error" not in r]
     ttft = [r["ttft"] for r in ok]
     itl = [x for r in ok for x in r["itl"]]
