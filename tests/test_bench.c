@@ -25,6 +25,27 @@ static int bench(const char *args, char **out, char **err)
     return rc;
 }
 
+/* `ppn bench <args>` that must exit 0: its stdout (the caller's to free). */
+static char *bench_ok(const char *args)
+{
+    char *out = NULL, *err = NULL;
+    int rc = bench(args, &out, &err);
+    if (rc != 0 || !out) fail_msg("bench %s exited %d:\n%s\n%s", args, rc, out ? out : "", err ? err : "");
+    free(err);
+    return out;
+}
+
+/* `ppn bench <args>` that must exit 0 and print one JSON document: the parsed document (the caller's to decref). */
+static json_t *bench_json(const char *args)
+{
+    char *out = bench_ok(args);
+    json_error_t je;
+    json_t *r = json_loads(out, 0, &je);
+    if (!r) fail_msg("bench output is not JSON (%s, line %d):\n%s", je.text, je.line, out);
+    free(out);
+    return r;
+}
+
 static void near(double x, double want, double rel, const char *what)
 {
     if (!(fabs(x - want) <= rel * fabs(want))) fail_msg("%s: %.9g, expected %.9g (rel tol %g)", what, x, want, rel);
@@ -59,12 +80,7 @@ static void check_config(json_t *c, int stages, double weight_bytes, double floo
 static void test_bench_sweep_json(void **s)
 {
     (void)s;
-    char *out = NULL, *err = NULL;
-    int rc = bench("--shape tiny --backend sim -n 8 --prompt 4 --reps 2 --stages-sweep 1,2 --json", &out, &err);
-    if (rc != 0 || !out) fail_msg("bench exited %d:\n%s\n%s", rc, out ? out : "", err ? err : "");
-    json_error_t je;
-    json_t *r = json_loads(out, 0, &je);
-    if (!r) fail_msg("bench output is not JSON (%s, line %d):\n%s", je.text, je.line, out);
+    json_t *r = bench_json("--shape tiny --backend sim -n 8 --prompt 4 --reps 2 --stages-sweep 1,2 --json");
     assert_string_equal(json_string_value(json_object_get(r, "backend")), "sim");
     assert_non_null(json_string_value(json_object_get(r, "model")));
     assert_non_null(json_string_value(json_object_get(r, "dtype")));
@@ -82,8 +98,6 @@ static void test_bench_sweep_json(void **s)
     check_config(json_array_get(cfgs, 0), 1, wb, floor_ms, n_layers);
     check_config(json_array_get(cfgs, 1), 2, wb, floor_ms, n_layers);
     json_decref(r);
-    free(out);
-    free(err);
 }
 
 
@@ -92,14 +106,8 @@ static void test_bench_sweep_json(void **s)
 static void test_bench_device_greedy_json(void **s)
 {
     (void)s;
-    char *out = NULL, *err = NULL;
-    int rc = bench("--shape tiny --backend sim --dtype bf16 -n 8 --prompt 4 --reps 2 --stages-sweep 1,2 "
-                   "--device-greedy --json",
-                   &out, &err);
-    if (rc != 0 || !out) fail_msg("bench exited %d:\n%s\n%s", rc, out ? out : "", err ? err : "");
-    json_error_t je;
-    json_t *r = json_loads(out, 0, &je);
-    if (!r) fail_msg("bench output is not JSON (%s, line %d):\n%s", je.text, je.line, out);
+    json_t *r = bench_json("--shape tiny --backend sim --dtype bf16 -n 8 --prompt 4 --reps 2 --stages-sweep 1,2 "
+                   "--device-greedy --json");
     assert_true(json_is_true(json_object_get(r, "device_greedy")));
     assert_string_equal(json_string_value(json_object_get(r, "dtype")), "bf16");
     assert_string_equal(json_string_value(json_object_get(r, "kv_dtype")), "bf16");
@@ -108,8 +116,6 @@ static void test_bench_device_greedy_json(void **s)
     check_config(json_array_get(cfgs, 0), 1, wb, floor_ms, (int)num(r, "n_layers"));
     check_config(json_array_get(cfgs, 1), 2, wb, floor_ms, (int)num(r, "n_layers"));
     json_decref(r);
-    free(out);
-    free(err);
 }
 
 /* --batch with --device-greedy: every B's row has the batch greedy loop's step time and rate beside the
@@ -118,13 +124,8 @@ static void test_bench_device_greedy_json(void **s)
 static void test_bench_batch_device_greedy(void **s)
 {
     (void)s;
-    char *out = NULL, *err = NULL;
-    int rc = bench("--shape tiny --backend sim -n 4 --prompt 3 --reps 1 --warmup 0 --stages 2 --batch 1,3 "
-                   "--device-greedy --json", &out, &err);
-    if (rc != 0 || !out) fail_msg("bench exited %d:\n%s\n%s", rc, out ? out : "", err ? err : "");
-    json_error_t je;
-    json_t *r = json_loads(out, 0, &je);
-    if (!r) fail_msg("bench output is not JSON (%s, line %d):\n%s", je.text, je.line, out);
+    json_t *r = bench_json("--shape tiny --backend sim -n 4 --prompt 3 --reps 1 --warmup 0 --stages 2 --batch 1,3 "
+                   "--device-greedy --json");
     json_t *rows = json_object_get(r, "batch");
     assert_int_equal(json_array_size(rows), 2);
     for (size_t i = 0; i < 2; i++) {
@@ -134,18 +135,12 @@ static void test_bench_batch_device_greedy(void **s)
         near(rate, B * 1e3 / ms, 1e-4, "greedy_agg_tok_s");
     }
     json_decref(r);
-    free(out);
-    free(err);
-    rc = bench("--shape tiny --backend sim -n 2 --prompt 2 --reps 1 --warmup 0 --batch 2 --device-greedy", &out, &err);
-    if (rc != 0 || !out) fail_msg("bench exited %d:\n%s\n%s", rc, out ? out : "", err ? err : "");
+    char *out = bench_ok("--shape tiny --backend sim -n 2 --prompt 2 --reps 1 --warmup 0 --batch 2 --device-greedy");
     assert_non_null(strstr(out, "greedy_ms"));
     free(out);
-    free(err);
-    rc = bench("--shape tiny --backend sim -n 2 --prompt 2 --reps 1 --warmup 0 --batch 2", &out, &err);
-    if (rc != 0 || !out) fail_msg("bench exited %d:\n%s\n%s", rc, out ? out : "", err ? err : "");
+    out = bench_ok("--shape tiny --backend sim -n 2 --prompt 2 --reps 1 --warmup 0 --batch 2");
     assert_null(strstr(out, "greedy_ms"));
     free(out);
-    free(err);
 }
 
 /* --batch with --mixed P: each timed step also feeds a slice of up to P rows of one more sequence's --prompt ids (a
@@ -155,22 +150,14 @@ static void test_bench_batch_device_greedy(void **s)
 static void test_bench_batch_mixed(void **s)
 {
     (void)s;
-    char *out = NULL, *err = NULL;
-    int rc = bench("--shape tiny --backend sim -n 6 --prompt 10 --reps 1 --warmup 0 --batch 2 --mixed 4 --json", &out,
-                   &err);
-    if (rc != 0 || !out) fail_msg("bench exited %d:\n%s\n%s", rc, out ? out : "", err ? err : "");
-    json_error_t je;
-    json_t *r = json_loads(out, 0, &je);
-    if (!r) fail_msg("bench output is not JSON (%s, line %d):\n%s", je.text, je.line, out);
+    json_t *r = bench_json("--shape tiny --backend sim -n 6 --prompt 10 --reps 1 --warmup 0 --batch 2 --mixed 4 --json");
     json_t *row = json_array_get(json_object_get(r, "batch"), 0);
     assert_non_null(row);
     assert_true(num(row, "mixed") == 4 && num(row, "prompt_rows_per_step") == 3 && num(row, "step_ms") > 0);
     json_decref(r);
-    free(out);
-    free(err);
     for (int mixed = 1; mixed >= 0; mixed--) {
-        int left = -1;
-        rc = tu_run_ppn("PPN_KPROF=1 PPN_GRAPHS=0", mixed ? "bench --shape tiny --backend sim -n 6 --prompt 10 --reps 1 --warmup 0 "
+        char *out = NULL, *err = NULL;
+        int left = -1, rc = tu_run_ppn("PPN_KPROF=1 PPN_GRAPHS=0", mixed ? "bench --shape tiny --backend sim -n 6 --prompt 10 --reps 1 --warmup 0 "
                                                "--batch 2 --mixed 4"
                                              : "bench --shape tiny --backend sim -n 6 --prompt 10 --reps 1 --warmup 0 "
                                                "--batch 2",
@@ -189,16 +176,13 @@ static void test_bench_batch_mixed(void **s)
 static void test_bench_table(void **s)
 {
     (void)s;
-    char *out = NULL, *err = NULL;
-    int rc = bench("--shape tiny --backend sim -n 4 --prompt 2 --reps 1 --stages 2 --bw-gbs 1000", &out, &err);
-    if (rc != 0 || !out) fail_msg("bench exited %d:\n%s\n%s", rc, out ? out : "", err ? err : "");
+    char *out = bench_ok("--shape tiny --backend sim -n 4 --prompt 2 --reps 1 --stages 2 --bw-gbs 1000");
     assert_non_null(strstr(out, "backend sim"));
     assert_non_null(strstr(out, "/ 1000 GB/s"));
     assert_non_null(strstr(out, "per-stage time: not measured"));
     assert_non_null(strstr(out, "stage map: 2 stages"));
     assert_null(strstr(out, "stage map: 1 stage:"));
     free(out);
-    free(err);
 }
 
 static void test_bench_refusals(void **s)
@@ -236,19 +220,11 @@ static void test_bench_refusals(void **s)
 static void test_bench_door_flag_sweep(void **s)
 {
     (void)s;
-    char *out = NULL, *err = NULL;
-    int rc = bench("--shape tiny --backend sim -n 2 --prompt 2 --reps 1 --stages-sweep 1,2 --overlap 1 --json", &out,
-                   &err);
-    if (rc != 0 || !out) fail_msg("bench exited %d:\n%s\n%s", rc, out ? out : "", err ? err : "");
-    json_error_t je;
-    json_t *r = json_loads(out, 0, &je);
-    if (!r) fail_msg("bench output is not JSON (%s, line %d):\n%s", je.text, je.line, out);
+    json_t *r = bench_json("--shape tiny --backend sim -n 2 --prompt 2 --reps 1 --stages-sweep 1,2 --overlap 1 --json");
     json_t *c2 = json_array_get(json_object_get(r, "configs"), 1);
     assert_int_equal((int)num(json_object_get(c2, "stage_map"), "n_stages"), 2);
     assert_int_equal((int)num(json_object_get(c2, "stage_map"), "overlap"), 1);
     json_decref(r);
-    free(out);
-    free(err);
 }
 
 int main(void)
