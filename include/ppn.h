@@ -834,7 +834,9 @@ typedef struct ppn_engine_stats {
     ppn_engine_hist ttft, itl;         /* submit to first id; between two ids of one request */
     int n_stages;                      /* the model's stage map */
     double stage_busy_s[PPN_MAX_STAGES]; /* device time each stage's stream spent in walks (ppn_stats.stage_busy_ns:
-                                        * the engine turns ppn_model_time_stages on) */
+                                        * the engine turns ppn_model_time_stages on); short of the walks still
+                                        * running, exact in a snapshot with running and queued 0 (an idle engine
+                                        * sums its last walks before publishing) */
     double uptime_s;
 } ppn_engine_stats;
 /* A snapshot (as of the scheduler's last iteration). Never fails. */
