@@ -50,17 +50,20 @@ static ppn_status choose_ctx(ppn_model *m, const ppn_stage_map *map, int want, i
     return ppn_kv_init(m, (int)kv);
 }
 
+/* n positions rounded up to whole KV blocks. */
+static size_t kv_whole_blocks(size_t n) { return (n + PPN_KV_BLOCK - 1) / PPN_KV_BLOCK * PPN_KV_BLOCK; }
+
 size_t ppn_kv_pool_positions(size_t room, int *ctx, int ctx_free, int kv_want)
 {
-    if (kv_want > 0) return ((size_t)kv_want + PPN_KV_BLOCK - 1) / PPN_KV_BLOCK * PPN_KV_BLOCK; /* as asked */
+    if (kv_want > 0) return kv_whole_blocks((size_t)kv_want); /* as asked */
     size_t kv = 4 * (size_t)*ctx;
     if (kv < PPN_KV_DEFAULT_MIN) kv = PPN_KV_DEFAULT_MIN; /* short contexts: room for many */
-    kv = (kv + PPN_KV_BLOCK - 1) / PPN_KV_BLOCK * PPN_KV_BLOCK;
+    kv = kv_whole_blocks(kv);
     if (kv <= room) return kv;
     kv = room / PPN_KV_BLOCK * PPN_KV_BLOCK; /* the whole blocks the room holds (rounding up would pass it) */
     if (kv >= (size_t)*ctx) return kv;
     if (!ctx_free || kv == 0) /* one sequence of the asked context does not fit: past the room, so refused */
-        return ((size_t)*ctx + PPN_KV_BLOCK - 1) / PPN_KV_BLOCK * PPN_KV_BLOCK;
+        return kv_whole_blocks((size_t)*ctx);
     *ctx = (int)kv; /* a chosen context shrinks to what the pool holds */
     return kv;
 }

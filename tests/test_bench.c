@@ -107,7 +107,7 @@ static void test_bench_device_greedy_json(void **s)
 {
     (void)s;
     json_t *r = bench_json("--shape tiny --backend sim --dtype bf16 -n 8 --prompt 4 --reps 2 --stages-sweep 1,2 "
-                   "--device-greedy --json");
+                           "--device-greedy --json");
     assert_true(json_is_true(json_object_get(r, "device_greedy")));
     assert_string_equal(json_string_value(json_object_get(r, "dtype")), "bf16");
     assert_string_equal(json_string_value(json_object_get(r, "kv_dtype")), "bf16");
@@ -125,7 +125,7 @@ static void test_bench_batch_device_greedy(void **s)
 {
     (void)s;
     json_t *r = bench_json("--shape tiny --backend sim -n 4 --prompt 3 --reps 1 --warmup 0 --stages 2 --batch 1,3 "
-                   "--device-greedy --json");
+                           "--device-greedy --json");
     json_t *rows = json_object_get(r, "batch");
     assert_int_equal(json_array_size(rows), 2);
     for (size_t i = 0; i < 2; i++) {

@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 #include "ppn.h"
 #include "tests/util/tutil.h"
@@ -245,8 +244,7 @@ static void test_engine_busy_exact_when_idle(void **state)
     ppn_engine_stats st;
     int waited = 0;
     for (ppn_engine_get_stats(e, &st); st.running || st.queued; ppn_engine_get_stats(e, &st)) {
-        struct timespec ms1 = {0, 1000000};
-        nanosleep(&ms1, NULL);
+        usleep(1000);
         if (++waited > 60000) fail_msg("the engine did not go idle in 60 s (running %d, queued %d)", st.running, st.queued);
     }
     ppn_engine_destroy(e);
