@@ -120,11 +120,16 @@ static size_t gemm_kw_ctas(const ppn_kp_gemm *p)
  * 8B q|k|v 59.4 / 59.2% against gemm_tc_k's 55.0 / 54.4%, 8B gate|up 85.1 / 85.4% against 79.4 / 80.1%; on 4096
  * rows gemm_tc_k stays ahead (8B o 46.8% against 61.3%, 8B down 63.9% against 76.9%), and on 2048 columns (1B
  * gate|up 50.8% against 70.6%); at m = 8 gemm_tc_k was ahead or level on all (8B q|k|v 63.7% against 59.9%,
- * gate|up 85.3% against 86.4%). The lm heads keep 16 (KW_KS 1: gemm_tc_kw does not fit). */
+ * gate|up 85.3% against 86.4%). The lm heads keep 16 (KW_KS 1: gemm_tc_kw does not fit).
+ * Since x comes in bf16 (gemm_tc_k16, gemm_tc_kw16), q|k|v's 6144 rows take gemm_tc_k up to 16 again: H200, the
+ * decode table of 2026-12-05 10:48 UTC at m = 16, 8B q|k|v gemm_tc_k16 67.7% against gemm_tc_kw16 60.7% (f32 x:
+ * gemm_tc_k 56.1%, gemm_tc_kw 59.4% on 12-03: the PPN_FUSE=0 path follows the rule, so both give the same bits);
+ * so only matrices of more than 8192 rows over at least 4096 columns (the 8B's gate|up: gemm_tc_kw16 91.5% against
+ * gemm_tc_k16 87.3%) switch at 8. */
 static int gemm_k_max_m(int rows, int cols)
 {
     if (rows <= 8192 && cols < 4096) return 32;
-    return rows >= 6144 && cols >= 4096 && PPN_GEMM_TC_KW_KS(rows) >= 2u ? 8 : 16;
+    return rows > 8192 && cols >= 4096 && PPN_GEMM_TC_KW_KS(rows) >= 2u ? 8 : 16;
 }
 
 /* Above that, up to 128 tokens, gemm_tc_kw (the middle tile split over K in a cluster) where its K split is 2 or

@@ -255,13 +255,19 @@ static void test_gemm_op_choice(void **state)
         assert_int_equal(op_kernel(dt, 129, 4096, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_M);
         assert_int_equal(op_kernel(dt, 16, 4096, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_K);
         expect_launch(PPN_K_GEMM_TC_K, 16, 4096);
-        /* from 9 tokens, gemm_tc_kw on at least 6144 rows over at least 4096 columns (the 8B's q|k|v, gate|up) */
+        /* from 9 tokens, gemm_tc_kw on more than 8192 rows over at least 4096 columns (the 8B's gate|up); the 8B's
+         * q|k|v (6144 rows) keeps gemm_tc_k up to 16 */
         assert_int_equal(op_kernel(dt, 8, 6144, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_K);
-        assert_int_equal(op_kernel(dt, 9, 6144, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
-        assert_int_equal(op_kernel(dt, 16, 6144, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
-        expect_launch(PPN_K_GEMM_TC_KW, 16, 6144);
+        assert_int_equal(op_kernel(dt, 9, 6144, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_K);
+        assert_int_equal(op_kernel(dt, 16, 6144, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_K);
+        expect_launch(PPN_K_GEMM_TC_K, 16, 6144);
+        assert_int_equal(op_kernel(dt, 17, 6144, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
+        assert_int_equal(op_kernel(dt, 16, 8192, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_K);
+        assert_int_equal(op_kernel(dt, 9, 8200, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
         assert_int_equal(op_kernel(dt, 8, 28672, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_K);
+        assert_int_equal(op_kernel(dt, 9, 28672, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
         assert_int_equal(op_kernel(dt, 16, 28672, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
+        expect_launch(PPN_K_GEMM_TC_KW, 16, 28672);
         assert_int_equal(op_kernel(dt, 16, 5888, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_K);   /* below 6144 rows */
         assert_int_equal(op_kernel(dt, 16, 16384, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_K);  /* 1B gate|up */
         assert_int_equal(op_kernel(dt, 16, 4096, 14336, FAKE_W, FAKE_X), PPN_K_GEMM_TC_K);  /* 8B down */
@@ -529,6 +535,7 @@ static void test_gemm_x16_fits(void **state)
         {64, 28672, 4096}, {96, 4096, 4096}, {128, 28672, 4096}, {64, 3072, 2048}, {32, 3072, 2048},
         {33, 3072, 2048}, {40, 256, 128}, {40, 768, 128}, {33, 128, 384}, {32, 256, 128}, {16, 128256, 2048},
         {65, 128256, 4096}, {512, 4096, 4096}, {1, 6144, 4096}, {40, 256, 136}, {40, 352, 176},
+        {16, 28672, 4096}, {9, 28672, 4096}, {17, 6144, 4096},
     };
     int taken = 0;
     for (size_t i = 0; i < TU_LEN(shapes); i++) {
@@ -543,19 +550,21 @@ static void test_gemm_x16_fits(void **state)
     }
     assert_true(taken >= 5 && taken < (int)TU_LEN(shapes)); /* both answers met */
     assert_false(ppn_op_gemm_x16_fits(64, 3072, 2048, PPN_DTYPE_BF16)); /* gemm_tc_kwx there (the 1B's q|k|v) */
-    assert_true(ppn_op_gemm_x16_fits(16, 6144, 4096, PPN_DTYPE_BF16)); /* the 8B's q|k|v at B=16 */
-    assert_false(ppn_op_gemm_x16_fits(8, 6144, 4096, PPN_DTYPE_BF16));  /* gemm_tc_k there */
-    assert_false(ppn_op_gemm_x16_fits(0, 6144, 4096, PPN_DTYPE_BF16));
+    assert_true(ppn_op_gemm_x16_fits(16, 28672, 4096, PPN_DTYPE_BF16)); /* the 8B's gate|up at B=16 */
+    assert_true(ppn_op_gemm_x16_fits(17, 6144, 4096, PPN_DTYPE_BF16));  /* the 8B's q|k|v above 16 rows */
+    assert_false(ppn_op_gemm_x16_fits(16, 6144, 4096, PPN_DTYPE_BF16)); /* gemm_tc_k there (gemm_tc_k16) */
+    assert_false(ppn_op_gemm_x16_fits(8, 28672, 4096, PPN_DTYPE_BF16));
+    assert_false(ppn_op_gemm_x16_fits(0, 28672, 4096, PPN_DTYPE_BF16));
     /* its launch: gemm_tc_kw's grid, split and depth, x declared as m x cols bf16 */
     tu_cap.calls = 0;
-    assert_int_equal(ppn_op_gemm_x16(&tu_fake, tu_fake_stream, FAKE_OUT, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 16, 6144,
+    assert_int_equal(ppn_op_gemm_x16(&tu_fake, tu_fake_stream, FAKE_OUT, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 17, 6144,
                                      4096, 0, 0), PPN_OK);
     assert_int_equal(tu_cap.calls, 1);
-    expect_launch(PPN_K_GEMM_TC_KW16, 16, 6144);
+    expect_launch(PPN_K_GEMM_TC_KW16, 17, 6144);
     const ppn_kp_gemm *q = (const ppn_kp_gemm *)tu_cap.params;
     assert_true(q->ks == (int)PPN_GEMM_TC_KW_KS(6144) && q->stages == (int)PPN_GEMM_TC_KW_STAGES);
     assert_int_equal(tu_cap.l.nacc, 3);
-    assert_true(tu_cap.l.acc[1].ptr == FAKE_X && tu_cap.l.acc[1].bytes == (size_t)16 * 4096 * 2 &&
+    assert_true(tu_cap.l.acc[1].ptr == FAKE_X && tu_cap.l.acc[1].bytes == (size_t)17 * 4096 * 2 &&
                 tu_cap.l.acc[1].mode == PPN_ACC_R);
     tu_cap.dry = 0;
 }
@@ -614,16 +623,16 @@ static void test_gemm_x16_values(void **state)
     assert_non_null(strstr(ppn_last_error(), "ppn_op_gemm_x16_fits"));
     assert_int_equal(ppn_op_gemm_x16(g, s, FAKE_OUT, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 512, 4096, 4096, 0, 0),
                      PPN_EUNSUPPORTED); /* a prefill tile */
-    assert_int_equal(ppn_op_gemm_x16(g, s, FAKE_OUT, FAKE_W, PPN_DTYPE_F16, FAKE_X, 16, 6144, 4096, 0, 0),
+    assert_int_equal(ppn_op_gemm_x16(g, s, FAKE_OUT, FAKE_W, PPN_DTYPE_F16, FAKE_X, 16, 28672, 4096, 0, 0),
                      PPN_EUNSUPPORTED);
-    assert_int_equal(ppn_op_gemm_x16(g, s, FAKE_OUT, FAKE_W, PPN_DTYPE_BF16, FAKE_X + 8, 16, 6144, 4096, 0, 0),
+    assert_int_equal(ppn_op_gemm_x16(g, s, FAKE_OUT, FAKE_W, PPN_DTYPE_BF16, FAKE_X + 8, 16, 28672, 4096, 0, 0),
                      PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "16-byte aligned"));
     /* x16 of 16 x 4096 bf16 is 128 KB: out 64 KB in is inside it (as f32 x it would be 256 KB) */
-    assert_int_equal(ppn_op_gemm_x16(g, s, FAKE_X + 65536, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 16, 6144, 4096, 0, 0),
+    assert_int_equal(ppn_op_gemm_x16(g, s, FAKE_X + 65536, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 16, 28672, 4096, 0, 0),
                      PPN_EINVAL);
     assert_non_null(strstr(ppn_last_error(), "overlaps x"));
-    assert_int_equal(ppn_op_gemm_x16(g, s, FAKE_X + 131072, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 16, 6144, 4096, 0, 0),
+    assert_int_equal(ppn_op_gemm_x16(g, s, FAKE_X + 131072, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 16, 28672, 4096, 0, 0),
                      PPN_OK); /* right after it: apart */
     assert_int_equal(tu_cap.calls, 1);
     ppn_kp_gemm p = {.out = FAKE_OUT, .w = FAKE_W, .x = FAKE_X, .m = 16, .rows = 6144, .cols = 4096,
@@ -692,6 +701,9 @@ static void test_gemm_k16(void **state)
     /* values, with bias and res */
     static const int cs[][5] = {{16, 512, 128, 1, 0}, {5, 256, 192, 0, 1}, {1, 320, 64, 1, 1}};
     for (size_t i = 0; i < TU_LEN(cs); i++) x16_case(cs[i], PPN_K_GEMM_TC_K16);
+    /* the 8B's q|k|v at B=16, where the rule sends both x forms to gemm_tc_k (PPN_FUSE 1 and 0 give the same bits) */
+    static const int qkv[5] = {16, 6144, 4096, 0, 0};
+    x16_case(qkv, PPN_K_GEMM_TC_K16);
 }
 
 /* ppn_op_gemm_swiglu (gemm_swiglu: SwiGLU in gemm_tc_kw16's epilogue) on a device that runs TMA kernels: out is
