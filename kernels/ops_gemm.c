@@ -124,6 +124,7 @@ static size_t gemm_kw_ctas(const ppn_kp_gemm *p)
  * Since x comes in bf16 (gemm_tc_k16, gemm_tc_kw16), q|k|v's 6144 rows take gemm_tc_k up to 16 again: H200, the
  * decode table of 2026-12-05 10:48 UTC at m = 16, 8B q|k|v gemm_tc_k16 67.7% against gemm_tc_kw16 60.7% (f32 x:
  * gemm_tc_k 56.1%, gemm_tc_kw 59.4% on 12-03: the PPN_FUSE=0 path follows the rule, so both give the same bits);
+ * the 8B's B=16 step 5.318-5.336 -> 5.305-5.314 ms (three alternating rounds, 2026-12-05 18:07 UTC, docs/PERF.md);
  * so only matrices of more than 8192 rows over at least 4096 columns (the 8B's gate|up: gemm_tc_kw16 91.5% against
  * gemm_tc_k16 87.3%) switch at 8. */
 static int gemm_k_max_m(int rows, int cols)
