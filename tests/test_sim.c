@@ -1073,7 +1073,7 @@ static void test_sim_close_with_everything_alive(void **state)
  * 512 tiles of 256 weight rows; the kernel profile names it), its result is the reference's bits (the sim's CPU
  * reference reads the operands through the maps the sim encoded) and the checker has nothing to report; a map
  * the driver would refuse is refused here too; PPN_TMA=0 gives gemm_tc_l (the same bits), refuses the forced
- * tile and the encoder by name; a PPN_TMA the door does not take is refused at creation. */
+ * tile and the encoder by name; PPN_TMA=2 is level 2; a PPN_TMA the door does not take is refused at creation. */
 static void test_sim_tma_gemm(void **state)
 {
     (void)state;
@@ -1134,8 +1134,16 @@ static void test_sim_tma_gemm(void **state)
         ppn_gpu_close(g);
     }
     assert_memory_equal(out[0], out[1], (size_t)M * R * 4);
-    tu_env_set("PPN_TMA", "2");
+    tu_env_set("PPN_TMA", "2"); /* level 2: the middle tile's TMA kernels too (ops_gemm.c) */
     ppn_gpu *g = NULL;
+    assert_int_equal(ppn_gpu_sim_create(ppn_kernel_set(), &g), PPN_OK);
+    tu_env_restore();
+    ppn_gstream *s2 = tu_stream(g, 0);
+    assert_int_equal(OPS(g)->tma_ok(g, s2), 2);
+    assert_int_equal(OPS(g)->stream_destroy(g, s2), PPN_OK);
+    ppn_gpu_close(g);
+    g = NULL;
+    tu_env_set("PPN_TMA", "3");
     assert_int_equal(ppn_gpu_sim_create(ppn_kernel_set(), &g), PPN_EINVAL);
     tu_env_restore();
     assert_non_null(strstr(ppn_last_error(), "PPN_TMA"));

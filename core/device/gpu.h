@@ -173,7 +173,9 @@ struct ppn_gpu_ops {
     ppn_status (*launch)(ppn_gpu *g, ppn_gstream *s, const ppn_launch *l);
     /* Whether kernels launched on s may take tensor maps (the TMA kernels, kparams.h's gemm_tc_h): cuda, a
      * device of compute capability 9.x and an image with sm_90a code; sim, always. PPN_TMA=0 (read at backend
-     * creation) says no on both: the kernels that take none run instead (the same bits). NULL: no. */
+     * creation) says no on both: the kernels that take none run instead (the same bits). The level where they
+     * may: PPN_TMA's, 1 (default: the ops take the TMA kernels timed on a GPU) or 2 (also gemm_tc_kwt and
+     * gemm_swiglu_t, not yet timed); 0: no. NULL: no. */
     int (*tma_ok)(ppn_gpu *g, ppn_gstream *s);
     /* Encode d into map (PPN_TMAP_BYTES, 64-byte aligned) for kernels launched on s; host-only, nothing is
      * enqueued. cuda: cuTensorMapEncodeTiled; sim: its own encoding, which the sim's CPU references read

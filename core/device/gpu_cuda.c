@@ -40,7 +40,7 @@ typedef struct cu_dev {
     CUmodule mod[PPN_GPU_MAX_IMAGES];        /* the embedded images in ctx (under mu); NULL until first launch */
     _Atomic(CUfunction) fn[PPN_GPU_MAX_KERNELS];     /* per kernel id; NULL until its first launch */
     int pdl;                                 /* launches carry the programmatic-serialization attribute */
-    int tma;                                 /* kernels may take tensor maps (tma_ok); immutable after create */
+    int tma;                                 /* tma_ok's level (PPN_TMA's, or 0); immutable after create */
     int sms;                                 /* multiprocessors; immutable after create */
 } cu_dev;
 
@@ -293,16 +293,17 @@ static ppn_status cu_pdl_env(cu_gpu *b)
 }
 
 /* PPN_TMA: unset, empty or 1 = the TMA kernels on every device of compute capability 9.x when the image has
- * sm_90a code (tma_ok); 0 = never (the kernels that take no tensor maps run: the same bits); anything else is
- * refused by name. Each device's SM count is cached here too (sm_count). */
+ * sm_90a code (tma_ok says 1); 2 = those and the middle tile's (tma_ok says 2); 0 = never (the kernels that take no
+ * tensor maps run: the same bits); anything else is refused by name. Each device's SM count is cached here too
+ * (sm_count). */
 static ppn_status cu_tma_env(cu_gpu *b)
 {
     int on = 1;
-    PPN_CHECK(ppn_env_flag("PPN_TMA", &on));
+    PPN_CHECK(ppn_env_int("PPN_TMA", &on));
     for (int i = 0; i < b->ndev; i++) {
         int cc = 0;
         PPN_CHECK(cu_attr(b, i, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, "compute capability", &cc));
-        b->devs[i].tma = on && cc == 9 && b->base.kern.sm90a;
+        b->devs[i].tma = cc == 9 && b->base.kern.sm90a ? on : 0; /* tma_ok's level */
         PPN_CHECK(cu_attr(b, i, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, "SM count", &b->devs[i].sms));
     }
     return PPN_OK;
@@ -310,7 +311,7 @@ static ppn_status cu_tma_env(cu_gpu *b)
 
 static int cu_sm_count(ppn_gpu *g, ppn_gstream *s) { return s ? cu_of(g)->devs[s->dev].sms : 0; }
 
-static int cu_tma_ok(ppn_gpu *g, ppn_gstream *s) { return s && cu_of(g)->devs[s->dev].tma; }
+static int cu_tma_ok(ppn_gpu *g, ppn_gstream *s) { return s ? cu_of(g)->devs[s->dev].tma : 0; }
 
 static ppn_status cu_tmap_encode(ppn_gpu *g, ppn_gstream *s, const ppn_tmap_desc *d, void *map)
 {

@@ -189,7 +189,7 @@ static ppn_status parse_env(sim_gpu *g, sim_kprof *kp)
     PPN_CHECK(ppn_env_flag("PPN_SIM_THREAD_CLOCKS", &g->thread_clocks));
     PPN_CHECK(ppn_env_flag("PPN_KPROF", &kp->on));
     g->tma = 1;
-    PPN_CHECK(ppn_env_flag("PPN_TMA", &g->tma));
+    PPN_CHECK(ppn_env_int("PPN_TMA", &g->tma));
     /* The sim has no programmatic dependent launch, but a value no backend accepts is refused on every
      * backend: a typo is caught on the simulator, before it reaches a GPU run. */
     return ppn_env_flag("PPN_PDL", &pdl);
@@ -1257,7 +1257,7 @@ static ppn_status sim_launch(ppn_gpu *gg, ppn_gstream *s, const ppn_launch *l)
     return launch_submit(g, s, l, PPN_SIM_LAUNCH_STREAM);
 }
 
-static int sim_tma_ok(ppn_gpu *gg, ppn_gstream *s) { return s && sim_of(gg)->tma; }
+static int sim_tma_ok(ppn_gpu *gg, ppn_gstream *s) { return s ? sim_of(gg)->tma : 0; }
 
 static int sim_sm_count(ppn_gpu *gg, ppn_gstream *s) { return (void)gg, s ? 1 : 0; } /* device_info's */
 

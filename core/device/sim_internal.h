@@ -253,7 +253,7 @@ typedef struct sim_gpu {
     char peer_env[128];
     int latency;
     int thread_clocks; /* PPN_SIM_THREAD_CLOCKS=1: a clock per host thread; 0: one shared by every thread */
-    int tma;           /* PPN_TMA (default 1): tma_ok says yes */
+    int tma;           /* PPN_TMA (default 1): what tma_ok says */
     sim_fail fails[SIM_MAX_FAILS];
     int nfails;
 

@@ -45,7 +45,8 @@ ppn_gstream *const tu_fake_stream = (ppn_gstream *)&tu_fake;
 
 int tu_tma_shift;
 static int fake_tma_sms;
-static int fake_tma_ok(ppn_gpu *g, ppn_gstream *s) { return (void)g, (void)s, 1; }
+int tu_tma_level = 1;
+static int fake_tma_ok(ppn_gpu *g, ppn_gstream *s) { return (void)g, (void)s, tu_tma_level; }
 static int fake_sm_count(ppn_gpu *g, ppn_gstream *s) { return (void)g, (void)s, fake_tma_sms; }
 static ppn_status fake_tmap_encode(ppn_gpu *g, ppn_gstream *s, const ppn_tmap_desc *d, void *map)
 {

@@ -37,6 +37,8 @@ extern ppn_gstream *const tu_fake_stream;
  * tu_fake's. Returns the device; its stream is the device itself, as tu_fake's is. */
 extern int tu_tma_shift;
 ppn_gpu *tu_fake_tma(int sms);
+/* What tu_fake_tma's tma_ok says: 1 (the default, PPN_TMA's), or 2 (PPN_TMA=2: the middle tile's TMA kernels too). */
+extern int tu_tma_level;
 
 /* The captured launch's access i is exactly (p, bytes, mode): i < l.nacc indexes the fixed list, then xacc. */
 void tu_expect_acc(int i, const void *p, size_t bytes, int mode);
