@@ -377,9 +377,10 @@ __device__ __forceinline__ uint64_t gemm_desc(uint32_t a)
 #define GEMM_ACC_OPS64(d) GEMM_ACC_OPS32(d, 0), GEMM_ACC_OPS32(d, 32)
 #define GEMM_ACC_OPS128(d) GEMM_ACC_OPS64(d), GEMM_ACC_OPS32(d, 64), GEMM_ACC_OPS32(d, 96)
 
-// One m64nNk16 step of a warpgroup (N = 256 or 128): d (this thread's N / 2 accumulators) += A . B, A in 4
+// One m64nNk16 step of a warpgroup (N = 256 or 128): d (this thread's N / 2 accumulators) = (keep ? d : 0) + A . B, A in 4
 // registers (the mma.m16n8k16 A fragment of the warp's 16 rows), B N x 16 in shared memory (descriptor db).
-template <int N, bool BF16> __device__ __forceinline__ void gemm_wgmma(float *d, const uint32_t *a, uint64_t db)
+template <int N, bool BF16>
+__device__ __forceinline__ void gemm_wgmma(float *d, const uint32_t *a, uint64_t db, int keep = 1)
 {
     static_assert(N == 256 || N == 128, "the two widths the tiles use");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -388,25 +389,25 @@ template <int N, bool BF16> __device__ __forceinline__ void gemm_wgmma(float *d,
                      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" GEMM_ACC_REGS128
                      "}, {%128, %129, %130, %131}, %133, p, 1, 1, 0;\n}\n"
                      : GEMM_ACC_OPS128(d)
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(1), "l"(db));
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(keep), "l"(db));
     else if (N == 256)
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %132, 0;\n"
                      "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {" GEMM_ACC_REGS128
                      "}, {%128, %129, %130, %131}, %133, p, 1, 1, 0;\n}\n"
                      : GEMM_ACC_OPS128(d)
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(1), "l"(db));
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(keep), "l"(db));
     else if (BF16)
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %68, 0;\n"
                      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" GEMM_ACC_REGS64
                      "}, {%64, %65, %66, %67}, %69, p, 1, 1, 0;\n}\n"
                      : GEMM_ACC_OPS64(d)
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(1), "l"(db));
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(keep), "l"(db));
     else
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %68, 0;\n"
                      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {" GEMM_ACC_REGS64
                      "}, {%64, %65, %66, %67}, %69, p, 1, 1, 0;\n}\n"
                      : GEMM_ACC_OPS64(d)
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(1), "l"(db));
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(keep), "l"(db));
 #endif
 }
 
@@ -424,6 +425,8 @@ extern __shared__ __align__(1024) unsigned char gemm_dyn_smem[];
 template <int WGS, int BN, bool BF16, int S = GEMM_H_STAGES, bool XR = false, bool XH = false, bool GU = false>
 struct gemm_h {
     static constexpr int BM = 64 * WGS, BK = GEMM_H_BK, W_BYTES = BN * BK * 2, XROW = PPN_GEMM_TC_KWX_XROW;
+    static constexpr int NS = S, BN_ = BN; // the ring's depth, the tile's weight rows
+    static constexpr bool IS_GU = GU;
     static constexpr int STAGE_BYTES = W_BYTES + (XR ? BM * XROW * 4 : 0);
     static constexpr int THREADS = 128 * WGS, WPT = BN * BK / 8 / THREADS, NACC = BN / 2;
     static_assert(WPT * THREADS * 8 == BN * BK && BN % 64 == 0, "whole 8-row swizzle atoms, whole copies");
@@ -791,6 +794,84 @@ __device__ __forceinline__ void gemm_wg_commit(void)
 #endif
 }
 
+// gemm_tc_kwt and gemm_swiglu_t (XH): gemm_h's k-tiles [kt0, kt1) into acc with W brought in by the tensor memory
+// accelerator, and no block-wide barrier in the loop. Thread 0 issues each ring slot's W k-tile as two 64 x 64
+// boxes of the map (rows r0 and r0 + 64; GU: gate rows r0 / 2, up rows rows / 2 + r0 / 2), landing in the
+// 128-byte swizzle load_w writes, and arms the slot's full mbarrier with their bytes; the ring's S slots go
+// before the programmatic-launch wait (weights are immutable). Each warp waits on the slot's full mbarrier,
+// issues the k-tile's four k16 steps as one wgmma group and waits until at most that group is in flight, so the
+// previous k-tile's slot is free: a lane of each warp hands it back (the empty mbarrier counts 4), and thread 0
+// refills it S k-tiles on once all four have. The tensor cores so keep a group queued while the next k-tile's
+// fragments are built. The same k16 steps in the same order on the same fragments as gemm_h::mainloop: the
+// accumulators start from the first step (scale-d 0: never defined by another instruction, which would have
+// ptxas serialize the pipeline), and -0 becomes +0 after the last, as zeroed accumulators give. The mbarriers
+// sit after the ring (16 bytes a stage: PPN_GEMM_TC_KWT_SMEM).
+template <class H> __device__ __forceinline__ void gemm_h_mainloop_tma(H &k, float (&acc)[H::NACC], const ppn_tmap *map)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int S = H::NS;
+    const int n = k.kt1 - k.kt0, t = (int)threadIdx.x;
+    const uint32_t full = k.s0 + (uint32_t)(S * H::STAGE_BYTES), empty = full + 8u * S;
+    if (k.s0 & 1023u) __trap(); // the swizzle atoms must sit on 1024-byte boundaries
+    if (n <= 0) { // a cluster's tile past the matrix: nothing summed
+#pragma unroll
+        for (int j = 0; j < H::NACC; j++) acc[j] = 0.0f;
+        ppn_pdl_wait();
+        return;
+    }
+    if (t == 0) {
+        for (int st = 0; st < S; st++) {
+            gemm_mbar_init(full + 8u * st, 1);  // thread 0's arrive (and the boxes' bytes)
+            gemm_mbar_init(empty + 8u * st, 4); // a lane of each warp
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    // Slot st gets k-tile kt: its two 64-row boxes.
+    auto issue = [&](int st, int kt) {
+        const uint32_t d = k.s0 + (uint32_t)(st * H::STAGE_BYTES), bar = full + 8u * st;
+        const int ra = H::IS_GU ? k.r0 / 2 : k.r0, rb = H::IS_GU ? k.p.rows / 2 + k.r0 / 2 : k.r0 + 64;
+        gemm_mbar_expect(bar, (unsigned)H::W_BYTES);
+        gemm_tma_2d(d, map, kt * H::BK, ra, bar);
+        gemm_tma_2d(d + (uint32_t)(H::W_BYTES / 2), map, kt * H::BK, rb, bar);
+    };
+    if (t == 0)
+        for (int s = 0; s < S && s < n; s++) issue(s, k.kt0 + s);
+    ppn_pdl_wait();
+    k.load_x(k.kt0);
+    for (int i = 0; i < n; i++) {
+        const int st = i % S;
+        gemm_mbar_wait(full + 8u * st, (unsigned)((i / S) & 1));
+        uint32_t a[16];
+#pragma unroll
+        for (int j = 0; j < 16; j++) a[j] = k.rawh[j];
+        if (i + 1 < n) k.load_x(k.kt0 + i + 1); // lands while the tensor cores work on this one
+        const uint32_t sb = k.s0 + (uint32_t)(st * H::STAGE_BYTES);
+        gemm_wg_fence();
+#pragma unroll
+        for (int s = 0; s < 4; s++)
+            gemm_wgmma<H::BN_, true>(acc, a + 4 * s, gemm_desc(sb + 32u * (uint32_t)s), i > 0 || s > 0);
+        gemm_wg_commit();
+        gemm_wg_wait<1>(); // k-tile i - 1's group is done with its slot
+        if (i > 0) {
+            const int pi = i - 1, ps = pi % S;
+            __syncwarp();
+            if ((t & 31) == 0) gemm_mbar_arrive(empty + 8u * ps);
+            if (t == 0 && pi + S < n) {
+                gemm_mbar_wait(empty + 8u * ps, (unsigned)((pi / S) & 1));
+                issue(ps, k.kt0 + pi + S);
+            }
+        }
+    }
+    gemm_wg_wait<0>();
+#pragma unroll
+    for (int j = 0; j < H::NACC; j++) acc[j] += 0.0f; // -0 to +0: gemm_h::mainloop's sums start from +0
+#else
+    (void)k, (void)acc, (void)map;
+    __trap();
+#endif
+}
+
 // One m64n256k16 step of a warpgroup with both operands in shared memory: d (this thread's 128 accumulators) =
 // (keep ? d : 0) + A . B, A 64 x 16 (descriptor da), B 256 x 16 (descriptor db).
 template <bool BF16> __device__ __forceinline__ void gemm_wgmma_ss(float *d, uint64_t da, uint64_t db, int keep)
@@ -1082,8 +1163,13 @@ __device__ __forceinline__ float4 gemm_ld_peer(uint32_t a, unsigned r)
 // copied as it is: an x row of a k-tile is 128 bytes, its 16-byte chunk c at c ^ (row % 2), and a thread's two
 // fragments of k16 steps 2 h and 2 h + 1 are chunk 2 (lane % 4) + h of its token's row (one 16-byte load, no
 // bank conflict within a quarter warp). The producer rounded x as gemm_pack rounds the f32: the same bits.
-template <bool BF16, int S, bool XH = false> struct gemm_k {
+// TM (gemm_tc_k16t; XH): W and x come in through the tensor memory accelerator (maps at wmap, xmap) in the
+// 128-byte swizzle (an x row's 16-byte chunk c at c ^ (r % 8) instead of c ^ (r % 2): the fragments' loads stay free
+// of bank conflicts), and the k-loop has no block-wide barrier (mainloop_tma).
+template <bool BF16, int S, bool XH = false, bool TM = false> struct gemm_k {
     static constexpr int BN = PPN_GEMM_TC_K_BN, MG = PPN_GEMM_TC_K_MG, KT = PPN_GEMM_TC_K_KT;
+    static constexpr int XSW = TM ? 7 : 1; // an x row's chunk swizzle: c ^ (r & XSW)
+    static_assert(!TM || XH, "the TMA loop takes x in bf16");
     static constexpr int THREADS = PPN_GEMM_TC_K_THREADS, XROW = PPN_GEMM_TC_K_XROW;
     static constexpr int CL = PPN_GEMM_TC_K_CLUSTER;
     static constexpr int NT = MG / 8, W_BYTES = BN * KT * 2, WPT = BN * KT / 8 / THREADS;
@@ -1096,6 +1182,7 @@ template <bool BF16, int S, bool XH = false> struct gemm_k {
     const ppn_kp_gemm &p;
     uint32_t s0, stage_bytes;
     int ks, part, lead, r0, i0, mg, kt0, kt1; // k-ranges a tile, this CTA's, its tile's first rank; tile; ranges
+    const ppn_tmap *wmap = nullptr, *xmap = nullptr; // TM: W's and x's tensor maps
 
     __device__ gemm_k(const ppn_kp_gemm &p_, unsigned char *smem, int rank) : p(p_), s0(gemm_smem_addr(smem))
     {
@@ -1167,7 +1254,7 @@ template <bool BF16, int S, bool XH = false> struct gemm_k {
                     for (int j = 0; j < NT; j++)
                         if (j < nt) {
                             int r = j * 8 + tok;
-                            xh[j] = *(const uint4 *)(xb + r * X_ROW_BYTES + (((kq + (kk >> 1)) ^ (r & 1)) << 4));
+                            xh[j] = *(const uint4 *)(xb + r * X_ROW_BYTES + (((kq + (kk >> 1)) ^ (r & XSW)) << 4));
                         }
                 }
             }
@@ -1191,30 +1278,93 @@ template <bool BF16, int S, bool XH = false> struct gemm_k {
         }
     }
 
+    // TM: k-tiles [kt0, kt1) into acc. Thread 0 issues each ring slot's W k-tile (a 64 x 64 box) and x k-tile (a
+    // 64-column box of MP(m) rows from token i0, zeros past m) and arms the slot's full mbarrier with their bytes;
+    // the ring's S slots' W before the programmatic-launch wait (weights are immutable), their x after it. Each warp
+    // waits on the slot's full mbarrier, computes the k-tile and hands the slot back (a lane of each warp on its
+    // empty mbarrier, counting 4); after its own k-tile i, thread 0 waits until k-tile i - 1's slot is free and
+    // refills it S k-tiles on, so S - 1 k-tiles are in flight beyond the one computed, as in run()'s ring. The
+    // mbarriers sit after the ring (PPN_GEMM_TC_K16T_SMEM_S).
+    __device__ __forceinline__ void mainloop_tma(float (&acc)[NT][4], int nt)
+    {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        const int n = kt1 - kt0, t = (int)threadIdx.x;
+        const uint32_t full = s0 + (uint32_t)S * stage_bytes, empty = full + 8u * S;
+        if (n <= 0) {
+            ppn_pdl_wait();
+            return;
+        }
+        if (s0 & 1023u) __trap(); // the swizzle atoms must sit on 1024-byte boundaries
+        if (t == 0) {
+            for (int st = 0; st < S; st++) {
+                gemm_mbar_init(full + 8u * st, 1);  // thread 0's arrive (and the boxes' bytes)
+                gemm_mbar_init(empty + 8u * st, 4); // a lane of each warp
+            }
+            asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        }
+        __syncthreads();
+        auto issue_w = [&](int st, int kt) {
+            const uint32_t bar = full + 8u * st;
+            gemm_mbar_expect(bar, stage_bytes);
+            gemm_tma_2d(s0 + (uint32_t)st * stage_bytes, wmap, kt * KT, r0, bar);
+        };
+        auto issue_x = [&](int st, int kt) {
+            gemm_tma_2d(s0 + (uint32_t)st * stage_bytes + (uint32_t)W_BYTES, xmap, kt * KT, i0, full + 8u * st);
+        };
+        if (t == 0)
+            for (int s = 0; s < S && s < n; s++) issue_w(s, kt0 + s);
+        ppn_pdl_wait();
+        if (t == 0)
+            for (int s = 0; s < S && s < n; s++) issue_x(s, kt0 + s);
+        for (int i = 0; i < n; i++) {
+            const int st = i % S;
+            gemm_mbar_wait(full + 8u * st, (unsigned)((i / S) & 1));
+            compute(st, nt, acc);
+            __syncwarp();
+            if ((t & 31) == 0) gemm_mbar_arrive(empty + 8u * st);
+            const int pi = i - 1, ps = pi < 0 ? 0 : pi % S;
+            if (t == 0 && pi >= 0 && pi + S < n) {
+                gemm_mbar_wait(empty + 8u * ps, (unsigned)((pi / S) & 1));
+                issue_w(ps, kt0 + pi + S);
+                issue_x(ps, kt0 + pi + S);
+            }
+        }
+        // every box issued was for a k-tile below n, and every thread waited for each: none is in flight here, so
+        // the partial sums may take the ring after the epilogue's barrier
+#else
+        (void)acc, (void)nt;
+        __trap();
+#endif
+    }
+
     __device__ __forceinline__ void run(void)
     {
         const int n = kt1 - kt0, nt = (mg + 7) >> 3;
         float acc[NT][4];
 #pragma unroll
         for (int j = 0; j < NT; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-        // the ring's first S - 1 weight tiles before the wait (weights are immutable), each its own group; then
-        // their x tiles as one group, so the first k-tile waits for all of them
+        if constexpr (TM) {
+            mainloop_tma(acc, nt);
+        } else {
+            // the ring's first S - 1 weight tiles before the wait (weights are immutable), each its own group;
+            // then their x tiles as one group, so the first k-tile waits for all of them
 #pragma unroll
-        for (int s = 0; s < S - 1; s++) {
-            if (s < n) load_w(s, kt0 + s);
+            for (int s = 0; s < S - 1; s++) {
+                if (s < n) load_w(s, kt0 + s);
+                gemm_cp_commit();
+            }
+            ppn_pdl_wait();
+            for (int s = 0; s < S - 1 && s < n; s++) load_x(s, kt0 + s);
             gemm_cp_commit();
-        }
-        ppn_pdl_wait();
-        for (int s = 0; s < S - 1 && s < n; s++) load_x(s, kt0 + s);
-        gemm_cp_commit();
-        for (int i = 0; i < n; i++) {
-            if (i == 0) gemm_cp_wait<0>();
-            else gemm_cp_wait<S - 2>(); // k-tile i's group is the oldest of the S - 1 in flight
-            __syncthreads();            // everyone's copies landed; stage (i - 1) % S is free again
-            int ni = i + S - 1;
-            if (ni < n) load_w(ni % S, kt0 + ni), load_x(ni % S, kt0 + ni);
-            gemm_cp_commit();
-            compute(i % S, nt, acc);
+            for (int i = 0; i < n; i++) {
+                if (i == 0) gemm_cp_wait<0>();
+                else gemm_cp_wait<S - 2>(); // k-tile i's group is the oldest of the S - 1 in flight
+                __syncthreads();            // everyone's copies landed; stage (i - 1) % S is free again
+                int ni = i + S - 1;
+                if (ni < n) load_w(ni % S, kt0 + ni), load_x(ni % S, kt0 + ni);
+                gemm_cp_commit();
+                compute(i % S, nt, acc);
+            }
         }
         gemm_cp_wait<0>();
         if (ks == 1) { // the whole sum is here: no partials
@@ -1289,6 +1439,30 @@ extern "C" __global__ void GEMM_K_CLUSTER_DIMS __launch_bounds__(PPN_GEMM_TC_K_T
     else gemm_k_run<3>(p, rank);
 }
 
+// gemm_tc_k16t: gemm_tc_k16 with W and x brought in by the tensor memory accelerator (p.wmap: 64 x 64 boxes of W;
+// p.xmap: 64-column boxes of MP(m) rows of x) and no block-wide barrier in its k-loop (gemm_k::mainloop_tma): the
+// same grid, split, ring depths, fragments and sums, so gemm_tc_k16's bits. sm_90a only (the op takes it where
+// the device runs the middle tile's TMA kernels: PPN_TMA=2).
+template <int S> __device__ __forceinline__ void gemm_k16t_run(const ppn_kp_gemm_tc_k16t &p, int rank)
+{
+    gemm_k<true, S, true, true> k(p.g, gemm_dyn_smem, rank);
+    k.wmap = &p.wmap, k.xmap = &p.xmap;
+    k.run();
+}
+
+extern "C" __global__ void GEMM_K_CLUSTER_DIMS __launch_bounds__(PPN_GEMM_TC_K_THREADS, 5)
+    ppn_k_gemm_tc_k16t(const __grid_constant__ ppn_kp_gemm_tc_k16t p)
+{
+    ppn_pdl_trigger();
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    const int rank = (int)(blockIdx.x % PPN_GEMM_TC_K_CLUSTER);
+    if (p.g.stages == 4) gemm_k16t_run<4>(p, rank);
+    else gemm_k16t_run<3>(p, rank);
+#else
+    __trap();
+#endif
+}
+
 // gemm_tc_k on x given in bf16 (gemm_tc_kw16's layout, W bf16, cols % 64 == 0): the same tile, split, ring depths
 // and bits, half of x's bytes through L2 and shared memory, and no rounding in the inner loop.
 // Five CTAs a multiprocessor, as gemm_tc_k's 96 registers allow (118 without the bound, sm_80): the lm head's
@@ -1334,8 +1508,9 @@ __device__ __forceinline__ void gemm_gu_put(const ppn_kp_gemm &p, int odt, int i
         *(float2 *)((float *)p.out + o + f) = make_float2(v0, v1);
 }
 
-template <bool XR, bool BF16, int S, bool XH = false, bool GU = false>
-__device__ __forceinline__ void gemm_kw_run(const ppn_kp_gemm &p, int odt = PPN_DTYPE_F32)
+// TM (gemm_tc_kwt, gemm_swiglu_t; XH): the k-tiles through gemm_h_mainloop_tma, W by the tensor map at map.
+template <bool XR, bool BF16, int S, bool XH = false, bool GU = false, bool TM = false>
+__device__ __forceinline__ void gemm_kw_run(const ppn_kp_gemm &p, int odt = PPN_DTYPE_F32, const ppn_tmap *map = nullptr)
 {
     constexpr int BM = PPN_GEMM_TC_M_BM, BN = PPN_GEMM_TC_M_BN, CL = PPN_GEMM_TC_K_CLUSTER;
     const int rank = (int)(blockIdx.x % CL), kl = p.ks; // = %cluster_ctarank; the op's K split
@@ -1350,9 +1525,15 @@ __device__ __forceinline__ void gemm_kw_run(const ppn_kp_gemm &p, int odt = PPN_
     if (r0 >= p.rows) kt1 = kt0; // a cluster's tiles past the matrix: no loads, only the barriers
     gemm_h<1, BN, BF16, S, XR, XH, GU> k(p, gemm_dyn_smem, i0, r0, kt0, kt1);
     float acc[NQ * 4];
+    if constexpr (TM) {
+        static_assert(XH && !XR, "the TMA loop reads x as gemm_tc_kw16 does");
+        gemm_h_mainloop_tma(k, acc, map);
+    } else {
+        (void)map;
 #pragma unroll
-    for (int j = 0; j < NQ * 4; j++) acc[j] = 0.0f;
-    k.mainloop(acc);
+        for (int j = 0; j < NQ * 4; j++) acc[j] = 0.0f;
+        k.mainloop(acc);
+    }
     if (ks == 1) { // the whole sum is here: no partials
         if (r0 >= p.rows) return;
         if constexpr (GU) {
@@ -1467,4 +1648,34 @@ extern "C" __global__ void GEMM_K_CLUSTER_DIMS __launch_bounds__(PPN_GEMM_TC_M_T
     ppn_pdl_trigger();
     if (p.g.wdt != PPN_DTYPE_BF16) __trap();
     gemm_kw_run<false, true, GEMM_H_STAGES, true, true>(p.g, p.odt);
+}
+
+// gemm_swiglu_t: gemm_swiglu on gemm_tc_kwt's k-loop (p.wmap: 64 x 64 boxes of the gate|up matrix): the same bits.
+extern "C" __global__ void GEMM_K_CLUSTER_DIMS __launch_bounds__(PPN_GEMM_TC_M_THREADS)
+    ppn_k_gemm_swiglu_t(const __grid_constant__ ppn_kp_gemm_swiglu_t p)
+{
+    ppn_pdl_trigger();
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if (p.g.wdt != PPN_DTYPE_BF16) __trap();
+    gemm_kw_run<false, true, (int)PPN_GEMM_TC_KWT_STAGES, true, true, true>(p.g, p.odt, &p.wmap);
+#else
+    __trap();
+#endif
+}
+
+// gemm_tc_kwt: gemm_tc_kw16 with W brought in by the tensor memory accelerator (p.wmap: 64 x 64 boxes of W) and
+// no block-wide barrier in the k-loop (gemm_h_mainloop_tma): the same grid, split, fragments, k16 steps and sums,
+// so gemm_tc_kw16's bits. sm_90a only (the op takes it where the device runs TMA kernels).
+static_assert(PPN_GEMM_TC_KWT_SMEM == PPN_GEMM_TC_KWT_STAGES * (PPN_GEMM_TC_M_BN * GEMM_H_BK * 2u + 16u),
+              "kparams.h's ring and mbarriers");
+extern "C" __global__ void GEMM_K_CLUSTER_DIMS __launch_bounds__(PPN_GEMM_TC_M_THREADS)
+    ppn_k_gemm_tc_kwt(const __grid_constant__ ppn_kp_gemm_tc_kwt p)
+{
+    ppn_pdl_trigger();
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if (p.g.wdt != PPN_DTYPE_BF16) __trap();
+    gemm_kw_run<false, true, (int)PPN_GEMM_TC_KWT_STAGES, true, false, true>(p.g, PPN_DTYPE_F32, &p.wmap);
+#else
+    __trap();
+#endif
 }

@@ -88,14 +88,65 @@ void ppn_cpu_gemm(const void *params) { gemm_ref(params, 0); }
 void ppn_cpu_gemm_tc_kw16(const void *params) { gemm_ref(params, 1); }
 void ppn_cpu_gemm_tc_k16(const void *params) { gemm_ref(params, 1); }
 
-/* gemm_swiglu: the gate|up sums as gemm_tc_kw16's reference gives them (into host memory), then swiglu rows'
- * reference over them into out (its odt). The kernel adds no bias or res, nor does this. Without host memory for
- * the sums, or an odd row count, out is NaN (loud, as the other references' faults). */
-void ppn_cpu_gemm_swiglu(const void *params)
+/* W's tensor map as gemm_tc_kwt and gemm_swiglu read it (ops_gemm.c encodes it): the sim's encoding of a bf16
+ * [rows, cols] matrix at row pitch cols x 2 bytes in 64 x 64 boxes. Its base (W's address) where it is, else 0. */
+static uint64_t gemm_wmap_base(const ppn_tmap *map, const ppn_kp_gemm *g)
 {
-    const ppn_kp_gemm_swiglu *p = params;
+    ppn_tmap_desc d;
+    if (!ppn_tmap_sim_decode(map, &d)) return 0;
+    int ok = d.elem_bytes == 2 && g->wdt == PPN_DTYPE_BF16 && d.dim[0] == (uint64_t)g->cols &&
+             d.dim[1] == (uint64_t)g->rows && d.row_bytes == (uint64_t)g->cols * 2u &&
+             d.box[0] == PPN_GEMM_TC_KWT_BOX && d.box[1] == PPN_GEMM_TC_KWT_BOX;
+    return ok ? d.base : 0;
+}
+
+/* gemm_tc_kwt: gemm_tc_kw16's reference with W read where the tensor map says, not from p.g.w, so a map that does
+ * not describe W gives wrong sums on the sim; a map that is not the sim's, or not the shape, pitch and box the
+ * kernel's loads assume, gives NaN. */
+void ppn_cpu_gemm_tc_kwt(const void *params)
+{
+    ppn_kp_gemm_tc_kwt p;
+    memcpy(&p, params, sizeof p); /* the sim's copy of the params need not be 64-byte aligned */
+    uint64_t w = gemm_wmap_base(&p.wmap, &p.g);
+    if (!w) {
+        float *out = PTR(float, p.g.out);
+        for (size_t i = 0; i < (size_t)p.g.m * (size_t)p.g.rows; i++) out[i] = NAN;
+        return;
+    }
+    p.g.w = w;
+    gemm_ref(&p.g, 1);
+}
+
+/* gemm_tc_k16t: gemm_tc_k16's reference with W and x read where the tensor maps say (W's as gemm_tc_kwt's; x's a bf16
+ * [m, cols] matrix at row pitch cols x 2 bytes in boxes of 64 columns x PPN_GEMM_TC_K_MP(m) rows), not from p.g, so
+ * maps that do not describe the operands give wrong sums on the sim; maps that are not the sim's, or not the shape,
+ * pitch and boxes the kernel's loads assume, give NaN. */
+void ppn_cpu_gemm_tc_k16t(const void *params)
+{
+    ppn_kp_gemm_tc_k16t p;
+    memcpy(&p, params, sizeof p); /* the sim's copy of the params need not be 64-byte aligned */
+    uint64_t w = gemm_wmap_base(&p.wmap, &p.g);
+    ppn_tmap_desc xd;
+    int ok = w && ppn_tmap_sim_decode(&p.xmap, &xd) && xd.elem_bytes == 2 && xd.dim[0] == (uint64_t)p.g.cols &&
+             xd.dim[1] == (uint64_t)p.g.m && xd.row_bytes == (uint64_t)p.g.cols * 2u && xd.box[0] == 64u &&
+             xd.box[1] == PPN_GEMM_TC_K_MP(p.g.m);
+    if (!ok) {
+        float *out = PTR(float, p.g.out);
+        for (size_t i = 0; i < (size_t)p.g.m * (size_t)p.g.rows; i++) out[i] = NAN;
+        return;
+    }
+    p.g.w = w, p.g.x = xd.base;
+    gemm_ref(&p.g, 1);
+}
+
+/* gemm_swiglu: the gate|up sums of W at w as gemm_tc_kw16's reference gives them (into host memory), then swiglu
+ * rows' reference over them into out (its odt). The kernel adds no bias or res, nor does this. Without host memory
+ * for the sums, an odd row count or no W (w 0: gemm_swiglu_t's map refused), out is NaN (loud, as the other
+ * references' faults). */
+static void gemm_swiglu_ref(const ppn_kp_gemm_swiglu *p, uint64_t w)
+{
     size_t m = (size_t)p->g.m, n = (size_t)p->g.rows / 2;
-    float *gu = p->g.rows % 2 ? NULL : malloc(m * 2u * n * sizeof *gu);
+    float *gu = p->g.rows % 2 || !w ? NULL : malloc(m * 2u * n * sizeof *gu);
     if (!gu) {
         for (size_t i = 0; i < m * n; i++) {
             if (p->odt == PPN_DTYPE_BF16) PTR(uint16_t, p->g.out)[i] = 0x7fc0u;
@@ -104,12 +155,27 @@ void ppn_cpu_gemm_swiglu(const void *params)
         return;
     }
     ppn_kp_gemm q = p->g;
-    q.out = (uint64_t)(uintptr_t)gu, q.bias = 0, q.res = 0;
+    q.out = (uint64_t)(uintptr_t)gu, q.bias = 0, q.res = 0, q.w = w;
     gemm_ref(&q, 1);
     ppn_kp_swiglu_rows r = {.out = p->g.out, .gu = (uint64_t)(uintptr_t)gu, .n = (int32_t)n, .c = p->g.m, .vec = 0,
                             .odt = p->odt};
     ppn_cpu_swiglu_rows(&r);
     free(gu);
+}
+
+void ppn_cpu_gemm_swiglu(const void *params)
+{
+    const ppn_kp_gemm_swiglu *p = params;
+    gemm_swiglu_ref(p, p->g.w);
+}
+
+/* gemm_swiglu_t: gemm_swiglu's reference with W read where its tensor map says (gemm_tc_kwt's check). */
+void ppn_cpu_gemm_swiglu_t(const void *params)
+{
+    ppn_kp_gemm_swiglu_t pt;
+    memcpy(&pt, params, sizeof pt); /* the sim's copy of the params need not be 64-byte aligned */
+    ppn_kp_gemm_swiglu p = {.g = pt.g, .odt = pt.odt, .pad = 0};
+    gemm_swiglu_ref(&p, gemm_wmap_base(&pt.wmap, &pt.g));
 }
 
 void ppn_cpu_gemm_tc_l(const void *params) { ppn_cpu_gemm(params); }

@@ -73,9 +73,14 @@ typedef struct { uint64_t out, w, x, bias, res; int32_t rows, cols, m, wdt; } pp
  *   gemm_tc_kw16 gemm_tc_kw on x given in bf16 (W bf16 only) in its fragment layout (PPN_X16_POS below): x's
  *              producer (the rows norm, SwiGLU: odt below) rounded it as gemm_tc_kw rounds, so the same tile,
  *              split and bits on the x it rounded
+ *   gemm_tc_k16t gemm_tc_k16 with W and x brought in by the tensor memory accelerator and no block-wide barrier in
+ *              its k-loop (sm_90a only): the same tile, split and bits
+ *   gemm_tc_kwt gemm_tc_kw16 with W brought in by the tensor memory accelerator and no block-wide barrier in its
+ *              k-loop (sm_90a only): the same tile, split and bits
  *   gemm_swiglu gemm_tc_kw16 over a gate|up matrix (gate rows, then as many up rows) with SwiGLU in its
  *              epilogue: out [m, rows / 2] = silu(gate) * up, f32 or bf16 in PPN_X16_POS's layout (odt); the same
  *              split and sums, so the bits of gemm_tc_kw16 then swiglu rows (sm_90a only)
+ *   gemm_swiglu_t gemm_swiglu on gemm_tc_kwt's k-loop: the same bits (sm_90a only)
  * Only gemm_tc_k and gemm_tc_kw (and gemm_tc_kwx) split a sum over K: elsewhere every output is one thread's sum in
  * k order (SIMT: a fmaf chain; tensor cores: one f32 accumulator through k16 steps in k order, which on the H200
  * gave the same bits from both tiles and both instruction families). gemm_tc_k sums each of KS(rows) k-ranges so
@@ -89,6 +94,13 @@ typedef struct { uint64_t out, w, x, bias, res; int32_t rows, cols, m, wdt; } pp
 /* ctas: gemm_tc_h's grid, CTAs that walk its tiles gridDim.x apart (0: the op's choice, one a multiprocessor up to
  * the tiles; a forced tile may name another count, capped at the tiles: ppn_op_gemm_tile); the other kernels
  * ignore it. */
+/* A tensor map as the driver encodes it (CUtensorMap: 128 bytes, 64-byte aligned; opaque here). */
+#ifdef __cplusplus
+#define PPN_ALIGN64 alignas(64)
+#else
+#define PPN_ALIGN64 _Alignas(64)
+#endif
+typedef struct { PPN_ALIGN64 uint64_t opaque[16]; } ppn_tmap;
 typedef struct { uint64_t out, w, x, bias, res; int32_t m, rows, cols, wdt, ks, stages, ctas; } ppn_kp_gemm;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_l;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_m;
@@ -98,9 +110,17 @@ typedef ppn_kp_gemm ppn_kp_gemm_tc_k16; /* x [m, cols] in bf16 (PPN_X16_POS), no
 typedef ppn_kp_gemm ppn_kp_gemm_tc_kw;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_kwx;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_kw16; /* x [m, cols] in bf16, not f32: see gemm_tc_kw16 above */
+/* gemm_tc_k16t: gemm_tc_k16's params, and wmap: W as gemm_tc_kwt's below; xmap: x [m, cols] bf16 (row pitch cols x 2
+ * bytes) in boxes of 64 columns x PPN_GEMM_TC_K_MP(m) rows, the 128-byte swizzle, zeros past the matrix. */
+typedef struct { ppn_tmap wmap, xmap; ppn_kp_gemm g; } ppn_kp_gemm_tc_k16t;
+/* gemm_tc_kwt: gemm_tc_kw16's params, and wmap: W [rows, cols] bf16 (row pitch cols x 2 bytes) in boxes of 64 columns
+ * x 64 rows (PPN_GEMM_TC_KWT_BOX), the 128-byte swizzle, zeros past the matrix. */
+typedef struct { ppn_tmap wmap; ppn_kp_gemm g; } ppn_kp_gemm_tc_kwt;
 /* g: gemm_tc_kw16's over the gate|up matrix (rows = 2 n, rows / 2 % 64 == 0, no bias or res); out [m, n] in odt
  * (PPN_DTYPE_F32 or PPN_DTYPE_BF16), 16-byte aligned. */
 typedef struct { ppn_kp_gemm g; int32_t odt, pad; } ppn_kp_gemm_swiglu;
+/* gemm_swiglu_t: gemm_swiglu's, and wmap: the gate|up matrix as gemm_tc_kwt's. */
+typedef struct { ppn_tmap wmap; ppn_kp_gemm g; int32_t odt, pad; } ppn_kp_gemm_swiglu_t;
 /* gemm_tc_kw16's x: bf16 rows of cols % 64 == 0 elements laid out by 64-element blocks, element k of a row at
  * PPN_X16_POS(k): within a block, k = 16 s + 8 h + 2 q + e (s < 4, h < 2, q < 4, e < 2) sits at 16 q + 4 s + 2 h + e,
  * so the 16 elements a thread's wgmma fragments take from a 64-column k-tile (those of its q = lane % 4) lie
@@ -159,6 +179,8 @@ typedef struct { ppn_kp_gemm g; int32_t odt, pad; } ppn_kp_gemm_swiglu;
 /* gemm_tc_k16's ring: the same stages, x rows of 64 bf16 (128 bytes, unpadded: its 16-byte chunks swizzled). */
 #define PPN_GEMM_TC_K16_SMEM_S(m, stages)                                                                         \
     ((unsigned)(stages) * ((unsigned)PPN_GEMM_TC_K_BN * PPN_GEMM_TC_K_KT * 2u + PPN_GEMM_TC_K_MP(m) * PPN_GEMM_TC_K_KT * 2u))
+/* gemm_tc_k16t's: gemm_tc_k16's ring, then a full and an empty mbarrier (8 bytes each) per stage. */
+#define PPN_GEMM_TC_K16T_SMEM_S(m, stages) (PPN_GEMM_TC_K16_SMEM_S(m, stages) + (unsigned)(stages) * 16u)
 /* gemm_tc_kw: the middle tile's BM x BN (64 tokens x 128 weight rows), threads and shared memory, in clusters of
  * CLUSTER CTAs laid out as gemm_tc_k's: a cluster holds CLUSTER / KW_KS(rows) weight tiles, each summed over K in
  * KW_KS(rows) k-ranges of whole 64-column k-tiles, ceil(ceil(cols / 64) / KS) a range, whose partial sums are
@@ -178,6 +200,12 @@ typedef struct { ppn_kp_gemm g; int32_t odt, pad; } ppn_kp_gemm_swiglu;
              PPN_GEMM_TC_SMEM(PPN_GEMM_TC_M_BM, PPN_GEMM_TC_M_BN, PPN_GEMM_TC_M_STAGES)                          \
          ? (unsigned)(stages) * PPN_GEMM_TC_M_BN * 64u * 2u                                                       \
          : PPN_GEMM_TC_SMEM(PPN_GEMM_TC_M_BM, PPN_GEMM_TC_M_BN, PPN_GEMM_TC_M_STAGES))
+
+/* gemm_tc_kwt (and gemm_swiglu): gemm_tc_kw's ring of W k-tiles (BN x 64 bf16 each, two 64-row TMA boxes), then a
+ * full and an empty mbarrier (8 bytes each) per stage. */
+#define PPN_GEMM_TC_KWT_BOX 64
+#define PPN_GEMM_TC_KWT_STAGES 3u
+#define PPN_GEMM_TC_KWT_SMEM (PPN_GEMM_TC_KWT_STAGES * (PPN_GEMM_TC_M_BN * 64u * 2u + 16u))
 
 /* gemm_tc_kwx: gemm_tc_kw's tile, grid and K split with x copied through the ring beside W: STAGES x (a W k-tile
  * of 128 x 64 16-bit elements, then x's 64 rows of the k-tile as f32, XROW floats a row) = 102 KB, above the
@@ -209,13 +237,6 @@ typedef struct { ppn_kp_gemm g; int32_t odt, pad; } ppn_kp_gemm_swiglu;
 #define PPN_GEMM_TC_H_SMEM (PPN_GEMM_TC_H_STAGES * PPN_GEMM_TC_H_STAGE_BYTES + PPN_GEMM_TC_H_STAGES * 16u)
 /* x's box: 32 f32 (128 bytes) x BM rows, two a k-tile; W's: 64 16-bit elements (128 bytes) x BN rows. */
 #define PPN_GEMM_TC_H_XBOX 32
-/* A tensor map as the driver encodes it (CUtensorMap: 128 bytes, 64-byte aligned; opaque here). */
-#ifdef __cplusplus
-#define PPN_ALIGN64 alignas(64)
-#else
-#define PPN_ALIGN64 _Alignas(64)
-#endif
-typedef struct { PPN_ALIGN64 uint64_t opaque[16]; } ppn_tmap;
 typedef struct { ppn_tmap xmap, wmap; ppn_kp_gemm g; } ppn_kp_gemm_tc_h;
 
 /* Rotary embedding in place on x[n_heads, head_dim] at position hdr->pos.

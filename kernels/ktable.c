@@ -50,6 +50,9 @@ const ppn_gpu_kernel ppn_kernels[PPN_K_COUNT] = {
     PPN_KDESC(PPN_K_GEMM_SWIGLU, gemm_swiglu),
     PPN_KDESC(PPN_K_ATTN_BATCH_TC, attn_batch_tc),
     PPN_KDESC(PPN_K_GEMM_TC_K16, gemm_tc_k16),
+    PPN_KDESC(PPN_K_GEMM_TC_KWT, gemm_tc_kwt),
+    PPN_KDESC(PPN_K_GEMM_SWIGLU_T, gemm_swiglu_t),
+    PPN_KDESC(PPN_K_GEMM_TC_K16T, gemm_tc_k16t),
 };
 
 #if PPN_HAVE_FATBIN

@@ -47,6 +47,9 @@ typedef enum ppn_kernel_id {
     PPN_K_GEMM_SWIGLU,
     PPN_K_ATTN_BATCH_TC,
     PPN_K_GEMM_TC_K16,
+    PPN_K_GEMM_TC_KWT,
+    PPN_K_GEMM_SWIGLU_T,
+    PPN_K_GEMM_TC_K16T,
     PPN_K_COUNT
 } ppn_kernel_id;
 

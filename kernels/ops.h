@@ -136,14 +136,15 @@ ppn_status ppn_op_gemm(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int
  * ignore them.
  * For gemm_tc_h, p->ctas names its persistent grid's CTAs (0: the op's, one a multiprocessor; capped at the tiles).
  * @return as ppn_op_gemm, and PPN_EINVAL for a kernel that is not a gemm tile or a tensor-core tile the shape,
- * dtype or alignment does not fit, a K split or depth the tile does not take, or ctas < 0; PPN_EUNSUPPORTED for gemm_tc_h
- * where the stream's device runs no TMA kernels (gpu.h: tma_ok). */
+ * dtype or alignment does not fit, a K split or depth the tile does not take, or ctas < 0; PPN_EUNSUPPORTED for
+ * gemm_tc_h, gemm_tc_kwt and gemm_tc_k16t where the stream's device runs no TMA kernels (gpu.h: tma_ok). */
 ppn_status ppn_op_gemm_tile(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_kp_gemm *p);
 /* ppn_op_gemm with x16 [m, cols] in bf16 (bf16 W) in gemm_tc_kw16's layout (kparams.h, PPN_X16_POS): the rounding
  * ppn_op_gemm does to its f32 x done by x's producer (ppn_op_rmsnorm_rows_to, ppn_op_swiglu_rows_to with
  * PPN_DTYPE_BF16), so a token's row has the bits ppn_op_gemm gives it on the f32 x that was rounded, at half of x's
- * bytes and a quarter of its loads (gemm_tc_kw16; gemm_tc_k16 on the shapes of ppn_op_gemm_k16_fits). Taken only on
- * the shapes those two name, else PPN_EUNSUPPORTED (and PPN_EINVAL as ppn_op_gemm, for unaligned w or x16). */
+ * bytes and a quarter of its loads (gemm_tc_kw16; gemm_tc_k16 on the shapes of ppn_op_gemm_k16_fits; at tma_ok's
+ * level 2, PPN_TMA=2, their TMA forms gemm_tc_kwt and gemm_tc_k16t, the same bits). Taken only on the shapes those
+ * two name, else PPN_EUNSUPPORTED (and PPN_EINVAL as ppn_op_gemm, for unaligned w or x16). */
 ppn_status ppn_op_gemm_x16(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x16, int m,
                            int rows, int cols, ppn_dptr bias, ppn_dptr res);
 /* 1 where ppn_op_gemm runs gemm_tc_kw (m tokens over rows x cols of wdt), wdt is bf16 and cols a multiple of 64:
@@ -154,10 +155,10 @@ int ppn_op_gemm_x16_fits(int m, int rows, int cols, int wdt);
 int ppn_op_gemm_k16_fits(int m, int rows, int cols, int wdt);
 /* out [m, n] = silu(gate) * up, gate|up = x16 . W^T over W's 2 n rows (gate rows, then up rows; bf16), x16 in bf16
  * in gemm_tc_kw16's layout: ppn_op_gemm_x16 into [m, 2 n] f32 then ppn_op_swiglu_rows_to(odt) in one kernel
- * (gemm_swiglu), the same bits, without the gate|up round trip through memory. odt: PPN_DTYPE_F32, or
- * PPN_DTYPE_BF16 in gemm_tc_kw16's layout (the down projection's x). Taken only where ppn_op_gemm_swiglu_fits;
- * else PPN_EUNSUPPORTED. PPN_EINVAL: a bad dtype, pointer or size, out overlapping x16, w or x16 not 16-byte
- * aligned, out not 16-byte aligned. */
+ * (gemm_swiglu; at tma_ok's level 2 gemm_swiglu_t), the same bits, without the gate|up round trip through memory.
+ * odt: PPN_DTYPE_F32, or PPN_DTYPE_BF16 in gemm_tc_kw16's layout (the down projection's x). Taken only where
+ * ppn_op_gemm_swiglu_fits; else PPN_EUNSUPPORTED. PPN_EINVAL: a bad dtype, pointer or size, out overlapping x16, w
+ * or x16 not 16-byte aligned, out not 16-byte aligned. */
 ppn_status ppn_op_gemm_swiglu(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt, ppn_dptr w, int wdt, ppn_dptr x16,
                               int m, int n, int cols);
 /* 1 where ppn_op_gemm_x16 takes the gate|up GEMM (m tokens over 2 n rows x cols), n is a multiple of 64 and s's

@@ -15,7 +15,9 @@
  * producer, the same bits again.
  * Where the stream's device runs the TMA kernels (gpu.h: tma_ok; PPN_TMA=0 says no) the large tile is
  * gemm_tc_h on the shapes where it was faster (gemm_h_wins), the same tile and sum warp-specialized behind the
- * tensor memory accelerator: gemm_tc_l's bits.
+ * tensor memory accelerator: gemm_tc_l's bits. At tma_ok's level 2 (PPN_TMA=2) ppn_op_gemm_x16 and
+ * ppn_op_gemm_swiglu also take the split-K tiles' TMA forms, gemm_tc_k16t, gemm_tc_kwt and gemm_swiglu_t: their
+ * forms' bits, not yet timed on a GPU (gemm_tma_kw).
  * So for bf16 / f16 weights a token's row depends on which of those ranges of m its chunk falls in.
  */
 #include <string.h>
@@ -68,28 +70,43 @@ static int gemm_tc_fits(const ppn_kp_gemm *p)
 static int gemm_k_ks(const ppn_kp_gemm *p) { return p->ks ? p->ks : (int)PPN_GEMM_TC_K_KS(p->rows); }
 static int gemm_k_stages(const ppn_kp_gemm *p) { return p->stages ? p->stages : (int)PPN_GEMM_TC_K_STAGES(p->m); }
 static int gemm_kw_ks(const ppn_kp_gemm *p) { return p->ks ? p->ks : (int)PPN_GEMM_TC_KW_KS(p->rows); }
-/* gemm_tc_kw's and gemm_tc_kwx's ring depth: one each (kparams.h). */
+/* gemm_tc_kw's, gemm_tc_kwx's and gemm_tc_kwt's ring depth: one each (kparams.h). */
 static int gemm_kw_depth(int kernel)
 {
-    return kernel == PPN_K_GEMM_TC_KWX ? (int)PPN_GEMM_TC_KWX_STAGES : (int)PPN_GEMM_TC_KW_STAGES;
+    return kernel == PPN_K_GEMM_TC_KWX   ? (int)PPN_GEMM_TC_KWX_STAGES
+           : kernel == PPN_K_GEMM_TC_KWT ? (int)PPN_GEMM_TC_KWT_STAGES
+                                         : (int)PPN_GEMM_TC_KW_STAGES;
 }
 
-/* The small split-K tile in either form: gemm_tc_k, gemm_tc_k16 (one grid, split, ring and bits). */
-static int gemm_is_k(int kernel) { return kernel == PPN_K_GEMM_TC_K || kernel == PPN_K_GEMM_TC_K16; }
+/* The small split-K tile in any of its forms: gemm_tc_k, gemm_tc_k16, gemm_tc_k16t (one grid, split, ring and bits). */
+static int gemm_is_k(int kernel)
+{
+    return kernel == PPN_K_GEMM_TC_K || kernel == PPN_K_GEMM_TC_K16 || kernel == PPN_K_GEMM_TC_K16T;
+}
 
-/* The middle split-K tile in any of its forms: gemm_tc_kw, gemm_tc_kwx, gemm_tc_kw16 (one grid, split and bits). */
+/* The middle split-K tile in any of its forms: gemm_tc_kw, gemm_tc_kwx, gemm_tc_kw16, gemm_tc_kwt (one grid, split
+ * and bits). */
 static int gemm_is_kw(int kernel)
 {
-    return kernel == PPN_K_GEMM_TC_KW || kernel == PPN_K_GEMM_TC_KWX || kernel == PPN_K_GEMM_TC_KW16;
+    return kernel == PPN_K_GEMM_TC_KW || kernel == PPN_K_GEMM_TC_KWX || kernel == PPN_K_GEMM_TC_KW16 ||
+           kernel == PPN_K_GEMM_TC_KWT;
 }
 
-/* x's element size: bf16 for gemm_tc_kw16 and gemm_tc_k16, f32 for every other kernel. */
-static size_t gemm_x_es(int kernel) { return kernel == PPN_K_GEMM_TC_KW16 || kernel == PPN_K_GEMM_TC_K16 ? 2u : 4u; }
+/* x's element size: bf16 for gemm_tc_kw16, gemm_tc_kwt and gemm_tc_k16, f32 for every other kernel. */
+static size_t gemm_x_es(int kernel)
+{
+    return kernel == PPN_K_GEMM_TC_KW16 || kernel == PPN_K_GEMM_TC_KWT || kernel == PPN_K_GEMM_TC_K16 ||
+                   kernel == PPN_K_GEMM_TC_K16T
+               ? 2u
+               : 4u;
+}
 
-/* gemm_tc_k's (or gemm_tc_k16's) ring at m tokens and that depth. */
+/* gemm_tc_k's (or gemm_tc_k16's, gemm_tc_k16t's with its mbarriers) ring at m tokens and that depth. */
 static unsigned gemm_k_smem(int kernel, int m, int stages)
 {
-    return kernel == PPN_K_GEMM_TC_K16 ? PPN_GEMM_TC_K16_SMEM_S(m, stages) : PPN_GEMM_TC_K_SMEM_S(m, stages);
+    return kernel == PPN_K_GEMM_TC_K16T  ? PPN_GEMM_TC_K16T_SMEM_S(m, stages)
+           : kernel == PPN_K_GEMM_TC_K16 ? PPN_GEMM_TC_K16_SMEM_S(m, stages)
+                                         : PPN_GEMM_TC_K_SMEM_S(m, stages);
 }
 
 /* gemm_tc_k's CTAs: clusters of CLUSTER / KS weight tiles, for each token group (kparams.h). */
@@ -163,6 +180,11 @@ static int gemm_tma_sms(ppn_gpu *g, ppn_gstream *s)
     return n > 0 ? n : 1;
 }
 
+/* Whether the stream's device takes the middle tile's TMA kernels (gemm_tc_kwt for gemm_tc_kw16, gemm_swiglu_t for
+ * gemm_swiglu: the same bits): tma_ok's level 2 (PPN_TMA=2). Not the default until timed on a GPU: written
+ * 2026-12-05 in a session whose device loans stopped before it ran; docs/PERF.md says what to run. */
+static int gemm_tma_kw(ppn_gpu *g, ppn_gstream *s) { return g->ops->tma_ok && g->ops->tma_ok(g, s) >= 2; }
+
 /* Where the device runs it, gemm_tc_h replaces gemm_tc_l (the same tile and bits) but on one wave of tiles over a
  * sum shorter than 8192 columns, where gemm_tc_l was faster: H200, test_gpu_gemm's timing table, 2026-12-02
  * (docs/PERF.md): 8B q|k|v at m = 512 (96 tiles) 277 against 251 TFLOP/s, 8B o at m = 1024 (128 tiles) 353
@@ -206,16 +228,18 @@ static ppn_launch gemm_geometry(int kernel, const ppn_kp_gemm *p)
         return l;
     }
     case PPN_K_GEMM_TC_K:
-    case PPN_K_GEMM_TC_K16: {
+    case PPN_K_GEMM_TC_K16:
+    case PPN_K_GEMM_TC_K16T: {
         PPN_ASSERT(gemm_k_smem(kernel, p->m, p->stages) <= PPN_DYN_SMEM_MAX);
         ppn_launch l = launch_init(kernel, p, (unsigned)gemm_k_ctas(p), PPN_GEMM_TC_K_THREADS);
         l.smem = gemm_k_smem(kernel, p->m, p->stages);
         return l;
     }
     case PPN_K_GEMM_TC_KW:
-    case PPN_K_GEMM_TC_KW16: {
+    case PPN_K_GEMM_TC_KW16:
+    case PPN_K_GEMM_TC_KWT: {
         ppn_launch l = launch_init(kernel, p, (unsigned)gemm_kw_ctas(p), PPN_GEMM_TC_M_THREADS);
-        l.smem = PPN_GEMM_TC_KW_SMEM(p->stages);
+        l.smem = kernel == PPN_K_GEMM_TC_KWT ? PPN_GEMM_TC_KWT_SMEM : PPN_GEMM_TC_KW_SMEM(p->stages);
         PPN_ASSERT(l.smem <= PPN_DYN_SMEM_MAX);
         return l;
     }
@@ -252,6 +276,17 @@ static ppn_status gemm_check(const char *op, const ppn_kp_gemm *p, size_t xes)
     return PPN_OK;
 }
 
+/* gemm_tc_kwt's and gemm_swiglu's tensor map of W (p's rows x cols bf16) into map: 64 x 64 boxes (kparams.h). */
+static ppn_status gemm_wmap(ppn_gpu *g, ppn_gstream *s, const char *op, const ppn_kp_gemm *p, ppn_tmap *map)
+{
+    ppn_tmap_desc wd = {.base = p->w, .elem_bytes = 2, .dim = {(uint64_t)p->cols, (uint64_t)p->rows},
+                        .row_bytes = (uint64_t)p->cols * 2u, .box = {PPN_GEMM_TC_KWT_BOX, PPN_GEMM_TC_KWT_BOX}};
+    memset(map, 0, sizeof *map);
+    if (!g->ops->tmap_encode)
+        return ppn_err(PPN_EUNSUPPORTED, "%s: W's tensor map: backend %s has none", op, g->ops->name);
+    return g->ops->tmap_encode(g, s, &wd, map);
+}
+
 /* p (checked) on kernel: its tile's geometry and every buffer it touches, declared. The split-K tiles get their
  * K split and ring depth resolved here (the kernels read them from the params). */
 static ppn_status gemm_submit(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_kp_gemm *pc)
@@ -283,6 +318,24 @@ static ppn_status gemm_submit(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_
         PPN_CHECK(g->ops->tmap_encode(g, s, &wd, &hp.wmap));
         l.params = &hp;
         l.params_size = sizeof hp;
+    }
+    ppn_kp_gemm_tc_kwt tp; /* gemm_tc_kwt's params: W's tensor map, then the GEMM's */
+    if (kernel == PPN_K_GEMM_TC_KWT) {
+        PPN_CHECK(gemm_wmap(g, s, "ppn_op_gemm", p, &tp.wmap));
+        tp.g = *p;
+        l.params = &tp;
+        l.params_size = sizeof tp;
+    }
+    ppn_kp_gemm_tc_k16t kp; /* gemm_tc_k16t's: W's and x's tensor maps, then the GEMM's */
+    if (kernel == PPN_K_GEMM_TC_K16T) {
+        ppn_tmap_desc xd = {.base = p->x, .elem_bytes = 2, .dim = {(uint64_t)p->cols, (uint64_t)p->m},
+                            .row_bytes = (uint64_t)p->cols * 2u, .box = {PPN_GEMM_TC_K_KT, PPN_GEMM_TC_K_MP(p->m)}};
+        PPN_CHECK(gemm_wmap(g, s, "ppn_op_gemm", p, &kp.wmap));
+        memset(&kp.xmap, 0, sizeof kp.xmap);
+        PPN_CHECK(g->ops->tmap_encode(g, s, &xd, &kp.xmap));
+        kp.g = *p;
+        l.params = &kp;
+        l.params_size = sizeof kp;
     }
     acc_add(&l, p->w, (size_t)p->rows * (size_t)p->cols * es, PPN_ACC_R);
     acc_add(&l, p->x, (size_t)p->m * (size_t)p->cols * gemm_x_es(kernel), PPN_ACC_R);
@@ -348,7 +401,9 @@ ppn_status ppn_op_gemm_x16(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w,
     if (!gemm_tc_fits(&p))
         return ppn_err(PPN_EINVAL, "%s: w and x must be 16-byte aligned (w 0x%llx, x 0x%llx)", op,
                        (unsigned long long)w, (unsigned long long)x16);
-    return gemm_submit(g, s, k16 ? PPN_K_GEMM_TC_K16 : PPN_K_GEMM_TC_KW16, &p);
+    const int t = gemm_tma_kw(g, s); /* PPN_TMA=2: the TMA forms, the same bits */
+    const int k = k16 ? (t ? PPN_K_GEMM_TC_K16T : PPN_K_GEMM_TC_K16) : t ? PPN_K_GEMM_TC_KWT : PPN_K_GEMM_TC_KW16;
+    return gemm_submit(g, s, k, &p);
 }
 
 /* SwiGLU in gemm_tc_kw16's epilogue: the gate|up output's round trip (m x 2 ffn f32 written, read back by swiglu
@@ -390,6 +445,13 @@ ppn_status ppn_op_gemm_swiglu(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt,
     p.g.ks = gemm_kw_ks(&p.g), p.g.stages = gemm_kw_depth(PPN_K_GEMM_TC_KW16); /* gemm_tc_kw16's split: its bits */
     ppn_launch l = gemm_geometry(PPN_K_GEMM_TC_KW16, &p.g);
     l.kernel = PPN_K_GEMM_SWIGLU, l.params = &p, l.params_size = sizeof p;
+    ppn_kp_gemm_swiglu_t tp; /* gemm_swiglu_t (PPN_TMA=2): W's tensor map, then the same params */
+    if (gemm_tma_kw(g, s)) {
+        PPN_CHECK(gemm_wmap(g, s, op, &p.g, &tp.wmap));
+        tp.g = p.g, tp.odt = p.odt, tp.pad = 0;
+        l = gemm_geometry(PPN_K_GEMM_TC_KWT, &p.g); /* gemm_tc_kwt's grid, ring and mbarriers */
+        l.kernel = PPN_K_GEMM_SWIGLU_T, l.params = &tp, l.params_size = sizeof tp;
+    }
     acc_add(&l, w, (size_t)p.g.rows * (size_t)cols * 2u, PPN_ACC_R);
     acc_add(&l, x16, xb, PPN_ACC_R);
     acc_add(&l, out, ob, PPN_ACC_W);
@@ -407,9 +469,11 @@ ppn_status ppn_op_gemm_tile(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_kp
         return ppn_err(PPN_EINVAL, "%s: %s takes bf16 weights (and bf16 x) over cols %% 64 == 0, not %s over %d", op,
                        ppn_kernels[kernel].name, ppn_dtype_name(p->wdt), p->cols);
     if (p->ctas < 0) return ppn_err(PPN_EINVAL, "%s: ctas %d (0: the op's choice)", op, p->ctas);
-    if (kernel == PPN_K_GEMM_TC_H && !gemm_tma_sms(g, s))
-        return ppn_err(PPN_EUNSUPPORTED, "%s: gemm_tc_h on backend %s: the stream's device runs no TMA kernels "
-                                         "(compute capability 9.x and sm_90a code, PPN_TMA not 0)", op, g->ops->name);
+    const int tma_kernel = kernel == PPN_K_GEMM_TC_H || kernel == PPN_K_GEMM_TC_KWT || kernel == PPN_K_GEMM_TC_K16T;
+    if (tma_kernel && !gemm_tma_sms(g, s))
+        return ppn_err(PPN_EUNSUPPORTED, "%s: %s on backend %s: the stream's device runs no TMA kernels "
+                                         "(compute capability 9.x and sm_90a code, PPN_TMA not 0)", op,
+                       ppn_kernels[kernel].name, g->ops->name);
     const int kw = gemm_is_kw(kernel);
     if ((gemm_is_k(kernel) || kw) && p->ks &&
         p->ks != 1 && p->ks != 2 && p->ks != 4 && p->ks != 8)

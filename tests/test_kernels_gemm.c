@@ -596,6 +596,61 @@ static void x16_case(const int *c, int kernel)
     assert_int_equal(tu_cap.l.kernel, kernel);
     assert_memory_equal(got, want, mr * 4);
     ppn_kp_gemm p = *(const ppn_kp_gemm *)tu_cap.params;
+    { /* a device at PPN_TMA's level 1: the same kernel; at 2, its TMA form (gemm_tc_kwt, gemm_tc_k16t): the same grid
+       * and sums, W (and gemm_tc_k16t's x) read where the tensor maps say */
+        const int tk = kernel == PPN_K_GEMM_TC_KW16 ? PPN_K_GEMM_TC_KWT : PPN_K_GEMM_TC_K16T;
+        ppn_launch kl = tu_cap.l;
+        ppn_gpu *tg = tu_fake_tma(132);
+        for (int lv = 1; lv <= 2; lv++) {
+            tu_tma_level = lv;
+            memset(got, 0xa5, mr * 4);
+            tu_cap.calls = 0;
+            assert_int_equal(ppn_op_gemm_x16(tg, (ppn_gstream *)tg, D(got), D(w), PPN_DTYPE_BF16, D(xh), m, rows,
+                                             cols, bias, rs), PPN_OK);
+            assert_int_equal(tu_cap.calls, 1);
+            assert_int_equal(tu_cap.l.kernel, lv == 2 ? tk : kernel);
+            assert_memory_equal(got, want, mr * 4);
+        }
+        tu_tma_level = 1;
+        assert_int_equal(tu_cap.l.grid[0], kl.grid[0]);
+        assert_int_equal(tu_cap.l.block[0], kl.block[0]);
+        assert_int_equal(tu_cap.l.smem, tk == PPN_K_GEMM_TC_KWT ? PPN_GEMM_TC_KWT_SMEM
+                                                                : PPN_GEMM_TC_K16T_SMEM_S(m, p.stages));
+        union {
+            ppn_kp_gemm_tc_kwt w;
+            ppn_kp_gemm_tc_k16t k;
+        } tp;
+        ppn_kp_gemm *tg_p = tk == PPN_K_GEMM_TC_KWT ? &tp.w.g : &tp.k.g;
+        assert_int_equal(tu_cap.l.params_size, tk == PPN_K_GEMM_TC_KWT ? sizeof tp.w : sizeof tp.k);
+        memcpy(&tp, tu_cap.params, tu_cap.l.params_size);
+        assert_int_equal(tg_p->ks, p.ks);
+        assert_int_equal(tg_p->stages, p.stages);
+        tg_p->w = 0, tg_p->x = tk == PPN_K_GEMM_TC_K16T ? 0 : tg_p->x; /* the operands are read where the maps say */
+        memset(got, 0xa5, mr * 4);
+        tu_kernel_run(tk, &tp);
+        assert_memory_equal(got, want, mr * 4);
+        if (tk == PPN_K_GEMM_TC_K16T) { /* an x map whose box is not the kernel's: NaN, never x from elsewhere */
+            ppn_kp_gemm_tc_k16t bad = tp.k;
+            ppn_tmap_desc xd;
+            assert_true(ppn_tmap_sim_decode(&bad.xmap, &xd));
+            assert_true(xd.base == D(xh) && xd.box[1] == PPN_GEMM_TC_K_MP(m));
+            xd.box[1] += 8;
+            ppn_tmap_sim_encode(&xd, &bad.xmap);
+            tu_kernel_run(tk, &bad);
+            assert_true(isnan(got[0]) && isnan(got[mr - 1]));
+        }
+        memset(tk == PPN_K_GEMM_TC_KWT ? (void *)&tp.w.wmap : (void *)&tp.k.wmap, 0, sizeof(ppn_tmap)); /* no map: NaN */
+        tu_kernel_run(tk, &tp);
+        assert_true(isnan(got[0]) && isnan(got[mr - 1]));
+        /* forced: on a device without TMA kernels refused; at level 1 taken (a forced tile needs only the kernels) */
+        tu_cap.dry = 1;
+        assert_int_equal(ppn_op_gemm_tile(&tu_fake, tu_fake_stream, tk, &p), PPN_EUNSUPPORTED);
+        tu_cap.calls = 0;
+        assert_int_equal(ppn_op_gemm_tile(tg, (ppn_gstream *)tg, tk, &p), PPN_OK);
+        assert_int_equal(tu_cap.calls, 1);
+        assert_int_equal(tu_cap.l.kernel, tk);
+        tu_cap.dry = 0;
+    }
     p.out = D(got);
     tu_kernel_run(f32_tile, &p);
     assert_true(memcmp(got, want, mr * 4) != 0);
@@ -730,32 +785,54 @@ static void test_gemm_swiglu_values(void **state)
             assert_true(gu && want && got && xh);
             for (size_t k = 0; k < mc; k++) /* rounded, in gemm_tc_kw16's layout (kparams.h) */
                 xh[k - k % (size_t)cols + PPN_X16_POS(k % (size_t)cols)] = ppn_f32_to_bf16(x[k]);
-            tu_cap.calls = 0;
             assert_int_equal(ppn_op_gemm_x16(&tu_fake, tu_fake_stream, D(gu), D(w), PPN_DTYPE_BF16, D(xh), m, 2 * n,
                                              cols, 0, 0), PPN_OK);
             ppn_launch kw = tu_cap.l;
             ppn_kp_gemm kp = *(const ppn_kp_gemm *)tu_cap.params;
             assert_int_equal(ppn_op_swiglu_rows_to(&tu_fake, tu_fake_stream, D(want), odt, D(gu), n, m), PPN_OK);
-            memset(got, 0xa5, ob);
-            assert_int_equal(ppn_op_gemm_swiglu(tg, ts, D(got), odt, D(w), PPN_DTYPE_BF16, D(xh), m, n, cols), PPN_OK);
-            assert_int_equal(tu_cap.calls, 3);
-            assert_memory_equal(got, want, ob);
-            /* one launch on gemm_tc_kw16's geometry and split */
-            assert_int_equal(tu_cap.l.kernel, PPN_K_GEMM_SWIGLU);
-            assert_int_equal(kw.kernel, PPN_K_GEMM_TC_KW16);
-            assert_int_equal(tu_cap.l.grid[0], kw.grid[0]);
-            assert_int_equal(tu_cap.l.block[0], kw.block[0]);
-            assert_int_equal(tu_cap.l.smem, kw.smem);
-            const ppn_kp_gemm_swiglu *sp = (const ppn_kp_gemm_swiglu *)tu_cap.params;
-            assert_int_equal(sp->odt, odt);
-            assert_int_equal(sp->g.rows, 2 * n);
-            assert_int_equal(sp->g.ks, kp.ks);
-            assert_int_equal(sp->g.stages, kp.stages);
-            assert_true(sp->g.bias == 0 && sp->g.res == 0);
-            assert_int_equal(tu_cap.l.nacc, 3);
-            tu_expect_acc(0, w, 2u * (size_t)n * (size_t)cols * 2u, PPN_ACC_R);
-            tu_expect_acc(1, xh, mc * 2u, PPN_ACC_R);
-            tu_expect_acc(2, got, ob, PPN_ACC_W);
+            for (int lv = 1; lv <= 2; lv++) { /* PPN_TMA's level 1: gemm_swiglu; 2: gemm_swiglu_t, the same bytes */
+                tu_tma_level = lv;
+                memset(got, 0xa5, ob);
+                tu_cap.calls = 0;
+                assert_int_equal(ppn_op_gemm_swiglu(tg, ts, D(got), odt, D(w), PPN_DTYPE_BF16, D(xh), m, n, cols),
+                                 PPN_OK);
+                assert_int_equal(tu_cap.calls, 1);
+                assert_memory_equal(got, want, ob);
+                /* one launch on gemm_tc_kw16's geometry and split (level 2: gemm_tc_kwt's ring and mbarriers) */
+                assert_int_equal(tu_cap.l.kernel, lv == 2 ? PPN_K_GEMM_SWIGLU_T : PPN_K_GEMM_SWIGLU);
+                assert_int_equal(kw.kernel, PPN_K_GEMM_TC_KW16);
+                assert_int_equal(tu_cap.l.grid[0], kw.grid[0]);
+                assert_int_equal(tu_cap.l.block[0], kw.block[0]);
+                assert_int_equal(tu_cap.l.smem, lv == 2 ? PPN_GEMM_TC_KWT_SMEM : kw.smem);
+                ppn_kp_gemm_swiglu_t st;
+                if (lv == 2) {
+                    assert_int_equal(tu_cap.l.params_size, sizeof st);
+                    memcpy(&st, tu_cap.params, sizeof st);
+                } else {
+                    assert_int_equal(tu_cap.l.params_size, sizeof(ppn_kp_gemm_swiglu));
+                    const ppn_kp_gemm_swiglu *sp = (const ppn_kp_gemm_swiglu *)tu_cap.params;
+                    st.g = sp->g, st.odt = sp->odt;
+                }
+                assert_int_equal(st.odt, odt);
+                assert_int_equal(st.g.rows, 2 * n);
+                assert_int_equal(st.g.ks, kp.ks);
+                assert_int_equal(st.g.stages, kp.stages);
+                assert_true(st.g.bias == 0 && st.g.res == 0);
+                assert_int_equal(tu_cap.l.nacc, 3);
+                tu_expect_acc(0, w, 2u * (size_t)n * (size_t)cols * 2u, PPN_ACC_R);
+                tu_expect_acc(1, xh, mc * 2u, PPN_ACC_R);
+                tu_expect_acc(2, got, ob, PPN_ACC_W);
+                if (lv == 2) { /* W is read where its tensor map says; without the map, NaN */
+                    st.g.w = 0;
+                    memset(got, 0xa5, ob);
+                    tu_kernel_run(PPN_K_GEMM_SWIGLU_T, &st);
+                    assert_memory_equal(got, want, ob);
+                    memset(&st.wmap, 0, sizeof st.wmap);
+                    tu_kernel_run(PPN_K_GEMM_SWIGLU_T, &st);
+                    assert_true(bf ? ((const uint16_t *)got)[0] == 0x7fc0u : isnan(((const float *)got)[0]));
+                }
+            }
+            tu_tma_level = 1;
             free(w), free(x), free(gu), free(want), free(got), free(xh);
         }
     /* refusals, before any launch */

@@ -49,9 +49,13 @@ static shape read_shape_of(const char *fixture)
 static shape read_shape(void) { return read_shape_of("hf/llama-tiny"); }
 
 /* A sim runtime created with PPN_KPROF set to value (NULL: unset). */
+/* PPN_TMA for the runtimes rt_with creates (NULL: unset). */
+static const char *rt_tma;
+
 static ppn_rt *rt_with(const char *value)
 {
     tu_env_set("PPN_KPROF", value);
+    if (rt_tma) tu_env_set("PPN_TMA", rt_tma);
     ppn_rt *rt = NULL;
     ppn_status st = ppn_rt_create("sim", &rt);
     tu_env_restore();
@@ -212,7 +216,10 @@ static ppn_model *load_fuse(ppn_rt *rt, const char *path, int fuse, int kv_token
     o.kv_tokens = kv_tokens;
     o.dtype = dtype;
     o.door = &d;
-    return tu_model_load(rt, path, &o);
+    if (rt_tma) tu_env_set("PPN_TMA", rt_tma); /* read where the model's backend is created */
+    ppn_model *m = tu_model_load(rt, path, &o);
+    if (rt_tma) tu_env_restore();
+    return m;
 }
 
 /* One batch step of q with the account reset before it: its entries into e, their count returned. o: NULL, or a
@@ -310,7 +317,8 @@ static void batch_x16_rows(const char *shape_name, int nb, const char *x16_name,
         ppn_kernel_time e[PPN_KERNEL_PROFILE_MAX];
         int n = batch_step_profiled_ex(rt, q, tok, nb, slice ? &o : NULL, logits[fuse], e);
         const ppn_kernel_time *h = find(e, n, x16_name), *w = find(e, n, f32_name);
-        const ppn_kernel_time *f = find(e, n, "ppn_k_gemm_swiglu"), *r = find(e, n, "ppn_k_swiglu_rows");
+        const char *fn = rt_tma && !strcmp(rt_tma, "2") ? "ppn_k_gemm_swiglu_t" : "ppn_k_gemm_swiglu";
+        const ppn_kernel_time *f = find(e, n, fn), *r = find(e, n, "ppn_k_swiglu_rows");
         long hc = h ? (long)h->calls : 0, wc = w ? (long)w->calls : 0, n_x16 = per_layer * mi.n_layers + head;
         long fc = f ? (long)f->calls : 0, rc = r ? (long)r->calls : 0, n_gu = gu * mi.n_layers;
         long o32 = slice ? mi.n_layers : 0; /* a mixed walk's o on f32 x */
@@ -340,9 +348,14 @@ static void batch_x16_rows(const char *shape_name, int nb, const char *x16_name,
     free(dir);
 }
 
+/* With PPN_TMA=2 the same GEMMs run gemm_tc_kwt and gate|up gemm_swiglu_t (W through tensor maps the sim's
+ * references read back), the same counts and bits. */
 static void batch_x16_case(const char *shape_name, long per_layer, long head, long gu, int slice)
 {
     batch_x16_rows(shape_name, 40, "ppn_k_gemm_tc_kw16", "ppn_k_gemm_tc_kw", per_layer, head, gu, slice);
+    rt_tma = "2";
+    batch_x16_rows(shape_name, 40, "ppn_k_gemm_tc_kwt", "ppn_k_gemm_tc_kw", per_layer, head, gu, slice);
+    rt_tma = NULL;
 }
 
 static void test_kprof_batch_x16(void **st)
@@ -373,6 +386,10 @@ static void test_kprof_batch_k16(void **st)
     (void)st;
     batch_x16_rows("tiny", 8, "ppn_k_gemm_tc_k16", "ppn_k_gemm_tc_k", 4, 1, 0, 0);
     batch_x16_rows("tiny", 8, "ppn_k_gemm_tc_k16", "ppn_k_gemm_tc_k", 4, 1, 0, 4);
+    rt_tma = "2"; /* PPN_TMA=2: gemm_tc_k16t (W and x through tensor maps), the same counts and bits */
+    batch_x16_rows("tiny", 8, "ppn_k_gemm_tc_k16t", "ppn_k_gemm_tc_k", 4, 1, 0, 0);
+    batch_x16_rows("tiny", 8, "ppn_k_gemm_tc_k16t", "ppn_k_gemm_tc_k", 4, 1, 0, 4);
+    rt_tma = NULL;
 }
 
 /* The batch step's attention on tensor cores (PPN_ATTN_TC, the default) where the cache is bf16 and the heads fit

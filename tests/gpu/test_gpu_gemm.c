@@ -270,7 +270,7 @@ static void gg_check(const gg_case *c)
     gg_run(c, -1, &p, t, ns, g2);
     int same = !memcmp(g1, g2, n * 4), chosen = op_choice(&p);
     double max_abs, worst = err_ratio(g1, ref, scale, n, &wi, &max_abs), tile_worst = 0;
-    char tiles[320] = "";
+    char tiles[400] = "";
     int tc = c->dt != PPN_DTYPE_F32 && c->cols % 8 == 0 && c->xoff % 4 == 0, h_as_l = 1, kwx_as_kw = 1;
     float *gl = hmem(n * 4); /* gemm_tc_l's rows: gemm_tc_h must give these bits */
     float *gkw = hmem(n * 4); /* gemm_tc_kw's rows: gemm_tc_kwx must give these bits */
@@ -301,8 +301,20 @@ static void gg_check(const gg_case *c)
         gg_run(c, PPN_K_GEMM_TC_KW16, &q, t, ns, g2);
         kw16_as_kw = !memcmp(gkw, g2, n * 4);
         snprintf(tiles + strlen(tiles), sizeof tiles - strlen(tiles), " kw16%s", kw16_as_kw ? "(=kw)" : "(!=kw)");
+        if (gg_tma()) { /* gemm_tc_kwt (W through the tensor memory accelerator): gemm_tc_kw's bits too */
+            gg_run(c, PPN_K_GEMM_TC_KWT, &q, t, ns, g2);
+            kw16_as_kw &= !memcmp(gkw, g2, n * 4);
+            snprintf(tiles + strlen(tiles), sizeof tiles - strlen(tiles), " kwt%s",
+                     !memcmp(gkw, g2, n * 4) ? "(=kw)" : "(!=kw)");
+        }
         gg_run(c, PPN_K_GEMM_TC_K16, &q, t, ns, g2);
         k16_as_k = !memcmp(gk, g2, n * 4);
+        if (gg_tma()) { /* gemm_tc_k16t (W and x through the tensor memory accelerator): gemm_tc_k's bits too */
+            gg_run(c, PPN_K_GEMM_TC_K16T, &q, t, ns, g2);
+            k16_as_k &= !memcmp(gk, g2, n * 4);
+            snprintf(tiles + strlen(tiles), sizeof tiles - strlen(tiles), " k16t%s",
+                     !memcmp(gk, g2, n * 4) ? "(=k)" : "(!=k)");
+        }
         static const int kss[] = {1, 2, 4, 8}, st[] = {3, 4};
         for (size_t a = 0; a < TU_LEN(kss); a++)
             for (size_t b = 0; b < TU_LEN(st); b++) {
@@ -312,6 +324,10 @@ static void gg_check(const gg_case *c)
                 gg_run(c, PPN_K_GEMM_TC_K, &pf, t, ns, gk);
                 gg_run(c, PPN_K_GEMM_TC_K16, &ph, t, ns, g2);
                 k16_as_k &= !memcmp(gk, g2, n * 4);
+                if (gg_tma()) {
+                    gg_run(c, PPN_K_GEMM_TC_K16T, &ph, t, ns, g2);
+                    k16_as_k &= !memcmp(gk, g2, n * 4);
+                }
             }
         snprintf(tiles + strlen(tiles), sizeof tiles - strlen(tiles), " k16%s", k16_as_k ? "(=k)" : "(!=k)");
         if (ppn_op_gemm_x16_fits(c->m, c->rows, c->cols, c->dt) || ppn_op_gemm_k16_fits(c->m, c->rows, c->cols, c->dt)) {
@@ -623,11 +639,13 @@ static void test_gpu_gemm_decode(void **state)
                 int n = snprintf(line, sizeof line, "  decode %-11s m=%-4d %-9s %8.2f us %6.0f GB/s %5.1f%% |",
                                  sh->name, ms[j], kname(op_choice(&p)), op * 1e3, wb / (op * 1e6),
                                  100.0 * wb / (op * 1e6) / floor_gbs);
-                static const int ks[] = {PPN_K_GEMM_TC_M, PPN_K_GEMM_TC_K, PPN_K_GEMM_TC_K16, PPN_K_GEMM_TC_KW,
-                                         PPN_K_GEMM_TC_KWX, PPN_K_GEMM_TC_KW16};
+                static const int ks[] = {PPN_K_GEMM_TC_M,   PPN_K_GEMM_TC_K,    PPN_K_GEMM_TC_K16, PPN_K_GEMM_TC_K16T,
+                                         PPN_K_GEMM_TC_KW,  PPN_K_GEMM_TC_KWX,  PPN_K_GEMM_TC_KW16, PPN_K_GEMM_TC_KWT};
                 for (size_t q = 0; q < TU_LEN(ks); q++) {
                     ppn_kp_gemm pk = p;
-                    if (ks[q] == PPN_K_GEMM_TC_KW16 || ks[q] == PPN_K_GEMM_TC_K16) pk.x = B.xh; /* its x in bf16 */
+                    const int tk = ks[q] == PPN_K_GEMM_TC_KWT || ks[q] == PPN_K_GEMM_TC_K16T; /* TMA forms */
+                    if (tk && !gg_tma()) continue;
+                    if (ks[q] == PPN_K_GEMM_TC_KW16 || ks[q] == PPN_K_GEMM_TC_K16 || tk) pk.x = B.xh; /* bf16 x */
                     double t = burst_ms(ks[q], pk);
                     n += snprintf(line + n, sizeof line - (size_t)n, " %s %7.2f us %5.1f%%", kname(ks[q]) + 8,
                                   t * 1e3, 100.0 * wb / (t * 1e6) / floor_gbs);
