@@ -377,8 +377,8 @@ __device__ __forceinline__ uint64_t gemm_desc(uint32_t a)
 #define GEMM_ACC_OPS64(d) GEMM_ACC_OPS32(d, 0), GEMM_ACC_OPS32(d, 32)
 #define GEMM_ACC_OPS128(d) GEMM_ACC_OPS64(d), GEMM_ACC_OPS32(d, 64), GEMM_ACC_OPS32(d, 96)
 
-// One m64nNk16 step of a warpgroup (N = 256 or 128): d (this thread's N / 2 accumulators) = (keep ? d : 0) + A . B, A in 4
-// registers (the mma.m16n8k16 A fragment of the warp's 16 rows), B N x 16 in shared memory (descriptor db).
+// One m64nNk16 step of a warpgroup (N = 256 or 128): d (this thread's N / 2 accumulators) = (keep ? d : 0) + A . B,
+// A in 4 registers (the mma.m16n8k16 A fragment of the warp's 16 rows), B N x 16 in shared memory (descriptor db).
 template <int N, bool BF16>
 __device__ __forceinline__ void gemm_wgmma(float *d, const uint32_t *a, uint64_t db, int keep = 1)
 {
@@ -1510,7 +1510,8 @@ __device__ __forceinline__ void gemm_gu_put(const ppn_kp_gemm &p, int odt, int i
 
 // TM (gemm_tc_kwt, gemm_swiglu_t; XH): the k-tiles through gemm_h_mainloop_tma, W by the tensor map at map.
 template <bool XR, bool BF16, int S, bool XH = false, bool GU = false, bool TM = false>
-__device__ __forceinline__ void gemm_kw_run(const ppn_kp_gemm &p, int odt = PPN_DTYPE_F32, const ppn_tmap *map = nullptr)
+__device__ __forceinline__ void gemm_kw_run(const ppn_kp_gemm &p, int odt = PPN_DTYPE_F32,
+                                            const ppn_tmap *map = nullptr)
 {
     constexpr int BM = PPN_GEMM_TC_M_BM, BN = PPN_GEMM_TC_M_BN, CL = PPN_GEMM_TC_K_CLUSTER;
     const int rank = (int)(blockIdx.x % CL), kl = p.ks; // = %cluster_ctarank; the op's K split
@@ -1665,7 +1666,7 @@ extern "C" __global__ void GEMM_K_CLUSTER_DIMS __launch_bounds__(PPN_GEMM_TC_M_T
 
 // gemm_tc_kwt: gemm_tc_kw16 with W brought in by the tensor memory accelerator (p.wmap: 64 x 64 boxes of W) and
 // no block-wide barrier in the k-loop (gemm_h_mainloop_tma): the same grid, split, fragments, k16 steps and sums,
-// so gemm_tc_kw16's bits. sm_90a only (the op takes it where the device runs TMA kernels).
+// so gemm_tc_kw16's bits. sm_90a only (the op takes it at PPN_TMA=2 where the device runs TMA kernels).
 static_assert(PPN_GEMM_TC_KWT_SMEM == PPN_GEMM_TC_KWT_STAGES * (PPN_GEMM_TC_M_BN * GEMM_H_BK * 2u + 16u),
               "kparams.h's ring and mbarriers");
 extern "C" __global__ void GEMM_K_CLUSTER_DIMS __launch_bounds__(PPN_GEMM_TC_M_THREADS)

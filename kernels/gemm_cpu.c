@@ -88,8 +88,9 @@ void ppn_cpu_gemm(const void *params) { gemm_ref(params, 0); }
 void ppn_cpu_gemm_tc_kw16(const void *params) { gemm_ref(params, 1); }
 void ppn_cpu_gemm_tc_k16(const void *params) { gemm_ref(params, 1); }
 
-/* W's tensor map as gemm_tc_kwt and gemm_swiglu read it (ops_gemm.c encodes it): the sim's encoding of a bf16
- * [rows, cols] matrix at row pitch cols x 2 bytes in 64 x 64 boxes. Its base (W's address) where it is, else 0. */
+/* W's tensor map as gemm_tc_kwt, gemm_tc_k16t and gemm_swiglu_t read it (ops_gemm.c encodes it): the sim's encoding
+ * of a bf16 [rows, cols] matrix at row pitch cols x 2 bytes in 64 x 64 boxes. Its base (W's address) where it is,
+ * else 0. */
 static uint64_t gemm_wmap_base(const ppn_tmap *map, const ppn_kp_gemm *g)
 {
     ppn_tmap_desc d;
@@ -128,7 +129,7 @@ void ppn_cpu_gemm_tc_k16t(const void *params)
     uint64_t w = gemm_wmap_base(&p.wmap, &p.g);
     ppn_tmap_desc xd;
     int ok = w && ppn_tmap_sim_decode(&p.xmap, &xd) && xd.elem_bytes == 2 && xd.dim[0] == (uint64_t)p.g.cols &&
-             xd.dim[1] == (uint64_t)p.g.m && xd.row_bytes == (uint64_t)p.g.cols * 2u && xd.box[0] == 64u &&
+             xd.dim[1] == (uint64_t)p.g.m && xd.row_bytes == (uint64_t)p.g.cols * 2u && xd.box[0] == PPN_GEMM_TC_K_KT &&
              xd.box[1] == PPN_GEMM_TC_K_MP(p.g.m);
     if (!ok) {
         float *out = PTR(float, p.g.out);

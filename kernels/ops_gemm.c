@@ -92,13 +92,12 @@ static int gemm_is_kw(int kernel)
            kernel == PPN_K_GEMM_TC_KWT;
 }
 
-/* x's element size: bf16 for gemm_tc_kw16, gemm_tc_kwt and gemm_tc_k16, f32 for every other kernel. */
+/* x's element size: bf16 for gemm_tc_kw16, gemm_tc_kwt, gemm_tc_k16 and gemm_tc_k16t, f32 for every other kernel. */
 static size_t gemm_x_es(int kernel)
 {
-    return kernel == PPN_K_GEMM_TC_KW16 || kernel == PPN_K_GEMM_TC_KWT || kernel == PPN_K_GEMM_TC_K16 ||
-                   kernel == PPN_K_GEMM_TC_K16T
-               ? 2u
-               : 4u;
+    int x16 = kernel == PPN_K_GEMM_TC_KW16 || kernel == PPN_K_GEMM_TC_KWT || kernel == PPN_K_GEMM_TC_K16 ||
+              kernel == PPN_K_GEMM_TC_K16T;
+    return x16 ? 2u : 4u;
 }
 
 /* gemm_tc_k's (or gemm_tc_k16's, gemm_tc_k16t's with its mbarriers) ring at m tokens and that depth. */
@@ -180,9 +179,10 @@ static int gemm_tma_sms(ppn_gpu *g, ppn_gstream *s)
     return n > 0 ? n : 1;
 }
 
-/* Whether the stream's device takes the middle tile's TMA kernels (gemm_tc_kwt for gemm_tc_kw16, gemm_swiglu_t for
- * gemm_swiglu: the same bits): tma_ok's level 2 (PPN_TMA=2). Not the default until timed on a GPU: written
- * 2026-12-05 in a session whose device loans stopped before it ran; docs/PERF.md says what to run. */
+/* Whether the stream's device takes the split-K tiles' TMA forms (gemm_tc_kwt for gemm_tc_kw16, gemm_tc_k16t for
+ * gemm_tc_k16, gemm_swiglu_t for gemm_swiglu: the same bits): tma_ok's level 2 (PPN_TMA=2). Not the default until
+ * timed on a GPU: written 2026-12-05 in a session whose device loans stopped before it ran; docs/PERF.md says what
+ * to run (tools/device/tmakw.sh). */
 static int gemm_tma_kw(ppn_gpu *g, ppn_gstream *s) { return g->ops->tma_ok && g->ops->tma_ok(g, s) >= 2; }
 
 /* Where the device runs it, gemm_tc_h replaces gemm_tc_l (the same tile and bits) but on one wave of tiles over a
@@ -276,7 +276,7 @@ static ppn_status gemm_check(const char *op, const ppn_kp_gemm *p, size_t xes)
     return PPN_OK;
 }
 
-/* gemm_tc_kwt's and gemm_swiglu's tensor map of W (p's rows x cols bf16) into map: 64 x 64 boxes (kparams.h). */
+/* The TMA forms' tensor map of W (p's rows x cols bf16) into map: 64 x 64 boxes (kparams.h). */
 static ppn_status gemm_wmap(ppn_gpu *g, ppn_gstream *s, const char *op, const ppn_kp_gemm *p, ppn_tmap *map)
 {
     ppn_tmap_desc wd = {.base = p->w, .elem_bytes = 2, .dim = {(uint64_t)p->cols, (uint64_t)p->rows},
