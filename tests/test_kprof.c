@@ -216,10 +216,7 @@ static ppn_model *load_fuse(ppn_rt *rt, const char *path, int fuse, int kv_token
     o.kv_tokens = kv_tokens;
     o.dtype = dtype;
     o.door = &d;
-    if (rt_tma) tu_env_set("PPN_TMA", rt_tma); /* read where the model's backend is created */
-    ppn_model *m = tu_model_load(rt, path, &o);
-    if (rt_tma) tu_env_restore();
-    return m;
+    return tu_model_load(rt, path, &o);
 }
 
 /* One batch step of q with the account reset before it: its entries into e, their count returned. o: NULL, or a
