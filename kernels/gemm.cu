@@ -762,6 +762,23 @@ __device__ __forceinline__ void gemm_mbar_wait(uint32_t bar, unsigned parity)
 #endif
 }
 
+// A ring's mbarriers, a full and an empty one (8 bytes each) for each of its stages, set up by thread 0 and made
+// visible before a block barrier: full counts one arrive (the issuing thread's, with the copies' bytes), empty the
+// `empties` arrivals of the consumers handing the slot back.
+__device__ __forceinline__ void gemm_ring_init(uint32_t full, uint32_t empty, int stages, unsigned empties)
+{
+    if (threadIdx.x == 0) {
+        for (int st = 0; st < stages; st++) {
+            gemm_mbar_init(full + 8u * st, 1);
+            gemm_mbar_init(empty + 8u * st, empties);
+        }
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+    }
+    __syncthreads();
+}
+
 // The 2-D box at (c0 elements along a row, c1 rows) of the tensor map at map into shared memory at dst,
 // completing its bytes on the mbarrier at bar.
 __device__ __forceinline__ void gemm_tma_2d(uint32_t dst, const ppn_tmap *map, int c0, int c1, uint32_t bar)
@@ -819,14 +836,7 @@ template <class H> __device__ __forceinline__ void gemm_h_mainloop_tma(H &k, flo
         ppn_pdl_wait();
         return;
     }
-    if (t == 0) {
-        for (int st = 0; st < S; st++) {
-            gemm_mbar_init(full + 8u * st, 1);  // thread 0's arrive (and the boxes' bytes)
-            gemm_mbar_init(empty + 8u * st, 4); // a lane of each warp
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncthreads();
+    gemm_ring_init(full, empty, S, 4); // empty: a lane of each warp
     // Slot st gets k-tile kt: its two 64-row boxes.
     auto issue = [&](int st, int kt) {
         const uint32_t d = k.s0 + (uint32_t)(st * H::STAGE_BYTES), bar = full + 8u * st;
@@ -1066,16 +1076,7 @@ template <bool BF16> struct gemm_th {
     {
         const int wg = (int)threadIdx.x >> 7;
         if (s0 & 1023u) __trap(); // the swizzle atoms must sit on 1024-byte boundaries
-        if (threadIdx.x == 0) {
-            for (int st = 0; st < GEMM_TH_S; st++) {
-                gemm_mbar_init(full + 8u * st, 1);  // the producer's arrive (and the copies' bytes)
-                gemm_mbar_init(empty + 8u * st, 8); // a lane of each consumer warp
-            }
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-            asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-#endif
-        }
-        __syncthreads();
+        gemm_ring_init(full, empty, GEMM_TH_S, 8); // empty: a lane of each consumer warp
         if (wg == 0) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
             asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
@@ -1295,14 +1296,7 @@ template <bool BF16, int S, bool XH = false, bool TM = false> struct gemm_k {
             return;
         }
         if (s0 & 1023u) __trap(); // the swizzle atoms must sit on 1024-byte boundaries
-        if (t == 0) {
-            for (int st = 0; st < S; st++) {
-                gemm_mbar_init(full + 8u * st, 1);  // thread 0's arrive (and the boxes' bytes)
-                gemm_mbar_init(empty + 8u * st, 4); // a lane of each warp
-            }
-            asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        }
-        __syncthreads();
+        gemm_ring_init(full, empty, S, 4); // empty: a lane of each warp
         auto issue_w = [&](int st, int kt) {
             const uint32_t bar = full + 8u * st;
             gemm_mbar_expect(bar, stage_bytes);
