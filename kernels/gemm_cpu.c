@@ -52,6 +52,13 @@ static float gemm_dot(const float *w, const float *x, int n)
     return a[0];
 }
 
+/* p's out, m x rows f32, all NaN: a reference's loud answer where the kernel could not have run. */
+static void gemm_out_nan(const ppn_kp_gemm *p)
+{
+    float *out = PTR(float, p->out);
+    for (size_t i = 0; i < (size_t)p->m * (size_t)p->rows; i++) out[i] = NAN;
+}
+
 /* Each weight row is widened once and met with every (rounded) x row; out[i, r] = res[i, r] + (dot + bias),
  * res read before out is written (they may alias). x16: x is given in bf16 (gemm_tc_kw16), already rounded and in
  * its layout (kparams.h, PPN_X16_POS), so widened as it is (bf16 weights and cols % 64 == 0 only: otherwise the
@@ -64,7 +71,7 @@ static void gemm_ref(const ppn_kp_gemm *p, int x16)
     const float *res = p->res ? PTR(const float, p->res) : NULL, *x = PTR(const float, p->x);
     float *xr = malloc(m * cols * sizeof *xr), *wr = malloc(cols * sizeof *wr);
     if (!xr || !wr || (x16 && (p->wdt != PPN_DTYPE_BF16 || cols % 64))) {
-        for (size_t i = 0; i < m * rows; i++) out[i] = NAN;
+        gemm_out_nan(p);
         free(xr), free(wr);
         return;
     }
@@ -110,8 +117,7 @@ void ppn_cpu_gemm_tc_kwt(const void *params)
     memcpy(&p, params, sizeof p); /* the sim's copy of the params need not be 64-byte aligned */
     uint64_t w = gemm_wmap_base(&p.wmap, &p.g);
     if (!w) {
-        float *out = PTR(float, p.g.out);
-        for (size_t i = 0; i < (size_t)p.g.m * (size_t)p.g.rows; i++) out[i] = NAN;
+        gemm_out_nan(&p.g);
         return;
     }
     p.g.w = w;
@@ -132,8 +138,7 @@ void ppn_cpu_gemm_tc_k16t(const void *params)
              xd.dim[1] == (uint64_t)p.g.m && xd.row_bytes == (uint64_t)p.g.cols * 2u && xd.box[0] == PPN_GEMM_TC_K_KT &&
              xd.box[1] == PPN_GEMM_TC_K_MP(p.g.m);
     if (!ok) {
-        float *out = PTR(float, p.g.out);
-        for (size_t i = 0; i < (size_t)p.g.m * (size_t)p.g.rows; i++) out[i] = NAN;
+        gemm_out_nan(&p.g);
         return;
     }
     p.g.w = w, p.g.x = xd.base;
@@ -202,8 +207,7 @@ void ppn_cpu_gemm_tc_h(const void *params)
     ok = ok && xd.box[0] == PPN_GEMM_TC_H_XBOX && xd.box[1] == PPN_GEMM_TC_H_BM && wd.box[0] == PPN_GEMM_TC_H_BK &&
          wd.box[1] == PPN_GEMM_TC_H_BN;
     if (!ok) {
-        float *out = PTR(float, p.g.out);
-        for (size_t i = 0; i < (size_t)p.g.m * (size_t)p.g.rows; i++) out[i] = NAN;
+        gemm_out_nan(&p.g);
         return;
     }
     ppn_kp_gemm q = p.g;
