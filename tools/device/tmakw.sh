@@ -9,7 +9,7 @@
 #           ppn_op_gemm_x16, now gemm_tc_kwt, then swiglu rows: the same bytes, and both timed)
 #   ids     16 prompts as one batch on llama-8b (24 greedy ids each; $IDS, one prompt a line, made if absent),
 #           PPN_TMA 1 and 2 with PPN_FUSE 1 and 0: all four outputs the same bytes
-#   bench   ppn bench --batch $BATCH on llama-8b and llama-1b, PPN_TMA 1 / 2 in $ROUNDS alternating rounds
+#   bench   ppn bench --batch $BATCH on $SHAPES (default llama-8b llama-1b), PPN_TMA 1 / 2 in $ROUNDS alternating rounds
 #   mixed   the serving iteration, --batch 16 --mixed 64 --prompt 512 on llama-8b, both levels, $ROUNDS rounds
 #   table   test_gpu_gemm_decode's table (gemm_tc_kwt beside gemm_tc_kw16 per shape and m; % of the copy floor)
 #   gate    ppn gate batch on llama-8b under PPN_TMA=2 (split against unsplit, N <= 2)
@@ -18,6 +18,7 @@
 PHASES=${PHASES:-check ids bench mixed table gate}
 ROUNDS=${ROUNDS:-3}
 BATCH=${BATCH:-1,16,64}
+SHAPES=${SHAPES:-llama-8b llama-1b}
 GB=${GPUBIN:-build/gpu}
 IDS=${IDS:-$OUT/ids16.txt}
 begin -h name,driver_version,memory.total
@@ -48,10 +49,10 @@ for ph in $PHASES; do
             cmp -s "$OUT/ids_tma1_fuse1.txt" "$f" || { fail=1; log "FAIL $(basename "$f") differs from ids_tma1_fuse1.txt"; }
         done ;;
     bench)
-        model llama-8b; model llama-1b
+        for shape in $SHAPES; do model "$shape"; done
         for r in $(seq 1 "$ROUNDS"); do
             for lv in 1 2; do
-                for shape in llama-8b llama-1b; do
+                for shape in $SHAPES; do
                     j="$OUT/bench_tma${lv}_${shape}_$r.json"
                     PPN_TMA=$lv timeout 240 $PPN bench --model /tmp/m-$shape --backend cuda --batch "$BATCH" --prompt 128 -n 128 \
                         --reps 3 --json > "$j" 2> "${j%.json}.err" || stop "bench PPN_TMA=$lv $shape"
