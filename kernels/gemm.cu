@@ -534,8 +534,10 @@ struct gemm_h {
     }
 
     // XH: the same elements from x in gemm_tc_kw16's layout (kparams.h, PPN_X16_POS; cols % 64 == 0): this thread's
-    // 16 of a row's k-tile lie together at 16 (lane % 4), two 16-byte loads a row.
-    __device__ __forceinline__ void load_xh(int kt)
+    // 16 of a row's k-tile lie together at 16 (lane % 4), two 16-byte loads a row; into rawh, or d.
+    __device__ __forceinline__ void load_xh(int kt) { load_xh(kt, rawh); }
+
+    __device__ __forceinline__ void load_xh(int kt, uint32_t (&d)[16]) const
     {
         const unsigned short *xh = (const unsigned short *)p.x;
 #pragma unroll
@@ -548,8 +550,8 @@ struct gemm_h {
                 a = src[0], b = src[1];
             }
             // [s][h] pairs in order: a holds s = 0, 1 and b s = 2, 3 (PPN_X16_POS)
-            rawh[0 + rh] = a.x, rawh[2 + rh] = a.y, rawh[4 + rh] = a.z, rawh[6 + rh] = a.w;
-            rawh[8 + rh] = b.x, rawh[10 + rh] = b.y, rawh[12 + rh] = b.z, rawh[14 + rh] = b.w;
+            d[0 + rh] = a.x, d[2 + rh] = a.y, d[4 + rh] = a.z, d[6 + rh] = a.w;
+            d[8 + rh] = b.x, d[10 + rh] = b.y, d[12 + rh] = b.z, d[14 + rh] = b.w;
         }
     }
 
@@ -848,21 +850,21 @@ template <class H> __device__ __forceinline__ void gemm_h_mainloop_tma(H &k, flo
     if (t == 0)
         for (int s = 0; s < S && s < n; s++) issue(s, k.kt0 + s);
     ppn_pdl_wait();
-    k.load_x(k.kt0);
-    for (int i = 0; i < n; i++) {
+    // k-tile i's group reads its A fragments (x) from registers until a wait retires it (PTX: a write to them
+    // before is undefined), and one group stays in flight: so two register sets (even k-tiles' xa, odd ones' xb),
+    // k-tile i + 1's loaded into the other set only after the wait that retires k-tile i - 1's group.
+    uint32_t xa[16], xb[16];
+    k.load_xh(k.kt0, xa);
+    auto step = [&](int i, const uint32_t(&cur)[16], uint32_t(&nxt)[16]) {
         const int st = i % S;
         gemm_mbar_wait(full + 8u * st, (unsigned)((i / S) & 1));
-        uint32_t a[16];
-#pragma unroll
-        for (int j = 0; j < 16; j++) a[j] = k.rawh[j];
-        if (i + 1 < n) k.load_x(k.kt0 + i + 1); // lands while the tensor cores work on this one
         const uint32_t sb = k.s0 + (uint32_t)(st * H::STAGE_BYTES);
         gemm_wg_fence();
 #pragma unroll
         for (int s = 0; s < 4; s++)
-            gemm_wgmma<H::BN_, true>(acc, a + 4 * s, gemm_desc(sb + 32u * (uint32_t)s), i > 0 || s > 0);
+            gemm_wgmma<H::BN_, true>(acc, cur + 4 * s, gemm_desc(sb + 32u * (uint32_t)s), i > 0 || s > 0);
         gemm_wg_commit();
-        gemm_wg_wait<1>(); // k-tile i - 1's group is done with its slot
+        gemm_wg_wait<1>(); // k-tile i - 1's group is done with its slot and its fragments (nxt)
         if (i > 0) {
             const int pi = i - 1, ps = pi % S;
             __syncwarp();
@@ -872,6 +874,12 @@ template <class H> __device__ __forceinline__ void gemm_h_mainloop_tma(H &k, flo
                 issue(ps, k.kt0 + pi + S);
             }
         }
+        // after the slot's refill (the loads' first use waits for them); lands while the tensor cores work on i
+        if (i + 1 < n) k.load_xh(k.kt0 + i + 1, nxt);
+    };
+    for (int i = 0; i < n; i += 2) {
+        step(i, xa, xb);
+        if (i + 1 < n) step(i + 1, xb, xa);
     }
     gemm_wg_wait<0>();
 #pragma unroll
