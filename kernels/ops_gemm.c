@@ -17,7 +17,7 @@
  * gemm_tc_h on the shapes where it was faster (gemm_h_wins), the same tile and sum warp-specialized behind the
  * tensor memory accelerator: gemm_tc_l's bits. At tma_ok's level 2 (PPN_TMA=2) ppn_op_gemm_x16 and
  * ppn_op_gemm_swiglu also take the split-K tiles' TMA forms, gemm_tc_k16t, gemm_tc_kwt and gemm_swiglu_t: their
- * forms' bits, not yet timed on a GPU (gemm_tma_kw).
+ * forms' bits, slower on an H100 but for gemm_tc_k16t (2026-12-06, docs/PERF.md; gemm_tma_kw).
  * So for bf16 / f16 weights a token's row depends on which of those ranges of m its chunk falls in.
  */
 #include <string.h>
@@ -180,9 +180,9 @@ static int gemm_tma_sms(ppn_gpu *g, ppn_gstream *s)
 }
 
 /* Whether the stream's device takes the split-K tiles' TMA forms (gemm_tc_kwt for gemm_tc_kw16, gemm_tc_k16t for
- * gemm_tc_k16, gemm_swiglu_t for gemm_swiglu: the same bits): tma_ok's level 2 (PPN_TMA=2). Not the default until
- * timed on a GPU: written 2026-12-05 in a session whose device loans stopped before it ran; docs/PERF.md says what
- * to run (tools/device/tmakw.sh). */
+ * gemm_tc_k16, gemm_swiglu_t for gemm_swiglu: the same bits): tma_ok's level 2 (PPN_TMA=2). Not the default: on
+ * an H100 (2026-12-06, docs/PERF.md; tools/device/tmakw.sh) the 8B's B=16 and B=64 steps ran 16% slower, gemm_tc_kwt
+ * and gemm_swiglu_t 18-40% a launch, gemm_tc_k16t alone 4.6% faster. */
 static int gemm_tma_kw(ppn_gpu *g, ppn_gstream *s) { return g->ops->tma_ok && g->ops->tma_ok(g, s) >= 2; }
 
 /* Where the device runs it, gemm_tc_h replaces gemm_tc_l (the same tile and bits) but on one wave of tiles over a
