@@ -78,7 +78,7 @@ static const ppn_env_var env_table[] = {
     INT("PPN_TMA", PPN_ENV_DEVICE, 0, 0, 2, "1",
         "0: no kernels fed by the tensor memory accelerator (cuda: compute capability 9.x; sim: its encoding); the "
         "prefill's large tile then runs without it, to the same bits: an A/B arm. 2: also the middle split-K tile on "
-        "bf16 x and gemm_swiglu (gemm_tc_kwt, gemm_swiglu_t: the same bits; 16-40% slower a launch on an H100, "
+        "bf16 x and gemm_swiglu (gemm_tc_kwt, gemm_swiglu_t: the same bits; 18-40% slower a launch on an H100, "
         "2026-12-06, so not the default)"),
     TEXT("CUDA_VISIBLE_DEVICES", PPN_ENV_DEVICE, "every device", "the CUDA driver's device list",
          "read by the CUDA driver; ppn only quotes it when the driver sees no device"),
