@@ -30,6 +30,8 @@ void ppn_cpu_gemm_tc_k16t(const void *params); /* ppn_cpu_gemm_tc_k16 with W and
 void ppn_cpu_gemm_tc_k16(const void *params);  /* the same (gemm_tc_k's tile on that x) */
 void ppn_cpu_gemm_swiglu(const void *params);  /* ppn_cpu_gemm_tc_kw16 into gate|up, then ppn_cpu_swiglu_rows */
 void ppn_cpu_gemm_swiglu_t(const void *params); /* ppn_cpu_gemm_swiglu with W read through its tensor map */
+void ppn_cpu_gemm_tc_kx(const void *params);    /* = ppn_cpu_gemm_tc_kw16 (its sums, 128-token groups) */
+void ppn_cpu_gemm_swiglu_x(const void *params); /* = ppn_cpu_gemm_swiglu (on gemm_tc_kx's tile) */
 void ppn_cpu_gemm_tc_h(const void *params);  /* ppn_cpu_gemm on the operands its tensor maps (sim) describe */
 /* the many-rows kernels (kernels/rows_cpu.c): the decode references above, row by row */
 void ppn_cpu_embed_rows(const void *params);

@@ -1682,3 +1682,299 @@ extern "C" __global__ void GEMM_K_CLUSTER_DIMS __launch_bounds__(PPN_GEMM_TC_M_T
     __trap();
 #endif
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// gemm_tc_kx and gemm_swiglu_x (sm_90a): gemm_tc_kw16's and gemm_swiglu's sums with the operands swapped, so up to
+// 128 tokens take one pass over W. W is the A operand (a tile's 128 weight rows as two m64 halves) and the tokens
+// are N (NX = the group's tokens rounded up to 16, at most 128), both read by the tensor cores from shared memory.
+// A ring of PPN_GEMM_TC_KX_STAGES k-tiles holds W's 128 x 64 (16-byte copies into the 128-byte swizzle, as
+// gemm_h::load_w) and x's NX rows of the k-tile in the same swizzle: x comes in gemm_tc_kw16's layout (kparams.h,
+// PPN_X16_POS), so each 4-byte pair of it is copied to its place in k order (lane l of a warp takes the pair at
+// k 2 l of a row, so a warp reads one row's 128 bytes a copy); tokens past the group are not loaded (their
+// columns of the product are never stored). Loads run S - 2 k-tiles ahead of the one computed, and one k-tile's
+// wgmma group stays in flight while the next is issued. The grid, the K split (KW_KS(rows) ranges of whole
+// 64-column k-tiles), the k16 steps in k order and the partial sums added in k order through distributed shared
+// memory are gemm_tc_kw's, so a token's output has gemm_tc_kw16's (gemm_swiglu's) bits; groups are 128 tokens
+// wide, not 64.
+
+// The accumulator registers of an m64nNk16 step, 8 at a time: %0 .. %(N / 2 - 1) of the instruction.
+#define GEMM_KR0 "%0, %1, %2, %3, %4, %5, %6, %7"
+#define GEMM_KR1 GEMM_KR0 ", %8, %9, %10, %11, %12, %13, %14, %15"
+#define GEMM_KR2 GEMM_KR1 ", %16, %17, %18, %19, %20, %21, %22, %23"
+#define GEMM_KR3 GEMM_KR2 ", %24, %25, %26, %27, %28, %29, %30, %31"
+#define GEMM_KR4 GEMM_KR3 ", %32, %33, %34, %35, %36, %37, %38, %39"
+#define GEMM_KR5 GEMM_KR4 ", %40, %41, %42, %43, %44, %45, %46, %47"
+#define GEMM_KR6 GEMM_KR5 ", %48, %49, %50, %51, %52, %53, %54, %55"
+#define GEMM_KR7 GEMM_KR6 ", %56, %57, %58, %59, %60, %61, %62, %63"
+#define GEMM_KX_ASM(NS, REGS, IA, IB, IK, ...)                                                                    \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " IK ", 0;\n"                                                  \
+                 "wgmma.mma_async.sync.aligned.m64n" NS "k16.f32.bf16.bf16 {" REGS "}, " IA ", " IB               \
+                 ", p, 1, 1, 0, 0;\n}\n"                                                                          \
+                 : __VA_ARGS__                                                                                    \
+                 : "l"(da), "l"(db), "r"(keep))
+
+// One m64nNk16 step, both operands in shared memory: d (N / 2 accumulators) = (keep ? d : 0) + A . B, A 64 x 16
+// (descriptor da: weight rows), B N x 16 (descriptor db: tokens), bf16.
+template <int N> __device__ __forceinline__ void gemm_wgmma_kx(float *d, uint64_t da, uint64_t db, int keep)
+{
+    static_assert(N % 16 == 0 && N >= 16 && N <= 128, "the token widths gemm_tc_kx takes");
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if constexpr (N == 16) {
+        GEMM_KX_ASM("16", GEMM_KR0, "%8", "%9", "%10", GEMM_ACC_OPS8(d, 0));
+    } else if constexpr (N == 32) {
+        GEMM_KX_ASM("32", GEMM_KR1, "%16", "%17", "%18", GEMM_ACC_OPS8(d, 0), GEMM_ACC_OPS8(d, 8));
+    } else if constexpr (N == 48) {
+        GEMM_KX_ASM("48", GEMM_KR2, "%24", "%25", "%26", GEMM_ACC_OPS8(d, 0), GEMM_ACC_OPS8(d, 8),
+                    GEMM_ACC_OPS8(d, 16));
+    } else if constexpr (N == 64) {
+        GEMM_KX_ASM("64", GEMM_KR3, "%32", "%33", "%34", GEMM_ACC_OPS32(d, 0));
+    } else if constexpr (N == 80) {
+        GEMM_KX_ASM("80", GEMM_KR4, "%40", "%41", "%42", GEMM_ACC_OPS32(d, 0), GEMM_ACC_OPS8(d, 32));
+    } else if constexpr (N == 96) {
+        GEMM_KX_ASM("96", GEMM_KR5, "%48", "%49", "%50", GEMM_ACC_OPS32(d, 0), GEMM_ACC_OPS8(d, 32),
+                    GEMM_ACC_OPS8(d, 40));
+    } else if constexpr (N == 112) {
+        GEMM_KX_ASM("112", GEMM_KR6, "%56", "%57", "%58", GEMM_ACC_OPS32(d, 0), GEMM_ACC_OPS8(d, 32),
+                    GEMM_ACC_OPS8(d, 40), GEMM_ACC_OPS8(d, 48));
+    } else {
+        GEMM_KX_ASM("128", GEMM_KR7, "%64", "%65", "%66", GEMM_ACC_OPS64(d));
+    }
+#else
+    (void)d, (void)da, (void)db, (void)keep;
+#endif
+}
+
+__device__ __forceinline__ void gemm_cp4(uint32_t dst, const void *src)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
+}
+
+template <int NX, bool GU> struct gemm_kx {
+    static constexpr int BN = PPN_GEMM_TC_M_BN, BK = 64, S = (int)PPN_GEMM_TC_KX_STAGES, T = PPN_GEMM_TC_M_THREADS;
+    static constexpr int W_BYTES = BN * BK * 2, STAGE = W_BYTES + NX * BK * 2, NA = NX / 2, NQ = NX / 4;
+    static_assert(BN == 128 && T == 128 && S >= 3, "two m64 halves, one warpgroup, loads at least a k-tile ahead");
+    static_assert(STAGE % 1024 == 0, "stages on swizzle atoms");
+
+    const ppn_kp_gemm &p;
+    uint32_t s0;
+    int i0, r0, mg, kt0, kt1;
+
+    __device__ gemm_kx(const ppn_kp_gemm &p_, int i0_, int r0_, int mg_, int kt0_, int kt1_)
+        : p(p_), s0(gemm_smem_addr(gemm_dyn_smem)), i0(i0_), r0(r0_), mg(mg_), kt0(kt0_), kt1(kt1_)
+    {
+    }
+
+    // W k-tile kt into stage st: gemm_h::load_w's rows (GU: gate rows r0 / 2 + [0, 64), then their up rows).
+    __device__ __forceinline__ void load_w(int st, int kt) const
+    {
+#pragma unroll
+        for (int e = 0; e < BN * BK / 8 / T; e++) {
+            int idx = (int)threadIdx.x + e * T, r = idx >> 3, c = idx & 7, gk = kt * BK + c * 8, wr = r0 + r;
+            bool ok = wr < p.rows;
+            if constexpr (GU) {
+                int f = r0 / 2 + (r & (BN / 2 - 1));
+                wr = (r < BN / 2 ? 0 : p.rows / 2) + f, ok = f < p.rows / 2;
+            }
+            const unsigned short *src = (const unsigned short *)p.w;
+            if (ok) src += (size_t)wr * (size_t)p.cols + (size_t)gk;
+            gemm_cp16(s0 + (uint32_t)(st * STAGE + r * 128 + ((c ^ (r & 7)) << 4)), src, ok);
+        }
+    }
+
+    // x k-tile kt's rows below mg into stage st in k order: lane l's pair is k 2 l .. 2 l + 1 of the k-tile
+    // (k = 16 s + 8 h + 2 q: PPN_X16_POS puts it at 16 q + 4 s + 2 h), 16-byte chunk l / 4 of the row.
+    __device__ __forceinline__ void load_x(int st, int kt) const
+    {
+        const int t = (int)threadIdx.x, l = t & 31, s = l >> 3, h = (l >> 2) & 1, q = l & 3;
+        const uint32_t xs = s0 + (uint32_t)(st * STAGE + W_BYTES) + (uint32_t)((l & 3) * 4);
+        const unsigned short *src = (const unsigned short *)p.x + (size_t)i0 * (size_t)p.cols + (size_t)kt * BK +
+                                    (size_t)(16 * q + 4 * s + 2 * h);
+        for (int n = t >> 5; n < mg; n += T / 32)
+            gemm_cp4(xs + (uint32_t)(n * 128 + (((l >> 2) ^ (n & 7)) << 4)), src + (size_t)n * (size_t)p.cols);
+    }
+
+    // k-tiles [kt0, kt1) into a (weight rows 0-63) and b (64-127): m64nNXk16 steps in k order, the first one's
+    // accumulators from nothing (never defined by another instruction: ptxas would serialize the pipeline).
+    __device__ __forceinline__ void mainloop(float (&a)[NA], float (&b)[NA])
+    {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        const int n = kt1 - kt0;
+        if (s0 & 1023u) __trap(); // the swizzle atoms must sit on 1024-byte boundaries
+        if (n <= 0) {
+#pragma unroll
+            for (int j = 0; j < NA; j++) a[j] = b[j] = 0.0f;
+            ppn_pdl_wait();
+            return;
+        }
+#pragma unroll
+        for (int s = 0; s < S - 2; s++) {
+            if (s < n) load_w(s, kt0 + s);
+            gemm_cp_commit();
+        }
+        ppn_pdl_wait();
+        for (int s = 0; s < S - 2 && s < n; s++) load_x(s, kt0 + s);
+        gemm_cp_commit();
+        for (int i = 0; i < n; i++) {
+            if (i == 0) gemm_cp_wait<0>();
+            else gemm_cp_wait<S - 3>(); // k-tile i's group: the oldest of the S - 2 in flight
+            gemm_fence_async();         // the cp.async writes (generic proxy) before wgmma's reads (async proxy)
+            __syncthreads();            // k-tile i landed for all; every thread's group i - 2 is done: its slot free
+            const int ni = i + S - 2;
+            if (ni < n) load_w(ni % S, kt0 + ni), load_x(ni % S, kt0 + ni);
+            gemm_cp_commit();
+            const uint32_t sw = s0 + (uint32_t)((i % S) * STAGE), sx = sw + (uint32_t)W_BYTES;
+            gemm_wg_fence();
+#pragma unroll
+            for (int s = 0; s < 4; s++) {
+                const uint64_t db = gemm_desc(sx + 32u * (uint32_t)s);
+                gemm_wgmma_kx<NX>(a, gemm_desc(sw + 32u * (uint32_t)s), db, i > 0 || s > 0);
+                gemm_wgmma_kx<NX>(b, gemm_desc(sw + 8192u + 32u * (uint32_t)s), db, i > 0 || s > 0);
+            }
+            gemm_wg_commit();
+            gemm_wg_wait<1>(); // k-tile i - 1's group is done with its slot
+        }
+        gemm_wg_wait<0>();
+        gemm_cp_wait<0>();
+#pragma unroll
+        for (int j = 0; j < NA; j++) a[j] += 0.0f, b[j] += 0.0f; // -0 to +0: gemm_tc_kw16's sums start from +0
+#else
+        (void)a, (void)b;
+        __trap();
+#endif
+    }
+
+    // Output (token i, weight row r) = v, or GU: out column f of token i = silu(g) u, as gemm_gu_put rounds it.
+    __device__ __forceinline__ void put(int i, int r, float v) const { gemm_store(p, i, r, v); }
+
+    __device__ __forceinline__ void put_gu(int odt, int i, int f, float g, float u) const
+    {
+        const int nf = p.rows / 2;
+        if (i >= p.m || f >= nf) return;
+        const float v = ppn_swish(g) * u;
+        const size_t o = (size_t)i * (size_t)nf;
+        if (odt == PPN_DTYPE_BF16) ((__nv_bfloat16 *)p.out)[o + PPN_X16_POS(f)] = __float2bfloat16_rn(v);
+        else ((float *)p.out)[o + f] = v;
+    }
+
+    // Float4 j of thread u (j < NQ / 2: rows 0-63, else 64-127; the m64nN accumulator's layout, W rows as M):
+    // weight rows R, R + 8 of the half, tokens c, c + 1.
+    __device__ __forceinline__ void put4(int odt, int j, int u, float4 v, float4 w) const
+    {
+        const int jj = j % (NQ / 2), R = (u >> 5) * 16 + ((u & 31) >> 2), c = i0 + jj * 8 + (u & 3) * 2;
+        if constexpr (GU) { // v: the gate float4, w: its up float4
+            const int f = r0 / 2 + R;
+            put_gu(odt, c, f, v.x, w.x);
+            put_gu(odt, c + 1, f, v.y, w.y);
+            put_gu(odt, c, f + 8, v.z, w.z);
+            put_gu(odt, c + 1, f + 8, v.w, w.w);
+        } else {
+            (void)odt, (void)w;
+            const int r = r0 + (j / (NQ / 2)) * 64 + R;
+            put(c, r, v.x);
+            put(c + 1, r, v.y);
+            put(c, r + 8, v.z);
+            put(c + 1, r + 8, v.w);
+        }
+    }
+
+    __device__ __forceinline__ void run(int ks, int part, int lead, int odt)
+    {
+        float a[NA], b[NA];
+        mainloop(a, b);
+        const int t = (int)threadIdx.x;
+        if (ks == 1) { // the whole sum is here: no partials
+            if (r0 >= p.rows) return;
+#pragma unroll
+            for (int j = 0; j < NQ / 2; j++) {
+                const float4 va = make_float4(a[4 * j], a[4 * j + 1], a[4 * j + 2], a[4 * j + 3]);
+                const float4 vb = make_float4(b[4 * j], b[4 * j + 1], b[4 * j + 2], b[4 * j + 3]);
+                if constexpr (GU) {
+                    put4(odt, j, t, va, vb);
+                } else {
+                    put4(odt, j, t, va, va);
+                    put4(odt, j + NQ / 2, t, vb, vb);
+                }
+            }
+            return;
+        }
+        __syncthreads(); // the ring is free (every wgmma and copy waited for): the partial sums go there
+        float4 *pp = (float4 *)gemm_dyn_smem;
+#pragma unroll
+        for (int j = 0; j < NQ / 2; j++) {
+            pp[j * T + t] = make_float4(a[4 * j], a[4 * j + 1], a[4 * j + 2], a[4 * j + 3]);
+            pp[(j + NQ / 2) * T + t] = make_float4(b[4 * j], b[4 * j + 1], b[4 * j + 2], b[4 * j + 3]);
+        }
+        gemm_cluster_sync(); // every CTA's partials written
+        const uint32_t base = gemm_smem_addr(gemm_dyn_smem);
+        const int tot = (GU ? NQ / 2 : NQ) * T, share = tot / ks; // GU: a gate float4 with its up float4
+        for (int e = part * share + t; e < (part + 1) * share && r0 < p.rows; e += T) {
+            const uint32_t ea = base + (uint32_t)e * 16u, eb = ea + (uint32_t)(NQ / 2 * T) * 16u;
+            float4 v = gemm_ld_peer(ea, (unsigned)lead), w = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if constexpr (GU) w = gemm_ld_peer(eb, (unsigned)lead);
+            for (int q = 1; q < ks; q++) {
+                const float4 x = gemm_ld_peer(ea, (unsigned)(lead + q));
+                v.x += x.x, v.y += x.y, v.z += x.z, v.w += x.w;
+                if constexpr (GU) {
+                    const float4 y = gemm_ld_peer(eb, (unsigned)(lead + q));
+                    w.x += y.x, w.y += y.y, w.z += y.z, w.w += y.w;
+                }
+            }
+            put4(odt, e / T, e % T, v, w);
+        }
+        gemm_cluster_sync(); // no CTA leaves while a peer may still read its partials
+    }
+};
+
+// The CTA's group, tile and k-range (gemm_kw_run's, with groups of 128 tokens), then its width's body.
+template <bool GU> __device__ __forceinline__ void gemm_kx_run(const ppn_kp_gemm &p, int odt)
+{
+    constexpr int BN = PPN_GEMM_TC_M_BN, CL = PPN_GEMM_TC_K_CLUSTER, BX = PPN_GEMM_TC_KX_BM;
+    const int rank = (int)(blockIdx.x % CL), ks = p.ks, groups = (p.m + BX - 1) / BX, c = (int)blockIdx.x / CL;
+    const int part = rank % ks, lead = rank - part;
+    const int i0 = c % groups * BX, r0 = (c / groups * (CL / ks) + rank / ks) * BN, mg = min(p.m - i0, BX);
+    const int kts = (p.cols + GEMM_H_BK - 1) / GEMM_H_BK, per = (kts + ks - 1) / ks;
+    int kt0 = min(kts, part * per), kt1 = min(kts, kt0 + per);
+    if (r0 >= p.rows) kt1 = kt0; // a cluster's tiles past the matrix: no loads, only the barriers
+    switch ((mg + 15) >> 4) {
+#define GEMM_KX_CASE(W)                                                                                           \
+    case W / 16: {                                                                                                \
+        gemm_kx<W, GU> k(p, i0, r0, mg, kt0, kt1);                                                                \
+        k.run(ks, part, lead, odt);                                                                               \
+        break;                                                                                                    \
+    }
+        GEMM_KX_CASE(16)
+        GEMM_KX_CASE(32)
+        GEMM_KX_CASE(48)
+        GEMM_KX_CASE(64)
+        GEMM_KX_CASE(80)
+        GEMM_KX_CASE(96)
+        GEMM_KX_CASE(112)
+        GEMM_KX_CASE(128)
+#undef GEMM_KX_CASE
+    default: __trap();
+    }
+}
+
+extern "C" __global__ void GEMM_K_CLUSTER_DIMS __launch_bounds__(PPN_GEMM_TC_M_THREADS, 1)
+    ppn_k_gemm_tc_kx(const ppn_kp_gemm_tc_kx p)
+{
+    ppn_pdl_trigger();
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if (p.wdt != PPN_DTYPE_BF16) __trap();
+    gemm_kx_run<false>(p, PPN_DTYPE_F32);
+#else
+    __trap();
+#endif
+}
+
+extern "C" __global__ void GEMM_K_CLUSTER_DIMS __launch_bounds__(PPN_GEMM_TC_M_THREADS, 1)
+    ppn_k_gemm_swiglu_x(const ppn_kp_gemm_swiglu p)
+{
+    ppn_pdl_trigger();
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if (p.g.wdt != PPN_DTYPE_BF16) __trap();
+    gemm_kx_run<true>(p.g, p.odt);
+#else
+    __trap();
+#endif
+}

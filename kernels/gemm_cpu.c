@@ -184,6 +184,10 @@ void ppn_cpu_gemm_swiglu_t(const void *params)
     gemm_swiglu_ref(&p, gemm_wmap_base(&pt.wmap, &pt.g));
 }
 
+/* gemm_tc_kx and gemm_swiglu_x: gemm_tc_kw16's and gemm_swiglu's sums on another tile (kparams.h). */
+void ppn_cpu_gemm_tc_kx(const void *params) { gemm_ref(params, 1); }
+void ppn_cpu_gemm_swiglu_x(const void *params) { ppn_cpu_gemm_swiglu(params); }
+
 void ppn_cpu_gemm_tc_l(const void *params) { ppn_cpu_gemm(params); }
 void ppn_cpu_gemm_tc_m(const void *params) { ppn_cpu_gemm(params); }
 void ppn_cpu_gemm_tc_s(const void *params) { ppn_cpu_gemm(params); }

@@ -110,6 +110,7 @@ typedef ppn_kp_gemm ppn_kp_gemm_tc_k16; /* x [m, cols] in bf16 (PPN_X16_POS), no
 typedef ppn_kp_gemm ppn_kp_gemm_tc_kw;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_kwx;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_kw16; /* x [m, cols] in bf16, not f32: see gemm_tc_kw16 above */
+typedef ppn_kp_gemm ppn_kp_gemm_tc_kx; /* x as gemm_tc_kw16's (bf16); gemm_swiglu_x takes ppn_kp_gemm_swiglu */
 /* gemm_tc_k16t: gemm_tc_k16's params, and wmap: W as gemm_tc_kwt's below; xmap: x [m, cols] bf16 (row pitch cols x 2
  * bytes) in boxes of 64 columns x PPN_GEMM_TC_K_MP(m) rows, the 128-byte swizzle, zeros past the matrix. */
 typedef struct { ppn_tmap wmap, xmap; ppn_kp_gemm g; } ppn_kp_gemm_tc_k16t;
@@ -119,6 +120,7 @@ typedef struct { ppn_tmap wmap; ppn_kp_gemm g; } ppn_kp_gemm_tc_kwt;
 /* g: gemm_tc_kw16's over the gate|up matrix (rows = 2 n, rows / 2 % 64 == 0, no bias or res); out [m, n] in odt
  * (PPN_DTYPE_F32 or PPN_DTYPE_BF16), 16-byte aligned. */
 typedef struct { ppn_kp_gemm g; int32_t odt, pad; } ppn_kp_gemm_swiglu;
+typedef ppn_kp_gemm_swiglu ppn_kp_gemm_swiglu_x; /* gemm_swiglu_x: gemm_swiglu's */
 /* gemm_swiglu_t: gemm_swiglu's, and wmap: the gate|up matrix as gemm_tc_kwt's. */
 typedef struct { ppn_tmap wmap; ppn_kp_gemm g; int32_t odt, pad; } ppn_kp_gemm_swiglu_t;
 /* gemm_tc_kw16's x: bf16 rows of cols % 64 == 0 elements laid out by 64-element blocks, element k of a row at
@@ -206,6 +208,18 @@ typedef struct { ppn_tmap wmap; ppn_kp_gemm g; int32_t odt, pad; } ppn_kp_gemm_s
 #define PPN_GEMM_TC_KWT_BOX 64
 #define PPN_GEMM_TC_KWT_STAGES 3u
 #define PPN_GEMM_TC_KWT_SMEM (PPN_GEMM_TC_KWT_STAGES * (PPN_GEMM_TC_M_BN * 64u * 2u + 16u))
+
+/* gemm_tc_kx and gemm_swiglu_x (sm_90a): gemm_tc_kw16's and gemm_swiglu's grid of clusters, K split and sums
+ * (their bits) with W as the warpgroup MMA's A operand and the tokens as N, groups of BM tokens a CTA (one pass
+ * over W up to 128): a ring of STAGES x (a W k-tile of 128 x 64 bf16, then x's NX(m) rows of the k-tile in bf16,
+ * NX(m) = min(m, BM) rounded up to 16), 72-128 KB, above the set's opt-in (ktable.c asks it for these two). */
+#define PPN_GEMM_TC_KX_BM 128
+#define PPN_GEMM_TC_KX_STAGES 4u
+#define PPN_GEMM_TC_KX_NX(m)                                                                                      \
+    ((((unsigned)(m) < (unsigned)PPN_GEMM_TC_KX_BM ? (unsigned)(m) : (unsigned)PPN_GEMM_TC_KX_BM) + 15u) & ~15u)
+#define PPN_GEMM_TC_KX_SMEM(m)                                                                                    \
+    (PPN_GEMM_TC_KX_STAGES * (PPN_GEMM_TC_M_BN * 64u * 2u + PPN_GEMM_TC_KX_NX(m) * 128u))
+#define PPN_GEMM_TC_KX_SMEM_MAX PPN_GEMM_TC_KX_SMEM(PPN_GEMM_TC_KX_BM)
 
 /* gemm_tc_kwx: gemm_tc_kw's tile, grid and K split with x copied through the ring beside W: STAGES x (a W k-tile
  * of 128 x 64 16-bit elements, then x's 64 rows of the k-tile as f32, XROW floats a row) = 102 KB, above the

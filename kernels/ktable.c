@@ -53,6 +53,8 @@ const ppn_gpu_kernel ppn_kernels[PPN_K_COUNT] = {
     PPN_KDESC(PPN_K_GEMM_TC_KWT, gemm_tc_kwt),
     PPN_KDESC(PPN_K_GEMM_SWIGLU_T, gemm_swiglu_t),
     PPN_KDESC(PPN_K_GEMM_TC_K16T, gemm_tc_k16t),
+    PPN_KDESC(PPN_K_GEMM_TC_KX, gemm_tc_kx),
+    PPN_KDESC(PPN_K_GEMM_SWIGLU_X, gemm_swiglu_x),
 };
 
 #if PPN_HAVE_FATBIN
@@ -63,7 +65,9 @@ extern const unsigned char ppn_fatbin_gemm_data[], ppn_fatbin_gemm_end[];
 
 /* The kernels that need more dynamic shared memory than the set's opt-in (PPN_DYN_SMEM_MAX). */
 static const unsigned kernel_smem[PPN_K_COUNT] = {[PPN_K_GEMM_TC_H] = PPN_GEMM_TC_H_SMEM,
-                                                  [PPN_K_GEMM_TC_KWX] = PPN_GEMM_TC_KWX_SMEM};
+                                                  [PPN_K_GEMM_TC_KWX] = PPN_GEMM_TC_KWX_SMEM,
+                                                  [PPN_K_GEMM_TC_KX] = PPN_GEMM_TC_KX_SMEM_MAX,
+                                                  [PPN_K_GEMM_SWIGLU_X] = PPN_GEMM_TC_KX_SMEM_MAX};
 
 static ppn_gpu_kernels kernel_set;
 #if PPN_HAVE_FATBIN

@@ -50,6 +50,8 @@ typedef enum ppn_kernel_id {
     PPN_K_GEMM_TC_KWT,
     PPN_K_GEMM_SWIGLU_T,
     PPN_K_GEMM_TC_K16T,
+    PPN_K_GEMM_TC_KX,
+    PPN_K_GEMM_SWIGLU_X,
     PPN_K_COUNT
 } ppn_kernel_id;
 

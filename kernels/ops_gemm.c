@@ -75,6 +75,7 @@ static int gemm_kw_depth(int kernel)
 {
     return kernel == PPN_K_GEMM_TC_KWX   ? (int)PPN_GEMM_TC_KWX_STAGES
            : kernel == PPN_K_GEMM_TC_KWT ? (int)PPN_GEMM_TC_KWT_STAGES
+           : kernel == PPN_K_GEMM_TC_KX  ? (int)PPN_GEMM_TC_KX_STAGES
                                          : (int)PPN_GEMM_TC_KW_STAGES;
 }
 
@@ -85,18 +86,19 @@ static int gemm_is_k(int kernel)
 }
 
 /* The middle split-K tile in any of its forms: gemm_tc_kw, gemm_tc_kwx, gemm_tc_kw16, gemm_tc_kwt (one grid, split
- * and bits). */
+ * and bits), and gemm_tc_kx (the same split and bits; its own grid: groups of 128 tokens). */
 static int gemm_is_kw(int kernel)
 {
     return kernel == PPN_K_GEMM_TC_KW || kernel == PPN_K_GEMM_TC_KWX || kernel == PPN_K_GEMM_TC_KW16 ||
-           kernel == PPN_K_GEMM_TC_KWT;
+           kernel == PPN_K_GEMM_TC_KWT || kernel == PPN_K_GEMM_TC_KX;
 }
 
-/* x's element size: bf16 for gemm_tc_kw16, gemm_tc_kwt, gemm_tc_k16 and gemm_tc_k16t, f32 for every other kernel. */
+/* x's element size: bf16 for gemm_tc_kw16, gemm_tc_kwt, gemm_tc_kx, gemm_tc_k16 and gemm_tc_k16t, f32 for every
+ * other kernel. */
 static size_t gemm_x_es(int kernel)
 {
-    int x16 = kernel == PPN_K_GEMM_TC_KW16 || kernel == PPN_K_GEMM_TC_KWT || kernel == PPN_K_GEMM_TC_K16 ||
-              kernel == PPN_K_GEMM_TC_K16T;
+    int x16 = kernel == PPN_K_GEMM_TC_KW16 || kernel == PPN_K_GEMM_TC_KWT || kernel == PPN_K_GEMM_TC_KX ||
+              kernel == PPN_K_GEMM_TC_K16 || kernel == PPN_K_GEMM_TC_K16T;
     return x16 ? 2u : 4u;
 }
 
@@ -122,6 +124,14 @@ static size_t gemm_kw_ctas(const ppn_kp_gemm *p)
 {
     unsigned per = PPN_GEMM_TC_K_CLUSTER / (unsigned)gemm_kw_ks(p);
     return (size_t)blocks_for((int)PPN_GEMM_TC_KW_TILES(p->rows), per) * blocks_for(p->m, PPN_GEMM_TC_M_BM) *
+           PPN_GEMM_TC_K_CLUSTER;
+}
+
+/* gemm_tc_kx's: the same clusters for each group of 128 tokens (kparams.h); never more than gemm_tc_kw's. */
+static size_t gemm_kx_ctas(const ppn_kp_gemm *p)
+{
+    unsigned per = PPN_GEMM_TC_K_CLUSTER / (unsigned)gemm_kw_ks(p);
+    return (size_t)blocks_for((int)PPN_GEMM_TC_KW_TILES(p->rows), per) * blocks_for(p->m, PPN_GEMM_TC_KX_BM) *
            PPN_GEMM_TC_K_CLUSTER;
 }
 
@@ -185,6 +195,11 @@ static int gemm_tma_sms(ppn_gpu *g, ppn_gstream *s)
  * and gemm_swiglu_t 18-40% a launch, gemm_tc_k16t alone 4.6% faster. */
 static int gemm_tma_kw(ppn_gpu *g, ppn_gstream *s) { return g->ops->tma_ok && g->ops->tma_ok(g, s) >= 2; }
 
+/* Whether the stream's device takes gemm_tc_kx for gemm_tc_kw16 and gemm_swiglu_x for gemm_swiglu (the same bits):
+ * PPN_GEMM_KX=1 (g->gemm_kx) where it runs sm_90a code (tma_ok; warpgroup MMA with both operands in shared memory),
+ * below PPN_TMA=2's forms. Opt-in until the GPU says it wins (docs/PERF.md). */
+static int gemm_kx_on(ppn_gpu *g, ppn_gstream *s) { return g->gemm_kx && gemm_tma_sms(g, s) > 0 && !gemm_tma_kw(g, s); }
+
 /* Where the device runs it, gemm_tc_h replaces gemm_tc_l (the same tile and bits) but on one wave of tiles over a
  * sum shorter than 8192 columns, where gemm_tc_l was faster: H200, test_gpu_gemm's timing table, 2026-12-02
  * (docs/PERF.md): 8B q|k|v at m = 512 (96 tiles) 277 against 251 TFLOP/s, 8B o at m = 1024 (128 tiles) 353
@@ -241,6 +256,11 @@ static ppn_launch gemm_geometry(int kernel, const ppn_kp_gemm *p)
         ppn_launch l = launch_init(kernel, p, (unsigned)gemm_kw_ctas(p), PPN_GEMM_TC_M_THREADS);
         l.smem = kernel == PPN_K_GEMM_TC_KWT ? PPN_GEMM_TC_KWT_SMEM : PPN_GEMM_TC_KW_SMEM(p->stages);
         PPN_ASSERT(l.smem <= PPN_DYN_SMEM_MAX);
+        return l;
+    }
+    case PPN_K_GEMM_TC_KX: { /* above the set's opt-in: its own (ktable.c) */
+        ppn_launch l = launch_init(kernel, p, (unsigned)gemm_kx_ctas(p), PPN_GEMM_TC_M_THREADS);
+        l.smem = PPN_GEMM_TC_KX_SMEM(p->m);
         return l;
     }
     case PPN_K_GEMM_TC_KWX: { /* above the set's opt-in: its own (ktable.c) */
@@ -402,7 +422,10 @@ ppn_status ppn_op_gemm_x16(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w,
         return ppn_err(PPN_EINVAL, "%s: w and x must be 16-byte aligned (w 0x%llx, x 0x%llx)", op,
                        (unsigned long long)w, (unsigned long long)x16);
     const int t = gemm_tma_kw(g, s); /* PPN_TMA=2: the TMA forms, the same bits */
-    const int k = k16 ? (t ? PPN_K_GEMM_TC_K16T : PPN_K_GEMM_TC_K16) : t ? PPN_K_GEMM_TC_KWT : PPN_K_GEMM_TC_KW16;
+    const int k = k16                ? (t ? PPN_K_GEMM_TC_K16T : PPN_K_GEMM_TC_K16)
+                  : t                ? PPN_K_GEMM_TC_KWT
+                  : gemm_kx_on(g, s) ? PPN_K_GEMM_TC_KX
+                                     : PPN_K_GEMM_TC_KW16;
     return gemm_submit(g, s, k, &p);
 }
 
@@ -451,6 +474,10 @@ ppn_status ppn_op_gemm_swiglu(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt,
         tp.g = p.g, tp.odt = p.odt, tp.pad = 0;
         l = gemm_geometry(PPN_K_GEMM_TC_KWT, &p.g); /* gemm_tc_kwt's grid, ring and mbarriers */
         l.kernel = PPN_K_GEMM_SWIGLU_T, l.params = &tp, l.params_size = sizeof tp;
+    } else if (gemm_kx_on(g, s)) { /* PPN_GEMM_KX=1: gemm_tc_kx's grid and ring, the same params and bits */
+        p.g.stages = gemm_kw_depth(PPN_K_GEMM_TC_KX);
+        l = gemm_geometry(PPN_K_GEMM_TC_KX, &p.g);
+        l.kernel = PPN_K_GEMM_SWIGLU_X, l.params = &p, l.params_size = sizeof p;
     }
     acc_add(&l, w, (size_t)p.g.rows * (size_t)cols * 2u, PPN_ACC_R);
     acc_add(&l, x16, xb, PPN_ACC_R);
@@ -469,7 +496,8 @@ ppn_status ppn_op_gemm_tile(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_kp
         return ppn_err(PPN_EINVAL, "%s: %s takes bf16 weights (and bf16 x) over cols %% 64 == 0, not %s over %d", op,
                        ppn_kernels[kernel].name, ppn_dtype_name(p->wdt), p->cols);
     if (p->ctas < 0) return ppn_err(PPN_EINVAL, "%s: ctas %d (0: the op's choice)", op, p->ctas);
-    const int tma_kernel = kernel == PPN_K_GEMM_TC_H || kernel == PPN_K_GEMM_TC_KWT || kernel == PPN_K_GEMM_TC_K16T;
+    const int tma_kernel = kernel == PPN_K_GEMM_TC_H || kernel == PPN_K_GEMM_TC_KWT || kernel == PPN_K_GEMM_TC_K16T ||
+                           kernel == PPN_K_GEMM_TC_KX; /* gemm_tc_kx: sm_90a code, as the TMA kernels */
     if (tma_kernel && !gemm_tma_sms(g, s))
         return ppn_err(PPN_EUNSUPPORTED, "%s: %s on backend %s: the stream's device runs no TMA kernels "
                                          "(compute capability 9.x and sm_90a code, PPN_TMA not 0)", op,

@@ -761,6 +761,120 @@ static void test_gemm_k16(void **state)
     x16_case(qkv, PPN_K_GEMM_TC_K16);
 }
 
+/* PPN_GEMM_KX=1 (g->gemm_kx) on a device that runs TMA kernels: where ppn_op_gemm_x16 takes gemm_tc_kw16 it takes
+ * gemm_tc_kx, and ppn_op_gemm_swiglu gemm_swiglu_x: gemm_tc_kw16's K split on clusters of 8 CTAs for each group of
+ * 128 tokens (not 64), a ring of 4 x (16 KB of W + NX rows of 128 bytes), NX = min(m, 128) rounded up to 16, and the
+ * same sums (the one reference here; tests/gpu compares the kernels' bits). Without the flag, or at PPN_TMA=2, or on
+ * a device without TMA kernels, the kernels before; gemm_tc_k16's shapes keep it. */
+static void kx_geometry(int m, int rows)
+{
+    const unsigned nx = ((unsigned)(m < 128 ? m : 128) + 15u) & ~15u;
+    assert_int_equal(tu_cap.l.block[0], PPN_GEMM_TC_M_THREADS);
+    assert_int_equal(tu_cap.l.grid[0], tiles(m, rows * (int)PPN_GEMM_TC_KW_KS(rows), 128, PPN_GEMM_TC_M_BN * 8) * 8);
+    assert_int_equal(tu_cap.l.smem, 4u * (128u * 64u * 2u + nx * 128u));
+    assert_true(tu_cap.l.smem <= ppn_kernel_set()->smem_max[tu_cap.l.kernel]);
+    const ppn_kp_gemm *q = (const ppn_kp_gemm *)tu_cap.params;
+    assert_int_equal(q->ks, (int)PPN_GEMM_TC_KW_KS(rows));
+    assert_int_equal(q->stages, (int)PPN_GEMM_TC_KX_STAGES);
+}
+
+static void test_gemm_kx_choice(void **state)
+{
+    (void)state;
+    ppn_gpu *tg = tu_fake_tma(132);
+    ppn_gstream *ts = (ppn_gstream *)tg;
+    assert_int_equal(ppn_kernel_set()->smem_max[PPN_K_GEMM_TC_KX], 4u * (128u * 64u * 2u + 128u * 128u));
+    assert_int_equal(ppn_kernel_set()->smem_max[PPN_K_GEMM_SWIGLU_X], 4u * (128u * 64u * 2u + 128u * 128u));
+    /* the model shapes, dry: the 8B's q|k|v, o and down of a 16 + 64-row mixed step, B=64, 17 and 128 rows */
+    static const int shapes[][3] = {{80, 6144, 4096}, {80, 4096, 4096}, {80, 4096, 14336}, {64, 4096, 14336},
+                                    {17, 6144, 4096}, {128, 6144, 4096}, {100, 4096, 4096}};
+    tu_cap.dry = 1;
+    for (size_t i = 0; i < TU_LEN(shapes); i++) {
+        int m = shapes[i][0], rows = shapes[i][1], cols = shapes[i][2];
+        assert_true(ppn_op_gemm_x16_fits(m, rows, cols, PPN_DTYPE_BF16));
+        for (int kx = 0; kx < 2; kx++)
+            for (int lv = 1; lv <= 2; lv++) {
+                tg->gemm_kx = kx, tu_tma_level = lv;
+                tu_cap.calls = 0;
+                assert_int_equal(ppn_op_gemm_x16(tg, ts, FAKE_OUT, FAKE_W, PPN_DTYPE_BF16, FAKE_X, m, rows, cols, 0,
+                                                 0), PPN_OK);
+                assert_int_equal(tu_cap.calls, 1);
+                int want = lv == 2 ? PPN_K_GEMM_TC_KWT : kx ? PPN_K_GEMM_TC_KX : PPN_K_GEMM_TC_KW16;
+                assert_int_equal(tu_cap.l.kernel, want);
+                if (want == PPN_K_GEMM_TC_KX) {
+                    kx_geometry(m, rows);
+                    assert_true(tu_cap.l.acc[1].ptr == FAKE_X && tu_cap.l.acc[1].bytes == (size_t)m * cols * 2u);
+                }
+            }
+        /* a device without TMA kernels never takes it, the flag set or not */
+        tu_fake.gemm_kx = 1;
+        assert_int_equal(ppn_op_gemm_x16(&tu_fake, tu_fake_stream, FAKE_OUT, FAKE_W, PPN_DTYPE_BF16, FAKE_X, m, rows,
+                                         cols, 0, 0), PPN_OK);
+        assert_int_equal(tu_cap.l.kernel, PPN_K_GEMM_TC_KW16);
+        tu_fake.gemm_kx = 0;
+    }
+    tu_tma_level = 1;
+    tg->gemm_kx = 1;
+    /* gemm_tc_k16's shape keeps it */
+    assert_int_equal(ppn_op_gemm_x16(tg, ts, FAKE_OUT, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 16, 4096, 4096, 0, 0), PPN_OK);
+    assert_int_equal(tu_cap.l.kernel, PPN_K_GEMM_TC_K16);
+    /* forced: refused where the device runs no sm_90a code, taken where it does */
+    ppn_kp_gemm p = {.out = FAKE_OUT, .w = FAKE_W, .x = FAKE_X, .m = 80, .rows = 4096, .cols = 4096,
+                     .wdt = PPN_DTYPE_BF16};
+    assert_int_equal(ppn_op_gemm_tile(&tu_fake, tu_fake_stream, PPN_K_GEMM_TC_KX, &p), PPN_EUNSUPPORTED);
+    assert_int_equal(ppn_op_gemm_tile(tg, ts, PPN_K_GEMM_TC_KX, &p), PPN_OK);
+    kx_geometry(80, 4096);
+    p.stages = 3;
+    assert_int_equal(ppn_op_gemm_tile(tg, ts, PPN_K_GEMM_TC_KX, &p), PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "stages 3 for ppn_k_gemm_tc_kx"));
+    tu_cap.dry = 0;
+    /* values: gemm_tc_kw16's sums, byte for byte, with bias and res; gemm_swiglu_x: gemm_swiglu's */
+    static const int cs[][5] = {{40, 4096, 128, 1, 0}, {100, 4100, 192, 0, 1}, {128, 4096, 64, 1, 1}};
+    for (size_t i = 0; i < TU_LEN(cs); i++) {
+        int m = cs[i][0], rows = cs[i][1], cols = cs[i][2];
+        size_t mr = (size_t)m * (size_t)rows, mc = (size_t)m * (size_t)cols;
+        assert_true(ppn_op_gemm_x16_fits(m, rows, cols, PPN_DTYPE_BF16));
+        void *w = tu_wrand(PPN_DTYPE_BF16, (size_t)rows * (size_t)cols, NULL);
+        void *b = tu_wrand(PPN_DTYPE_BF16, rows, NULL);
+        float *res = tu_frand(mr, -1, 1), *want = malloc(mr * 4), *got = malloc(mr * 4);
+        uint16_t *xh = tu_wrand(PPN_DTYPE_BF16, mc, NULL);
+        assert_true(want && got);
+        ppn_dptr bias = cs[i][3] ? D(b) : 0, rs = cs[i][4] ? D(res) : 0;
+        tg->gemm_kx = 0;
+        assert_int_equal(ppn_op_gemm_x16(tg, ts, D(want), D(w), PPN_DTYPE_BF16, D(xh), m, rows, cols, bias, rs),
+                         PPN_OK);
+        assert_int_equal(tu_cap.l.kernel, PPN_K_GEMM_TC_KW16);
+        tg->gemm_kx = 1;
+        memset(got, 0xa5, mr * 4);
+        assert_int_equal(ppn_op_gemm_x16(tg, ts, D(got), D(w), PPN_DTYPE_BF16, D(xh), m, rows, cols, bias, rs), PPN_OK);
+        assert_int_equal(tu_cap.l.kernel, PPN_K_GEMM_TC_KX);
+        kx_geometry(m, rows);
+        assert_memory_equal(got, want, mr * 4);
+        if (rows % 128 == 0) { /* gate|up of n = rows / 2 into bf16 */
+            int n = rows / 2;
+            size_t ob = (size_t)m * (size_t)n * 2u;
+            void *sw = malloc(ob), *sx = malloc(ob);
+            assert_true(sw && sx);
+            tg->gemm_kx = 0;
+            assert_int_equal(ppn_op_gemm_swiglu(tg, ts, D(sw), PPN_DTYPE_BF16, D(w), PPN_DTYPE_BF16, D(xh), m, n, cols),
+                             PPN_OK);
+            assert_int_equal(tu_cap.l.kernel, PPN_K_GEMM_SWIGLU);
+            tg->gemm_kx = 1;
+            memset(sx, 0xa5, ob);
+            assert_int_equal(ppn_op_gemm_swiglu(tg, ts, D(sx), PPN_DTYPE_BF16, D(w), PPN_DTYPE_BF16, D(xh), m, n, cols),
+                             PPN_OK);
+            assert_int_equal(tu_cap.l.kernel, PPN_K_GEMM_SWIGLU_X);
+            kx_geometry(m, rows);
+            assert_int_equal(tu_cap.l.params_size, sizeof(ppn_kp_gemm_swiglu));
+            assert_int_equal(((const ppn_kp_gemm_swiglu *)tu_cap.params)->odt, PPN_DTYPE_BF16);
+            assert_memory_equal(sx, sw, ob);
+            free(sw), free(sx);
+        }
+        free(w), free(b), free(res), free(want), free(got), free(xh);
+    }
+    tg->gemm_kx = 0;
+}
+
 /* ppn_op_gemm_swiglu (gemm_swiglu: SwiGLU in gemm_tc_kw16's epilogue) on a device that runs TMA kernels: out is
  * ppn_op_gemm_x16 into [m, 2 n] then ppn_op_swiglu_rows_to in either output dtype, byte for byte; one launch on
  * gemm_tc_kw16's grid, split and ring, declaring W, x16 and out. Where it does not fit (no TMA, n % 64, f16) or
@@ -1063,6 +1177,7 @@ int main(void)
         cmocka_unit_test_teardown(test_gemm_x16_fits, dry_off),
         cmocka_unit_test_teardown(test_gemm_x16_values, dry_off),
         cmocka_unit_test_teardown(test_gemm_swiglu_values, dry_off),
+        cmocka_unit_test_teardown(test_gemm_kx_choice, dry_off),
         cmocka_unit_test_teardown(test_gemm_tc_h_choice, dry_off),
         cmocka_unit_test(test_gemm_tc_h_values),
         cmocka_unit_test(test_gemm_tmap_check),

@@ -49,13 +49,14 @@ static shape read_shape_of(const char *fixture)
 static shape read_shape(void) { return read_shape_of("hf/llama-tiny"); }
 
 /* A sim runtime created with PPN_KPROF set to value (NULL: unset). */
-/* PPN_TMA for the runtimes rt_with creates (NULL: unset). */
-static const char *rt_tma;
+/* PPN_TMA and PPN_GEMM_KX for the runtimes rt_with creates (NULL: unset). */
+static const char *rt_tma, *rt_kx;
 
 static ppn_rt *rt_with(const char *value)
 {
     tu_env_set("PPN_KPROF", value);
     if (rt_tma) tu_env_set("PPN_TMA", rt_tma);
+    if (rt_kx) tu_env_set("PPN_GEMM_KX", rt_kx);
     ppn_rt *rt = NULL;
     ppn_status st = ppn_rt_create("sim", &rt);
     tu_env_restore();
@@ -314,11 +315,14 @@ static void batch_x16_rows(const char *shape_name, int nb, const char *x16_name,
         ppn_kernel_time e[PPN_KERNEL_PROFILE_MAX];
         int n = batch_step_profiled_ex(rt, q, tok, nb, slice ? &o : NULL, logits[fuse], e);
         const ppn_kernel_time *h = find(e, n, x16_name), *w = find(e, n, f32_name);
-        const char *fn = rt_tma && !strcmp(rt_tma, "2") ? "ppn_k_gemm_swiglu_t" : "ppn_k_gemm_swiglu";
+        const int kx = rt_kx && !strcmp(rt_kx, "1"); /* PPN_GEMM_KX=1: gemm_swiglu_x, and a mixed walk's o on bf16 x */
+        const char *fn = rt_tma && !strcmp(rt_tma, "2") ? "ppn_k_gemm_swiglu_t"
+                         : kx                           ? "ppn_k_gemm_swiglu_x"
+                                                        : "ppn_k_gemm_swiglu";
         const ppn_kernel_time *f = find(e, n, fn), *r = find(e, n, "ppn_k_swiglu_rows");
         long hc = h ? (long)h->calls : 0, wc = w ? (long)w->calls : 0, n_x16 = per_layer * mi.n_layers + head;
         long fc = f ? (long)f->calls : 0, rc = r ? (long)r->calls : 0, n_gu = gu * mi.n_layers;
-        long o32 = slice ? mi.n_layers : 0; /* a mixed walk's o on f32 x */
+        long o32 = slice && !kx ? mi.n_layers : 0; /* a mixed walk's o on f32 x */
         if (hc != (fuse ? n_x16 - o32 : 0) || wc != (fuse ? o32 : n_x16 + n_gu))
             fail_msg("%s, %d rows, fuse %d: %s %ld calls, %s %ld (want %ld and %ld)", shape_name, nb, fuse, x16_name,
                      hc, f32_name, wc, fuse ? n_x16 - o32 : 0, fuse ? o32 : n_x16 + n_gu);
@@ -346,13 +350,17 @@ static void batch_x16_rows(const char *shape_name, int nb, const char *x16_name,
 }
 
 /* With PPN_TMA=2 the same GEMMs run gemm_tc_kwt and gate|up gemm_swiglu_t (W through tensor maps the sim's
- * references read back), the same counts and bits. */
+ * references read back), the same counts and bits; with PPN_GEMM_KX=1 gemm_tc_kx and gemm_swiglu_x, a mixed walk's o
+ * among them (on bf16 x), the same bits. */
 static void batch_x16_case(const char *shape_name, long per_layer, long head, long gu, int slice)
 {
     batch_x16_rows(shape_name, 40, "ppn_k_gemm_tc_kw16", "ppn_k_gemm_tc_kw", per_layer, head, gu, slice);
     rt_tma = "2";
     batch_x16_rows(shape_name, 40, "ppn_k_gemm_tc_kwt", "ppn_k_gemm_tc_kw", per_layer, head, gu, slice);
     rt_tma = NULL;
+    rt_kx = "1";
+    batch_x16_rows(shape_name, 40, "ppn_k_gemm_tc_kx", "ppn_k_gemm_tc_kw", per_layer, head, gu, slice);
+    rt_kx = NULL;
 }
 
 static void test_kprof_batch_x16(void **st)
@@ -368,7 +376,7 @@ static void test_kprof_batch_x16_attention(void **st)
 }
 
 /* The same in a mixed walk (a prompt slice of 8 rows beside the 40 decode rows): down takes bf16 x, o f32 (one
- * launch of each a layer), the same bits as with the fusion off. */
+ * launch of each a layer; with PPN_GEMM_KX=1 both bf16 x), the same bits as with the fusion off. */
 static void test_kprof_mixed_x16_attention(void **st)
 {
     (void)st;

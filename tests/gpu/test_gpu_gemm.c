@@ -146,8 +146,8 @@ static ppn_status run_gemm(int k, const ppn_kp_gemm *p)
 
 static const char *kname(int k) { return k < 0 ? "op" : ppn_kernels[k].name + 6; }
 
-/* G's stream runs the TMA kernels (gemm_tc_h). */
-static int gg_tma(void) { return G->ops->tma_ok && G->ops->tma_ok(G, S); }
+/* G's stream runs the TMA kernels (gemm_tc_h): tma_ok's level (PPN_TMA's), 0 where it runs none. */
+static int gg_tma(void) { return G->ops->tma_ok ? G->ops->tma_ok(G, S) : 0; }
 
 /* The last tile the loops below force: gemm_tc_h where G runs it. */
 static int gg_last_tile(void) { return gg_tma() ? PPN_K_GEMM_TC_H : PPN_K_GEMM_TC_KWX; }
@@ -306,6 +306,22 @@ static void gg_check(const gg_case *c)
             kw16_as_kw &= !memcmp(gkw, g2, n * 4);
             snprintf(tiles + strlen(tiles), sizeof tiles - strlen(tiles), " kwt%s",
                      !memcmp(gkw, g2, n * 4) ? "(=kw)" : "(!=kw)");
+        }
+        if (gg_tma()) { /* gemm_tc_kx (the operands swapped, groups of 128 tokens): gemm_tc_kw's bits at every K split */
+            gg_run(c, PPN_K_GEMM_TC_KX, &q, t, ns, g2);
+            int kx_as_kw = !memcmp(gkw, g2, n * 4);
+            float *gx = hmem(n * 4);
+            static const int kxs[] = {1, 2, 4, 8};
+            for (size_t a = 0; a < TU_LEN(kxs); a++) {
+                ppn_kp_gemm pf = p, ph = q;
+                pf.ks = ph.ks = kxs[a];
+                gg_run(c, PPN_K_GEMM_TC_KW, &pf, t, ns, gx);
+                gg_run(c, PPN_K_GEMM_TC_KX, &ph, t, ns, g2);
+                kx_as_kw &= !memcmp(gx, g2, n * 4);
+            }
+            free(gx);
+            kw16_as_kw &= kx_as_kw;
+            snprintf(tiles + strlen(tiles), sizeof tiles - strlen(tiles), " kx%s", kx_as_kw ? "(=kw)" : "(!=kw)");
         }
         gg_run(c, PPN_K_GEMM_TC_K16, &q, t, ns, g2);
         k16_as_k = !memcmp(gk, g2, n * 4);
@@ -626,7 +642,7 @@ static void test_gpu_gemm_decode(void **state)
            "%.0f / %.0f GB/s\n", floor_gbs, copy_gbs((size_t)8 << 20), copy_gbs((size_t)32 << 20));
     printf("  per launch in bursts of %d (median of %d): us, weight GB/s (W bytes / time), %% of the copy floor; "
            "then the tiles forced\n", GD_BURST, GD_REPS);
-    static const int ms[] = {1, 4, 8, 16, 32, 64, 128};
+    static const int ms[] = {1, 4, 8, 16, 32, 64, 80, 128};
     const gg_shape *all[] = {shapes_1b, shapes_8b};
     for (size_t j = 0; j < TU_LEN(ms); j++)
         for (int a = 0; a < 2; a++)
@@ -635,15 +651,17 @@ static void test_gpu_gemm_decode(void **state)
                 ppn_kp_gemm p = {.out = B.out, .w = B.w[PPN_DTYPE_BF16], .x = B.x, .m = ms[j], .rows = sh->rows,
                                  .cols = sh->cols, .wdt = PPN_DTYPE_BF16};
                 double wb = (double)sh->rows * sh->cols * 2, op = burst_ms(-1, p);
-                char line[400];
+                char line[512];
                 int n = snprintf(line, sizeof line, "  decode %-11s m=%-4d %-9s %8.2f us %6.0f GB/s %5.1f%% |",
                                  sh->name, ms[j], kname(op_choice(&p)), op * 1e3, wb / (op * 1e6),
                                  100.0 * wb / (op * 1e6) / floor_gbs);
-                static const int ks[] = {PPN_K_GEMM_TC_M,   PPN_K_GEMM_TC_K,    PPN_K_GEMM_TC_K16, PPN_K_GEMM_TC_K16T,
-                                         PPN_K_GEMM_TC_KW,  PPN_K_GEMM_TC_KWX,  PPN_K_GEMM_TC_KW16, PPN_K_GEMM_TC_KWT};
+                static const int ks[] = {PPN_K_GEMM_TC_M,    PPN_K_GEMM_TC_K,   PPN_K_GEMM_TC_K16,
+                                         PPN_K_GEMM_TC_K16T, PPN_K_GEMM_TC_KW,  PPN_K_GEMM_TC_KWX,
+                                         PPN_K_GEMM_TC_KW16, PPN_K_GEMM_TC_KWT, PPN_K_GEMM_TC_KX};
                 for (size_t q = 0; q < TU_LEN(ks); q++) {
                     ppn_kp_gemm pk = p;
-                    const int tk = ks[q] == PPN_K_GEMM_TC_KWT || ks[q] == PPN_K_GEMM_TC_K16T; /* TMA forms */
+                    const int tk = ks[q] == PPN_K_GEMM_TC_KWT || ks[q] == PPN_K_GEMM_TC_K16T ||
+                                   ks[q] == PPN_K_GEMM_TC_KX; /* sm_90a code: TMA forms, gemm_tc_kx */
                     if (tk && !gg_tma()) continue;
                     if (ks[q] == PPN_K_GEMM_TC_KW16 || ks[q] == PPN_K_GEMM_TC_K16 || tk) pk.x = B.xh; /* bf16 x */
                     double t = burst_ms(ks[q], pk);
@@ -664,8 +682,9 @@ static void gs_pair(int fused, ppn_dptr gu, ppn_dptr out, int odt, ppn_dptr w, i
 {
     if (fused) {
         EXPECT_OK(ppn_op_gemm_swiglu(G, S, out, odt, w, PPN_DTYPE_BF16, B.xh, m, n, cols));
-    } else {
-        EXPECT_OK(ppn_op_gemm_x16(G, S, gu, w, PPN_DTYPE_BF16, B.xh, m, 2 * n, cols, 0, 0));
+    } else { /* gemm_tc_kw16 forced: the bits the fused kernels (gemm_swiglu, _t, _x) must give */
+        ppn_kp_gemm q = {.out = gu, .w = w, .x = B.xh, .m = m, .rows = 2 * n, .cols = cols, .wdt = PPN_DTYPE_BF16};
+        EXPECT_OK(ppn_op_gemm_tile(G, S, PPN_K_GEMM_TC_KW16, &q));
         EXPECT_OK(ppn_op_swiglu_rows_to(G, S, out, odt, gu, n, m));
     }
 }
@@ -730,8 +749,8 @@ static void test_gpu_gemm_swiglu(void **state)
         }
     }
 #ifndef GG_SMOKE
-    printf("  per layer in bursts of %d (median of %d), bf16 out: gemm_tc_kw16 + swiglu_rows against gemm_swiglu\n",
-           GD_BURST, GD_REPS);
+    printf("  per layer in bursts of %d (median of %d), bf16 out: gemm_tc_kw16 + swiglu_rows against ppn_op_gemm_swiglu "
+           "(PPN_TMA %d, PPN_GEMM_KX %d)\n", GD_BURST, GD_REPS, gg_tma(), G->gemm_kx);
     for (size_t a = 0; a < TU_LEN(sh); a++)
         for (size_t j = 0; j < TU_LEN(ms); j++) {
             int m = ms[j], n = sh[a].n, cols = sh[a].cols;

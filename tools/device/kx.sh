@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# kx.sh - the middle split-K tile with the operands swapped (gemm_tc_kx for gemm_tc_kw16, gemm_swiglu_x for
+# gemm_swiglu; PPN_GEMM_KX=1) on the GPU machine, against PPN_GEMM_KX=0 in one binary: the same bits are required,
+# the speed decides whether it becomes the default. Phases (default: check ids table bench mixed serve gate; every
+# command has a timeout, and a failed check stops the script):
+#   check   test_gpu_gemm's correctness cases: gemm_tc_kx forced must give gemm_tc_kw's bits at every K split
+#           ("kx(=kw)"; the case line FAILs otherwise); then test_gpu_gemm_swiglu under PPN_GEMM_KX=1 and 0 (the fused
+#           kernel against gemm_tc_kw16 forced + swiglu rows: the same bytes, and both timed)
+#   ids     16 prompts as one batch on llama-8b (24 greedy ids each; $IDS, made if absent), PPN_GEMM_KX 0 and 1 with
+#           PPN_FUSE 1 and 0: all four outputs the same bytes
+#   table   test_gpu_gemm_decode's table (gemm_tc_kx beside the other tiles per shape and m; % of the copy floor)
+#   bench   ppn bench --batch $BATCH on $SHAPES, PPN_GEMM_KX 0 / 1 in $ROUNDS alternating rounds
+#   mixed   the serving iteration on llama-8b: --batch 16 --mixed 64 and --mixed 48 --prompt 512, both arms, $ROUNDS
+#   serve   tools/device/serve.sh (issue 17's load) under PPN_GEMM_KX 0, then 1
+#   gate    ppn gate batch on llama-8b under PPN_GEMM_KX=1 (split against unsplit, N <= 2)
+# Results: $OUT/summary.txt and one file per run.
+. "$(dirname "$0")/common.sh"
+PHASES=${PHASES:-check ids table bench mixed serve gate}
+ROUNDS=${ROUNDS:-2}
+BATCH=${BATCH:-16,64}
+SHAPES=${SHAPES:-llama-8b llama-1b}
+GB=${GPUBIN:-build/gpu}
+IDS=${IDS:-$OUT/ids16.txt}
+begin -h name,driver_version,memory.total
+model() { [ -d /tmp/m-"$1" ] || $PPN mkmodel --shape "$1" --out /tmp/m-"$1" --dtype bf16 > /dev/null; }
+stop() { log "FAIL $*: stopping"; fail=1; finish; }
+for ph in $PHASES; do
+    case $ph in
+    check)
+        f="$OUT/gemm_correct.txt"
+        PPN_GPU_TEST_FILTER=test_gpu_gemm_correct timeout 400 "$GB"/gpu_test_gpu_gemm > "$f" 2>&1 || stop "test_gpu_gemm_correct (rc $?)"
+        log "gemm correct: $(grep -c 'kx(=kw)' "$f") cases kx(=kw), $(grep -c 'kx(!=kw)' "$f") kx(!=kw)"
+        grep -q 'kx(=kw)' "$f" || stop "gemm_tc_kx did not run"
+        for kx in 1 0; do
+            f="$OUT/gemm_swiglu_kx$kx.txt"
+            PPN_GEMM_KX=$kx PPN_GPU_TEST_FILTER=test_gpu_gemm_swiglu timeout 200 "$GB"/gpu_test_gpu_gemm > "$f" 2>&1 ||
+                stop "test_gpu_gemm_swiglu under PPN_GEMM_KX=$kx (rc $?)"
+            log "swiglu PPN_GEMM_KX=$kx: $(grep -c 'the bytes of' "$f") cases the bytes of gemm_tc_kw16 + swiglu_rows"
+            grep -E 'per layer|us \(' "$f" | sed -E 's/ +/ /g' | tee -a "$S"
+        done ;;
+    ids)
+        model llama-8b
+        [ -f "$IDS" ] || python3 -c "import random; random.seed(16); [print(','.join(str(random.randrange(1, 32000)) for _ in range(random.randrange(8, 40)))) for _ in range(16)]" > "$IDS"
+        for a in "0 1" "1 1" "0 0" "1 0"; do
+            read -r kx fu <<< "$a"
+            f="$OUT/ids_kx${kx}_fuse$fu.txt"
+            PPN_GEMM_KX=$kx PPN_FUSE=$fu timeout 180 $PPN run --model /tmp/m-llama-8b --backend cuda --ctx 512 --ids-file "$IDS" \
+                -n 24 > "$f" 2> "${f%.txt}.err" || stop "ids PPN_GEMM_KX=$kx PPN_FUSE=$fu"
+            log "ids PPN_GEMM_KX=$kx PPN_FUSE=$fu: $(md5sum < "$f" | cut -c1-12), $(wc -l < "$f") lines"
+        done
+        for f in "$OUT"/ids_kx1_fuse1.txt "$OUT"/ids_kx0_fuse0.txt "$OUT"/ids_kx1_fuse0.txt; do
+            cmp -s "$OUT/ids_kx0_fuse1.txt" "$f" || { fail=1; log "FAIL $(basename "$f") differs from ids_kx0_fuse1.txt"; }
+        done ;;
+    table)
+        f="$OUT/gemm_decode.txt"
+        PPN_GPU_TEST_FILTER=test_gpu_gemm_decode timeout 500 "$GB"/gpu_test_gpu_gemm > "$f" 2>&1 || stop "test_gpu_gemm_decode (rc $?)"
+        grep -E 'copy floor|m=(16|64|80|128) ' "$f" | grep -E 'copy floor|8b' | sed -E 's/ +/ /g' | tee -a "$S" ;;
+    bench)
+        for shape in $SHAPES; do model "$shape"; done
+        for r in $(seq 1 "$ROUNDS"); do
+            for kx in 0 1; do
+                for shape in $SHAPES; do
+                    j="$OUT/bench_kx${kx}_${shape}_$r.json"
+                    PPN_GEMM_KX=$kx timeout 240 $PPN bench --model /tmp/m-$shape --backend cuda --batch "$BATCH" --prompt 128 \
+                        -n 64 --reps 2 --json > "$j" 2> "${j%.json}.err" || stop "bench PPN_GEMM_KX=$kx $shape"
+                    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[2], sys.argv[3], ' '.join('B%d %.4f ms' % (r['B'], r['step_ms']) for r in d['batch']))" \
+                        "$j" "PPN_GEMM_KX=$kx" $shape | tee -a "$S"
+                done
+            done
+        done ;;
+    mixed)
+        model llama-8b
+        for r in $(seq 1 "$ROUNDS"); do
+            for kx in 0 1; do
+                for p in 64 48; do
+                    j="$OUT/mixed${p}_kx${kx}_$r.json"
+                    PPN_GEMM_KX=$kx timeout 240 $PPN bench --model /tmp/m-llama-8b --backend cuda --batch 16 --mixed $p --prompt 512 \
+                        -n 64 --reps 2 --json > "$j" 2> "${j%.json}.err" || stop "mixed $p PPN_GEMM_KX=$kx"
+                    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('mixed 16 +', sys.argv[3], 'rows', sys.argv[2], ' '.join('%.4f ms' % r['step_ms'] for r in d['batch']))" \
+                        "$j" "PPN_GEMM_KX=$kx" $p | tee -a "$S"
+                done
+            done
+        done ;;
+    serve)
+        for kx in 0 1; do
+            log "serve PPN_GEMM_KX=$kx"
+            PPN_GEMM_KX=$kx OUT="$OUT/serve_kx$kx" CONFIGS="${SERVE_CONFIGS:-512}" timeout 400 bash tools/device/serve.sh > "$OUT/serve_kx$kx.txt" 2>&1 ||
+                { fail=1; log "FAIL serve PPN_GEMM_KX=$kx"; }
+            grep -E 'tok/s|TTFT|ITL|busy' "$OUT/serve_kx$kx.txt" | tee -a "$S"
+        done ;;
+    gate)
+        model llama-8b
+        f="$OUT/gate_batch.txt"
+        PPN_GEMM_KX=1 timeout 300 $PPN gate --model /tmp/m-llama-8b --backend cuda batch --max-stages 2 --steps 8 > "$f" 2>&1 ||
+            { fail=1; log "FAIL gate batch under PPN_GEMM_KX=1"; }
+        tail -1 "$f" | tee -a "$S" ;;
+    *) log "unknown phase $ph"; fail=1 ;;
+    esac
+done
+finish
