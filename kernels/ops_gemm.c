@@ -18,6 +18,10 @@
  * tensor memory accelerator: gemm_tc_l's bits. At tma_ok's level 2 (PPN_TMA=2) ppn_op_gemm_x16 and
  * ppn_op_gemm_swiglu also take the split-K tiles' TMA forms, gemm_tc_k16t, gemm_tc_kwt and gemm_swiglu_t: their
  * forms' bits, slower on an H100 but for gemm_tc_k16t (2026-12-06, docs/PERF.md; gemm_tma_kw).
+ * With PPN_GEMM_KX=1 on such a device (below level 2) ppn_op_gemm_x16 and ppn_op_gemm_swiglu take gemm_tc_kx and
+ * gemm_swiglu_x where they would take gemm_tc_kw16 and gemm_swiglu: the same split and sums with the operands
+ * swapped, groups of 128 tokens, so one pass over W up to 128 tokens; there the middle tile also keeps the 65-128
+ * tokens it fits that the large tile would take (the 8B's gate|up), for both forms of x (gemm_kernel's kx).
  * So for bf16 / f16 weights a token's row depends on which of those ranges of m its chunk falls in.
  */
 #include <string.h>
@@ -210,13 +214,18 @@ static int gemm_h_wins(const ppn_kp_gemm *p, int sms)
     return p->cols >= 8192 || gemm_tiles(p->m, p->rows, PPN_GEMM_TC_H_BM, PPN_GEMM_TC_H_BN) > (size_t)sms;
 }
 
-static int gemm_kernel(const ppn_kp_gemm *p, int sms)
+/* kx: the device takes gemm_tc_kx (gemm_kx_on): then the middle split-K tile keeps 65-128 tokens where it fits
+ * (gemm_tc_kx reads W once for them) instead of giving way to the large tile (the 8B's gate|up), so gemm_swiglu_x
+ * takes it and ppn_op_gemm's f32 x (PPN_FUSE=0) gives its bits through gemm_tc_kw. */
+static int gemm_kernel(const ppn_kp_gemm *p, int sms, int kx)
 {
     if (!gemm_tc_fits(p)) return PPN_K_GEMM;
     if (p->m <= gemm_k_max_m(p->rows, p->cols)) return PPN_K_GEMM_TC_K;
-    if (p->m >= GEMM_L_MIN_M && gemm_tiles(p->m, p->rows, PPN_GEMM_TC_L_BM, PPN_GEMM_TC_L_BN) >= GEMM_L_MIN_TILES)
+    const int kw = gemm_kw_fits(p->m, p->rows, p->cols);
+    if (p->m >= GEMM_L_MIN_M && gemm_tiles(p->m, p->rows, PPN_GEMM_TC_L_BM, PPN_GEMM_TC_L_BN) >= GEMM_L_MIN_TILES &&
+        !(kx && kw && !gemm_kwx_wins(p->rows)))
         return sms && gemm_h_wins(p, sms) ? PPN_K_GEMM_TC_H : PPN_K_GEMM_TC_L;
-    if (gemm_kw_fits(p->m, p->rows, p->cols)) return gemm_kwx_wins(p->rows) ? PPN_K_GEMM_TC_KWX : PPN_K_GEMM_TC_KW;
+    if (kw) return gemm_kwx_wins(p->rows) ? PPN_K_GEMM_TC_KWX : PPN_K_GEMM_TC_KW;
     return PPN_K_GEMM_TC_M;
 }
 
@@ -371,15 +380,16 @@ ppn_status ppn_op_gemm(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int
     ppn_kp_gemm p = {.out = out, .w = w, .x = x, .bias = bias, .res = res, .m = m, .rows = rows, .cols = cols,
                      .wdt = wdt, .ks = 0, .stages = 0, .ctas = 0};
     PPN_CHECK(gemm_check("ppn_op_gemm", &p, 4));
-    return gemm_submit(g, s, gemm_kernel(&p, gemm_tma_sms(g, s)), &p);
+    return gemm_submit(g, s, gemm_kernel(&p, gemm_tma_sms(g, s), gemm_kx_on(g, s)), &p);
 }
 
-/* The kernel ppn_op_gemm runs on this shape with bf16 W over whole 64-column blocks (aligned pointers), else -1. */
-static int gemm_x16_base(int m, int rows, int cols, int wdt)
+/* The kernel ppn_op_gemm runs on this shape with bf16 W over whole 64-column blocks (aligned pointers), else -1;
+ * kx: on a device that takes gemm_tc_kx. */
+static int gemm_x16_base(int m, int rows, int cols, int wdt, int kx)
 {
     if (wdt != PPN_DTYPE_BF16 || m < 1 || rows < 1 || cols < 1 || cols % 64) return -1;
     ppn_kp_gemm p = {.out = 256, .w = 256, .x = 256, .m = m, .rows = rows, .cols = cols, .wdt = wdt};
-    return gemm_kernel(&p, 0);
+    return gemm_kernel(&p, 0, kx);
 }
 
 /* Where ppn_op_gemm runs gemm_tc_kw on bf16 weights over whole 64-column blocks: there gemm_tc_kw16 gives its bits
@@ -391,7 +401,7 @@ static int gemm_x16_base(int m, int rows, int cols, int wdt)
  * against 2.18-2.22 without. The shape's choice alone (the pointers' alignment is the op's check). */
 int ppn_op_gemm_x16_fits(int m, int rows, int cols, int wdt)
 {
-    return gemm_x16_base(m, rows, cols, wdt) == PPN_K_GEMM_TC_KW;
+    return gemm_x16_base(m, rows, cols, wdt, 0) == PPN_K_GEMM_TC_KW;
 }
 
 /* Where ppn_op_gemm runs gemm_tc_k on bf16 weights over whole 64-column blocks, gemm_tc_k16 gives its bits from x
@@ -402,7 +412,7 @@ int ppn_op_gemm_x16_fits(int m, int rows, int cols, int wdt)
  * forward takes it (core/forward.c x16_takes). */
 int ppn_op_gemm_k16_fits(int m, int rows, int cols, int wdt)
 {
-    return gemm_x16_base(m, rows, cols, wdt) == PPN_K_GEMM_TC_K;
+    return gemm_x16_base(m, rows, cols, wdt, 0) == PPN_K_GEMM_TC_K;
 }
 
 ppn_status ppn_op_gemm_x16(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x16, int m,
@@ -435,8 +445,8 @@ ppn_status ppn_op_gemm_x16(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w,
  * See ops.h; sm_90a only (the kernel's split-K epilogue). */
 int ppn_op_gemm_swiglu_fits(ppn_gpu *g, ppn_gstream *s, int m, int n, int cols, int wdt)
 {
-    return n > 0 && n % 64 == 0 && n <= INT32_MAX / 2 && ppn_op_gemm_x16_fits(m, 2 * n, cols, wdt) &&
-           gemm_tma_sms(g, s) > 0;
+    return n > 0 && n % 64 == 0 && n <= INT32_MAX / 2 &&
+           gemm_x16_base(m, 2 * n, cols, wdt, gemm_kx_on(g, s)) == PPN_K_GEMM_TC_KW && gemm_tma_sms(g, s) > 0;
 }
 
 ppn_status ppn_op_gemm_swiglu(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt, ppn_dptr w, int wdt, ppn_dptr x16,

@@ -814,7 +814,28 @@ static void test_gemm_kx_choice(void **state)
         tu_fake.gemm_kx = 0;
     }
     tu_tma_level = 1;
-    tg->gemm_kx = 1;
+    /* the 8B's gate|up at 65-128 rows: the large tile without the flag; with it the middle split-K tile, so gemm_swiglu_x
+     * takes it and f32 x (PPN_FUSE=0) runs gemm_tc_kw, its bits */
+    static const int gm[] = {65, 80, 128};
+    for (size_t i = 0; i < TU_LEN(gm); i++)
+        for (int kx = 0; kx < 2; kx++) {
+            tg->gemm_kx = kx;
+            assert_int_equal(ppn_op_gemm_swiglu_fits(tg, ts, gm[i], 14336, 4096, PPN_DTYPE_BF16), kx);
+            assert_false(ppn_op_gemm_x16_fits(gm[i], 28672, 4096, PPN_DTYPE_BF16)); /* shape-only: the large tile */
+            assert_int_equal(ppn_op_gemm(tg, ts, FAKE_OUT, FAKE_W, PPN_DTYPE_BF16, FAKE_X, gm[i], 28672, 4096, 0, 0),
+                             PPN_OK);
+            const int lk = tu_cap.l.kernel;
+            assert_true(kx ? lk == PPN_K_GEMM_TC_KW : lk == PPN_K_GEMM_TC_L || lk == PPN_K_GEMM_TC_H);
+            if (!kx) continue;
+            assert_int_equal(ppn_op_gemm_swiglu(tg, ts, FAKE_OUT, PPN_DTYPE_BF16, FAKE_W, PPN_DTYPE_BF16, FAKE_X, gm[i],
+                                                14336, 4096), PPN_OK);
+            assert_int_equal(tu_cap.l.kernel, PPN_K_GEMM_SWIGLU_X);
+            kx_geometry(gm[i], 28672);
+        }
+    assert_false(ppn_op_gemm_swiglu_fits(tg, ts, 129, 14336, 4096, PPN_DTYPE_BF16)); /* past 128 rows: the large tile */
+    tu_tma_level = 2; /* PPN_TMA=2's forms come first: no gemm_tc_kx, so the large tile again */
+    assert_false(ppn_op_gemm_swiglu_fits(tg, ts, 80, 14336, 4096, PPN_DTYPE_BF16));
+    tu_tma_level = 1;
     /* gemm_tc_k16's shape keeps it */
     assert_int_equal(ppn_op_gemm_x16(tg, ts, FAKE_OUT, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 16, 4096, 4096, 0, 0), PPN_OK);
     assert_int_equal(tu_cap.l.kernel, PPN_K_GEMM_TC_K16);
