@@ -18,10 +18,10 @@
  * tensor memory accelerator: gemm_tc_l's bits. At tma_ok's level 2 (PPN_TMA=2) ppn_op_gemm_x16 and
  * ppn_op_gemm_swiglu also take the split-K tiles' TMA forms, gemm_tc_k16t, gemm_tc_kwt and gemm_swiglu_t: their
  * forms' bits, slower on an H100 but for gemm_tc_k16t (2026-12-06, docs/PERF.md; gemm_tma_kw).
- * With PPN_GEMM_KX=1 on such a device (below level 2) ppn_op_gemm_x16 and ppn_op_gemm_swiglu take gemm_tc_kx and
- * gemm_swiglu_x where they would take gemm_tc_kw16 and gemm_swiglu: the same split and sums with the operands
- * swapped, groups of 128 tokens, so one pass over W up to 128 tokens; there the middle tile also keeps the 65-128
- * tokens it fits that the large tile would take (the 8B's gate|up), for both forms of x (gemm_kernel's kx).
+ * With PPN_GEMM_KX=N on such a device (below level 2), from N tokens on, ppn_op_gemm_x16 and ppn_op_gemm_swiglu take
+ * gemm_tc_kx and gemm_swiglu_x where they would take gemm_tc_kw16 and gemm_swiglu: the same split and sums with the
+ * operands swapped, groups of 128 tokens, so one pass over W up to 128 tokens; there the middle tile also keeps the
+ * 65-128 tokens it fits that the large tile would take (the 8B's gate|up), for both forms of x (gemm_kernel's kx).
  * So for bf16 / f16 weights a token's row depends on which of those ranges of m its chunk falls in.
  */
 #include <string.h>
@@ -199,10 +199,13 @@ static int gemm_tma_sms(ppn_gpu *g, ppn_gstream *s)
  * and gemm_swiglu_t 18-40% a launch, gemm_tc_k16t alone 4.6% faster. */
 static int gemm_tma_kw(ppn_gpu *g, ppn_gstream *s) { return g->ops->tma_ok && g->ops->tma_ok(g, s) >= 2; }
 
-/* Whether the stream's device takes gemm_tc_kx for gemm_tc_kw16 and gemm_swiglu_x for gemm_swiglu (the same bits):
- * PPN_GEMM_KX=1 (g->gemm_kx) where it runs sm_90a code (tma_ok; warpgroup MMA with both operands in shared memory),
- * below PPN_TMA=2's forms. Opt-in until the GPU says it wins (docs/PERF.md). */
-static int gemm_kx_on(ppn_gpu *g, ppn_gstream *s) { return g->gemm_kx && gemm_tma_sms(g, s) > 0 && !gemm_tma_kw(g, s); }
+/* Whether the stream's device takes gemm_tc_kx for gemm_tc_kw16 and gemm_swiglu_x for gemm_swiglu (the same bits) at
+ * m tokens: PPN_GEMM_KX=N (g->gemm_kx) from N tokens on, where it runs sm_90a code (tma_ok; warpgroup MMA with both
+ * operands in shared memory), below PPN_TMA=2's forms. Opt-in until the GPU says it wins (docs/PERF.md). */
+static int gemm_kx_on(ppn_gpu *g, ppn_gstream *s, int m)
+{
+    return g->gemm_kx > 0 && m >= g->gemm_kx && gemm_tma_sms(g, s) > 0 && !gemm_tma_kw(g, s);
+}
 
 /* Where the device runs it, gemm_tc_h replaces gemm_tc_l (the same tile and bits) but on one wave of tiles over a
  * sum shorter than 8192 columns, where gemm_tc_l was faster: H200, test_gpu_gemm's timing table, 2026-12-02
@@ -380,7 +383,7 @@ ppn_status ppn_op_gemm(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int
     ppn_kp_gemm p = {.out = out, .w = w, .x = x, .bias = bias, .res = res, .m = m, .rows = rows, .cols = cols,
                      .wdt = wdt, .ks = 0, .stages = 0, .ctas = 0};
     PPN_CHECK(gemm_check("ppn_op_gemm", &p, 4));
-    return gemm_submit(g, s, gemm_kernel(&p, gemm_tma_sms(g, s), gemm_kx_on(g, s)), &p);
+    return gemm_submit(g, s, gemm_kernel(&p, gemm_tma_sms(g, s), gemm_kx_on(g, s, m)), &p);
 }
 
 /* The kernel ppn_op_gemm runs on this shape with bf16 W over whole 64-column blocks (aligned pointers), else -1;
@@ -434,7 +437,7 @@ ppn_status ppn_op_gemm_x16(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w,
     const int t = gemm_tma_kw(g, s); /* PPN_TMA=2: the TMA forms, the same bits */
     const int k = k16                ? (t ? PPN_K_GEMM_TC_K16T : PPN_K_GEMM_TC_K16)
                   : t                ? PPN_K_GEMM_TC_KWT
-                  : gemm_kx_on(g, s) ? PPN_K_GEMM_TC_KX
+                  : gemm_kx_on(g, s, m) ? PPN_K_GEMM_TC_KX
                                      : PPN_K_GEMM_TC_KW16;
     return gemm_submit(g, s, k, &p);
 }
@@ -446,7 +449,7 @@ ppn_status ppn_op_gemm_x16(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w,
 int ppn_op_gemm_swiglu_fits(ppn_gpu *g, ppn_gstream *s, int m, int n, int cols, int wdt)
 {
     return n > 0 && n % 64 == 0 && n <= INT32_MAX / 2 &&
-           gemm_x16_base(m, 2 * n, cols, wdt, gemm_kx_on(g, s)) == PPN_K_GEMM_TC_KW && gemm_tma_sms(g, s) > 0;
+           gemm_x16_base(m, 2 * n, cols, wdt, gemm_kx_on(g, s, m)) == PPN_K_GEMM_TC_KW && gemm_tma_sms(g, s) > 0;
 }
 
 ppn_status ppn_op_gemm_swiglu(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt, ppn_dptr w, int wdt, ppn_dptr x16,
@@ -484,7 +487,7 @@ ppn_status ppn_op_gemm_swiglu(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt,
         tp.g = p.g, tp.odt = p.odt, tp.pad = 0;
         l = gemm_geometry(PPN_K_GEMM_TC_KWT, &p.g); /* gemm_tc_kwt's grid, ring and mbarriers */
         l.kernel = PPN_K_GEMM_SWIGLU_T, l.params = &tp, l.params_size = sizeof tp;
-    } else if (gemm_kx_on(g, s)) { /* PPN_GEMM_KX=1: gemm_tc_kx's grid and ring, the same params and bits */
+    } else if (gemm_kx_on(g, s, m)) { /* PPN_GEMM_KX: gemm_tc_kx's grid and ring, the same params and bits */
         p.g.stages = gemm_kw_depth(PPN_K_GEMM_TC_KX);
         l = gemm_geometry(PPN_K_GEMM_TC_KX, &p.g);
         l.kernel = PPN_K_GEMM_SWIGLU_X, l.params = &p, l.params_size = sizeof p;

@@ -761,9 +761,9 @@ static void test_gemm_k16(void **state)
     x16_case(qkv, PPN_K_GEMM_TC_K16);
 }
 
-/* PPN_GEMM_KX=1 (g->gemm_kx) on a device that runs TMA kernels: where ppn_op_gemm_x16 takes gemm_tc_kw16 it takes
- * gemm_tc_kx, and ppn_op_gemm_swiglu gemm_swiglu_x: gemm_tc_kw16's K split on clusters of 8 CTAs for each group of
- * 128 tokens (not 64), a ring of 4 x (16 KB of W + NX rows of 128 bytes), NX = min(m, 128) rounded up to 16, and the
+/* PPN_GEMM_KX=1 (g->gemm_kx; N: from N tokens) on a device that runs TMA kernels: where ppn_op_gemm_x16 takes
+ * gemm_tc_kw16 it takes gemm_tc_kx, and ppn_op_gemm_swiglu gemm_swiglu_x: gemm_tc_kw16's K split on clusters of 8
+ * CTAs for each group of 128 tokens (not 64), a ring of 4 x (16 KB of W + NX rows of 128 bytes), NX = min(m, 128) rounded up to 16, and the
  * same sums (the one reference here; tests/gpu compares the kernels' bits). Without the flag, or at PPN_TMA=2, or on
  * a device without TMA kernels, the kernels before; gemm_tc_k16's shapes keep it. */
 static void kx_geometry(int m, int rows)
@@ -836,6 +836,21 @@ static void test_gemm_kx_choice(void **state)
     tu_tma_level = 2; /* PPN_TMA=2's forms come first: no gemm_tc_kx, so the large tile again */
     assert_false(ppn_op_gemm_swiglu_fits(tg, ts, 80, 14336, 4096, PPN_DTYPE_BF16));
     tu_tma_level = 1;
+    /* PPN_GEMM_KX=65: from 65 tokens on only (the 8B's down at 64 and 80 rows; gate|up's gemm_swiglu at 17 and 80) */
+    tg->gemm_kx = 65;
+    tu_cap.dry = 1;
+    assert_int_equal(ppn_op_gemm_x16(tg, ts, FAKE_OUT, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 64, 4096, 14336, 0, 0), PPN_OK);
+    assert_int_equal(tu_cap.l.kernel, PPN_K_GEMM_TC_KW16);
+    assert_int_equal(ppn_op_gemm_x16(tg, ts, FAKE_OUT, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 80, 4096, 14336, 0, 0), PPN_OK);
+    assert_int_equal(tu_cap.l.kernel, PPN_K_GEMM_TC_KX);
+    assert_int_equal(ppn_op_gemm_swiglu(tg, ts, FAKE_OUT, PPN_DTYPE_BF16, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 17, 14336, 4096),
+                     PPN_OK);
+    assert_int_equal(tu_cap.l.kernel, PPN_K_GEMM_SWIGLU);
+    assert_true(ppn_op_gemm_swiglu_fits(tg, ts, 80, 14336, 4096, PPN_DTYPE_BF16));
+    assert_int_equal(ppn_op_gemm_swiglu(tg, ts, FAKE_OUT, PPN_DTYPE_BF16, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 80, 14336, 4096),
+                     PPN_OK);
+    assert_int_equal(tu_cap.l.kernel, PPN_K_GEMM_SWIGLU_X);
+    tg->gemm_kx = 1;
     /* gemm_tc_k16's shape keeps it */
     assert_int_equal(ppn_op_gemm_x16(tg, ts, FAKE_OUT, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 16, 4096, 4096, 0, 0), PPN_OK);
     assert_int_equal(tu_cap.l.kernel, PPN_K_GEMM_TC_K16);
