@@ -164,6 +164,10 @@ ppn_status ppn_op_gemm_swiglu(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt,
 /* 1 where ppn_op_gemm_x16 takes the gate|up GEMM (m tokens over 2 n rows x cols), n is a multiple of 64 and s's
  * device runs the TMA kernels (gpu.h: tma_ok; the kernel is sm_90a's): ppn_op_gemm_swiglu's shapes. */
 int ppn_op_gemm_swiglu_fits(ppn_gpu *g, ppn_gstream *s, int m, int n, int cols, int wdt);
+/* Whether g's PPN_GEMM_KX level takes m tokens (0: never; 1: always; 2, the default: up to 16 and 65-80): where it
+ * does and the device runs sm_90a code, ppn_op_gemm_x16 and ppn_op_gemm_swiglu run the middle split-K tile with the
+ * operands swapped (gemm_tc_kx, gemm_swiglu_x: the same bits; kernels/ops_gemm.c). */
+int ppn_gemm_kx_takes(const ppn_gpu *g, int m);
 /* Per-head rmsnorm in place (the head_rmsnorm formula) of heads h0 .. h0 + n_heads - 1 of each of c rows of x,
  * a row being stride floats (Qwen3's q and k norms over the rows of the q|k|v projection). */
 ppn_status ppn_op_head_rmsnorm_rows(ppn_gpu *g, ppn_gstream *s, ppn_dptr x, int stride, int h0, int n_heads,

@@ -18,10 +18,11 @@
  * tensor memory accelerator: gemm_tc_l's bits. At tma_ok's level 2 (PPN_TMA=2) ppn_op_gemm_x16 and
  * ppn_op_gemm_swiglu also take the split-K tiles' TMA forms, gemm_tc_k16t, gemm_tc_kwt and gemm_swiglu_t: their
  * forms' bits, slower on an H100 but for gemm_tc_k16t (2026-12-06, docs/PERF.md; gemm_tma_kw).
- * With PPN_GEMM_KX=N on such a device (below level 2), from N tokens on, ppn_op_gemm_x16 and ppn_op_gemm_swiglu take
- * gemm_tc_kx and gemm_swiglu_x where they would take gemm_tc_kw16 and gemm_swiglu: the same split and sums with the
- * operands swapped, groups of 128 tokens, so one pass over W up to 128 tokens; there the middle tile also keeps the
- * 65-128 tokens it fits that the large tile would take (the 8B's gate|up), for both forms of x (gemm_kernel's kx).
+ * On such a device (below level 2), where PPN_GEMM_KX's level takes m (ppn_gemm_kx_takes: by default up to 16 and
+ * 65-80 tokens), ppn_op_gemm_x16 and ppn_op_gemm_swiglu take gemm_tc_kx and gemm_swiglu_x where they would take
+ * gemm_tc_kw16 and gemm_swiglu: the same split and sums with the operands swapped, groups of 128 tokens, so one pass
+ * over W up to 128 tokens; there the middle tile also keeps the 65-128 tokens it fits that the large tile would take
+ * (the 8B's gate|up), for both forms of x (gemm_kernel's kx).
  * So for bf16 / f16 weights a token's row depends on which of those ranges of m its chunk falls in.
  */
 #include <string.h>
@@ -200,11 +201,23 @@ static int gemm_tma_sms(ppn_gpu *g, ppn_gstream *s)
 static int gemm_tma_kw(ppn_gpu *g, ppn_gstream *s) { return g->ops->tma_ok && g->ops->tma_ok(g, s) >= 2; }
 
 /* Whether the stream's device takes gemm_tc_kx for gemm_tc_kw16 and gemm_swiglu_x for gemm_swiglu (the same bits) at
- * m tokens: PPN_GEMM_KX=N (g->gemm_kx) from N tokens on, where it runs sm_90a code (tma_ok; warpgroup MMA with both
- * operands in shared memory), below PPN_TMA=2's forms. Opt-in until the GPU says it wins (docs/PERF.md). */
+ * m tokens: where it runs sm_90a code (tma_ok; warpgroup MMA with both operands in shared memory), below PPN_TMA=2's
+ * forms, and PPN_GEMM_KX's level (g->gemm_kx) takes m (ppn_gemm_kx_takes). */
 static int gemm_kx_on(ppn_gpu *g, ppn_gstream *s, int m)
 {
-    return g->gemm_kx > 0 && m >= g->gemm_kx && gemm_tma_sms(g, s) > 0 && !gemm_tma_kw(g, s);
+    return ppn_gemm_kx_takes(g, m) && gemm_tma_sms(g, s) > 0 && !gemm_tma_kw(g, s);
+}
+
+/* Level 2 (the default): up to 16 tokens (where gemm_tc_kw16 runs there: the 8B's gate|up, gemm_swiglu_x) and 65-80
+ * (one pass over W where gemm_tc_kw16 takes two). One H100, 2026-12-06 (docs/PERF.md; tools/device/kx.sh), us a launch
+ * in test_gpu_gemm's decode table, gemm_tc_kw16 (or the op's tile) against gemm_tc_kx: at m = 80 the 8B's q|k|v 36.24
+ * / 32.15, o 28.57 / 27.79, down 76.81 / 70.75, gate|up 108.47 (gemm_tc_l) / 105.66; at m = 64 and 128 gemm_tc_kx was
+ * behind on every 8B matrix (q|k|v 25.84 / 29.80 and 37.60 / 53.80); at m = 16 gate|up 90.33 / 88.82. The 8B's steps,
+ * level 1 against 0: B=16 6.89 against 7.02 ms, a 16 + 64-row mixed step 10.81 against 11.26, but B=64 9.36 against
+ * 8.55 and 16 + 48 rows 10.10 against 9.28. */
+int ppn_gemm_kx_takes(const ppn_gpu *g, int m)
+{
+    return g->gemm_kx == 1 || (g->gemm_kx == 2 && (m <= 16 || (m >= 65 && m <= 80)));
 }
 
 /* Where the device runs it, gemm_tc_h replaces gemm_tc_l (the same tile and bits) but on one wave of tiles over a

@@ -761,7 +761,7 @@ static void test_gemm_k16(void **state)
     x16_case(qkv, PPN_K_GEMM_TC_K16);
 }
 
-/* PPN_GEMM_KX=1 (g->gemm_kx; N: from N tokens) on a device that runs TMA kernels: where ppn_op_gemm_x16 takes
+/* PPN_GEMM_KX=1 (g->gemm_kx; 2: only at some m) on a device that runs TMA kernels: where ppn_op_gemm_x16 takes
  * gemm_tc_kw16 it takes gemm_tc_kx, and ppn_op_gemm_swiglu gemm_swiglu_x: gemm_tc_kw16's K split on clusters of 8
  * CTAs for each group of 128 tokens (not 64), a ring of 4 x (16 KB of W + NX rows of 128 bytes), NX = min(m, 128) rounded up to 16, and the
  * same sums (the one reference here; tests/gpu compares the kernels' bits). Without the flag, or at PPN_TMA=2, or on
@@ -836,20 +836,28 @@ static void test_gemm_kx_choice(void **state)
     tu_tma_level = 2; /* PPN_TMA=2's forms come first: no gemm_tc_kx, so the large tile again */
     assert_false(ppn_op_gemm_swiglu_fits(tg, ts, 80, 14336, 4096, PPN_DTYPE_BF16));
     tu_tma_level = 1;
-    /* PPN_GEMM_KX=65: from 65 tokens on only (the 8B's down at 64 and 80 rows; gate|up's gemm_swiglu at 17 and 80) */
-    tg->gemm_kx = 65;
+    /* PPN_GEMM_KX=2 (the default): up to 16 and 65-80 tokens (the 8B's down at 64, 80 and 81 rows; gate|up's fused kernel
+     * at 16, 17, 80 and 81 rows: the large tile past 80) */
+    tg->gemm_kx = 2;
     tu_cap.dry = 1;
-    assert_int_equal(ppn_op_gemm_x16(tg, ts, FAKE_OUT, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 64, 4096, 14336, 0, 0), PPN_OK);
-    assert_int_equal(tu_cap.l.kernel, PPN_K_GEMM_TC_KW16);
-    assert_int_equal(ppn_op_gemm_x16(tg, ts, FAKE_OUT, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 80, 4096, 14336, 0, 0), PPN_OK);
-    assert_int_equal(tu_cap.l.kernel, PPN_K_GEMM_TC_KX);
-    assert_int_equal(ppn_op_gemm_swiglu(tg, ts, FAKE_OUT, PPN_DTYPE_BF16, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 17, 14336, 4096),
-                     PPN_OK);
-    assert_int_equal(tu_cap.l.kernel, PPN_K_GEMM_SWIGLU);
-    assert_true(ppn_op_gemm_swiglu_fits(tg, ts, 80, 14336, 4096, PPN_DTYPE_BF16));
-    assert_int_equal(ppn_op_gemm_swiglu(tg, ts, FAKE_OUT, PPN_DTYPE_BF16, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 80, 14336, 4096),
-                     PPN_OK);
-    assert_int_equal(tu_cap.l.kernel, PPN_K_GEMM_SWIGLU_X);
+    static const int lv2[][2] = {{64, PPN_K_GEMM_TC_KW16}, {65, PPN_K_GEMM_TC_KX}, {80, PPN_K_GEMM_TC_KX},
+                                 {81, PPN_K_GEMM_TC_KW16}};
+    for (size_t i = 0; i < TU_LEN(lv2); i++) {
+        assert_int_equal(ppn_gemm_kx_takes(tg, lv2[i][0]), lv2[i][1] == PPN_K_GEMM_TC_KX);
+        assert_int_equal(ppn_op_gemm_x16(tg, ts, FAKE_OUT, FAKE_W, PPN_DTYPE_BF16, FAKE_X, lv2[i][0], 4096, 14336, 0, 0),
+                         PPN_OK);
+        assert_int_equal(tu_cap.l.kernel, lv2[i][1]);
+    }
+    static const int gu2[][2] = {{16, PPN_K_GEMM_SWIGLU_X}, {17, PPN_K_GEMM_SWIGLU}, {80, PPN_K_GEMM_SWIGLU_X}};
+    for (size_t i = 0; i < TU_LEN(gu2); i++) {
+        assert_true(ppn_op_gemm_swiglu_fits(tg, ts, gu2[i][0], 14336, 4096, PPN_DTYPE_BF16));
+        assert_int_equal(ppn_op_gemm_swiglu(tg, ts, FAKE_OUT, PPN_DTYPE_BF16, FAKE_W, PPN_DTYPE_BF16, FAKE_X, gu2[i][0],
+                                            14336, 4096), PPN_OK);
+        assert_int_equal(tu_cap.l.kernel, gu2[i][1]);
+    }
+    assert_false(ppn_op_gemm_swiglu_fits(tg, ts, 81, 14336, 4096, PPN_DTYPE_BF16));
+    tg->gemm_kx = 0;
+    assert_false(ppn_gemm_kx_takes(tg, 16) || ppn_gemm_kx_takes(tg, 80));
     tg->gemm_kx = 1;
     /* gemm_tc_k16's shape keeps it */
     assert_int_equal(ppn_op_gemm_x16(tg, ts, FAKE_OUT, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 16, 4096, 4096, 0, 0), PPN_OK);

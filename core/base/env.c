@@ -80,10 +80,11 @@ static const ppn_env_var env_table[] = {
         "prefill's large tile then runs without it, to the same bits: an A/B arm. 2: also the middle split-K tile on "
         "bf16 x and gemm_swiglu (gemm_tc_kwt, gemm_swiglu_t: the same bits; 18-40% slower a launch on an H100, "
         "2026-12-06, so not the default)"),
-    INT("PPN_GEMM_KX", PPN_ENV_DEVICE, 0, 0, 128, "0",
-        "N >= 1: from N tokens on, the middle split-K tile on bf16 x and gemm_swiglu with the operands swapped "
-        "(gemm_tc_kx, gemm_swiglu_x: the same bits, one pass over W up to 128 tokens) where the device runs TMA "
-        "kernels and PPN_TMA is not 2; 0: never"),
+    INT("PPN_GEMM_KX", PPN_ENV_DEVICE, 0, 0, 2, "2",
+        "the middle split-K tile on bf16 x and gemm_swiglu with the operands swapped (gemm_tc_kx, gemm_swiglu_x: the "
+        "same bits, one pass over W up to 128 tokens) where the device runs TMA kernels and PPN_TMA is not 2: 2 at "
+        "up to 16 and 65-80 tokens, where it was faster on an H100 (2026-12-06); 1 wherever the others would run; 0 "
+        "never"),
     TEXT("CUDA_VISIBLE_DEVICES", PPN_ENV_DEVICE, "every device", "the CUDA driver's device list",
          "read by the CUDA driver; ppn only quotes it when the driver sees no device"),
     INT("PPN_SIM_DEVICES", PPN_ENV_SIM, 0, 1, 64, "4", "the number of simulated devices"),

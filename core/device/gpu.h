@@ -243,7 +243,7 @@ struct ppn_gpu {
     uint64_t n_host_staged;   /* peer copies staged through the host for lack of a grant */
     uint64_t n_graph_launches; /* graph_launch calls */
     int kprof;                /* PPN_KPROF=1 (immutable after create): graphs are refused */
-    int gemm_kx;              /* PPN_GEMM_KX (immutable after create): gemm_tc_kx from that many tokens, 0 never */
+    int gemm_kx;              /* PPN_GEMM_KX (immutable after create): gemm_tc_kx's level (ppn_gemm_kx_takes) */
     ppn_gpu_kernels kern;     /* the launchable kernels (n = 0: device ops only); immutable after create */
 };
 
