@@ -81,6 +81,9 @@ typedef struct { uint64_t out, w, x, bias, res; int32_t rows, cols, m, wdt; } pp
  *              epilogue: out [m, rows / 2] = silu(gate) * up, f32 or bf16 in PPN_X16_POS's layout (odt); the same
  *              split and sums, so the bits of gemm_tc_kw16 then swiglu rows (sm_90a only)
  *   gemm_swiglu_t gemm_swiglu on gemm_tc_kwt's k-loop: the same bits (sm_90a only)
+ *   gemm_tc_kx gemm_tc_kw16's split and sums with W as the warpgroup MMA's A operand and up to 128 tokens as N, both
+ *              from shared memory: the same bits, one pass over W for 65-128 tokens (sm_90a only; PPN_GEMM_KX=1)
+ *   gemm_swiglu_x gemm_swiglu on gemm_tc_kx's tile: the same bits (sm_90a only)
  * Only gemm_tc_k and gemm_tc_kw (and gemm_tc_kwx) split a sum over K: elsewhere every output is one thread's sum in
  * k order (SIMT: a fmaf chain; tensor cores: one f32 accumulator through k16 steps in k order, which on the H200
  * gave the same bits from both tiles and both instruction families). gemm_tc_k sums each of KS(rows) k-ranges so

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # kx.sh - the middle split-K tile with the operands swapped (gemm_tc_kx for gemm_tc_kw16, gemm_swiglu_x for
-# gemm_swiglu; PPN_GEMM_KX=1) on the GPU machine, against PPN_GEMM_KX=0 in one binary: the same bits are required,
-# the speed decides whether it becomes the default. Phases (default: check ids table bench mixed serve gate; every
+# gemm_swiglu; PPN_GEMM_KX=N: from N tokens on) on the GPU machine, against PPN_GEMM_KX=0 in one binary: the same bits
+# are required, the speed decides whether it becomes the default. $ARMS: the PPN_GEMM_KX values the timed phases
+# alternate (default "0 1"). Phases (default: check ids table bench mixed serve gate; every
 # command has a timeout, and a failed check stops the script):
 #   check   test_gpu_gemm's correctness cases: gemm_tc_kx forced must give gemm_tc_kw's bits at every K split
 #           ("kx(=kw)"; the case line FAILs otherwise); then test_gpu_gemm_swiglu under PPN_GEMM_KX=1 and 0 (the fused
@@ -9,9 +10,9 @@
 #   ids     16 prompts as one batch on llama-8b (24 greedy ids each; $IDS, made if absent), PPN_GEMM_KX 0 and 1 with
 #           PPN_FUSE 1 and 0: all four outputs the same bytes
 #   table   test_gpu_gemm_decode's table (gemm_tc_kx beside the other tiles per shape and m; % of the copy floor)
-#   bench   ppn bench --batch $BATCH on $SHAPES, PPN_GEMM_KX 0 / 1 in $ROUNDS alternating rounds
+#   bench   ppn bench --batch $BATCH on $SHAPES, the $ARMS in $ROUNDS alternating rounds
 #   mixed   the serving iteration on llama-8b: --batch 16 --mixed 64 and --mixed 48 --prompt 512, both arms, $ROUNDS
-#   serve   tools/device/serve.sh (issue 17's load) under PPN_GEMM_KX 0, then 1
+#   serve   tools/device/serve.sh (issue 17's load) under each of the $ARMS
 #   gate    ppn gate batch on llama-8b under PPN_GEMM_KX=1 (split against unsplit, N <= 2)
 # Results: $OUT/summary.txt and one file per run.
 . "$(dirname "$0")/common.sh"
@@ -21,6 +22,7 @@ BATCH=${BATCH:-16,64}
 SHAPES=${SHAPES:-llama-8b llama-1b}
 GB=${GPUBIN:-build/gpu}
 IDS=${IDS:-$OUT/ids16.txt}
+ARMS=${ARMS:-0 1}
 begin -h name,driver_version,memory.total
 model() { [ -d /tmp/m-"$1" ] || $PPN mkmodel --shape "$1" --out /tmp/m-"$1" --dtype bf16 > /dev/null; }
 stop() { log "FAIL $*: stopping"; fail=1; finish; }
@@ -58,7 +60,7 @@ for ph in $PHASES; do
     bench)
         for shape in $SHAPES; do model "$shape"; done
         for r in $(seq 1 "$ROUNDS"); do
-            for kx in 0 1; do
+            for kx in $ARMS; do
                 for shape in $SHAPES; do
                     j="$OUT/bench_kx${kx}_${shape}_$r.json"
                     PPN_GEMM_KX=$kx timeout 240 $PPN bench --model /tmp/m-$shape --backend cuda --batch "$BATCH" --prompt 128 \
@@ -71,7 +73,7 @@ for ph in $PHASES; do
     mixed)
         model llama-8b
         for r in $(seq 1 "$ROUNDS"); do
-            for kx in 0 1; do
+            for kx in $ARMS; do
                 for p in 64 48; do
                     j="$OUT/mixed${p}_kx${kx}_$r.json"
                     PPN_GEMM_KX=$kx timeout 240 $PPN bench --model /tmp/m-llama-8b --backend cuda --batch 16 --mixed $p --prompt 512 \
@@ -82,7 +84,7 @@ for ph in $PHASES; do
             done
         done ;;
     serve)
-        for kx in 0 1; do
+        for kx in $ARMS; do
             log "serve PPN_GEMM_KX=$kx"
             PPN_GEMM_KX=$kx OUT="$OUT/serve_kx$kx" CONFIGS="${SERVE_CONFIGS:-512}" timeout 400 bash tools/device/serve.sh > "$OUT/serve_kx$kx.txt" 2>&1 ||
                 { fail=1; log "FAIL serve PPN_GEMM_KX=$kx"; }
