@@ -9,8 +9,9 @@
  * decode's rope_kv on the GPU (prefill and decode must store the same cache bits).
  *
  * Tolerances: elementwise math that differs from the reference only by CUDA's expf / sincosf (2 ulp): 2e-6
- * relative; a cache element stored from such a value: one ulp of its dtype; f32 sums (norms): 1e-5 relative;
- * embed exact. Attention (values in [-1, 1], q in [-3, 3]): SIMT 1e-5 absolute; tensor cores with q given in the
+ * relative; a cache element stored from such a value: one ulp of its dtype; f32 sums (norms): 1e-5 relative,
+ * and rmsnorm_rows also bit for bit against its own summation order emulated on the host (norm_row_bits: the
+ * register form and the loop form alike); embed exact. Attention (values in [-1, 1], q in [-3, 3]): SIMT 1e-5 absolute; tensor cores with q given in the
  * cache's dtype (so only the softmax weights' rounding and the f32 sums differ): 4e-3 (bf16, 2^-9 per weight) and
  * 1e-3 (f16) absolute. Long chunks are checked on a sample of rows (the reference costs O(position) a row).
  *
@@ -178,6 +179,61 @@ static void check_bf16_rows(const char *what, ppn_dptr dh, const float *want, si
     free(h16);
 }
 
+/* The bits ppn_k_rmsnorm_rows gives a row of n at bd threads a block (ops_rows.c launches NORM_ROWS_BLOCK): thread
+ * t's fmaf chain over x[t], x[t + bd], ...; each warp's butterfly (kdev.cuh ppn_warp_sum: v + the value at lane ^
+ * 16, 8, 4, 2, 1; every lane ends with the same sum, since f32 adds commute); the warps' sums through the same
+ * butterfly (lanes past the warps hold 0); var = sum / n, r = 1 / sqrtf(var + eps), out (x r) w. All f32 and
+ * IEEE-rounded as the kernel's are (nvcc -prec-div, -prec-sqrt; no product is followed by an add, so none is
+ * contracted), so the kernel must give exactly these bits, whichever of its two forms runs (up to 8 values a
+ * thread held in registers, or the loop past that). */
+#define NORM_ROWS_BLOCK 1024
+static float warp_butterfly(float *v)
+{
+    for (int m = 16; m > 0; m >>= 1) {
+        float t[32];
+        for (int l = 0; l < 32; l++) t[l] = v[l] + v[l ^ m];
+        memcpy(v, t, sizeof t);
+    }
+    return v[0];
+}
+
+static void norm_row_bits(float *out, const float *x, const void *w, int wdt, int n, float eps, int bd)
+{
+    float lanes[32], warps[32] = {0};
+    for (int wp = 0; wp < bd / 32; wp++) {
+        for (int l = 0; l < 32; l++) {
+            float ss = 0.0f;
+            for (int i = wp * 32 + l; i < n; i += bd) ss = fmaf(x[i], x[i], ss);
+            lanes[l] = ss;
+        }
+        warps[wp] = warp_butterfly(lanes);
+    }
+    float var = warp_butterfly(warps) / (float)n, r = 1.0f / sqrtf(var + eps);
+    for (int i = 0; i < n; i++) {
+        float wi = wdt == PPN_DTYPE_BF16  ? ppn_bf16_to_f32(((const uint16_t *)w)[i])
+                   : wdt == PPN_DTYPE_F16 ? ppn_f16_to_f32(((const uint16_t *)w)[i])
+                                          : ((const float *)w)[i];
+        float xr = x[i] * r;
+        out[i] = xr * wi;
+    }
+}
+
+/* c rows of n at dx (the kernel's in-place output) against norm_row_bits, bit for bit. */
+static void check_norm_bits(const char *what, ppn_dptr dx, const float *in, const void *w, int wdt, int n, int c)
+{
+    float *got = hmem((size_t)c * n * 4), *want = hmem((size_t)n * 4);
+    get(got, dx, (size_t)c * n * 4);
+    for (int i = 0; i < c; i++) {
+        norm_row_bits(want, in + (size_t)i * n, w, wdt, n, 1e-5f, NORM_ROWS_BLOCK);
+        for (int k = 0; k < n; k++)
+            if (memcmp(&got[(size_t)i * n + k], &want[k], 4))
+                fail_msg("%s: row %d element %d %.9g, want %.9g (its summation order's bits)", what, i, k,
+                         got[(size_t)i * n + k], want[k]);
+    }
+    printf("  %-58s the bits of its summation order\n", what);
+    free(got), free(want);
+}
+
 static void rowops_case(const mshape *m, int c, int wdt)
 {
     char what[128];
@@ -209,6 +265,7 @@ static void rowops_case(const mshape *m, int c, int wdt)
     for (size_t i = 0; i < (size_t)c * dim; i++) cmp_add(&cm, xg[i], x[i], 1e-5 * fmax(1.0, fabs(x[i])), i);
     snprintf(what, sizeof what, "%s rmsnorm_rows c=%d %s", m->name, c, ppn_dtype_name(wdt));
     cmp_done(&cm, what);
+    check_norm_bits(what, dx, r, w, wdt, dim, c);
     /* bf16 rows for gemm_tc_kw16 (kparams.h, PPN_X16_POS): each the f32 kernel's value rounded, in that layout */
     if (dim % 64 == 0) {
         ppn_dptr dh = dalloc((size_t)c * dim * 2);
@@ -312,6 +369,23 @@ static void rope_case(const mshape *m, int c, int pos0, int kvdt, int interleave
     dfree_all();
 }
 
+/* rmsnorm_rows on rows past the model shapes: n = 8 NORM_ROWS_BLOCK is the last the kernel holds in registers,
+ * one more 8-wide chunk takes its loop form; both must give their summation order's bits, in place. */
+static void norm_wide_case(int n, int c, int wdt)
+{
+    char what[128];
+    size_t xb = (size_t)c * n * 4;
+    float *r = tu_frand((size_t)c * n, -2, 2);
+    void *w = tu_wrand(wdt, (size_t)n, NULL);
+    ppn_dptr dx = up(r, xb), dw = up(w, (size_t)n * ppn_dtype_size(wdt));
+    OK(ppn_op_rmsnorm_rows(G, S, dx, dx, dw, wdt, n, 1e-5f, c));
+    snprintf(what, sizeof what, "rmsnorm_rows n=%d c=%d %s (%s)", n, c, ppn_dtype_name(wdt),
+             n <= 8 * NORM_ROWS_BLOCK ? "registers" : "loop");
+    check_norm_bits(what, dx, r, w, wdt, n, c);
+    free(r), free(w);
+    dfree_all();
+}
+
 static void test_gpu_rows_ops(void **state)
 {
     (void)state;
@@ -322,6 +396,11 @@ static void test_gpu_rows_ops(void **state)
                       k == 3);
             if (c == 64) rope_case(&MODELS[k], 64, 130, PPN_DTYPE_F32, k == 3);
         }
+    static const int wdts[] = {PPN_DTYPE_F32, PPN_DTYPE_BF16};
+    for (size_t k = 0; k < TU_LEN(wdts); k++) {
+        norm_wide_case(8 * NORM_ROWS_BLOCK, 3, wdts[k]);
+        norm_wide_case(8 * NORM_ROWS_BLOCK + 8, 3, wdts[k]);
+    }
 }
 
 /* ---------------------------------------------------------------------------------------------------------
