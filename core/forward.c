@@ -215,8 +215,9 @@ static ppn_status norm_gemm(ppn_model *m, ppn_gstream *s, const ppn_rows_scratch
  * rows sit in the front half of xb, act and att). Attention writes it so in a batch walk. A prompt segment's rows
  * (attn_rows) can be written so too (ppn_op_attn_rows_to; tests/gpu attn_case passed on an H100, 2026-12-05), which
  * gives a mixed walk's, a verify's and a short chunk's o bf16 x, but a mixed step of 64 or 80 rows was level with it
- * (docs/PERF.md), so those walks' o keeps f32 x (ox below; test_kprof's mixed cases count it) unless PPN_GEMM_KX's
- * level takes their rows, where o takes gemm_tc_kx's one pass over W on bf16 x (the same bits either way). Where
+ * (docs/PERF.md), so those walks' o keeps f32 x (ox below; test_kprof's mixed cases count it), also where PPN_GEMM_KX's
+ * level takes their rows: there gemm_tc_kw's one launch on f32 x beat gemm_tc_kx's on bf16 x (an H100, 2026-12-06:
+ * 43.2 against 36.9 us alone, the 8B's 16 + 64-row step 10.57 -> 10.41 ms; the same bits either way). Where
  * gate|up takes bf16 x on a device that runs the TMA kernels, SwiGLU runs in its epilogue (ppn_op_gemm_swiglu: the same
  * bits, no gate|up round trip). PPN_FUSE=0 keeps x f32 everywhere (the GEMM rounds it) and SwiGLU its own kernel. */
 ppn_status ppn_fwd_rows_layer(ppn_model *m, ppn_gstream *s, int dev, const ppn_rows_scratch *r, ppn_dptr x,
@@ -233,8 +234,7 @@ ppn_status ppn_fwd_rows_layer(ppn_model *m, ppn_gstream *s, int dev, const ppn_r
         PPN_CHECK(ppn_op_head_rmsnorm_rows(g, s, r->qkv, qkv_cols, 0, nh, hd, w->q_norm, wdt, c->norm_eps, rows));
         PPN_CHECK(ppn_op_head_rmsnorm_rows(g, s, r->qkv, qkv_cols, nh, nkv, hd, w->k_norm, wdt, c->norm_eps, rows));
     }
-    const int okx = ppn_gemm_kx_takes(g, rows) && ppn_op_gemm_x16_fits(rows, dim, nh * hd, wdt); /* o on gemm_tc_kx */
-    int ox = (cmd->kind == PPN_ROWS_BATCH || okx) && x16_takes(m, rows, dim, nh * hd);
+    int ox = cmd->kind == PPN_ROWS_BATCH && x16_takes(m, rows, dim, nh * hd);
     PPN_CHECK(rows_attention(m, s, dev, r, cmd, l, ox ? PPN_DTYPE_BF16 : PPN_DTYPE_F32));
     PPN_CHECK(gemm_of(g, s, ox, x, w->wo, wdt, r->att, rows, dim, nh * hd, 0, x));
     int dx = x16_takes(m, rows, dim, ffn), adt = dx ? PPN_DTYPE_BF16 : PPN_DTYPE_F32;
