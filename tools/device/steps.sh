@@ -61,14 +61,14 @@ for ph in $PHASES; do
     for d in $DETAIL; do
         IFS=: read -r k c skip <<< "$d"
         a=$(args "$c") || { log "unknown config $c"; fail=1; continue; }
-        f="$OUT/detail_${k}_$c.txt"
+        f="$OUT/detail_${k}_${c}_$skip.txt"
         # shellcheck disable=SC2086
         PPN_GRAPHS=0 timeout 300 "$NCU" --kernel-name "regex:$k" --launch-skip "${skip:-100}" --launch-count 1 \
             --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
             --section SchedulerStats --section MemoryWorkloadAnalysis \
             "$PPN" bench --model "$M" --backend cuda $a -n 16 --reps 1 --warmup 0 > "$f" 2>&1 ||
             { fail=1; log "FAIL detail $k $c"; continue; }
-        log "detail: $k in $c"
+        log "detail: $k in $c, launch $skip"
         grep -E "^ +(Duration|DRAM Throughput|Memory Throughput|Grid Size|Block Size|Registers Per Thread|Achieved Occupancy|Theoretical Occupancy|Eligible Warps Per Scheduler|Active Warps Per Scheduler|Warp Cycles Per Issued Instruction|Waves Per SM|Dynamic Shared Memory Per Block) " \
             "$f" | sed "s|^ *|  |" | tee -a "$S"
     done
