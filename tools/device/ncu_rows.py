@@ -9,19 +9,22 @@ gpu__time_duration.sum,launch__grid_size,launch__block_size` prints for `ppn ben
 
 A step ends with its one argmax_rows launch (the batch's greedy ids). The first SKIP steps (default 2: the
 prompts' prime ends in the first, the graph's first replay may follow) are dropped; each kernel is then named
-with its grid (a GEMM's grid tells its matrix apart) and averaged over the steps kept. ncu serializes the
+with its grid and the kernel before it (a GEMM's grid and predecessor tell its matrix apart: o follows the
+attention, down the SwiGLU) and averaged over the steps kept. ncu serializes the
 launches and times each from its start to its end, so the sum has no launch gaps and none of the overlap that
 programmatic dependent launch buys: STEP_MS - sum is what the boundaries between kernels cost in the real step
 (negative where the overlap wins).
 
-usage: ncu_rows.py REPORT.csv [STEP_MS] [SKIP]
+usage: ncu_rows.py REPORT.csv[.gz] [STEP_MS] [SKIP]
 """
 import csv
+import gzip
 import sys
 
 
 def rows(path):
-    lines = [ln for ln in open(path, errors="replace") if ln.startswith('"')]
+    f = gzip.open(path, "rt", errors="replace") if path.endswith(".gz") else open(path, errors="replace")
+    lines = [ln for ln in f if ln.startswith('"')]
     head = None
     for r in csv.reader(lines):
         if head is None:
@@ -60,8 +63,8 @@ def main():
     n = len(steps)
     per, order = {}, []
     for s in steps:
-        for name, us, grid in s:
-            key = "%s [%s]" % (name, grid)
+        for i, (name, us, grid) in enumerate(s):
+            key = "%s [%s] after %s" % (name, grid, s[i - 1][0] if i else "the step's start")
             if key not in per:
                 per[key] = [0, 0.0]
                 order.append(key)
@@ -70,7 +73,7 @@ def main():
     total = sum(v[1] for v in per.values()) / n
     launches = sum(v[0] for v in per.values()) / n
     print("%d steps kept; per step: %.0f launches, kernels alone %.1f us" % (n, launches, total))
-    print("| kernel [grid] | launches a step | us a step | us a launch | share |")
+    print("| kernel [grid] after its predecessor | launches a step | us a step | us a launch | share |")
     print("|---|---|---|---|---|")
     for key in sorted(order, key=lambda k: -per[k][1]):
         c, us = per[key]

@@ -61,7 +61,7 @@ for ph in $PHASES; do
     for d in $DETAIL; do
         IFS=: read -r k c skip <<< "$d"
         a=$(args "$c") || { log "unknown config $c"; fail=1; continue; }
-        f="$OUT/detail_${k}_${c}_$skip.txt"
+        f="$OUT/detail_$(echo "$k" | tr -c "[:alnum:]_\n" _)_${c}_$skip.txt"
         # shellcheck disable=SC2086
         PPN_GRAPHS=0 timeout 300 "$NCU" --kernel-name "regex:$k" --launch-skip "${skip:-100}" --launch-count 1 \
             --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
