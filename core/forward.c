@@ -217,7 +217,7 @@ static ppn_status norm_gemm(ppn_model *m, ppn_gstream *s, const ppn_rows_scratch
  * gives a mixed walk's, a verify's and a short chunk's o bf16 x, but a mixed step of 64 or 80 rows was level with it
  * (docs/PERF.md), so those walks' o keeps f32 x (ox below; test_kprof's mixed cases count it), also where PPN_GEMM_KX's
  * level takes their rows: there gemm_tc_kw's one launch on f32 x beat gemm_tc_kx's on bf16 x (an H100, 2026-12-06:
- * 43.2 against 36.9 us alone, the 8B's 16 + 64-row step 10.57 -> 10.41 ms; the same bits either way). Where
+ * 36.9 us alone against 43.2, the 8B's 16 + 64-row step 10.57 -> 10.41 ms; the same bits either way). Where
  * gate|up takes bf16 x on a device that runs the TMA kernels, SwiGLU runs in its epilogue (ppn_op_gemm_swiglu: the same
  * bits, no gate|up round trip). PPN_FUSE=0 keeps x f32 everywhere (the GEMM rounds it) and SwiGLU its own kernel. */
 ppn_status ppn_fwd_rows_layer(ppn_model *m, ppn_gstream *s, int dev, const ppn_rows_scratch *r, ppn_dptr x,
