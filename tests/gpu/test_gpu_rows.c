@@ -10,8 +10,8 @@
  *
  * Tolerances: elementwise math that differs from the reference only by CUDA's expf / sincosf (2 ulp): 2e-6
  * relative; a cache element stored from such a value: one ulp of its dtype; f32 sums (norms): 1e-5 relative,
- * and rmsnorm_rows also bit for bit against its own summation order emulated on the host (norm_row_bits: the
- * register form and the loop form alike); embed exact. Attention (values in [-1, 1], q in [-3, 3]): SIMT 1e-5 absolute; tensor cores with q given in the
+ * and rmsnorm_rows also bit for bit against its own summation order emulated on the host (norm_row_bits); embed
+ * exact. Attention (values in [-1, 1], q in [-3, 3]): SIMT 1e-5 absolute; tensor cores with q given in the
  * cache's dtype (so only the softmax weights' rounding and the f32 sums differ): 4e-3 (bf16, 2^-9 per weight) and
  * 1e-3 (f16) absolute. Long chunks are checked on a sample of rows (the reference costs O(position) a row).
  *
@@ -184,8 +184,7 @@ static void check_bf16_rows(const char *what, ppn_dptr dh, const float *want, si
  * 16, 8, 4, 2, 1; every lane ends with the same sum, since f32 adds commute); the warps' sums through the same
  * butterfly (lanes past the warps hold 0); var = sum / n, r = 1 / sqrtf(var + eps), out (x r) w. All f32 and
  * IEEE-rounded as the kernel's are (nvcc -prec-div, -prec-sqrt; no product is followed by an add, so none is
- * contracted), so the kernel must give exactly these bits, whichever of its two forms runs (up to 8 values a
- * thread held in registers, or the loop past that). */
+ * contracted), so the kernel must give exactly these bits: a change of its loads that keeps its sums keeps them. */
 #define NORM_ROWS_BLOCK 1024
 static float warp_butterfly(float *v)
 {
@@ -369,8 +368,8 @@ static void rope_case(const mshape *m, int c, int pos0, int kvdt, int interleave
     dfree_all();
 }
 
-/* rmsnorm_rows on rows past the model shapes: n = 8 NORM_ROWS_BLOCK is the last the kernel holds in registers,
- * one more 8-wide chunk takes its loop form; both must give their summation order's bits, in place. */
+/* rmsnorm_rows on rows past the model shapes, in place: 8 values a thread (n = 8 NORM_ROWS_BLOCK), and 9 for the
+ * first 8 threads only; both must give their summation order's bits. */
 static void norm_wide_case(int n, int c, int wdt)
 {
     char what[128];
@@ -379,8 +378,7 @@ static void norm_wide_case(int n, int c, int wdt)
     void *w = tu_wrand(wdt, (size_t)n, NULL);
     ppn_dptr dx = up(r, xb), dw = up(w, (size_t)n * ppn_dtype_size(wdt));
     OK(ppn_op_rmsnorm_rows(G, S, dx, dx, dw, wdt, n, 1e-5f, c));
-    snprintf(what, sizeof what, "rmsnorm_rows n=%d c=%d %s (%s)", n, c, ppn_dtype_name(wdt),
-             n <= 8 * NORM_ROWS_BLOCK ? "registers" : "loop");
+    snprintf(what, sizeof what, "rmsnorm_rows n=%d c=%d %s", n, c, ppn_dtype_name(wdt));
     check_norm_bits(what, dx, r, w, wdt, n, c);
     free(r), free(w);
     dfree_all();

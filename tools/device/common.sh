@@ -11,6 +11,8 @@
 #                         one), then nvidia-smi --query-gpu=Q (-h: with the CSV header line)
 #   summarize JSON...     one line per configuration of each `ppn bench --json` file
 #   find_ncu              the path of Nsight Compute's ncu, or nothing
+#   batch_args CONFIG     ppn bench's words for a batch step: b16 (--batch 16 --prompt 128), b64 (--batch 64), mix
+#                         (--batch 16 --mixed 64 --prompt 512: one serving iteration); fails on another name
 #   finish                log the verdict ("overall: PASS|FAIL") and exit with $fail
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
@@ -39,6 +41,15 @@ begin() {
 find_ncu() {
     # shellcheck disable=SC2012 # the newest installed version, by name
     command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -n 1
+}
+
+batch_args() {
+    case $1 in
+    b16) echo --batch 16 --prompt 128 ;;
+    b64) echo --batch 64 --prompt 128 ;;
+    mix) echo --batch 16 --mixed 64 --prompt 512 ;;
+    *) return 1 ;;
+    esac
 }
 
 summarize() {

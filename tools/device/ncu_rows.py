@@ -17,28 +17,9 @@ programmatic dependent launch buys: STEP_MS - sum is what the boundaries between
 
 usage: ncu_rows.py REPORT.csv[.gz] [STEP_MS] [SKIP]
 """
-import csv
-import gzip
 import sys
 
-
-def rows(path):
-    f = gzip.open(path, "rt", errors="replace") if path.endswith(".gz") else open(path, errors="replace")
-    lines = [ln for ln in f if ln.startswith('"')]
-    head = None
-    for r in csv.reader(lines):
-        if head is None:
-            if "Kernel Name" in r and "gpu__time_duration.sum" in r:
-                head = r
-            continue
-        if len(r) != len(head) or not r[head.index("ID")].strip().isdigit():
-            continue  # the units row, or a stray line
-        yield dict(zip(head, r))
-
-
-def short(name):
-    n = name.split("(")[0].strip()
-    return n[len("ppn_k_"):] if n.startswith("ppn_k_") else n
+from ncu_step import rows, short  # the report's rows and the kernels' short names, as ncu_step.py reads them
 
 
 def main():

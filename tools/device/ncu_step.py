@@ -14,12 +14,15 @@ the bench's median step it shows how much of the step is kernels and how much is
 usage: ncu_step.py REPORT.csv [STEP_MS]
 """
 import csv
+import gzip
 import statistics
 import sys
 
 
 def rows(path):
-    lines = [ln for ln in open(path, errors="replace") if ln.startswith('"')]
+    """The report's kernel rows as dicts (path may be gzipped: steps.sh keeps them so)."""
+    f = gzip.open(path, "rt", errors="replace") if path.endswith(".gz") else open(path, errors="replace")
+    lines = [ln for ln in f if ln.startswith('"')]
     rd = csv.reader(lines)
     head = None
     for r in rd:

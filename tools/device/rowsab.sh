@@ -5,7 +5,7 @@
 #   check   gpu_test_gpu_rows (the row kernels against their CPU references, rmsnorm_rows bit for bit against its
 #           summation order, the rotary against decode's rope_kv and rope_kv_batch against rope_kv_rows)
 #   ids     16 prompts as one batch on llama-8b (24 greedy ids each) from every binary: the same bytes
-#   ab      ppn bench on llama-8b, each of $CONFIGS (steps.sh's: b16 b64 mix), the binaries alternating, $ROUNDS
+#   ab      ppn bench on llama-8b, each of $CONFIGS (common.sh's batch_args: b16 b64 mix), the binaries alternating, $ROUNDS
 #           rounds: the step's median (step_ms)
 # Results: $OUT/summary.txt and one file per run.
 . "$(dirname "$0")/common.sh"
@@ -18,14 +18,6 @@ M=/tmp/m-llama-8b
 first=${BINS%% *}
 begin -h name,driver_version,memory.total
 [ -d "$M" ] || $first mkmodel --shape llama-8b --out "$M" --dtype bf16 > /dev/null || { fail=1; finish; }
-args() {
-    case $1 in
-    b16) echo --batch 16 --prompt 128 ;;
-    b64) echo --batch 64 --prompt 128 ;;
-    mix) echo --batch 16 --mixed 64 --prompt 512 ;;
-    *) return 1 ;;
-    esac
-}
 for ph in $PHASES; do
     case $ph in
     check)
@@ -46,7 +38,7 @@ for ph in $PHASES; do
     ab)
         for r in $(seq 1 "$ROUNDS"); do
             for c in $CONFIGS; do
-                a=$(args "$c") || { log "unknown config $c"; fail=1; continue; }
+                a=$(batch_args "$c") || { log "unknown config $c"; fail=1; continue; }
                 for b in $BINS; do
                     j="$OUT/bench_$(basename "$b")_${c}_$r.json"
                     # shellcheck disable=SC2086 # the config's words

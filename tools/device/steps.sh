@@ -20,18 +20,10 @@ DETAIL=${DETAIL:-gemm_tc_kx:mix:200 attn_batch_tc:b16:100}
 M=/tmp/m-$SHAPE
 begin -h name,driver_version,memory.total,clocks.max.sm
 [ -d "$M" ] || $PPN mkmodel --shape "$SHAPE" --out "$M" --dtype bf16 > /dev/null || { fail=1; finish; }
-args() {
-    case $1 in
-    b16) echo --batch 16 --prompt 128 ;;
-    b64) echo --batch 64 --prompt 128 ;;
-    mix) echo --batch 16 --mixed 64 --prompt 512 ;;
-    *) return 1 ;;
-    esac
-}
 NCU=$(find_ncu)
 for ph in $PHASES; do
     for c in $CONFIGS; do
-        a=$(args "$c") || { log "unknown config $c"; fail=1; continue; }
+        a=$(batch_args "$c") || { log "unknown config $c"; fail=1; continue; }
         case $ph in
         bench)
             # shellcheck disable=SC2086 # the config's words
@@ -60,7 +52,7 @@ for ph in $PHASES; do
     [ -n "$NCU" ] || { log "ncu: not found"; fail=1; continue; }
     for d in $DETAIL; do
         IFS=: read -r k c skip <<< "$d"
-        a=$(args "$c") || { log "unknown config $c"; fail=1; continue; }
+        a=$(batch_args "$c") || { log "unknown config $c"; fail=1; continue; }
         f="$OUT/detail_$(echo "$k" | tr -c "[:alnum:]_\n" _)_${c}_$skip.txt"
         # shellcheck disable=SC2086
         PPN_GRAPHS=0 timeout 300 "$NCU" --kernel-name "regex:$k" --launch-skip "${skip:-100}" --launch-count 1 \
