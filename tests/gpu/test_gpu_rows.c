@@ -209,11 +209,8 @@ static void norm_row_bits(float *out, const float *x, const void *w, int wdt, in
     }
     float var = warp_butterfly(warps) / (float)n, r = 1.0f / sqrtf(var + eps);
     for (int i = 0; i < n; i++) {
-        float wi = wdt == PPN_DTYPE_BF16  ? ppn_bf16_to_f32(((const uint16_t *)w)[i])
-                   : wdt == PPN_DTYPE_F16 ? ppn_f16_to_f32(((const uint16_t *)w)[i])
-                                          : ((const float *)w)[i];
         float xr = x[i] * r;
-        out[i] = xr * wi;
+        out[i] = xr * (float)elem(w, wdt, (size_t)i); /* the weight widened exactly, as the kernel's ppn_wload */
     }
 }
 

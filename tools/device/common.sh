@@ -13,6 +13,8 @@
 #   find_ncu              the path of Nsight Compute's ncu, or nothing
 #   batch_args CONFIG     ppn bench's words for a batch step: b16 (--batch 16 --prompt 128), b64 (--batch 64), mix
 #                         (--batch 16 --mixed 64 --prompt 512: one serving iteration); fails on another name
+#   ids16 FILE            16 prompts of 8-39 ids in [1, 32000), seeded (the same file every time), one a line, into
+#                         FILE: `ppn run --ids-file`'s batch for the A/B scripts' bit checks
 #   finish                log the verdict ("overall: PASS|FAIL") and exit with $fail
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
@@ -50,6 +52,10 @@ batch_args() {
     mix) echo --batch 16 --mixed 64 --prompt 512 ;;
     *) return 1 ;;
     esac
+}
+
+ids16() {
+    python3 -c "import random; random.seed(16); [print(','.join(str(random.randrange(1, 32000)) for _ in range(random.randrange(8, 40)))) for _ in range(16)]" > "$1"
 }
 
 summarize() {

@@ -42,7 +42,7 @@ for ph in $PHASES; do
         done ;;
     ids)
         model llama-8b
-        [ -f "$IDS" ] || python3 -c "import random; random.seed(16); [print(','.join(str(random.randrange(1, 32000)) for _ in range(random.randrange(8, 40)))) for _ in range(16)]" > "$IDS"
+        [ -f "$IDS" ] || ids16 "$IDS"
         for a in "0 1" "1 1" "0 0" "1 0"; do
             read -r kx fu <<< "$a"
             f="$OUT/ids_kx${kx}_fuse$fu.txt"

@@ -27,7 +27,7 @@ for ph in $PHASES; do
         grep -E 'FAIL|differ' "$f" | head -20 | tee -a "$S" ;;
     ids)
         ids="$OUT/ids16.txt"
-        python3 -c "import random; random.seed(16); [print(','.join(str(random.randrange(1, 32000)) for _ in range(random.randrange(8, 40)))) for _ in range(16)]" > "$ids"
+        ids16 "$ids"
         for b in $BINS; do
             f="$OUT/ids_$(basename "$b").txt"
             timeout 180 "$b" run --model "$M" --backend cuda --ctx 512 --ids-file "$ids" -n 24 > "$f" 2> "${f%.txt}.err" ||

@@ -37,7 +37,7 @@ for ph in $PHASES; do
         grep -E 'gate\|up' "$f" | tee -a "$S" ;;
     ids)
         model llama-8b
-        [ -f "$IDS" ] || python3 -c "import random; random.seed(16); [print(','.join(str(random.randrange(1, 32000)) for _ in range(random.randrange(8, 40)))) for _ in range(16)]" > "$IDS"
+        [ -f "$IDS" ] || ids16 "$IDS"
         for a in "1 1" "2 1" "1 0" "2 0"; do
             read -r lv fu <<< "$a"
             f="$OUT/ids_tma${lv}_fuse$fu.txt"
