@@ -8,9 +8,10 @@
  * cluster of CTAs and adds the partial sums in a fixed order: the same bits run to run, and a token's row has
  * the same bits at every m up to that bound (the k-ranges depend on rows and cols alone), but not the bits the
  * prefill tiles give it above, except where gemm_tc_k does not split (1024 weight tiles or more: the lm heads).
- * Above that bound, up to 64 or 128 tokens, matrices of up to 264 middle tiles of rows take gemm_tc_kw, the middle
- * tile split over K the same way (its own k-ranges: again the same bits at every m it is taken for), or below 4096
- * rows gemm_tc_kwx, the same tile and sums with x through its ring (gemm_tc_kw's bits). ppn_op_gemm_x16 runs
+ * Above that bound, up to 64, 256 or 512 tokens (gemm_kw_fits), matrices of up to 264 middle tiles of rows take
+ * gemm_tc_kw, the middle tile split over K the same way (its own k-ranges: again the same bits at every m it is
+ * taken for), or below 4096 rows and up to 64 tokens gemm_tc_kwx, the same tile and sums with x through its ring
+ * (gemm_tc_kw's bits). ppn_op_gemm_x16 runs
  * gemm_tc_kw16 where gemm_tc_kw is taken (bf16 W), and gemm_tc_k16 where gemm_tc_k is: x given in bf16 by its
  * producer, the same bits again.
  * Where the stream's device runs the TMA kernels (gpu.h: tma_ok; PPN_TMA=0 says no) the large tile is
@@ -164,27 +165,42 @@ static int gemm_k_max_m(int rows, int cols)
     return rows > 8192 && cols >= 4096 && PPN_GEMM_TC_KW_KS(rows) >= 2u ? 8 : 16;
 }
 
-/* Above that, up to 128 tokens, gemm_tc_kw (the middle tile split over K in a cluster) where its K split is 2 or
+/* Above that, up to 256 tokens, gemm_tc_kw (the middle tile split over K in a cluster) where its K split is 2 or
  * more (up to 264 middle tiles of weight rows; the lm heads keep the middle / large tile). Same table: at m = 32
  * 8B q|k|v 58% against 45% (gemm_tc_k), o 44% against 31%, down 62% against 39%, 1B down 38% against 31%, 1B and
  * 8B gate|up 48% / 83% against 43% / 73% (the middle tile); at m = 64 every such shape (1B 19-43%, 8B 36-77%,
  * against 12-35% / 20-59% for the better of the others); at m = 128 all but the 1B gate|up (KS 4 over 2048 cols:
  * 27% against the middle tile's 31%), so above 64 tokens it needs KS 8 or cols >= 4096, and it yields to the
- * large tile where that one is taken (8B gate|up at m = 128: 43% against the large tile's 54% at 15:30). */
-#define GEMM_KW_MAX_M 128
+ * large tile where that one is taken (8B gate|up at m = 128: 43% against the large tile's 54% at 15:30).
+ * From 129 to 256 tokens too (one H100, the decode table of 2026-12-06 10:43 UTC, docs/PERF.md; us, the middle tile
+ * unsplit (gemm_tc_m, the op's choice before) against gemm_tc_kw16): 8B q|k|v at m = 192 73.2 / 52.7, o 61.8 / 35.3,
+ * down 202.2 / 88.8; at m = 256 77.4 / 65.6, 60.6 / 46.5, 203.5 / 123.9; 1B q|k|v, o, down at m = 192 39.9 / 23.8,
+ * 31.7 / 13.9, 96.0 / 29.3 (gemm_tc_kw on f32 x: 30.2, 17.2, 41.3). The gate|up matrices keep the large tile
+ * there (at least 96 of its tiles; 8B at m = 256 188.4 against 208.9). A 16 + 176-row mixed step of the 8B took
+ * 20.93 ms against 12.03 for 16 + 112. Over sums of 8192 columns or more (the down matrices) up to 512 (the same
+ * table at 320, 384 and 512 tokens, 10:56 UTC, another H100: 8B down 234.8 / 136.1, 245.6 / 172.2, 250.8 / 223.2;
+ * 1B down 109.9 / 52.7, 114.2 / 56.2, 110.3 / 77.0); on shorter sums past 256 it was level or behind somewhere (8B
+ * q|k|v at 320 73.5 / 74.9; o on the prompt walk's f32 x, gemm_tc_kw, at 320 67.2 / 70.0). */
+#define GEMM_KW_MAX_M 256
+#define GEMM_KW_MAX_M_LONG 512 /* cols >= GEMM_KW_LONG */
+#define GEMM_KW_LONG 8192
 static int gemm_kw_fits(int m, int rows, int cols)
 {
     unsigned ks = PPN_GEMM_TC_KW_KS(rows);
-    return m <= GEMM_KW_MAX_M && ks >= 2 && (m <= 64 || ks == 8 || cols >= 4096);
+    return m <= (cols >= GEMM_KW_LONG ? GEMM_KW_MAX_M_LONG : GEMM_KW_MAX_M) && ks >= 2 &&
+           (m <= 64 || ks == 8 || cols >= 4096);
 }
 
 /* Where gemm_tc_kw is taken, gemm_tc_kwx (the same tile and bits, x copied through the ring beside W in 16-byte
- * pieces, 102 KB of shared memory a CTA) replaces it on matrices of fewer than 4096 rows: the 1B's q|k|v, o and
- * down. H200, test_gpu_gemm's decode table, 2026-12-03 14:24 UTC (docs/PERF.md), % of the copy floor, kw against
- * kwx: at m = 64 1B q|k|v 20.4 / 30.5, o 18.4 / 21.1, down 31.2 / 42.3; at m = 32 1B down 39.1 / 45.3; the 1B's
- * B=64 step 2.51-2.56 -> 2.26-2.28 ms. On the 8B's 4096-row o and down it was level alone (m = 64: 35.2 / 35.7,
- * 49.0 / 51.2) but slower in the step (B=64 7.95-8.00 -> 8.62-8.67 ms), and behind on the wider matrices. */
-static int gemm_kwx_wins(int rows) { return rows < 4096; }
+ * pieces, 102 KB of shared memory a CTA) replaces it on matrices of fewer than 4096 rows at up to 64 tokens: the
+ * 1B's q|k|v, o and down. H200, test_gpu_gemm's decode table, 2026-12-03 14:24 UTC (docs/PERF.md), % of the copy
+ * floor, kw against kwx: at m = 64 1B q|k|v 20.4 / 30.5, o 18.4 / 21.1, down 31.2 / 42.3; at m = 32 1B down 39.1 /
+ * 45.3; the 1B's B=64 step 2.51-2.56 -> 2.26-2.28 ms. On the 8B's 4096-row o and down it was level alone (m = 64:
+ * 35.2 / 35.7, 49.0 / 51.2) but slower in the step (B=64 7.95-8.00 -> 8.62-8.67 ms), and behind on the wider
+ * matrices. Above 64 tokens gemm_tc_kw16 (bf16 x, where the op's choice is gemm_tc_kw) was ahead of it on the 1B's
+ * three (one H100, 2026-12-06 10:43 UTC: us, kwx / kw16, at m = 128 q|k|v 19.7 / 14.7, o 16.3 / 13.2, down 36.0 /
+ * 27.3; at m = 80 gemm_tc_kx 11.2, 10.8, 21.5 against kwx 17.8, 15.3, 32.8). */
+static int gemm_kwx_wins(int m, int rows) { return rows < 4096 && m <= 64; }
 
 /* sms: the stream's device's multiprocessors where it runs the TMA kernels (gpu.h: tma_ok, sm_count), else 0. */
 static int gemm_tma_sms(ppn_gpu *g, ppn_gstream *s)
@@ -231,17 +247,17 @@ static int gemm_h_wins(const ppn_kp_gemm *p, int sms)
 }
 
 /* kx: the device takes gemm_tc_kx (gemm_kx_on): then the middle split-K tile keeps 65-128 tokens where it fits
- * (gemm_tc_kx reads W once for them) instead of giving way to the large tile (the 8B's gate|up), so gemm_swiglu_x
- * takes it and ppn_op_gemm's f32 x (PPN_FUSE=0) gives its bits through gemm_tc_kw. */
+ * (gemm_tc_kx reads W once for up to PPN_GEMM_TC_KX_BM of them) instead of giving way to the large tile (the 8B's
+ * gate|up), so gemm_swiglu_x takes it and ppn_op_gemm's f32 x (PPN_FUSE=0) gives its bits through gemm_tc_kw. */
 static int gemm_kernel(const ppn_kp_gemm *p, int sms, int kx)
 {
     if (!gemm_tc_fits(p)) return PPN_K_GEMM;
     if (p->m <= gemm_k_max_m(p->rows, p->cols)) return PPN_K_GEMM_TC_K;
     const int kw = gemm_kw_fits(p->m, p->rows, p->cols);
     if (p->m >= GEMM_L_MIN_M && gemm_tiles(p->m, p->rows, PPN_GEMM_TC_L_BM, PPN_GEMM_TC_L_BN) >= GEMM_L_MIN_TILES &&
-        !(kx && kw && !gemm_kwx_wins(p->rows)))
+        !(kx && kw && p->m <= (int)PPN_GEMM_TC_KX_BM && !gemm_kwx_wins(p->m, p->rows)))
         return sms && gemm_h_wins(p, sms) ? PPN_K_GEMM_TC_H : PPN_K_GEMM_TC_L;
-    if (kw) return gemm_kwx_wins(p->rows) ? PPN_K_GEMM_TC_KWX : PPN_K_GEMM_TC_KW;
+    if (kw) return gemm_kwx_wins(p->m, p->rows) ? PPN_K_GEMM_TC_KWX : PPN_K_GEMM_TC_KW;
     return PPN_K_GEMM_TC_M;
 }
 

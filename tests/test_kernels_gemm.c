@@ -228,7 +228,9 @@ static void test_gemm_op_choice(void **state)
         assert_int_equal(op_kernel(dt, 32, 16384, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW); /* rows > 8192 */
         assert_int_equal(op_kernel(dt, 16, 4096, 14336, FAKE_W, FAKE_X), PPN_K_GEMM_TC_K);
         assert_int_equal(op_kernel(dt, 17, 4096, 14336, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
-        assert_int_equal(op_kernel(dt, 128, 3072, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KWX); /* KW_KS 8 */
+        assert_int_equal(op_kernel(dt, 128, 3072, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW); /* KW_KS 8 */
+        assert_int_equal(op_kernel(dt, 256, 3072, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
+        assert_int_equal(op_kernel(dt, 257, 3072, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_M);
         assert_int_equal(op_kernel(dt, 64, 16384, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
         assert_int_equal(op_kernel(dt, 65, 16384, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_M); /* KW_KS 4, cols < 4096 */
         assert_int_equal(op_kernel(dt, 128, 28672, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_L); /* 112 large tiles */
@@ -238,13 +240,18 @@ static void test_gemm_op_choice(void **state)
         assert_int_equal(tu_cap.l.grid[0], 48 * 8); /* the 6144 rows' 48 tiles, each over 8 k-ranges */
         assert_int_equal(op_kernel(dt, 64, 4096, 14336, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
         expect_launch(PPN_K_GEMM_TC_KW, 64, 4096);
-        /* below 4096 rows, x through the ring too (gemm_tc_kwx: the 1B's q|k|v, o, down); from 4096, gemm_tc_kw */
+        /* below 4096 rows and up to 64 tokens, x through the ring too (gemm_tc_kwx: the 1B's q|k|v, o, down); from
+         * 4096 rows or 65 tokens, gemm_tc_kw */
         assert_int_equal(op_kernel(dt, 128, 4096, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
         expect_launch(PPN_K_GEMM_TC_KW, 128, 4096);
         assert_int_equal(tu_cap.l.grid[0], 2 * 32 * 8); /* two token groups */
-        assert_int_equal(op_kernel(dt, 96, 4095, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KWX);
-        expect_launch(PPN_K_GEMM_TC_KWX, 96, 4095);
+        assert_int_equal(op_kernel(dt, 64, 4095, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KWX);
+        expect_launch(PPN_K_GEMM_TC_KWX, 64, 4095);
+        assert_int_equal(tu_cap.l.grid[0], 32 * 8);
+        assert_int_equal(op_kernel(dt, 65, 4095, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
+        expect_launch(PPN_K_GEMM_TC_KW, 65, 4095);
         assert_int_equal(tu_cap.l.grid[0], 2 * 32 * 8);
+        assert_int_equal(op_kernel(dt, 65, 2048, 8192, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW); /* 1B down */
         assert_int_equal(op_kernel(dt, 64, 3072, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KWX); /* 1B q|k|v */
         assert_int_equal(op_kernel(dt, 64, 2048, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KWX); /* 1B o */
         assert_int_equal(op_kernel(dt, 64, 2048, 8192, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KWX); /* 1B down */
@@ -252,7 +259,20 @@ static void test_gemm_op_choice(void **state)
         assert_int_equal(op_kernel(dt, 64, 28672, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
         expect_launch(PPN_K_GEMM_TC_KW, 64, 28672);
         assert_int_equal(op_kernel(dt, 64, 128256, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_M); /* KW_KS 1 */
-        assert_int_equal(op_kernel(dt, 129, 4096, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_M);
+        /* up to 256 tokens where fewer than 96 large tiles: the 8B's o and down, q|k|v; its gate|up keeps the large
+         * tile (224 of them at m = 192) */
+        assert_int_equal(op_kernel(dt, 129, 4096, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
+        assert_int_equal(op_kernel(dt, 192, 4096, 14336, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
+        assert_int_equal(op_kernel(dt, 256, 6144, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
+        expect_launch(PPN_K_GEMM_TC_KW, 256, 6144);
+        assert_int_equal(tu_cap.l.grid[0], 4 * 48 * 8); /* four token groups */
+        assert_int_equal(op_kernel(dt, 257, 4096, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_M);
+        /* over 8192 columns or more (the down matrices) up to 512 */
+        assert_int_equal(op_kernel(dt, 512, 4096, 14336, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
+        assert_int_equal(op_kernel(dt, 384, 2048, 8192, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
+        assert_int_equal(op_kernel(dt, 513, 4096, 14336, FAKE_W, FAKE_X), PPN_K_GEMM_TC_M);
+        assert_int_equal(op_kernel(dt, 384, 4096, 8184, FAKE_W, FAKE_X), PPN_K_GEMM_TC_M);
+        assert_int_equal(op_kernel(dt, 192, 28672, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_L);
         assert_int_equal(op_kernel(dt, 16, 4096, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_K);
         expect_launch(PPN_K_GEMM_TC_K, 16, 4096);
         /* from 9 tokens, gemm_tc_kw on more than 8192 rows over at least 4096 columns (the 8B's gate|up); the 8B's
@@ -533,7 +553,8 @@ static void test_gemm_x16_fits(void **state)
     static const int shapes[][3] = {
         {16, 6144, 4096}, {8, 6144, 4096}, {9, 6144, 4096}, {16, 4096, 4096}, {64, 4096, 4096}, {64, 4096, 14336},
         {64, 28672, 4096}, {96, 4096, 4096}, {128, 28672, 4096}, {64, 3072, 2048}, {32, 3072, 2048},
-        {33, 3072, 2048}, {40, 256, 128}, {40, 768, 128}, {33, 128, 384}, {32, 256, 128}, {16, 128256, 2048},
+        {33, 3072, 2048}, {65, 3072, 2048}, {192, 4096, 14336}, {256, 6144, 4096}, {257, 4096, 4096},
+        {384, 4096, 14336}, {40, 256, 128}, {40, 768, 128}, {33, 128, 384}, {32, 256, 128}, {16, 128256, 2048},
         {65, 128256, 4096}, {512, 4096, 4096}, {1, 6144, 4096}, {40, 256, 136}, {40, 352, 176},
         {16, 28672, 4096}, {9, 28672, 4096}, {17, 6144, 4096},
     };

@@ -12,8 +12,9 @@
  * launches; each launch reads another copy of W from a pool (a small W is not served from L2 by its previous
  * launch). TFLOP/s = 2 m rows cols / time. The op's choice is timed, and each tensor-core tile forced.
  *
- * Decode timing (few tokens, m = 1 .. 128): launches back to back in bursts, as a decode step issues them, each
- * as weight bandwidth (W bytes / time) against a device-to-device copy's (bytes read + written / time).
+ * Decode timing (few tokens, m = 1 .. 256, or the list in PPN_GG_DECODE_M): launches back to back in bursts, as a
+ * decode step issues them, each as weight bandwidth (W bytes / time) against a device-to-device copy's (bytes read +
+ * written / time).
  *
  * Runs only where a CUDA driver and GPU exist. PPN_GPU_TEST_FILTER=<cmocka pattern> picks tests
  * (test_gpu_gemm_correct, test_gpu_gemm_timing, test_gpu_gemm_decode). PPN_GG_MAX_MACS=N keeps the correctness
@@ -443,6 +444,11 @@ static void test_gpu_gemm_correct(void **state)
         {"8b o", 96, 4096, 4096, bf, 0, 1, 1, 0},          {"8b down", 80, 4096, 14336, fh, 0, 0, 0, 0},
         {"8b qkv", 127, 6144, 4096, bf, 1, 0, 0, 0},       {"1b qkv", 66, 3072, 2048, bf, 0, 0, 0, 0},
         {"1b down", 40, 2048, 8192, bf, 1, 1, 0, 0},       {"1b o", 64, 2048, 2048, fh, 0, 1, 1, 0},
+        /* 129-256 tokens on the split-K middle tile (three and four token groups; ops_gemm.c gemm_kw_fits) */
+        {"8b down", 192, 4096, 14336, bf, 0, 1, 0, 0},     {"8b o", 256, 4096, 4096, bf, 1, 0, 0, 0},
+        {"1b qkv", 200, 3072, 2048, bf, 0, 0, 0, 0},
+        /* ... and to 512 over sums of 8192 columns or more (the down matrices) */
+        {"8b down", 384, 4096, 14336, bf, 1, 0, 0, 0},     {"1b down", 500, 2048, 8192, bf, 0, 1, 0, 0},
     };
     static const int fx[][2] = {{96, 64}, {64, 64}, {352, 64}, {64, 176}, {128, 64}, {64, 128}, {320, 64},
                                 {64, 160}, {256, 64}, {344, 64}, {64, 172}, {512, 64}};
@@ -642,9 +648,20 @@ static void test_gpu_gemm_decode(void **state)
            "%.0f / %.0f GB/s\n", floor_gbs, copy_gbs((size_t)8 << 20), copy_gbs((size_t)32 << 20));
     printf("  per launch in bursts of %d (median of %d): us, weight GB/s (W bytes / time), %% of the copy floor; "
            "then the tiles forced\n", GD_BURST, GD_REPS);
-    static const int ms[] = {1, 4, 8, 16, 32, 64, 80, 128};
+    int ms[16] = {1, 4, 8, 16, 32, 64, 80, 128, 192, 256}, nm = 10;
+    const char *ml = getenv("PPN_GG_DECODE_M"); /* another list of m, comma-separated */
+    if (ml) {
+        nm = 0;
+        for (const char *q = ml; *q && nm < (int)TU_LEN(ms);) {
+            char *end = NULL;
+            long v = strtol(q, &end, 10);
+            if (end == q || v < 1 || v > GG_MAX_M || (*end && *end != ','))
+                fail_msg("PPN_GG_DECODE_M=%s: want m,m,..", ml);
+            ms[nm++] = (int)v, q = *end ? end + 1 : end;
+        }
+    }
     const gg_shape *all[] = {shapes_1b, shapes_8b};
-    for (size_t j = 0; j < TU_LEN(ms); j++)
+    for (int j = 0; j < nm; j++)
         for (int a = 0; a < 2; a++)
             for (int i = 0; i < 5; i++) {
                 const gg_shape *sh = &all[a][i];
@@ -657,8 +674,11 @@ static void test_gpu_gemm_decode(void **state)
                                  100.0 * wb / (op * 1e6) / floor_gbs);
                 static const int ks[] = {PPN_K_GEMM_TC_M,    PPN_K_GEMM_TC_K,   PPN_K_GEMM_TC_K16,
                                          PPN_K_GEMM_TC_K16T, PPN_K_GEMM_TC_KW,  PPN_K_GEMM_TC_KWX,
-                                         PPN_K_GEMM_TC_KW16, PPN_K_GEMM_TC_KWT, PPN_K_GEMM_TC_KX};
+                                         PPN_K_GEMM_TC_KW16, PPN_K_GEMM_TC_KWT, PPN_K_GEMM_TC_KX,
+                                         PPN_K_GEMM_TC_L,    PPN_K_GEMM_TC_H};
                 for (size_t q = 0; q < TU_LEN(ks); q++) {
+                    if ((ks[q] == PPN_K_GEMM_TC_L || ks[q] == PPN_K_GEMM_TC_H) && ms[j] <= 64) continue; /* padding */
+                    if (ks[q] == PPN_K_GEMM_TC_H && !gg_tma()) continue;
                     ppn_kp_gemm pk = p;
                     const int tk = ks[q] == PPN_K_GEMM_TC_KWT || ks[q] == PPN_K_GEMM_TC_K16T ||
                                    ks[q] == PPN_K_GEMM_TC_KX; /* sm_90a code: TMA forms, gemm_tc_kx */
