@@ -11,9 +11,8 @@
  * Above that bound, up to 64, 256 or 512 tokens (gemm_kw_fits), matrices of up to 264 middle tiles of rows take
  * gemm_tc_kw, the middle tile split over K the same way (its own k-ranges: again the same bits at every m it is
  * taken for), or below 4096 rows and up to 64 tokens gemm_tc_kwx, the same tile and sums with x through its ring
- * (gemm_tc_kw's bits). ppn_op_gemm_x16 runs
- * gemm_tc_kw16 where gemm_tc_kw is taken (bf16 W), and gemm_tc_k16 where gemm_tc_k is: x given in bf16 by its
- * producer, the same bits again.
+ * (gemm_tc_kw's bits). ppn_op_gemm_x16 runs gemm_tc_kw16 where gemm_tc_kw is taken (bf16 W), and gemm_tc_k16
+ * where gemm_tc_k is: x given in bf16 by its producer, the same bits again.
  * Where the stream's device runs the TMA kernels (gpu.h: tma_ok; PPN_TMA=0 says no) the large tile is
  * gemm_tc_h on the shapes where it was faster (gemm_h_wins), the same tile and sum warp-specialized behind the
  * tensor memory accelerator: gemm_tc_l's bits. At tma_ok's level 2 (PPN_TMA=2) ppn_op_gemm_x16 and
