@@ -245,6 +245,16 @@ static int gemm_h_wins(const ppn_kp_gemm *p, int sms)
     return p->cols >= 8192 || gemm_tiles(p->m, p->rows, PPN_GEMM_TC_H_BM, PPN_GEMM_TC_H_BN) > (size_t)sms;
 }
 
+/* On the widest matrices the split-K middle tile fits (more than 8192 rows: the 8B's gate|up, 28,672 rows at K split
+ * 2) it keeps up to GEMM_KW_WIDE_M tokens (three token groups) from the large tile, and so SwiGLU stays in its
+ * epilogue (ppn_op_gemm_swiglu). One H100, test_gpu_gemm's decode table of 2026-12-06 10:42 UTC (docs/PERF.md), us:
+ * at m = 192 gemm_tc_kw16 157.65 against the op's gemm_tc_h 193.96 (gemm_tc_l 176.74), before the 128 x 192
+ * f32 output's swiglu_rows; at m = 128 116.50 against gemm_tc_l's 113.59 plus swiglu_rows (7.8 us a launch at
+ * 103-128 rows in the mixed step's account); at m = 256 208.88 against 188.44: the large tile's two row blocks
+ * cost what one does, the split-K tile's fourth group does not. */
+#define GEMM_KW_WIDE_M 192
+static int gemm_kw_wide(const ppn_kp_gemm *p, int kw) { return kw && p->rows > 8192 && p->m <= GEMM_KW_WIDE_M; }
+
 /* kx: the device takes gemm_tc_kx (gemm_kx_on): then the middle split-K tile keeps 65-128 tokens where it fits
  * (gemm_tc_kx reads W once for up to PPN_GEMM_TC_KX_BM of them) instead of giving way to the large tile (the 8B's
  * gate|up), so gemm_swiglu_x takes it and ppn_op_gemm's f32 x (PPN_FUSE=0) gives its bits through gemm_tc_kw. */
@@ -254,7 +264,7 @@ static int gemm_kernel(const ppn_kp_gemm *p, int sms, int kx)
     if (p->m <= gemm_k_max_m(p->rows, p->cols)) return PPN_K_GEMM_TC_K;
     const int kw = gemm_kw_fits(p->m, p->rows, p->cols);
     if (p->m >= GEMM_L_MIN_M && gemm_tiles(p->m, p->rows, PPN_GEMM_TC_L_BM, PPN_GEMM_TC_L_BN) >= GEMM_L_MIN_TILES &&
-        !(kx && kw && p->m <= (int)PPN_GEMM_TC_KX_BM && !gemm_kwx_wins(p->m, p->rows)))
+        !(kx && kw && p->m <= (int)PPN_GEMM_TC_KX_BM && !gemm_kwx_wins(p->m, p->rows)) && !gemm_kw_wide(p, kw))
         return sms && gemm_h_wins(p, sms) ? PPN_K_GEMM_TC_H : PPN_K_GEMM_TC_L;
     if (kw) return gemm_kwx_wins(p->m, p->rows) ? PPN_K_GEMM_TC_KWX : PPN_K_GEMM_TC_KW;
     return PPN_K_GEMM_TC_M;

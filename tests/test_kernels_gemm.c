@@ -233,7 +233,7 @@ static void test_gemm_op_choice(void **state)
         assert_int_equal(op_kernel(dt, 257, 3072, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_M);
         assert_int_equal(op_kernel(dt, 64, 16384, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
         assert_int_equal(op_kernel(dt, 65, 16384, 2048, FAKE_W, FAKE_X), PPN_K_GEMM_TC_M); /* KW_KS 4, cols < 4096 */
-        assert_int_equal(op_kernel(dt, 128, 28672, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_L); /* 112 large tiles */
+        assert_int_equal(op_kernel(dt, 128, 28672, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW); /* gemm_kw_wide */
         assert_int_equal(op_kernel(dt, 64, 28672, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
         assert_int_equal(op_kernel(dt, 33, 6144, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
         expect_launch(PPN_K_GEMM_TC_KW, 33, 6144);
@@ -259,8 +259,8 @@ static void test_gemm_op_choice(void **state)
         assert_int_equal(op_kernel(dt, 64, 28672, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
         expect_launch(PPN_K_GEMM_TC_KW, 64, 28672);
         assert_int_equal(op_kernel(dt, 64, 128256, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_M); /* KW_KS 1 */
-        /* up to 256 tokens where fewer than 96 large tiles: the 8B's o and down, q|k|v; its gate|up keeps the large
-         * tile (224 of them at m = 192) */
+        /* up to 256 tokens where fewer than 96 large tiles: the 8B's o and down, q|k|v; its gate|up (224 large tiles
+         * at m = 192) up to 192 (gemm_kw_wide), then the large tile */
         assert_int_equal(op_kernel(dt, 129, 4096, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
         assert_int_equal(op_kernel(dt, 192, 4096, 14336, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
         assert_int_equal(op_kernel(dt, 256, 6144, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
@@ -272,7 +272,9 @@ static void test_gemm_op_choice(void **state)
         assert_int_equal(op_kernel(dt, 384, 2048, 8192, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
         assert_int_equal(op_kernel(dt, 513, 4096, 14336, FAKE_W, FAKE_X), PPN_K_GEMM_TC_M);
         assert_int_equal(op_kernel(dt, 384, 4096, 8184, FAKE_W, FAKE_X), PPN_K_GEMM_TC_M);
-        assert_int_equal(op_kernel(dt, 192, 28672, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_L);
+        assert_int_equal(op_kernel(dt, 192, 28672, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
+        assert_int_equal(op_kernel(dt, 193, 28672, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_L);
+        assert_int_equal(op_kernel(dt, 256, 28672, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_L);
         assert_int_equal(op_kernel(dt, 16, 4096, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_K);
         expect_launch(PPN_K_GEMM_TC_K, 16, 4096);
         /* from 9 tokens, gemm_tc_kw on more than 8192 rows over at least 4096 columns (the 8B's gate|up); the 8B's
@@ -835,30 +837,38 @@ static void test_gemm_kx_choice(void **state)
         tu_fake.gemm_kx = 0;
     }
     tu_tma_level = 1;
-    /* the 8B's gate|up at 65-128 rows: the large tile without the flag; with it the middle split-K tile, so gemm_swiglu_x
-     * takes it and f32 x (PPN_FUSE=0) runs gemm_tc_kw, its bits */
-    static const int gm[] = {65, 80, 128};
+    /* the 8B's gate|up at 65-192 rows: the middle split-K tile with or without the flag (ops_gemm.c gemm_kw_wide), so
+     * the fused SwiGLU takes it (gemm_swiglu_x where gemm_tc_kx runs) and f32 x (PPN_FUSE=0) runs gemm_tc_kw, its
+     * bits; past 192 rows the large tile */
+    static const int gm[] = {65, 80, 128, 129, 192};
     for (size_t i = 0; i < TU_LEN(gm); i++)
         for (int kx = 0; kx < 2; kx++) {
             tg->gemm_kx = kx;
-            assert_int_equal(ppn_op_gemm_swiglu_fits(tg, ts, gm[i], 14336, 4096, PPN_DTYPE_BF16), kx);
-            assert_false(ppn_op_gemm_x16_fits(gm[i], 28672, 4096, PPN_DTYPE_BF16)); /* shape-only: the large tile */
+            assert_true(ppn_op_gemm_swiglu_fits(tg, ts, gm[i], 14336, 4096, PPN_DTYPE_BF16));
+            assert_true(ppn_op_gemm_x16_fits(gm[i], 28672, 4096, PPN_DTYPE_BF16));
             assert_int_equal(ppn_op_gemm(tg, ts, FAKE_OUT, FAKE_W, PPN_DTYPE_BF16, FAKE_X, gm[i], 28672, 4096, 0, 0),
                              PPN_OK);
-            const int lk = tu_cap.l.kernel;
-            assert_true(kx ? lk == PPN_K_GEMM_TC_KW : lk == PPN_K_GEMM_TC_L || lk == PPN_K_GEMM_TC_H);
-            if (!kx) continue;
+            assert_int_equal(tu_cap.l.kernel, PPN_K_GEMM_TC_KW);
             assert_int_equal(ppn_op_gemm_swiglu(tg, ts, FAKE_OUT, PPN_DTYPE_BF16, FAKE_W, PPN_DTYPE_BF16, FAKE_X, gm[i],
                                                 14336, 4096), PPN_OK);
-            assert_int_equal(tu_cap.l.kernel, PPN_K_GEMM_SWIGLU_X);
-            kx_geometry(gm[i], 28672);
+            assert_int_equal(tu_cap.l.kernel, kx ? PPN_K_GEMM_SWIGLU_X : PPN_K_GEMM_SWIGLU);
+            if (kx) kx_geometry(gm[i], 28672);
         }
-    assert_false(ppn_op_gemm_swiglu_fits(tg, ts, 129, 14336, 4096, PPN_DTYPE_BF16)); /* past 128 rows: the large tile */
-    tu_tma_level = 2; /* PPN_TMA=2's forms come first: no gemm_tc_kx, so the large tile again */
-    assert_false(ppn_op_gemm_swiglu_fits(tg, ts, 80, 14336, 4096, PPN_DTYPE_BF16));
+    for (int kx = 0; kx < 2; kx++) {
+        tg->gemm_kx = kx;
+        assert_false(ppn_op_gemm_swiglu_fits(tg, ts, 193, 14336, 4096, PPN_DTYPE_BF16)); /* the large tile */
+        assert_false(ppn_op_gemm_x16_fits(193, 28672, 4096, PPN_DTYPE_BF16));
+        assert_int_equal(ppn_op_gemm(tg, ts, FAKE_OUT, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 193, 28672, 4096, 0, 0), PPN_OK);
+        assert_true(tu_cap.l.kernel == PPN_K_GEMM_TC_L || tu_cap.l.kernel == PPN_K_GEMM_TC_H);
+    }
+    tu_tma_level = 2; /* PPN_TMA=2's forms come first: no gemm_tc_kx, the split-K tile's TMA form */
+    assert_true(ppn_op_gemm_swiglu_fits(tg, ts, 80, 14336, 4096, PPN_DTYPE_BF16));
+    assert_int_equal(ppn_op_gemm_swiglu(tg, ts, FAKE_OUT, PPN_DTYPE_BF16, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 80, 14336,
+                                        4096), PPN_OK);
+    assert_int_equal(tu_cap.l.kernel, PPN_K_GEMM_SWIGLU_T);
     tu_tma_level = 1;
     /* PPN_GEMM_KX=2 (the default): up to 16 and 65-80 tokens (the 8B's down at 64, 80 and 81 rows; gate|up's fused kernel
-     * at 16, 17, 80 and 81 rows: the large tile past 80) */
+     * at 16, 17, 80, 81 and 192 rows: gemm_swiglu past 80) */
     tg->gemm_kx = 2;
     tu_cap.dry = 1;
     static const int lv2[][2] = {{64, PPN_K_GEMM_TC_KW16}, {65, PPN_K_GEMM_TC_KX}, {80, PPN_K_GEMM_TC_KX},
@@ -869,14 +879,15 @@ static void test_gemm_kx_choice(void **state)
                          PPN_OK);
         assert_int_equal(tu_cap.l.kernel, lv2[i][1]);
     }
-    static const int gu2[][2] = {{16, PPN_K_GEMM_SWIGLU_X}, {17, PPN_K_GEMM_SWIGLU}, {80, PPN_K_GEMM_SWIGLU_X}};
+    static const int gu2[][2] = {{16, PPN_K_GEMM_SWIGLU_X}, {17, PPN_K_GEMM_SWIGLU}, {80, PPN_K_GEMM_SWIGLU_X},
+                                 {81, PPN_K_GEMM_SWIGLU},   {192, PPN_K_GEMM_SWIGLU}};
     for (size_t i = 0; i < TU_LEN(gu2); i++) {
         assert_true(ppn_op_gemm_swiglu_fits(tg, ts, gu2[i][0], 14336, 4096, PPN_DTYPE_BF16));
         assert_int_equal(ppn_op_gemm_swiglu(tg, ts, FAKE_OUT, PPN_DTYPE_BF16, FAKE_W, PPN_DTYPE_BF16, FAKE_X, gu2[i][0],
                                             14336, 4096), PPN_OK);
         assert_int_equal(tu_cap.l.kernel, gu2[i][1]);
     }
-    assert_false(ppn_op_gemm_swiglu_fits(tg, ts, 81, 14336, 4096, PPN_DTYPE_BF16));
+    assert_false(ppn_op_gemm_swiglu_fits(tg, ts, 193, 14336, 4096, PPN_DTYPE_BF16));
     tg->gemm_kx = 0;
     assert_false(ppn_gemm_kx_takes(tg, 16) || ppn_gemm_kx_takes(tg, 80));
     tg->gemm_kx = 1;
@@ -1087,8 +1098,9 @@ static void test_gemm_tc_h_choice(void **state)
         {1024, 16384, 2048, PPN_K_GEMM_TC_L, PPN_K_GEMM_TC_H}, /* 512 tiles */
         {1024, 16896, 2048, PPN_K_GEMM_TC_L, PPN_K_GEMM_TC_H}, {2048, 2304, 2048, PPN_K_GEMM_TC_L, PPN_K_GEMM_TC_H},
         {2048, 2048, 2048, PPN_K_GEMM_TC_L, PPN_K_GEMM_TC_L}, /* 144 tiles: h; 128: l */
-        {512, 128256, 2048, PPN_K_GEMM_TC_L, PPN_K_GEMM_TC_H}, {128, 28672, 4096, PPN_K_GEMM_TC_L, PPN_K_GEMM_TC_L},
+        {512, 128256, 2048, PPN_K_GEMM_TC_L, PPN_K_GEMM_TC_H}, {128, 28672, 4096, PPN_K_GEMM_TC_KW, PPN_K_GEMM_TC_KW},
         {512, 6144, 4096, PPN_K_GEMM_TC_L, PPN_K_GEMM_TC_L},   /* 96 tiles: large, one wave */
+        {193, 28672, 4096, PPN_K_GEMM_TC_L, PPN_K_GEMM_TC_H},  /* 224 tiles, past gemm_kw_wide's 192 rows */
         {512, 2048, 2048, PPN_K_GEMM_TC_M, PPN_K_GEMM_TC_M},   {512, 4096, 4096, PPN_K_GEMM_TC_M, PPN_K_GEMM_TC_M},
         {16, 4096, 4096, PPN_K_GEMM_TC_K, PPN_K_GEMM_TC_K},    {64, 4096, 4096, PPN_K_GEMM_TC_KW, PPN_K_GEMM_TC_KW},
         {4096, 2048, 2047, PPN_K_GEMM, PPN_K_GEMM}};

@@ -449,6 +449,8 @@ static void test_gpu_gemm_correct(void **state)
         {"1b qkv", 200, 3072, 2048, bf, 0, 0, 0, 0},
         /* ... and to 512 over sums of 8192 columns or more (the down matrices) */
         {"8b down", 384, 4096, 14336, bf, 1, 0, 0, 0},     {"1b down", 500, 2048, 8192, bf, 0, 1, 0, 0},
+        /* the widest matrix up to 192 (gemm_kw_wide) */
+        {"8b gate|up", 160, 28672, 4096, bf, 0, 0, 0, 0},
     };
     static const int fx[][2] = {{96, 64}, {64, 64}, {352, 64}, {64, 176}, {128, 64}, {64, 128}, {320, 64},
                                 {64, 160}, {256, 64}, {344, 64}, {64, 172}, {512, 64}};
@@ -697,7 +699,7 @@ static void test_gpu_gemm_decode(void **state)
  * ppn_op_gemm_x16 into [m, 2 n] f32 then ppn_op_swiglu_rows_to: the same bytes in both output dtypes, on the
  * llama-1b / 8b gate|up matrices at every m where it is taken; then both timed in bursts (bf16 out, as the forward
  * runs them). */
-#define GS_MAX_M 128
+#define GS_MAX_M 192
 static void gs_pair(int fused, ppn_dptr gu, ppn_dptr out, int odt, ppn_dptr w, int m, int n, int cols)
 {
     if (fused) {
@@ -730,7 +732,7 @@ static void test_gpu_gemm_swiglu(void **state)
 {
     (void)state;
     static const struct { const char *name; int n, cols; } sh[] = {{"1b gate|up", 8192, 2048}, {"8b gate|up", 14336, 4096}};
-    static const int ms[] = {8, 17, 32, 40, 64, 100, 128};
+    static const int ms[] = {8, 17, 32, 40, 64, 100, 128, 150, 192, 193};
     size_t ob = (size_t)GS_MAX_M * 14336 * 4;
     ppn_dptr gu = tu_dalloc(G, 0, ob * 2), o1 = tu_dalloc(G, 0, ob), o2 = tu_dalloc(G, 0, ob);
     unsigned char *h1 = hmem(ob), *h2 = hmem(ob);
