@@ -811,7 +811,7 @@ static ppn_status engine_opts(ppn_engine *e, const ppn_engine_opts *o)
     e->max_queue = o->max_queue ? o->max_queue : 256;
     e->chunk = o->chunk ? o->chunk : 256;
     e->separate = o->separate;
-    e->step_rows = o->step_rows < 0 ? 0 : o->step_rows ? o->step_rows : 80; /* 0 inside: off */
+    e->step_rows = o->step_rows < 0 ? 0 : o->step_rows ? o->step_rows : 128; /* 0 inside: off */
     e->tok = o->tok, e->tmpl = o->tmpl;
     if (e->max_batch < 1 || e->max_batch > 256) return ppn_err(PPN_EINVAL, "engine: max_batch %d outside 1 .. 256", e->max_batch);
     if (e->max_queue < 1) return ppn_err(PPN_EINVAL, "engine: max_queue %d < 1", e->max_queue);

@@ -768,10 +768,11 @@ typedef struct ppn_engine_opts {
                             * mixed step (ppn_batch_opts.n_prime) whenever it has both */
     int step_rows;         /* with decodes running, an iteration's prompt rows are cut to step_rows minus its
                             * decode rows (at least min(16, chunk)), so a mixed step stays near step_rows rows and
-                            * the decodes' inter-token time near one such step; 0: 80; -1: off (chunk rows
-                            * always). docs/PERF.md measures the trade: on the H200's 8B load, no cut gave the
-                            * most tokens/s and the worst inter-token p99, 80 rows the time to first token and
-                            * p99 a latency-bound server wants */
+                            * the decodes' inter-token time near one such step; 0: 128; -1: off (chunk rows
+                            * always). docs/PERF.md measures the trade: on the 8B load, no cut gave the worst
+                            * inter-token p99; 128 rows (two full token groups of the GEMMs' split-K tile) 12%
+                            * more tokens/s and a lower time to first token than 80, at about 1 ms more
+                            * inter-token p99 (an H100, 2026-12-06) */
     const ppn_tokenizer *tok;  /* NULL: ids only. Borrowed: must outlive the engine */
     const ppn_template *tmpl;  /* NULL: no chat. Borrowed: must outlive the engine */
 } ppn_engine_opts;

@@ -21,7 +21,7 @@ static void serve_usage(FILE *f)
 {
     fputs("usage: ppn serve --model PATH [--host 127.0.0.1] [--port 8080] [--name NAME] [--backend auto|sim|cuda]\n"
           "                 [--dtype f32|bf16|f16] [--ctx C] [--kv-tokens T] [--max-batch 16] [--max-queue 256]\n"
-          "                 [--chunk 256] [--step-rows 80] [--separate] [--max-body 1048576] [--drain 5]\n"
+          "                 [--chunk 256] [--step-rows 128] [--separate] [--max-body 1048576] [--drain 5]\n"
           "                 [door flags as for ppn run]\n"
           "OpenAI-compatible HTTP: POST /v1/completions and /v1/chat/completions (\"stream\": true for server-sent\n"
           "events), GET /v1/models, /health, /metrics (Prometheus). --port 0 takes a free port; the address is printed\n"
