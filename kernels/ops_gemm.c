@@ -21,8 +21,8 @@
  * On such a device (below level 2), where PPN_GEMM_KX's level takes m (ppn_gemm_kx_takes: by default up to 16 and
  * 65-80 tokens), ppn_op_gemm_x16 and ppn_op_gemm_swiglu take gemm_tc_kx and gemm_swiglu_x where they would take
  * gemm_tc_kw16 and gemm_swiglu: the same split and sums with the operands swapped, groups of 128 tokens, so one pass
- * over W up to 128 tokens; there the middle tile also keeps the 65-128 tokens it fits that the large tile would take
- * (the 8B's gate|up), for both forms of x (gemm_kernel's kx).
+ * over W up to 128 tokens. The widest matrix the middle split-K tile fits (the 8B's gate|up) keeps it up to 192
+ * tokens on every device (gemm_kw_wide), so the fused SwiGLU takes it there.
  * So for bf16 / f16 weights a token's row depends on which of those ranges of m its chunk falls in.
  */
 #include <string.h>
@@ -247,24 +247,27 @@ static int gemm_h_wins(const ppn_kp_gemm *p, int sms)
 
 /* On the widest matrices the split-K middle tile fits (more than 8192 rows: the 8B's gate|up, 28,672 rows at K split
  * 2) it keeps up to GEMM_KW_WIDE_M tokens (three token groups) from the large tile, and so SwiGLU stays in its
- * epilogue (ppn_op_gemm_swiglu). One H100, test_gpu_gemm's decode table of 2026-12-06 10:42 UTC (docs/PERF.md), us:
- * at m = 192 gemm_tc_kw16 157.65 against the op's gemm_tc_h 193.96 (gemm_tc_l 176.74), before the 128 x 192
- * f32 output's swiglu_rows; at m = 128 116.50 against gemm_tc_l's 113.59 plus swiglu_rows (7.8 us a launch at
- * 103-128 rows in the mixed step's account); at m = 256 208.88 against 188.44: the large tile's two row blocks
- * cost what one does, the split-K tile's fourth group does not. */
+ * epilogue (ppn_op_gemm_swiglu; gemm_swiglu_x where PPN_GEMM_KX takes m). One H100, test_gpu_gemm's decode table
+ * of 2026-12-06 10:42 UTC (docs/PERF.md), us: at m = 192 gemm_tc_kw16 157.65 against the op's gemm_tc_h 193.96
+ * (gemm_tc_l 176.74), whose f32 output then takes a swiglu_rows launch; at m = 128 116.50 against gemm_tc_l's
+ * 113.59 plus swiglu_rows (7.8 us a launch at 103-128 rows in the mixed step's account); at m = 256 208.88 against
+ * 188.44: the large tile's two row blocks cost what one does, the split-K tile's fourth group does not. The 8B's
+ * steps: docs/PERF.md (16 + 176 rows 15.6 -> 14.2 ms). It also holds the 65-80 tokens gemm_tc_kx reads W once
+ * for, where a rule of the device's PPN_GEMM_KX level kept them before (the same shapes: at most 128 tokens, more
+ * than 95 large tiles, so more than 8192 rows). */
 #define GEMM_KW_WIDE_M 192
 static int gemm_kw_wide(const ppn_kp_gemm *p, int kw) { return kw && p->rows > 8192 && p->m <= GEMM_KW_WIDE_M; }
 
-/* kx: the device takes gemm_tc_kx (gemm_kx_on): then the middle split-K tile keeps 65-128 tokens where it fits
- * (gemm_tc_kx reads W once for up to PPN_GEMM_TC_KX_BM of them) instead of giving way to the large tile (the 8B's
- * gate|up), so gemm_swiglu_x takes it and ppn_op_gemm's f32 x (PPN_FUSE=0) gives its bits through gemm_tc_kw. */
-static int gemm_kernel(const ppn_kp_gemm *p, int sms, int kx)
+/* A function of the shape and the device's TMA kernels (sms > 0: gemm_tc_h may replace gemm_tc_l, the same bits)
+ * alone: ppn_op_gemm's f32 x (PPN_FUSE=0) and ppn_op_gemm_x16's bf16 x take the same tile family, so the same
+ * bits. */
+static int gemm_kernel(const ppn_kp_gemm *p, int sms)
 {
     if (!gemm_tc_fits(p)) return PPN_K_GEMM;
     if (p->m <= gemm_k_max_m(p->rows, p->cols)) return PPN_K_GEMM_TC_K;
     const int kw = gemm_kw_fits(p->m, p->rows, p->cols);
     if (p->m >= GEMM_L_MIN_M && gemm_tiles(p->m, p->rows, PPN_GEMM_TC_L_BM, PPN_GEMM_TC_L_BN) >= GEMM_L_MIN_TILES &&
-        !(kx && kw && p->m <= (int)PPN_GEMM_TC_KX_BM && !gemm_kwx_wins(p->m, p->rows)) && !gemm_kw_wide(p, kw))
+        !gemm_kw_wide(p, kw))
         return sms && gemm_h_wins(p, sms) ? PPN_K_GEMM_TC_H : PPN_K_GEMM_TC_L;
     if (kw) return gemm_kwx_wins(p->m, p->rows) ? PPN_K_GEMM_TC_KWX : PPN_K_GEMM_TC_KW;
     return PPN_K_GEMM_TC_M;
@@ -421,16 +424,15 @@ ppn_status ppn_op_gemm(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int
     ppn_kp_gemm p = {.out = out, .w = w, .x = x, .bias = bias, .res = res, .m = m, .rows = rows, .cols = cols,
                      .wdt = wdt, .ks = 0, .stages = 0, .ctas = 0};
     PPN_CHECK(gemm_check("ppn_op_gemm", &p, 4));
-    return gemm_submit(g, s, gemm_kernel(&p, gemm_tma_sms(g, s), gemm_kx_on(g, s, m)), &p);
+    return gemm_submit(g, s, gemm_kernel(&p, gemm_tma_sms(g, s)), &p);
 }
 
-/* The kernel ppn_op_gemm runs on this shape with bf16 W over whole 64-column blocks (aligned pointers), else -1;
- * kx: on a device that takes gemm_tc_kx. */
-static int gemm_x16_base(int m, int rows, int cols, int wdt, int kx)
+/* The kernel ppn_op_gemm runs on this shape with bf16 W over whole 64-column blocks (aligned pointers), else -1. */
+static int gemm_x16_base(int m, int rows, int cols, int wdt)
 {
     if (wdt != PPN_DTYPE_BF16 || m < 1 || rows < 1 || cols < 1 || cols % 64) return -1;
     ppn_kp_gemm p = {.out = 256, .w = 256, .x = 256, .m = m, .rows = rows, .cols = cols, .wdt = wdt};
-    return gemm_kernel(&p, 0, kx);
+    return gemm_kernel(&p, 0);
 }
 
 /* Where ppn_op_gemm runs gemm_tc_kw on bf16 weights over whole 64-column blocks: there gemm_tc_kw16 gives its bits
@@ -442,7 +444,7 @@ static int gemm_x16_base(int m, int rows, int cols, int wdt, int kx)
  * against 2.18-2.22 without. The shape's choice alone (the pointers' alignment is the op's check). */
 int ppn_op_gemm_x16_fits(int m, int rows, int cols, int wdt)
 {
-    return gemm_x16_base(m, rows, cols, wdt, 0) == PPN_K_GEMM_TC_KW;
+    return gemm_x16_base(m, rows, cols, wdt) == PPN_K_GEMM_TC_KW;
 }
 
 /* Where ppn_op_gemm runs gemm_tc_k on bf16 weights over whole 64-column blocks, gemm_tc_k16 gives its bits from x
@@ -453,7 +455,7 @@ int ppn_op_gemm_x16_fits(int m, int rows, int cols, int wdt)
  * forward takes it (core/forward.c x16_takes). */
 int ppn_op_gemm_k16_fits(int m, int rows, int cols, int wdt)
 {
-    return gemm_x16_base(m, rows, cols, wdt, 0) == PPN_K_GEMM_TC_K;
+    return gemm_x16_base(m, rows, cols, wdt) == PPN_K_GEMM_TC_K;
 }
 
 ppn_status ppn_op_gemm_x16(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x16, int m,
@@ -487,7 +489,7 @@ ppn_status ppn_op_gemm_x16(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w,
 int ppn_op_gemm_swiglu_fits(ppn_gpu *g, ppn_gstream *s, int m, int n, int cols, int wdt)
 {
     return n > 0 && n % 64 == 0 && n <= INT32_MAX / 2 &&
-           gemm_x16_base(m, 2 * n, cols, wdt, gemm_kx_on(g, s, m)) == PPN_K_GEMM_TC_KW && gemm_tma_sms(g, s) > 0;
+           gemm_x16_base(m, 2 * n, cols, wdt) == PPN_K_GEMM_TC_KW && gemm_tma_sms(g, s) > 0;
 }
 
 ppn_status ppn_op_gemm_swiglu(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt, ppn_dptr w, int wdt, ppn_dptr x16,
