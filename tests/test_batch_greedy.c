@@ -65,6 +65,13 @@ static void primed(ppn_model *m, const int *ids, ppn_seq **q)
     }
 }
 
+/* primed, and each sequence's next token (the id after its prompt) into tok [B]: a batch's fresh start. */
+static void start(ppn_model *m, const int *ids, ppn_seq **q, int *tok)
+{
+    primed(m, ids, q);
+    for (int i = 0; i < B; i++) tok[i] = ids[plen[i]];
+}
+
 static void destroy_all(ppn_seq **q, int n)
 {
     for (int i = 0; i < n; i++) ppn_seq_destroy(q[i]);
@@ -88,8 +95,7 @@ static void greedy_arm(const char *dir, const int *ids, const arm *a, int *out)
     assert_true(want && got);
     ppn_batch_opts o = {.micro = a->micro};
     ppn_seq *q[B];
-    primed(m, ids, q);
-    for (int i = 0; i < B; i++) tok[i] = ids[plen[i]];
+    start(m, ids, q, tok);
     for (int t = 0; t < STEPS; t++) {
         if (ppn_decode_batch_ex(q, tok, B, &o, NULL, ref + t * B) != PPN_OK) fail_msg("batch: %s", ppn_last_error());
         memcpy(tok, ref + t * B, sizeof tok);
@@ -97,8 +103,7 @@ static void greedy_arm(const char *dir, const int *ids, const arm *a, int *out)
     assert_int_equal(ppn_decode_batch_ex(q, tok, B, &o, want, nid[0]), PPN_OK);
     destroy_all(q, B);
 
-    primed(m, ids, q);
-    for (int i = 0; i < B; i++) tok[i] = ids[plen[i]];
+    start(m, ids, q, tok);
     ppn_stats s0, s1;
     ppn_model_get_stats(m, &s0);
     if (ppn_decode_batch_greedy(q, tok, B, STEPS, &o, out) != PPN_OK) fail_msg("%s: greedy: %s", a->name, ppn_last_error());
@@ -127,8 +132,7 @@ static void greedy_arm(const char *dir, const int *ids, const arm *a, int *out)
     int more = 0;
     for (; a->mb > 1 && a->n_stages > 1 && more < 8 && s1.batch_pipe_overlaps == s0.batch_pipe_overlaps; more++) {
         int again[STEPS * B];
-        primed(m, ids, q);
-        for (int i = 0; i < B; i++) tok[i] = ids[plen[i]];
+        start(m, ids, q, tok);
         if (ppn_decode_batch_greedy(q, tok, B, STEPS, &o, again) != PPN_OK)
             fail_msg("%s: greedy again: %s", a->name, ppn_last_error());
         destroy_all(q, B);
