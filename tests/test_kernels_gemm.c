@@ -264,17 +264,16 @@ static void test_gemm_op_choice(void **state)
          * (gemm_kw_wide), then the large tile */
         static const int past128[][4] = {
             {129, 4096, 4096, PPN_K_GEMM_TC_KW},    {192, 4096, 14336, PPN_K_GEMM_TC_KW},
-            {256, 6144, 4096, PPN_K_GEMM_TC_KW},    {257, 4096, 4096, PPN_K_GEMM_TC_M},
-            {512, 4096, 14336, PPN_K_GEMM_TC_KW},   {384, 2048, 8192, PPN_K_GEMM_TC_KW},
-            {513, 4096, 14336, PPN_K_GEMM_TC_M},    {384, 4096, 8184, PPN_K_GEMM_TC_M},
-            {192, 28672, 4096, PPN_K_GEMM_TC_KW},   {193, 28672, 4096, PPN_K_GEMM_TC_L},
-            {256, 28672, 4096, PPN_K_GEMM_TC_L},
+            {257, 4096, 4096, PPN_K_GEMM_TC_M},     {512, 4096, 14336, PPN_K_GEMM_TC_KW},
+            {384, 2048, 8192, PPN_K_GEMM_TC_KW},    {513, 4096, 14336, PPN_K_GEMM_TC_M},
+            {384, 4096, 8184, PPN_K_GEMM_TC_M},     {192, 28672, 4096, PPN_K_GEMM_TC_KW},
+            {193, 28672, 4096, PPN_K_GEMM_TC_L},    {256, 28672, 4096, PPN_K_GEMM_TC_L},
         };
         for (size_t i = 0; i < TU_LEN(past128); i++)
             if (op_kernel(dt, past128[i][0], past128[i][1], past128[i][2], FAKE_W, FAKE_X) != past128[i][3])
                 fail_msg("m %d, %d x %d: kernel %s, want %s", past128[i][0], past128[i][1], past128[i][2],
                          ppn_kernels[tu_cap.l.kernel].name, ppn_kernels[past128[i][3]].name);
-        assert_int_equal(op_kernel(dt, 256, 6144, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW);
+        assert_int_equal(op_kernel(dt, 256, 6144, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_KW); /* and its launch: */
         expect_launch(PPN_K_GEMM_TC_KW, 256, 6144);
         assert_int_equal(tu_cap.l.grid[0], 4 * 48 * 8); /* four token groups */
         assert_int_equal(op_kernel(dt, 16, 4096, 4096, FAKE_W, FAKE_X), PPN_K_GEMM_TC_K);
