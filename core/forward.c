@@ -248,6 +248,21 @@ ppn_status ppn_fwd_rows_layer(ppn_model *m, ppn_gstream *s, int dev, const ppn_r
     return gemm_of(g, s, dx, x, w->w_down, wdt, r->act, rows, dim, ffn, 0, x);
 }
 
+/* The matrices ppn_fwd_rows_layer and the every-row head multiply a chunk's rows by (rows x cols each): where the op
+ * sums each in the same order at a rows as at b (ppn_op_gemm_sums), the norms, rotary and attention being per row,
+ * a prompt row gets the same bits in either chunk. */
+int ppn_model_rows_same_bits(const ppn_model *m, int a, int b)
+{
+    if (!m || a < 1 || b < 1) return 0;
+    const ppn_model_config *c = &m->cfg;
+    const int mat[][2] = {{(c->n_heads + 2 * c->n_kv_heads) * c->head_dim, c->dim}, {c->dim, c->n_heads * c->head_dim},
+                          {2 * c->ffn_dim, c->dim}, {c->dim, c->ffn_dim}, {c->vocab, c->dim}};
+    for (size_t i = 0; i < sizeof mat / sizeof mat[0]; i++)
+        if (ppn_op_gemm_sums(a, mat[i][0], mat[i][1], m->wdt) != ppn_op_gemm_sums(b, mat[i][0], mat[i][1], m->wdt))
+            return 0;
+    return 1;
+}
+
 ppn_status ppn_fwd_rows_lall(ppn_model *m, ppn_rows_scratch *r)
 {
     if (r->lall) return PPN_OK;

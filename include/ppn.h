@@ -341,6 +341,13 @@ ppn_status ppn_prefill(ppn_seq *s, const int *ids, int n, const ppn_prefill_opts
  * @return as ppn_prefill, naming the prompt (also PPN_EINVAL for a sequence given twice or of another model). */
 ppn_status ppn_prefill_batch(ppn_seq *const *seqs, const int *const *ids, const int *n, int count,
                              const ppn_prefill_opts *o, float *logits);
+/* Whether a prompt row primed in a chunk of a rows gets exactly the bits it gets in a chunk of b rows (and so
+ * every later row of its prompt, whose attention reads its K/V): 1 where every GEMM of m's layers and head sums its
+ * outputs in the same order at a rows as at b; 0 where one does not (a chunk of 16 rows and one of 100 take other
+ * kernels for bf16 weights: docs/VALIDATION.md, "batch invariance"), or for NULL m, a < 1 or b < 1. Several
+ * prompts primed together share chunks of other sizes than each alone would: their rows have the bits of each
+ * primed alone where each row's two chunk sizes agree so (ppn gate prime's batched arm checks that). */
+int ppn_model_rows_same_bits(const ppn_model *m, int a, int b);
 
 /* ---------------------------------------------------------------------------------------------------------
  * Many sequences per step (batched decode).

@@ -164,6 +164,16 @@ ppn_status ppn_op_gemm_swiglu(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt,
 /* 1 where ppn_op_gemm_x16 takes the gate|up GEMM (m tokens over 2 n rows x cols), n is a multiple of 64 and s's
  * device runs the TMA kernels (gpu.h: tma_ok; the kernel is sm_90a's): ppn_op_gemm_swiglu's shapes. */
 int ppn_op_gemm_swiglu_fits(ppn_gpu *g, ppn_gstream *s, int m, int n, int cols, int wdt);
+/* The order in which ppn_op_gemm (and ppn_op_gemm_x16 and ppn_op_gemm_swiglu, which run where it runs gemm_tc_kw or
+ * gemm_tc_k, with the same bits) sums an output of m tokens over a rows x cols matrix of wdt, with 16-byte aligned
+ * w and x (the forward's): a function of the shape alone. Two m that get the same order on a matrix give a token's
+ * row the same bits there; ops_gemm.c's head says which kernels share one:
+ *   PPN_GEMM_SUMS_SIMT  the SIMT kernel (f32 weights, or cols not a multiple of 8): one order at every m;
+ *   PPN_GEMM_SUMS_K     gemm_tc_k (few tokens): K split into PPN_GEMM_TC_K_KS(rows) ranges, added in a fixed order;
+ *   PPN_GEMM_SUMS_KW    gemm_tc_kw, gemm_tc_kwx (and the x16 forms): PPN_GEMM_TC_KW_KS(rows) ranges of their own;
+ *   PPN_GEMM_SUMS_TILE  the prefill tiles (l, m, s, h) and gemm_tc_k where it does not split: K in order. */
+enum { PPN_GEMM_SUMS_SIMT, PPN_GEMM_SUMS_K, PPN_GEMM_SUMS_KW, PPN_GEMM_SUMS_TILE };
+int ppn_op_gemm_sums(int m, int rows, int cols, int wdt);
 /* Whether g's PPN_GEMM_KX level takes m tokens (0: never; 1: always; 2, the default: up to 16 and 65-80): where it
  * does and the device runs sm_90a code, ppn_op_gemm_x16 and ppn_op_gemm_swiglu run the middle split-K tile with the
  * operands swapped (gemm_tc_kx, gemm_swiglu_x: the same bits; kernels/ops_gemm.c). */

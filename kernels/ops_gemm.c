@@ -435,6 +435,18 @@ static int gemm_x16_base(int m, int rows, int cols, int wdt)
     return gemm_kernel(&p, 0);
 }
 
+int ppn_op_gemm_sums(int m, int rows, int cols, int wdt)
+{
+    ppn_kp_gemm p = {.out = 256, .w = 256, .x = 256, .m = m, .rows = rows, .cols = cols, .wdt = wdt};
+    switch (gemm_kernel(&p, 0)) {
+    case PPN_K_GEMM: return PPN_GEMM_SUMS_SIMT;
+    case PPN_K_GEMM_TC_K: return gemm_k_ks(&p) > 1 ? PPN_GEMM_SUMS_K : PPN_GEMM_SUMS_TILE;
+    case PPN_K_GEMM_TC_KW:
+    case PPN_K_GEMM_TC_KWX: return PPN_GEMM_SUMS_KW;
+    default: return PPN_GEMM_SUMS_TILE;
+    }
+}
+
 /* Where ppn_op_gemm runs gemm_tc_kw on bf16 weights over whole 64-column blocks: there gemm_tc_kw16 gives its bits
  * from x rounded to bf16 by its producer, in its layout (kparams.h, PPN_X16_POS), with a quarter of gemm_tc_kw's x
  * loads. H200, test_gpu_gemm's decode table, 2026-12-03 17:49 UTC (docs/PERF.md), % of the copy floor, kw against

@@ -593,6 +593,43 @@ static void test_gemm_x16_fits(void **state)
     tu_cap.dry = 0;
 }
 
+/* The sum order by shape follows the op's kernel (ops_gemm.c's head): gemm_tc_k where it splits K, gemm_tc_kw and
+ * gemm_tc_kwx, the prefill tiles (with gemm_tc_k unsplit), the SIMT kernel; and where two m meet it. */
+static void test_gemm_sums(void **state)
+{
+    (void)state;
+    tu_cap.dry = 1;
+    static const int shapes[][3] = {
+        {16, 6144, 4096}, {17, 6144, 4096}, {64, 3072, 2048}, {65, 3072, 2048}, {128, 28672, 4096},
+        {192, 28672, 4096}, {193, 28672, 4096}, {16, 128256, 4096}, {64, 128256, 4096}, {512, 4096, 14336},
+        {513, 4096, 14336}, {257, 4096, 4096}, {40, 256, 136}, {64, 64, 172}, {1, 2048, 2048}, {20, 512, 64},
+    };
+    int seen[4] = {0};
+    for (int dt = PPN_DTYPE_F32; dt <= PPN_DTYPE_F16; dt++)
+        for (size_t i = 0; i < TU_LEN(shapes); i++) {
+            int m = shapes[i][0], rows = shapes[i][1], cols = shapes[i][2];
+            int k = op_kernel(dt, m, rows, cols, FAKE_W, FAKE_X), want = PPN_GEMM_SUMS_TILE;
+            if (k == PPN_K_GEMM) want = PPN_GEMM_SUMS_SIMT;
+            else if (k == PPN_K_GEMM_TC_K && PPN_GEMM_TC_K_KS(rows) > 1) want = PPN_GEMM_SUMS_K;
+            else if (k == PPN_K_GEMM_TC_KW || k == PPN_K_GEMM_TC_KWX) want = PPN_GEMM_SUMS_KW;
+            if (ppn_op_gemm_sums(m, rows, cols, dt) != want)
+                fail_msg("m %d, %d x %d, %s: op kernel %s, sums %d, want %d", m, rows, cols, ppn_dtype_name(dt),
+                         ppn_kernels[k].name, ppn_op_gemm_sums(m, rows, cols, dt), want);
+            seen[want]++;
+        }
+    for (int i = 0; i < 4; i++) assert_true(seen[i] > 0); /* every order met */
+    /* the bounds the gate's batched prime meets: the 8B's q|k|v 16 | 17, its gate|up 192 | 193; the lm head's
+     * gemm_tc_k does not split (the tiles' order on both sides of 16) */
+    assert_int_equal(ppn_op_gemm_sums(16, 6144, 4096, PPN_DTYPE_BF16), PPN_GEMM_SUMS_K);
+    assert_int_equal(ppn_op_gemm_sums(17, 6144, 4096, PPN_DTYPE_BF16), PPN_GEMM_SUMS_KW);
+    assert_int_equal(ppn_op_gemm_sums(192, 28672, 4096, PPN_DTYPE_BF16), PPN_GEMM_SUMS_KW);
+    assert_int_equal(ppn_op_gemm_sums(193, 28672, 4096, PPN_DTYPE_BF16), PPN_GEMM_SUMS_TILE);
+    assert_int_equal(ppn_op_gemm_sums(16, 128256, 4096, PPN_DTYPE_BF16), PPN_GEMM_SUMS_TILE);
+    assert_int_equal(ppn_op_gemm_sums(65, 128256, 4096, PPN_DTYPE_BF16), PPN_GEMM_SUMS_TILE);
+    assert_int_equal(ppn_op_gemm_sums(16, 6144, 4096, PPN_DTYPE_F32), ppn_op_gemm_sums(4096, 6144, 4096, PPN_DTYPE_F32));
+    tu_cap.dry = 0;
+}
+
 /* ppn_op_gemm_x16 on case c = {m, rows, cols, bias?, res?} (bf16 W, x rounded into gemm_tc_kw16's layout) runs
  * kernel and gives ppn_op_gemm's sums on the f32 x, byte for byte (one reference here; tests/gpu compares the
  * kernels); the same bytes read as f32 x by the f32 tile, or as bf16 in row order, give other sums. */
@@ -1253,6 +1290,7 @@ int main(void)
         cmocka_unit_test(test_gemm_op_refusals),
         cmocka_unit_test(test_gemm_x16_layout), cmocka_unit_test(test_gemm_k16),
         cmocka_unit_test_teardown(test_gemm_x16_fits, dry_off),
+        cmocka_unit_test_teardown(test_gemm_sums, dry_off),
         cmocka_unit_test_teardown(test_gemm_x16_values, dry_off),
         cmocka_unit_test_teardown(test_gemm_swiglu_values, dry_off),
         cmocka_unit_test_teardown(test_gemm_kx_choice, dry_off),

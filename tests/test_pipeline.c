@@ -43,6 +43,29 @@ static void test_pipeline_gate_bf16_kv(void **s)
 static void test_pipeline_gate_qwen2_tiny(void **s) { gate_passes(tu_fixture("hf/qwen2-tiny"), ""); }
 static void test_pipeline_gate_qwen3_tiny(void **s) { gate_passes(tu_fixture("hf/qwen3-tiny"), ""); }
 static void test_pipeline_gate_stories(void **s) { gate_passes(tu_fixture("llama2c/stories260K.bin"), ""); }
+/* The prime arm's batched rows at sizes where the chunks' GEMMs sum otherwise together than alone: 100 rows in three
+ * prompts (34, 33, 33) of chunk 40; together the last chunk holds 20 rows (gemm_tc_k with bf16 weights), alone
+ * each prompt is one chunk of 33-34 (gemm_tc_kw): the first 80 rows bit-identical, the 20 after within tolerance.
+ * With f32 weights (one sum order at every size) all 100 bit-identical. */
+static void test_pipeline_gate_prime_batch_sums(void **s)
+{
+    (void)s;
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        char cmd[8192], *out = NULL, *err = NULL;
+        snprintf(cmd, sizeof cmd, "gate --model '%s' --steps 12 --prompt 88 --chunk 40 --max-stages 2 %s prime",
+                 tu_fixture("hf/llama-tiny"), bf16 ? "--dtype bf16" : "");
+        int rc = tu_run_ppn("", cmd, &out, &err, NULL);
+        if (rc != 0 || !out || !strstr(out, "ppn gate: PASS"))
+            fail_msg("gate failed (rc %d):\n%s\n%s", rc, out ? out : "", err ? err : "");
+        const char *want = bf16 ? "3 prompts together = one by one on 80 rows; 20 rows from row 80 within tolerance"
+                                 : "3 prompts together = one by one; batch chunks split";
+        int rows = 0;
+        for (const char *p = out; (p = strstr(p, want)); p++) rows++;
+        if (rows != 3) fail_msg("%d rows say \"%s\":\n%s", rows, want, out);
+        free(out);
+        free(err);
+    }
+}
 /* No peer grant possible anywhere: every cross-device boundary is staged through pinned host memory. */
 static void test_pipeline_gate_host_staged(void **s)
 {
@@ -517,6 +540,7 @@ int main(void)
         cmocka_unit_test(test_pipeline_gate_stories),
         cmocka_unit_test(test_pipeline_gate_bf16_kv),
         cmocka_unit_test(test_pipeline_gate_host_staged),
+        cmocka_unit_test(test_pipeline_gate_prime_batch_sums),
         cmocka_unit_test(test_pipeline_door_values_refused_by_name),
         cmocka_unit_test(test_pipeline_guard_refuses_unsplit_batch),
         cmocka_unit_test(test_pipeline_checker_sees_missing_boundary_wait),

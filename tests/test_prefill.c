@@ -148,6 +148,37 @@ static void test_prefill_then_decode(void **state)
     free(ref);
 }
 
+/* ppn_model_rows_same_bits on qwen2-tiny (q|k|v 128 rows, o 64, gate|up 320, down 64 over 160 columns, head 256,
+ * all over 64 columns but down): with bf16 weights every GEMM splits K the same way up to 32 rows (gemm_tc_k), its
+ * own way from 33 to 256 (gemm_tc_kw), then not (the middle tile); f32 weights have one order at every size. */
+static void test_prefill_rows_same_bits(void **state)
+{
+    (void)state;
+    char dir[4096];
+    float *ref;
+    int n, vocab;
+    int *ids = hf_fixture("qwen2-tiny", dir, sizeof dir, &ref, &n, &vocab);
+    ppn_load_opts o = ppn_load_opts_default();
+    o.ctx = 512;
+    o.dtype = PPN_DTYPE_BF16;
+    ppn_model *h = tu_model_load(tu_sim_rt(), dir, &o), *f = load(dir, NULL);
+    static const int pairs[][3] = {{1, 32, 1}, {20, 33, 0}, {33, 40, 1}, {33, 256, 1}, {256, 257, 0}, {1, 512, 0},
+                                   {300, 512, 1}, {7, 7, 1}};
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        if (ppn_model_rows_same_bits(h, pairs[i][0], pairs[i][1]) != pairs[i][2] ||
+            ppn_model_rows_same_bits(h, pairs[i][1], pairs[i][0]) != pairs[i][2])
+            fail_msg("bf16, %d and %d rows: want %d", pairs[i][0], pairs[i][1], pairs[i][2]);
+        assert_int_equal(ppn_model_rows_same_bits(f, pairs[i][0], pairs[i][1]), 1);
+    }
+    assert_int_equal(ppn_model_rows_same_bits(NULL, 1, 1), 0);
+    assert_int_equal(ppn_model_rows_same_bits(f, 0, 1), 0);
+    assert_int_equal(ppn_model_rows_same_bits(h, 4, -1), 0);
+    assert_int_equal(ppn_model_free(h), PPN_OK);
+    assert_int_equal(ppn_model_free(f), PPN_OK);
+    free(ids);
+    free(ref);
+}
+
 /* The split over 4 devices, serial and pipelined, the unsplit walk, and three prompts batched: the door-shut
  * prime's bits, with the liveness counters advancing. */
 static void test_prefill_split_and_batch(void **state)
@@ -272,7 +303,7 @@ int main(void)
         cmocka_unit_test(test_prefill_llama_tiny),    cmocka_unit_test(test_prefill_qwen2_tiny),
         cmocka_unit_test(test_prefill_qwen3_tiny),    cmocka_unit_test(test_prefill_stories),
         cmocka_unit_test(test_prefill_then_decode),   cmocka_unit_test(test_prefill_split_and_batch),
-        cmocka_unit_test(test_prefill_refusals),
+        cmocka_unit_test(test_prefill_refusals),       cmocka_unit_test(test_prefill_rows_same_bits),
     };
     return cmocka_run_group_tests(tests, tu_sim_rt_setup, tu_sim_rt_teardown);
 }
