@@ -17,32 +17,42 @@ static void place_weights(ppn_model *m, const ppn_stage_map *map)
 
 /* A sequence's context (want, or the model's maximum capped to what fits) and the paged pools' positions
  * (kv_want, or 4 contexts capped to what fits, at least one context), from the room next to the weights on every
- * device where map puts KV, leaving room for scratch. */
+ * device where map puts KV, leaving 64 MB for scratch. Pools of the default size leave room too for each stage's
+ * rows scratch at the default chunk (PPN_PREFILL_CHUNK rows, every row's logits with them: ppn_rows_scratch_bytes;
+ * the 8B's 1.5 GB a stage) where a context fits beside it: before, the pools took all but the 64 MB wherever 4
+ * contexts did not fit (the 8B on an 80 GB card), and a prefill of a few hundred rows, or a batch step after it, ran
+ * out of device memory. A pool size the caller names is held to the 64 MB alone. */
 static ppn_status choose_ctx(ppn_model *m, const ppn_stage_map *map, int want, int kv_want)
 {
     const ppn_model_config *c = &m->cfg;
     if (want > c->max_pos)
         return ppn_err(PPN_EINVAL, "ctx %d exceeds the model's max_position_embeddings %d", want, c->max_pos);
     size_t per_layer = 2 * ppn_op_kv_cache_bytes(c->n_kv_heads, c->head_dim, 1, m->kvdt); /* k and v, a position */
-    size_t reserve = (size_t)64 << 20, room = SIZE_MAX;
+    size_t reserve = (size_t)64 << 20, room = SIZE_MAX, room_rows = SIZE_MAX;
+    size_t rows_b = ppn_rows_scratch_bytes(c, PPN_PREFILL_CHUNK, map->n_stages);
     int ctx = want > 0 ? want : c->max_pos;
     for (int s = 0; s < map->n_stages; s++) {
         int dev = map->dev[s];
-        size_t layers = (size_t)(map->fence[s + 1] - map->fence[s]), free_b = 0, total_b = 0;
+        size_t layers = (size_t)(map->fence[s + 1] - map->fence[s]), stages = 1, free_b = 0, total_b = 0;
         for (int t = 0; t < s; t++) /* stages sharing a device share its memory */
             if (map->dev[t] == dev) layers = 0;
         for (int t = s + 1; t < map->n_stages && layers; t++)
-            if (map->dev[t] == dev) layers += (size_t)(map->fence[t + 1] - map->fence[t]);
+            if (map->dev[t] == dev) layers += (size_t)(map->fence[t + 1] - map->fence[t]), stages++;
         if (!layers) continue;
         PPN_CHECK(m->rt->g->ops->mem_get_info(m->rt->g, dev, &free_b, &total_b));
-        size_t fit = free_b > reserve ? (free_b - reserve) / (layers * per_layer) : 0;
+        size_t fit = free_b > reserve ? (free_b - reserve) / (layers * per_layer) : 0, keep = reserve + stages * rows_b;
+        size_t fit_rows = free_b > keep ? (free_b - keep) / (layers * per_layer) : 0;
         if (fit < room) room = fit;
+        if (fit_rows < room_rows) room_rows = fit_rows;
         if (want == 0 && (size_t)ctx > fit) ctx = (int)fit;
         if (ctx < 1 || (size_t)ctx > fit)
             return ppn_err(PPN_ENOMEM, "device %d: a KV cache of %d positions for %zu layers needs %zu B; %zu B free",
                            dev, ctx < 1 ? 1 : ctx, layers, (size_t)(ctx < 1 ? 1 : ctx) * layers * per_layer, free_b);
     }
-    size_t kv = ppn_kv_pool_positions(room, &ctx, want == 0, kv_want);
+    /* the default pools within room_rows where the context fits there; else (a device too small for the scratch
+     * beside one context) within room, as before */
+    size_t kv = kv_want == 0 && room_rows >= (size_t)ctx ? ppn_kv_pool_positions(room_rows, &ctx, want == 0, 0)
+                                                          : ppn_kv_pool_positions(room, &ctx, want == 0, kv_want);
     m->ctx = ctx;
     if (kv > room || kv > (size_t)INT32_MAX / 2)
         return ppn_err(PPN_ENOMEM, "kv_tokens %zu: the KV pools of that many positions do not fit next to the weights "

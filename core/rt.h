@@ -379,6 +379,10 @@ void ppn_drop_batch_graphs_of(ppn_model *m, const struct ppn_seq *q);
 /* Room for many-rows walks of up to rows rows: boundary slots and every stage's rows scratch grown (after a
  * quiesce) when they hold fewer. @return PPN_OK, PPN_ENOMEM (the device named), PPN_EDRIVER. */
 ppn_status ppn_map_reserve_rows(ppn_model *m, int rows);
+/* The device bytes one stage's rows scratch takes for rows rows on a map of stages stages (stagemap.c's
+ * rows_scratch_alloc: io, xb, q|k|v, attention, gate|up, act, tokens, argmax, row descriptors, a logits row), with
+ * every row's logits (allocated on a batch or mixed walk's first use): what the default KV pools leave free (load.c). */
+size_t ppn_rows_scratch_bytes(const ppn_model_config *c, int rows, int stages);
 /* ppn_map_reserve_rows, and batched attention's scratch for batches of up to rows rows on every stage. */
 ppn_status ppn_map_reserve_batch(ppn_model *m, int rows);
 

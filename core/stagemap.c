@@ -282,6 +282,15 @@ static ppn_status rows_scratch_alloc(ppn_model *m, ppn_rows_scratch *r, int dev,
     return ppn_model_block_alloc(m, dev, sizeof(float) * (size_t)c->vocab, "rows logits row", &r->lrow);
 }
 
+size_t ppn_rows_scratch_bytes(const ppn_model_config *c, int rows, int stages)
+{
+    size_t hd = (size_t)c->head_dim, f = sizeof(float) * (size_t)rows;
+    size_t per = 2 * (size_t)c->dim + (size_t)(c->n_heads + 2 * c->n_kv_heads) * hd + (size_t)c->n_heads * hd +
+                 3 * (size_t)c->ffn_dim + (size_t)c->vocab; /* io, xb, qkv, att, gate|up, act; every row's logits */
+    return PPN_IO_HDR_BYTES + f * per + 2 * sizeof(int32_t) * (size_t)rows +
+           sizeof(ppn_kseg) * (size_t)rows * (size_t)stages + sizeof(float) * (size_t)c->vocab;
+}
+
 /* Every stage of map holds rows scratch for m->rows_cap rows on its device (none before the first prefill). */
 static ppn_status rows_scratch_fit(ppn_model *m, const ppn_stage_map *map)
 {

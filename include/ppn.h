@@ -164,8 +164,10 @@ typedef struct ppn_load_opts {
     int dtype;      /* PPN_DTYPE_*: weight storage; default bf16 on cuda, f32 on sim */
     int ctx;        /* KV positions of one sequence; 0 = the model's maximum, capped to what fits on the device */
     int kv_tokens;  /* paged KV: positions the pools hold for all sequences together (rounded up to blocks of
-                     * 16); 0 = 4 * ctx (at least 1024), capped to the whole blocks that fit next to the weights
-                     * (a ctx of 0 shrinks to them where one sequence would not fit; a given ctx is refused) */
+                     * 16); 0 = 4 * ctx (at least 1024), capped to the whole blocks that fit next to the weights,
+                     * leaving each stage's many-rows scratch for PPN_PREFILL_CHUNK rows free where a context fits
+                     * beside it (a ctx of 0 shrinks to them where one sequence would not fit; a given ctx is
+                     * refused) */
     int device;     /* the primary device (default 0): stages go here unless the door places them */
     const ppn_door *door; /* NULL: read the door from the environment (MEMRA_PP_*) */
     /* Called as the weights upload (done/total bytes); may be NULL. */

@@ -11,7 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <jansson.h>
 #include "ppn.h"
+#include "core/model/ckpt.h"
+#include "core/rt.h"
 #include "tests/util/tutil.h"
 
 #define TOL_F32 1e-3 /* the fixtures README's f32 rule */
@@ -146,6 +149,73 @@ static void test_prefill_then_decode(void **state)
     assert_int_equal(ppn_model_free(m), PPN_OK);
     free(ids);
     free(ref);
+}
+
+/* dir's config.json with max_position_embeddings set to n. */
+static void set_max_pos(const char *dir, int n)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_error_t e;
+    json_t *c = json_load_file(path, 0, &e);
+    assert_non_null(c);
+    assert_int_equal(json_object_set_new(c, "max_position_embeddings", json_integer(n)), 0);
+    assert_int_equal(json_dump_file(c, path, JSON_INDENT(2)), 0);
+    json_decref(c);
+}
+
+/* wide-tiny (dim 64, q|k|v 4096 rows, ffn 2048) with a context of 8,192 positions (128 MB of f32 KV) on a sim device
+ * that holds its weights, the 64 MB every load keeps free, its rows scratch at the default chunk
+ * (ppn_rows_scratch_bytes: 135 MB with every row's logits) and one and a half contexts: the default pools (four
+ * contexts, capped to the room) stop short of the scratch, so 16 prompts of 64 ids primed together (one chunk of
+ * 1,024 rows: 83 MB of scratch) and a batched step after them run. Before (2026-12-06, the 8B's 16 prompts on an 80
+ * GB H100) the pools took all but the 64 MB and the prefill ran out of device memory (here: 20,528 positions, 64 MB
+ * free, the check below). */
+static void test_prefill_kv_leaves_rows_scratch(void **state)
+{
+    (void)state;
+    char *dir = tu_tmpdir();
+    assert_int_equal(ppn_mkmodel("wide-tiny", PPN_DTYPE_F32, dir, 4), PPN_OK);
+    set_max_pos(dir, 8192);
+    ppn_load_opts o = ppn_load_opts_default();
+    o.kv_tokens = 16;
+    ppn_model *probe = tu_model_load(tu_sim_rt(), dir, &o); /* the bytes of everything but the pools */
+    ppn_kv_info ki;
+    ppn_model_get_kv_info(probe, &ki);
+    size_t free_b = 0, total_b = 0, per_pos = ki.bytes / (size_t)ki.positions;
+    assert_int_equal(probe->rt->g->ops->mem_get_info(probe->rt->g, probe->primary, &free_b, &total_b), PPN_OK);
+    size_t rest = total_b - free_b - ki.bytes, rows_b = ppn_rows_scratch_bytes(&probe->cfg, PPN_PREFILL_CHUNK, 1);
+    assert_int_equal(probe->ctx, 8192);
+    assert_int_equal(ppn_model_free(probe), PPN_OK);
+    assert_true(rows_b > ((size_t)64 << 20));
+    char mem[64];
+    snprintf(mem, sizeof mem, "%zu", rest + ((size_t)64 << 20) + rows_b + 3 * 4096 * per_pos);
+    tu_env_set("PPN_SIM_MEM", mem);
+    ppn_rt *rt = NULL;
+    ppn_status st = ppn_rt_create("sim", &rt);
+    tu_env_restore();
+    assert_int_equal(st, PPN_OK);
+    ppn_model *m = tu_model_load(rt, dir, NULL);
+    ppn_model_get_kv_info(m, &ki);
+    assert_int_equal(m->rt->g->ops->mem_get_info(m->rt->g, m->primary, &free_b, &total_b), PPN_OK);
+    if (ki.positions < 8192 || ki.positions >= 4 * 8192 || free_b < rows_b)
+        fail_msg("%d positions (ctx %d), %zu B free for a %zu B rows scratch", ki.positions, m->ctx, free_b, rows_b);
+    enum { NP = 16, LEN = 64 };
+    ppn_seq *q[NP];
+    int ids[NP][LEN], n[NP], tok[NP];
+    const int *p[NP];
+    for (int i = 0; i < NP; i++) {
+        for (int t = 0; t < LEN; t++) ids[i][t] = 1 + (i * 131 + t * 17) % 4000;
+        p[i] = ids[i], n[i] = LEN, tok[i] = 7 + i;
+        assert_int_equal(ppn_seq_create(m, &q[i]), PPN_OK);
+    }
+    if (ppn_prefill_batch(q, p, n, NP, NULL, NULL) != PPN_OK) fail_msg("prefill: %s", ppn_last_error());
+    if (ppn_decode_batch_ex(q, tok, NP, NULL, NULL, NULL) != PPN_OK) fail_msg("batch step: %s", ppn_last_error());
+    for (int i = 0; i < NP; i++) assert_int_equal(ppn_seq_destroy(q[i]), PPN_OK);
+    assert_int_equal(ppn_model_free(m), PPN_OK);
+    assert_int_equal(ppn_rt_destroy(rt), PPN_OK);
+    tu_rmrf(dir);
+    free(dir);
 }
 
 /* ppn_model_rows_same_bits on qwen2-tiny (q|k|v 128 rows, o 64, gate|up 320, down 64 over 160 columns, head 256,
@@ -304,6 +374,7 @@ int main(void)
         cmocka_unit_test(test_prefill_qwen3_tiny),    cmocka_unit_test(test_prefill_stories),
         cmocka_unit_test(test_prefill_then_decode),   cmocka_unit_test(test_prefill_split_and_batch),
         cmocka_unit_test(test_prefill_refusals),       cmocka_unit_test(test_prefill_rows_same_bits),
+        cmocka_unit_test(test_prefill_kv_leaves_rows_scratch),
     };
     return cmocka_run_group_tests(tests, tu_sim_rt_setup, tu_sim_rt_teardown);
 }
