@@ -22,6 +22,11 @@ static void place_weights(ppn_model *m, const ppn_stage_map *map)
  * the 8B's 1.5 GB a stage) where a context fits beside it: before, the pools took all but the 64 MB wherever 4
  * contexts did not fit (the 8B on an 80 GB card), and a prefill of a few hundred rows, or a batch step after it, ran
  * out of device memory. A pool size the caller names is held to the 64 MB alone. */
+static size_t positions_beside(size_t free_b, size_t keep, size_t per_position)
+{
+    return free_b > keep ? (free_b - keep) / per_position : 0;
+}
+
 static ppn_status choose_ctx(ppn_model *m, const ppn_stage_map *map, int want, int kv_want)
 {
     const ppn_model_config *c = &m->cfg;
@@ -40,8 +45,8 @@ static ppn_status choose_ctx(ppn_model *m, const ppn_stage_map *map, int want, i
             if (map->dev[t] == dev) layers += (size_t)(map->fence[t + 1] - map->fence[t]), stages++;
         if (!layers) continue;
         PPN_CHECK(m->rt->g->ops->mem_get_info(m->rt->g, dev, &free_b, &total_b));
-        size_t fit = free_b > reserve ? (free_b - reserve) / (layers * per_layer) : 0, keep = reserve + stages * rows_b;
-        size_t fit_rows = free_b > keep ? (free_b - keep) / (layers * per_layer) : 0;
+        size_t fit = positions_beside(free_b, reserve, layers * per_layer);
+        size_t fit_rows = positions_beside(free_b, reserve + stages * rows_b, layers * per_layer);
         if (fit < room) room = fit;
         if (fit_rows < room_rows) room_rows = fit_rows;
         if (want == 0 && (size_t)ctx > fit) ctx = (int)fit;

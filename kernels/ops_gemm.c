@@ -427,20 +427,25 @@ ppn_status ppn_op_gemm(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int
     return gemm_submit(g, s, gemm_kernel(&p, gemm_tma_sms(g, s)), &p);
 }
 
-/* The kernel ppn_op_gemm runs on this shape with bf16 W over whole 64-column blocks (aligned pointers), else -1. */
-static int gemm_x16_base(int m, int rows, int cols, int wdt)
+/* The kernel ppn_op_gemm runs on this shape with 16-byte aligned w and x (the forward's). */
+static int gemm_shape_kernel(int m, int rows, int cols, int wdt)
 {
-    if (wdt != PPN_DTYPE_BF16 || m < 1 || rows < 1 || cols < 1 || cols % 64) return -1;
     ppn_kp_gemm p = {.out = 256, .w = 256, .x = 256, .m = m, .rows = rows, .cols = cols, .wdt = wdt};
     return gemm_kernel(&p, 0);
 }
 
+/* The kernel ppn_op_gemm runs on this shape with bf16 W over whole 64-column blocks (aligned pointers), else -1. */
+static int gemm_x16_base(int m, int rows, int cols, int wdt)
+{
+    if (wdt != PPN_DTYPE_BF16 || m < 1 || rows < 1 || cols < 1 || cols % 64) return -1;
+    return gemm_shape_kernel(m, rows, cols, wdt);
+}
+
 int ppn_op_gemm_sums(int m, int rows, int cols, int wdt)
 {
-    ppn_kp_gemm p = {.out = 256, .w = 256, .x = 256, .m = m, .rows = rows, .cols = cols, .wdt = wdt};
-    switch (gemm_kernel(&p, 0)) {
+    switch (gemm_shape_kernel(m, rows, cols, wdt)) {
     case PPN_K_GEMM: return PPN_GEMM_SUMS_SIMT;
-    case PPN_K_GEMM_TC_K: return gemm_k_ks(&p) > 1 ? PPN_GEMM_SUMS_K : PPN_GEMM_SUMS_TILE;
+    case PPN_K_GEMM_TC_K: return PPN_GEMM_TC_K_KS(rows) > 1u ? PPN_GEMM_SUMS_K : PPN_GEMM_SUMS_TILE;
     case PPN_K_GEMM_TC_KW:
     case PPN_K_GEMM_TC_KWX: return PPN_GEMM_SUMS_KW;
     default: return PPN_GEMM_SUMS_TILE;

@@ -225,9 +225,7 @@ static void test_prefill_rows_same_bits(void **state)
 {
     (void)state;
     char dir[4096];
-    float *ref;
-    int n, vocab;
-    int *ids = hf_fixture("qwen2-tiny", dir, sizeof dir, &ref, &n, &vocab);
+    snprintf(dir, sizeof dir, "%s", tu_fixture("hf/qwen2-tiny"));
     ppn_load_opts o = ppn_load_opts_default();
     o.ctx = 512;
     o.dtype = PPN_DTYPE_BF16;
@@ -245,8 +243,6 @@ static void test_prefill_rows_same_bits(void **state)
     assert_int_equal(ppn_model_rows_same_bits(h, 4, -1), 0);
     assert_int_equal(ppn_model_free(h), PPN_OK);
     assert_int_equal(ppn_model_free(f), PPN_OK);
-    free(ids);
-    free(ref);
 }
 
 /* The split over 4 devices, serial and pipelined, the unsplit walk, and three prompts batched: the door-shut

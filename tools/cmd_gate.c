@@ -318,6 +318,9 @@ static void arm_soak(gate *G, int *ids, float *ref)
 
 /* The prime arm ----------------------------------------------------------------------------------------- */
 
+/* The rows of prompt i of the count prime_rows cuts from G->rows ids (in order, the remainder to the first ones). */
+static int prompt_rows(const gate *G, int count, int i) { return G->rows / count + (i < G->rows % count); }
+
 /* count prompts cut from ids[0..G->rows) primed on fresh sequences of m, every row's logits into rows (in row
  * order): together (ppn_prefill_batch) or one after another. */
 static ppn_status prime_rows(gate *G, ppn_model *m, const int *ids, int count, int together, float *rows)
@@ -328,7 +331,7 @@ static ppn_status prime_rows(gate *G, ppn_model *m, const int *ids, int count, i
     ppn_prefill_opts o = {.chunk = G->a.chunk, .all_logits = 1};
     ppn_status st = PPN_OK;
     for (int i = 0; i < count; i++) {
-        n[i] = G->rows / count + (i < G->rows % count);
+        n[i] = prompt_rows(G, count, i);
         p[i] = ids + at;
         at += n[i];
         if (st == PPN_OK) st = ppn_seq_create(m, &q[i]);
@@ -410,7 +413,7 @@ static int batch_exact_rows(const gate *G, ppn_model *m, int count, unsigned cha
 {
     int first = -1;
     for (int i = 0, base = 0; i < count; i++) {
-        int n = G->rows / count + (i < G->rows % count), same = 1;
+        int n = prompt_rows(G, count, i), same = 1;
         for (int t = 0; t < n; t++) {
             int a = chunk_at(t, n, G->a.chunk), b = chunk_at(base + t, G->rows, G->a.chunk);
             same = same && ppn_model_rows_same_bits(m, a, b);
