@@ -17,8 +17,9 @@
  * gemm_tc_h on the shapes where it was faster (gemm_h_wins), the same tile and sum warp-specialized behind the
  * tensor memory accelerator: gemm_tc_l's bits. At tma_ok's level 2 (PPN_TMA=2) ppn_op_gemm_x16 and
  * ppn_op_gemm_swiglu also take the split-K tiles' TMA forms, gemm_tc_k16t, gemm_tc_kwt and gemm_swiglu_t: their
- * forms' bits, slower on an H100 but for gemm_tc_k16t (2026-12-06, docs/PERF.md; gemm_tma_kw).
- * On such a device (below level 2), where PPN_GEMM_KX's level takes m (ppn_gemm_kx_takes: by default up to 16 and
+ * forms' bits, slower on an H100 but for gemm_tc_k16t (2026-12-06, docs/PERF.md; gemm_tma_kw); at level 3
+ * (PPN_TMA=3) gemm_tc_k16t alone.
+ * On such a device (but at level 2), where PPN_GEMM_KX's level takes m (ppn_gemm_kx_takes: by default up to 16 and
  * 65-80 tokens), ppn_op_gemm_x16 and ppn_op_gemm_swiglu take gemm_tc_kx and gemm_swiglu_x where they would take
  * gemm_tc_kw16 and gemm_swiglu: the same split and sums with the operands swapped, groups of 128 tokens, so one pass
  * over W up to 128 tokens. The widest matrix the middle split-K tile fits (the 8B's gate|up) keeps it up to 192
@@ -209,11 +210,17 @@ static int gemm_tma_sms(ppn_gpu *g, ppn_gstream *s)
     return n > 0 ? n : 1;
 }
 
-/* Whether the stream's device takes the split-K tiles' TMA forms (gemm_tc_kwt for gemm_tc_kw16, gemm_tc_k16t for
- * gemm_tc_k16, gemm_swiglu_t for gemm_swiglu: the same bits): tma_ok's level 2 (PPN_TMA=2). Not the default: on
- * an H100 (2026-12-06, docs/PERF.md; tools/device/tmakw.sh) the 8B's B=16 and B=64 steps ran 16% slower, gemm_tc_kwt
- * and gemm_swiglu_t 18-40% a launch, gemm_tc_k16t alone 4.6% faster. */
-static int gemm_tma_kw(ppn_gpu *g, ppn_gstream *s) { return g->ops->tma_ok && g->ops->tma_ok(g, s) >= 2; }
+static int gemm_tma_level(ppn_gpu *g, ppn_gstream *s) { return g->ops->tma_ok ? g->ops->tma_ok(g, s) : 0; }
+
+/* Whether the stream's device takes the middle split-K tiles' TMA forms (gemm_tc_kwt for gemm_tc_kw16,
+ * gemm_swiglu_t for gemm_swiglu: the same bits): tma_ok's level 2 (PPN_TMA=2). Not the default: on an H100
+ * (2026-12-06, docs/PERF.md; tools/device/tmakw.sh) the 8B's B=16 and B=64 steps ran 16% slower, gemm_tc_kwt and
+ * gemm_swiglu_t 18-40% a launch, gemm_tc_k16t alone 4.6% faster. */
+static int gemm_tma_kw(ppn_gpu *g, ppn_gstream *s) { return gemm_tma_level(g, s) == 2; }
+
+/* Whether it takes gemm_tc_k16t for gemm_tc_k16 (the same bits): levels 2 and 3 (PPN_TMA=3: that form alone, the
+ * one that won a launch at level 2). */
+static int gemm_tma_k16(ppn_gpu *g, ppn_gstream *s) { return gemm_tma_level(g, s) >= 2; }
 
 /* Whether the stream's device takes gemm_tc_kx for gemm_tc_kw16 and gemm_swiglu_x for gemm_swiglu (the same bits) at
  * m tokens: where it runs sm_90a code (tma_ok; warpgroup MMA with both operands in shared memory), below PPN_TMA=2's
@@ -491,11 +498,10 @@ ppn_status ppn_op_gemm_x16(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w,
     if (!gemm_tc_fits(&p))
         return ppn_err(PPN_EINVAL, "%s: w and x must be 16-byte aligned (w 0x%llx, x 0x%llx)", op,
                        (unsigned long long)w, (unsigned long long)x16);
-    const int t = gemm_tma_kw(g, s); /* PPN_TMA=2: the TMA forms, the same bits */
-    const int k = k16                ? (t ? PPN_K_GEMM_TC_K16T : PPN_K_GEMM_TC_K16)
-                  : t                ? PPN_K_GEMM_TC_KWT
+    const int k = k16                   ? (gemm_tma_k16(g, s) ? PPN_K_GEMM_TC_K16T : PPN_K_GEMM_TC_K16)
+                  : gemm_tma_kw(g, s)   ? PPN_K_GEMM_TC_KWT
                   : gemm_kx_on(g, s, m) ? PPN_K_GEMM_TC_KX
-                                     : PPN_K_GEMM_TC_KW16;
+                                        : PPN_K_GEMM_TC_KW16;
     return gemm_submit(g, s, k, &p);
 }
 

@@ -357,6 +357,8 @@ static void batch_x16_case(const char *shape_name, long per_layer, long head, lo
     batch_x16_rows(shape_name, 40, "ppn_k_gemm_tc_kw16", "ppn_k_gemm_tc_kw", per_layer, head, gu, slice);
     rt_tma = "2";
     batch_x16_rows(shape_name, 40, "ppn_k_gemm_tc_kwt", "ppn_k_gemm_tc_kw", per_layer, head, gu, slice);
+    rt_tma = "3"; /* PPN_TMA=3 (gemm_tc_k16t alone) leaves the middle tile as at level 1 */
+    batch_x16_rows(shape_name, 40, "ppn_k_gemm_tc_kw16", "ppn_k_gemm_tc_kw", per_layer, head, gu, slice);
     rt_tma = NULL;
     rt_kx = "1";
     batch_x16_rows(shape_name, 40, "ppn_k_gemm_tc_kx", "ppn_k_gemm_tc_kw", per_layer, head, gu, slice);
@@ -393,6 +395,8 @@ static void test_kprof_batch_k16(void **st)
     batch_x16_rows("tiny", 8, "ppn_k_gemm_tc_k16", "ppn_k_gemm_tc_k", 4, 1, 0, 4);
     rt_tma = "2"; /* PPN_TMA=2: gemm_tc_k16t (W and x through tensor maps), the same counts and bits */
     batch_x16_rows("tiny", 8, "ppn_k_gemm_tc_k16t", "ppn_k_gemm_tc_k", 4, 1, 0, 0);
+    batch_x16_rows("tiny", 8, "ppn_k_gemm_tc_k16t", "ppn_k_gemm_tc_k", 4, 1, 0, 4);
+    rt_tma = "3"; /* PPN_TMA=3: gemm_tc_k16t alone of the TMA forms, the same again */
     batch_x16_rows("tiny", 8, "ppn_k_gemm_tc_k16t", "ppn_k_gemm_tc_k", 4, 1, 0, 4);
     rt_tma = NULL;
 }

@@ -1073,7 +1073,8 @@ static void test_sim_close_with_everything_alive(void **state)
  * 512 tiles of 256 weight rows; the kernel profile names it), its result is the reference's bits (the sim's CPU
  * reference reads the operands through the maps the sim encoded) and the checker has nothing to report; a map
  * the driver would refuse is refused here too; PPN_TMA=0 gives gemm_tc_l (the same bits), refuses the forced
- * tile and the encoder by name; PPN_TMA=2 is level 2; a PPN_TMA the door does not take is refused at creation. */
+ * tile and the encoder by name; PPN_TMA=2 and 3 are levels 2 and 3; a PPN_TMA the door does not take is refused at
+ * creation. */
 static void test_sim_tma_gemm(void **state)
 {
     (void)state;
@@ -1143,7 +1144,15 @@ static void test_sim_tma_gemm(void **state)
     assert_int_equal(OPS(g)->stream_destroy(g, s2), PPN_OK);
     ppn_gpu_close(g);
     g = NULL;
-    tu_env_set("PPN_TMA", "3");
+    tu_env_set("PPN_TMA", "3"); /* level 3: gemm_tc_k16t alone of the split-K tiles' TMA forms (ops_gemm.c) */
+    assert_int_equal(ppn_gpu_sim_create(ppn_kernel_set(), &g), PPN_OK);
+    tu_env_restore();
+    s2 = tu_stream(g, 0);
+    assert_int_equal(OPS(g)->tma_ok(g, s2), 3);
+    assert_int_equal(OPS(g)->stream_destroy(g, s2), PPN_OK);
+    ppn_gpu_close(g);
+    g = NULL;
+    tu_env_set("PPN_TMA", "4");
     assert_int_equal(ppn_gpu_sim_create(ppn_kernel_set(), &g), PPN_EINVAL);
     tu_env_restore();
     assert_non_null(strstr(ppn_last_error(), "PPN_TMA"));

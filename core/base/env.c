@@ -75,11 +75,11 @@ static const ppn_env_var env_table[] = {
          "the backend when none is named; auto: cuda when a driver, a device and kernels are present, else sim"),
     FLAG("PPN_PDL", PPN_ENV_DEVICE, 0, "1",
          "0: no programmatic dependent launch (cuda, compute capability 9.0+); checked on every backend"),
-    INT("PPN_TMA", PPN_ENV_DEVICE, 0, 0, 2, "1",
+    INT("PPN_TMA", PPN_ENV_DEVICE, 0, 0, 3, "1",
         "0: no kernels fed by the tensor memory accelerator (cuda: compute capability 9.x; sim: its encoding); the "
-        "prefill's large tile then runs without it, to the same bits: an A/B arm. 2: also the middle split-K tile on "
-        "bf16 x and gemm_swiglu (gemm_tc_kwt, gemm_swiglu_t: the same bits; 18-40% slower a launch on an H100, "
-        "2026-12-06, so not the default)"),
+        "prefill's large tile then runs without it, to the same bits: an A/B arm. 2: also the split-K tiles on "
+        "bf16 x and gemm_swiglu (gemm_tc_k16t, gemm_tc_kwt, gemm_swiglu_t: the same bits; the last two 18-40% slower "
+        "a launch on an H100, 2026-12-06, so not the default). 3: of those gemm_tc_k16t alone"),
     INT("PPN_GEMM_KX", PPN_ENV_DEVICE, 0, 0, 2, "2",
         "the middle split-K tile on bf16 x and gemm_swiglu with the operands swapped (gemm_tc_kx, gemm_swiglu_x: the "
         "same bits, one pass over W up to 128 tokens) where the device runs TMA kernels and PPN_TMA is not 2: 2 at "
