@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""Experiment: gemm_ws.cu (a TMA-fed, warp-specialized GEMM with a deep ring) against cuBLAS on the 8B's and 1B's
+matrices at 32-256 tokens, on the GPU machine. Not part of ppn: it asks whether that kernel shape closes the gap
+docs/PERF.md's cuBLAS table shows, before anything is built into ppn.
+
+Compiles gemm_ws.cu with nvcc (-cubin -arch=sm_90a), loads it through the CUDA driver (ctypes; torch's primary
+context), checks every configuration's output against an f32 product (bf16-rounding tolerance) and that a second
+run gives the same bits, then times it as tests/gpu's decode table and cublas_ref.py do: bursts of 20 launches on
+rotating copies of W, one CUDA graph replay a burst, median of 5. Every (BT, S, ks) that fits is tried; the table
+shows the best and the cuBLAS figure beside it.
+
+usage: gemm_ws.py [--m 64,80,128,256] [--json FILE]
+"""
+import argparse
+import ctypes
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SHAPES = [("8b qkv", 6144, 4096), ("8b o", 4096, 4096), ("8b gate|up", 28672, 4096), ("8b down", 4096, 14336),
+          ("1b qkv", 3072, 2048), ("1b o", 2048, 2048), ("1b gate|up", 16384, 2048), ("1b down", 2048, 8192)]
+KERNELS = [(32, 8), (32, 16), (64, 4), (64, 8), (64, 12), (80, 8), (128, 4), (128, 6), (128, 8)]  # (BT, S)
+BURST, REPS = 20, 5
+POOL_BYTES = 3 << 30
+
+cu = ctypes.CDLL("libcuda.so.1")
+
+
+def ck(r, what):
+    if r != 0:
+        s = ctypes.c_char_p()
+        cu.cuGetErrorString(r, ctypes.byref(s))
+        raise RuntimeError(f"{what}: CUDA error {r} {s.value.decode() if s.value else ''}")
+
+
+class TMap(ctypes.Structure):
+    _fields_ = [("b", ctypes.c_uint64 * 16)]  # CUtensorMap: 128 bytes, 64-byte aligned (ctypes gives 16: copied below)
+
+
+def tmap(ptr, rows, cols, box_rows):
+    """A 2-D bf16 map of a row-major [rows, cols] matrix, boxes of box_rows x 64, the 128-byte swizzle."""
+    buf = ctypes.create_string_buffer(128 + 64)
+    addr = (ctypes.addressof(buf) + 63) & ~63
+    dims = (ctypes.c_uint64 * 2)(cols, rows)
+    strides = (ctypes.c_uint64 * 1)(cols * 2)
+    box = (ctypes.c_uint32 * 2)(64, box_rows)
+    es = (ctypes.c_uint32 * 2)(1, 1)
+    ck(cu.cuTensorMapEncodeTiled(ctypes.c_void_p(addr), 9, 2, ctypes.c_void_p(ptr), dims, strides, box, es, 0, 3, 3,
+                                 0), "cuTensorMapEncodeTiled")
+    return buf, addr
+
+
+class Params(ctypes.Structure):
+    _fields_ = [("y", ctypes.c_uint64), ("ws", ctypes.c_uint64), ("count", ctypes.c_uint64), ("m", ctypes.c_int),
+                ("n", ctypes.c_int), ("k", ctypes.c_int), ("ks", ctypes.c_int)]
+
+
+def smem_bytes(bt, s):
+    stage = 64 * 64 * 2 + bt * 64 * 2
+    return s * ((stage + 1023) // 1024 * 1024) + 1024
+
+
+class Kernel:
+    def __init__(self, mod, bt, s):
+        self.bt, self.s = bt, s
+        self.fn = ctypes.c_void_p()
+        ck(cu.cuModuleGetFunction(ctypes.byref(self.fn), mod, f"gemm_ws_{bt}_{s}".encode()), "cuModuleGetFunction")
+        self.smem = smem_bytes(bt, s)
+        ck(cu.cuFuncSetAttribute(self.fn, 8, self.smem), "cuFuncSetAttribute")
+
+    def launch(self, wmap, xmap, p, n, ks, m, stream):
+        args = (ctypes.c_void_p * 3)(wmap[1], xmap[1], ctypes.addressof(p))  # each argument's address
+        zt = (m + self.bt - 1) // self.bt
+        ck(cu.cuLaunchKernel(self.fn, n // 64, ks, zt, 160, 1, 1, self.smem, ctypes.c_void_p(stream), args, None),
+           "cuLaunchKernel")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--m", default="32,64,80,128,256")
+    ap.add_argument("--json")
+    ap.add_argument("--cubin", default="/tmp/gemm_ws.cubin")
+    a = ap.parse_args()
+    subprocess.run(["nvcc", "-cubin", "-arch=sm_90a", "-O3", "-o", a.cubin, os.path.join(HERE, "gemm_ws.cu")],
+                   check=True)
+    torch.cuda.init()
+    torch.zeros(1, device="cuda")
+    mod = ctypes.c_void_p()
+    ck(cu.cuModuleLoad(ctypes.byref(mod), a.cubin.encode()), "cuModuleLoad")
+    kernels = [Kernel(mod, bt, s) for bt, s in KERNELS]
+    dev = torch.cuda.get_device_name(0)
+    pool = torch.empty(POOL_BYTES // 2, dtype=torch.bfloat16, device="cuda").uniform_(-0.05, 0.05)
+    ws = torch.empty(64 << 20, dtype=torch.float32, device="cuda")
+    count = torch.zeros(1 << 16, dtype=torch.int32, device="cuda")
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    rows, bad = [], 0
+    print(f"device: {dev}; gemm_ws (BT tokens, S stages, ks K splits) against cuBLAS; us a launch in bursts of "
+          f"{BURST} (graph replay, median of {REPS})")
+    for m in [int(v) for v in a.m.split(",")]:
+        for name, n, k in SHAPES:
+            elems = n * k
+            slots = max(1, pool.numel() // elems)
+            wsl = [pool[i * elems:(i + 1) * elems].view(n, k) for i in range(slots)]
+            x = (torch.randn(m, k, device="cuda") * 0.5).to(torch.bfloat16)
+            y = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+            ref = (x.float() @ wsl[0].float().t())
+            tol = 2e-2 * max(1.0, ref.abs().max().item())
+            stream = torch.cuda.current_stream().cuda_stream
+
+            def timed(fn):
+                g = torch.cuda.CUDAGraph()
+                s = torch.cuda.Stream()
+                with torch.cuda.stream(s):
+                    fn(s.cuda_stream)  # warm-up on the capture stream
+                    torch.cuda.synchronize()
+                    with torch.cuda.graph(g, stream=s):
+                        fn(s.cuda_stream)
+                torch.cuda.synchronize()
+                ms = []
+                for r in range(REPS + 1):
+                    e0.record()
+                    g.replay()
+                    e1.record()
+                    torch.cuda.synchronize()
+                    if r:
+                        ms.append(e0.elapsed_time(e1))
+                return statistics.median(ms) * 1e3 / BURST
+
+            def cublas_burst(_s):
+                for i in range(BURST):
+                    torch.matmul(x, wsl[i % slots].t(), out=y)
+
+            cub = timed(cublas_burst)
+            best = None
+            for kern in kernels:
+                if kern.bt > 32 and m <= 32 or kern.bt < 64 and m > 64 or kern.bt == 80 and m != 80:
+                    continue
+                xmap = tmap(x.data_ptr(), m, k, kern.bt)
+                wmaps = [tmap(w.data_ptr(), n, k, 64) for w in wsl]
+                for ks in (1, 2, 3, 4, 6, 8):
+                    if ks > k // 64 or ks * m * n > ws.numel():
+                        continue
+                    p = Params(y.data_ptr(), ws.data_ptr(), count.data_ptr(), m, n, k, ks)
+                    y.fill_(float("nan"))
+                    kern.launch(wmaps[0], xmap, p, n, ks, m, stream)
+                    torch.cuda.synchronize()
+                    err = (y.float() - ref).abs().max().item()
+                    y1 = y.clone()
+                    kern.launch(wmaps[0], xmap, p, n, ks, m, stream)
+                    torch.cuda.synchronize()
+                    same = torch.equal(y, y1)
+                    if not (err <= tol) or not same or count.abs().sum().item():
+                        bad += 1
+                        print(f"  BAD {name} m={m} BT={kern.bt} S={kern.s} ks={ks}: max err {err:.4g} (tol {tol:.3g}), "
+                              f"second run same bits {same}", flush=True)
+                        continue
+
+                    def ws_burst(st, kern=kern, p=p, ks=ks, wmaps=wmaps, xmap=xmap):
+                        for i in range(BURST):
+                            kern.launch(wmaps[i % slots], xmap, p, n, ks, m, st)
+
+                    us = timed(ws_burst)
+                    rows.append({"shape": name, "m": m, "bt": kern.bt, "stages": kern.s, "ks": ks, "us": round(us, 3),
+                                 "cublas_us": round(cub, 3), "max_err": err})
+                    if best is None or us < best[0]:
+                        best = (us, kern.bt, kern.s, ks)
+            wb = 2.0 * n * k
+            if best:
+                print(f"  {name:<11} m={m:<4d} cublas {cub:8.2f} us ({wb / (cub * 1e3):5.0f} GB/s) | gemm_ws best "
+                      f"{best[0]:8.2f} us ({wb / (best[0] * 1e3):5.0f} GB/s) BT={best[1]} S={best[2]} ks={best[3]}"
+                      f"  ratio {best[0] / cub:.2f}", flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"device": dev, "rows": rows, "bad": bad}, f, indent=1)
+    print(f"configurations wrong: {bad}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
