@@ -9,7 +9,7 @@ run gives the same bits, then times it as tests/gpu's decode table and cublas_re
 rotating copies of W, one CUDA graph replay a burst, median of 5. Every (BT, S, ks) that fits is tried; the table
 shows the best and the cuBLAS figure beside it.
 
-usage: gemm_ws.py [--m 64,80,128,256] [--json FILE]
+usage: gemm_ws.py [--m 64,80,128,256] [--shapes 8b|1b|all] [--json FILE]
 """
 import argparse
 import ctypes
@@ -82,7 +82,8 @@ class Kernel:
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--m", default="32,64,80,128,256")
+    ap.add_argument("--m", default="64,80,128,256")
+    ap.add_argument("--shapes", default="8b", help="8b, 1b or all")
     ap.add_argument("--json")
     ap.add_argument("--cubin", default="/tmp/gemm_ws.cubin")
     a = ap.parse_args()
@@ -103,6 +104,8 @@ def main():
           f"{BURST} (graph replay, median of {REPS})")
     for m in [int(v) for v in a.m.split(",")]:
         for name, n, k in SHAPES:
+            if a.shapes != "all" and not name.startswith(a.shapes):
+                continue
             elems = n * k
             slots = max(1, pool.numel() // elems)
             wsl = [pool[i * elems:(i + 1) * elems].view(n, k) for i in range(slots)]
@@ -136,13 +139,13 @@ def main():
                     torch.matmul(x, wsl[i % slots].t(), out=y)
 
             cub = timed(cublas_burst)
+            wmaps = [tmap(w.data_ptr(), n, k, 64) for w in wsl]  # W's maps: the same for every kernel
             best = None
             for kern in kernels:
                 if kern.bt > 32 and m <= 32 or kern.bt < 64 and m > 64 or kern.bt == 80 and m != 80:
                     continue
                 xmap = tmap(x.data_ptr(), m, k, kern.bt)
-                wmaps = [tmap(w.data_ptr(), n, k, 64) for w in wsl]
-                for ks in (1, 2, 3, 4, 6, 8):
+                for ks in (1, 2, 3, 4, 6):
                     if ks > k // 64 or ks * m * n > ws.numel():
                         continue
                     p = Params(y.data_ptr(), ws.data_ptr(), count.data_ptr(), m, n, k, ks)
