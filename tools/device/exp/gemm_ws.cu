@@ -16,7 +16,7 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
-#define WS_THREADS 160
+
 
 __device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
@@ -66,6 +66,10 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t a)
 #define WS_R5 WS_R4 ", %40, %41, %42, %43, %44, %45, %46, %47"
 #define WS_R6 WS_R5 ", %48, %49, %50, %51, %52, %53, %54, %55"
 #define WS_R7 WS_R6 ", %56, %57, %58, %59, %60, %61, %62, %63"
+#define WS_R15 WS_R7 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, " \
+    "%82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, "    \
+    "%103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, "     \
+    "%121, %122, %123, %124, %125, %126, %127"
 #define O8(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
                  "+f"(d[i + 6]), "+f"(d[i + 7])
 #define WS_MMA(NS, REGS, IA, IB, IK, ...)                                                                           \
@@ -86,8 +90,12 @@ template <int N> __device__ __forceinline__ void mma(float *d, uint64_t da, uint
     } else if constexpr (N == 128) {
         WS_MMA("128", WS_R7, "%64", "%65", "%66", O8(d, 0), O8(d, 8), O8(d, 16), O8(d, 24), O8(d, 32), O8(d, 40),
                O8(d, 48), O8(d, 56));
+    } else if constexpr (N == 256) {
+        WS_MMA("256", WS_R15, "%128", "%129", "%130", O8(d, 0), O8(d, 8), O8(d, 16), O8(d, 24), O8(d, 32), O8(d, 40),
+               O8(d, 48), O8(d, 56), O8(d, 64), O8(d, 72), O8(d, 80), O8(d, 88), O8(d, 96), O8(d, 104), O8(d, 112),
+               O8(d, 120));
     } else {
-        static_assert(N == 32, "the token tiles built here: 32, 64, 80, 128");
+        static_assert(N == 32, "the token tiles built here: 32, 64, 80, 128, 256");
     }
 }
 
@@ -96,38 +104,41 @@ struct ws_params {
     float *ws;        // [ks, m, n] partial sums (ks > 1)
     unsigned *count;  // a counter per (W tile, token tile), zero before the launch; left zero after it
     int m, n, k, ks;
+    int tok_fast; // 1: blockIdx.x is the token tile and blockIdx.z the W tile (a W tile's token tiles run together)
 };
 
-template <int BT, int S>
+template <int BT, int S, int WG>
 __device__ __forceinline__ void gemm_ws_body(const CUtensorMap *wmap, const CUtensorMap *xmap, const ws_params &p)
 {
-    constexpr int W_BYTES = 64 * 64 * 2, X_BYTES = BT * 64 * 2, STAGE = W_BYTES + X_BYTES;
-    static_assert(STAGE % 1024 == 0 || BT == 80, "stages on swizzle atoms");
+    constexpr int BM = 64 * WG, CT = 128 * WG; // W rows a CTA (64 a consumer warpgroup); consumer threads
+    constexpr int W_BYTES = BM * 64 * 2, X_BYTES = BT * 64 * 2, STAGE = W_BYTES + X_BYTES;
     constexpr int STAGE_AL = (STAGE + 1023) / 1024 * 1024;
     extern __shared__ __align__(1024) unsigned char smem[];
     unsigned char *ring = (unsigned char *)(((uintptr_t)smem + 1023) & ~(uintptr_t)1023);
     __shared__ __align__(8) uint64_t full[S], empty[S];
     __shared__ int last;
 
-    const int tile = blockIdx.x, split = blockIdx.y, t0 = blockIdx.z * BT;
+    const int tile = p.tok_fast ? blockIdx.z : blockIdx.x, ttile = p.tok_fast ? blockIdx.x : blockIdx.z;
+    const int ntiles = p.tok_fast ? gridDim.z : gridDim.x;
+    const int split = blockIdx.y, t0 = ttile * BT;
     const int kt_all = p.k / 64, per = (kt_all + p.ks - 1) / p.ks;
     const int kt0 = split * per, kt1 = min(kt_all, kt0 + per), nkt = kt1 - kt0;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = warp >> 2;
 
     if (threadIdx.x == 0) {
-        for (int s = 0; s < S; s++) mb_init(smem_u32(&full[s]), 1), mb_init(smem_u32(&empty[s]), 4);
+        for (int s = 0; s < S; s++) mb_init(smem_u32(&full[s]), 1), mb_init(smem_u32(&empty[s]), 4 * WG);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
 
-    if (warp == 4) { // the producer
+    if (warp == 4 * WG) { // the producer
         if (lane == 0) {
             for (int i = 0; i < nkt; i++) {
                 const int s = i % S;
                 if (i >= S) mb_wait(smem_u32(&empty[s]), (unsigned)((i / S - 1) & 1));
                 const uint32_t st = smem_u32(ring + s * STAGE_AL), fb = smem_u32(&full[s]);
                 mb_expect(fb, STAGE);
-                tma_2d(st, wmap, (kt0 + i) * 64, tile * 64, fb);
+                tma_2d(st, wmap, (kt0 + i) * 64, tile * BM, fb);
                 tma_2d(st + W_BYTES, xmap, (kt0 + i) * 64, t0, fb);
             }
         }
@@ -144,15 +155,15 @@ __device__ __forceinline__ void gemm_ws_body(const CUtensorMap *wmap, const CUte
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
         for (int q = 0; q < 4; q++)
-            mma<BT>(acc, desc_sw128(st + 32u * q), desc_sw128(st + W_BYTES + 32u * q), 1);
+            mma<BT>(acc, desc_sw128(st + (uint32_t)g * 8192u + 32u * q), desc_sw128(st + W_BYTES + 32u * q), 1);
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
         if (i > 0 && lane == 0) mb_arrive(smem_u32(&empty[(i - 1) % S]));
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 
-    // acc[j]: W row 16 warp + lane / 4 + 8 ((j / 2) % 2) of the tile, token 8 (j / 4) + 2 (lane % 4) + j % 2
-    const int r_base = tile * 64 + warp * 16 + (lane >> 2);
+    // acc[j]: W row 16 (warp % 4) + lane / 4 + 8 ((j / 2) % 2) of the warpgroup's 64, token 8 (j / 4) + 2 (lane % 4) + j % 2
+    const int r_base = tile * BM + g * 64 + (warp & 3) * 16 + (lane >> 2);
     if (p.ks == 1) {
 #pragma unroll
         for (int j = 0; j < BT / 2; j++) {
@@ -168,15 +179,15 @@ __device__ __forceinline__ void gemm_ws_body(const CUtensorMap *wmap, const CUte
         if (t < p.m) mine[(size_t)t * p.n + r] = acc[j];
     }
     __threadfence();
-    asm volatile("bar.sync 1, 128;\n" ::: "memory");
-    unsigned *c = p.count + (size_t)blockIdx.z * gridDim.x + tile;
+    asm volatile("bar.sync 1, %0;\n" ::"n"(CT) : "memory");
+    unsigned *c = p.count + (size_t)ttile * ntiles + tile;
     if (threadIdx.x == 0) last = atomicAdd(c, 1u) == (unsigned)(p.ks - 1);
-    asm volatile("bar.sync 1, 128;\n" ::: "memory");
+    asm volatile("bar.sync 1, %0;\n" ::"n"(CT) : "memory");
     if (!last) return;
     __threadfence();
-    // the last CTA of the tile: every split's sums in k order, coalesced over the tile's 64 rows
-    for (int e = threadIdx.x; e < 64 * BT; e += 128) {
-        const int t = t0 + e / 64, r = tile * 64 + e % 64;
+    // the last CTA of the tile: every split's sums in k order, coalesced over the tile's BM rows
+    for (int e = threadIdx.x; e < BM * BT; e += CT) {
+        const int t = t0 + e / BM, r = tile * BM + e % BM;
         if (t >= p.m) continue;
         float v = 0.f;
         for (int q = 0; q < p.ks; q++) v += __ldcg(p.ws + ((size_t)q * p.m + t) * p.n + r);
@@ -185,20 +196,23 @@ __device__ __forceinline__ void gemm_ws_body(const CUtensorMap *wmap, const CUte
     if (threadIdx.x == 0) *c = 0;
 }
 
-#define WS_KERNEL(BT, S)                                                                                            \
-    extern "C" __global__ void __launch_bounds__(WS_THREADS, 1)                                                     \
-        gemm_ws_##BT##_##S(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap,       \
-                           const ws_params p)                                                                       \
+#define WS_KERNEL(BT, S, WG)                                                                                        \
+    extern "C" __global__ void __launch_bounds__(128 * WG + 32, 1)                                                  \
+        gemm_ws_##BT##_##S##_##WG(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap, \
+                                  const ws_params p)                                                                \
     {                                                                                                               \
-        gemm_ws_body<BT, S>(&wmap, &xmap, p);                                                                       \
+        gemm_ws_body<BT, S, WG>(&wmap, &xmap, p);                                                                   \
     }
 
-WS_KERNEL(64, 4)
-WS_KERNEL(64, 8)
-WS_KERNEL(64, 12)
-WS_KERNEL(128, 4)
-WS_KERNEL(128, 6)
-WS_KERNEL(128, 8)
-WS_KERNEL(80, 8)
-WS_KERNEL(32, 8)
-WS_KERNEL(32, 16)
+WS_KERNEL(32, 8, 1)
+WS_KERNEL(32, 16, 1)
+WS_KERNEL(64, 4, 1)
+WS_KERNEL(64, 8, 1)
+WS_KERNEL(64, 12, 1)
+WS_KERNEL(80, 8, 1)
+WS_KERNEL(128, 4, 1)
+WS_KERNEL(128, 6, 1)
+WS_KERNEL(128, 8, 1)
+WS_KERNEL(256, 5, 1)
+WS_KERNEL(128, 6, 2)
+WS_KERNEL(256, 4, 2)

@@ -24,7 +24,8 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHAPES = [("8b qkv", 6144, 4096), ("8b o", 4096, 4096), ("8b gate|up", 28672, 4096), ("8b down", 4096, 14336),
           ("1b qkv", 3072, 2048), ("1b o", 2048, 2048), ("1b gate|up", 16384, 2048), ("1b down", 2048, 8192)]
-KERNELS = [(32, 8), (32, 16), (64, 4), (64, 8), (64, 12), (80, 8), (128, 4), (128, 6), (128, 8)]  # (BT, S)
+KERNELS = [(32, 8, 1), (32, 16, 1), (64, 4, 1), (64, 8, 1), (64, 12, 1), (80, 8, 1), (128, 4, 1), (128, 6, 1),
+           (128, 8, 1), (256, 5, 1), (128, 6, 2), (256, 4, 2)]  # (BT tokens, S stages, WG consumer warpgroups)
 BURST, REPS = 20, 5
 POOL_BYTES = 3 << 30
 
@@ -57,27 +58,29 @@ def tmap(ptr, rows, cols, box_rows):
 
 class Params(ctypes.Structure):
     _fields_ = [("y", ctypes.c_uint64), ("ws", ctypes.c_uint64), ("count", ctypes.c_uint64), ("m", ctypes.c_int),
-                ("n", ctypes.c_int), ("k", ctypes.c_int), ("ks", ctypes.c_int)]
+                ("n", ctypes.c_int), ("k", ctypes.c_int), ("ks", ctypes.c_int), ("tok_fast", ctypes.c_int)]
 
 
-def smem_bytes(bt, s):
-    stage = 64 * 64 * 2 + bt * 64 * 2
+def smem_bytes(bt, s, wg):
+    stage = 64 * wg * 64 * 2 + bt * 64 * 2
     return s * ((stage + 1023) // 1024 * 1024) + 1024
 
 
 class Kernel:
-    def __init__(self, mod, bt, s):
-        self.bt, self.s = bt, s
+    def __init__(self, mod, bt, s, wg):
+        self.bt, self.s, self.wg = bt, s, wg
         self.fn = ctypes.c_void_p()
-        ck(cu.cuModuleGetFunction(ctypes.byref(self.fn), mod, f"gemm_ws_{bt}_{s}".encode()), "cuModuleGetFunction")
-        self.smem = smem_bytes(bt, s)
+        ck(cu.cuModuleGetFunction(ctypes.byref(self.fn), mod, f"gemm_ws_{bt}_{s}_{wg}".encode()),
+           "cuModuleGetFunction")
+        self.smem = smem_bytes(bt, s, wg)
         ck(cu.cuFuncSetAttribute(self.fn, 8, self.smem), "cuFuncSetAttribute")
 
     def launch(self, wmap, xmap, p, n, ks, m, stream):
         args = (ctypes.c_void_p * 3)(wmap[1], xmap[1], ctypes.addressof(p))  # each argument's address
-        zt = (m + self.bt - 1) // self.bt
-        ck(cu.cuLaunchKernel(self.fn, n // 64, ks, zt, 160, 1, 1, self.smem, ctypes.c_void_p(stream), args, None),
-           "cuLaunchKernel")
+        zt, nt = (m + self.bt - 1) // self.bt, n // (64 * self.wg)
+        g = (zt, ks, nt) if p.tok_fast else (nt, ks, zt)
+        ck(cu.cuLaunchKernel(self.fn, g[0], g[1], g[2], 128 * self.wg + 32, 1, 1, self.smem, ctypes.c_void_p(stream),
+                             args, None), "cuLaunchKernel")
 
 
 def main():
@@ -93,7 +96,7 @@ def main():
     torch.zeros(1, device="cuda")
     mod = ctypes.c_void_p()
     ck(cu.cuModuleLoad(ctypes.byref(mod), a.cubin.encode()), "cuModuleLoad")
-    kernels = [Kernel(mod, bt, s) for bt, s in KERNELS]
+    kernels = [Kernel(mod, bt, s, wg) for bt, s, wg in KERNELS]
     dev = torch.cuda.get_device_name(0)
     pool = torch.empty(POOL_BYTES // 2, dtype=torch.bfloat16, device="cuda").uniform_(-0.05, 0.05)
     ws = torch.empty(64 << 20, dtype=torch.float32, device="cuda")
@@ -139,16 +142,18 @@ def main():
                     torch.matmul(x, wsl[i % slots].t(), out=y)
 
             cub = timed(cublas_burst)
-            wmaps = [tmap(w.data_ptr(), n, k, 64) for w in wsl]  # W's maps: the same for every kernel
+            wmaps_by = {wg: [tmap(w.data_ptr(), n, k, 64 * wg) for w in wsl] for wg in (1, 2)}  # W's maps, by box
             best = None
             for kern in kernels:
-                if kern.bt > 32 and m <= 32 or kern.bt < 64 and m > 64 or kern.bt == 80 and m != 80:
+                if (kern.bt > 32 and m <= 32 or kern.bt < 64 and m > 64 or kern.bt == 80 and m != 80
+                        or kern.bt == 256 and m <= 128 or kern.wg == 2 and m < 128 or n % (64 * kern.wg)):
                     continue
                 xmap = tmap(x.data_ptr(), m, k, kern.bt)
-                for ks in (1, 2, 3, 4, 6):
+                wmaps = wmaps_by[kern.wg]
+                for ks in ((1, 2, 3, 4, 6) if m <= 64 else (1,)):
                     if ks > k // 64 or ks * m * n > ws.numel():
                         continue
-                    p = Params(y.data_ptr(), ws.data_ptr(), count.data_ptr(), m, n, k, ks)
+                    p = Params(y.data_ptr(), ws.data_ptr(), count.data_ptr(), m, n, k, ks, int(m > kern.bt))
                     y.fill_(float("nan"))
                     kern.launch(wmaps[0], xmap, p, n, ks, m, stream)
                     torch.cuda.synchronize()
@@ -168,15 +173,16 @@ def main():
                             kern.launch(wmaps[i % slots], xmap, p, n, ks, m, st)
 
                     us = timed(ws_burst)
-                    rows.append({"shape": name, "m": m, "bt": kern.bt, "stages": kern.s, "ks": ks, "us": round(us, 3),
+                    rows.append({"shape": name, "m": m, "bt": kern.bt, "stages": kern.s, "wg": kern.wg, "ks": ks,
+                                 "us": round(us, 3),
                                  "cublas_us": round(cub, 3), "max_err": err})
                     if best is None or us < best[0]:
-                        best = (us, kern.bt, kern.s, ks)
+                        best = (us, kern.bt, kern.s, ks, kern.wg)
             wb = 2.0 * n * k
             if best:
                 print(f"  {name:<11} m={m:<4d} cublas {cub:8.2f} us ({wb / (cub * 1e3):5.0f} GB/s) | gemm_ws best "
-                      f"{best[0]:8.2f} us ({wb / (best[0] * 1e3):5.0f} GB/s) BT={best[1]} S={best[2]} ks={best[3]}"
-                      f"  ratio {best[0] / cub:.2f}", flush=True)
+                      f"{best[0]:8.2f} us ({wb / (best[0] * 1e3):5.0f} GB/s, {2e-6 * m * n * k / best[0]:5.0f} TFLOP/s) "
+                      f"BT={best[1]} S={best[2]} ks={best[3]} WG={best[4]}  ratio {best[0] / cub:.2f}", flush=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"device": dev, "rows": rows, "bad": bad}, f, indent=1)
