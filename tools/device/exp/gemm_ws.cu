@@ -1,22 +1,22 @@
-// Experiment (not part of ppn's build): a middle-size GEMM in the shape of the fastest library kernels at 64-256
-// tokens (docs/PERF.md, 2026-12-06 evening: cuBLAS's nvjet kernels 1.3-2.7x ahead of ppn's split-K tiles there).
-// y[m, N] = x[m, K] . W[N, K]^T, bf16 in, f32 sums, bf16 out; x and W row-major, K % 64 == 0, N % 64 == 0.
+// Experiment (not part of ppn's build): a GEMM in the shape of the fastest library kernels at 16-2,048 tokens
+// (docs/PERF.md, 2026-12-06 evening: cuBLAS's nvjet kernels 1.1-2.8x ahead of ppn's tiles from 64 tokens on).
+// y[m, N] = x[m, K] . W[N, K]^T, bf16 in, f32 sums, bf16 out; x and W row-major, K % 64 == 0, N % (64 WG) == 0.
 //
-// A CTA of 160 threads: warps 0-3 are one consumer warpgroup, warp 4 the producer. The CTA owns 64 rows of W
-// (blockIdx.x), a range of K's 64-column k-tiles (blockIdx.y of ks) and BT tokens (blockIdx.z). The producer's
-// one lane streams W's 64 x 64 box and x's BT x 64 box of each k-tile through the tensor memory accelerator into a
-// ring of S stages (128-byte swizzle), each stage's full barrier counting its bytes; the consumers issue the
-// k-tile's four m64nBTk16 steps as one wgmma group with W as A and x as B (both from shared memory), keep that
-// group in flight while waiting for the previous one, then hand the previous stage back on its empty barrier.
-// With ks > 1 each CTA writes its f32 partial sums to a workspace; the last CTA of a tile to finish (a counter per
-// tile) adds the ks partials in k order and writes y, so the bits do not depend on which CTA finishes last.
+// A CTA of 128 WG + 32 threads: warps 0 .. 4 WG - 1 are WG consumer warpgroups, warp 4 WG the producer. The CTA
+// owns 64 WG rows of W (64 a warpgroup), a range of K's 64-column k-tiles (one of ks) and BT tokens (32-256). The
+// producer's one lane streams W's 64 WG x 64 box and x's BT x 64 box of each k-tile through the tensor memory
+// accelerator into a ring of S stages (128-byte swizzle), each stage's full barrier counting its bytes; each
+// consumer warpgroup issues the k-tile's four m64nBTk16 steps over its 64 rows as one wgmma group with W as A and x
+// as B (both from shared memory), keeps that group in flight while waiting for the previous one, then hands the
+// previous stage back on its empty barrier (a lane a warp). With ks > 1 each CTA writes its f32 partial sums to a
+// workspace; the last CTA of a tile to finish (a counter per tile) adds the ks partials in k order and writes y, so
+// the bits do not depend on which CTA finishes last. Where there are several token tiles the grid can put a W
+// tile's token tiles next to each other (tok_fast), so they share W through L2.
 //
 // Built by tools/device/exp/gemm_ws.py on the GPU machine: nvcc -cubin -arch=sm_90a.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
-
-
 
 __device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 

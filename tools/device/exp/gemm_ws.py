@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """Experiment: gemm_ws.cu (a TMA-fed, warp-specialized GEMM with a deep ring) against cuBLAS on the 8B's and 1B's
-matrices at 32-256 tokens, on the GPU machine. Not part of ppn: it asks whether that kernel shape closes the gap
+matrices at 16-2,048 tokens, on the GPU machine. Not part of ppn: it asks whether that kernel shape closes the gap
 docs/PERF.md's cuBLAS table shows, before anything is built into ppn.
 
 Compiles gemm_ws.cu with nvcc (-cubin -arch=sm_90a), loads it through the CUDA driver (ctypes; torch's primary
 context), checks every configuration's output against an f32 product (bf16-rounding tolerance) and that a second
 run gives the same bits, then times it as tests/gpu's decode table and cublas_ref.py do: bursts of 20 launches on
-rotating copies of W, one CUDA graph replay a burst, median of 5. Every (BT, S, ks) that fits is tried; the table
-shows the best and the cuBLAS figure beside it.
+rotating copies of W, one CUDA graph replay a burst, median of 5. Every (BT, S, WG, ks) that fits the token count is tried (K splits only up to 64 tokens); the
+table shows the best and the cuBLAS figure beside it. Results: docs/PERF.md, 2026-12-06 evening.
 
 usage: gemm_ws.py [--m 64,80,128,256] [--shapes 8b|1b|all] [--json FILE]
 """
