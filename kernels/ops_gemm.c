@@ -19,7 +19,7 @@
  * ppn_op_gemm_swiglu also take the split-K tiles' TMA forms, gemm_tc_k16t, gemm_tc_kwt and gemm_swiglu_t: their
  * forms' bits, slower on an H100 but for gemm_tc_k16t (2026-12-06, docs/PERF.md; gemm_tma_kw); at level 3
  * (PPN_TMA=3) gemm_tc_k16t alone.
- * On such a device (but at level 2), where PPN_GEMM_KX's level takes m (ppn_gemm_kx_takes: by default up to 16 and
+ * On such a device (at levels 1 and 3), where PPN_GEMM_KX's level takes m (ppn_gemm_kx_takes: by default up to 16 and
  * 65-80 tokens), ppn_op_gemm_x16 and ppn_op_gemm_swiglu take gemm_tc_kx and gemm_swiglu_x where they would take
  * gemm_tc_kw16 and gemm_swiglu: the same split and sums with the operands swapped, groups of 128 tokens, so one pass
  * over W up to 128 tokens. The widest matrix the middle split-K tile fits (the 8B's gate|up) keeps it up to 192
@@ -223,8 +223,8 @@ static int gemm_tma_kw(ppn_gpu *g, ppn_gstream *s) { return gemm_tma_level(g, s)
 static int gemm_tma_k16(ppn_gpu *g, ppn_gstream *s) { return gemm_tma_level(g, s) >= 2; }
 
 /* Whether the stream's device takes gemm_tc_kx for gemm_tc_kw16 and gemm_swiglu_x for gemm_swiglu (the same bits) at
- * m tokens: where it runs sm_90a code (tma_ok; warpgroup MMA with both operands in shared memory), below PPN_TMA=2's
- * forms, and PPN_GEMM_KX's level (g->gemm_kx) takes m (ppn_gemm_kx_takes). */
+ * m tokens: where it runs sm_90a code (tma_ok; warpgroup MMA with both operands in shared memory), not at PPN_TMA=2
+ * (its forms instead), and PPN_GEMM_KX's level (g->gemm_kx) takes m (ppn_gemm_kx_takes). */
 static int gemm_kx_on(ppn_gpu *g, ppn_gstream *s, int m)
 {
     return ppn_gemm_kx_takes(g, m) && gemm_tma_sms(g, s) > 0 && !gemm_tma_kw(g, s);

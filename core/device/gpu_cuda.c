@@ -294,9 +294,8 @@ static ppn_status cu_pdl_env(cu_gpu *b)
 
 /* PPN_TMA: unset, empty or 1 = the TMA kernels on every device of compute capability 9.x when the image has
  * sm_90a code (tma_ok says 1); 2 = those and the split-K tiles' (tma_ok says 2); 3 = of those gemm_tc_k16t alone
- * (ops_gemm.c); 0 = never (the kernels that take no
- * tensor maps run: the same bits); anything else is refused by name. Each device's SM count is cached here too
- * (sm_count). */
+ * (ops_gemm.c); 0 = never (the kernels that take no tensor maps run: the same bits); anything else is refused by
+ * name. Each device's SM count is cached here too (sm_count). */
 static ppn_status cu_tma_env(cu_gpu *b)
 {
     int on = 1;
