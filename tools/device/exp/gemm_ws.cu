@@ -162,7 +162,8 @@ __device__ __forceinline__ void gemm_ws_body(const CUtensorMap *wmap, const CUte
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 
-    // acc[j]: W row 16 (warp % 4) + lane / 4 + 8 ((j / 2) % 2) of the warpgroup's 64, token 8 (j / 4) + 2 (lane % 4) + j % 2
+    // acc[j]: W row 16 (warp % 4) + lane / 4 + 8 ((j / 2) % 2) of the warpgroup's 64,
+    //        token 8 (j / 4) + 2 (lane % 4) + j % 2
     const int r_base = tile * BM + g * 64 + (warp & 3) * 16 + (lane >> 2);
     if (p.ks == 1) {
 #pragma unroll

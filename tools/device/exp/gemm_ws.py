@@ -6,8 +6,9 @@ docs/PERF.md's cuBLAS table shows, before anything is built into ppn.
 Compiles gemm_ws.cu with nvcc (-cubin -arch=sm_90a), loads it through the CUDA driver (ctypes; torch's primary
 context), checks every configuration's output against an f32 product (bf16-rounding tolerance) and that a second
 run gives the same bits, then times it as tests/gpu's decode table and cublas_ref.py do: bursts of 20 launches on
-rotating copies of W, one CUDA graph replay a burst, median of 5. Every (BT, S, WG, ks) that fits the token count is tried (K splits only up to 64 tokens); the
-table shows the best and the cuBLAS figure beside it. Results: docs/PERF.md, 2026-12-06 evening.
+rotating copies of W, one CUDA graph replay a burst, median of 5. Every (BT, S, WG, ks) that fits the token count
+is tried (K splits only up to 64 tokens); the table shows the best and the cuBLAS figure beside it. Results:
+docs/PERF.md, 2026-12-06 evening.
 
 usage: gemm_ws.py [--m 64,80,128,256] [--shapes 8b|1b|all] [--json FILE]
 """
@@ -181,7 +182,8 @@ def main():
             wb = 2.0 * n * k
             if best:
                 print(f"  {name:<11} m={m:<4d} cublas {cub:8.2f} us ({wb / (cub * 1e3):5.0f} GB/s) | gemm_ws best "
-                      f"{best[0]:8.2f} us ({wb / (best[0] * 1e3):5.0f} GB/s, {2e-6 * m * n * k / best[0]:5.0f} TFLOP/s) "
+                      f"{best[0]:8.2f} us ({wb / (best[0] * 1e3):5.0f} GB/s, "
+                      f"{2e-6 * m * n * k / best[0]:5.0f} TFLOP/s) "
                       f"BT={best[1]} S={best[2]} ks={best[3]} WG={best[4]}  ratio {best[0] / cub:.2f}", flush=True)
     if a.json:
         with open(a.json, "w") as f:
