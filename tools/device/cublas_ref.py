@@ -26,19 +26,41 @@ BURST, REPS = 20, 5
 POOL_BYTES = 3 << 30  # several copies of every W but the lm head, so a burst reads HBM, not L2
 
 
-def copy_gbs(n):
-    a = torch.empty(n, dtype=torch.uint8, device="cuda")
-    b = torch.empty_like(a)
+def median_ms(run):
+    """Device ms of run() (work issued on the current stream), between two events: REPS + 1 runs, the first a
+    warm-up, the median of the rest."""
     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     ms = []
     for r in range(REPS + 1):
         e0.record()
-        b.copy_(a)
+        run()
         e1.record()
         torch.cuda.synchronize()
         if r:
             ms.append(e0.elapsed_time(e1))
-    return 2.0 * n / (statistics.median(ms) * 1e6)
+    return statistics.median(ms)
+
+
+def graph_burst_us(issue):
+    """us a launch of a burst: issue(stream) puts BURST launches on the stream it is given (a CUDA stream handle);
+    it runs once as a warm-up, then once into a CUDA graph, whose replays median_ms times."""
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        issue(s.cuda_stream)
+        torch.cuda.synchronize()
+        with torch.cuda.graph(g, stream=s):
+            issue(s.cuda_stream)
+    torch.cuda.synchronize()
+    us = median_ms(g.replay) * 1e3 / BURST
+    del g
+    return us
+
+
+def copy_gbs(n):
+    a = torch.empty(n, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    return 2.0 * n / (median_ms(lambda: b.copy_(a)) * 1e6)
 
 
 def kernel_names(fn):
@@ -55,28 +77,14 @@ def burst_us(pool, n, k, m):
     ws = [pool[i * elems:(i + 1) * elems].view(n, k) for i in range(slots)]
     x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
     y = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
-    for w in ws[:2]:  # cuBLAS's heuristics and workspace before capture
-        torch.matmul(x, w.t(), out=y)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        with torch.cuda.graph(g, stream=s):
-            for i in range(BURST):
-                torch.matmul(x, ws[i % slots].t(), out=y)
-    torch.cuda.synchronize()
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    ms = []
-    for r in range(REPS + 1):
-        e0.record()
-        g.replay()
-        e1.record()
-        torch.cuda.synchronize()
-        if r:
-            ms.append(e0.elapsed_time(e1))
+
+    def burst(_stream):  # torch issues on the current stream, the one graph_burst_us gives
+        for i in range(BURST):
+            torch.matmul(x, ws[i % slots].t(), out=y)
+
+    us = graph_burst_us(burst)
     names = kernel_names(lambda: torch.matmul(x, ws[0].t(), out=y))
-    del g
-    return statistics.median(ms) * 1e3 / BURST, names, slots
+    return us, names, slots
 
 
 def main():

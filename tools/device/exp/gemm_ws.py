@@ -16,19 +16,18 @@ import argparse
 import ctypes
 import json
 import os
-import statistics
 import subprocess
 import sys
 
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+from cublas_ref import BURST, POOL_BYTES, REPS, graph_burst_us  # noqa: E402  (tools/device: the same timing)
 SHAPES = [("8b qkv", 6144, 4096), ("8b o", 4096, 4096), ("8b gate|up", 28672, 4096), ("8b down", 4096, 14336),
           ("1b qkv", 3072, 2048), ("1b o", 2048, 2048), ("1b gate|up", 16384, 2048), ("1b down", 2048, 8192)]
 KERNELS = [(32, 8, 1), (32, 16, 1), (64, 4, 1), (64, 8, 1), (64, 12, 1), (80, 8, 1), (128, 4, 1), (128, 6, 1),
            (128, 8, 1), (256, 5, 1), (128, 6, 2), (256, 4, 2)]  # (BT tokens, S stages, WG consumer warpgroups)
-BURST, REPS = 20, 5
-POOL_BYTES = 3 << 30
 
 cu = ctypes.CDLL("libcuda.so.1")
 
@@ -102,7 +101,6 @@ def main():
     pool = torch.empty(POOL_BYTES // 2, dtype=torch.bfloat16, device="cuda").uniform_(-0.05, 0.05)
     ws = torch.empty(64 << 20, dtype=torch.float32, device="cuda")
     count = torch.zeros(1 << 16, dtype=torch.int32, device="cuda")
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     rows, bad = [], 0
     print(f"device: {dev}; gemm_ws (BT tokens, S stages, ks K splits) against cuBLAS; us a launch in bursts of "
           f"{BURST} (graph replay, median of {REPS})")
@@ -119,30 +117,11 @@ def main():
             tol = 2e-2 * max(1.0, ref.abs().max().item())
             stream = torch.cuda.current_stream().cuda_stream
 
-            def timed(fn):
-                g = torch.cuda.CUDAGraph()
-                s = torch.cuda.Stream()
-                with torch.cuda.stream(s):
-                    fn(s.cuda_stream)  # warm-up on the capture stream
-                    torch.cuda.synchronize()
-                    with torch.cuda.graph(g, stream=s):
-                        fn(s.cuda_stream)
-                torch.cuda.synchronize()
-                ms = []
-                for r in range(REPS + 1):
-                    e0.record()
-                    g.replay()
-                    e1.record()
-                    torch.cuda.synchronize()
-                    if r:
-                        ms.append(e0.elapsed_time(e1))
-                return statistics.median(ms) * 1e3 / BURST
-
             def cublas_burst(_s):
                 for i in range(BURST):
                     torch.matmul(x, wsl[i % slots].t(), out=y)
 
-            cub = timed(cublas_burst)
+            cub = graph_burst_us(cublas_burst)
             wmaps_by = {wg: [tmap(w.data_ptr(), n, k, 64 * wg) for w in wsl] for wg in (1, 2)}  # W's maps, by box
             best = None
             for kern in kernels:
@@ -173,7 +152,7 @@ def main():
                         for i in range(BURST):
                             kern.launch(wmaps[i % slots], xmap, p, n, ks, m, st)
 
-                    us = timed(ws_burst)
+                    us = graph_burst_us(ws_burst)
                     rows.append({"shape": name, "m": m, "bt": kern.bt, "stages": kern.s, "wg": kern.wg, "ks": ks,
                                  "us": round(us, 3),
                                  "cublas_us": round(cub, 3), "max_err": err})
