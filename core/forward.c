@@ -115,7 +115,7 @@ static ppn_status batch_attention(ppn_model *m, ppn_gstream *s, int dev, const p
     int slot = r == &m->stages[st].rs ? 0 : st, b0 = c->brow0, nb = c->rows - c->brow0;
     size_t stride = (size_t)(nh + 2 * nkv) * (size_t)hd;
     ppn_dptr qkv = row_at(r->qkv, b0, stride);
-    ppn_dptr att = r->att + (ppn_dptr)b0 * (size_t)nh * (size_t)hd * ppn_dtype_size(odt);
+    ppn_dptr att = r->att + (ppn_dptr)b0 * (size_t)nh * (size_t)hd * (odt == PPN_DTYPE_F32 ? 4u : 2u);
     float scale = 1.0f / sqrtf((float)hd);
     ppn_kv_pool pool = ppn_kv_pool_of(m, l);
     ppn_dptr segs_d = r->segs + sizeof(ppn_kseg) * (size_t)slot * (size_t)nb;
@@ -164,7 +164,7 @@ static ppn_status rows_attention(ppn_model *m, ppn_gstream *s, int dev, const pp
     for (int i = 0; i < nseg; i++) {
         const ppn_rowseg *g = &cmd->segs[i];
         ppn_dptr qkv = row_at(r->qkv, g->r0, stride);
-        ppn_dptr att = r->att + (ppn_dptr)g->r0 * (size_t)nh * (size_t)hd * ppn_dtype_size(odt);
+        ppn_dptr att = r->att + (ppn_dptr)g->r0 * (size_t)nh * (size_t)hd * (odt == PPN_DTYPE_F32 ? 4u : 2u);
         ppn_kv_view cache = ppn_kv_view_of(m, g->seq, st, l, g->n_tbl);
         PPN_CHECK(ppn_op_rope_kv_rows(m->rt->g, s, qkv, nh, nkv, hd, m->inv_freq[dev], c->rope_interleaved, &cache,
                                       g->pos0, g->n));
@@ -173,12 +173,14 @@ static ppn_status rows_attention(ppn_model *m, ppn_gstream *s, int dev, const pp
     return mixed ? batch_attention(m, s, dev, r, cmd, l, odt) : PPN_OK;
 }
 
-/* out = x . W^T (+ bias)(+ res) over m rows, x in bf16 where x16 (ppn_op_gemm_x16), else f32. */
-static ppn_status gemm_of(ppn_gpu *g, ppn_gstream *s, int x16, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x, int m,
+/* out = x . W^T (+ bias)(+ res) over m rows, x in the form xf (x_form's): bf16 row-major (ppn_op_gemm_rows16), bf16
+ * in gemm_tc_kw16's layout (ppn_op_gemm_x16) or f32. */
+static ppn_status gemm_of(ppn_gpu *g, ppn_gstream *s, int xf, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x, int m,
                           int rows, int cols, ppn_dptr bias, ppn_dptr res)
 {
-    return x16 ? ppn_op_gemm_x16(g, s, out, w, wdt, x, m, rows, cols, bias, res)
-               : ppn_op_gemm(g, s, out, w, wdt, x, m, rows, cols, bias, res);
+    if (xf == PPN_ODT_BF16_ROWS) return ppn_op_gemm_rows16(g, s, out, w, wdt, x, m, rows, cols, bias, res);
+    return xf == PPN_DTYPE_BF16 ? ppn_op_gemm_x16(g, s, out, w, wdt, x, m, rows, cols, bias, res)
+                                : ppn_op_gemm(g, s, out, w, wdt, x, m, rows, cols, bias, res);
 }
 
 /* The GEMM of m rows over a rows x cols matrix takes bf16 x from its producer (the door's fusion on, and
@@ -192,21 +194,31 @@ static int x16_takes(const ppn_model *m, int rows_m, int rows, int cols)
            (ppn_op_gemm_x16_fits(rows_m, rows, cols, m->wdt) || ppn_op_gemm_k16_fits(rows_m, rows, cols, m->wdt));
 }
 
-/* rmsnorm(x; nw) of m rows of dim into r->xb, in bf16 where x16 (for the GEMM after it). */
-static ppn_status norm_rows(ppn_model *m, ppn_gstream *s, const ppn_rows_scratch *r, ppn_dptr x, ppn_dptr nw, int x16,
-                            int rows_m)
+/* The form of x the GEMM of m rows over a rows x cols matrix reads on s's device, which its producer writes (its
+ * odt): bf16 row-major where gemm_tc_w takes the shape (the door's fusion on and ppn_op_gemm_rows16_takes: PPN_GEMM_W's
+ * rule), else bf16 in gemm_tc_kw16's layout where x16_takes, else f32. A function of the shape and the device, so a
+ * captured graph never meets another form. */
+static int x_form(const ppn_model *m, ppn_gstream *s, int rows_m, int rows, int cols)
 {
-    return ppn_op_rmsnorm_rows_to(m->rt->g, s, r->xb, x16 ? PPN_DTYPE_BF16 : PPN_DTYPE_F32, x, nw, m->wdt, m->cfg.dim,
-                                  m->cfg.norm_eps, rows_m);
+    if (m->map->door.fuse && ppn_op_gemm_rows16_takes(m->rt->g, s, rows_m, rows, cols, m->wdt))
+        return PPN_ODT_BF16_ROWS;
+    return x16_takes(m, rows_m, rows, cols) ? PPN_DTYPE_BF16 : PPN_DTYPE_F32;
 }
 
-/* out = rmsnorm(x; nw) . W^T (+ bias) over m rows of dim: the norm into r->xb, in bf16 where the GEMM takes it. */
+/* rmsnorm(x; nw) of m rows of dim into r->xb, in the form xf (x_form's, for the GEMM after it). */
+static ppn_status norm_rows(ppn_model *m, ppn_gstream *s, const ppn_rows_scratch *r, ppn_dptr x, ppn_dptr nw, int xf,
+                            int rows_m)
+{
+    return ppn_op_rmsnorm_rows_to(m->rt->g, s, r->xb, xf, x, nw, m->wdt, m->cfg.dim, m->cfg.norm_eps, rows_m);
+}
+
+/* out = rmsnorm(x; nw) . W^T (+ bias) over m rows of dim: the norm into r->xb, in the form the GEMM takes. */
 static ppn_status norm_gemm(ppn_model *m, ppn_gstream *s, const ppn_rows_scratch *r, ppn_dptr x, ppn_dptr nw,
                             ppn_dptr out, ppn_dptr w, int rows, ppn_dptr bias, int rows_m)
 {
-    int h = x16_takes(m, rows_m, rows, m->cfg.dim);
-    PPN_CHECK(norm_rows(m, s, r, x, nw, h, rows_m));
-    return gemm_of(m->rt->g, s, h, out, w, m->wdt, r->xb, rows_m, rows, m->cfg.dim, bias, 0);
+    int xf = x_form(m, s, rows_m, rows, m->cfg.dim);
+    PPN_CHECK(norm_rows(m, s, r, x, nw, xf, rows_m));
+    return gemm_of(m->rt->g, s, xf, out, w, m->wdt, r->xb, rows_m, rows, m->cfg.dim, bias, 0);
 }
 
 /* A layer over the walk's rows. Where the GEMM after the norm, SwiGLU or attention runs the middle split-K tile on
@@ -215,11 +227,14 @@ static ppn_status norm_gemm(ppn_model *m, ppn_gstream *s, const ppn_rows_scratch
  * rows sit in the front half of xb, act and att). Attention writes it so in a batch walk. A prompt segment's rows
  * (attn_rows) can be written so too (ppn_op_attn_rows_to; tests/gpu attn_case passed on an H100, 2026-12-05), which
  * gives a mixed walk's, a verify's and a short chunk's o bf16 x, but a mixed step of 64 or 80 rows was level with it
- * (docs/PERF.md), so those walks' o keeps f32 x (ox below; test_kprof's mixed cases count it), also where PPN_GEMM_KX's
+ * (docs/PERF.md), so those walks' o keeps f32 x (of below; test_kprof's mixed cases count it), also where PPN_GEMM_KX's
  * level takes their rows: there gemm_tc_kw's one launch on f32 x beat gemm_tc_kx's on bf16 x (an H100, 2026-12-06:
  * 36.9 us alone against 43.2, the 8B's 16 + 64-row step 10.57 -> 10.41 ms; the same bits either way). Where
  * gate|up takes bf16 x on a device that runs the TMA kernels, SwiGLU runs in its epilogue (ppn_op_gemm_swiglu: the same
- * bits, no gate|up round trip). PPN_FUSE=0 keeps x f32 everywhere (the GEMM rounds it) and SwiGLU its own kernel. */
+ * bits, no gate|up round trip). Where gemm_tc_w takes a GEMM (x_form: PPN_GEMM_W's rule on the device), its producer
+ * writes x in bf16 row-major instead, in every kind of walk (a prompt segment's attention rows too), and gate|up's
+ * f32 output goes through SwiGLU rows (gemm_tc_w has no SwiGLU epilogue); its sums are the large tiles'.
+ * PPN_FUSE=0 keeps x f32 everywhere (the GEMM rounds it) and SwiGLU its own kernel. */
 ppn_status ppn_fwd_rows_layer(ppn_model *m, ppn_gstream *s, int dev, const ppn_rows_scratch *r, ppn_dptr x,
                               const ppn_step_cmd *cmd, int l)
 {
@@ -234,32 +249,47 @@ ppn_status ppn_fwd_rows_layer(ppn_model *m, ppn_gstream *s, int dev, const ppn_r
         PPN_CHECK(ppn_op_head_rmsnorm_rows(g, s, r->qkv, qkv_cols, 0, nh, hd, w->q_norm, wdt, c->norm_eps, rows));
         PPN_CHECK(ppn_op_head_rmsnorm_rows(g, s, r->qkv, qkv_cols, nh, nkv, hd, w->k_norm, wdt, c->norm_eps, rows));
     }
-    int ox = cmd->kind == PPN_ROWS_BATCH && x16_takes(m, rows, dim, nh * hd);
-    PPN_CHECK(rows_attention(m, s, dev, r, cmd, l, ox ? PPN_DTYPE_BF16 : PPN_DTYPE_F32));
-    PPN_CHECK(gemm_of(g, s, ox, x, w->wo, wdt, r->att, rows, dim, nh * hd, 0, x));
-    int dx = x16_takes(m, rows, dim, ffn), adt = dx ? PPN_DTYPE_BF16 : PPN_DTYPE_F32;
-    if (m->map->door.fuse && ppn_op_gemm_swiglu_fits(g, s, rows, ffn, dim, wdt)) { /* gate|up takes bf16 x too */
-        PPN_CHECK(norm_rows(m, s, r, x, w->ffn_norm, 1, rows));
+    int of = x_form(m, s, rows, dim, nh * hd); /* a mixed or prompt walk's o: bf16 row-major, else f32 (below) */
+    if (of == PPN_DTYPE_BF16 && cmd->kind != PPN_ROWS_BATCH) of = PPN_DTYPE_F32;
+    PPN_CHECK(rows_attention(m, s, dev, r, cmd, l, of));
+    PPN_CHECK(gemm_of(g, s, of, x, w->wo, wdt, r->att, rows, dim, nh * hd, 0, x));
+    int adt = x_form(m, s, rows, dim, ffn), gf = x_form(m, s, rows, 2 * ffn, dim);
+    if (gf != PPN_ODT_BF16_ROWS && m->map->door.fuse && ppn_op_gemm_swiglu_fits(g, s, rows, ffn, dim, wdt)) {
+        PPN_CHECK(norm_rows(m, s, r, x, w->ffn_norm, PPN_DTYPE_BF16, rows)); /* gate|up takes bf16 x too */
         PPN_CHECK(ppn_op_gemm_swiglu(g, s, r->act, adt, w->wgu, wdt, r->xb, rows, ffn, dim));
     } else {
         PPN_CHECK(norm_gemm(m, s, r, x, w->ffn_norm, r->gu, w->wgu, 2 * ffn, 0, rows));
         PPN_CHECK(ppn_op_swiglu_rows_to(g, s, r->act, adt, r->gu, ffn, rows));
     }
-    return gemm_of(g, s, dx, x, w->w_down, wdt, r->act, rows, dim, ffn, 0, x);
+    return gemm_of(g, s, adt, x, w->w_down, wdt, r->act, rows, dim, ffn, 0, x);
 }
 
-/* The matrices ppn_fwd_rows_layer and the every-row head multiply a chunk's rows by (rows x cols each): where the op
- * sums each in the same order at a rows as at b (ppn_op_gemm_sums), the norms, rotary and attention being per row,
- * a prompt row gets the same bits in either chunk. */
+/* The order the forward's GEMM of m rows over rows x cols sums in on s's device (NULL: the op's, ppn_op_gemm_sums). */
+static int fwd_sums(const ppn_model *m, ppn_gstream *s, int rows_m, int rows, int cols)
+{
+    if (s && m->map->door.fuse) return ppn_op_gemm_sums_on(m->rt->g, s, rows_m, rows, cols, m->wdt);
+    return ppn_op_gemm_sums(rows_m, rows, cols, m->wdt);
+}
+
+/* The matrices ppn_fwd_rows_layer and the every-row head multiply a chunk's rows by (rows x cols each): where the
+ * forward sums each in the same order at a rows as at b (on every device the model uses: ppn_op_gemm_sums_on, which
+ * says where gemm_tc_w takes the shape), the norms, rotary and attention being per row, a prompt row gets the same
+ * bits in either chunk. */
 int ppn_model_rows_same_bits(const ppn_model *m, int a, int b)
 {
     if (!m || a < 1 || b < 1) return 0;
     const ppn_model_config *c = &m->cfg;
     const int mat[][2] = {{(c->n_heads + 2 * c->n_kv_heads) * c->head_dim, c->dim}, {c->dim, c->n_heads * c->head_dim},
                           {2 * c->ffn_dim, c->dim}, {c->dim, c->ffn_dim}, {c->vocab, c->dim}};
-    for (size_t i = 0; i < sizeof mat / sizeof mat[0]; i++)
-        if (ppn_op_gemm_sums(a, mat[i][0], mat[i][1], m->wdt) != ppn_op_gemm_sums(b, mat[i][0], mat[i][1], m->wdt))
-            return 0;
+    int any = 0;
+    for (int d = 0; d <= PPN_MAX_DEVICES; d++) {
+        ppn_gstream *s = d < PPN_MAX_DEVICES ? m->dev_stream[d] : NULL;
+        if (d < PPN_MAX_DEVICES && !s) continue;
+        if (d == PPN_MAX_DEVICES && any) break; /* no stream yet: the op's orders */
+        any = 1;
+        for (size_t i = 0; i < sizeof mat / sizeof mat[0]; i++)
+            if (fwd_sums(m, s, a, mat[i][0], mat[i][1]) != fwd_sums(m, s, b, mat[i][0], mat[i][1])) return 0;
+    }
     return 1;
 }
 

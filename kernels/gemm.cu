@@ -1495,8 +1495,8 @@ extern "C" __global__ void GEMM_K_CLUSTER_DIMS __launch_bounds__(PPN_GEMM_TC_K_T
 // memory a CTA (2 an SM). It reads the same elements into the same fragments, so it gives gemm_tc_kw's bits.
 
 // gemm_swiglu's epilogue: out column f and f + 1 (f even) of token i = silu(gate) * up, as ppn_k_swiglu_rows
-// computes them from gemm_tc_kw16's f32 outputs; odt bf16: rounded into gemm_tc_kw16's layout (a pair stays
-// together there). out is [m, rows / 2].
+// computes them from gemm_tc_kw16's f32 outputs; odt a bf16 form: rounded into its layout (PPN_X16_AT: a pair stays
+// together in either). out is [m, rows / 2].
 __device__ __forceinline__ void gemm_gu_put(const ppn_kp_gemm &p, int odt, int i, int f, float g0, float u0, float g1,
                                             float u1)
 {
@@ -1504,8 +1504,8 @@ __device__ __forceinline__ void gemm_gu_put(const ppn_kp_gemm &p, int odt, int i
     if (i >= p.m || f >= n) return;
     const float v0 = ppn_swish(g0) * u0, v1 = ppn_swish(g1) * u1;
     const size_t o = (size_t)i * (size_t)n;
-    if (odt == PPN_DTYPE_BF16)
-        *(__nv_bfloat162 *)((__nv_bfloat16 *)p.out + o + PPN_X16_POS(f)) = __floats2bfloat162_rn(v0, v1);
+    if (odt != PPN_DTYPE_F32)
+        *(__nv_bfloat162 *)((__nv_bfloat16 *)p.out + o + PPN_X16_AT(odt, f)) = __floats2bfloat162_rn(v0, v1);
     else
         *(float2 *)((float *)p.out + o + f) = make_float2(v0, v1);
 }
@@ -1852,7 +1852,7 @@ template <int NX, bool GU> struct gemm_kx {
         if (i >= p.m || f >= nf) return;
         const float v = ppn_swish(g) * u;
         const size_t o = (size_t)i * (size_t)nf;
-        if (odt == PPN_DTYPE_BF16) ((__nv_bfloat16 *)p.out)[o + PPN_X16_POS(f)] = __float2bfloat16_rn(v);
+        if (odt != PPN_DTYPE_F32) ((__nv_bfloat16 *)p.out)[o + PPN_X16_AT(odt, f)] = __float2bfloat16_rn(v);
         else ((float *)p.out)[o + f] = v;
     }
 
@@ -1974,6 +1974,109 @@ extern "C" __global__ void GEMM_K_CLUSTER_DIMS __launch_bounds__(PPN_GEMM_TC_M_T
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     if (p.g.wdt != PPN_DTYPE_BF16) __trap();
     gemm_kx_run<true>(p.g, p.odt);
+#else
+    __trap();
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// gemm_tc_w (kparams.h; sm_90a): no K split. A CTA of WG consumer warpgroups and one producer warp owns 64 WG weight
+// rows and BT tokens; blockIdx.x % (token tiles) is its token tile, so a weight tile's token tiles run side by side
+// and share W through L2. The producer's lane arms slot i % S's full mbarrier with the stage's bytes and issues W's
+// WG 64 x 64 boxes and x's BT x 64 box of k-tile i (zeros past the matrix: tokens past m add nothing and are not
+// stored); the first S slots' weights go before the programmatic-launch wait (weights are immutable). Consumer
+// warpgroup g waits for the slot, issues its four m64nBTk16 steps over weight rows 64 g .. 64 g + 63 as one wgmma
+// group (A: the W box, B: the tokens, both in the 128-byte swizzle), keeps that group in flight while it waits for
+// the previous one, and a lane of each warp then hands the previous slot back (the empty mbarrier counts 4 WG).
+// The sums: one f32 accumulator from +0 through k16 steps in k order, gemm_tc_l's (and gemm_tc_kx's, whose operands
+// sit as here, gave gemm_tc_kw's bits on an H100); the epilogue is gemm_store's.
+template <int BT, int WG>
+__device__ __forceinline__ void gemm_w_mma(float *acc, uint64_t da, uint64_t db)
+{
+    if constexpr (BT == 256) gemm_wgmma_ss<true>(acc, da, db, 1);
+    else gemm_wgmma_kx<BT>(acc, da, db, 1);
+}
+
+template <int BT, int WG, int S> __device__ __forceinline__ void gemm_w_run(const ppn_kp_gemm_tc_w &p)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int BM = 64 * WG, W_BYTES = BM * 64 * 2, STAGE = W_BYTES + BT * 64 * 2;
+    static_assert(STAGE % 1024 == 0 && S * STAGE + S * 16 <= (int)PPN_GEMM_TC_W_SMEM_MAX, "kparams.h's ring");
+    const uint32_t s0 = gemm_smem_addr(gemm_dyn_smem), full = s0 + (uint32_t)(S * STAGE), empty = full + 8u * S;
+    if (s0 & 1023u) __trap(); // the swizzle atoms must sit on 1024-byte boundaries
+    const int ntt = (p.g.m + BT - 1) / BT, t0 = ((int)blockIdx.x % ntt) * BT, r0 = ((int)blockIdx.x / ntt) * BM;
+    const int n = p.g.cols / 64, warp = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31;
+    gemm_ring_init(full, empty, S, 4u * WG); // empty: a lane of each consumer warp
+    if (warp == 4 * WG) { // the producer
+        if (lane != 0) return;
+        auto weights = [&](int st, int kt) {
+#pragma unroll
+            for (int g = 0; g < WG; g++)
+                gemm_tma_2d(s0 + (uint32_t)(st * STAGE + g * 8192), &p.wmap, kt * 64, r0 + 64 * g, full + 8u * st);
+        };
+        const int pre = n < S ? n : S;
+        for (int i = 0; i < pre; i++) {
+            gemm_mbar_expect(full + 8u * i, (unsigned)STAGE);
+            weights(i, i);
+        }
+        ppn_pdl_wait();
+        for (int i = 0; i < n; i++) {
+            const int st = i % S;
+            if (i >= S) {
+                gemm_mbar_wait(empty + 8u * st, (unsigned)((i / S - 1) & 1));
+                gemm_mbar_expect(full + 8u * st, (unsigned)STAGE);
+                weights(st, i);
+            }
+            gemm_tma_2d(s0 + (uint32_t)(st * STAGE + W_BYTES), &p.xmap, i * 64, t0, full + 8u * st);
+        }
+        return;
+    }
+    const int g = warp >> 2;
+    float acc[BT / 2];
+#pragma unroll
+    for (int j = 0; j < BT / 2; j++) acc[j] = 0.0f;
+    for (int i = 0; i < n; i++) {
+        const int st = i % S;
+        gemm_mbar_wait(full + 8u * st, (unsigned)((i / S) & 1));
+        const uint32_t sb = s0 + (uint32_t)(st * STAGE);
+        gemm_wg_fence();
+#pragma unroll
+        for (int q = 0; q < 4; q++)
+            gemm_w_mma<BT, WG>(acc, gemm_desc(sb + (uint32_t)(g * 8192 + 32 * q)),
+                               gemm_desc(sb + (uint32_t)(W_BYTES + 32 * q)));
+        gemm_wg_commit();
+        gemm_wg_wait<1>(); // k-tile i - 1's group is done with its slot
+        if (i > 0) {
+            __syncwarp();
+            if (lane == 0) gemm_mbar_arrive(empty + 8u * ((i - 1) % S));
+        }
+    }
+    gemm_wg_wait<0>();
+    ppn_pdl_wait(); // res (the residual stream) and out: the previous kernels' to read and to overwrite
+    // acc[j]: weight row 16 (warp % 4) + lane / 4 + 8 ((j / 2) % 2) of the warpgroup's 64, token
+    // 8 (j / 4) + 2 (lane % 4) + j % 2 of the tile's
+    const int rb = r0 + 64 * g + 16 * (warp & 3) + (lane >> 2), tb = t0 + 2 * (lane & 3);
+#pragma unroll
+    for (int j = 0; j < BT / 2; j++) gemm_store(p.g, tb + 8 * (j >> 2) + (j & 1), rb + 8 * ((j >> 1) & 1), acc[j]);
+#else
+    (void)p;
+    __trap();
+#endif
+}
+
+// The form kparams.h names for p.g.m (PPN_GEMM_TC_W_BT, _WG, _STAGES); bf16 W only (the op's check).
+extern "C" __global__ void __launch_bounds__(PPN_GEMM_TC_W_THREADS_MAX, 1)
+    ppn_k_gemm_tc_w(const __grid_constant__ ppn_kp_gemm_tc_w p)
+{
+    ppn_pdl_trigger();
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if (p.g.wdt != PPN_DTYPE_BF16 || p.g.cols % 64 || (int)blockDim.x != PPN_GEMM_TC_W_THREADS(p.g.m)) __trap();
+    switch (PPN_GEMM_TC_W_BT(p.g.m)) {
+    case 32: gemm_w_run<32, PPN_GEMM_TC_W_WG(32), PPN_GEMM_TC_W_STAGES(32)>(p); break;
+    case 64: gemm_w_run<64, PPN_GEMM_TC_W_WG(64), PPN_GEMM_TC_W_STAGES(64)>(p); break;
+    case 128: gemm_w_run<128, PPN_GEMM_TC_W_WG(128), PPN_GEMM_TC_W_STAGES(128)>(p); break;
+    default: gemm_w_run<256, PPN_GEMM_TC_W_WG(256), PPN_GEMM_TC_W_STAGES(256)>(p); break;
+    }
 #else
     __trap();
 #endif

@@ -59,10 +59,13 @@ static void gemm_out_nan(const ppn_kp_gemm *p)
     for (size_t i = 0; i < (size_t)p->m * (size_t)p->rows; i++) out[i] = NAN;
 }
 
+/* x16's forms of x: f32 (rounded here), bf16 in gemm_tc_kw16's layout, bf16 row-major (gemm_tc_w). */
+enum { GEMM_X_F32, GEMM_X_X16, GEMM_X_ROWS };
+
 /* Each weight row is widened once and met with every (rounded) x row; out[i, r] = res[i, r] + (dot + bias),
- * res read before out is written (they may alias). x16: x is given in bf16 (gemm_tc_kw16), already rounded and in
- * its layout (kparams.h, PPN_X16_POS), so widened as it is (bf16 weights and cols % 64 == 0 only: otherwise the
- * output is NaN, as the op refuses them). Without host
+ * res read before out is written (they may alias). x16: x is given in bf16, already rounded, in gemm_tc_kw16's layout
+ * (GEMM_X_X16: kparams.h, PPN_X16_POS) or row-major (GEMM_X_ROWS: gemm_tc_w), so widened as it is (bf16 weights and
+ * cols % 64 == 0 only: otherwise the output is NaN, as the op refuses them). Without host
  * memory for the rounded x the output is NaN (loud, as the other references' faults). */
 static void gemm_ref(const ppn_kp_gemm *p, int x16)
 {
@@ -75,9 +78,10 @@ static void gemm_ref(const ppn_kp_gemm *p, int x16)
         free(xr), free(wr);
         return;
     }
-    for (size_t i = 0; i < m * cols; i++) /* x16: row i / cols's element i % cols at PPN_X16_POS of it */
-        xr[i] = x16 ? ppn_bf16_to_f32(PTR(const uint16_t, p->x)[i - i % cols + PPN_X16_POS(i % cols)])
-                    : gemm_x_round(x[i], p->wdt);
+    for (size_t i = 0; i < m * cols; i++) /* GEMM_X_X16: row i / cols's element i % cols at PPN_X16_POS of it */
+        xr[i] = x16 == GEMM_X_X16    ? ppn_bf16_to_f32(PTR(const uint16_t, p->x)[i - i % cols + PPN_X16_POS(i % cols)])
+                : x16 == GEMM_X_ROWS ? ppn_bf16_to_f32(PTR(const uint16_t, p->x)[i])
+                                     : gemm_x_round(x[i], p->wdt);
     for (size_t r = 0; r < rows; r++) {
         for (size_t k = 0; k < cols; k++) wr[k] = gemm_w_at(p->w, p->wdt, r * cols + k);
         float b = p->bias ? gemm_w_at(p->bias, p->wdt, r) : 0.0f;
@@ -91,9 +95,9 @@ static void gemm_ref(const ppn_kp_gemm *p, int x16)
     free(xr), free(wr);
 }
 
-void ppn_cpu_gemm(const void *params) { gemm_ref(params, 0); }
-void ppn_cpu_gemm_tc_kw16(const void *params) { gemm_ref(params, 1); }
-void ppn_cpu_gemm_tc_k16(const void *params) { gemm_ref(params, 1); }
+void ppn_cpu_gemm(const void *params) { gemm_ref(params, GEMM_X_F32); }
+void ppn_cpu_gemm_tc_kw16(const void *params) { gemm_ref(params, GEMM_X_X16); }
+void ppn_cpu_gemm_tc_k16(const void *params) { gemm_ref(params, GEMM_X_X16); }
 
 /* W's tensor map as gemm_tc_kwt, gemm_tc_k16t and gemm_swiglu_t read it (ops_gemm.c encodes it): the sim's encoding
  * of a bf16 [rows, cols] matrix at row pitch cols x 2 bytes in 64 x 64 boxes. Its base (W's address) where it is,
@@ -121,7 +125,7 @@ void ppn_cpu_gemm_tc_kwt(const void *params)
         return;
     }
     p.g.w = w;
-    gemm_ref(&p.g, 1);
+    gemm_ref(&p.g, GEMM_X_X16);
 }
 
 /* gemm_tc_k16t: gemm_tc_k16's reference with W and x read where the tensor maps say (W's as gemm_tc_kwt's; x's a bf16
@@ -142,7 +146,7 @@ void ppn_cpu_gemm_tc_k16t(const void *params)
         return;
     }
     p.g.w = w, p.g.x = xd.base;
-    gemm_ref(&p.g, 1);
+    gemm_ref(&p.g, GEMM_X_X16);
 }
 
 /* gemm_swiglu: the gate|up sums of W at w as gemm_tc_kw16's reference gives them (into host memory), then swiglu
@@ -155,14 +159,14 @@ static void gemm_swiglu_ref(const ppn_kp_gemm_swiglu *p, uint64_t w)
     float *gu = p->g.rows % 2 || !w ? NULL : malloc(m * 2u * n * sizeof *gu);
     if (!gu) {
         for (size_t i = 0; i < m * n; i++) {
-            if (p->odt == PPN_DTYPE_BF16) PTR(uint16_t, p->g.out)[i] = 0x7fc0u;
+            if (p->odt != PPN_DTYPE_F32) PTR(uint16_t, p->g.out)[i] = 0x7fc0u;
             else PTR(float, p->g.out)[i] = NAN;
         }
         return;
     }
     ppn_kp_gemm q = p->g;
     q.out = (uint64_t)(uintptr_t)gu, q.bias = 0, q.res = 0, q.w = w;
-    gemm_ref(&q, 1);
+    gemm_ref(&q, GEMM_X_X16);
     ppn_kp_swiglu_rows r = {.out = p->g.out, .gu = (uint64_t)(uintptr_t)gu, .n = (int32_t)n, .c = p->g.m, .vec = 0,
                             .odt = p->odt};
     ppn_cpu_swiglu_rows(&r);
@@ -185,7 +189,7 @@ void ppn_cpu_gemm_swiglu_t(const void *params)
 }
 
 /* gemm_tc_kx and gemm_swiglu_x: gemm_tc_kw16's and gemm_swiglu's sums on another tile (kparams.h). */
-void ppn_cpu_gemm_tc_kx(const void *params) { gemm_ref(params, 1); }
+void ppn_cpu_gemm_tc_kx(const void *params) { gemm_ref(params, GEMM_X_X16); }
 void ppn_cpu_gemm_swiglu_x(const void *params) { ppn_cpu_gemm_swiglu(params); }
 
 void ppn_cpu_gemm_tc_l(const void *params) { ppn_cpu_gemm(params); }
@@ -217,4 +221,25 @@ void ppn_cpu_gemm_tc_h(const void *params)
     ppn_kp_gemm q = p.g;
     q.x = xd.base, q.w = wd.base;
     ppn_cpu_gemm(&q);
+}
+
+/* gemm_tc_w: the tiles' sums on x given in bf16 row-major, W and x read where its maps say (W's as gemm_tc_kwt's; x's
+ * a bf16 [m, cols] matrix at row pitch cols x 2 bytes in boxes of 64 columns x PPN_GEMM_TC_W_BT(m) rows), not from
+ * p.g, so maps that do not describe the operands give wrong sums on the sim; maps that are not the sim's, or not the
+ * shape, pitch and boxes the kernel's loads assume, give NaN. */
+void ppn_cpu_gemm_tc_w(const void *params)
+{
+    ppn_kp_gemm_tc_w p;
+    memcpy(&p, params, sizeof p); /* the sim's copy of the params need not be 64-byte aligned */
+    uint64_t w = gemm_wmap_base(&p.wmap, &p.g);
+    ppn_tmap_desc xd;
+    int ok = w && ppn_tmap_sim_decode(&p.xmap, &xd) && xd.elem_bytes == 2 && xd.dim[0] == (uint64_t)p.g.cols &&
+             xd.dim[1] == (uint64_t)p.g.m && xd.row_bytes == (uint64_t)p.g.cols * 2u && xd.box[0] == 64u &&
+             xd.box[1] == (unsigned)PPN_GEMM_TC_W_BT(p.g.m);
+    if (!ok) {
+        gemm_out_nan(&p.g);
+        return;
+    }
+    p.g.w = w, p.g.x = xd.base;
+    gemm_ref(&p.g, GEMM_X_ROWS);
 }

@@ -83,6 +83,9 @@ typedef struct { uint64_t out, w, x, bias, res; int32_t rows, cols, m, wdt; } pp
  *   gemm_swiglu_t gemm_swiglu on gemm_tc_kwt's k-loop: the same bits (sm_90a only)
  *   gemm_tc_kx gemm_tc_kw16's split and sums with W as the warpgroup MMA's A operand and up to 128 tokens as N, both
  *              from shared memory: the same bits, one pass over W for 65-128 tokens (sm_90a only; PPN_GEMM_KX=1)
+ *   gemm_tc_w  no K split: a CTA owns 64 (128) weight rows and BT tokens (32-256), W and x (bf16, row-major) come
+ *              through the tensor memory accelerator into a deep ring, W is the warpgroup MMA's A operand and the
+ *              tokens its N; one f32 accumulator through k16 steps in k order: the large tiles' sums (sm_90a only)
  *   gemm_swiglu_x gemm_swiglu on gemm_tc_kx's tile: the same bits (sm_90a only)
  * Only gemm_tc_k and gemm_tc_kw (and gemm_tc_kwx) split a sum over K: elsewhere every output is one thread's sum in
  * k order (SIMT: a fmaf chain; tensor cores: one f32 accumulator through k16 steps in k order, which on the H200
@@ -133,6 +136,11 @@ typedef struct { ppn_tmap wmap; ppn_kp_gemm g; int32_t odt, pad; } ppn_kp_gemm_s
  * rows with odt bf16) write it so; nothing else reads it. */
 #define PPN_X16_POS(k)                                                                                            \
     (((k) & ~63) | ((((k) >> 1) & 3) << 4) | ((((k) >> 4) & 3) << 2) | ((((k) >> 3) & 1) << 1) | ((k) & 1))
+/* The producers' other bf16 form (their odt): PPN_ODT_BF16_ROWS, row-major (element k of a row at k), what gemm_tc_w
+ * reads (ppn_op_gemm_rows16; a TMA box cannot read PPN_X16_POS's order); rounded alike, rows of n % 64 == 0 as
+ * PPN_DTYPE_BF16's. PPN_X16_AT(odt, k): element k's place in a row of either bf16 form. */
+#define PPN_ODT_BF16_ROWS 16
+#define PPN_X16_AT(odt, k) ((odt) == PPN_ODT_BF16_ROWS ? (k) : PPN_X16_POS(k))
 /* Each gemm kernel's tile (BM tokens x BN weight rows of out per CTA), threads and pipeline: the contract
  * between ops_gemm.c's geometry and gemm.cu. A 1-D grid of ceil(m / BM) * ceil(rows / BN) CTAs; the tensor-core
  * kernels take PPN_GEMM_TC_SMEM(BM, BN, STAGES) bytes of dynamic shared memory, the SIMT one none. */
@@ -255,6 +263,29 @@ typedef struct { ppn_tmap wmap; ppn_kp_gemm g; int32_t odt, pad; } ppn_kp_gemm_s
 /* x's box: 32 f32 (128 bytes) x BM rows, two a k-tile; W's: 64 16-bit elements (128 bytes) x BN rows. */
 #define PPN_GEMM_TC_H_XBOX 32
 typedef struct { ppn_tmap xmap, wmap; ppn_kp_gemm g; } ppn_kp_gemm_tc_h;
+
+/* gemm_tc_w (sm_90a, Hopper): the shape of the fastest library kernels at 32-2,048 tokens (docs/PERF.md, 2026-12-06:
+ * tools/device/exp/gemm_ws, its experiment). A CTA owns PPN_GEMM_TC_W_BM(m) weight rows (64 a consumer warpgroup)
+ * and BT(m) tokens of x, which comes in bf16 row-major ([m, cols], row pitch cols x 2 bytes: rounded by its
+ * producer as the tiles round f32 x), and walks all of K: one producer warp's lane streams W's 64 x 64 boxes and x's
+ * BT x 64 box of each k-tile through the tensor memory accelerator into a ring of STAGES(m) (the 128-byte swizzle,
+ * zeros past the matrix); each consumer warpgroup issues a k-tile's four m64nBTk16 steps as one wgmma group (W as
+ * A, tokens as N, both from shared memory) and keeps it in flight while it waits for the next slot. One f32
+ * accumulator through k16 steps in k order: gemm_tc_l's sums (PPN_GEMM_SUMS_TILE). Token tiles of a weight tile
+ * are neighbours in the 1-D grid (they share W through L2). Its params add the maps of W (64 x 64 boxes, as
+ * gemm_tc_kwt's) and x (64 columns x BT(m) rows); the CPU reference reads both through them. */
+#define PPN_GEMM_TC_W_BT(m) ((m) <= 32 ? 32 : (m) <= 64 ? 64 : (m) <= 128 ? 128 : 256)
+#define PPN_GEMM_TC_W_WG(m) ((m) <= 128 ? 1 : 2)  /* consumer warpgroups (of 64 weight rows each) */
+#define PPN_GEMM_TC_W_BM(m) (64 * PPN_GEMM_TC_W_WG(m))
+#define PPN_GEMM_TC_W_STAGES(m) ((m) <= 32 ? 16 : (m) <= 64 ? 12 : (m) <= 128 ? 8 : 4)
+#define PPN_GEMM_TC_W_THREADS(m) (128 * PPN_GEMM_TC_W_WG(m) + 32)
+#define PPN_GEMM_TC_W_THREADS_MAX 288
+/* Every form's ring is 192 KB (STAGES x (BM + BT) x 128 bytes), then a full and an empty mbarrier a stage. */
+#define PPN_GEMM_TC_W_SMEM(m)                                                                                     \
+    ((unsigned)PPN_GEMM_TC_W_STAGES(m) * (unsigned)(PPN_GEMM_TC_W_BM(m) + PPN_GEMM_TC_W_BT(m)) * 128u +             \
+     (unsigned)PPN_GEMM_TC_W_STAGES(m) * 16u)
+#define PPN_GEMM_TC_W_SMEM_MAX (192u * 1024u + 16u * 16u)
+typedef struct { ppn_tmap wmap, xmap; ppn_kp_gemm g; } ppn_kp_gemm_tc_w;
 
 /* Rotary embedding in place on x[n_heads, head_dim] at position hdr->pos.
  * inv_freq: f32 [head_dim/2], precomputed on the host (default, llama3 scaling...).

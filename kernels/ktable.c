@@ -55,6 +55,7 @@ const ppn_gpu_kernel ppn_kernels[PPN_K_COUNT] = {
     PPN_KDESC(PPN_K_GEMM_TC_K16T, gemm_tc_k16t),
     PPN_KDESC(PPN_K_GEMM_TC_KX, gemm_tc_kx),
     PPN_KDESC(PPN_K_GEMM_SWIGLU_X, gemm_swiglu_x),
+    PPN_KDESC(PPN_K_GEMM_TC_W, gemm_tc_w),
 };
 
 #if PPN_HAVE_FATBIN
@@ -67,7 +68,8 @@ extern const unsigned char ppn_fatbin_gemm_data[], ppn_fatbin_gemm_end[];
 static const unsigned kernel_smem[PPN_K_COUNT] = {[PPN_K_GEMM_TC_H] = PPN_GEMM_TC_H_SMEM,
                                                   [PPN_K_GEMM_TC_KWX] = PPN_GEMM_TC_KWX_SMEM,
                                                   [PPN_K_GEMM_TC_KX] = PPN_GEMM_TC_KX_SMEM_MAX,
-                                                  [PPN_K_GEMM_SWIGLU_X] = PPN_GEMM_TC_KX_SMEM_MAX};
+                                                  [PPN_K_GEMM_SWIGLU_X] = PPN_GEMM_TC_KX_SMEM_MAX,
+                                                  [PPN_K_GEMM_TC_W] = PPN_GEMM_TC_W_SMEM_MAX};
 
 static ppn_gpu_kernels kernel_set;
 #if PPN_HAVE_FATBIN

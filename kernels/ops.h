@@ -137,7 +137,8 @@ ppn_status ppn_op_gemm(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int
  * For gemm_tc_h, p->ctas names its persistent grid's CTAs (0: the op's, one a multiprocessor; capped at the tiles).
  * @return as ppn_op_gemm, and PPN_EINVAL for a kernel that is not a gemm tile or a tensor-core tile the shape,
  * dtype or alignment does not fit, a K split or depth the tile does not take, or ctas < 0; PPN_EUNSUPPORTED for
- * gemm_tc_h, gemm_tc_kwt and gemm_tc_k16t where the stream's device runs no TMA kernels (gpu.h: tma_ok). */
+ * gemm_tc_h, gemm_tc_kwt, gemm_tc_k16t, gemm_tc_kx and gemm_tc_w where the stream's device runs no TMA kernels
+ * (gpu.h: tma_ok). gemm_tc_w reads x as ppn_op_gemm_rows16 does (bf16 row-major). */
 ppn_status ppn_op_gemm_tile(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_kp_gemm *p);
 /* ppn_op_gemm with x16 [m, cols] in bf16 (bf16 W) in gemm_tc_kw16's layout (kparams.h, PPN_X16_POS): the rounding
  * ppn_op_gemm does to its f32 x done by x's producer (ppn_op_rmsnorm_rows_to, ppn_op_swiglu_rows_to with
@@ -153,6 +154,21 @@ int ppn_op_gemm_x16_fits(int m, int rows, int cols, int wdt);
 /* 1 where ppn_op_gemm runs gemm_tc_k (few tokens) under the same conditions: ppn_op_gemm_x16 takes these too
  * (gemm_tc_k16; the forward does where the door fuses: ops_gemm.c has its figures). */
 int ppn_op_gemm_k16_fits(int m, int rows, int cols, int wdt);
+/* out = x16 . W^T (+ bias)(+ res) as ppn_op_gemm, x16 [m, cols] in bf16 row-major (bf16 W, cols % 64 == 0): the
+ * rounding of ppn_op_gemm's f32 x done by x's producer, on gemm_tc_w (kparams.h: no K split, one f32 accumulator in
+ * k order, so gemm_tc_l's sums: PPN_GEMM_SUMS_TILE at every m). Only where ppn_op_gemm_rows16_fits (the stream's
+ * device runs the TMA kernels; gemm_tc_w is sm_90a's), else PPN_EUNSUPPORTED; PPN_EINVAL as ppn_op_gemm, for
+ * unaligned w or x16, and for a grid past 2^31 - 1 CTAs. The forward takes it where ppn_op_gemm_rows16_takes. */
+ppn_status ppn_op_gemm_rows16(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x16, int m,
+                              int rows, int cols, ppn_dptr bias, ppn_dptr res);
+int ppn_op_gemm_rows16_fits(ppn_gpu *g, ppn_gstream *s, int m, int rows, int cols, int wdt);
+/* Whether the forward takes ppn_op_gemm_rows16 for m tokens over rows x cols on s's device: where it fits and g's
+ * PPN_GEMM_W level takes m (0: never; 1: always; 2, the default: ops_gemm.c's rule on m and gemm_tc_w's grid). A
+ * function of the shape and the device alone, so a caller decides before x's producer runs. */
+int ppn_op_gemm_rows16_takes(ppn_gpu *g, ppn_gstream *s, int m, int rows, int cols, int wdt);
+/* ppn_op_gemm_sums for the forward on s's device: PPN_GEMM_SUMS_TILE where ppn_op_gemm_rows16_takes (gemm_tc_w sums
+ * as the large tiles), else ppn_op_gemm_sums. */
+int ppn_op_gemm_sums_on(ppn_gpu *g, ppn_gstream *s, int m, int rows, int cols, int wdt);
 /* out [m, n] = silu(gate) * up, gate|up = x16 . W^T over W's 2 n rows (gate rows, then up rows; bf16), x16 in bf16
  * in gemm_tc_kw16's layout: ppn_op_gemm_x16 into [m, 2 n] f32 then ppn_op_swiglu_rows_to(odt) in one kernel
  * (gemm_swiglu; at tma_ok's level 2 gemm_swiglu_t), the same bits, without the gate|up round trip through memory.

@@ -25,6 +25,9 @@
  * over W up to 128 tokens. The widest matrix the middle split-K tile fits (the 8B's gate|up) keeps it up to 192
  * tokens on every device (gemm_kw_wide), so the fused SwiGLU takes it there.
  * So for bf16 / f16 weights a token's row depends on which of those ranges of m its chunk falls in.
+ * ppn_op_gemm_rows16 takes x in bf16 row-major from its producer and runs gemm_tc_w (no K split: the large tiles'
+ * sums at every m); the forward takes it where ppn_op_gemm_rows16_takes (PPN_GEMM_W's level), and there the sums are
+ * the tiles' whatever m (ppn_op_gemm_sums_on).
  */
 #include <string.h>
 #include "core/base/dtype.h"
@@ -104,7 +107,7 @@ static int gemm_is_kw(int kernel)
 static size_t gemm_x_es(int kernel)
 {
     int x16 = kernel == PPN_K_GEMM_TC_KW16 || kernel == PPN_K_GEMM_TC_KWT || kernel == PPN_K_GEMM_TC_KX ||
-              kernel == PPN_K_GEMM_TC_K16 || kernel == PPN_K_GEMM_TC_K16T;
+              kernel == PPN_K_GEMM_TC_K16 || kernel == PPN_K_GEMM_TC_K16T || kernel == PPN_K_GEMM_TC_W;
     return x16 ? 2u : 4u;
 }
 
@@ -159,6 +162,13 @@ static size_t gemm_kx_ctas(const ppn_kp_gemm *p)
  * the 8B's B=16 step 5.318-5.336 -> 5.305-5.314 ms (three alternating rounds, 2026-12-05 18:07 UTC, docs/PERF.md);
  * so only matrices of more than 8192 rows over at least 4096 columns (the 8B's gate|up: gemm_tc_kw16 91.5% against
  * gemm_tc_k16 87.3%) switch at 8. */
+/* gemm_tc_w's grid: its weight tiles times its token tiles (kparams.h's form for m). */
+static size_t gemm_w_ctas(const ppn_kp_gemm *p)
+{
+    return (size_t)blocks_for(p->rows, (unsigned)PPN_GEMM_TC_W_BM(p->m)) *
+           (size_t)blocks_for(p->m, (unsigned)PPN_GEMM_TC_W_BT(p->m));
+}
+
 static int gemm_k_max_m(int rows, int cols)
 {
     if (rows <= 8192 && cols < 4096) return 32;
@@ -323,6 +333,11 @@ static ppn_launch gemm_geometry(int kernel, const ppn_kp_gemm *p)
         l.smem = PPN_GEMM_TC_KX_SMEM(p->m);
         return l;
     }
+    case PPN_K_GEMM_TC_W: { /* above the set's opt-in: its own (ktable.c); its form by m (kparams.h) */
+        ppn_launch l = launch_init(kernel, p, (unsigned)gemm_w_ctas(p), (unsigned)PPN_GEMM_TC_W_THREADS(p->m));
+        l.smem = PPN_GEMM_TC_W_SMEM(p->m);
+        return l;
+    }
     case PPN_K_GEMM_TC_KWX: { /* above the set's opt-in: its own (ktable.c) */
         ppn_launch l = launch_init(kernel, p, (unsigned)gemm_kw_ctas(p), PPN_GEMM_TC_M_THREADS);
         l.smem = PPN_GEMM_TC_KWX_SMEM;
@@ -416,6 +431,17 @@ static ppn_status gemm_submit(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_
         kp.g = *p;
         l.params = &kp;
         l.params_size = sizeof kp;
+    }
+    ppn_kp_gemm_tc_w wp; /* gemm_tc_w's: W's and x's tensor maps, then the GEMM's */
+    if (kernel == PPN_K_GEMM_TC_W) {
+        ppn_tmap_desc xd = {.base = p->x, .elem_bytes = 2, .dim = {(uint64_t)p->cols, (uint64_t)p->m},
+                            .row_bytes = (uint64_t)p->cols * 2u, .box = {64u, (unsigned)PPN_GEMM_TC_W_BT(p->m)}};
+        PPN_CHECK(gemm_wmap(g, s, "ppn_op_gemm", p, &wp.wmap));
+        memset(&wp.xmap, 0, sizeof wp.xmap);
+        PPN_CHECK(g->ops->tmap_encode(g, s, &xd, &wp.xmap));
+        wp.g = *p;
+        l.params = &wp;
+        l.params_size = sizeof wp;
     }
     acc_add(&l, p->w, (size_t)p->rows * (size_t)p->cols * es, PPN_ACC_R);
     acc_add(&l, p->x, (size_t)p->m * (size_t)p->cols * gemm_x_es(kernel), PPN_ACC_R);
@@ -532,7 +558,7 @@ ppn_status ppn_op_gemm_swiglu(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt,
                                          "ppn_op_gemm_x16 takes the 2 n-row gate|up GEMM, n %% 64 == 0 and the device "
                                          "runs TMA kernels (ppn_op_gemm_swiglu_fits); use ppn_op_gemm_x16 and "
                                          "ppn_op_swiglu_rows_to", op, m, n, cols, ppn_dtype_name(wdt), g->ops->name);
-    size_t ob = (size_t)m * (size_t)n * ppn_dtype_size(odt), xb = (size_t)m * (size_t)cols * 2u;
+    size_t ob = (size_t)m * (size_t)n * odt_size(odt), xb = (size_t)m * (size_t)cols * 2u;
     if (out < x16 + xb && x16 < out + ob)
         return ppn_err(PPN_EINVAL, "%s: out [0x%llx, +%zu) overlaps x16 [0x%llx, +%zu)", op, (unsigned long long)out,
                        ob, (unsigned long long)x16, xb);
@@ -561,11 +587,54 @@ ppn_status ppn_op_gemm_swiglu(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt,
     return submit(g, s, &l);
 }
 
+int ppn_op_gemm_rows16_fits(ppn_gpu *g, ppn_gstream *s, int m, int rows, int cols, int wdt)
+{
+    return wdt == PPN_DTYPE_BF16 && m > 0 && rows > 0 && cols > 0 && cols % 64 == 0 && gemm_tma_sms(g, s) > 0;
+}
+
+/* PPN_GEMM_W's default level: gemm_tc_w from GEMM_W_MIN_M tokens where its grid has GEMM_W_MIN_CTAS CTAs or more
+ * (its CTA owns one weight tile's rows for all of K: fewer leave SMs idle where the split-K tiles do not). */
+#define GEMM_W_MIN_M 33
+#define GEMM_W_MIN_CTAS 96
+
+int ppn_op_gemm_rows16_takes(ppn_gpu *g, ppn_gstream *s, int m, int rows, int cols, int wdt)
+{
+    if (!g || g->gemm_w == 0 || !ppn_op_gemm_rows16_fits(g, s, m, rows, cols, wdt)) return 0;
+    ppn_kp_gemm p = {.m = m, .rows = rows, .cols = cols};
+    return g->gemm_w == 1 || (m >= GEMM_W_MIN_M && gemm_w_ctas(&p) >= GEMM_W_MIN_CTAS);
+}
+
+int ppn_op_gemm_sums_on(ppn_gpu *g, ppn_gstream *s, int m, int rows, int cols, int wdt)
+{
+    return ppn_op_gemm_rows16_takes(g, s, m, rows, cols, wdt) ? PPN_GEMM_SUMS_TILE
+                                                               : ppn_op_gemm_sums(m, rows, cols, wdt);
+}
+
+ppn_status ppn_op_gemm_rows16(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x16, int m,
+                              int rows, int cols, ppn_dptr bias, ppn_dptr res)
+{
+    static const char op[] = "ppn_op_gemm_rows16";
+    ppn_kp_gemm p = {.out = out, .w = w, .x = x16, .bias = bias, .res = res, .m = m, .rows = rows, .cols = cols,
+                     .wdt = wdt, .ks = 0, .stages = 0, .ctas = 0};
+    PPN_CHECK(gemm_check(op, &p, 2));
+    if (!ppn_op_gemm_rows16_fits(g, s, m, rows, cols, wdt))
+        return ppn_err(PPN_EUNSUPPORTED, "%s: m %d, rows %d, cols %d, %s weights on backend %s: gemm_tc_w takes bf16 "
+                                         "weights over cols %% 64 == 0 on a device that runs the TMA kernels "
+                                         "(ppn_op_gemm_rows16_fits); give ppn_op_gemm f32 x", op, m, rows, cols,
+                       ppn_dtype_name(wdt), g->ops->name);
+    if (gemm_w_ctas(&p) > GEMM_MAX_CTAS)
+        return ppn_err(PPN_EINVAL, "%s: m %d x rows %d needs more than 2^31 - 1 CTAs of gemm_tc_w", op, m, rows);
+    if (!gemm_tc_fits(&p))
+        return ppn_err(PPN_EINVAL, "%s: w and x16 must be 16-byte aligned (w 0x%llx, x16 0x%llx)", op,
+                       (unsigned long long)w, (unsigned long long)x16);
+    return gemm_submit(g, s, PPN_K_GEMM_TC_W, &p);
+}
+
 ppn_status ppn_op_gemm_tile(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_kp_gemm *p)
 {
     static const char op[] = "ppn_op_gemm_tile";
     if (kernel != PPN_K_GEMM && kernel != PPN_K_GEMM_TC_L && kernel != PPN_K_GEMM_TC_M && kernel != PPN_K_GEMM_TC_S &&
-        !gemm_is_k(kernel) && !gemm_is_kw(kernel) && kernel != PPN_K_GEMM_TC_H)
+        !gemm_is_k(kernel) && !gemm_is_kw(kernel) && kernel != PPN_K_GEMM_TC_H && kernel != PPN_K_GEMM_TC_W)
         return ppn_err(PPN_EINVAL, "%s: kernel %d is not a gemm kernel", op, kernel);
     PPN_CHECK(gemm_check(op, p, gemm_x_es(kernel)));
     if (gemm_x_es(kernel) == 2 && (p->wdt != PPN_DTYPE_BF16 || p->cols % 64))
@@ -573,7 +642,8 @@ ppn_status ppn_op_gemm_tile(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_kp
                        ppn_kernels[kernel].name, ppn_dtype_name(p->wdt), p->cols);
     if (p->ctas < 0) return ppn_err(PPN_EINVAL, "%s: ctas %d (0: the op's choice)", op, p->ctas);
     const int tma_kernel = kernel == PPN_K_GEMM_TC_H || kernel == PPN_K_GEMM_TC_KWT || kernel == PPN_K_GEMM_TC_K16T ||
-                           kernel == PPN_K_GEMM_TC_KX; /* gemm_tc_kx: sm_90a code, as the TMA kernels */
+                           kernel == PPN_K_GEMM_TC_KX || /* gemm_tc_kx: sm_90a code, as the TMA kernels */
+                           kernel == PPN_K_GEMM_TC_W;
     if (tma_kernel && !gemm_tma_sms(g, s))
         return ppn_err(PPN_EUNSUPPORTED, "%s: %s on backend %s: the stream's device runs no TMA kernels "
                                          "(compute capability 9.x and sm_90a code, PPN_TMA not 0)", op,

@@ -64,12 +64,15 @@ static inline ppn_status need_kvdt(const char *op, int kvdt)
  * gemm_tc_kw16's layout (PPN_X16_POS), which takes rows of whole 64-element blocks (n per row). */
 static inline ppn_status need_odt(const char *op, int odt, int n)
 {
-    if (odt != PPN_DTYPE_F32 && odt != PPN_DTYPE_BF16)
-        return ppn_err(PPN_EINVAL, "%s: output dtype %d: PPN_DTYPE_F32 or PPN_DTYPE_BF16", op, odt);
-    if (odt == PPN_DTYPE_BF16 && n % 64)
-        return ppn_err(PPN_EINVAL, "%s: bf16 output rows of %d: a multiple of 64 (gemm_tc_kw16's layout)", op, n);
+    if (odt != PPN_DTYPE_F32 && odt != PPN_DTYPE_BF16 && odt != PPN_ODT_BF16_ROWS)
+        return ppn_err(PPN_EINVAL, "%s: output dtype %d: PPN_DTYPE_F32, PPN_DTYPE_BF16 or PPN_ODT_BF16_ROWS", op, odt);
+    if (odt != PPN_DTYPE_F32 && n % 64)
+        return ppn_err(PPN_EINVAL, "%s: bf16 output rows of %d: a multiple of 64 (the bf16 GEMMs' x)", op, n);
     return PPN_OK;
 }
+
+/* Bytes an element of an output of odt (need_odt's): 4 for f32, 2 for either bf16 form. */
+static inline size_t odt_size(int odt) { return odt == PPN_DTYPE_F32 ? 4u : 2u; }
 
 static inline ppn_status submit(ppn_gpu *g, ppn_gstream *s, const ppn_launch *l)
 {

@@ -272,7 +272,7 @@ static ppn_status attn_batch_check(const char *op, ppn_dptr out, int odt, ppn_dp
     PPN_CHECK(need_ptr(op, "part", part));
     size_t hd = (size_t)head_dim, row = (size_t)(n_heads + 2 * n_kv) * hd;
     size_t qb = f32_bytes((size_t)(B - 1) * row + (size_t)n_heads * hd);
-    size_t ob = (size_t)B * (size_t)n_heads * hd * ppn_dtype_size(odt);
+    size_t ob = (size_t)B * (size_t)n_heads * hd * odt_size(odt);
     if (!(out + ob <= qkv || qkv + qb <= out))
         return ppn_err(PPN_EINVAL, "%s: out [0x%llx, +%zu) overlaps qkv [0x%llx, +%zu)", op, (unsigned long long)out,
                        ob, (unsigned long long)qkv, qb);
@@ -312,7 +312,7 @@ static ppn_status attn_batch_submit(const char *op, ppn_gpu *g, ppn_gstream *s, 
     acc_add(&l, qkv, f32_bytes((size_t)(B - 1) * row + (inv_freq ? row : (size_t)n_heads * hd)), PPN_ACC_R);
     if (inv_freq) acc_add(&l, inv_freq, f32_bytes(hd / 2), PPN_ACC_R);
     acc_add(&l, part, ppn_op_attn_batch_scratch_bytes(B, n_heads, n_split, head_dim), PPN_ACC_RW);
-    acc_add(&l, out, (size_t)B * (size_t)n_heads * hd * ppn_dtype_size(odt), PPN_ACC_W);
+    acc_add(&l, out, (size_t)B * (size_t)n_heads * hd * odt_size(odt), PPN_ACC_W);
     ppn_kv_decl d = {0};
     ppn_status st = batch_decl(&d, pool, n_kv, head_dim, segs_d, segs_h, tbl_h, n_tbl, B,
                                inv_freq ? PPN_ACC_RW : PPN_ACC_R);

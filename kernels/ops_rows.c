@@ -91,7 +91,7 @@ ppn_status ppn_op_rmsnorm_rows_to(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int 
     PPN_CHECK(need_ptr(op, "out", out));
     PPN_CHECK(need_ptr(op, "in", in));
     PPN_CHECK(need_ptr(op, "w", w));
-    size_t bytes = f32_bytes((size_t)c * (size_t)n), ob = (size_t)c * (size_t)n * ppn_dtype_size(odt);
+    size_t bytes = f32_bytes((size_t)c * (size_t)n), ob = (size_t)c * (size_t)n * odt_size(odt);
     /* a row reads before it writes, so in place is fine in f32; bf16 rows sit elsewhere than the f32 ones */
     if (out != in || odt != PPN_DTYPE_F32) PPN_CHECK(need_apart(op, "out", out, ob, "in", in, bytes));
     ppn_kp_rmsnorm_rows p = {.out = out, .in = in, .w = w, .n = n, .wdt = wdt, .c = c, .eps = eps, .odt = odt};
@@ -225,7 +225,7 @@ ppn_status ppn_op_attn_rows_to(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt
     PPN_CHECK(need_odt(op, odt, n_heads * head_dim));
     size_t hd = (size_t)head_dim, row = (size_t)(n_heads + 2 * n_kv) * hd;
     size_t qb = f32_bytes((size_t)(c - 1) * row + (size_t)n_heads * hd);
-    size_t ob = (size_t)c * (size_t)n_heads * hd * ppn_dtype_size(odt);
+    size_t ob = (size_t)c * (size_t)n_heads * hd * odt_size(odt);
     PPN_CHECK(need_apart(op, "out", out, ob, "qkv", qkv, qb));
     if (attn_rows_tc(kvdt, head_dim) && ((kc | vc) % 16u || (qkv | out) % 8u))
         return ppn_err(PPN_EINVAL, "%s: the tensor-core path needs kc, vc 16-byte aligned and qkv, out 8-byte aligned "
@@ -250,7 +250,7 @@ ppn_status ppn_op_swiglu_rows_to(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int o
     PPN_CHECK(need_odt(op, odt, n));
     PPN_CHECK(need_ptr(op, "out", out));
     PPN_CHECK(need_ptr(op, "gu", gu));
-    size_t es = ppn_dtype_size(odt), ob = (size_t)c * (size_t)n * es, gb = 2u * f32_bytes((size_t)c * (size_t)n);
+    size_t es = odt_size(odt), ob = (size_t)c * (size_t)n * es, gb = 2u * f32_bytes((size_t)c * (size_t)n);
     PPN_CHECK(need_apart(op, "out", out, ob, "gu", gu, gb));
     /* four columns a thread where every row starts 16-byte aligned (out: four of its elements): on the H200 the
      * prompt's SwiGLU moved 2.3 TB/s one column a thread (docs/PERF.md, the prime's kernel account) */

@@ -577,11 +577,11 @@ __device__ __forceinline__ void ppn_attn_rotate(float (&x)[NJ], const float (&c)
     for (int i = 0; i < NJ; i++) x[i] = y[i];
 }
 
-// Element k of attention's output row: f32, or (p.odt bf16, batched rows for gemm_tc_kw16) rounded to nearest
-// even at PPN_X16_POS(k), as gemm_tc_kw rounds the f32.
+// Element k of attention's output row: f32, or (p.odt a bf16 form, batched rows for the o GEMM on bf16 x) rounded
+// to nearest even at PPN_X16_AT(odt, k), as the GEMM rounds the f32.
 __device__ __forceinline__ void ppn_attn_put(const ppn_kp_attn &p, size_t k, float v)
 {
-    if (p.odt == PPN_DTYPE_BF16) ((__nv_bfloat16 *)p.out)[PPN_X16_POS(k)] = __float2bfloat16_rn(v);
+    if (p.odt != PPN_DTYPE_F32) ((__nv_bfloat16 *)p.out)[PPN_X16_AT(p.odt, k)] = __float2bfloat16_rn(v);
     else ((float *)p.out)[k] = v;
 }
 
@@ -878,7 +878,7 @@ __device__ __forceinline__ ppn_kp_attn ppn_attn_batch_row(const ppn_kp_attn_batc
     ppn_kp_attn p = pb.a;
     const size_t hd = (size_t)p.head_dim;
     p.q += (uint64_t)i * (uint64_t)(p.n_heads + 2 * p.n_kv) * hd * sizeof(float);
-    p.out += (uint64_t)i * (uint64_t)p.n_heads * hd * (p.odt == PPN_DTYPE_BF16 ? 2u : 4u);
+    p.out += (uint64_t)i * (uint64_t)p.n_heads * hd * (p.odt != PPN_DTYPE_F32 ? 2u : 4u);
     p.part += (uint64_t)i * ((uint64_t)p.n_heads * p.n_split * (hd + 2) * sizeof(float) + (uint64_t)p.n_heads * 4u);
     p.tbl = seg.tbl;
     *pos = seg.pos;

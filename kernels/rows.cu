@@ -45,10 +45,10 @@ extern "C" __global__ void ppn_k_rmsnorm_rows(const ppn_kp_rmsnorm_rows p)
     for (int i = threadIdx.x; i < p.n; i += blockDim.x) ss = fmaf(x[i], x[i], ss);
     float var = ppn_block_sum(ss, sh) / (float)p.n;
     float r = 1.0f / sqrtf(var + p.eps);
-    if (p.odt == PPN_DTYPE_BF16) { // for the bf16 GEMM after it (gemm_tc_kw16): rounded as that GEMM rounds
+    if (p.odt != PPN_DTYPE_F32) { // for the bf16 GEMM after it (its layout: odt): rounded as that GEMM rounds
         __nv_bfloat16 *o16 = (__nv_bfloat16 *)p.out + (size_t)blockIdx.x * p.n;
         for (int i = threadIdx.x; i < p.n; i += blockDim.x)
-            o16[PPN_X16_POS(i)] = __float2bfloat16_rn((x[i] * r) * ppn_wload(p.w, p.wdt, (size_t)i));
+            o16[PPN_X16_AT(p.odt, i)] = __float2bfloat16_rn((x[i] * r) * ppn_wload(p.w, p.wdt, (size_t)i));
         return;
     }
     for (int i = threadIdx.x; i < p.n; i += blockDim.x) out[i] = (x[i] * r) * ppn_wload(p.w, p.wdt, (size_t)i);
@@ -134,15 +134,15 @@ extern "C" __global__ void ppn_k_swiglu_rows(const ppn_kp_swiglu_rows p)
     int i = blockIdx.x, d = blockIdx.y * blockDim.x + threadIdx.x;
     const float *gu = (const float *)p.gu + (size_t)i * 2 * p.n;
     float *out = (float *)p.out + (size_t)i * p.n;
-    __nv_bfloat16 *o16 = (__nv_bfloat16 *)p.out + (size_t)i * p.n; // odt bf16 (for gemm_tc_kw16)
+    __nv_bfloat16 *o16 = (__nv_bfloat16 *)p.out + (size_t)i * p.n; // odt bf16 (for the bf16 GEMM after it)
     if (p.vec) { // four columns a thread, 16-byte loads (n % 4 == 0, rows aligned: the op's check)
         if (4 * d >= p.n) return;
         float4 g = __ldg((const float4 *)gu + d), u = __ldg((const float4 *)(gu + p.n) + d);
         float4 v = make_float4(ppn_swish(g.x) * u.x, ppn_swish(g.y) * u.y, ppn_swish(g.z) * u.z, ppn_swish(g.w) * u.w);
-        if (p.odt == PPN_DTYPE_BF16) { // pairs stay together in gemm_tc_kw16's layout (PPN_X16_POS)
+        if (p.odt != PPN_DTYPE_F32) { // pairs stay together in either bf16 layout (PPN_X16_AT)
             __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
-            *(__nv_bfloat162 *)(o16 + PPN_X16_POS(4 * d)) = lo;
-            *(__nv_bfloat162 *)(o16 + PPN_X16_POS(4 * d + 2)) = hi;
+            *(__nv_bfloat162 *)(o16 + PPN_X16_AT(p.odt, 4 * d)) = lo;
+            *(__nv_bfloat162 *)(o16 + PPN_X16_AT(p.odt, 4 * d + 2)) = hi;
         } else {
             ((float4 *)out)[d] = v;
         }
@@ -150,7 +150,7 @@ extern "C" __global__ void ppn_k_swiglu_rows(const ppn_kp_swiglu_rows p)
     }
     if (d >= p.n) return;
     float v = ppn_swish(gu[d]) * gu[p.n + d];
-    if (p.odt == PPN_DTYPE_BF16) o16[PPN_X16_POS(d)] = __float2bfloat16_rn(v);
+    if (p.odt != PPN_DTYPE_F32) o16[PPN_X16_AT(p.odt, d)] = __float2bfloat16_rn(v);
     else out[d] = v;
 }
 
@@ -230,8 +230,8 @@ template <int KD, int NJ> __device__ void ppn_rw_attn_simt(const ppn_kp_attn_row
                 int d = lane + 32 * j;
                 if (d >= hd) continue;
                 float v = acc[j] / l;
-                if (p.odt == PPN_DTYPE_BF16) // for the o GEMM on bf16 x: rounded as that GEMM rounds the f32
-                    ((__nv_bfloat16 *)p.out)[o0 + PPN_X16_POS(c0 + d)] = __float2bfloat16_rn(v);
+                if (p.odt != PPN_DTYPE_F32) // for the o GEMM on bf16 x: rounded as that GEMM rounds the f32
+                    ((__nv_bfloat16 *)p.out)[o0 + PPN_X16_AT(p.odt, c0 + d)] = __float2bfloat16_rn(v);
                 else
                     ((float *)p.out)[o0 + c0 + d] = v;
             }
@@ -471,11 +471,11 @@ template <int KD, int HD> __device__ void ppn_rw_attn_tc(const ppn_kp_attn_rows 
         if (qi[u] >= p.c) continue;
         const size_t o0 = (size_t)qi[u] * ostride, c0 = (size_t)hh[u] * HD + 2 * t4;
         float inv = 1.0f / l[u];
-        if (p.odt == PPN_DTYPE_BF16) { // a pair stays together in PPN_X16_POS's layout (its first column even)
+        if (p.odt != PPN_DTYPE_F32) { // a pair stays together in either bf16 layout (its first column even)
             __nv_bfloat16 *out = (__nv_bfloat16 *)p.out + o0;
 #pragma unroll
             for (int d = 0; d < ND; d++)
-                *(__nv_bfloat162 *)(out + PPN_X16_POS(c0 + 8 * d)) =
+                *(__nv_bfloat162 *)(out + PPN_X16_AT(p.odt, c0 + 8 * d)) =
                     __floats2bfloat162_rn(o[d][2 * u] * inv, o[d][2 * u + 1] * inv);
             continue;
         }

@@ -38,33 +38,33 @@ void ppn_cpu_embed_rows(const void *params)
 }
 
 /* odt bf16: row i computed in f32 into tmp, then rounded (nearest even) into out's row i of n bf16 in
- * gemm_tc_kw16's layout (kparams.h, PPN_X16_POS). Without host memory for tmp, or for n % 64 != 0 (the op refuses
- * it), the rows are NaN (loud, as the other references' faults). */
+ * gemm_tc_kw16's layout (kparams.h, PPN_X16_POS), or row-major for PPN_ODT_BF16_ROWS. Without host memory for tmp,
+ * or for n % 64 != 0 (the op refuses it), the rows are NaN (loud, as the other references' faults). */
 static float *bf16_rows_tmp(uint64_t out, int odt, int n, int c)
 {
-    if (odt != PPN_DTYPE_BF16) return NULL;
+    if (odt == PPN_DTYPE_F32) return NULL;
     float *t = n % 64 ? NULL : malloc((size_t)n * sizeof *t);
     if (!t)
         for (size_t k = 0; k < (size_t)n * (size_t)c; k++) PTR(uint16_t, out)[k] = 0x7fc0u;
     return t;
 }
 
-static void bf16_row_store(uint64_t out, int i, const float *t, int n)
+static void bf16_row_store(uint64_t out, int odt, int i, const float *t, int n)
 {
     uint16_t *o = PTR(uint16_t, out) + (size_t)i * (size_t)n;
-    for (int k = 0; k < n; k++) o[PPN_X16_POS(k)] = ppn_f32_to_bf16(t[k]); /* gemm_tc_kw16's layout (n % 64 == 0) */
+    for (int k = 0; k < n; k++) o[PPN_X16_AT(odt, k)] = ppn_f32_to_bf16(t[k]); /* odt's bf16 layout (n % 64 == 0) */
 }
 
 void ppn_cpu_rmsnorm_rows(const void *params)
 {
     const ppn_kp_rmsnorm_rows *p = params;
     float *t = bf16_rows_tmp(p->out, p->odt, p->n, p->c);
-    if (p->odt == PPN_DTYPE_BF16 && !t) return;
+    if (p->odt != PPN_DTYPE_F32 && !t) return;
     for (int i = 0; i < p->c; i++) {
         ppn_kp_rmsnorm r = {.out = t ? (uint64_t)(uintptr_t)t : row_at(p->out, i, (size_t)p->n),
                             .in = row_at(p->in, i, (size_t)p->n), .w = p->w, .n = p->n, .wdt = p->wdt, .eps = p->eps};
         ppn_cpu_rmsnorm(&r);
-        if (t) bf16_row_store(p->out, i, t, p->n);
+        if (t) bf16_row_store(p->out, p->odt, i, t, p->n);
     }
     free(t);
 }
@@ -104,7 +104,7 @@ void ppn_cpu_attn_rows(const void *params)
     size_t hd = (size_t)p->head_dim, row = (size_t)(p->n_heads + 2 * p->n_kv) * hd;
     int n = p->n_heads * p->head_dim;
     float *t = bf16_rows_tmp(p->out, p->odt, n, p->c); /* odt bf16: each row in f32, then rounded (as the GPU's) */
-    if (p->odt == PPN_DTYPE_BF16 && !t) return;
+    if (p->odt != PPN_DTYPE_F32 && !t) return;
     for (int i = 0; i < p->c; i++) {
         ppn_step_hdr hdr = {.pos = p->pos0 + i};
         ppn_kp_attn a = {.out = t ? (uint64_t)(uintptr_t)t : row_at(p->out, i, (size_t)n), .q = row_at(p->qkv, i, row),
@@ -113,7 +113,7 @@ void ppn_cpu_attn_rows(const void *params)
                          .n_split = 1, .kvdt = p->kvdt, .block_log2 = p->block_log2, .scale = p->scale,
                          .odt = PPN_DTYPE_F32};
         ppn_cpu_attn(&a);
-        if (t) bf16_row_store(p->out, i, t, n);
+        if (t) bf16_row_store(p->out, p->odt, i, t, n);
     }
     free(t);
 }
@@ -125,13 +125,13 @@ void ppn_cpu_swiglu_rows(const void *params)
 {
     const ppn_kp_swiglu_rows *p = params;
     float *t = bf16_rows_tmp(p->out, p->odt, p->n, p->c);
-    if (p->odt == PPN_DTYPE_BF16 && !t) return;
+    if (p->odt != PPN_DTYPE_F32 && !t) return;
     for (int i = 0; i < p->c; i++) {
         uint64_t gu = row_at(p->gu, i, 2u * (size_t)p->n);
         ppn_kp_swiglu s = {.out = t ? (uint64_t)(uintptr_t)t : row_at(p->out, i, (size_t)p->n), .gate = gu,
                            .up = gu + (uint64_t)p->n * sizeof(float), .n = p->n};
         ppn_cpu_swiglu(&s);
-        if (t) bf16_row_store(p->out, i, t, p->n);
+        if (t) bf16_row_store(p->out, p->odt, i, t, p->n);
     }
     free(t);
 }
@@ -173,7 +173,7 @@ static void attn_batch_rows(const ppn_kp_attn_batch *p, void (*one)(const ppn_kp
     int n = p->a.n_heads * p->a.head_dim;
     size_t hd = (size_t)p->a.head_dim, row = (size_t)(p->a.n_heads + 2 * p->a.n_kv) * hd;
     float *t = bf16_rows_tmp(p->a.out, p->a.odt, n, p->B);
-    if (p->a.odt == PPN_DTYPE_BF16 && !t) return;
+    if (p->a.odt != PPN_DTYPE_F32 && !t) return;
     for (int i = 0; i < p->B; i++) {
         ppn_step_hdr hdr = {.pos = segs[i].pos};
         ppn_kp_attn a = p->a;
@@ -183,7 +183,7 @@ static void attn_batch_rows(const ppn_kp_attn_batch *p, void (*one)(const ppn_kp
         a.hdr = (uint64_t)(uintptr_t)&hdr;
         a.tbl = segs[i].tbl; /* a.inv_freq as given: the fused rotary at the row's position */
         one(&a);
-        if (t) bf16_row_store(p->a.out, i, t, n);
+        if (t) bf16_row_store(p->a.out, p->a.odt, i, t, n);
     }
     free(t);
 }

@@ -1248,6 +1248,102 @@ static void test_gemm_tc_h_values(void **state)
     assert_int_equal(tu_cap.calls, 0);
 }
 
+/* gemm_tc_w (ppn_op_gemm_rows16): x in bf16 row-major gives the bits the f32 x it rounds gives every tile (the sim's
+ * reference is the tiles' one sum); its form by m (kparams.h: token tile, warpgroups, ring), grid (weight tiles x
+ * token tiles), its own shared memory past the set's opt-in, and its maps, which are what the reference reads (16
+ * bytes off: other sums; a box that is not its form's: NaN). Refused without TMA kernels, for f32 weights, cols not
+ * a multiple of 64, unaligned x and an out that overlaps x. */
+static void test_gemm_tc_w(void **state)
+{
+    (void)state;
+    ppn_gstream *s = tma_stream();
+    tu_cap.dry = 0;
+    static const int cs[][5] = {{1, 200, 128, 1, 0},  {17, 130, 64, 0, 1},   {33, 64, 192, 1, 1}, {64, 300, 128, 0, 0},
+                                {65, 129, 64, 1, 1}, {128, 72, 128, 0, 1}, {129, 200, 64, 1, 0}, {300, 257, 128, 1, 1}};
+    for (size_t i = 0; i < TU_LEN(cs); i++) {
+        int m = cs[i][0], rows = cs[i][1], cols = cs[i][2];
+        size_t mr = (size_t)m * (size_t)rows, mc = (size_t)m * (size_t)cols;
+        void *w = tu_wrand(PPN_DTYPE_BF16, (size_t)rows * (size_t)cols + 8, NULL);
+        void *b = tu_wrand(PPN_DTYPE_BF16, (size_t)rows, NULL);
+        float *x = tu_frand(mc, -2, 2), *res = tu_frand(mr, -1, 1), *want = malloc(mr * 4), *got = malloc(mr * 4);
+        uint16_t *xr = calloc(mc + 8, 2);
+        assert_true(want && got && xr);
+        for (size_t k = 0; k < mc; k++) xr[k] = ppn_f32_to_bf16(x[k]);
+        ppn_dptr bias = cs[i][3] ? D(b) : 0, rs = cs[i][4] ? D(res) : 0;
+        assert_int_equal(ppn_op_gemm(&tu_fake, tu_fake_stream, D(want), D(w), PPN_DTYPE_BF16, D(x), m, rows, cols,
+                                     bias, rs), PPN_OK);
+        memset(got, 0xa5, mr * 4);
+        tu_cap.calls = 0;
+        assert_true(ppn_op_gemm_rows16_fits(tma_fake, s, m, rows, cols, PPN_DTYPE_BF16));
+        assert_int_equal(ppn_op_gemm_rows16(tma_fake, s, D(got), D(w), PPN_DTYPE_BF16, D(xr), m, rows, cols, bias, rs),
+                         PPN_OK);
+        assert_int_equal(tu_cap.calls, 1);
+        assert_int_equal(tu_cap.l.kernel, PPN_K_GEMM_TC_W);
+        assert_memory_equal(got, want, mr * 4);
+        const int bt = PPN_GEMM_TC_W_BT(m), bm = PPN_GEMM_TC_W_BM(m);
+        assert_int_equal(bt, m <= 32 ? 32 : m <= 64 ? 64 : m <= 128 ? 128 : 256);
+        assert_int_equal(tu_cap.l.grid[0], (unsigned)((rows + bm - 1) / bm * ((m + bt - 1) / bt)));
+        assert_int_equal(tu_cap.l.block[0], (unsigned)(bm * 2 + 32));
+        assert_int_equal(tu_cap.l.smem, PPN_GEMM_TC_W_SMEM(m));
+        assert_true(tu_cap.l.smem > PPN_DYN_SMEM_MAX && tu_cap.l.smem <= PPN_GEMM_TC_W_SMEM_MAX);
+        assert_int_equal(tu_cap.l.params_size, sizeof(ppn_kp_gemm_tc_w));
+        ppn_kp_gemm_tc_w wp;
+        memcpy(&wp, tu_cap.params, sizeof wp);
+        expect_map(&wp.xmap, D(xr), 2, cols, m, 64, (unsigned)bt);
+        expect_map(&wp.wmap, D(w), 2, cols, rows, 64, 64);
+        tu_expect_geometry(bm * 2 + 32);
+        /* the maps are what the reference reads: 16 bytes off, other sums; x's box not the form's, NaN */
+        tu_tma_shift = 16;
+        assert_int_equal(ppn_op_gemm_rows16(tma_fake, s, D(got), D(w), PPN_DTYPE_BF16, D(xr), m, rows, cols, bias, rs),
+                         PPN_OK);
+        assert_true(memcmp(got, want, mr * 4) != 0);
+        tu_tma_shift = 0;
+        ppn_tmap_desc xd;
+        assert_true(ppn_tmap_sim_decode(&wp.xmap, &xd));
+        xd.box[1] = (unsigned)(bt == 32 ? 64 : bt / 2);
+        ppn_tmap_sim_encode(&xd, &wp.xmap);
+        tu_kernel_run(PPN_K_GEMM_TC_W, &wp);
+        assert_true(isnan(got[0]) && isnan(got[mr - 1]));
+        /* forced: the same launch; on a device without TMA kernels refused */
+        ppn_kp_gemm p = {.out = D(got), .w = D(w), .x = D(xr), .bias = bias, .res = rs, .m = m, .rows = rows,
+                         .cols = cols, .wdt = PPN_DTYPE_BF16};
+        memset(got, 0xa5, mr * 4);
+        assert_int_equal(ppn_op_gemm_tile(tma_fake, s, PPN_K_GEMM_TC_W, &p), PPN_OK);
+        assert_memory_equal(got, want, mr * 4);
+        tu_cap.calls = 0;
+        assert_int_equal(ppn_op_gemm_tile(&tu_fake, tu_fake_stream, PPN_K_GEMM_TC_W, &p), PPN_EUNSUPPORTED);
+        assert_int_equal(ppn_op_gemm_rows16(&tu_fake, tu_fake_stream, D(got), D(w), PPN_DTYPE_BF16, D(xr), m, rows,
+                                            cols, bias, rs), PPN_EUNSUPPORTED);
+        assert_non_null(strstr(ppn_last_error(), "ppn_op_gemm_rows16"));
+        assert_int_equal(tu_cap.calls, 0);
+        free(w), free(b), free(x), free(res), free(want), free(got), free(xr);
+    }
+    assert_int_equal(ppn_kernel_set()->smem_max[PPN_K_GEMM_TC_W], PPN_GEMM_TC_W_SMEM_MAX);
+    assert_true(PPN_GEMM_TC_W_SMEM_MAX <= 227u * 1024u);
+    static const int ms[] = {1, 32, 33, 64, 65, 128, 129, 256, 2048};
+    for (size_t i = 0; i < TU_LEN(ms); i++) assert_true(PPN_GEMM_TC_W_SMEM(ms[i]) <= PPN_GEMM_TC_W_SMEM_MAX);
+    /* refusals, each naming its culprit, nothing launched */
+    tu_cap.dry = 1;
+    tu_cap.calls = 0;
+    assert_false(ppn_op_gemm_rows16_fits(tma_fake, s, 64, 128, 64, PPN_DTYPE_F16));
+    assert_int_equal(ppn_op_gemm_rows16(tma_fake, s, FAKE_OUT, FAKE_W, PPN_DTYPE_F32, FAKE_X, 64, 128, 64, 0, 0),
+                     PPN_EUNSUPPORTED);
+    assert_non_null(strstr(ppn_last_error(), "f32 weights"));
+    assert_int_equal(ppn_op_gemm_rows16(tma_fake, s, FAKE_OUT, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 64, 128, 72, 0, 0),
+                     PPN_EUNSUPPORTED);
+    assert_non_null(strstr(ppn_last_error(), "cols 72"));
+    assert_int_equal(ppn_op_gemm_rows16(tma_fake, s, FAKE_OUT, FAKE_W, PPN_DTYPE_BF16, FAKE_X + 8, 64, 128, 64, 0, 0),
+                     PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "16-byte aligned"));
+    assert_int_equal(ppn_op_gemm_rows16(tma_fake, s, FAKE_X + 64, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 64, 128, 64, 0, 0),
+                     PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "overlaps x"));
+    assert_int_equal(ppn_op_gemm_rows16(tma_fake, s, FAKE_OUT, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 0, 128, 64, 0, 0),
+                     PPN_EINVAL);
+    assert_int_equal(tu_cap.calls, 0);
+    tu_cap.dry = 0;
+}
+
 /* The map limits both backends check (gpu.h: ppn_tmap_desc), each refusal naming its field. */
 static void test_gemm_tmap_check(void **state)
 {
@@ -1299,6 +1395,7 @@ int main(void)
         cmocka_unit_test_teardown(test_gemm_kx_choice, dry_off),
         cmocka_unit_test_teardown(test_gemm_tc_h_choice, dry_off),
         cmocka_unit_test(test_gemm_tc_h_values),
+        cmocka_unit_test_teardown(test_gemm_tc_w, dry_off),
         cmocka_unit_test(test_gemm_tmap_check),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

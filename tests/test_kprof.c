@@ -49,14 +49,15 @@ static shape read_shape_of(const char *fixture)
 static shape read_shape(void) { return read_shape_of("hf/llama-tiny"); }
 
 /* A sim runtime created with PPN_KPROF set to value (NULL: unset). */
-/* PPN_TMA and PPN_GEMM_KX for the runtimes rt_with creates (NULL: unset). */
-static const char *rt_tma, *rt_kx;
+/* PPN_TMA, PPN_GEMM_KX and PPN_GEMM_W for the runtimes rt_with creates (NULL: unset). */
+static const char *rt_tma, *rt_kx, *rt_w;
 
 static ppn_rt *rt_with(const char *value)
 {
     tu_env_set("PPN_KPROF", value);
     if (rt_tma) tu_env_set("PPN_TMA", rt_tma);
     if (rt_kx) tu_env_set("PPN_GEMM_KX", rt_kx);
+    if (rt_w) tu_env_set("PPN_GEMM_W", rt_w);
     ppn_rt *rt = NULL;
     ppn_status st = ppn_rt_create("sim", &rt);
     tu_env_restore();
@@ -401,6 +402,78 @@ static void test_kprof_batch_k16(void **st)
     rt_tma = NULL;
 }
 
+/* PPN_GEMM_W=1: every GEMM of a batch walk (40 rows) and of a mixed one (40 + 8 prompt rows) on gemm_tc_w, x in bf16
+ * row-major from its producer (the rows norm for q|k|v, gate|up and the head, attention for o over the prompt's rows
+ * and the batch's alike, SwiGLU rows for down: gate|up's f32 output, so no fused SwiGLU), and the logits the same bits
+ * as with the fusion off (f32 x, the op's tiles); the sim's checker holds each launch to its declared accesses
+ * (gemm_tc_w reads its operands where its tensor maps say). PPN_GEMM_W=0: no gemm_tc_w launch. At the default level
+ * the tiny shapes' grids are too small for it: none either. */
+static void gemm_w_rows(const char *w_level, int slice, long want_w)
+{
+    enum { NB = 40 };
+    char *dir = tu_tmpdir();
+    assert_int_equal(ppn_mkmodel("wide-tiny", PPN_DTYPE_BF16, dir, 11), PPN_OK);
+    int tok[NB], pid[8];
+    ppn_seq *q[NB + 1];
+    float *logits[2] = {0};
+    rt_w = w_level;
+    ppn_rt *rt = rt_with("1");
+    rt_w = NULL;
+    for (int fuse = 1; fuse >= 0; fuse--) {
+        ppn_model *m = load_fuse(rt, dir, fuse, (NB + 1) * 32, PPN_DTYPE_BF16);
+        ppn_model_info mi;
+        ppn_model_get_info(m, &mi);
+        for (int i = 0; i <= NB; i++) {
+            int prompt[2] = {(3 * i + 1) % mi.vocab, (5 * i + 2) % mi.vocab};
+            assert_int_equal(ppn_seq_create(m, &q[i]), PPN_OK);
+            assert_int_equal(ppn_prefill(q[i], prompt, 2, NULL, NULL), PPN_OK);
+            if (i < NB) tok[i] = (7 * i + 3) % mi.vocab;
+        }
+        for (int i = 0; i < slice; i++) pid[i] = (11 * i + 5) % mi.vocab;
+        size_t v = (size_t)mi.vocab, bytes = sizeof(float) * (size_t)(NB + 1) * v;
+        logits[fuse] = calloc((size_t)(NB + 1) * v, sizeof(float));
+        assert_non_null(logits[fuse]);
+        float *pout = logits[fuse] + (size_t)NB * v;
+        const int *pids = pid;
+        ppn_batch_opts o = {.n_prime = 1, .prime_seqs = &q[NB], .prime_ids = &pids, .prime_n = &slice,
+                            .prime_logits = &pout};
+        ppn_kernel_time e[PPN_KERNEL_PROFILE_MAX];
+        int n = batch_step_profiled_ex(rt, q, tok, NB, slice ? &o : NULL, logits[fuse], e);
+        const ppn_kernel_time *w = find(e, n, "ppn_k_gemm_tc_w"), *r = find(e, n, "ppn_k_swiglu_rows");
+        long wc = w ? (long)w->calls : 0, rc = r ? (long)r->calls : 0, wantc = fuse ? want_w * mi.n_layers + 1 : 0;
+        if (want_w == 0) wantc = 0;
+        if (wc != wantc || (wantc && rc != mi.n_layers))
+            fail_msg("PPN_GEMM_W=%s, slice %d, fuse %d: gemm_tc_w %ld calls, swiglu_rows %ld (want %ld and %d)",
+                     w_level ? w_level : "<unset>", slice, fuse, wc, rc, wantc, mi.n_layers);
+        static const char *const others[] = {"ppn_k_gemm_tc_kw16", "ppn_k_gemm_tc_kw", "ppn_k_gemm_swiglu",
+                                              "ppn_k_gemm_tc_l", "ppn_k_gemm_tc_m", "ppn_k_gemm_tc_k16"};
+        for (size_t k = 0; wantc && k < sizeof others / sizeof others[0]; k++)
+            if (find(e, n, others[k])) fail_msg("PPN_GEMM_W=%s, slice %d: %s ran beside gemm_tc_w", w_level, slice,
+                                                others[k]);
+        if (slice) {
+            int nz = 0; /* the slice's logits came back: finite, not the zeros put there */
+            for (size_t k = 0; k < v; k++) assert_true(isfinite(pout[k])), nz += pout[k] != 0.0f;
+            assert_true(nz > 0);
+        }
+        for (int i = 0; i <= NB; i++) ppn_seq_destroy(q[i]);
+        assert_int_equal(ppn_model_free(m), PPN_OK);
+        if (!fuse) assert_memory_equal(logits[0], logits[1], bytes);
+    }
+    free(logits[0]), free(logits[1]);
+    ppn_rt_destroy(rt);
+    tu_rmrf(dir);
+    free(dir);
+}
+
+static void test_kprof_gemm_w(void **st)
+{
+    (void)st;
+    gemm_w_rows("1", 0, 4); /* q|k|v, o, gate|up, down a layer, and the head */
+    gemm_w_rows("1", 8, 4);
+    gemm_w_rows("0", 8, 0);
+    gemm_w_rows(NULL, 8, 0);
+}
+
 /* The batch step's attention on tensor cores (PPN_ATTN_TC, the default) where the cache is bf16 and the heads fit
  * (qwen3-tiny: head_dim 64, 2 query heads a KV head): per layer ppn_k_rope_kv_batch then ppn_k_attn_batch_tc, with
  * PPN_FUSE 1 and 0 alike (the fused form is slower: core/forward.c), the same logits bits; with PPN_ATTN_TC=0 the
@@ -646,6 +719,7 @@ int main(void)
         cmocka_unit_test(test_kprof_mixed_x16_attention),
         cmocka_unit_test(test_kprof_batch_k16),
         cmocka_unit_test(test_kprof_batch_attn_tc),
+        cmocka_unit_test(test_kprof_gemm_w),
         cmocka_unit_test(test_kprof_off_reads_nothing),
         cmocka_unit_test(test_kprof_bad_values_refused),
         cmocka_unit_test(test_kprof_bench_json_kernels),

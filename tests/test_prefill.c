@@ -245,6 +245,43 @@ static void test_prefill_rows_same_bits(void **state)
     assert_int_equal(ppn_model_free(f), PPN_OK);
 }
 
+/* PPN_GEMM_W=1 (gemm_tc_w wherever it fits: the large tiles' sums at every m) on wide-tiny, whose matrices all fit it
+ * (bf16, columns whole 64-element blocks): a row has one order at every chunk size; at PPN_GEMM_W=0, or with the
+ * fusion off (no producer writes bf16 x, so no gemm_tc_w), the op's ranges again (20 and 33 rows apart). */
+static void test_prefill_rows_same_bits_w(void **state)
+{
+    (void)state;
+    char *dir = tu_tmpdir();
+    assert_int_equal(ppn_mkmodel("wide-tiny", PPN_DTYPE_BF16, dir, 3), PPN_OK);
+    static const char *const level[] = {"1", "0", "1"};
+    for (int arm = 0; arm < 3; arm++) {
+        tu_env_set("PPN_GEMM_W", level[arm]);
+        ppn_rt *rt = NULL;
+        ppn_status st = ppn_rt_create("sim", &rt);
+        tu_env_restore();
+        assert_int_equal(st, PPN_OK);
+        ppn_door d = ppn_door_default();
+        d.fuse = arm != 2;
+        ppn_load_opts o = ppn_load_opts_default();
+        o.ctx = 512;
+        o.dtype = PPN_DTYPE_BF16;
+        o.door = &d;
+        ppn_model *m = tu_model_load(rt, dir, &o);
+        const int one = arm == 0;
+        static const int pairs[][3] = {{1, 32, 1}, {20, 33, 0}, {33, 40, 1}, {1, 512, 0}, {7, 7, 1}};
+        for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+            int want = one || pairs[i][2];
+            if (ppn_model_rows_same_bits(m, pairs[i][0], pairs[i][1]) != want)
+                fail_msg("PPN_GEMM_W=%s fuse %d, %d and %d rows: want %d", level[arm], d.fuse, pairs[i][0],
+                         pairs[i][1], want);
+        }
+        assert_int_equal(ppn_model_free(m), PPN_OK);
+        assert_int_equal(ppn_rt_destroy(rt), PPN_OK);
+    }
+    tu_rmrf(dir);
+    free(dir);
+}
+
 /* The split over 4 devices, serial and pipelined, the unsplit walk, and three prompts batched: the door-shut
  * prime's bits, with the liveness counters advancing. */
 static void test_prefill_split_and_batch(void **state)
@@ -370,6 +407,7 @@ int main(void)
         cmocka_unit_test(test_prefill_qwen3_tiny),    cmocka_unit_test(test_prefill_stories),
         cmocka_unit_test(test_prefill_then_decode),   cmocka_unit_test(test_prefill_split_and_batch),
         cmocka_unit_test(test_prefill_refusals),       cmocka_unit_test(test_prefill_rows_same_bits),
+        cmocka_unit_test(test_prefill_rows_same_bits_w),
         cmocka_unit_test(test_prefill_kv_leaves_rows_scratch),
     };
     return cmocka_run_group_tests(tests, tu_sim_rt_setup, tu_sim_rt_teardown);

@@ -72,6 +72,7 @@ static struct {
     ppn_dptr x, out, res, bias[3];
     ppn_dptr xh; /* x rounded to bf16 (nearest even) in gemm_tc_kw16's layout, by 64-element blocks of the whole
                   * buffer: for cols % 64 == 0 the blocks of each row, what ppn_op_gemm_x16 reads */
+    ppn_dptr xr; /* x rounded to bf16 (nearest even), row-major: what ppn_op_gemm_rows16 (gemm_tc_w) reads */
     float *hx, *hres;
     void *hbias[3];
 } B;
@@ -115,6 +116,8 @@ static int setup(void **state)
     uint16_t *hxh = hmem(xn * 2);
     for (size_t i = 0; i < xn; i++) hxh[PPN_X16_POS(i)] = ppn_f32_to_bf16(B.hx[i]);
     B.xh = up(hxh, xn * 2);
+    for (size_t i = 0; i < xn; i++) hxh[i] = ppn_f32_to_bf16(B.hx[i]);
+    B.xr = up(hxh, xn * 2);
     EXPECT_OK(G->ops->stream_sync(G, S));
     free(hxh);
     B.hres = tu_frand(rn, -4, 4);
@@ -132,7 +135,7 @@ static int teardown(void **state)
         G->ops->mem_free(G, 0, B.w[dt]), G->ops->mem_free(G, 0, B.bias[dt]);
         free(B.hw[dt]), free(B.hbias[dt]);
     }
-    G->ops->mem_free(G, 0, B.x), G->ops->mem_free(G, 0, B.xh), G->ops->mem_free(G, 0, B.out);
+    G->ops->mem_free(G, 0, B.x), G->ops->mem_free(G, 0, B.xh), G->ops->mem_free(G, 0, B.xr), G->ops->mem_free(G, 0, B.out);
     G->ops->mem_free(G, 0, B.res);
     free(B.hx), free(B.hres);
     return 0;
@@ -295,9 +298,15 @@ static void gg_check(const gg_case *c)
     /* x in bf16 (rounded as the tiles round it): gemm_tc_kw16 forced gives gemm_tc_kw's bits, gemm_tc_k16 gemm_tc_k's
      * (at every K split and ring depth), and where the op takes bf16 x (ppn_op_gemm_x16_fits, _k16_fits)
      * ppn_op_gemm_x16 gives the op's */
-    int kw16_as_kw = 1, x16_as_op = 1, k16_as_k = 1;
+    int kw16_as_kw = 1, x16_as_op = 1, k16_as_k = 1, w_as_l = 1;
     if (tc && c->dt == PPN_DTYPE_BF16 && c->xoff % 64 == 0 && c->cols % 64 == 0) {
         ppn_kp_gemm q = p;
+        if (gg_tma()) { /* gemm_tc_w (x row-major, no K split): gemm_tc_l's bits */
+            q.x = B.xr + (size_t)c->xoff * 2;
+            gg_run(c, PPN_K_GEMM_TC_W, &q, t, ns, g2);
+            w_as_l = !memcmp(gl, g2, n * 4);
+            snprintf(tiles + strlen(tiles), sizeof tiles - strlen(tiles), " w%s", w_as_l ? "(=l)" : "(!=l)");
+        }
         q.x = B.xh + (size_t)c->xoff * 2;
         gg_run(c, PPN_K_GEMM_TC_KW16, &q, t, ns, g2);
         kw16_as_kw = !memcmp(gkw, g2, n * 4);
@@ -396,7 +405,7 @@ static void gg_check(const gg_case *c)
             snprintf(tiles + strlen(tiles), sizeof tiles - strlen(tiles), " m=1%s", alone ? "=" : "!=");
         }
     }
-    int ok = same && alone && h_as_l && kwx_as_kw && kw16_as_kw && k16_as_k && x16_as_op && worst <= 1.0 &&
+    int ok = same && alone && h_as_l && w_as_l && kwx_as_kw && kw16_as_kw && k16_as_k && x16_as_op && worst <= 1.0 &&
              tile_worst <= 1.0;
     printf("  %-14s %-4s m=%-4d %6dx%-5d%s%s%s%s  %-9s max|err| %.2e err/tol %.3f  %s%s%s\n", c->name,
            ppn_dtype_name(c->dt), c->m, c->rows, c->cols, c->bias ? " +bias" : "", c->res ? " +res" : "",
@@ -540,13 +549,19 @@ static double time_line(const gg_shape *s, int m, int dt)
 {
     ppn_kp_gemm p = {.out = B.out, .w = B.w[dt], .x = B.x, .m = m, .rows = s->rows, .cols = s->cols, .wdt = dt};
     double op = time_ms(-1, p);
-    char line[320];
+    char line[400];
     int n = snprintf(line, sizeof line, "  %-11s %-4s m=%-4d %6dx%-5d  %-9s %8.3f ms %6.1f TFLOP/s |", s->name,
                      ppn_dtype_name(dt), m, s->rows, s->cols, kname(op_choice(&p)), op, tflops(m, s->rows, s->cols, op));
     for (int k = PPN_K_GEMM_TC_L; dt != PPN_DTYPE_F32 && k <= gg_last_tile(); k++) {
         if (k == PPN_K_GEMM_TC_KW16) continue; /* bf16 x: the decode table times it */
         double t = time_ms(k, p);
         n += snprintf(line + n, sizeof line - (size_t)n, " %s %6.1f", kname(k) + 8, tflops(m, s->rows, s->cols, t));
+    }
+    if (dt == PPN_DTYPE_BF16 && s->cols % 64 == 0 && gg_tma()) { /* gemm_tc_w on x in bf16 row-major */
+        ppn_kp_gemm q = p;
+        q.x = B.xr;
+        double t = time_ms(PPN_K_GEMM_TC_W, q);
+        n += snprintf(line + n, sizeof line - (size_t)n, " w %6.1f", tflops(m, s->rows, s->cols, t));
     }
     if (dt != PPN_DTYPE_F32 && gg_tma()) { /* gemm_tc_h with one CTA a tile: what its persistent grid buys */
         ppn_kp_gemm q = p;
@@ -677,15 +692,16 @@ static void test_gpu_gemm_decode(void **state)
                 static const int ks[] = {PPN_K_GEMM_TC_M,    PPN_K_GEMM_TC_K,   PPN_K_GEMM_TC_K16,
                                          PPN_K_GEMM_TC_K16T, PPN_K_GEMM_TC_KW,  PPN_K_GEMM_TC_KWX,
                                          PPN_K_GEMM_TC_KW16, PPN_K_GEMM_TC_KWT, PPN_K_GEMM_TC_KX,
-                                         PPN_K_GEMM_TC_L,    PPN_K_GEMM_TC_H};
+                                         PPN_K_GEMM_TC_L,    PPN_K_GEMM_TC_H,   PPN_K_GEMM_TC_W};
                 for (size_t q = 0; q < TU_LEN(ks); q++) {
                     if ((ks[q] == PPN_K_GEMM_TC_L || ks[q] == PPN_K_GEMM_TC_H) && ms[j] <= 64) continue; /* padding */
                     if (ks[q] == PPN_K_GEMM_TC_H && !gg_tma()) continue;
                     ppn_kp_gemm pk = p;
                     const int tk = ks[q] == PPN_K_GEMM_TC_KWT || ks[q] == PPN_K_GEMM_TC_K16T ||
-                                   ks[q] == PPN_K_GEMM_TC_KX; /* sm_90a code: TMA forms, gemm_tc_kx */
+                                   ks[q] == PPN_K_GEMM_TC_KX || ks[q] == PPN_K_GEMM_TC_W; /* sm_90a code */
                     if (tk && !gg_tma()) continue;
                     if (ks[q] == PPN_K_GEMM_TC_KW16 || ks[q] == PPN_K_GEMM_TC_K16 || tk) pk.x = B.xh; /* bf16 x */
+                    if (ks[q] == PPN_K_GEMM_TC_W) pk.x = B.xr; /* bf16 x, row-major */
                     double t = burst_ms(ks[q], pk);
                     n += snprintf(line + n, sizeof line - (size_t)n, " %s %7.2f us %5.1f%%", kname(ks[q]) + 8,
                                   t * 1e3, 100.0 * wb / (t * 1e6) / floor_gbs);

@@ -11,18 +11,25 @@
 #           PPN_FUSE 1 and 0: all four outputs the same bytes
 #   table   test_gpu_gemm_decode's table (gemm_tc_kx beside the other tiles per shape and m; % of the copy floor)
 #   bench   ppn bench --batch $BATCH on $SHAPES, the $ARMS in $ROUNDS alternating rounds
-#   mixed   the serving iteration on llama-8b: --batch 16 --mixed 64 and --mixed 48 --prompt 512, both arms, $ROUNDS
+#   mixed   the serving iteration on llama-8b: --batch 16 --mixed P --prompt 512 for P in $MIXED (64 48), the arms,
+#           $ROUNDS
+#   prompt  prompt speed on llama-8b: a 2,048-token prompt in chunks of each of $CHUNKS (512 2048), the arms, $ROUNDS
 #   serve   tools/device/serve.sh (issue 17's load) under each of the $ARMS
 #   gate    ppn gate batch on llama-8b under PPN_GEMM_KX=1 (split against unsplit, N <= 2)
+# DOOR=PPN_GEMM_W runs the same phases on gemm_tc_w's door instead (ARMS default "0 2 1"; check: gemm_tc_w forced
+# must give gemm_tc_l's bits, "w(=l)", on every correctness case; gate under PPN_GEMM_W=1).
 # Results: $OUT/summary.txt and one file per run.
 . "$(dirname "$0")/common.sh"
+DOOR=${DOOR:-PPN_GEMM_KX}
 PHASES=${PHASES:-check ids table bench mixed serve gate}
 ROUNDS=${ROUNDS:-2}
 BATCH=${BATCH:-16,64}
 SHAPES=${SHAPES:-llama-8b llama-1b}
 GB=${GPUBIN:-build/gpu}
 IDS=${IDS:-$OUT/ids16.txt}
-ARMS=${ARMS:-0 1}
+if [ "$DOOR" = PPN_GEMM_W ]; then ARMS=${ARMS:-0 2 1}; else ARMS=${ARMS:-0 1}; fi
+MIXED=${MIXED:-64 48}
+CHUNKS=${CHUNKS:-512 2048}
 begin -h name,driver_version,memory.total
 model() { [ -d /tmp/m-"$1" ] || $PPN mkmodel --shape "$1" --out /tmp/m-"$1" --dtype bf16 > /dev/null; }
 stop() { log "FAIL $*: stopping"; fail=1; finish; }
@@ -31,6 +38,11 @@ for ph in $PHASES; do
     check)
         f="$OUT/gemm_correct.txt"
         PPN_GPU_TEST_FILTER=test_gpu_gemm_correct timeout 400 "$GB"/gpu_test_gpu_gemm > "$f" 2>&1 || stop "test_gpu_gemm_correct (rc $?)"
+        if [ "$DOOR" = PPN_GEMM_W ]; then
+            log "gemm correct: $(grep -c ' w(=l)' "$f") cases w(=l), $(grep -c ' w(!=l)' "$f") w(!=l)"
+            grep -q ' w(=l)' "$f" || stop "gemm_tc_w did not run"
+            continue
+        fi
         log "gemm correct: $(grep -c 'kx(=kw)' "$f") cases kx(=kw), $(grep -c 'kx(!=kw)' "$f") kx(!=kw)"
         grep -q 'kx(=kw)' "$f" || stop "gemm_tc_kx did not run"
         for kx in 1 0; do
@@ -46,9 +58,9 @@ for ph in $PHASES; do
         for a in "0 1" "1 1" "0 0" "1 0"; do
             read -r kx fu <<< "$a"
             f="$OUT/ids_kx${kx}_fuse$fu.txt"
-            PPN_GEMM_KX=$kx PPN_FUSE=$fu timeout 180 $PPN run --model /tmp/m-llama-8b --backend cuda --ctx 512 --ids-file "$IDS" \
-                -n 24 > "$f" 2> "${f%.txt}.err" || stop "ids PPN_GEMM_KX=$kx PPN_FUSE=$fu"
-            log "ids PPN_GEMM_KX=$kx PPN_FUSE=$fu: $(md5sum < "$f" | cut -c1-12), $(wc -l < "$f") lines"
+            env "$DOOR=$kx" PPN_FUSE=$fu timeout 180 $PPN run --model /tmp/m-llama-8b --backend cuda --ctx 512 --ids-file "$IDS" \
+                -n 24 > "$f" 2> "${f%.txt}.err" || stop "ids $DOOR=$kx PPN_FUSE=$fu"
+            log "ids $DOOR=$kx PPN_FUSE=$fu: $(md5sum < "$f" | cut -c1-12), $(wc -l < "$f") lines"
         done
         for f in "$OUT"/ids_kx1_fuse1.txt "$OUT"/ids_kx0_fuse0.txt "$OUT"/ids_kx1_fuse0.txt; do
             cmp -s "$OUT/ids_kx0_fuse1.txt" "$f" || { fail=1; log "FAIL $(basename "$f") differs from ids_kx0_fuse1.txt"; }
@@ -63,10 +75,10 @@ for ph in $PHASES; do
             for kx in $ARMS; do
                 for shape in $SHAPES; do
                     j="$OUT/bench_kx${kx}_${shape}_$r.json"
-                    PPN_GEMM_KX=$kx timeout 240 $PPN bench --model /tmp/m-$shape --backend cuda --batch "$BATCH" --prompt 128 \
-                        -n 64 --reps 2 --json > "$j" 2> "${j%.json}.err" || stop "bench PPN_GEMM_KX=$kx $shape"
+                    env "$DOOR=$kx" timeout 240 $PPN bench --model /tmp/m-$shape --backend cuda --batch "$BATCH" --prompt 128 \
+                        -n 64 --reps 2 --json > "$j" 2> "${j%.json}.err" || stop "bench $DOOR=$kx $shape"
                     python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[2], sys.argv[3], ' '.join('B%d %.4f ms' % (r['B'], r['step_ms']) for r in d['batch']))" \
-                        "$j" "PPN_GEMM_KX=$kx" $shape | tee -a "$S"
+                        "$j" "$DOOR=$kx" $shape | tee -a "$S"
                 done
             done
         done ;;
@@ -74,27 +86,39 @@ for ph in $PHASES; do
         model llama-8b
         for r in $(seq 1 "$ROUNDS"); do
             for kx in $ARMS; do
-                for p in 64 48; do
+                for p in $MIXED; do
                     j="$OUT/mixed${p}_kx${kx}_$r.json"
-                    PPN_GEMM_KX=$kx timeout 240 $PPN bench --model /tmp/m-llama-8b --backend cuda --batch 16 --mixed $p --prompt 512 \
-                        -n 64 --reps 2 --json > "$j" 2> "${j%.json}.err" || stop "mixed $p PPN_GEMM_KX=$kx"
+                    env "$DOOR=$kx" timeout 240 $PPN bench --model /tmp/m-llama-8b --backend cuda --batch 16 --mixed $p --prompt 512 \
+                        -n 64 --reps 2 --json > "$j" 2> "${j%.json}.err" || stop "mixed $p $DOOR=$kx"
                     python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('mixed 16 +', sys.argv[3], 'rows', sys.argv[2], ' '.join('%.4f ms' % r['step_ms'] for r in d['batch']))" \
-                        "$j" "PPN_GEMM_KX=$kx" $p | tee -a "$S"
+                        "$j" "$DOOR=$kx" $p | tee -a "$S"
+                done
+            done
+        done ;;
+    prompt)
+        model llama-8b
+        for r in $(seq 1 "$ROUNDS"); do
+            for kx in $ARMS; do
+                for c in $CHUNKS; do
+                    f="$OUT/prompt_c${c}_kx${kx}_$r.txt"
+                    env "$DOOR=$kx" timeout 240 $PPN bench --model /tmp/m-llama-8b --backend cuda --prompt 2048 --chunk "$c" \
+                        -n 16 --reps 3 > "$f" 2>&1 || stop "prompt chunk $c $DOOR=$kx"
+                    grep -E "^ +[0-9]+ |prompt" "$f" | sed "s|^|chunk $c $DOOR=$kx |" | tee -a "$S"
                 done
             done
         done ;;
     serve)
         for kx in $ARMS; do
-            log "serve PPN_GEMM_KX=$kx"
-            PPN_GEMM_KX=$kx OUT="$OUT/serve_kx$kx" CONFIGS="${SERVE_CONFIGS:-512}" timeout 400 bash tools/device/serve.sh > "$OUT/serve_kx$kx.txt" 2>&1 ||
-                { fail=1; log "FAIL serve PPN_GEMM_KX=$kx"; }
+            log "serve $DOOR=$kx"
+            env "$DOOR=$kx" OUT="$OUT/serve_kx$kx" CONFIGS="${SERVE_CONFIGS:-512}" timeout 400 bash tools/device/serve.sh > "$OUT/serve_kx$kx.txt" 2>&1 ||
+                { fail=1; log "FAIL serve $DOOR=$kx"; }
             grep -E 'tok/s|TTFT|ITL|busy' "$OUT/serve_kx$kx.txt" | tee -a "$S"
         done ;;
     gate)
         model llama-8b
         f="$OUT/gate_batch.txt"
-        PPN_GEMM_KX=1 timeout 300 $PPN gate --model /tmp/m-llama-8b --backend cuda batch --max-stages 2 --steps 8 > "$f" 2>&1 ||
-            { fail=1; log "FAIL gate batch under PPN_GEMM_KX=1"; }
+        env "$DOOR=1" timeout 300 $PPN gate --model /tmp/m-llama-8b --backend cuda batch --max-stages 2 --steps 8 > "$f" 2>&1 ||
+            { fail=1; log "FAIL gate batch under $DOOR=1"; }
         tail -1 "$f" | tee -a "$S" ;;
     *) log "unknown phase $ph"; fail=1 ;;
     esac
