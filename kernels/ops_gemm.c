@@ -592,16 +592,25 @@ int ppn_op_gemm_rows16_fits(ppn_gpu *g, ppn_gstream *s, int m, int rows, int col
     return wdt == PPN_DTYPE_BF16 && m > 0 && rows > 0 && cols > 0 && cols % 64 == 0 && gemm_tma_sms(g, s) > 0;
 }
 
-/* PPN_GEMM_W's default level: gemm_tc_w from GEMM_W_MIN_M tokens where its grid has GEMM_W_MIN_CTAS CTAs or more
- * (its CTA owns one weight tile's rows for all of K: fewer leave SMs idle where the split-K tiles do not). */
-#define GEMM_W_MIN_M 33
-#define GEMM_W_MIN_CTAS 96
+/* PPN_GEMM_W's default level (2): gemm_tc_w from 16 tokens where its grid has 64 CTAs or more, and past 64 tokens from
+ * 48 (a CTA owns its weight tile's rows for all of K, so a smaller grid leaves SMs idle where the split-K tiles do
+ * not). One H100, tests/gpu's decode table, 2026-12-06 22:33 UTC (docs/PERF.md), us a launch, gemm_tc_w against the
+ * forward's kernel before it: the 8B at 16 tokens q|k|v 19.85 / 22.55 (gemm_tc_k16; 96 CTAs), o 15.30 / 15.14 and
+ * down 42.25 / 44.87 (64 each), the lm head 345.83 / 367.41; at 128 tokens q|k|v 25.54 / 37.37 (gemm_tc_kw16), o
+ * 21.00 / 29.18, down 54.36 / 79.20; at 256 q|k|v 51.91 / 66.16 (48 CTAs) but o 50.48 / 47.33 and down 141.64 /
+ * 123.33 (32 CTAs); the 1B's 2048-row o and down (32 CTAs up to 128 tokens) lost at every m but o's 128 (12.16 /
+ * 12.87), its q|k|v (48) at 16 tokens (8.71 / 8.22) and won from 128 (12.20 / 13.63). */
+#define GEMM_W_MIN_M 16
+#define GEMM_W_MIN_CTAS 64
+#define GEMM_W_MIN_CTAS_WIDE 48 /* past 64 tokens */
 
 int ppn_op_gemm_rows16_takes(ppn_gpu *g, ppn_gstream *s, int m, int rows, int cols, int wdt)
 {
     if (!g || g->gemm_w == 0 || !ppn_op_gemm_rows16_fits(g, s, m, rows, cols, wdt)) return 0;
     ppn_kp_gemm p = {.m = m, .rows = rows, .cols = cols};
-    return g->gemm_w == 1 || (m >= GEMM_W_MIN_M && gemm_w_ctas(&p) >= GEMM_W_MIN_CTAS);
+    const size_t ctas = gemm_w_ctas(&p);
+    return g->gemm_w == 1 ||
+           (m >= GEMM_W_MIN_M && ctas >= (m > 64 ? GEMM_W_MIN_CTAS_WIDE : GEMM_W_MIN_CTAS));
 }
 
 int ppn_op_gemm_sums_on(ppn_gpu *g, ppn_gstream *s, int m, int rows, int cols, int wdt)

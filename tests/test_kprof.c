@@ -355,6 +355,7 @@ static void batch_x16_rows(const char *shape_name, int nb, const char *x16_name,
  * still gemm_tc_kw on f32 x), the same bits. */
 static void batch_x16_case(const char *shape_name, long per_layer, long head, long gu, int slice)
 {
+    rt_w = "0"; /* the split-K tiles' forms: where their grids are wide enough gemm_tc_w takes these GEMMs otherwise */
     batch_x16_rows(shape_name, 40, "ppn_k_gemm_tc_kw16", "ppn_k_gemm_tc_kw", per_layer, head, gu, slice);
     rt_tma = "2";
     batch_x16_rows(shape_name, 40, "ppn_k_gemm_tc_kwt", "ppn_k_gemm_tc_kw", per_layer, head, gu, slice);
@@ -364,6 +365,7 @@ static void batch_x16_case(const char *shape_name, long per_layer, long head, lo
     rt_kx = "1";
     batch_x16_rows(shape_name, 40, "ppn_k_gemm_tc_kx", "ppn_k_gemm_tc_kw", per_layer, head, gu, slice);
     rt_kx = NULL;
+    rt_w = NULL;
 }
 
 static void test_kprof_batch_x16(void **st)
@@ -392,6 +394,7 @@ static void test_kprof_mixed_x16_attention(void **st)
 static void test_kprof_batch_k16(void **st)
 {
     (void)st;
+    rt_w = "0";
     batch_x16_rows("tiny", 8, "ppn_k_gemm_tc_k16", "ppn_k_gemm_tc_k", 4, 1, 0, 0);
     batch_x16_rows("tiny", 8, "ppn_k_gemm_tc_k16", "ppn_k_gemm_tc_k", 4, 1, 0, 4);
     rt_tma = "2"; /* PPN_TMA=2: gemm_tc_k16t (W and x through tensor maps), the same counts and bits */
@@ -400,14 +403,16 @@ static void test_kprof_batch_k16(void **st)
     rt_tma = "3"; /* PPN_TMA=3: gemm_tc_k16t alone of the TMA forms, the same again */
     batch_x16_rows("tiny", 8, "ppn_k_gemm_tc_k16t", "ppn_k_gemm_tc_k", 4, 1, 0, 4);
     rt_tma = NULL;
+    rt_w = NULL;
 }
 
-/* PPN_GEMM_W=1: every GEMM of a batch walk (40 rows) and of a mixed one (40 + 8 prompt rows) on gemm_tc_w, x in bf16
- * row-major from its producer (the rows norm for q|k|v, gate|up and the head, attention for o over the prompt's rows
- * and the batch's alike, SwiGLU rows for down: gate|up's f32 output, so no fused SwiGLU), and the logits the same bits
- * as with the fusion off (f32 x, the op's tiles); the sim's checker holds each launch to its declared accesses
- * (gemm_tc_w reads its operands where its tensor maps say). PPN_GEMM_W=0: no gemm_tc_w launch. At the default level
- * the tiny shapes' grids are too small for it: none either. */
+/* PPN_GEMM_W: the GEMMs of a batch walk (40 rows) and of a mixed one (40 + 8 prompt rows) on wide-tiny that gemm_tc_w
+ * takes, x in bf16 row-major from its producer (the rows norm for q|k|v and the head, attention for o over the prompt's
+ * rows and the batch's alike, the fused SwiGLU's epilogue for down), and the logits the same bits as with the fusion
+ * off (f32 x, the op's tiles); the sim's checker holds each launch to its declared accesses (gemm_tc_w reads its
+ * operands where its tensor maps say). want_w: its launches a layer (plus the head's); gate|up keeps the fused SwiGLU
+ * where it runs (core/forward.c). At 1 every GEMM but gate|up; at the default level q|k|v and the head (4,096 rows:
+ * 64 CTAs) but not o and down (64 rows); at 0 none. */
 static void gemm_w_rows(const char *w_level, int slice, long want_w)
 {
     enum { NB = 40 };
@@ -439,17 +444,14 @@ static void gemm_w_rows(const char *w_level, int slice, long want_w)
                             .prime_logits = &pout};
         ppn_kernel_time e[PPN_KERNEL_PROFILE_MAX];
         int n = batch_step_profiled_ex(rt, q, tok, NB, slice ? &o : NULL, logits[fuse], e);
-        const ppn_kernel_time *w = find(e, n, "ppn_k_gemm_tc_w"), *r = find(e, n, "ppn_k_swiglu_rows");
-        long wc = w ? (long)w->calls : 0, rc = r ? (long)r->calls : 0, wantc = fuse ? want_w * mi.n_layers + 1 : 0;
-        if (want_w == 0) wantc = 0;
-        if (wc != wantc || (wantc && rc != mi.n_layers))
-            fail_msg("PPN_GEMM_W=%s, slice %d, fuse %d: gemm_tc_w %ld calls, swiglu_rows %ld (want %ld and %d)",
-                     w_level ? w_level : "<unset>", slice, fuse, wc, rc, wantc, mi.n_layers);
-        static const char *const others[] = {"ppn_k_gemm_tc_kw16", "ppn_k_gemm_tc_kw", "ppn_k_gemm_swiglu",
-                                              "ppn_k_gemm_tc_l", "ppn_k_gemm_tc_m", "ppn_k_gemm_tc_k16"};
-        for (size_t k = 0; wantc && k < sizeof others / sizeof others[0]; k++)
-            if (find(e, n, others[k])) fail_msg("PPN_GEMM_W=%s, slice %d: %s ran beside gemm_tc_w", w_level, slice,
-                                                others[k]);
+        const ppn_kernel_time *w = find(e, n, "ppn_k_gemm_tc_w"), *f = find(e, n, "ppn_k_gemm_swiglu");
+        long wc = w ? (long)w->calls : 0, fc = f ? (long)f->calls : 0, wantc = fuse && want_w ? want_w * mi.n_layers + 1 : 0;
+        if (wc != wantc || fc != (fuse ? mi.n_layers : 0))
+            fail_msg("PPN_GEMM_W=%s, slice %d, fuse %d: gemm_tc_w %ld calls, gemm_swiglu %ld (want %ld and %d)",
+                     w_level ? w_level : "<unset>", slice, fuse, wc, fc, wantc, fuse ? mi.n_layers : 0);
+        if (fuse && want_w == 3 && (find(e, n, "ppn_k_gemm_tc_kw16") || find(e, n, "ppn_k_gemm_tc_kw")))
+            fail_msg("PPN_GEMM_W=%s, slice %d: a split-K tile ran beside gemm_tc_w (%s %s)", w_level, slice,
+                     find(e, n, "ppn_k_gemm_tc_kw16") ? "kw16" : "", find(e, n, "ppn_k_gemm_tc_kw") ? "kw" : "");
         if (slice) {
             int nz = 0; /* the slice's logits came back: finite, not the zeros put there */
             for (size_t k = 0; k < v; k++) assert_true(isfinite(pout[k])), nz += pout[k] != 0.0f;
@@ -465,13 +467,61 @@ static void gemm_w_rows(const char *w_level, int slice, long want_w)
     free(dir);
 }
 
+/* A 300-token prompt on wide-tiny under PPN_GEMM_W=1: every layer's four GEMMs on gemm_tc_w, gate|up's f32 output
+ * through SwiGLU rows (no fused SwiGLU at 300 rows), and the prompt's logits the same bits as with the fusion off. */
+static void gemm_w_prompt(void)
+{
+    enum { N = 300 };
+    char *dir = tu_tmpdir();
+    assert_int_equal(ppn_mkmodel("wide-tiny", PPN_DTYPE_BF16, dir, 13), PPN_OK);
+    rt_w = "1";
+    ppn_rt *rt = rt_with("1");
+    rt_w = NULL;
+    float *logits[2] = {0};
+    int ids[N];
+    for (int fuse = 1; fuse >= 0; fuse--) {
+        ppn_door d = ppn_door_default();
+        d.graphs = 0;
+        d.fuse = fuse;
+        ppn_load_opts o = ppn_load_opts_default();
+        o.ctx = N + 4;
+        o.dtype = PPN_DTYPE_BF16;
+        o.door = &d;
+        ppn_model *m = tu_model_load(rt, dir, &o);
+        ppn_model_info mi;
+        ppn_model_get_info(m, &mi);
+        for (int i = 0; i < N; i++) ids[i] = (13 * i + 7) % mi.vocab;
+        logits[fuse] = malloc(sizeof(float) * (size_t)mi.vocab);
+        assert_non_null(logits[fuse]);
+        ppn_seq *q;
+        assert_int_equal(ppn_seq_create(m, &q), PPN_OK);
+        ppn_rt_kernel_profile_reset(rt);
+        assert_int_equal(ppn_prefill(q, ids, N, NULL, logits[fuse]), PPN_OK);
+        ppn_kernel_time e[PPN_KERNEL_PROFILE_MAX];
+        int n = ppn_rt_kernel_profile(rt, e, PPN_KERNEL_PROFILE_MAX);
+        const ppn_kernel_time *w = find(e, n, "ppn_k_gemm_tc_w"), *r = find(e, n, "ppn_k_swiglu_rows");
+        long wc = w ? (long)w->calls : 0, rc = r ? (long)r->calls : 0, L = mi.n_layers;
+        if (wc != (fuse ? 4 * L : 0) || rc != L)
+            fail_msg("a %d-token prompt, fuse %d: gemm_tc_w %ld calls, swiglu_rows %ld (want %ld and %ld)", N, fuse,
+                     wc, rc, fuse ? 4 * L : 0, L);
+        ppn_seq_destroy(q);
+        assert_int_equal(ppn_model_free(m), PPN_OK);
+        if (!fuse) assert_memory_equal(logits[0], logits[1], sizeof(float) * (size_t)mi.vocab);
+    }
+    free(logits[0]), free(logits[1]);
+    ppn_rt_destroy(rt);
+    tu_rmrf(dir);
+    free(dir);
+}
+
 static void test_kprof_gemm_w(void **st)
 {
     (void)st;
-    gemm_w_rows("1", 0, 4); /* q|k|v, o, gate|up, down a layer, and the head */
-    gemm_w_rows("1", 8, 4);
+    gemm_w_rows("1", 0, 3); /* q|k|v, o and down a layer, and the head; gate|up on the fused SwiGLU */
+    gemm_w_rows("1", 8, 3);
     gemm_w_rows("0", 8, 0);
-    gemm_w_rows(NULL, 8, 0);
+    gemm_w_rows(NULL, 8, 1); /* the default: q|k|v and the head */
+    gemm_w_prompt();
 }
 
 /* The batch step's attention on tensor cores (PPN_ATTN_TC, the default) where the cache is bf16 and the heads fit
