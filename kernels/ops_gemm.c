@@ -592,7 +592,7 @@ int ppn_op_gemm_rows16_fits(ppn_gpu *g, ppn_gstream *s, int m, int rows, int col
     return wdt == PPN_DTYPE_BF16 && m > 0 && rows > 0 && cols > 0 && cols % 64 == 0 && gemm_tma_sms(g, s) > 0;
 }
 
-/* PPN_GEMM_W's default level (2): gemm_tc_w from 16 tokens where its grid has 64 CTAs or more, and past 64 tokens from
+/* PPN_GEMM_W's level 2 (the default is 0 until the forward on it has run on a GPU): gemm_tc_w from 16 tokens where its grid has 64 CTAs or more, and past 64 tokens from
  * 48 (a CTA owns its weight tile's rows for all of K, so a smaller grid leaves SMs idle where the split-K tiles do
  * not). One H100, tests/gpu's decode table, 2026-12-06 22:33 UTC (docs/PERF.md), us a launch, gemm_tc_w against the
  * forward's kernel before it: the 8B at 16 tokens q|k|v 19.85 / 22.55 (gemm_tc_k16; 96 CTAs), o 15.30 / 15.14 and
