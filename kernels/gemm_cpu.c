@@ -128,25 +128,33 @@ void ppn_cpu_gemm_tc_kwt(const void *params)
     gemm_ref(&p.g, GEMM_X_X16);
 }
 
-/* gemm_tc_k16t: gemm_tc_k16's reference with W and x read where the tensor maps say (W's as gemm_tc_kwt's; x's a bf16
- * [m, cols] matrix at row pitch cols x 2 bytes in boxes of 64 columns x PPN_GEMM_TC_K_MP(m) rows), not from p.g, so
- * maps that do not describe the operands give wrong sums on the sim; maps that are not the sim's, or not the shape,
- * pitch and boxes the kernel's loads assume, give NaN. */
+/* The references of the forms whose W and x both come through tensor maps (gemm_tc_k16t, gemm_tc_w): g's sums in x's
+ * form xf with W and x read where wmap and xmap say (W's as gemm_tc_kwt's; x's a bf16 [m, cols] matrix at row pitch
+ * cols x 2 bytes in boxes of 64 columns x xrows rows), not from g, so maps that do not describe the operands give wrong
+ * sums on the sim; maps that are not the sim's, or not the shape, pitch and boxes the kernel's loads assume, give NaN. */
+static void gemm_ref_maps(ppn_kp_gemm g, const ppn_tmap *wmap, const ppn_tmap *xmap, unsigned xrows, int xf)
+{
+    uint64_t w = gemm_wmap_base(wmap, &g);
+    ppn_tmap_desc xd;
+    int ok = w && ppn_tmap_sim_decode(xmap, &xd) && xd.elem_bytes == 2 && xd.dim[0] == (uint64_t)g.cols &&
+             xd.dim[1] == (uint64_t)g.m && xd.row_bytes == (uint64_t)g.cols * 2u && xd.box[0] == 64u &&
+             xd.box[1] == xrows;
+    if (!ok) {
+        gemm_out_nan(&g);
+        return;
+    }
+    g.w = w, g.x = xd.base;
+    gemm_ref(&g, xf);
+}
+
+/* gemm_tc_k16t: gemm_tc_k16's reference through its maps (x's boxes PPN_GEMM_TC_K_KT = 64 columns x
+ * PPN_GEMM_TC_K_MP(m) rows, in gemm_tc_kw16's layout). */
 void ppn_cpu_gemm_tc_k16t(const void *params)
 {
     ppn_kp_gemm_tc_k16t p;
     memcpy(&p, params, sizeof p); /* the sim's copy of the params need not be 64-byte aligned */
-    uint64_t w = gemm_wmap_base(&p.wmap, &p.g);
-    ppn_tmap_desc xd;
-    int ok = w && ppn_tmap_sim_decode(&p.xmap, &xd) && xd.elem_bytes == 2 && xd.dim[0] == (uint64_t)p.g.cols &&
-             xd.dim[1] == (uint64_t)p.g.m && xd.row_bytes == (uint64_t)p.g.cols * 2u && xd.box[0] == PPN_GEMM_TC_K_KT &&
-             xd.box[1] == PPN_GEMM_TC_K_MP(p.g.m);
-    if (!ok) {
-        gemm_out_nan(&p.g);
-        return;
-    }
-    p.g.w = w, p.g.x = xd.base;
-    gemm_ref(&p.g, GEMM_X_X16);
+    _Static_assert(PPN_GEMM_TC_K_KT == 64, "x's box is 64 columns wide");
+    gemm_ref_maps(p.g, &p.wmap, &p.xmap, (unsigned)PPN_GEMM_TC_K_MP(p.g.m), GEMM_X_X16);
 }
 
 /* gemm_swiglu: the gate|up sums of W at w as gemm_tc_kw16's reference gives them (into host memory), then swiglu
@@ -223,23 +231,11 @@ void ppn_cpu_gemm_tc_h(const void *params)
     ppn_cpu_gemm(&q);
 }
 
-/* gemm_tc_w: the tiles' sums on x given in bf16 row-major, W and x read where its maps say (W's as gemm_tc_kwt's; x's
- * a bf16 [m, cols] matrix at row pitch cols x 2 bytes in boxes of 64 columns x PPN_GEMM_TC_W_BT(m) rows), not from
- * p.g, so maps that do not describe the operands give wrong sums on the sim; maps that are not the sim's, or not the
- * shape, pitch and boxes the kernel's loads assume, give NaN. */
+/* gemm_tc_w: the tiles' sums on x given in bf16 row-major, through its maps (x's boxes 64 columns x
+ * PPN_GEMM_TC_W_BT(m) rows). */
 void ppn_cpu_gemm_tc_w(const void *params)
 {
     ppn_kp_gemm_tc_w p;
     memcpy(&p, params, sizeof p); /* the sim's copy of the params need not be 64-byte aligned */
-    uint64_t w = gemm_wmap_base(&p.wmap, &p.g);
-    ppn_tmap_desc xd;
-    int ok = w && ppn_tmap_sim_decode(&p.xmap, &xd) && xd.elem_bytes == 2 && xd.dim[0] == (uint64_t)p.g.cols &&
-             xd.dim[1] == (uint64_t)p.g.m && xd.row_bytes == (uint64_t)p.g.cols * 2u && xd.box[0] == 64u &&
-             xd.box[1] == (unsigned)PPN_GEMM_TC_W_BT(p.g.m);
-    if (!ok) {
-        gemm_out_nan(&p.g);
-        return;
-    }
-    p.g.w = w, p.g.x = xd.base;
-    gemm_ref(&p.g, GEMM_X_ROWS);
+    gemm_ref_maps(p.g, &p.wmap, &p.xmap, (unsigned)PPN_GEMM_TC_W_BT(p.g.m), GEMM_X_ROWS);
 }

@@ -271,6 +271,19 @@ static void test_kprof_batch_rotary_fused(void **st)
     ppn_rt_destroy(rt);
 }
 
+/* nb + 1 sequences of m (q[nb]: a mixed walk's prompt slice's), each primed with 2 ids; the batch's next ids into tok
+ * and the slice's slice ids into pid. */
+static void prime_rows(ppn_model *m, int vocab, ppn_seq **q, int nb, int *tok, int *pid, int slice)
+{
+    for (int i = 0; i <= nb; i++) {
+        int prompt[2] = {(3 * i + 1) % vocab, (5 * i + 2) % vocab};
+        assert_int_equal(ppn_seq_create(m, &q[i]), PPN_OK);
+        assert_int_equal(ppn_prefill(q[i], prompt, 2, NULL, NULL), PPN_OK);
+        if (i < nb) tok[i] = (7 * i + 3) % vocab;
+    }
+    for (int i = 0; i < slice; i++) pid[i] = (11 * i + 5) % vocab;
+}
+
 /* A batch of 40 rows on bf16 weights of a `ppn mkmodel` shape whose GEMMs of 4096 rows take the middle split-K tile
  * gemm_tc_kw (kernels/ops_gemm.c): with the fusion on (the default) their x's producers write it in bf16 and they
  * run gemm_tc_kw16: wide-tiny's q|k|v, gate|up and head over 64 columns (the rows norms; its o and down have 64 rows:
@@ -298,13 +311,7 @@ static void batch_x16_rows(const char *shape_name, int nb, const char *x16_name,
         ppn_model *m = load_fuse(rt, dir, fuse, (NB + 1) * 32, PPN_DTYPE_BF16);
         ppn_model_info mi;
         ppn_model_get_info(m, &mi);
-        for (int i = 0; i <= nb; i++) {
-            int prompt[2] = {(3 * i + 1) % mi.vocab, (5 * i + 2) % mi.vocab};
-            assert_int_equal(ppn_seq_create(m, &q[i]), PPN_OK);
-            assert_int_equal(ppn_prefill(q[i], prompt, 2, NULL, NULL), PPN_OK);
-            if (i < nb) tok[i] = (7 * i + 3) % mi.vocab;
-        }
-        for (int i = 0; i < slice; i++) pid[i] = (11 * i + 5) % mi.vocab;
+        prime_rows(m, mi.vocab, q, nb, tok, pid, slice);
         size_t v = (size_t)mi.vocab, bytes = sizeof(float) * (size_t)(nb + 1) * v;
         logits[fuse] = malloc(bytes);
         assert_non_null(logits[fuse]);
@@ -428,13 +435,7 @@ static void gemm_w_rows(const char *w_level, int slice, long want_w)
         ppn_model *m = load_fuse(rt, dir, fuse, (NB + 1) * 32, PPN_DTYPE_BF16);
         ppn_model_info mi;
         ppn_model_get_info(m, &mi);
-        for (int i = 0; i <= NB; i++) {
-            int prompt[2] = {(3 * i + 1) % mi.vocab, (5 * i + 2) % mi.vocab};
-            assert_int_equal(ppn_seq_create(m, &q[i]), PPN_OK);
-            assert_int_equal(ppn_prefill(q[i], prompt, 2, NULL, NULL), PPN_OK);
-            if (i < NB) tok[i] = (7 * i + 3) % mi.vocab;
-        }
-        for (int i = 0; i < slice; i++) pid[i] = (11 * i + 5) % mi.vocab;
+        prime_rows(m, mi.vocab, q, NB, tok, pid, slice);
         size_t v = (size_t)mi.vocab, bytes = sizeof(float) * (size_t)(NB + 1) * v;
         logits[fuse] = calloc((size_t)(NB + 1) * v, sizeof(float));
         assert_non_null(logits[fuse]);
