@@ -413,13 +413,15 @@ static void test_kprof_batch_k16(void **st)
     rt_w = NULL;
 }
 
-/* PPN_GEMM_W: the GEMMs of a batch walk (40 rows) and of a mixed one (40 + 8 prompt rows) on wide-tiny that gemm_tc_w
+/* PPN_GEMM_W: the GEMMs of a mixed walk (40 batch rows + 8 prompt rows) on wide-tiny that gemm_tc_w
  * takes, x in bf16 row-major from its producer (the rows norm for q|k|v and the head, attention for o over the prompt's
  * rows and the batch's alike, the fused SwiGLU's epilogue for down), and the logits the same bits as with the fusion
  * off (f32 x, the op's tiles); the sim's checker holds each launch to its declared accesses (gemm_tc_w reads its
  * operands where its tensor maps say). want_w: its launches a layer (plus the head's); gate|up keeps the fused SwiGLU
  * where it runs (core/forward.c). At 1 every GEMM but gate|up; at 2 q|k|v and the head (4,096 rows: 64 CTAs) but
- * not o and down (64 rows); at 0 (the default) none. */
+ * not o and down (64 rows); at 0 (the default) none. (A batch walk alone and level 0 set explicitly ran here too
+ * until ThreadSanitizer's run of the whole test passed 900 s on CI's 2-core machine: the mixed walk holds the batch's
+ * rows, and 0 is the default.) */
 static void gemm_w_rows(const char *w_level, int slice, long want_w)
 {
     enum { NB = 40 };
@@ -518,11 +520,9 @@ static void gemm_w_prompt(void)
 static void test_kprof_gemm_w(void **st)
 {
     (void)st;
-    gemm_w_rows("1", 0, 3); /* q|k|v, o and down a layer, and the head; gate|up on the fused SwiGLU */
-    gemm_w_rows("1", 8, 3);
+    gemm_w_rows("1", 8, 3); /* q|k|v, o and down a layer, and the head; gate|up on the fused SwiGLU */
     gemm_w_rows("2", 8, 1); /* level 2's rule: q|k|v and the head */
-    gemm_w_rows("0", 8, 0);
-    gemm_w_rows(NULL, 8, 0); /* the default: 0 until the forward on gemm_tc_w has run on a GPU */
+    gemm_w_rows(NULL, 8, 0); /* the default, 0: none */
     gemm_w_prompt();
 }
 
