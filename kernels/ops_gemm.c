@@ -592,7 +592,7 @@ int ppn_op_gemm_rows16_fits(ppn_gpu *g, ppn_gstream *s, int m, int rows, int col
     return wdt == PPN_DTYPE_BF16 && m > 0 && rows > 0 && cols > 0 && cols % 64 == 0 && gemm_tma_sms(g, s) > 0;
 }
 
-/* PPN_GEMM_W's level 2 (the default is 0 until the forward on it has run on a GPU): gemm_tc_w from 16 tokens where its grid has 64 CTAs or more, and past 64 tokens from
+/* PPN_GEMM_W's level 2: gemm_tc_w from 16 tokens where its grid has 64 CTAs or more, and past 64 tokens from
  * 48 (a CTA owns its weight tile's rows for all of K, so a smaller grid leaves SMs idle where the split-K tiles do
  * not). One H100, tests/gpu's decode table, 2026-12-06 22:33 UTC (docs/PERF.md), us a launch, gemm_tc_w against the
  * forward's kernel before it: the 8B at 16 tokens q|k|v 19.85 / 22.55 (gemm_tc_k16; 96 CTAs), o 15.30 / 15.14 and
@@ -603,14 +603,21 @@ int ppn_op_gemm_rows16_fits(ppn_gpu *g, ppn_gstream *s, int m, int rows, int col
 #define GEMM_W_MIN_M 16
 #define GEMM_W_MIN_CTAS 64
 #define GEMM_W_MIN_CTAS_WIDE 48 /* past 64 tokens */
+/* Level 3, the default: level 2's rule from 256 tokens (prompt chunks: the engine's mixed iterations stop at 128 rows,
+ * its step_rows), and only where ppn_op_gemm's own kernel has the tile sums (gemm_tc_l, gemm_tc_h, gemm_tc_m: no K
+ * split; not the 8B's q|k|v at 256 tokens, on gemm_tc_kw), so the forward's bits are level 0's. Inside decode and
+ * mixed steps (up to 128 rows) gemm_tc_w took ~51 us a launch against 33.6 in the decode table's bursts and the steps
+ * came out level (B=16 +2.3%); prompt primes ran 25% faster (one H100, 2026-12-06 23:25 UTC, docs/PERF.md). */
+#define GEMM_W_PROMPT_M 256
 
 int ppn_op_gemm_rows16_takes(ppn_gpu *g, ppn_gstream *s, int m, int rows, int cols, int wdt)
 {
     if (!g || g->gemm_w == 0 || !ppn_op_gemm_rows16_fits(g, s, m, rows, cols, wdt)) return 0;
+    if (g->gemm_w == 1) return 1;
+    if (g->gemm_w == 3 && (m < GEMM_W_PROMPT_M || ppn_op_gemm_sums(m, rows, cols, wdt) != PPN_GEMM_SUMS_TILE)) return 0;
     ppn_kp_gemm p = {.m = m, .rows = rows, .cols = cols};
     const size_t ctas = gemm_w_ctas(&p);
-    return g->gemm_w == 1 ||
-           (m >= GEMM_W_MIN_M && ctas >= (m > 64 ? GEMM_W_MIN_CTAS_WIDE : GEMM_W_MIN_CTAS));
+    return m >= GEMM_W_MIN_M && ctas >= (m > 64 ? GEMM_W_MIN_CTAS_WIDE : GEMM_W_MIN_CTAS);
 }
 
 int ppn_op_gemm_sums_on(ppn_gpu *g, ppn_gstream *s, int m, int rows, int cols, int wdt)

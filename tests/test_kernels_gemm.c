@@ -1344,6 +1344,57 @@ static void test_gemm_tc_w(void **state)
     tu_cap.dry = 0;
 }
 
+/* PPN_GEMM_W's levels (ppn_op_gemm_rows16_takes) on a 132-SM device that runs TMA kernels: 0 never; 1 wherever it
+ * fits; 2 from 16 tokens where gemm_tc_w's grid has 64 CTAs (48 past 64 tokens); 3 (the default) level 2's rule from
+ * 256 tokens, and only where the op's own kernel already has the tile sums, so ppn_op_gemm_sums_on is ppn_op_gemm_sums
+ * at every m and shape: the forward's bits are level 0's (the 8B's q|k|v at 256 tokens stays on the split-K tile). */
+static void test_gemm_w_levels(void **state)
+{
+    (void)state;
+    ppn_gstream *s = tma_stream();
+    const int bf = PPN_DTYPE_BF16;
+    static const int shapes[][2] = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}, {128256, 4096},
+                                    {3072, 2048}, {2048, 2048}, {16384, 2048}, {2048, 8192},  {4096, 64}};
+    static const int ms[] = {1, 8, 16, 17, 32, 64, 65, 80, 128, 129, 255, 256, 300, 512, 1024, 2048, 4096};
+    int took3 = 0, kept3 = 0;
+    for (size_t i = 0; i < TU_LEN(shapes); i++)
+        for (size_t j = 0; j < TU_LEN(ms); j++) {
+            const int rows = shapes[i][0], cols = shapes[i][1], m = ms[j];
+            tma_fake->gemm_w = 0;
+            assert_false(ppn_op_gemm_rows16_takes(tma_fake, s, m, rows, cols, bf));
+            tma_fake->gemm_w = 1;
+            assert_true(ppn_op_gemm_rows16_takes(tma_fake, s, m, rows, cols, bf));
+            tma_fake->gemm_w = 2;
+            const int two = ppn_op_gemm_rows16_takes(tma_fake, s, m, rows, cols, bf);
+            tma_fake->gemm_w = 3;
+            const int three = ppn_op_gemm_rows16_takes(tma_fake, s, m, rows, cols, bf);
+            if (three && (!two || m < 256))
+                fail_msg("level 3 took m %d over %d x %d where level 2 did %d", m, rows, cols, two);
+            if (ppn_op_gemm_sums_on(tma_fake, s, m, rows, cols, bf) != ppn_op_gemm_sums(m, rows, cols, bf))
+                fail_msg("level 3: m %d over %d x %d sums otherwise than the op (%d against %d)", m, rows, cols,
+                         ppn_op_gemm_sums_on(tma_fake, s, m, rows, cols, bf), ppn_op_gemm_sums(m, rows, cols, bf));
+            took3 += three, kept3 += two && m >= 256 && !three;
+        }
+    assert_true(took3 > 0 && kept3 > 0); /* both sides of the sums test were met */
+    tma_fake->gemm_w = 2; /* level 2's rule by example: q|k|v and o from 16 tokens (96 and 64 CTAs), not at 8; not */
+    assert_false(ppn_op_gemm_rows16_takes(tma_fake, s, 8, 6144, 4096, bf)); /* the 1B's 2048-row o (32) */
+    assert_true(ppn_op_gemm_rows16_takes(tma_fake, s, 16, 6144, 4096, bf));
+    assert_true(ppn_op_gemm_rows16_takes(tma_fake, s, 16, 4096, 4096, bf));
+    assert_false(ppn_op_gemm_rows16_takes(tma_fake, s, 128, 2048, 2048, bf));
+    assert_true(ppn_op_gemm_rows16_takes(tma_fake, s, 256, 6144, 4096, bf)); /* 48 CTAs past 64 tokens */
+    tma_fake->gemm_w = 3; /* level 3: the 8B's q|k|v at 256 tokens is on gemm_tc_kw (split-K sums); at 2,048 taken */
+    assert_int_equal(ppn_op_gemm_sums(256, 6144, 4096, bf), PPN_GEMM_SUMS_KW);
+    assert_false(ppn_op_gemm_rows16_takes(tma_fake, s, 256, 6144, 4096, bf));
+    assert_true(ppn_op_gemm_rows16_takes(tma_fake, s, 2048, 6144, 4096, bf));
+    assert_false(ppn_op_gemm_rows16_takes(tma_fake, s, 128, 28672, 4096, bf));
+    assert_false(ppn_op_gemm_rows16_takes(tma_fake, s, 2048, 6144, 4096, PPN_DTYPE_F16)); /* bf16 weights alone */
+    /* on a device without TMA kernels no level takes it */
+    tu_fake.gemm_w = 1;
+    assert_false(ppn_op_gemm_rows16_takes(&tu_fake, tu_fake_stream, 2048, 6144, 4096, bf));
+    tu_fake.gemm_w = 0;
+    tma_fake->gemm_w = 0;
+}
+
 /* The map limits both backends check (gpu.h: ppn_tmap_desc), each refusal naming its field. */
 static void test_gemm_tmap_check(void **state)
 {
@@ -1396,6 +1447,7 @@ int main(void)
         cmocka_unit_test_teardown(test_gemm_tc_h_choice, dry_off),
         cmocka_unit_test(test_gemm_tc_h_values),
         cmocka_unit_test_teardown(test_gemm_tc_w, dry_off),
+        cmocka_unit_test(test_gemm_w_levels),
         cmocka_unit_test(test_gemm_tmap_check),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -284,20 +284,16 @@ static void prime_rows(ppn_model *m, int vocab, ppn_seq **q, int nb, int *tok, i
     for (int i = 0; i < slice; i++) pid[i] = (11 * i + 5) % vocab;
 }
 
-/* A batch of 40 rows on bf16 weights of a `ppn mkmodel` shape whose GEMMs of 4096 rows take the middle split-K tile
- * gemm_tc_kw (kernels/ops_gemm.c): with the fusion on (the default) their x's producers write it in bf16 and they
- * run gemm_tc_kw16: wide-tiny's q|k|v, gate|up and head over 64 columns (the rows norms; its o and down have 64 rows:
- * gemm_tc_kwx, f32 x), wide-dim-tiny's o and down (the batch's attention, SwiGLU; its other matrices have fewer
- * rows). Where gate|up takes it (wide-tiny), SwiGLU runs in its epilogue (gemm_swiglu, no ppn_k_swiglu_rows: the
- * sim runs TMA kernels). With PPN_FUSE=0 all take f32 x through gemm_tc_kw and SwiGLU its own kernel. The sim's
- * checker holds every launch to its declared accesses (2 bytes an element of x there), and the logits are the same
- * bits. per_layer: gemm_tc_kw16's launches a layer besides gate|up's, gu: 1 where gate|up takes bf16 x. slice: 0, or
- * the rows of a prompt slice fed beside the batch in one mixed walk (ppn_batch_opts.n_prime): there o keeps f32 x
- * (core/forward.c: a mixed step was level with attn_rows' bf16 out), one f32 launch a layer with the fusion on too; its
- * logits too are the same bits. nb: the batch (40; at 8 rows the tiny shape's GEMMs take gemm_tc_k, so gemm_tc_k16
- * with the fusion on: names the kernels counted). */
-static void batch_x16_rows(const char *shape_name, int nb, const char *x16_name, const char *f32_name, long per_layer,
-                           long head, long gu, int slice)
+/* One walk's kernel account for a fuse_walk check: the profile, the model's shape, the arm (fuse) and the caller's
+ * expectations (ctx). */
+typedef void (*walk_check)(const ppn_kernel_time *e, int n, const ppn_model_info *mi, int fuse, const void *ctx);
+
+/* nb batch rows (and a prompt slice of `slice` rows beside them in one mixed walk, ppn_batch_opts.n_prime, where
+ * slice > 0) on a `ppn mkmodel` shape's bf16 weights (seed 11), on a runtime rt_with("1") makes (rt_tma, rt_kx and rt_w
+ * as the caller set them), with the fusion on and then off: check reads each arm's kernel account; the slice's logits
+ * come back finite and not all zero; both arms' logits are the same bits. The sim's checker holds every launch to its
+ * declared accesses. */
+static void fuse_walk(const char *shape_name, int nb, int slice, walk_check check, const void *ctx)
 {
     enum { NB = 40 };
     assert_true(nb >= 1 && nb <= NB && slice >= 0 && slice <= 16);
@@ -313,36 +309,16 @@ static void batch_x16_rows(const char *shape_name, int nb, const char *x16_name,
         ppn_model_get_info(m, &mi);
         prime_rows(m, mi.vocab, q, nb, tok, pid, slice);
         size_t v = (size_t)mi.vocab, bytes = sizeof(float) * (size_t)(nb + 1) * v;
-        logits[fuse] = malloc(bytes);
+        logits[fuse] = calloc((size_t)(nb + 1) * v, sizeof(float));
         assert_non_null(logits[fuse]);
         float *pout = logits[fuse] + (size_t)nb * v;
         const int *pids = pid;
         ppn_batch_opts o = {.n_prime = 1, .prime_seqs = &q[nb], .prime_ids = &pids, .prime_n = &slice,
                             .prime_logits = &pout};
-        memset(pout, 0, sizeof(float) * v);
         ppn_kernel_time e[PPN_KERNEL_PROFILE_MAX];
         int n = batch_step_profiled_ex(rt, q, tok, nb, slice ? &o : NULL, logits[fuse], e);
-        const ppn_kernel_time *h = find(e, n, x16_name), *w = find(e, n, f32_name);
-        const int kx = rt_kx && !strcmp(rt_kx, "1"); /* PPN_GEMM_KX=1: gemm_swiglu_x (a mixed walk's o stays f32) */
-        const char *fn = rt_tma && !strcmp(rt_tma, "2") ? "ppn_k_gemm_swiglu_t"
-                         : kx                           ? "ppn_k_gemm_swiglu_x"
-                                                        : "ppn_k_gemm_swiglu";
-        const ppn_kernel_time *f = find(e, n, fn), *r = find(e, n, "ppn_k_swiglu_rows");
-        long hc = h ? (long)h->calls : 0, wc = w ? (long)w->calls : 0, n_x16 = per_layer * mi.n_layers + head;
-        long fc = f ? (long)f->calls : 0, rc = r ? (long)r->calls : 0, n_gu = gu * mi.n_layers;
-        long o32 = slice ? mi.n_layers : 0; /* a mixed walk's o on f32 x, whatever PPN_GEMM_KX says */
-        if (hc != (fuse ? n_x16 - o32 : 0) || wc != (fuse ? o32 : n_x16 + n_gu))
-            fail_msg("%s, %d rows, fuse %d: %s %ld calls, %s %ld (want %ld and %ld)", shape_name, nb, fuse, x16_name,
-                     hc, f32_name, wc, fuse ? n_x16 - o32 : 0, fuse ? o32 : n_x16 + n_gu);
-        if (fc != (fuse ? n_gu : 0) || rc != (fuse ? mi.n_layers - n_gu : mi.n_layers))
-            fail_msg("%s, fuse %d: gemm_swiglu %ld calls, swiglu_rows %ld (want %ld and %ld)", shape_name, fuse, fc, rc,
-                     fuse ? n_gu : 0, fuse ? mi.n_layers - n_gu : (long)mi.n_layers);
-        if (slice) { /* the walk was mixed: its attention rows and the batch's, one launch of each a layer */
-            static const char *const ak[] = {"ppn_k_attn_rows", "ppn_k_attn_rows_bf16", "ppn_k_attn_rows_f16"};
-            long ac = 0;
-            for (int k = 0; k < 3; k++) ac += find(e, n, ak[k]) ? (long)find(e, n, ak[k])->calls : 0L;
-            if (ac != mi.n_layers)
-                fail_msg("%s, slice %d: ppn_k_attn_rows* %ld calls, want %d", shape_name, slice, ac, mi.n_layers);
+        check(e, n, &mi, fuse, ctx);
+        if (slice) {
             int nz = 0; /* the slice's logits came back: finite, not the zeros put there */
             for (size_t k = 0; k < v; k++) assert_true(isfinite(pout[k])), nz += pout[k] != 0.0f;
             assert_true(nz > 0);
@@ -357,12 +333,64 @@ static void batch_x16_rows(const char *shape_name, int nb, const char *x16_name,
     free(dir);
 }
 
+/* A batch of 40 rows on bf16 weights of a `ppn mkmodel` shape whose GEMMs of 4096 rows take the middle split-K tile
+ * gemm_tc_kw (kernels/ops_gemm.c): with the fusion on (the default) their x's producers write it in bf16 and they
+ * run gemm_tc_kw16: wide-tiny's q|k|v, gate|up and head over 64 columns (the rows norms; its o and down have 64 rows:
+ * gemm_tc_kwx, f32 x), wide-dim-tiny's o and down (the batch's attention, SwiGLU; its other matrices have fewer
+ * rows). Where gate|up takes it (wide-tiny), SwiGLU runs in its epilogue (gemm_swiglu, no ppn_k_swiglu_rows: the
+ * sim runs TMA kernels). With PPN_FUSE=0 all take f32 x through gemm_tc_kw and SwiGLU its own kernel. The sim's
+ * checker holds every launch to its declared accesses (2 bytes an element of x there), and the logits are the same
+ * bits (fuse_walk). per_layer: gemm_tc_kw16's launches a layer besides gate|up's, gu: 1 where gate|up takes bf16 x. slice: 0, or
+ * the rows of a prompt slice fed beside the batch in one mixed walk (ppn_batch_opts.n_prime): there o keeps f32 x
+ * (core/forward.c: a mixed step was level with attn_rows' bf16 out), one f32 launch a layer with the fusion on too; its
+ * logits too are the same bits. nb: the batch (40; at 8 rows the tiny shape's GEMMs take gemm_tc_k, so gemm_tc_k16
+ * with the fusion on: names the kernels counted). */
+typedef struct x16_want {
+    const char *shape, *x16_name, *f32_name;
+    long per_layer, head, gu;
+    int slice;
+} x16_want;
+
+static void x16_check(const ppn_kernel_time *e, int n, const ppn_model_info *mi, int fuse, const void *ctx)
+{
+    const x16_want *w = ctx;
+    const ppn_kernel_time *h = find(e, n, w->x16_name), *f32 = find(e, n, w->f32_name);
+    const int kx = rt_kx && !strcmp(rt_kx, "1"); /* PPN_GEMM_KX=1: gemm_swiglu_x (a mixed walk's o stays f32) */
+    const char *fn = rt_tma && !strcmp(rt_tma, "2") ? "ppn_k_gemm_swiglu_t"
+                     : kx                           ? "ppn_k_gemm_swiglu_x"
+                                                    : "ppn_k_gemm_swiglu";
+    const ppn_kernel_time *f = find(e, n, fn), *r = find(e, n, "ppn_k_swiglu_rows");
+    long hc = h ? (long)h->calls : 0, wc = f32 ? (long)f32->calls : 0, n_x16 = w->per_layer * mi->n_layers + w->head;
+    long fc = f ? (long)f->calls : 0, rc = r ? (long)r->calls : 0, n_gu = w->gu * mi->n_layers;
+    long o32 = w->slice ? mi->n_layers : 0; /* a mixed walk's o on f32 x, whatever PPN_GEMM_KX says */
+    if (hc != (fuse ? n_x16 - o32 : 0) || wc != (fuse ? o32 : n_x16 + n_gu))
+        fail_msg("%s, fuse %d: %s %ld calls, %s %ld (want %ld and %ld)", w->shape, fuse, w->x16_name, hc, w->f32_name,
+                 wc, fuse ? n_x16 - o32 : 0, fuse ? o32 : n_x16 + n_gu);
+    if (fc != (fuse ? n_gu : 0) || rc != (fuse ? mi->n_layers - n_gu : mi->n_layers))
+        fail_msg("%s, fuse %d: gemm_swiglu %ld calls, swiglu_rows %ld (want %ld and %ld)", w->shape, fuse, fc, rc,
+                 fuse ? n_gu : 0, fuse ? mi->n_layers - n_gu : (long)mi->n_layers);
+    if (w->slice) { /* the walk was mixed: its attention rows and the batch's, one launch of each a layer */
+        static const char *const ak[] = {"ppn_k_attn_rows", "ppn_k_attn_rows_bf16", "ppn_k_attn_rows_f16"};
+        long ac = 0;
+        for (int k = 0; k < 3; k++) ac += find(e, n, ak[k]) ? (long)find(e, n, ak[k])->calls : 0L;
+        if (ac != mi->n_layers)
+            fail_msg("%s, slice %d: ppn_k_attn_rows* %ld calls, want %d", w->shape, w->slice, ac, mi->n_layers);
+    }
+}
+
+static void batch_x16_rows(const char *shape_name, int nb, const char *x16_name, const char *f32_name, long per_layer,
+                           long head, long gu, int slice)
+{
+    const x16_want w = {shape_name, x16_name, f32_name, per_layer, head, gu, slice};
+    fuse_walk(shape_name, nb, slice, x16_check, &w);
+}
+
 /* With PPN_TMA=2 the same GEMMs run gemm_tc_kwt and gate|up gemm_swiglu_t (W through tensor maps the sim's
  * references read back), the same counts and bits; with PPN_GEMM_KX=1 gemm_tc_kx and gemm_swiglu_x (a mixed walk's o
  * still gemm_tc_kw on f32 x), the same bits. */
 static void batch_x16_case(const char *shape_name, long per_layer, long head, long gu, int slice)
 {
-    rt_w = "0"; /* the split-K tiles' forms: where their grids are wide enough gemm_tc_w takes these GEMMs otherwise */
+    rt_w = "0"; /* the split-K tiles' forms whatever the environment says (at 1 and 2 gemm_tc_w takes wide grids) */
     batch_x16_rows(shape_name, 40, "ppn_k_gemm_tc_kw16", "ppn_k_gemm_tc_kw", per_layer, head, gu, slice);
     rt_tma = "2";
     batch_x16_rows(shape_name, 40, "ppn_k_gemm_tc_kwt", "ppn_k_gemm_tc_kw", per_layer, head, gu, slice);
@@ -419,73 +447,60 @@ static void test_kprof_batch_k16(void **st)
  * off (f32 x, the op's tiles); the sim's checker holds each launch to its declared accesses (gemm_tc_w reads its
  * operands where its tensor maps say). want_w: its launches a layer (plus the head's); gate|up keeps the fused SwiGLU
  * where it runs (core/forward.c). At 1 every GEMM but gate|up; at 2 q|k|v and the head (4,096 rows: 64 CTAs) but
- * not o and down (64 rows); at 0 (the default) none. (A batch walk alone and level 0 set explicitly ran here too
- * until ThreadSanitizer's run of the whole test passed 900 s on CI's 2-core machine: the mixed walk holds the batch's
- * rows, and 0 is the default.) */
-static void gemm_w_rows(const char *w_level, int slice, long want_w)
+ * not o and down (64 rows); at 3 (the default: prompt chunks, from 256 tokens) none. (A batch walk alone and level 0
+ * ran here too until ThreadSanitizer's run of the whole test passed 900 s on CI's 2-core machine: the mixed walk holds
+ * the batch's rows, and the default takes none here as 0 does.) */
+typedef struct w_want {
+    const char *level;
+    int slice;
+    long per_layer;
+} w_want;
+
+static void w_check(const ppn_kernel_time *e, int n, const ppn_model_info *mi, int fuse, const void *ctx)
 {
-    enum { NB = 40 };
-    char *dir = tu_tmpdir();
-    assert_int_equal(ppn_mkmodel("wide-tiny", PPN_DTYPE_BF16, dir, 11), PPN_OK);
-    int tok[NB], pid[8];
-    ppn_seq *q[NB + 1];
-    float *logits[2] = {0};
-    rt_w = w_level;
-    ppn_rt *rt = rt_with("1");
-    rt_w = NULL;
-    for (int fuse = 1; fuse >= 0; fuse--) {
-        ppn_model *m = load_fuse(rt, dir, fuse, (NB + 1) * 32, PPN_DTYPE_BF16);
-        ppn_model_info mi;
-        ppn_model_get_info(m, &mi);
-        prime_rows(m, mi.vocab, q, NB, tok, pid, slice);
-        size_t v = (size_t)mi.vocab, bytes = sizeof(float) * (size_t)(NB + 1) * v;
-        logits[fuse] = calloc((size_t)(NB + 1) * v, sizeof(float));
-        assert_non_null(logits[fuse]);
-        float *pout = logits[fuse] + (size_t)NB * v;
-        const int *pids = pid;
-        ppn_batch_opts o = {.n_prime = 1, .prime_seqs = &q[NB], .prime_ids = &pids, .prime_n = &slice,
-                            .prime_logits = &pout};
-        ppn_kernel_time e[PPN_KERNEL_PROFILE_MAX];
-        int n = batch_step_profiled_ex(rt, q, tok, NB, slice ? &o : NULL, logits[fuse], e);
-        const ppn_kernel_time *w = find(e, n, "ppn_k_gemm_tc_w"), *f = find(e, n, "ppn_k_gemm_swiglu");
-        long wc = w ? (long)w->calls : 0, fc = f ? (long)f->calls : 0, wantc = fuse && want_w ? want_w * mi.n_layers + 1 : 0;
-        if (wc != wantc || fc != (fuse ? mi.n_layers : 0))
-            fail_msg("PPN_GEMM_W=%s, slice %d, fuse %d: gemm_tc_w %ld calls, gemm_swiglu %ld (want %ld and %d)",
-                     w_level ? w_level : "<unset>", slice, fuse, wc, fc, wantc, fuse ? mi.n_layers : 0);
-        if (fuse && want_w == 3 && (find(e, n, "ppn_k_gemm_tc_kw16") || find(e, n, "ppn_k_gemm_tc_kw")))
-            fail_msg("PPN_GEMM_W=%s, slice %d: a split-K tile ran beside gemm_tc_w (%s %s)", w_level, slice,
-                     find(e, n, "ppn_k_gemm_tc_kw16") ? "kw16" : "", find(e, n, "ppn_k_gemm_tc_kw") ? "kw" : "");
-        if (slice) {
-            int nz = 0; /* the slice's logits came back: finite, not the zeros put there */
-            for (size_t k = 0; k < v; k++) assert_true(isfinite(pout[k])), nz += pout[k] != 0.0f;
-            assert_true(nz > 0);
-        }
-        for (int i = 0; i <= NB; i++) ppn_seq_destroy(q[i]);
-        assert_int_equal(ppn_model_free(m), PPN_OK);
-        if (!fuse) assert_memory_equal(logits[0], logits[1], bytes);
-    }
-    free(logits[0]), free(logits[1]);
-    ppn_rt_destroy(rt);
-    tu_rmrf(dir);
-    free(dir);
+    const w_want *w = ctx;
+    const ppn_kernel_time *t = find(e, n, "ppn_k_gemm_tc_w"), *f = find(e, n, "ppn_k_gemm_swiglu");
+    long wc = t ? (long)t->calls : 0, fc = f ? (long)f->calls : 0;
+    long wantc = fuse && w->per_layer ? w->per_layer * mi->n_layers + 1 : 0;
+    if (wc != wantc || fc != (fuse ? mi->n_layers : 0))
+        fail_msg("PPN_GEMM_W=%s, slice %d, fuse %d: gemm_tc_w %ld calls, gemm_swiglu %ld (want %ld and %d)",
+                 w->level ? w->level : "<unset>", w->slice, fuse, wc, fc, wantc, fuse ? mi->n_layers : 0);
+    if (fuse && w->per_layer == 3 && (find(e, n, "ppn_k_gemm_tc_kw16") || find(e, n, "ppn_k_gemm_tc_kw")))
+        fail_msg("PPN_GEMM_W=%s, slice %d: a split-K tile ran beside gemm_tc_w (%s %s)", w->level, w->slice,
+                 find(e, n, "ppn_k_gemm_tc_kw16") ? "kw16" : "", find(e, n, "ppn_k_gemm_tc_kw") ? "kw" : "");
 }
 
-/* A 300-token prompt on wide-tiny under PPN_GEMM_W=1: every layer's four GEMMs on gemm_tc_w, gate|up's f32 output
- * through SwiGLU rows (no fused SwiGLU at 300 rows), and the prompt's logits the same bits as with the fusion off. */
+static void gemm_w_rows(const char *w_level, int slice, long want_w)
+{
+    const w_want w = {w_level, slice, want_w};
+    rt_w = w_level;
+    fuse_walk("wide-tiny", 40, slice, w_check, &w);
+    rt_w = NULL;
+}
+
+/* A 300-token prompt on wide-tiny: under PPN_GEMM_W=1 every layer's four GEMMs on gemm_tc_w; under the default (3,
+ * prompt chunks) q|k|v and gate|up (4,096 rows: 64 CTAs) but not o and down (64 rows: 2); gate|up's f32 output
+ * through SwiGLU rows (no fused SwiGLU at 300 rows); each arm's logits the bytes of the fusion off (f32 x, the op's
+ * tiles), the default's by construction (it takes gemm_tc_w only where the op's own tile has its sums). */
 static void gemm_w_prompt(void)
 {
     enum { N = 300 };
+    static const struct {
+        const char *level;
+        int fuse, per_layer;
+    } arm[] = {{"1", 1, 4}, {NULL, 1, 2}, {NULL, 0, 0}};
+    enum { ARMS = sizeof arm / sizeof arm[0] };
     char *dir = tu_tmpdir();
     assert_int_equal(ppn_mkmodel("wide-tiny", PPN_DTYPE_BF16, dir, 13), PPN_OK);
-    rt_w = "1";
-    ppn_rt *rt = rt_with("1");
-    rt_w = NULL;
-    float *logits[2] = {0};
+    float *logits[ARMS] = {0};
     int ids[N];
-    for (int fuse = 1; fuse >= 0; fuse--) {
+    for (int a = 0; a < ARMS; a++) {
+        rt_w = arm[a].level;
+        ppn_rt *rt = rt_with("1");
+        rt_w = NULL;
         ppn_door d = ppn_door_default();
         d.graphs = 0;
-        d.fuse = fuse;
+        d.fuse = arm[a].fuse;
         ppn_load_opts o = ppn_load_opts_default();
         o.ctx = N + 4;
         o.dtype = PPN_DTYPE_BF16;
@@ -494,25 +509,25 @@ static void gemm_w_prompt(void)
         ppn_model_info mi;
         ppn_model_get_info(m, &mi);
         for (int i = 0; i < N; i++) ids[i] = (13 * i + 7) % mi.vocab;
-        logits[fuse] = malloc(sizeof(float) * (size_t)mi.vocab);
-        assert_non_null(logits[fuse]);
+        logits[a] = malloc(sizeof(float) * (size_t)mi.vocab);
+        assert_non_null(logits[a]);
         ppn_seq *q;
         assert_int_equal(ppn_seq_create(m, &q), PPN_OK);
         ppn_rt_kernel_profile_reset(rt);
-        assert_int_equal(ppn_prefill(q, ids, N, NULL, logits[fuse]), PPN_OK);
+        assert_int_equal(ppn_prefill(q, ids, N, NULL, logits[a]), PPN_OK);
         ppn_kernel_time e[PPN_KERNEL_PROFILE_MAX];
         int n = ppn_rt_kernel_profile(rt, e, PPN_KERNEL_PROFILE_MAX);
         const ppn_kernel_time *w = find(e, n, "ppn_k_gemm_tc_w"), *r = find(e, n, "ppn_k_swiglu_rows");
         long wc = w ? (long)w->calls : 0, rc = r ? (long)r->calls : 0, L = mi.n_layers;
-        if (wc != (fuse ? 4 * L : 0) || rc != L)
-            fail_msg("a %d-token prompt, fuse %d: gemm_tc_w %ld calls, swiglu_rows %ld (want %ld and %ld)", N, fuse,
-                     wc, rc, fuse ? 4 * L : 0, L);
+        if (wc != arm[a].per_layer * L || rc != L)
+            fail_msg("a %d-token prompt, PPN_GEMM_W=%s, fuse %d: gemm_tc_w %ld calls, swiglu_rows %ld (want %ld and "
+                     "%ld)", N, arm[a].level ? arm[a].level : "<unset>", arm[a].fuse, wc, rc, arm[a].per_layer * L, L);
         ppn_seq_destroy(q);
         assert_int_equal(ppn_model_free(m), PPN_OK);
-        if (!fuse) assert_memory_equal(logits[0], logits[1], sizeof(float) * (size_t)mi.vocab);
+        ppn_rt_destroy(rt);
+        if (a) assert_memory_equal(logits[0], logits[a], sizeof(float) * (size_t)mi.vocab);
     }
-    free(logits[0]), free(logits[1]);
-    ppn_rt_destroy(rt);
+    for (int a = 0; a < ARMS; a++) free(logits[a]);
     tu_rmrf(dir);
     free(dir);
 }
@@ -522,7 +537,7 @@ static void test_kprof_gemm_w(void **st)
     (void)st;
     gemm_w_rows("1", 8, 3); /* q|k|v, o and down a layer, and the head; gate|up on the fused SwiGLU */
     gemm_w_rows("2", 8, 1); /* level 2's rule: q|k|v and the head */
-    gemm_w_rows(NULL, 8, 0); /* the default, 0: none */
+    gemm_w_rows(NULL, 8, 0); /* the default, 3 (prompt chunks, from 256 tokens): none in 48 rows */
     gemm_w_prompt();
 }
 

@@ -246,15 +246,16 @@ static void test_prefill_rows_same_bits(void **state)
 }
 
 /* PPN_GEMM_W=1 (gemm_tc_w wherever it fits: the large tiles' sums at every m) on wide-tiny, whose matrices all fit it
- * (bf16, columns whole 64-element blocks): a row has one order at every chunk size; at PPN_GEMM_W=0, or with the
- * fusion off (no producer writes bf16 x, so no gemm_tc_w), the op's ranges again (20 and 33 rows apart). */
+ * (bf16, columns whole 64-element blocks): a row has one order at every chunk size; at PPN_GEMM_W=0, with the fusion
+ * off (no producer writes bf16 x, so no gemm_tc_w), and at 3 (the default: gemm_tc_w only where the op's own tile
+ * has the same sums), the op's ranges again (20 and 33 rows apart). */
 static void test_prefill_rows_same_bits_w(void **state)
 {
     (void)state;
     char *dir = tu_tmpdir();
     assert_int_equal(ppn_mkmodel("wide-tiny", PPN_DTYPE_BF16, dir, 3), PPN_OK);
-    static const char *const level[] = {"1", "0", "1"};
-    for (int arm = 0; arm < 3; arm++) {
+    static const char *const level[] = {"1", "0", "1", "3"};
+    for (int arm = 0; arm < 4; arm++) {
         tu_env_set("PPN_GEMM_W", level[arm]);
         ppn_rt *rt = NULL;
         ppn_status st = ppn_rt_create("sim", &rt);

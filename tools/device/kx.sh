@@ -7,8 +7,8 @@
 #   check   test_gpu_gemm's correctness cases: gemm_tc_kx forced must give gemm_tc_kw's bits at every K split
 #           ("kx(=kw)"; the case line FAILs otherwise); then test_gpu_gemm_swiglu under PPN_GEMM_KX=1 and 0 (the fused
 #           kernel against gemm_tc_kw16 forced + swiglu rows: the same bytes, and both timed)
-#   ids     16 prompts as one batch on llama-8b (24 greedy ids each; $IDS, made if absent), PPN_GEMM_KX 0 and 1 with
-#           PPN_FUSE 1 and 0: all four outputs the same bytes
+#   ids     16 prompts as one batch on llama-8b (24 greedy ids each; $IDS, made if absent), PPN_GEMM_KX 0 and
+#           $IDS_ON (default 1) with PPN_FUSE 1 and 0: all four outputs the same bytes
 #   table   test_gpu_gemm_decode's table (gemm_tc_kx beside the other tiles per shape and m; % of the copy floor)
 #   bench   ppn bench --batch $BATCH on $SHAPES, the $ARMS in $ROUNDS alternating rounds
 #   mixed   the serving iteration on llama-8b: --batch 16 --mixed P --prompt 512 for P in $MIXED (64 48), the arms,
@@ -29,6 +29,7 @@ GB=${GPUBIN:-build/gpu}
 IDS=${IDS:-$OUT/ids16.txt}
 if [ "$DOOR" = PPN_GEMM_W ]; then ARMS=${ARMS:-0 2 1}; else ARMS=${ARMS:-0 1}; fi
 MIXED=${MIXED:-64 48}
+IDS_ON=${IDS_ON:-1}
 CHUNKS=${CHUNKS:-512 2048}
 begin -h name,driver_version,memory.total
 model() { [ -d /tmp/m-"$1" ] || $PPN mkmodel --shape "$1" --out /tmp/m-"$1" --dtype bf16 > /dev/null; }
@@ -55,14 +56,14 @@ for ph in $PHASES; do
     ids)
         model llama-8b
         [ -f "$IDS" ] || ids16 "$IDS"
-        for a in "0 1" "1 1" "0 0" "1 0"; do
+        for a in "0 1" "$IDS_ON 1" "0 0" "$IDS_ON 0"; do
             read -r kx fu <<< "$a"
             f="$OUT/ids_kx${kx}_fuse$fu.txt"
             env "$DOOR=$kx" PPN_FUSE=$fu timeout 180 $PPN run --model /tmp/m-llama-8b --backend cuda --ctx 512 --ids-file "$IDS" \
                 -n 24 > "$f" 2> "${f%.txt}.err" || stop "ids $DOOR=$kx PPN_FUSE=$fu"
             log "ids $DOOR=$kx PPN_FUSE=$fu: $(md5sum < "$f" | cut -c1-12), $(wc -l < "$f") lines"
         done
-        for f in "$OUT"/ids_kx1_fuse1.txt "$OUT"/ids_kx0_fuse0.txt "$OUT"/ids_kx1_fuse0.txt; do
+        for f in "$OUT/ids_kx${IDS_ON}_fuse1.txt" "$OUT"/ids_kx0_fuse0.txt "$OUT/ids_kx${IDS_ON}_fuse0.txt"; do
             cmp -s "$OUT/ids_kx0_fuse1.txt" "$f" || { fail=1; log "FAIL $(basename "$f") differs from ids_kx0_fuse1.txt"; }
         done ;;
     table)
