@@ -14,7 +14,7 @@
  *
  * Decode timing (few tokens, m = 1 .. 256, or the list in PPN_GG_DECODE_M): launches back to back in bursts, as a
  * decode step issues them, each as weight bandwidth (W bytes / time) against a device-to-device copy's (bytes read +
- * written / time).
+ * written / time). PPN_GG_DECODE_RES=1: o and down with the residual (f32, added in the epilogue), as the forward.
  *
  * Runs only where a CUDA driver and GPU exist. PPN_GPU_TEST_FILTER=<cmocka pattern> picks tests
  * (test_gpu_gemm_correct, test_gpu_gemm_timing, test_gpu_gemm_decode). PPN_GG_MAX_MACS=N keeps the correctness
@@ -677,6 +677,11 @@ static void test_gpu_gemm_decode(void **state)
             ms[nm++] = (int)v, q = *end ? end + 1 : end;
         }
     }
+    /* PPN_GG_DECODE_RES=1: o and down add the residual stream in their epilogue, as the forward runs them */
+    const char *rv = getenv("PPN_GG_DECODE_RES");
+    const int with_res = rv && !strcmp(rv, "1");
+    if (rv && !with_res && strcmp(rv, "0")) fail_msg("PPN_GG_DECODE_RES=%s: want 0 or 1", rv);
+    if (with_res) printf("  o and down with res (f32 [m, rows] read and added in the epilogue)\n");
     const gg_shape *all[] = {shapes_1b, shapes_8b};
     for (int j = 0; j < nm; j++)
         for (int a = 0; a < 2; a++)
@@ -684,6 +689,10 @@ static void test_gpu_gemm_decode(void **state)
                 const gg_shape *sh = &all[a][i];
                 ppn_kp_gemm p = {.out = B.out, .w = B.w[PPN_DTYPE_BF16], .x = B.x, .m = ms[j], .rows = sh->rows,
                                  .cols = sh->cols, .wdt = PPN_DTYPE_BF16};
+                if (with_res && (i == 1 || i == 3)) {
+                    if ((size_t)ms[j] * (size_t)sh->rows > (size_t)512 * 16384) continue; /* B.res's size */
+                    p.res = B.res;
+                }
                 double wb = (double)sh->rows * sh->cols * 2, op = burst_ms(-1, p);
                 char line[512];
                 int n = snprintf(line, sizeof line, "  decode %-11s m=%-4d %-9s %8.2f us %6.0f GB/s %5.1f%% |",
