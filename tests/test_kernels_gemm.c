@@ -1347,7 +1347,8 @@ static void test_gemm_tc_w(void **state)
 /* PPN_GEMM_W's levels (ppn_op_gemm_rows16_takes) on a 132-SM device that runs TMA kernels: 0 never; 1 wherever it
  * fits; 2 from 16 tokens where gemm_tc_w's grid has 64 CTAs (48 past 64 tokens); 3 (the default) level 2's rule from
  * 256 tokens, and only where the op's own kernel already has the tile sums, so ppn_op_gemm_sums_on is ppn_op_gemm_sums
- * at every m and shape: the forward's bits are level 0's (the 8B's q|k|v at 256 tokens stays on the split-K tile). */
+ * at every m and shape: the forward's bits are level 0's (the 8B's q|k|v at 256 tokens stays on the split-K tile);
+ * at a default prefill chunk (2,048 rows) it takes what level 2 takes, whose primes were timed on an H100. */
 static void test_gemm_w_levels(void **state)
 {
     (void)state;
@@ -1373,6 +1374,8 @@ static void test_gemm_w_levels(void **state)
             if (ppn_op_gemm_sums_on(tma_fake, s, m, rows, cols, bf) != ppn_op_gemm_sums(m, rows, cols, bf))
                 fail_msg("level 3: m %d over %d x %d sums otherwise than the op (%d against %d)", m, rows, cols,
                          ppn_op_gemm_sums_on(tma_fake, s, m, rows, cols, bf), ppn_op_gemm_sums(m, rows, cols, bf));
+            if (m >= PPN_PREFILL_CHUNK && three != two) /* a default chunk: every GEMM level 2 takes (its primes) */
+                fail_msg("m %d over %d x %d: level 3 %d, level 2 %d", m, rows, cols, three, two);
             took3 += three, kept3 += two && m >= 256 && !three;
         }
     assert_true(took3 > 0 && kept3 > 0); /* both sides of the sums test were met */
