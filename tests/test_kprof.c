@@ -340,11 +340,11 @@ static void fuse_walk(const char *shape_name, int nb, int slice, walk_check chec
  * rows). Where gate|up takes it (wide-tiny), SwiGLU runs in its epilogue (gemm_swiglu, no ppn_k_swiglu_rows: the
  * sim runs TMA kernels). With PPN_FUSE=0 all take f32 x through gemm_tc_kw and SwiGLU its own kernel. The sim's
  * checker holds every launch to its declared accesses (2 bytes an element of x there), and the logits are the same
- * bits (fuse_walk). per_layer: gemm_tc_kw16's launches a layer besides gate|up's, gu: 1 where gate|up takes bf16 x. slice: 0, or
- * the rows of a prompt slice fed beside the batch in one mixed walk (ppn_batch_opts.n_prime): there o keeps f32 x
- * (core/forward.c: a mixed step was level with attn_rows' bf16 out), one f32 launch a layer with the fusion on too; its
- * logits too are the same bits. nb: the batch (40; at 8 rows the tiny shape's GEMMs take gemm_tc_k, so gemm_tc_k16
- * with the fusion on: names the kernels counted). */
+ * bits (fuse_walk). per_layer: gemm_tc_kw16's launches a layer besides gate|up's, gu: 1 where gate|up takes bf16 x.
+ * slice: 0, or the rows of a prompt slice fed beside the batch in one mixed walk (ppn_batch_opts.n_prime): there o
+ * keeps f32 x (core/forward.c: a mixed step was level with attn_rows' bf16 out), one f32 launch a layer with the fusion
+ * on too; its logits too are the same bits. nb: the batch (40; at 8 rows the tiny shape's GEMMs take gemm_tc_k, so
+ * gemm_tc_k16 with the fusion on: names the kernels counted). */
 typedef struct x16_want {
     const char *shape, *x16_name, *f32_name;
     long per_layer, head, gu;
