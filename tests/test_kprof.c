@@ -284,9 +284,10 @@ static void prime_rows(ppn_model *m, int vocab, ppn_seq **q, int nb, int *tok, i
     for (int i = 0; i < slice; i++) pid[i] = (11 * i + 5) % vocab;
 }
 
-/* One walk's kernel account for a fuse_walk check: the profile, the model's shape, the arm (fuse) and the caller's
- * expectations (ctx). */
-typedef void (*walk_check)(const ppn_kernel_time *e, int n, const ppn_model_info *mi, int fuse, const void *ctx);
+/* One walk's kernel account for a fuse_walk check: the profile, the model's shape, the arm (fuse), the prompt slice's
+ * rows (0: a batch walk alone) and the caller's expectations (ctx). */
+typedef void (*walk_check)(const ppn_kernel_time *e, int n, const ppn_model_info *mi, int fuse, int slice,
+                           const void *ctx);
 
 /* nb batch rows (and a prompt slice of `slice` rows beside them in one mixed walk, ppn_batch_opts.n_prime, where
  * slice > 0) on a `ppn mkmodel` shape's bf16 weights (seed 11), on a runtime rt_with("1") makes (rt_tma, rt_kx and rt_w
@@ -317,7 +318,7 @@ static void fuse_walk(const char *shape_name, int nb, int slice, walk_check chec
                             .prime_logits = &pout};
         ppn_kernel_time e[PPN_KERNEL_PROFILE_MAX];
         int n = batch_step_profiled_ex(rt, q, tok, nb, slice ? &o : NULL, logits[fuse], e);
-        check(e, n, &mi, fuse, ctx);
+        check(e, n, &mi, fuse, slice, ctx);
         if (slice) {
             int nz = 0; /* the slice's logits came back: finite, not the zeros put there */
             for (size_t k = 0; k < v; k++) assert_true(isfinite(pout[k])), nz += pout[k] != 0.0f;
@@ -348,10 +349,9 @@ static void fuse_walk(const char *shape_name, int nb, int slice, walk_check chec
 typedef struct x16_want {
     const char *shape, *x16_name, *f32_name;
     long per_layer, head, gu;
-    int slice;
 } x16_want;
 
-static void x16_check(const ppn_kernel_time *e, int n, const ppn_model_info *mi, int fuse, const void *ctx)
+static void x16_check(const ppn_kernel_time *e, int n, const ppn_model_info *mi, int fuse, int slice, const void *ctx)
 {
     const x16_want *w = ctx;
     const ppn_kernel_time *h = find(e, n, w->x16_name), *f32 = find(e, n, w->f32_name);
@@ -362,26 +362,26 @@ static void x16_check(const ppn_kernel_time *e, int n, const ppn_model_info *mi,
     const ppn_kernel_time *f = find(e, n, fn), *r = find(e, n, "ppn_k_swiglu_rows");
     long hc = h ? (long)h->calls : 0, wc = f32 ? (long)f32->calls : 0, n_x16 = w->per_layer * mi->n_layers + w->head;
     long fc = f ? (long)f->calls : 0, rc = r ? (long)r->calls : 0, n_gu = w->gu * mi->n_layers;
-    long o32 = w->slice ? mi->n_layers : 0; /* a mixed walk's o on f32 x, whatever PPN_GEMM_KX says */
+    long o32 = slice ? mi->n_layers : 0; /* a mixed walk's o on f32 x, whatever PPN_GEMM_KX says */
     if (hc != (fuse ? n_x16 - o32 : 0) || wc != (fuse ? o32 : n_x16 + n_gu))
         fail_msg("%s, fuse %d: %s %ld calls, %s %ld (want %ld and %ld)", w->shape, fuse, w->x16_name, hc, w->f32_name,
                  wc, fuse ? n_x16 - o32 : 0, fuse ? o32 : n_x16 + n_gu);
     if (fc != (fuse ? n_gu : 0) || rc != (fuse ? mi->n_layers - n_gu : mi->n_layers))
         fail_msg("%s, fuse %d: gemm_swiglu %ld calls, swiglu_rows %ld (want %ld and %ld)", w->shape, fuse, fc, rc,
                  fuse ? n_gu : 0, fuse ? mi->n_layers - n_gu : (long)mi->n_layers);
-    if (w->slice) { /* the walk was mixed: its attention rows and the batch's, one launch of each a layer */
+    if (slice) { /* the walk was mixed: its attention rows and the batch's, one launch of each a layer */
         static const char *const ak[] = {"ppn_k_attn_rows", "ppn_k_attn_rows_bf16", "ppn_k_attn_rows_f16"};
         long ac = 0;
         for (int k = 0; k < 3; k++) ac += find(e, n, ak[k]) ? (long)find(e, n, ak[k])->calls : 0L;
         if (ac != mi->n_layers)
-            fail_msg("%s, slice %d: ppn_k_attn_rows* %ld calls, want %d", w->shape, w->slice, ac, mi->n_layers);
+            fail_msg("%s, slice %d: ppn_k_attn_rows* %ld calls, want %d", w->shape, slice, ac, mi->n_layers);
     }
 }
 
 static void batch_x16_rows(const char *shape_name, int nb, const char *x16_name, const char *f32_name, long per_layer,
                            long head, long gu, int slice)
 {
-    const x16_want w = {shape_name, x16_name, f32_name, per_layer, head, gu, slice};
+    const x16_want w = {shape_name, x16_name, f32_name, per_layer, head, gu};
     fuse_walk(shape_name, nb, slice, x16_check, &w);
 }
 
@@ -452,27 +452,27 @@ static void test_kprof_batch_k16(void **st)
  * the batch's rows, and the default takes none here as 0 does.) */
 typedef struct w_want {
     const char *level;
-    int slice;
     long per_layer;
 } w_want;
 
-static void w_check(const ppn_kernel_time *e, int n, const ppn_model_info *mi, int fuse, const void *ctx)
+static void w_check(const ppn_kernel_time *e, int n, const ppn_model_info *mi, int fuse, int slice, const void *ctx)
 {
     const w_want *w = ctx;
+    const char *level = w->level ? w->level : "<unset>";
     const ppn_kernel_time *t = find(e, n, "ppn_k_gemm_tc_w"), *f = find(e, n, "ppn_k_gemm_swiglu");
     long wc = t ? (long)t->calls : 0, fc = f ? (long)f->calls : 0;
     long wantc = fuse && w->per_layer ? w->per_layer * mi->n_layers + 1 : 0;
     if (wc != wantc || fc != (fuse ? mi->n_layers : 0))
         fail_msg("PPN_GEMM_W=%s, slice %d, fuse %d: gemm_tc_w %ld calls, gemm_swiglu %ld (want %ld and %d)",
-                 w->level ? w->level : "<unset>", w->slice, fuse, wc, fc, wantc, fuse ? mi->n_layers : 0);
+                 level, slice, fuse, wc, fc, wantc, fuse ? mi->n_layers : 0);
     if (fuse && w->per_layer == 3 && (find(e, n, "ppn_k_gemm_tc_kw16") || find(e, n, "ppn_k_gemm_tc_kw")))
-        fail_msg("PPN_GEMM_W=%s, slice %d: a split-K tile ran beside gemm_tc_w (%s %s)", w->level, w->slice,
+        fail_msg("PPN_GEMM_W=%s, slice %d: a split-K tile ran beside gemm_tc_w (%s %s)", level, slice,
                  find(e, n, "ppn_k_gemm_tc_kw16") ? "kw16" : "", find(e, n, "ppn_k_gemm_tc_kw") ? "kw" : "");
 }
 
 static void gemm_w_rows(const char *w_level, int slice, long want_w)
 {
-    const w_want w = {w_level, slice, want_w};
+    const w_want w = {w_level, want_w};
     rt_w = w_level;
     fuse_walk("wide-tiny", 40, slice, w_check, &w);
     rt_w = NULL;
