@@ -15,6 +15,8 @@
 #                         (--batch 16 --mixed 64 --prompt 512: one serving iteration); fails on another name
 #   ids16 FILE            16 prompts of 8-39 ids in [1, 32000), seeded (the same file every time), one a line, into
 #                         FILE: `ppn run --ids-file`'s batch for the A/B scripts' bit checks
+#   idslong FILE          two seeded prompts of 1,500 and 600 ids, one a line (the same bit checks on prompt chunks
+#                         of hundreds to thousands of rows: what PPN_GEMM_W=3 takes)
 #   finish                log the verdict ("overall: PASS|FAIL") and exit with $fail
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
@@ -56,6 +58,10 @@ batch_args() {
 
 ids16() {
     python3 -c "import random; random.seed(16); [print(','.join(str(random.randrange(1, 32000)) for _ in range(random.randrange(8, 40)))) for _ in range(16)]" > "$1"
+}
+
+idslong() {
+    python3 -c "import random; random.seed(1500); [print(','.join(str(random.randrange(1, 32000)) for _ in range(n))) for n in (1500, 600)]" > "$1"
 }
 
 summarize() {

@@ -8,7 +8,8 @@
 #           ("kx(=kw)"; the case line FAILs otherwise); then test_gpu_gemm_swiglu under PPN_GEMM_KX=1 and 0 (the fused
 #           kernel against gemm_tc_kw16 forced + swiglu rows: the same bytes, and both timed)
 #   ids     16 prompts as one batch on llama-8b (24 greedy ids each; $IDS, made if absent), PPN_GEMM_KX 0 and
-#           $IDS_ON (default 1) with PPN_FUSE 1 and 0: all four outputs the same bytes
+#           $IDS_ON (default 1) with PPN_FUSE 1 and 0: all four outputs the same bytes; then two long prompts (1,500
+#           and 600 ids, common.sh's idslong; 16 greedy ids each, --ctx 2048) under 0 and $IDS_ON: the same bytes
 #   table   test_gpu_gemm_decode's table (gemm_tc_kx beside the other tiles per shape and m; % of the copy floor)
 #   bench   ppn bench --batch $BATCH on $SHAPES, the $ARMS in $ROUNDS alternating rounds
 #   mixed   the serving iteration on llama-8b: --batch 16 --mixed P --prompt 512 for P in $MIXED (64 48), the arms,
@@ -65,7 +66,15 @@ for ph in $PHASES; do
         done
         for f in "$OUT/ids_kx${IDS_ON}_fuse1.txt" "$OUT"/ids_kx0_fuse0.txt "$OUT/ids_kx${IDS_ON}_fuse0.txt"; do
             cmp -s "$OUT/ids_kx0_fuse1.txt" "$f" || { fail=1; log "FAIL $(basename "$f") differs from ids_kx0_fuse1.txt"; }
-        done ;;
+        done
+        idslong "$OUT/idslong.txt"
+        for kx in 0 "$IDS_ON"; do
+            f="$OUT/idslong_kx$kx.txt"
+            env "$DOOR=$kx" timeout 180 $PPN run --model /tmp/m-llama-8b --backend cuda --ctx 2048 --ids-file "$OUT/idslong.txt" \
+                -n 16 > "$f" 2> "${f%.txt}.err" || stop "long ids $DOOR=$kx"
+            log "long ids $DOOR=$kx: $(md5sum < "$f" | cut -c1-12), $(wc -l < "$f") lines"
+        done
+        cmp -s "$OUT/idslong_kx0.txt" "$OUT/idslong_kx$IDS_ON.txt" || { fail=1; log "FAIL idslong_kx$IDS_ON.txt differs"; } ;;
     table)
         f="$OUT/gemm_decode.txt"
         PPN_GPU_TEST_FILTER=test_gpu_gemm_decode timeout 500 "$GB"/gpu_test_gpu_gemm > "$f" 2>&1 || stop "test_gpu_gemm_decode (rc $?)"
