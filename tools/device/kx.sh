@@ -74,7 +74,7 @@ for ph in $PHASES; do
                 -n 16 > "$f" 2> "${f%.txt}.err" || stop "long ids $DOOR=$kx"
             log "long ids $DOOR=$kx: $(md5sum < "$f" | cut -c1-12), $(wc -l < "$f") lines"
         done
-        cmp -s "$OUT/idslong_kx0.txt" "$OUT/idslong_kx$IDS_ON.txt" || { fail=1; log "FAIL idslong_kx$IDS_ON.txt differs"; } ;;
+        cmp -s "$OUT/idslong_kx0.txt" "$OUT/idslong_kx$IDS_ON.txt" || { fail=1; log "FAIL idslong_kx$IDS_ON.txt differs from idslong_kx0.txt"; } ;;
     table)
         f="$OUT/gemm_decode.txt"
         PPN_GPU_TEST_FILTER=test_gpu_gemm_decode timeout 500 "$GB"/gpu_test_gpu_gemm > "$f" 2>&1 || stop "test_gpu_gemm_decode (rc $?)"
