@@ -197,6 +197,7 @@ __device__ __forceinline__ void gemm_ws_body(const CUtensorMap *wmap, const CUte
     if (threadIdx.x == 0) *c = 0;
 }
 
+#ifndef GEMM_WS_HELPERS_ONLY // gemm_wk.cu takes the helpers above, not these kernels
 #define WS_KERNEL(BT, S, WG)                                                                                        \
     extern "C" __global__ void __launch_bounds__(128 * WG + 32, 1)                                                  \
         gemm_ws_##BT##_##S##_##WG(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap, \
@@ -217,3 +218,4 @@ WS_KERNEL(128, 8, 1)
 WS_KERNEL(256, 5, 1)
 WS_KERNEL(128, 6, 2)
 WS_KERNEL(256, 4, 2)
+#endif
