@@ -58,6 +58,50 @@ __device__ __forceinline__ void gemm_store(const ppn_kp_gemm &p, int i, int r, f
     ((float *)p.out)[o] = v;
 }
 
+// gemm_store of N outputs (i[j], r[j], v[j]) of one thread, with every res element read before any output is stored.
+// res may alias out, so the compiler must keep gemm_store's load of res behind the store before it: one memory round
+// trip an output. With the residual, gemm_tc_w on the 8B's o at 128 tokens took 39.74 us a launch that way and 23.49
+// reading first (tests/gpu's decode table, an H100, 2026-12-07 08:41 UTC, docs/PERF.md). Reading first gives the same
+// result: a thread's N outputs are distinct elements, each read and then written by this thread alone, and the sums
+// are gemm_store's (the same adds in the same order).
+template <int N>
+__device__ __forceinline__ void gemm_store_n(const ppn_kp_gemm &p, const int (&i)[N], const int (&r)[N],
+                                             const float (&v)[N])
+{
+    float rv[N];
+#pragma unroll
+    for (int j = 0; j < N; j++)
+        rv[j] = p.res && i[j] < p.m && r[j] < p.rows ? ((const float *)p.res)[(size_t)i[j] * (size_t)p.rows + (size_t)r[j]]
+                                                    : 0.0f;
+#pragma unroll
+    for (int j = 0; j < N; j++) {
+        if (i[j] >= p.m || r[j] >= p.rows) continue;
+        float u = v[j];
+        if (p.bias) u = u + ppn_wload(p.bias, p.wdt, (size_t)r[j]);
+        if (p.res) u = rv[j] + u;
+        ((float *)p.out)[(size_t)i[j] * (size_t)p.rows + (size_t)r[j]] = u;
+    }
+}
+
+// gemm_store_n of 16 outputs of a warpgroup MMA accumulator with tokens as M: acc[4 j .. 4 j + 3] (j < 4) are tokens row,
+// row, row + 8, row + 8 at weight rows r + 8 j, r + 8 j + 1, r + 8 j, r + 8 j + 1.
+__device__ __forceinline__ void gemm_store_j4(const ppn_kp_gemm &p, int row, int r, const float *acc)
+{
+    int i[16], c[16];
+    float v[16];
+#pragma unroll
+    for (int a = 0; a < 16; a++)
+        i[a] = row + 8 * ((a >> 1) & 1), c[a] = r + 8 * (a >> 2) + (a & 1), v[a] = acc[a];
+    gemm_store_n(p, i, c, v);
+}
+
+// gemm_store_n of a float4's four outputs.
+__device__ __forceinline__ void gemm_store4(const ppn_kp_gemm &p, const int (&i)[4], const int (&r)[4], float4 v)
+{
+    const float u[4] = {v.x, v.y, v.z, v.w};
+    gemm_store_n(p, i, r, u);
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // SIMT: a 64 x 64 tile per CTA, k-tiles of 16 staged k-major in shared memory; thread (tx, ty) of 16 x 16 owns
 // tokens ty + 16 i and weight rows tx + 16 j (i, j < 4), one fmaf chain each in k order.
@@ -628,13 +672,9 @@ struct gemm_h {
     __device__ __forceinline__ void store(const float (&acc)[NACC])
     {
         const int r = r0 + ((int)threadIdx.x & 3) * 2;
+        static_assert(BN % 32 == 0, "16 outputs at a time");
 #pragma unroll
-        for (int j = 0; j < BN / 8; j++) {
-            gemm_store(p, row, r + 8 * j, acc[4 * j]);
-            gemm_store(p, row, r + 8 * j + 1, acc[4 * j + 1]);
-            gemm_store(p, row + 8, r + 8 * j, acc[4 * j + 2]);
-            gemm_store(p, row + 8, r + 8 * j + 1, acc[4 * j + 3]);
-        }
+        for (int j = 0; j < BN / 8; j += 4) gemm_store_j4(p, row, r + 8 * j, acc + 4 * j); // res read first
     }
 
     __device__ __forceinline__ void run(void)
@@ -1070,13 +1110,9 @@ template <bool BF16> struct gemm_th {
 #pragma unroll
             for (int j = 0; j < 128; j++) acc[j] += 0.0f; // -0 to +0: gemm_tc_l's sums start from +0
             const int row = i0 + lrow, r = r0 + (t & 3) * 2;
+            static_assert(GEMM_TH_BN % 32 == 0, "16 outputs at a time");
 #pragma unroll
-            for (int j = 0; j < GEMM_TH_BN / 8; j++) {
-                gemm_store(p.g, row, r + 8 * j, acc[4 * j]);
-                gemm_store(p.g, row, r + 8 * j + 1, acc[4 * j + 1]);
-                gemm_store(p.g, row + 8, r + 8 * j, acc[4 * j + 2]);
-                gemm_store(p.g, row + 8, r + 8 * j + 1, acc[4 * j + 3]);
-            }
+            for (int j = 0; j < GEMM_TH_BN / 8; j += 4) gemm_store_j4(p.g, row, r + 8 * j, acc + 4 * j); // res first
         }
     }
 
@@ -1399,10 +1435,7 @@ template <bool BF16, int S, bool XH = false, bool TM = false> struct gemm_k {
     __device__ __forceinline__ void put(int j, int w, int l, float4 v)
     {
         int r = r0 + w * 16 + (l >> 2), i = i0 + j * 8 + (l & 3) * 2;
-        gemm_store(p, i, r, v.x);
-        gemm_store(p, i + 1, r, v.y);
-        gemm_store(p, i, r + 8, v.z);
-        gemm_store(p, i + 1, r + 8, v.w);
+        gemm_store4(p, {i, i + 1, i, i + 1}, {r, r, r + 8, r + 8}, v);
     }
 
     __device__ __forceinline__ void store(const float (&acc)[NT][4], int nt)
@@ -1587,10 +1620,7 @@ __device__ __forceinline__ void gemm_kw_run(const ppn_kp_gemm &p, int odt = PPN_
         }
         // float4 j of thread u: tokens row, row + 8; weight rows r, r + 1 (gemm_h's accumulator layout)
         int j = e / T, u = e % T, row = i0 + (u >> 5) * 16 + ((u & 31) >> 2), r = r0 + (u & 3) * 2 + 8 * j;
-        gemm_store(p, row, r, v.x);
-        gemm_store(p, row, r + 1, v.y);
-        gemm_store(p, row + 8, r, v.z);
-        gemm_store(p, row + 8, r + 1, v.w);
+        gemm_store4(p, {row, row, row + 8, row + 8}, {r, r + 1, r, r + 1}, v);
     }
     gemm_cluster_sync(); // no CTA leaves while a peer may still read its partials
 #else
@@ -1870,10 +1900,7 @@ template <int NX, bool GU> struct gemm_kx {
         } else {
             (void)odt, (void)w;
             const int r = r0 + (j / (NQ / 2)) * 64 + R;
-            put(c, r, v.x);
-            put(c + 1, r, v.y);
-            put(c, r + 8, v.z);
-            put(c + 1, r + 8, v.w);
+            gemm_store4(p, {c, c + 1, c, c + 1}, {r, r, r + 8, r + 8}, v);
         }
     }
 
@@ -2054,10 +2081,19 @@ template <int BT, int WG, int S> __device__ __forceinline__ void gemm_w_run(cons
     gemm_wg_wait<0>();
     ppn_pdl_wait(); // res (the residual stream) and out: the previous kernels' to read and to overwrite
     // acc[j]: weight row 16 (warp % 4) + lane / 4 + 8 ((j / 2) % 2) of the warpgroup's 64, token
-    // 8 (j / 4) + 2 (lane % 4) + j % 2 of the tile's
+    // 8 (j / 4) + 2 (lane % 4) + j % 2 of the tile's; stored 16 at a time, each group's res read first
     const int rb = r0 + 64 * g + 16 * (warp & 3) + (lane >> 2), tb = t0 + 2 * (lane & 3);
 #pragma unroll
-    for (int j = 0; j < BT / 2; j++) gemm_store(p.g, tb + 8 * (j >> 2) + (j & 1), rb + 8 * ((j >> 1) & 1), acc[j]);
+    for (int c = 0; c < BT / 2; c += 16) {
+        int ti[16], ri[16];
+        float v[16];
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            const int a = c + j;
+            ti[j] = tb + 8 * (a >> 2) + (a & 1), ri[j] = rb + 8 * ((a >> 1) & 1), v[j] = acc[a];
+        }
+        gemm_store_n(p.g, ti, ri, v);
+    }
 #else
     (void)p;
     __trap();
