@@ -163,9 +163,10 @@ ppn_status ppn_op_gemm_rows16(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr
                               int rows, int cols, ppn_dptr bias, ppn_dptr res);
 int ppn_op_gemm_rows16_fits(ppn_gpu *g, ppn_gstream *s, int m, int rows, int cols, int wdt);
 /* Whether the forward takes ppn_op_gemm_rows16 for m tokens over rows x cols on s's device: where it fits and g's
- * PPN_GEMM_W level takes m (0: never; 1: always; 2: ops_gemm.c's rule on m and gemm_tc_w's grid; 3, the default:
- * that rule from 256 tokens where ppn_op_gemm_sums is already PPN_GEMM_SUMS_TILE, so ppn_op_gemm's bits). A
- * function of the shape and the device alone, so a caller decides before x's producer runs. */
+ * PPN_GEMM_W level takes m (0: never; 1: always; 2: ops_gemm.c's rule on m and gemm_tc_w's grid; 3: that rule from
+ * 256 tokens where ppn_op_gemm_sums is already PPN_GEMM_SUMS_TILE, so ppn_op_gemm's bits; 4, the default: 2's rule
+ * but where the op runs gemm_tc_k or the device's PPN_GEMM_KX level gemm_tc_kx). A function of the shape and the
+ * device alone, so a caller decides before x's producer runs. */
 int ppn_op_gemm_rows16_takes(ppn_gpu *g, ppn_gstream *s, int m, int rows, int cols, int wdt);
 /* ppn_op_gemm_sums for the forward on s's device: PPN_GEMM_SUMS_TILE where ppn_op_gemm_rows16_takes (gemm_tc_w sums
  * as the large tiles), else ppn_op_gemm_sums. */

@@ -603,18 +603,32 @@ int ppn_op_gemm_rows16_fits(ppn_gpu *g, ppn_gstream *s, int m, int rows, int col
 #define GEMM_W_MIN_M 16
 #define GEMM_W_MIN_CTAS 64
 #define GEMM_W_MIN_CTAS_WIDE 48 /* past 64 tokens */
-/* Level 3, the default: level 2's rule from 256 tokens (prompt chunks: the engine's mixed iterations stop at 128 rows,
+/* Level 3: level 2's rule from 256 tokens (prompt chunks: the engine's mixed iterations stop at 128 rows,
  * its step_rows), and only where ppn_op_gemm's own kernel has the tile sums (gemm_tc_l, gemm_tc_h, gemm_tc_m: no K
  * split; not the 8B's q|k|v at 256 tokens, on gemm_tc_kw), so the forward's bits are level 0's. Inside decode and
  * mixed steps (up to 128 rows) gemm_tc_w took ~51 us a launch against 33.6 in the decode table's bursts and the steps
  * came out level (B=16 +2.3%); prompt primes ran 25% faster (one H100, 2026-12-06 23:25 UTC, docs/PERF.md). */
 #define GEMM_W_PROMPT_M 256
+/* Level 4, the default since 2026-12-07: level 2's rule but where the op runs gemm_tc_k (up to gemm_k_max_m tokens:
+ * 16 on the 8B's matrices, the B=16 step) or the device's PPN_GEMM_KX level runs gemm_tc_kx (65-80 tokens: one pass
+ * over W, the 16 + 64-row iteration). Once the epilogues read res before they store (gemm_store_n), level 2 ran the
+ * 8B's B=64 step 3.9% and its 16 + 112-row iteration 8.5% faster than level 3, but its B=16 step 3.5% and the 16 +
+ * 64-row iteration 4.0% slower (one H100, 2026-12-07 08:44 UTC, two alternating rounds, docs/PERF.md): those two keep
+ * the op's tiles here. Where it takes gemm_tc_w the sums are the large tiles' (PPN_GEMM_SUMS_TILE), not the split-K
+ * tile's: within the fixtures' tolerance of transformers (tools/device/hf_compare.py under level 1, which takes it
+ * everywhere, 2026-12-07 08:36 UTC), not level 0's bits. */
+static int gemm_w4_skips(ppn_gpu *g, ppn_gstream *s, int m, int rows, int cols, int wdt)
+{
+    const int k = gemm_shape_kernel(m, rows, cols, wdt);
+    return k == PPN_K_GEMM_TC_K || (k == PPN_K_GEMM_TC_KW && gemm_kx_on(g, s, m)); /* gemm_x16_base's kw16 -> kx */
+}
 
 int ppn_op_gemm_rows16_takes(ppn_gpu *g, ppn_gstream *s, int m, int rows, int cols, int wdt)
 {
     if (!g || g->gemm_w == 0 || !ppn_op_gemm_rows16_fits(g, s, m, rows, cols, wdt)) return 0;
     if (g->gemm_w == 1) return 1;
     if (g->gemm_w == 3 && (m < GEMM_W_PROMPT_M || ppn_op_gemm_sums(m, rows, cols, wdt) != PPN_GEMM_SUMS_TILE)) return 0;
+    if (g->gemm_w == 4 && gemm_w4_skips(g, s, m, rows, cols, wdt)) return 0;
     ppn_kp_gemm p = {.m = m, .rows = rows, .cols = cols};
     const size_t ctas = gemm_w_ctas(&p);
     return m >= GEMM_W_MIN_M && ctas >= (m > 64 ? GEMM_W_MIN_CTAS_WIDE : GEMM_W_MIN_CTAS);

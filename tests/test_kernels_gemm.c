@@ -1345,10 +1345,12 @@ static void test_gemm_tc_w(void **state)
 }
 
 /* PPN_GEMM_W's levels (ppn_op_gemm_rows16_takes) on a 132-SM device that runs TMA kernels: 0 never; 1 wherever it
- * fits; 2 from 16 tokens where gemm_tc_w's grid has 64 CTAs (48 past 64 tokens); 3 (the default) level 2's rule from
- * 256 tokens, and only where the op's own kernel already has the tile sums, so ppn_op_gemm_sums_on is ppn_op_gemm_sums
- * at every m and shape: the forward's bits are level 0's (the 8B's q|k|v at 256 tokens stays on the split-K tile);
- * at a default prefill chunk (2,048 rows) it takes what level 2 takes, whose primes were timed on an H100. */
+ * fits; 2 from 16 tokens where gemm_tc_w's grid has 64 CTAs (48 past 64 tokens); 3 level 2's rule from 256 tokens,
+ * and only where the op's own kernel already has the tile sums, so ppn_op_gemm_sums_on is ppn_op_gemm_sums at every m
+ * and shape: the forward's bits are level 0's (the 8B's q|k|v at 256 tokens stays on the split-K tile); at a default
+ * prefill chunk (2,048 rows) it takes what level 2 takes, whose primes were timed on an H100; 4 (the default) level
+ * 2's rule but where the op runs gemm_tc_k or (PPN_GEMM_KX's default level) gemm_tc_kx, and there the op's sums,
+ * elsewhere gemm_tc_w's (the tiles'). */
 static void test_gemm_w_levels(void **state)
 {
     (void)state;
@@ -1357,7 +1359,8 @@ static void test_gemm_w_levels(void **state)
     static const int shapes[][2] = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}, {128256, 4096},
                                     {3072, 2048}, {2048, 2048}, {16384, 2048}, {2048, 8192},  {4096, 64}};
     static const int ms[] = {1, 8, 16, 17, 32, 64, 65, 80, 128, 129, 255, 256, 300, 512, 1024, 2048, 4096};
-    int took3 = 0, kept3 = 0;
+    int took3 = 0, kept3 = 0, took4 = 0;
+    tma_fake->gemm_kx = 2; /* PPN_GEMM_KX's default: gemm_tc_kx at up to 16 and 65-80 tokens (level 4 leaves those) */
     for (size_t i = 0; i < TU_LEN(shapes); i++)
         for (size_t j = 0; j < TU_LEN(ms); j++) {
             const int rows = shapes[i][0], cols = shapes[i][1], m = ms[j];
@@ -1377,8 +1380,24 @@ static void test_gemm_w_levels(void **state)
             if (m >= PPN_PREFILL_CHUNK && three != two) /* a default chunk: every GEMM level 2 takes (its primes) */
                 fail_msg("m %d over %d x %d: level 3 %d, level 2 %d", m, rows, cols, three, two);
             took3 += three, kept3 += two && m >= 256 && !three;
+            tma_fake->gemm_w = 4; /* level 2's rule but where the op runs gemm_tc_k or the device gemm_tc_kx */
+            const int four = ppn_op_gemm_rows16_takes(tma_fake, s, m, rows, cols, bf);
+            const int k = ppn_op_gemm_k16_fits(m, rows, cols, bf); /* the op's gemm_tc_k */
+            const int kx = ppn_op_gemm_x16_fits(m, rows, cols, bf) && ppn_gemm_kx_takes(tma_fake, m); /* gemm_tc_kx */
+            if (four != (two && !k && !kx))
+                fail_msg("level 4: m %d over %d x %d took %d (level 2 %d, gemm_tc_k %d, gemm_tc_kx %d)", m, rows, cols,
+                         four, two, k, kx);
+            if (ppn_op_gemm_sums_on(tma_fake, s, m, rows, cols, bf) !=
+                (four ? PPN_GEMM_SUMS_TILE : ppn_op_gemm_sums(m, rows, cols, bf)))
+                fail_msg("level 4: m %d over %d x %d sums otherwise than its kernels", m, rows, cols);
+            took4 += four && !three;
         }
-    assert_true(took3 > 0 && kept3 > 0); /* both sides of the sums test were met */
+    assert_true(took3 > 0 && kept3 > 0 && took4 > 0); /* both sides of the sums test were met; level 4's own */
+    tma_fake->gemm_w = 4; /* by example: the 8B's B=16 and 16 + 64-row steps keep the op's tiles, B=64 and 128 rows not */
+    assert_false(ppn_op_gemm_rows16_takes(tma_fake, s, 16, 4096, 4096, bf));
+    assert_false(ppn_op_gemm_rows16_takes(tma_fake, s, 80, 6144, 4096, bf));
+    assert_true(ppn_op_gemm_rows16_takes(tma_fake, s, 64, 6144, 4096, bf));
+    assert_true(ppn_op_gemm_rows16_takes(tma_fake, s, 128, 4096, 14336, bf));
     tma_fake->gemm_w = 2; /* level 2's rule by example: q|k|v and o from 16 tokens (96 and 64 CTAs), not at 8; not */
     assert_false(ppn_op_gemm_rows16_takes(tma_fake, s, 8, 6144, 4096, bf)); /* the 1B's 2048-row o (32) */
     assert_true(ppn_op_gemm_rows16_takes(tma_fake, s, 16, 6144, 4096, bf));
@@ -1396,6 +1415,7 @@ static void test_gemm_w_levels(void **state)
     assert_false(ppn_op_gemm_rows16_takes(&tu_fake, tu_fake_stream, 2048, 6144, 4096, bf));
     tu_fake.gemm_w = 0;
     tma_fake->gemm_w = 0;
+    tma_fake->gemm_kx = 0;
 }
 
 /* The map limits both backends check (gpu.h: ppn_tmap_desc), each refusal naming its field. */

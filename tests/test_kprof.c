@@ -447,9 +447,9 @@ static void test_kprof_batch_k16(void **st)
  * off (f32 x, the op's tiles); the sim's checker holds each launch to its declared accesses (gemm_tc_w reads its
  * operands where its tensor maps say). want_w: its launches a layer (plus the head's); gate|up keeps the fused SwiGLU
  * where it runs (core/forward.c). At 1 every GEMM but gate|up; at 2 q|k|v and the head (4,096 rows: 64 CTAs) but
- * not o and down (64 rows); at 3 (the default: prompt chunks, from 256 tokens) none. (A batch walk alone and level 0
- * ran here too until ThreadSanitizer's run of the whole test passed 900 s on CI's 2-core machine: the mixed walk holds
- * the batch's rows, and the default takes none here as 0 does.) */
+ * not o and down (64 rows); at 3 (prompt chunks, from 256 tokens) none; at 4 (the default) level 2's (48 rows: the op
+ * runs neither gemm_tc_k nor gemm_tc_kx there). (A batch walk alone and level 0 ran here too until ThreadSanitizer's
+ * run of the whole test passed 900 s on CI's 2-core machine: the mixed walk holds the batch's rows.) */
 typedef struct w_want {
     const char *level;
     long per_layer;
@@ -478,10 +478,10 @@ static void gemm_w_rows(const char *w_level, int slice, long want_w)
     rt_w = NULL;
 }
 
-/* A 300-token prompt on wide-tiny: under PPN_GEMM_W=1 every layer's four GEMMs on gemm_tc_w; under the default (3,
- * prompt chunks) q|k|v and gate|up (4,096 rows: 64 CTAs) but not o and down (64 rows: 2); gate|up's f32 output
+/* A 300-token prompt on wide-tiny: under PPN_GEMM_W=1 every layer's four GEMMs on gemm_tc_w; under the default (4:
+ * level 2's rule there) q|k|v and gate|up (4,096 rows: 64 CTAs) but not o and down (64 rows: 2); gate|up's f32 output
  * through SwiGLU rows (no fused SwiGLU at 300 rows); each arm's logits the bytes of the fusion off (f32 x, the op's
- * tiles), the default's by construction (it takes gemm_tc_w only where the op's own tile has its sums). */
+ * tiles: on the sim every tile's sums are the reference's one sum). */
 static void gemm_w_prompt(void)
 {
     enum { N = 300 };
@@ -537,7 +537,8 @@ static void test_kprof_gemm_w(void **st)
     (void)st;
     gemm_w_rows("1", 8, 3); /* q|k|v, o and down a layer, and the head; gate|up on the fused SwiGLU */
     gemm_w_rows("2", 8, 1); /* level 2's rule: q|k|v and the head */
-    gemm_w_rows(NULL, 8, 0); /* the default, 3 (prompt chunks, from 256 tokens): none in 48 rows */
+    gemm_w_rows("3", 8, 0);  /* prompt chunks, from 256 tokens: none in 48 rows */
+    gemm_w_rows(NULL, 8, 1); /* the default, 4: level 2's rule at 48 rows */
     gemm_w_prompt();
 }
 

@@ -1156,18 +1156,21 @@ static void test_sim_tma_gemm(void **state)
     assert_int_equal(ppn_gpu_sim_create(ppn_kernel_set(), &g), PPN_EINVAL);
     tu_env_restore();
     assert_non_null(strstr(ppn_last_error(), "PPN_TMA"));
-    /* PPN_GEMM_W: gemm_tc_w's level (ops_gemm.c), 3 unless set; a value the door does not take is refused by name */
+    /* PPN_GEMM_W: gemm_tc_w's level (ops_gemm.c), 4 unless set; a value the door does not take is refused by name */
     assert_int_equal(ppn_gpu_sim_create(ppn_kernel_set(), &g), PPN_OK);
-    assert_int_equal(g->gemm_w, 3);
+    assert_int_equal(g->gemm_w, 4);
     ppn_gpu_close(g);
     g = NULL;
-    tu_env_set("PPN_GEMM_W", "2");
-    assert_int_equal(ppn_gpu_sim_create(ppn_kernel_set(), &g), PPN_OK);
-    tu_env_restore();
-    assert_int_equal(g->gemm_w, 2);
-    ppn_gpu_close(g);
-    g = NULL;
-    static const char *const bad_w[] = {"4", "-1", "x", "1.5"};
+    static const char *const good_w[] = {"2", "3"};
+    for (size_t i = 0; i < sizeof good_w / sizeof good_w[0]; i++) {
+        tu_env_set("PPN_GEMM_W", good_w[i]);
+        assert_int_equal(ppn_gpu_sim_create(ppn_kernel_set(), &g), PPN_OK);
+        tu_env_restore();
+        assert_int_equal(g->gemm_w, good_w[i][0] - '0');
+        ppn_gpu_close(g);
+        g = NULL;
+    }
+    static const char *const bad_w[] = {"5", "-1", "x", "1.5"};
     for (size_t i = 0; i < sizeof bad_w / sizeof bad_w[0]; i++) {
         tu_env_set("PPN_GEMM_W", bad_w[i]);
         assert_int_equal(ppn_gpu_sim_create(ppn_kernel_set(), &g), PPN_EINVAL);

@@ -85,12 +85,14 @@ static const ppn_env_var env_table[] = {
         "same bits, one pass over W up to 128 tokens) where the device runs TMA kernels and PPN_TMA is not 2: 2 at "
         "up to 16 and 65-80 tokens, where it was faster on an H100 (2026-12-06); 1 wherever the others would run; 0 "
         "never"),
-    INT("PPN_GEMM_W", PPN_ENV_DEVICE, 0, 0, 3, "3",
+    INT("PPN_GEMM_W", PPN_ENV_DEVICE, 0, 0, 4, "4",
         "the forward's GEMMs on gemm_tc_w (no K split, W and x through the tensor memory accelerator, x in bf16 "
-        "row-major from its producer) where the device runs TMA kernels and the fusion is on: 3 prompt chunks "
-        "(from 256 tokens, where its grid fills the device and the op's own tile has its sums: level 0's bits; "
-        "primes 25% faster on an H100, 2026-12-06); 2 from 16 tokens where its grid fills the device "
-        "(ppn_op_gemm_rows16_takes: faster alone, level inside decode steps); 1 at every m it fits; 0 never"),
+        "row-major from its producer) where the device runs TMA kernels and the fusion is on: 4 as 2 but where the "
+        "op runs gemm_tc_k (the B=16 step) or gemm_tc_kx (65-80 tokens): the 8B's B=64 step 3.9% and 16 + "
+        "112-row iteration 8.5% faster than 3 on an H100 (2026-12-07), the large tiles' sums there; 3 prompt "
+        "chunks (from 256 tokens, where its grid fills the device and the op's own tile has its sums: level 0's "
+        "bits); 2 from 16 tokens where its grid fills the device (ppn_op_gemm_rows16_takes); 1 at every m it "
+        "fits; 0 never"),
     TEXT("CUDA_VISIBLE_DEVICES", PPN_ENV_DEVICE, "every device", "the CUDA driver's device list",
          "read by the CUDA driver; ppn only quotes it when the driver sees no device"),
     INT("PPN_SIM_DEVICES", PPN_ENV_SIM, 0, 1, 64, "4", "the number of simulated devices"),
