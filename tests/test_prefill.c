@@ -247,7 +247,7 @@ static void test_prefill_rows_same_bits(void **state)
 
 /* PPN_GEMM_W=1 (gemm_tc_w wherever it fits: the large tiles' sums at every m) on wide-tiny, whose matrices all fit it
  * (bf16, columns whole 64-element blocks): a row has one order at every chunk size; at PPN_GEMM_W=0, with the fusion
- * off (no producer writes bf16 x, so no gemm_tc_w), and at 3 (the default: gemm_tc_w only where the op's own tile
+ * off (no producer writes bf16 x, so no gemm_tc_w), and at 3 (prompt chunks: gemm_tc_w only where the op's own tile
  * has the same sums), the op's ranges again (20 and 33 rows apart). */
 static void test_prefill_rows_same_bits_w(void **state)
 {
