@@ -18,7 +18,9 @@
 #   serve   tools/device/serve.sh (issue 17's load) under each of the $ARMS
 #   gate    ppn gate batch on llama-8b under PPN_GEMM_KX=1 (split against unsplit, N <= 2)
 # DOOR=PPN_GEMM_W runs the same phases on gemm_tc_w's door instead (ARMS default "0 2 1"; check: gemm_tc_w forced
-# must give gemm_tc_l's bits, "w(=l)", on every correctness case; gate under PPN_GEMM_W=1).
+# must give gemm_tc_l's bits, "w(=l)", on every correctness case; gate under PPN_GEMM_W=1; ids: only level 3 keeps
+# level 0's bits, IDS_ON=3). Under another DOOR the ids phase runs at PPN_GEMM_W=3: the default, 4, takes gemm_tc_w
+# (the large tiles' sums) where the fusion's off runs the split-K tiles, so fused and unfused would not compare.
 # Results: $OUT/summary.txt and one file per run.
 . "$(dirname "$0")/common.sh"
 DOOR=${DOOR:-PPN_GEMM_KX}
@@ -31,6 +33,7 @@ IDS=${IDS:-$OUT/ids16.txt}
 if [ "$DOOR" = PPN_GEMM_W ]; then ARMS=${ARMS:-0 2 1}; else ARMS=${ARMS:-0 1}; fi
 MIXED=${MIXED:-64 48}
 IDS_ON=${IDS_ON:-1}
+WPIN=$([ "$DOOR" = PPN_GEMM_W ] || echo PPN_GEMM_W=3) # the ids phase's gemm_tc_w level (above)
 CHUNKS=${CHUNKS:-512 2048}
 begin -h name,driver_version,memory.total
 model() { [ -d /tmp/m-"$1" ] || $PPN mkmodel --shape "$1" --out /tmp/m-"$1" --dtype bf16 > /dev/null; }
@@ -60,7 +63,7 @@ for ph in $PHASES; do
         for a in "0 1" "$IDS_ON 1" "0 0" "$IDS_ON 0"; do
             read -r kx fu <<< "$a"
             f="$OUT/ids_kx${kx}_fuse$fu.txt"
-            env "$DOOR=$kx" PPN_FUSE=$fu timeout 180 $PPN run --model /tmp/m-llama-8b --backend cuda --ctx 512 --ids-file "$IDS" \
+            env $WPIN "$DOOR=$kx" PPN_FUSE=$fu timeout 180 $PPN run --model /tmp/m-llama-8b --backend cuda --ctx 512 --ids-file "$IDS" \
                 -n 24 > "$f" 2> "${f%.txt}.err" || stop "ids $DOOR=$kx PPN_FUSE=$fu"
             log "ids $DOOR=$kx PPN_FUSE=$fu: $(md5sum < "$f" | cut -c1-12), $(wc -l < "$f") lines"
         done
@@ -70,7 +73,7 @@ for ph in $PHASES; do
         idslong "$OUT/idslong.txt"
         for kx in 0 "$IDS_ON"; do
             f="$OUT/idslong_kx$kx.txt"
-            env "$DOOR=$kx" timeout 180 $PPN run --model /tmp/m-llama-8b --backend cuda --ctx 2048 --ids-file "$OUT/idslong.txt" \
+            env $WPIN "$DOOR=$kx" timeout 180 $PPN run --model /tmp/m-llama-8b --backend cuda --ctx 2048 --ids-file "$OUT/idslong.txt" \
                 -n 16 > "$f" 2> "${f%.txt}.err" || stop "long ids $DOOR=$kx"
             log "long ids $DOOR=$kx: $(md5sum < "$f" | cut -c1-12), $(wc -l < "$f") lines"
         done

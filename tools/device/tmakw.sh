@@ -8,7 +8,8 @@
 #           case line FAILs otherwise); then test_gpu_gemm_swiglu under PPN_TMA=2 (gemm_swiglu_t against
 #           ppn_op_gemm_x16, now gemm_tc_kwt, then swiglu rows: the same bytes, and both timed)
 #   ids     16 prompts as one batch on llama-8b (24 greedy ids each; $IDS, one prompt a line, made if absent),
-#           PPN_TMA 1 and 2 with PPN_FUSE 1 and 0: all four outputs the same bytes
+#           PPN_TMA 1 and 2 with PPN_FUSE 1 and 0: all four outputs the same bytes (at PPN_GEMM_W=3: the default, 4,
+#           takes gemm_tc_w with the large tiles' sums where the fusion's off runs the split-K tiles)
 #   bench   ppn bench --batch $BATCH on $SHAPES (default llama-8b llama-1b), PPN_TMA 1 / 2 in $ROUNDS alternating rounds
 #   mixed   the serving iteration, --batch 16 --mixed 64 --prompt 512 on llama-8b, both levels, $ROUNDS rounds
 #   table   test_gpu_gemm_decode's table (gemm_tc_kwt beside gemm_tc_kw16 per shape and m; % of the copy floor)
@@ -41,7 +42,7 @@ for ph in $PHASES; do
         for a in "1 1" "2 1" "1 0" "2 0"; do
             read -r lv fu <<< "$a"
             f="$OUT/ids_tma${lv}_fuse$fu.txt"
-            PPN_TMA=$lv PPN_FUSE=$fu timeout 180 $PPN run --model /tmp/m-llama-8b --backend cuda --ctx 512 --ids-file "$IDS" \
+            PPN_GEMM_W=3 PPN_TMA=$lv PPN_FUSE=$fu timeout 180 $PPN run --model /tmp/m-llama-8b --backend cuda --ctx 512 --ids-file "$IDS" \
                 -n 24 > "$f" 2> "${f%.txt}.err" || stop "ids PPN_TMA=$lv PPN_FUSE=$fu"
             log "ids PPN_TMA=$lv PPN_FUSE=$fu: $(md5sum < "$f" | cut -c1-12), $(wc -l < "$f") lines"
         done
