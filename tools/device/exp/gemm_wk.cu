@@ -138,19 +138,7 @@ __device__ __forceinline__ void gemm_wk_body(const CUtensorMap *wmap, const CUte
         }
         __syncwarp();
     } else {
-        for (int i = 0; i < nkt; i++) {
-            const int s = i % S;
-            mb_wait(smem_u32(&full[s]), (unsigned)((i / S) & 1));
-            const uint32_t st = smem_u32(ring + s * STAGE_AL);
-            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-            for (int q = 0; q < 4; q++)
-                mma<BT>(acc, desc_sw128(st + (uint32_t)g * 8192u + 32u * q), desc_sw128(st + W_BYTES + 32u * q), 1);
-            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-            asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-            if (i > 0 && lane == 0) mb_arrive(smem_u32(&empty[(i - 1) % S]));
-        }
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        ws_consume<BT, S, STAGE_AL, W_BYTES>(acc, ring, full, empty, nkt, g, lane);
     }
     wk_wait<PDL>(); // y and res: the predecessor's to read and overwrite
     const int u = threadIdx.x;

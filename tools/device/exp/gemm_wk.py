@@ -20,9 +20,7 @@ usage: gemm_wk.py [--m 16,64,128] [--json FILE]
 """
 import argparse
 import ctypes
-import json
 import os
-import subprocess
 import sys
 
 import torch
@@ -31,7 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 from cublas_ref import BURST, POOL_BYTES, REPS, graph_burst_us  # noqa: E402
-from gemm_ws import ck, cu, tmap  # noqa: E402  (the driver, its errors, the tensor maps)
+from gemm_ws import build_module, ck, cu, report, tmap  # noqa: E402  (the driver, its errors, the maps, nvcc)
 
 SHAPES = [("8b qkv", 6144, 4096), ("8b o", 4096, 4096), ("8b gate|up", 28672, 4096), ("8b down", 4096, 14336)]
 FORMS = [(32, 16, 1), (32, 4, 1), (64, 12, 1), (64, 4, 1), (128, 8, 1), (128, 3, 1), (128, 4, 2), (128, 3, 2)]
@@ -99,12 +97,7 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--cubin", default="/tmp/gemm_wk.cubin")
     a = ap.parse_args()
-    subprocess.run(["nvcc", "-cubin", "-arch=sm_90a", "-O3", "-o", a.cubin, os.path.join(HERE, "gemm_wk.cu")],
-                   check=True)
-    torch.cuda.init()
-    torch.zeros(1, device="cuda")
-    mod = ctypes.c_void_p()
-    ck(cu.cuModuleLoad(ctypes.byref(mod), a.cubin.encode()), "cuModuleLoad")
+    mod = build_module(os.path.join(HERE, "gemm_wk.cu"), a.cubin)
     forms = [Form(mod, *f) for f in FORMS]
     pre_fn = func(mod, "wk_pre")
     dev = torch.cuda.get_device_name(0)
@@ -186,11 +179,7 @@ def main():
                     rows.append({"shape": name, "m": m, "bt": f.bt, "stages": f.s, "wg": f.wg, "ks": ks,
                                  "ctas": ctas, "us": {kk_: round(v_, 3) for kk_, v_ in us.items()},
                                  "pre_us": {str(kk_): round(v_, 3) for kk_, v_ in pre_us.items()}})
-    if a.json:
-        with open(a.json, "w") as fh:
-            json.dump({"device": dev, "rows": rows, "bad": bad}, fh, indent=1)
-    print(f"configurations wrong: {bad}")
-    return 1 if bad else 0
+    return report(a.json, dev, rows, bad)
 
 
 if __name__ == "__main__":

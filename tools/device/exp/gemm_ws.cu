@@ -99,6 +99,28 @@ template <int N> __device__ __forceinline__ void mma(float *d, uint64_t da, uint
     }
 }
 
+// Consumer warpgroup g's walk over nkt k-tiles of the ring (S stages STAGE_AL bytes apart, W's box first): each
+// stage's four m64nBTk16 steps as one wgmma group into acc, kept in flight while the previous one is waited for, whose
+// stage a lane of each warp then hands back on its empty barrier; every group waited for on return.
+template <int BT, int S, int STAGE_AL, int W_BYTES>
+__device__ __forceinline__ void ws_consume(float *acc, unsigned char *ring, uint64_t *full, uint64_t *empty, int nkt,
+                                           int g, int lane)
+{
+    for (int i = 0; i < nkt; i++) {
+        const int s = i % S;
+        mb_wait(smem_u32(&full[s]), (unsigned)((i / S) & 1));
+        const uint32_t st = smem_u32(ring + s * STAGE_AL);
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int q = 0; q < 4; q++)
+            mma<BT>(acc, desc_sw128(st + (uint32_t)g * 8192u + 32u * q), desc_sw128(st + W_BYTES + 32u * q), 1);
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+        if (i > 0 && lane == 0) mb_arrive(smem_u32(&empty[(i - 1) % S]));
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+
 struct ws_params {
     __nv_bfloat16 *y; // [m, n]
     float *ws;        // [ks, m, n] partial sums (ks > 1)
@@ -148,19 +170,7 @@ __device__ __forceinline__ void gemm_ws_body(const CUtensorMap *wmap, const CUte
     float acc[BT / 2];
 #pragma unroll
     for (int j = 0; j < BT / 2; j++) acc[j] = 0.f;
-    for (int i = 0; i < nkt; i++) {
-        const int s = i % S;
-        mb_wait(smem_u32(&full[s]), (unsigned)((i / S) & 1));
-        const uint32_t st = smem_u32(ring + s * STAGE_AL);
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-        for (int q = 0; q < 4; q++)
-            mma<BT>(acc, desc_sw128(st + (uint32_t)g * 8192u + 32u * q), desc_sw128(st + W_BYTES + 32u * q), 1);
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-        if (i > 0 && lane == 0) mb_arrive(smem_u32(&empty[(i - 1) % S]));
-    }
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    ws_consume<BT, S, STAGE_AL, W_BYTES>(acc, ring, full, empty, nkt, g, lane);
 
     // acc[j]: W row 16 (warp % 4) + lane / 4 + 8 ((j / 2) % 2) of the warpgroup's 64,
     //        token 8 (j / 4) + 2 (lane % 4) + j % 2

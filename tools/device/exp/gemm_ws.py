@@ -56,6 +56,25 @@ def tmap(ptr, rows, cols, box_rows):
     return buf, addr
 
 
+def build_module(src, cubin):
+    """src compiled by nvcc (-cubin -arch=sm_90a -O3) into cubin and loaded in torch's primary context."""
+    subprocess.run(["nvcc", "-cubin", "-arch=sm_90a", "-O3", "-o", cubin, src], check=True)
+    torch.cuda.init()
+    torch.zeros(1, device="cuda")
+    mod = ctypes.c_void_p()
+    ck(cu.cuModuleLoad(ctypes.byref(mod), cubin.encode()), "cuModuleLoad")
+    return mod
+
+
+def report(path, dev, rows, bad):
+    """The rows as JSON at path (if given), the count of wrong configurations printed; the exit status."""
+    if path:
+        with open(path, "w") as f:
+            json.dump({"device": dev, "rows": rows, "bad": bad}, f, indent=1)
+    print(f"configurations wrong: {bad}")
+    return 1 if bad else 0
+
+
 class Params(ctypes.Structure):
     _fields_ = [("y", ctypes.c_uint64), ("ws", ctypes.c_uint64), ("count", ctypes.c_uint64), ("m", ctypes.c_int),
                 ("n", ctypes.c_int), ("k", ctypes.c_int), ("ks", ctypes.c_int), ("tok_fast", ctypes.c_int)]
@@ -90,12 +109,7 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--cubin", default="/tmp/gemm_ws.cubin")
     a = ap.parse_args()
-    subprocess.run(["nvcc", "-cubin", "-arch=sm_90a", "-O3", "-o", a.cubin, os.path.join(HERE, "gemm_ws.cu")],
-                   check=True)
-    torch.cuda.init()
-    torch.zeros(1, device="cuda")
-    mod = ctypes.c_void_p()
-    ck(cu.cuModuleLoad(ctypes.byref(mod), a.cubin.encode()), "cuModuleLoad")
+    mod = build_module(os.path.join(HERE, "gemm_ws.cu"), a.cubin)
     kernels = [Kernel(mod, bt, s, wg) for bt, s, wg in KERNELS]
     dev = torch.cuda.get_device_name(0)
     pool = torch.empty(POOL_BYTES // 2, dtype=torch.bfloat16, device="cuda").uniform_(-0.05, 0.05)
@@ -164,11 +178,7 @@ def main():
                       f"{best[0]:8.2f} us ({wb / (best[0] * 1e3):5.0f} GB/s, "
                       f"{2e-6 * m * n * k / best[0]:5.0f} TFLOP/s) "
                       f"BT={best[1]} S={best[2]} ks={best[3]} WG={best[4]}  ratio {best[0] / cub:.2f}", flush=True)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"device": dev, "rows": rows, "bad": bad}, f, indent=1)
-    print(f"configurations wrong: {bad}")
-    return 1 if bad else 0
+    return report(a.json, dev, rows, bad)
 
 
 if __name__ == "__main__":
