@@ -1873,9 +1873,7 @@ template <int NX, bool GU> struct gemm_kx {
 #endif
     }
 
-    // Output (token i, weight row r) = v, or GU: out column f of token i = silu(g) u, as gemm_gu_put rounds it.
-    __device__ __forceinline__ void put(int i, int r, float v) const { gemm_store(p, i, r, v); }
-
+    // GU: out column f of token i = silu(g) u, as gemm_gu_put rounds it.
     __device__ __forceinline__ void put_gu(int odt, int i, int f, float g, float u) const
     {
         const int nf = p.rows / 2;

@@ -620,7 +620,8 @@ int ppn_op_gemm_rows16_fits(ppn_gpu *g, ppn_gstream *s, int m, int rows, int col
 static int gemm_w4_skips(ppn_gpu *g, ppn_gstream *s, int m, int rows, int cols, int wdt)
 {
     const int k = gemm_shape_kernel(m, rows, cols, wdt);
-    return k == PPN_K_GEMM_TC_K || (k == PPN_K_GEMM_TC_KW && gemm_kx_on(g, s, m)); /* gemm_x16_base's kw16 -> kx */
+    /* the op's gemm_tc_k, or its gemm_tc_kw where ppn_op_gemm_x16 and ppn_op_gemm_swiglu run gemm_tc_kx instead */
+    return k == PPN_K_GEMM_TC_K || (k == PPN_K_GEMM_TC_KW && gemm_kx_on(g, s, m));
 }
 
 int ppn_op_gemm_rows16_takes(ppn_gpu *g, ppn_gstream *s, int m, int rows, int cols, int wdt)
