@@ -33,6 +33,7 @@ void ppn_cpu_gemm_swiglu_t(const void *params); /* ppn_cpu_gemm_swiglu with W re
 void ppn_cpu_gemm_tc_kx(const void *params);    /* = ppn_cpu_gemm_tc_kw16 (its sums, 128-token groups) */
 void ppn_cpu_gemm_swiglu_x(const void *params); /* = ppn_cpu_gemm_swiglu (on gemm_tc_kx's tile) */
 void ppn_cpu_gemm_tc_w(const void *params);     /* the tiles' sums on row-major bf16 x, through its maps */
+void ppn_cpu_gemm_swiglu_w(const void *params); /* gemm_tc_w's reference over gate|up, then swiglu rows' */
 void ppn_cpu_gemm_tc_h(const void *params);  /* ppn_cpu_gemm on the operands its tensor maps (sim) describe */
 /* the many-rows kernels (kernels/rows_cpu.c): the decode references above, row by row */
 void ppn_cpu_embed_rows(const void *params);

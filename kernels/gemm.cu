@@ -2022,22 +2022,30 @@ __device__ __forceinline__ void gemm_w_mma(float *acc, uint64_t da, uint64_t db)
     else gemm_wgmma_kx<BT>(acc, da, db, 1);
 }
 
-template <int BT, int WG, int S> __device__ __forceinline__ void gemm_w_run(const ppn_kp_gemm_tc_w &p)
+// GU (gemm_swiglu_w; WG 2): the CTA's weight rows are gate rows 64 t .. 64 t + 63 (warpgroup 0) and the up rows
+// pg.rows / 2 further (warpgroup 1), so thread u of each holds the same outputs' gate and up sums; after the k-loop
+// warpgroup 1 puts its sums in the idle ring and warpgroup 0 stores silu(gate) * up (gemm_gu_put's arithmetic) in odt.
+template <int BT, int WG, int S, bool GU = false>
+__device__ __forceinline__ void gemm_w_run(const ppn_tmap &wmap, const ppn_tmap &xmap, const ppn_kp_gemm &pg,
+                                           int odt = PPN_DTYPE_F32)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int BM = 64 * WG, W_BYTES = BM * 64 * 2, STAGE = W_BYTES + BT * 64 * 2;
     static_assert(STAGE % 1024 == 0 && S * STAGE + S * 16 <= (int)PPN_GEMM_TC_W_SMEM_MAX, "kparams.h's ring");
+    static_assert(!GU || (WG == 2 && S * STAGE >= 128 * BT * 2), "gate|up: two warpgroups; the ring holds up's sums");
     const uint32_t s0 = gemm_smem_addr(gemm_dyn_smem), full = s0 + (uint32_t)(S * STAGE), empty = full + 8u * S;
     if (s0 & 1023u) __trap(); // the swizzle atoms must sit on 1024-byte boundaries
-    const int ntt = (p.g.m + BT - 1) / BT, t0 = ((int)blockIdx.x % ntt) * BT, r0 = ((int)blockIdx.x / ntt) * BM;
-    const int n = p.g.cols / 64, warp = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31;
+    const int ntt = (pg.m + BT - 1) / BT, t0 = ((int)blockIdx.x % ntt) * BT;
+    const int r0 = ((int)blockIdx.x / ntt) * (GU ? 64 : BM), half = pg.rows / 2;
+    const int n = pg.cols / 64, warp = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31;
     gemm_ring_init(full, empty, S, 4u * WG); // empty: a lane of each consumer warp
     if (warp == 4 * WG) { // the producer
         if (lane != 0) return;
         auto weights = [&](int st, int kt) {
 #pragma unroll
             for (int g = 0; g < WG; g++)
-                gemm_tma_2d(s0 + (uint32_t)(st * STAGE + g * 8192), &p.wmap, kt * 64, r0 + 64 * g, full + 8u * st);
+                gemm_tma_2d(s0 + (uint32_t)(st * STAGE + g * 8192), &wmap, kt * 64, GU ? r0 + half * g : r0 + 64 * g,
+                            full + 8u * st);
         };
         const int pre = n < S ? n : S;
         for (int i = 0; i < pre; i++) {
@@ -2052,7 +2060,7 @@ template <int BT, int WG, int S> __device__ __forceinline__ void gemm_w_run(cons
                 gemm_mbar_expect(full + 8u * st, (unsigned)STAGE);
                 weights(st, i);
             }
-            gemm_tma_2d(s0 + (uint32_t)(st * STAGE + W_BYTES), &p.xmap, i * 64, t0, full + 8u * st);
+            gemm_tma_2d(s0 + (uint32_t)(st * STAGE + W_BYTES), &xmap, i * 64, t0, full + 8u * st);
         }
         return;
     }
@@ -2081,19 +2089,44 @@ template <int BT, int WG, int S> __device__ __forceinline__ void gemm_w_run(cons
     // acc[j]: weight row 16 (warp % 4) + lane / 4 + 8 ((j / 2) % 2) of the warpgroup's 64, token
     // 8 (j / 4) + 2 (lane % 4) + j % 2 of the tile's; stored 16 at a time, each group's res read first
     const int rb = r0 + 64 * g + 16 * (warp & 3) + (lane >> 2), tb = t0 + 2 * (lane & 3);
+    if constexpr (GU) {
+        // Every consumer's wgmma has read its last slot (the wait above), and the producer issued nothing past
+        // the last k-tile, whose full mbarrier every consumer passed: the ring is idle once both warpgroups meet.
+        float *up = (float *)gemm_dyn_smem;
+        const int u = (int)threadIdx.x & 127;
+        asm volatile("bar.sync 1, 256;\n" ::: "memory");
+        if (g == 1) {
 #pragma unroll
-    for (int c = 0; c < BT / 2; c += 16) {
-        int ti[16], ri[16];
-        float v[16];
-#pragma unroll
-        for (int j = 0; j < 16; j++) {
-            const int a = c + j;
-            ti[j] = tb + 8 * (a >> 2) + (a & 1), ri[j] = rb + 8 * ((a >> 1) & 1), v[j] = acc[a];
+            for (int j = 0; j < BT / 2; j++) up[j * 128 + u] = acc[j];
         }
-        gemm_store_n(p.g, ti, ri, v);
+        asm volatile("bar.sync 1, 256;\n" ::: "memory");
+        if (g == 1) return;
+        float *o32 = (float *)pg.out;
+        __nv_bfloat16 *o16 = (__nv_bfloat16 *)pg.out;
+#pragma unroll
+        for (int j = 0; j < BT / 2; j++) {
+            const int t = tb + 8 * (j >> 2) + (j & 1), f = rb + 8 * ((j >> 1) & 1);
+            if (t >= pg.m) continue;
+            const float v = ppn_swish(acc[j]) * up[j * 128 + u];
+            const size_t o = (size_t)t * (size_t)half + (size_t)PPN_X16_AT(odt, f);
+            if (odt != PPN_DTYPE_F32) o16[o] = __float2bfloat16_rn(v);
+            else o32[o] = v;
+        }
+    } else {
+#pragma unroll
+        for (int c = 0; c < BT / 2; c += 16) {
+            int ti[16], ri[16];
+            float v[16];
+#pragma unroll
+            for (int j = 0; j < 16; j++) {
+                const int a = c + j;
+                ti[j] = tb + 8 * (a >> 2) + (a & 1), ri[j] = rb + 8 * ((a >> 1) & 1), v[j] = acc[a];
+            }
+            gemm_store_n(pg, ti, ri, v);
+        }
     }
 #else
-    (void)p;
+    (void)wmap, (void)xmap, (void)pg, (void)odt;
     __trap();
 #endif
 }
@@ -2106,10 +2139,30 @@ extern "C" __global__ void __launch_bounds__(PPN_GEMM_TC_W_THREADS_MAX, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     if (p.g.wdt != PPN_DTYPE_BF16 || p.g.cols % 64 || (int)blockDim.x != PPN_GEMM_TC_W_THREADS(p.g.m)) __trap();
     switch (PPN_GEMM_TC_W_BT(p.g.m)) {
-    case 32: gemm_w_run<32, PPN_GEMM_TC_W_WG(32), PPN_GEMM_TC_W_STAGES(32)>(p); break;
-    case 64: gemm_w_run<64, PPN_GEMM_TC_W_WG(64), PPN_GEMM_TC_W_STAGES(64)>(p); break;
-    case 128: gemm_w_run<128, PPN_GEMM_TC_W_WG(128), PPN_GEMM_TC_W_STAGES(128)>(p); break;
-    default: gemm_w_run<256, PPN_GEMM_TC_W_WG(256), PPN_GEMM_TC_W_STAGES(256)>(p); break;
+    case 32: gemm_w_run<32, PPN_GEMM_TC_W_WG(32), PPN_GEMM_TC_W_STAGES(32)>(p.wmap, p.xmap, p.g); break;
+    case 64: gemm_w_run<64, PPN_GEMM_TC_W_WG(64), PPN_GEMM_TC_W_STAGES(64)>(p.wmap, p.xmap, p.g); break;
+    case 128: gemm_w_run<128, PPN_GEMM_TC_W_WG(128), PPN_GEMM_TC_W_STAGES(128)>(p.wmap, p.xmap, p.g); break;
+    default: gemm_w_run<256, PPN_GEMM_TC_W_WG(256), PPN_GEMM_TC_W_STAGES(256)>(p.wmap, p.xmap, p.g); break;
+    }
+#else
+    __trap();
+#endif
+}
+
+// gemm_swiglu_w (kparams.h): gemm_tc_w's k-loop over a gate|up matrix, two warpgroups (gate, up) of 64 rows a CTA,
+// a ring of about 96 KB (two CTAs an SM), SwiGLU in the epilogue; bf16 W, up to PPN_GEMM_SWIGLU_W_MAX_M tokens.
+extern "C" __global__ void __launch_bounds__(PPN_GEMM_SWIGLU_W_THREADS, 2)
+    ppn_k_gemm_swiglu_w(const __grid_constant__ ppn_kp_gemm_swiglu_w p)
+{
+    ppn_pdl_trigger();
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if (p.g.wdt != PPN_DTYPE_BF16 || p.g.cols % 64 || p.g.rows % 128 || p.g.m > PPN_GEMM_SWIGLU_W_MAX_M ||
+        (int)blockDim.x != PPN_GEMM_SWIGLU_W_THREADS)
+        __trap();
+    switch (PPN_GEMM_SWIGLU_W_BT(p.g.m)) {
+    case 32: gemm_w_run<32, 2, PPN_GEMM_SWIGLU_W_STAGES(32), true>(p.wmap, p.xmap, p.g, p.odt); break;
+    case 64: gemm_w_run<64, 2, PPN_GEMM_SWIGLU_W_STAGES(64), true>(p.wmap, p.xmap, p.g, p.odt); break;
+    default: gemm_w_run<128, 2, PPN_GEMM_SWIGLU_W_STAGES(128), true>(p.wmap, p.xmap, p.g, p.odt); break;
     }
 #else
     __trap();

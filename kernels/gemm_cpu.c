@@ -128,22 +128,29 @@ void ppn_cpu_gemm_tc_kwt(const void *params)
     gemm_ref(&p.g, GEMM_X_X16);
 }
 
-/* The references of the forms whose W and x both come through tensor maps (gemm_tc_k16t, gemm_tc_w): g's sums in x's
- * form xf with W and x read where wmap and xmap say (W's as gemm_tc_kwt's; x's a bf16 [m, cols] matrix at row pitch
- * cols x 2 bytes in boxes of 64 columns x xrows rows), not from g, so maps that do not describe the operands give wrong
- * sums on the sim; maps that are not the sim's, or not the shape, pitch and boxes the kernel's loads assume, give NaN. */
+/* The operands of the forms whose W and x both come through tensor maps (gemm_tc_k16t, gemm_tc_w, gemm_swiglu_w):
+ * W's base where wmap says (as gemm_tc_kwt's), x's where xmap says (a bf16 [m, cols] matrix at row pitch cols x 2
+ * bytes in boxes of 64 columns x xrows rows), not g's, so maps that do not describe the operands give wrong sums on
+ * the sim; 0 where the maps are not the sim's, or not the shape, pitch and boxes the kernel's loads assume. */
+static int gemm_maps(const ppn_kp_gemm *g, const ppn_tmap *wmap, const ppn_tmap *xmap, unsigned xrows, uint64_t *w,
+                     uint64_t *x)
+{
+    ppn_tmap_desc xd;
+    *w = gemm_wmap_base(wmap, g);
+    int ok = *w && ppn_tmap_sim_decode(xmap, &xd) && xd.elem_bytes == 2 && xd.dim[0] == (uint64_t)g->cols &&
+             xd.dim[1] == (uint64_t)g->m && xd.row_bytes == (uint64_t)g->cols * 2u && xd.box[0] == 64u &&
+             xd.box[1] == xrows;
+    *x = ok ? xd.base : 0;
+    return ok;
+}
+
+/* g's sums in x's form xf with W and x read through the maps (gemm_maps); NaN where they do not fit. */
 static void gemm_ref_maps(ppn_kp_gemm g, const ppn_tmap *wmap, const ppn_tmap *xmap, unsigned xrows, int xf)
 {
-    uint64_t w = gemm_wmap_base(wmap, &g);
-    ppn_tmap_desc xd;
-    int ok = w && ppn_tmap_sim_decode(xmap, &xd) && xd.elem_bytes == 2 && xd.dim[0] == (uint64_t)g.cols &&
-             xd.dim[1] == (uint64_t)g.m && xd.row_bytes == (uint64_t)g.cols * 2u && xd.box[0] == 64u &&
-             xd.box[1] == xrows;
-    if (!ok) {
+    if (!gemm_maps(&g, wmap, xmap, xrows, &g.w, &g.x)) {
         gemm_out_nan(&g);
         return;
     }
-    g.w = w, g.x = xd.base;
     gemm_ref(&g, xf);
 }
 
@@ -157,26 +164,26 @@ void ppn_cpu_gemm_tc_k16t(const void *params)
     gemm_ref_maps(p.g, &p.wmap, &p.xmap, (unsigned)PPN_GEMM_TC_K_MP(p.g.m), GEMM_X_X16);
 }
 
-/* gemm_swiglu: the gate|up sums of W at w as gemm_tc_kw16's reference gives them (into host memory), then swiglu
- * rows' reference over them into out (its odt). The kernel adds no bias or res, nor does this. Without host memory
- * for the sums, an odd row count or no W (w 0: gemm_swiglu_t's map refused), out is NaN (loud, as the other
+/* gemm_swiglu: the gate|up sums of W at w over x at x (in the form xf) as gemm_ref gives them (into host memory),
+ * then swiglu rows' reference over them into g's out (odt). The kernels add no bias or res, nor does this. Without
+ * host memory for the sums, an odd row count or no W (w 0: a map refused), out is NaN (loud, as the other
  * references' faults). */
-static void gemm_swiglu_ref(const ppn_kp_gemm_swiglu *p, uint64_t w)
+static void gemm_swiglu_ref(const ppn_kp_gemm *g, int odt, uint64_t w, uint64_t x, int xf)
 {
-    size_t m = (size_t)p->g.m, n = (size_t)p->g.rows / 2;
-    float *gu = p->g.rows % 2 || !w ? NULL : malloc(m * 2u * n * sizeof *gu);
+    size_t m = (size_t)g->m, n = (size_t)g->rows / 2;
+    float *gu = g->rows % 2 || !w ? NULL : malloc(m * 2u * n * sizeof *gu);
     if (!gu) {
         for (size_t i = 0; i < m * n; i++) {
-            if (p->odt != PPN_DTYPE_F32) PTR(uint16_t, p->g.out)[i] = 0x7fc0u;
-            else PTR(float, p->g.out)[i] = NAN;
+            if (odt != PPN_DTYPE_F32) PTR(uint16_t, g->out)[i] = 0x7fc0u;
+            else PTR(float, g->out)[i] = NAN;
         }
         return;
     }
-    ppn_kp_gemm q = p->g;
-    q.out = (uint64_t)(uintptr_t)gu, q.bias = 0, q.res = 0, q.w = w;
-    gemm_ref(&q, GEMM_X_X16);
-    ppn_kp_swiglu_rows r = {.out = p->g.out, .gu = (uint64_t)(uintptr_t)gu, .n = (int32_t)n, .c = p->g.m, .vec = 0,
-                            .odt = p->odt};
+    ppn_kp_gemm q = *g;
+    q.out = (uint64_t)(uintptr_t)gu, q.bias = 0, q.res = 0, q.w = w, q.x = x;
+    gemm_ref(&q, xf);
+    ppn_kp_swiglu_rows r = {.out = g->out, .gu = (uint64_t)(uintptr_t)gu, .n = (int32_t)n, .c = g->m, .vec = 0,
+                            .odt = odt};
     ppn_cpu_swiglu_rows(&r);
     free(gu);
 }
@@ -184,7 +191,7 @@ static void gemm_swiglu_ref(const ppn_kp_gemm_swiglu *p, uint64_t w)
 void ppn_cpu_gemm_swiglu(const void *params)
 {
     const ppn_kp_gemm_swiglu *p = params;
-    gemm_swiglu_ref(p, p->g.w);
+    gemm_swiglu_ref(&p->g, p->odt, p->g.w, p->g.x, GEMM_X_X16);
 }
 
 /* gemm_swiglu_t: gemm_swiglu's reference with W read where its tensor map says (gemm_tc_kwt's check). */
@@ -192,8 +199,7 @@ void ppn_cpu_gemm_swiglu_t(const void *params)
 {
     ppn_kp_gemm_swiglu_t pt;
     memcpy(&pt, params, sizeof pt); /* the sim's copy of the params need not be 64-byte aligned */
-    ppn_kp_gemm_swiglu p = {.g = pt.g, .odt = pt.odt, .pad = 0};
-    gemm_swiglu_ref(&p, gemm_wmap_base(&pt.wmap, &pt.g));
+    gemm_swiglu_ref(&pt.g, pt.odt, gemm_wmap_base(&pt.wmap, &pt.g), pt.g.x, GEMM_X_X16);
 }
 
 /* gemm_tc_kx and gemm_swiglu_x: gemm_tc_kw16's and gemm_swiglu's sums on another tile (kparams.h). */
@@ -238,4 +244,15 @@ void ppn_cpu_gemm_tc_w(const void *params)
     ppn_kp_gemm_tc_w p;
     memcpy(&p, params, sizeof p); /* the sim's copy of the params need not be 64-byte aligned */
     gemm_ref_maps(p.g, &p.wmap, &p.xmap, (unsigned)PPN_GEMM_TC_W_BT(p.g.m), GEMM_X_ROWS);
+}
+
+/* gemm_swiglu_w: gemm_tc_w's reference over the gate|up matrix through its maps (x's boxes 64 columns x
+ * PPN_GEMM_SWIGLU_W_BT(m) rows), then swiglu rows' into out (odt: f32 or bf16 row-major). */
+void ppn_cpu_gemm_swiglu_w(const void *params)
+{
+    ppn_kp_gemm_swiglu_w p;
+    memcpy(&p, params, sizeof p); /* the sim's copy of the params need not be 64-byte aligned */
+    uint64_t w, x;
+    if (!gemm_maps(&p.g, &p.wmap, &p.xmap, (unsigned)PPN_GEMM_SWIGLU_W_BT(p.g.m), &w, &x)) w = 0;
+    gemm_swiglu_ref(&p.g, p.odt, w, x, GEMM_X_ROWS);
 }

@@ -286,6 +286,23 @@ typedef struct { ppn_tmap xmap, wmap; ppn_kp_gemm g; } ppn_kp_gemm_tc_h;
      (unsigned)PPN_GEMM_TC_W_STAGES(m) * 16u)
 #define PPN_GEMM_TC_W_SMEM_MAX (192u * 1024u + 16u * 16u)
 typedef struct { ppn_tmap wmap, xmap; ppn_kp_gemm g; } ppn_kp_gemm_tc_w;
+/* gemm_swiglu_w (sm_90a): gemm_tc_w over a gate|up matrix ([2 n, cols]: gate rows, then as many up rows) with SwiGLU
+ * in its epilogue, for up to PPN_GEMM_SWIGLU_W_MAX_M tokens: a CTA of two consumer warpgroups and the producer warp
+ * owns output columns 64 t .. 64 t + 63 (gate rows 64 t.., read by warpgroup 0; the up rows n further, by
+ * warpgroup 1) and BT(m) tokens; W's two 64 x 64 boxes and x's box of a k-tile share a stage of a ring of about
+ * 96 KB, so two CTAs share an SM. The sums are gemm_tc_w's (one f32 accumulator through k16 steps in k order), then
+ * out [m, n] = silu(gate) * up as ppn_k_swiglu_rows computes it, in odt (f32 or bf16 row-major, PPN_ODT_BF16_ROWS):
+ * the bits of gemm_tc_w then swiglu rows. Its params: gemm_tc_w's maps (W's 64 x 64 boxes of the gate|up matrix,
+ * x's 64 columns x BT(m) rows) and g (rows = 2 n), then odt. */
+#define PPN_GEMM_SWIGLU_W_MAX_M 128
+#define PPN_GEMM_SWIGLU_W_BT(m) ((m) <= 32 ? 32 : (m) <= 64 ? 64 : 128)
+#define PPN_GEMM_SWIGLU_W_STAGES(m) ((m) <= 32 ? 5 : (m) <= 64 ? 4 : 3)
+#define PPN_GEMM_SWIGLU_W_THREADS (2 * 128 + 32)
+#define PPN_GEMM_SWIGLU_W_SMEM(m)                                                                                  \
+    ((unsigned)PPN_GEMM_SWIGLU_W_STAGES(m) * (unsigned)(128 + PPN_GEMM_SWIGLU_W_BT(m)) * 128u +                   \
+     (unsigned)PPN_GEMM_SWIGLU_W_STAGES(m) * 16u)
+#define PPN_GEMM_SWIGLU_W_SMEM_MAX (100u * 1024u + 5u * 16u)
+typedef struct { ppn_tmap wmap, xmap; ppn_kp_gemm g; int32_t odt, pad; } ppn_kp_gemm_swiglu_w;
 
 /* Rotary embedding in place on x[n_heads, head_dim] at position hdr->pos.
  * inv_freq: f32 [head_dim/2], precomputed on the host (default, llama3 scaling...).

@@ -56,6 +56,7 @@ const ppn_gpu_kernel ppn_kernels[PPN_K_COUNT] = {
     PPN_KDESC(PPN_K_GEMM_TC_KX, gemm_tc_kx),
     PPN_KDESC(PPN_K_GEMM_SWIGLU_X, gemm_swiglu_x),
     PPN_KDESC(PPN_K_GEMM_TC_W, gemm_tc_w),
+    PPN_KDESC(PPN_K_GEMM_SWIGLU_W, gemm_swiglu_w),
 };
 
 #if PPN_HAVE_FATBIN
@@ -69,7 +70,8 @@ static const unsigned kernel_smem[PPN_K_COUNT] = {[PPN_K_GEMM_TC_H] = PPN_GEMM_T
                                                   [PPN_K_GEMM_TC_KWX] = PPN_GEMM_TC_KWX_SMEM,
                                                   [PPN_K_GEMM_TC_KX] = PPN_GEMM_TC_KX_SMEM_MAX,
                                                   [PPN_K_GEMM_SWIGLU_X] = PPN_GEMM_TC_KX_SMEM_MAX,
-                                                  [PPN_K_GEMM_TC_W] = PPN_GEMM_TC_W_SMEM_MAX};
+                                                  [PPN_K_GEMM_TC_W] = PPN_GEMM_TC_W_SMEM_MAX,
+                                                  [PPN_K_GEMM_SWIGLU_W] = PPN_GEMM_SWIGLU_W_SMEM_MAX};
 
 static ppn_gpu_kernels kernel_set;
 #if PPN_HAVE_FATBIN

@@ -53,6 +53,7 @@ typedef enum ppn_kernel_id {
     PPN_K_GEMM_TC_KX,
     PPN_K_GEMM_SWIGLU_X,
     PPN_K_GEMM_TC_W,
+    PPN_K_GEMM_SWIGLU_W,
     PPN_K_COUNT
 } ppn_kernel_id;
 

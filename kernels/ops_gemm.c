@@ -27,7 +27,8 @@
  * So for bf16 / f16 weights a token's row depends on which of those ranges of m its chunk falls in.
  * ppn_op_gemm_rows16 takes x in bf16 row-major from its producer and runs gemm_tc_w (no K split: the large tiles'
  * sums at every m); the forward takes it where ppn_op_gemm_rows16_takes (PPN_GEMM_W's level), and there the sums are
- * the tiles' whatever m (ppn_op_gemm_sums_on).
+ * the tiles' whatever m (ppn_op_gemm_sums_on). ppn_op_gemm_swiglu_rows16 runs gemm_tc_w's k-loop over a gate|up matrix
+ * with SwiGLU in its epilogue (gemm_swiglu_w, up to 128 tokens): gemm_tc_w's sums, then swiglu rows' arithmetic.
  */
 #include <string.h>
 #include "core/base/dtype.h"
@@ -659,6 +660,56 @@ ppn_status ppn_op_gemm_rows16(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr
         return ppn_err(PPN_EINVAL, "%s: w and x16 must be 16-byte aligned (w 0x%llx, x16 0x%llx)", op,
                        (unsigned long long)w, (unsigned long long)x16);
     return gemm_submit(g, s, PPN_K_GEMM_TC_W, &p);
+}
+
+/* gemm_tc_w and swiglu rows in one kernel, for the gate|up GEMM where gemm_tc_w takes it at up to 128 tokens: the
+ * gate|up output's round trip (m x 2 n f32) and a launch go, and two warpgroups (gate, up) share x's box of each
+ * k-tile with two CTAs an SM (kparams.h). See ops.h. */
+int ppn_op_gemm_swiglu_rows16_fits(ppn_gpu *g, ppn_gstream *s, int m, int n, int cols, int wdt)
+{
+    return n > 0 && n % 64 == 0 && n <= INT32_MAX / 2 && m <= PPN_GEMM_SWIGLU_W_MAX_M &&
+           ppn_op_gemm_rows16_fits(g, s, m, 2 * n, cols, wdt);
+}
+
+ppn_status ppn_op_gemm_swiglu_rows16(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt, ppn_dptr w, int wdt,
+                                     ppn_dptr x16, int m, int n, int cols)
+{
+    static const char op[] = "ppn_op_gemm_swiglu_rows16";
+    PPN_CHECK(need_positive(op, "m", m));
+    PPN_CHECK(need_positive(op, "n", n));
+    PPN_CHECK(need_positive(op, "cols", cols));
+    PPN_CHECK(need_wdt(op, wdt));
+    PPN_CHECK(need_odt(op, odt, n));
+    PPN_CHECK(need_ptr(op, "out", out));
+    PPN_CHECK(need_ptr(op, "w", w));
+    PPN_CHECK(need_ptr(op, "x16", x16));
+    if (!ppn_op_gemm_swiglu_rows16_fits(g, s, m, n, cols, wdt))
+        return ppn_err(PPN_EUNSUPPORTED, "%s: m %d, n %d, cols %d, %s weights on backend %s: gemm_swiglu_w takes bf16 "
+                                         "weights, n %% 64 == 0, cols %% 64 == 0 and up to %d tokens on a device that "
+                                         "runs the TMA kernels (ppn_op_gemm_swiglu_rows16_fits); use "
+                                         "ppn_op_gemm_rows16 and ppn_op_swiglu_rows_to", op, m, n, cols,
+                       ppn_dtype_name(wdt), g->ops->name, PPN_GEMM_SWIGLU_W_MAX_M);
+    size_t ob = (size_t)m * (size_t)n * odt_size(odt), xb = (size_t)m * (size_t)cols * 2u;
+    if (out < x16 + xb && x16 < out + ob)
+        return ppn_err(PPN_EINVAL, "%s: out [0x%llx, +%zu) overlaps x16 [0x%llx, +%zu)", op, (unsigned long long)out,
+                       ob, (unsigned long long)x16, xb);
+    if ((w | x16 | out) & 15u)
+        return ppn_err(PPN_EINVAL, "%s: out, w and x16 must be 16-byte aligned (out 0x%llx, w 0x%llx, x16 0x%llx)", op,
+                       (unsigned long long)out, (unsigned long long)w, (unsigned long long)x16);
+    ppn_kp_gemm_swiglu_w p = {.g = {.out = out, .w = w, .x = x16, .m = m, .rows = 2 * n, .cols = cols, .wdt = wdt},
+                              .odt = odt, .pad = 0};
+    ppn_tmap_desc xd = {.base = x16, .elem_bytes = 2, .dim = {(uint64_t)cols, (uint64_t)m},
+                        .row_bytes = (uint64_t)cols * 2u, .box = {64u, (unsigned)PPN_GEMM_SWIGLU_W_BT(m)}};
+    PPN_CHECK(gemm_wmap(g, s, op, &p.g, &p.wmap));
+    memset(&p.xmap, 0, sizeof p.xmap);
+    PPN_CHECK(g->ops->tmap_encode(g, s, &xd, &p.xmap));
+    const size_t ctas = (size_t)(n / 64) * (size_t)blocks_for(m, (unsigned)PPN_GEMM_SWIGLU_W_BT(m));
+    ppn_launch l = launch_init(PPN_K_GEMM_SWIGLU_W, &p, (unsigned)ctas, PPN_GEMM_SWIGLU_W_THREADS);
+    l.smem = PPN_GEMM_SWIGLU_W_SMEM(m);
+    acc_add(&l, w, (size_t)p.g.rows * (size_t)cols * 2u, PPN_ACC_R);
+    acc_add(&l, x16, xb, PPN_ACC_R);
+    acc_add(&l, out, ob, PPN_ACC_W);
+    return submit(g, s, &l);
 }
 
 ppn_status ppn_op_gemm_tile(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_kp_gemm *p)

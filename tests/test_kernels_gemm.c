@@ -1344,6 +1344,113 @@ static void test_gemm_tc_w(void **state)
     tu_cap.dry = 0;
 }
 
+/* gemm_swiglu_w (ppn_op_gemm_swiglu_rows16): gemm_tc_w over a gate|up matrix with SwiGLU in its epilogue gives the
+ * bytes of ppn_op_gemm_rows16 into [m, 2 n] f32 then swiglu rows, in every output form (f32, bf16 row-major, bf16 in
+ * gemm_tc_kw16's layout); its form by m (kparams.h: 32, 64 or 128 tokens, a ring two CTAs share an SM), its grid (n /
+ * 64 column tiles x token tiles), 288 threads, its own shared memory past the set's opt-in, its declared accesses and
+ * its maps, which are what the reference reads (16 bytes off: other bytes; x's box not the form's: NaN). Refused past
+ * 128 tokens, without TMA kernels, for f32 weights, n or cols not multiples of 64, unaligned or overlapping buffers and
+ * a bad output form, each naming its culprit, nothing launched. */
+static void test_gemm_swiglu_w(void **state)
+{
+    (void)state;
+    ppn_gstream *s = tma_stream();
+    tu_cap.dry = 0;
+    static const int cs[][3] = {{1, 64, 64}, {17, 128, 128}, {33, 192, 64}, {64, 64, 192}, {65, 128, 64},
+                                {128, 192, 128}};
+    static const int odts[] = {PPN_DTYPE_F32, PPN_ODT_BF16_ROWS, PPN_DTYPE_BF16};
+    for (size_t i = 0; i < TU_LEN(cs); i++)
+        for (size_t o = 0; o < TU_LEN(odts); o++) {
+            int m = cs[i][0], n = cs[i][1], cols = cs[i][2], odt = odts[o];
+            size_t mc = (size_t)m * (size_t)cols, ob = (size_t)m * (size_t)n * (odt == PPN_DTYPE_F32 ? 4u : 2u);
+            void *w = tu_wrand(PPN_DTYPE_BF16, 2u * (size_t)n * (size_t)cols + 8, NULL);
+            float *x = tu_frand(mc, -3, 3), *gu = malloc((size_t)m * 2u * (size_t)n * 4u);
+            void *want = malloc(ob), *got = malloc(ob);
+            uint16_t *xr = calloc(mc + 8, 2);
+            assert_true(gu && want && got && xr);
+            for (size_t k = 0; k < mc; k++) xr[k] = ppn_f32_to_bf16(x[k]);
+            assert_int_equal(ppn_op_gemm_rows16(tma_fake, s, D(gu), D(w), PPN_DTYPE_BF16, D(xr), m, 2 * n, cols, 0, 0),
+                             PPN_OK);
+            assert_int_equal(ppn_op_swiglu_rows_to(tma_fake, s, D(want), odt, D(gu), n, m), PPN_OK);
+            memset(got, 0xa5, ob);
+            tu_cap.calls = 0;
+            assert_true(ppn_op_gemm_swiglu_rows16_fits(tma_fake, s, m, n, cols, PPN_DTYPE_BF16));
+            assert_false(ppn_op_gemm_swiglu_rows16_fits(&tu_fake, tu_fake_stream, m, n, cols, PPN_DTYPE_BF16));
+            assert_int_equal(ppn_op_gemm_swiglu_rows16(tma_fake, s, D(got), odt, D(w), PPN_DTYPE_BF16, D(xr), m, n,
+                                                       cols), PPN_OK);
+            assert_int_equal(tu_cap.calls, 1);
+            assert_int_equal(tu_cap.l.kernel, PPN_K_GEMM_SWIGLU_W);
+            assert_memory_equal(got, want, ob);
+            const int bt = PPN_GEMM_SWIGLU_W_BT(m);
+            assert_int_equal(bt, m <= 32 ? 32 : m <= 64 ? 64 : 128);
+            assert_int_equal(tu_cap.l.grid[0], (unsigned)(n / 64 * ((m + bt - 1) / bt)));
+            assert_int_equal(tu_cap.l.block[0], 288u);
+            assert_int_equal(tu_cap.l.smem, PPN_GEMM_SWIGLU_W_SMEM(m));
+            assert_true(tu_cap.l.smem > PPN_DYN_SMEM_MAX && tu_cap.l.smem <= PPN_GEMM_SWIGLU_W_SMEM_MAX);
+            tu_expect_geometry(288u);
+            assert_int_equal(tu_cap.l.params_size, sizeof(ppn_kp_gemm_swiglu_w));
+            ppn_kp_gemm_swiglu_w wp;
+            memcpy(&wp, tu_cap.params, sizeof wp);
+            assert_int_equal(wp.odt, odt);
+            assert_true(wp.g.rows == 2 * n && wp.g.m == m && wp.g.cols == cols && !wp.g.bias && !wp.g.res);
+            expect_map(&wp.xmap, D(xr), 2, cols, m, 64, (unsigned)bt);
+            expect_map(&wp.wmap, D(w), 2, cols, 2 * n, 64, 64);
+            assert_int_equal(tu_cap.l.nacc, 3);
+            tu_expect_acc(0, w, 2u * (size_t)n * (size_t)cols * 2u, PPN_ACC_R);
+            tu_expect_acc(1, xr, mc * 2u, PPN_ACC_R);
+            tu_expect_acc(2, got, ob, PPN_ACC_W);
+            /* the maps are what the reference reads: 16 bytes off, other bytes; x's box not the form's, NaN */
+            tu_tma_shift = 16;
+            assert_int_equal(ppn_op_gemm_swiglu_rows16(tma_fake, s, D(got), odt, D(w), PPN_DTYPE_BF16, D(xr), m, n,
+                                                       cols), PPN_OK);
+            assert_true(memcmp(got, want, ob) != 0);
+            tu_tma_shift = 0;
+            ppn_tmap_desc xd;
+            assert_true(ppn_tmap_sim_decode(&wp.xmap, &xd));
+            xd.box[1] = (unsigned)(bt == 32 ? 64 : bt / 2);
+            ppn_tmap_sim_encode(&xd, &wp.xmap);
+            tu_kernel_run(PPN_K_GEMM_SWIGLU_W, &wp);
+            assert_true(odt == PPN_DTYPE_F32 ? isnan(((const float *)got)[0]) : ((const uint16_t *)got)[0] == 0x7fc0u);
+            free(w), free(x), free(gu), free(want), free(got), free(xr);
+        }
+    assert_int_equal(ppn_kernel_set()->smem_max[PPN_K_GEMM_SWIGLU_W], PPN_GEMM_SWIGLU_W_SMEM_MAX);
+    for (int m = 1; m <= PPN_GEMM_SWIGLU_W_MAX_M; m++) /* each form's ring: two CTAs an SM (228 KB, 1 KB each kept) */
+        assert_true(PPN_GEMM_SWIGLU_W_SMEM(m) <= PPN_GEMM_SWIGLU_W_SMEM_MAX &&
+                    2u * (PPN_GEMM_SWIGLU_W_SMEM(m) + 1024u) <= 228u * 1024u);
+    /* refusals, each naming its culprit, nothing launched */
+    tu_cap.dry = 1;
+    tu_cap.calls = 0;
+    assert_false(ppn_op_gemm_swiglu_rows16_fits(tma_fake, s, 129, 128, 64, PPN_DTYPE_BF16));
+    assert_int_equal(ppn_op_gemm_swiglu_rows16(tma_fake, s, FAKE_OUT, PPN_DTYPE_F32, FAKE_W, PPN_DTYPE_BF16, FAKE_X,
+                                               129, 128, 64), PPN_EUNSUPPORTED);
+    assert_non_null(strstr(ppn_last_error(), "m 129"));
+    assert_int_equal(ppn_op_gemm_swiglu_rows16(&tu_fake, tu_fake_stream, FAKE_OUT, PPN_DTYPE_F32, FAKE_W,
+                                               PPN_DTYPE_BF16, FAKE_X, 64, 128, 64), PPN_EUNSUPPORTED);
+    assert_non_null(strstr(ppn_last_error(), "backend fake"));
+    assert_int_equal(ppn_op_gemm_swiglu_rows16(tma_fake, s, FAKE_OUT, PPN_DTYPE_F32, FAKE_W, PPN_DTYPE_F32, FAKE_X, 64,
+                                               128, 64), PPN_EUNSUPPORTED);
+    assert_non_null(strstr(ppn_last_error(), "f32 weights"));
+    assert_int_equal(ppn_op_gemm_swiglu_rows16(tma_fake, s, FAKE_OUT, PPN_DTYPE_F32, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 64,
+                                               96, 64), PPN_EUNSUPPORTED); /* n % 64 */
+    assert_non_null(strstr(ppn_last_error(), "n 96"));
+    assert_int_equal(ppn_op_gemm_swiglu_rows16(tma_fake, s, FAKE_OUT, PPN_DTYPE_F32, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 64,
+                                               128, 72), PPN_EUNSUPPORTED); /* cols % 64 */
+    assert_non_null(strstr(ppn_last_error(), "cols 72"));
+    assert_int_equal(ppn_op_gemm_swiglu_rows16(tma_fake, s, FAKE_OUT, PPN_DTYPE_F16, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 64,
+                                               128, 64), PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "output dtype"));
+    assert_int_equal(ppn_op_gemm_swiglu_rows16(tma_fake, s, FAKE_OUT + 8, PPN_DTYPE_F32, FAKE_W, PPN_DTYPE_BF16,
+                                               FAKE_X, 64, 128, 64), PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "16-byte aligned"));
+    assert_int_equal(ppn_op_gemm_swiglu_rows16(tma_fake, s, FAKE_X + 64, PPN_DTYPE_F32, FAKE_W, PPN_DTYPE_BF16, FAKE_X,
+                                               64, 128, 64), PPN_EINVAL);
+    assert_non_null(strstr(ppn_last_error(), "overlaps x16"));
+    assert_int_equal(ppn_op_gemm_swiglu_rows16(tma_fake, s, FAKE_OUT, PPN_DTYPE_F32, FAKE_W, PPN_DTYPE_BF16, 0, 64,
+                                               128, 64), PPN_EINVAL);
+    assert_int_equal(tu_cap.calls, 0);
+    tu_cap.dry = 0;
+}
+
 /* PPN_GEMM_W's levels (ppn_op_gemm_rows16_takes) on a 132-SM device that runs TMA kernels: 0 never; 1 wherever it
  * fits; 2 from 16 tokens where gemm_tc_w's grid has 64 CTAs (48 past 64 tokens); 3 level 2's rule from 256 tokens,
  * and only where the op's own kernel already has the tile sums, so ppn_op_gemm_sums_on is ppn_op_gemm_sums at every m
@@ -1470,6 +1577,7 @@ int main(void)
         cmocka_unit_test_teardown(test_gemm_tc_h_choice, dry_off),
         cmocka_unit_test(test_gemm_tc_h_values),
         cmocka_unit_test_teardown(test_gemm_tc_w, dry_off),
+        cmocka_unit_test_teardown(test_gemm_swiglu_w, dry_off),
         cmocka_unit_test(test_gemm_w_levels),
         cmocka_unit_test(test_gemm_tmap_check),
     };

@@ -41,7 +41,7 @@ static void test_table_kernels(void **state)
         [PPN_K_GEMM_TC_K16] = sizeof(ppn_kp_gemm_tc_k16), [PPN_K_GEMM_TC_KWT] = sizeof(ppn_kp_gemm_tc_kwt),
         [PPN_K_GEMM_SWIGLU_T] = sizeof(ppn_kp_gemm_swiglu_t), [PPN_K_GEMM_TC_K16T] = sizeof(ppn_kp_gemm_tc_k16t),
         [PPN_K_GEMM_TC_KX] = sizeof(ppn_kp_gemm_tc_kx), [PPN_K_GEMM_SWIGLU_X] = sizeof(ppn_kp_gemm_swiglu_x),
-        [PPN_K_GEMM_TC_W] = sizeof(ppn_kp_gemm_tc_w),
+        [PPN_K_GEMM_TC_W] = sizeof(ppn_kp_gemm_tc_w), [PPN_K_GEMM_SWIGLU_W] = sizeof(ppn_kp_gemm_swiglu_w),
     };
     static const char *const names[PPN_K_COUNT] = {
         "ppn_k_embed", "ppn_k_rmsnorm", "ppn_k_matvec", "ppn_k_rope", "ppn_k_head_rmsnorm", "ppn_k_attn",
@@ -52,7 +52,7 @@ static void test_table_kernels(void **state)
         "ppn_k_attn_rows_bf16", "ppn_k_attn_rows_f16", "ppn_k_swiglu_rows", "ppn_k_argmax_rows", "ppn_k_rope_kv_batch",
         "ppn_k_attn_batch", "ppn_k_attn_batch_bf16", "ppn_k_attn_batch_f16", "ppn_k_gemm_swiglu",
         "ppn_k_attn_batch_tc", "ppn_k_gemm_tc_k16", "ppn_k_gemm_tc_kwt", "ppn_k_gemm_swiglu_t", "ppn_k_gemm_tc_k16t",
-        "ppn_k_gemm_tc_kx", "ppn_k_gemm_swiglu_x", "ppn_k_gemm_tc_w",
+        "ppn_k_gemm_tc_kx", "ppn_k_gemm_swiglu_x", "ppn_k_gemm_tc_w", "ppn_k_gemm_swiglu_w",
     };
     for (int i = 0; i < PPN_K_COUNT; i++) {
         const ppn_gpu_kernel *k = &ppn_kernels[i];

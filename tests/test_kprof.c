@@ -444,35 +444,39 @@ static void test_kprof_batch_k16(void **st)
 /* PPN_GEMM_W: the GEMMs of a mixed walk (40 batch rows + 8 prompt rows) on wide-tiny that gemm_tc_w
  * takes, x in bf16 row-major from its producer (the rows norm for q|k|v and the head, attention for o over the prompt's
  * rows and the batch's alike, the fused SwiGLU's epilogue for down), and the logits the same bits as with the fusion
- * off (f32 x, the op's tiles); the sim's checker holds each launch to its declared accesses (gemm_tc_w reads its
- * operands where its tensor maps say). want_w: its launches a layer (plus the head's); gate|up keeps the fused SwiGLU
- * where it runs (core/forward.c). At 1 every GEMM but gate|up; at 2 q|k|v and the head (4,096 rows: 64 CTAs) but
- * not o and down (64 rows); at 3 (prompt chunks, from 256 tokens) none; at 4 (the default) level 2's (48 rows: the op
- * runs neither gemm_tc_k nor gemm_tc_kx there). (A batch walk alone and level 0 ran here too until ThreadSanitizer's
+ * off (f32 x, the op's tiles); the sim's checker holds each launch to its declared accesses (gemm_tc_w and
+ * gemm_swiglu_w read their operands where their tensor maps say). per_layer: gemm_tc_w's launches a layer (plus the
+ * head's); gu_w: gate|up on gemm_swiglu_w (where gemm_tc_w takes its shape, up to 128 rows: core/forward.c), else on
+ * the split-K gemm_swiglu. At 1 every GEMM; at 2 q|k|v, gate|up and the head (4,096 rows: 64 CTAs) but not o and
+ * down (64 rows); at 3 (prompt chunks, from 256 tokens) none; at 4 (the default) level 2's (48 rows: the op runs
+ * neither gemm_tc_k nor gemm_tc_kx there). (A batch walk alone and level 0 ran here too until ThreadSanitizer's
  * run of the whole test passed 900 s on CI's 2-core machine: the mixed walk holds the batch's rows.) */
 typedef struct w_want {
     const char *level;
     long per_layer;
+    int gu_w;
 } w_want;
 
 static void w_check(const ppn_kernel_time *e, int n, const ppn_model_info *mi, int fuse, int slice, const void *ctx)
 {
     const w_want *w = ctx;
     const char *level = w->level ? w->level : "<unset>";
-    const ppn_kernel_time *t = find(e, n, "ppn_k_gemm_tc_w"), *f = find(e, n, "ppn_k_gemm_swiglu");
-    long wc = t ? (long)t->calls : 0, fc = f ? (long)f->calls : 0;
+    const ppn_kernel_time *t = find(e, n, "ppn_k_gemm_tc_w"), *f = find(e, n, "ppn_k_gemm_swiglu"),
+                          *sw = find(e, n, "ppn_k_gemm_swiglu_w");
+    long wc = t ? (long)t->calls : 0, fc = f ? (long)f->calls : 0, swc = sw ? (long)sw->calls : 0;
     long wantc = fuse && w->per_layer ? w->per_layer * mi->n_layers + 1 : 0;
-    if (wc != wantc || fc != (fuse ? mi->n_layers : 0))
-        fail_msg("PPN_GEMM_W=%s, slice %d, fuse %d: gemm_tc_w %ld calls, gemm_swiglu %ld (want %ld and %d)",
-                 level, slice, fuse, wc, fc, wantc, fuse ? mi->n_layers : 0);
+    long want_f = fuse && !w->gu_w ? mi->n_layers : 0, want_sw = fuse && w->gu_w ? mi->n_layers : 0;
+    if (wc != wantc || fc != want_f || swc != want_sw)
+        fail_msg("PPN_GEMM_W=%s, slice %d, fuse %d: gemm_tc_w %ld calls, gemm_swiglu %ld, gemm_swiglu_w %ld (want %ld, "
+                 "%ld and %ld)", level, slice, fuse, wc, fc, swc, wantc, want_f, want_sw);
     if (fuse && w->per_layer == 3 && (find(e, n, "ppn_k_gemm_tc_kw16") || find(e, n, "ppn_k_gemm_tc_kw")))
         fail_msg("PPN_GEMM_W=%s, slice %d: a split-K tile ran beside gemm_tc_w (%s %s)", level, slice,
                  find(e, n, "ppn_k_gemm_tc_kw16") ? "kw16" : "", find(e, n, "ppn_k_gemm_tc_kw") ? "kw" : "");
 }
 
-static void gemm_w_rows(const char *w_level, int slice, long want_w)
+static void gemm_w_rows(const char *w_level, int slice, long want_w, int gu_w)
 {
-    const w_want w = {w_level, want_w};
+    const w_want w = {w_level, want_w, gu_w};
     rt_w = w_level;
     fuse_walk("wide-tiny", 40, slice, w_check, &w);
     rt_w = NULL;
@@ -535,10 +539,10 @@ static void gemm_w_prompt(void)
 static void test_kprof_gemm_w(void **st)
 {
     (void)st;
-    gemm_w_rows("1", 8, 3); /* q|k|v, o and down a layer, and the head; gate|up on the fused SwiGLU */
-    gemm_w_rows("2", 8, 1); /* level 2's rule: q|k|v and the head */
-    gemm_w_rows("3", 8, 0);  /* prompt chunks, from 256 tokens: none in 48 rows */
-    gemm_w_rows(NULL, 8, 1); /* the default, 4: level 2's rule at 48 rows */
+    gemm_w_rows("1", 8, 3, 1);  /* q|k|v, o and down a layer, and the head; gate|up on gemm_swiglu_w */
+    gemm_w_rows("2", 8, 1, 1);  /* level 2's rule: q|k|v, gate|up and the head */
+    gemm_w_rows("3", 8, 0, 0);  /* prompt chunks, from 256 tokens: none in 48 rows */
+    gemm_w_rows(NULL, 8, 1, 1); /* the default, 4: level 2's rule at 48 rows */
     gemm_w_prompt();
 }
 

@@ -725,18 +725,24 @@ static void test_gpu_gemm_decode(void **state)
  * llama-1b / 8b gate|up matrices at every m where it is taken; then both timed in bursts (bf16 out, as the forward
  * runs them). */
 #define GS_MAX_M 192
-static void gs_pair(int fused, ppn_dptr gu, ppn_dptr out, int odt, ppn_dptr w, int m, int n, int cols)
+/* The arms: GS_KW16 gemm_tc_kw16 forced then swiglu rows (the bits gemm_swiglu, _t and _x must give), GS_FUSED
+ * ppn_op_gemm_swiglu, GS_W gemm_tc_w forced then swiglu rows (the bits gemm_swiglu_w must give; x row-major), GS_WSW
+ * ppn_op_gemm_swiglu_rows16. */
+enum { GS_KW16, GS_FUSED, GS_W, GS_WSW };
+static void gs_pair(int arm, ppn_dptr gu, ppn_dptr out, int odt, ppn_dptr w, int m, int n, int cols)
 {
-    if (fused) {
-        EXPECT_OK(ppn_op_gemm_swiglu(G, S, out, odt, w, PPN_DTYPE_BF16, B.xh, m, n, cols));
-    } else { /* gemm_tc_kw16 forced: the bits the fused kernels (gemm_swiglu, _t, _x) must give */
-        ppn_kp_gemm q = {.out = gu, .w = w, .x = B.xh, .m = m, .rows = 2 * n, .cols = cols, .wdt = PPN_DTYPE_BF16};
-        EXPECT_OK(ppn_op_gemm_tile(G, S, PPN_K_GEMM_TC_KW16, &q));
+    ppn_kp_gemm q = {.out = gu, .w = w, .x = arm == GS_W ? B.xr : B.xh, .m = m, .rows = 2 * n, .cols = cols,
+                     .wdt = PPN_DTYPE_BF16};
+    switch (arm) {
+    case GS_FUSED: EXPECT_OK(ppn_op_gemm_swiglu(G, S, out, odt, w, PPN_DTYPE_BF16, B.xh, m, n, cols)); break;
+    case GS_WSW: EXPECT_OK(ppn_op_gemm_swiglu_rows16(G, S, out, odt, w, PPN_DTYPE_BF16, B.xr, m, n, cols)); break;
+    default:
+        EXPECT_OK(ppn_op_gemm_tile(G, S, arm == GS_W ? PPN_K_GEMM_TC_W : PPN_K_GEMM_TC_KW16, &q));
         EXPECT_OK(ppn_op_swiglu_rows_to(G, S, out, odt, gu, n, m));
     }
 }
 
-static double gs_burst_ms(int fused, ppn_dptr gu, ppn_dptr out, int m, int n, int cols)
+static double gs_burst_ms(int arm, ppn_dptr gu, ppn_dptr out, int m, int n, int cols)
 {
     size_t wb = (size_t)2 * n * cols * 2, slots = B.wn[PPN_DTYPE_BF16] * 2 / wb;
     unsigned turn = 0;
@@ -744,7 +750,8 @@ static double gs_burst_ms(int fused, ppn_dptr gu, ppn_dptr out, int m, int n, in
     for (int r = -1; r < GD_REPS; r++) {
         EXPECT_OK(G->ops->event_record(G, ev[0], S));
         for (int i = 0; i < GD_BURST; i++)
-            gs_pair(fused, gu, out, PPN_DTYPE_BF16, B.w[PPN_DTYPE_BF16] + (size_t)(turn++ % slots) * wb, m, n, cols);
+            gs_pair(arm, gu, out, arm >= GS_W ? PPN_ODT_BF16_ROWS : PPN_DTYPE_BF16,
+                    B.w[PPN_DTYPE_BF16] + (size_t)(turn++ % slots) * wb, m, n, cols);
         EXPECT_OK(G->ops->event_record(G, ev[1], S));
         EXPECT_OK(G->ops->stream_sync(G, S));
         if (r >= 0) EXPECT_OK(G->ops->event_elapsed(G, ev[0], ev[1], &ms[r]));
@@ -780,8 +787,8 @@ static void test_gpu_gemm_swiglu(void **state)
                 size_t nb = (size_t)m * n * (bf ? 2u : 4u);
                 EXPECT_OK(G->ops->memset_d8(G, S, o1, 0xa5, nb));
                 EXPECT_OK(G->ops->memset_d8(G, S, o2, 0x5a, nb));
-                gs_pair(0, gu, o1, odt, B.w[PPN_DTYPE_BF16], m, n, cols);
-                gs_pair(1, gu, o2, odt, B.w[PPN_DTYPE_BF16], m, n, cols);
+                gs_pair(GS_KW16, gu, o1, odt, B.w[PPN_DTYPE_BF16], m, n, cols);
+                gs_pair(GS_FUSED, gu, o2, odt, B.w[PPN_DTYPE_BF16], m, n, cols);
                 tu_download(G, S, h1, o1, nb);
                 tu_download(G, S, h2, o2, nb);
                 int same = !memcmp(h1, h2, nb);
@@ -802,7 +809,7 @@ static void test_gpu_gemm_swiglu(void **state)
         for (size_t j = 0; j < TU_LEN(ms); j++) {
             int m = ms[j], n = sh[a].n, cols = sh[a].cols;
             if (!ppn_op_gemm_swiglu_fits(G, S, m, n, cols, PPN_DTYPE_BF16)) continue;
-            double t0 = gs_burst_ms(0, gu, o1, m, n, cols), t1 = gs_burst_ms(1, gu, o1, m, n, cols);
+            double t0 = gs_burst_ms(GS_KW16, gu, o1, m, n, cols), t1 = gs_burst_ms(GS_FUSED, gu, o1, m, n, cols);
             printf("  swiglu %-11s m=%-4d two kernels %8.2f us, gemm_swiglu %8.2f us (%+.1f%%)\n", sh[a].name, m,
                    t0 * 1e3, t1 * 1e3, 100.0 * (t1 - t0) / t0);
         }
@@ -812,6 +819,72 @@ static void test_gpu_gemm_swiglu(void **state)
     free(h1), free(h2);
     if (gg_tma() && !checked) fail_msg("gemm_swiglu was taken on no shape of a TMA device");
     if (bad) fail_msg("%d of %d gemm_swiglu cases differ from gemm_tc_kw16 + swiglu_rows", bad, checked);
+}
+
+/* gemm_swiglu_w (ppn_op_gemm_swiglu_rows16: gemm_tc_w over gate|up with SwiGLU in its epilogue, two warpgroups a
+ * CTA) against gemm_tc_w forced then swiglu rows: the same bytes in f32 and bf16 row-major out, on the llama-1b / 8b
+ * gate|up matrices at every m it takes (up to 128); then per layer in bursts (bf16 out): gemm_tc_w + swiglu rows,
+ * gemm_swiglu_w, and the split-K gemm_swiglu where it fits (its x and out in gemm_tc_kw16's layout). */
+static void test_gpu_gemm_swiglu_w(void **state)
+{
+    (void)state;
+    static const struct { const char *name; int n, cols; } sh[] = {{"1b gate|up", 8192, 2048}, {"8b gate|up", 14336, 4096}};
+    static const int ms[] = {1, 16, 17, 32, 33, 48, 64, 65, 80, 81, 100, 112, 128};
+    size_t ob = (size_t)128 * 14336 * 4;
+    ppn_dptr gu = tu_dalloc(G, 0, ob * 2), o1 = tu_dalloc(G, 0, ob), o2 = tu_dalloc(G, 0, ob);
+    unsigned char *h1 = hmem(ob), *h2 = hmem(ob);
+    for (int i = 0; i < 2; i++) ev[i] = tu_event(G, 0, 1);
+    int checked = 0, bad = 0;
+    for (size_t a = 0; a < TU_LEN(sh); a++) {
+        int n = sh[a].n, cols = sh[a].cols;
+        if ((size_t)2 * n * cols > B.wn[PPN_DTYPE_BF16] || cols > GG_MAX_COLS) continue; /* GG_SMOKE's pool */
+        for (size_t j = 0; j < TU_LEN(ms); j++) {
+            int m = ms[j];
+            if (!ppn_op_gemm_swiglu_rows16_fits(G, S, m, n, cols, PPN_DTYPE_BF16)) {
+                if (gg_tma()) fail_msg("%s m=%d: gemm_swiglu_w not taken on a TMA device", sh[a].name, m);
+                continue;
+            }
+            for (int bf = 0; bf < 2; bf++) {
+                int odt = bf ? PPN_ODT_BF16_ROWS : PPN_DTYPE_F32;
+                size_t nb = (size_t)m * n * (bf ? 2u : 4u);
+                EXPECT_OK(G->ops->memset_d8(G, S, o1, 0xa5, nb));
+                EXPECT_OK(G->ops->memset_d8(G, S, o2, 0x5a, nb));
+                gs_pair(GS_W, gu, o1, odt, B.w[PPN_DTYPE_BF16], m, n, cols);
+                gs_pair(GS_WSW, gu, o2, odt, B.w[PPN_DTYPE_BF16], m, n, cols);
+                tu_download(G, S, h1, o1, nb);
+                tu_download(G, S, h2, o2, nb);
+                int same = !memcmp(h1, h2, nb);
+                size_t first = 0;
+                while (!same && first < nb && h1[first] == h2[first]) first++;
+                printf("  swiglu_w %-11s m=%-4d %s out: %s", sh[a].name, m, bf ? "bf16" : "f32 ",
+                       same ? "the bytes of gemm_tc_w + swiglu_rows" : "DIFFERENT");
+                if (!same) printf(" (first at byte %zu: token %zu)", first, first / ((size_t)n * (bf ? 2u : 4u)));
+                printf("\n");
+                checked++, bad += !same;
+            }
+        }
+    }
+#ifndef GG_SMOKE
+    printf("  per layer in bursts of %d (median of %d), bf16 out, us: gemm_tc_w + swiglu_rows | gemm_swiglu_w | "
+           "gemm_swiglu (PPN_GEMM_KX %d)\n", GD_BURST, GD_REPS, G->gemm_kx);
+    for (size_t a = 0; a < TU_LEN(sh); a++)
+        for (size_t j = 0; j < TU_LEN(ms); j++) {
+            int m = ms[j], n = sh[a].n, cols = sh[a].cols;
+            if (!ppn_op_gemm_swiglu_rows16_fits(G, S, m, n, cols, PPN_DTYPE_BF16)) continue;
+            double t0 = gs_burst_ms(GS_W, gu, o1, m, n, cols), t1 = gs_burst_ms(GS_WSW, gu, o1, m, n, cols);
+            double t2 = ppn_op_gemm_swiglu_fits(G, S, m, n, cols, PPN_DTYPE_BF16) ? gs_burst_ms(GS_FUSED, gu, o1, m, n,
+                                                                                                 cols) : 0.0;
+            printf("  swiglu_w %-11s m=%-4d %8.2f | %8.2f (%+.1f%%) | ", sh[a].name, m, t0 * 1e3, t1 * 1e3,
+                   100.0 * (t1 - t0) / t0);
+            if (t2 > 0) printf("%8.2f\n", t2 * 1e3);
+            else printf("     -\n");
+        }
+#endif
+    for (int i = 0; i < 2; i++) G->ops->event_destroy(G, ev[i]);
+    G->ops->mem_free(G, 0, gu), G->ops->mem_free(G, 0, o1), G->ops->mem_free(G, 0, o2);
+    free(h1), free(h2);
+    if (gg_tma() && !checked) fail_msg("gemm_swiglu_w was taken on no shape of a TMA device");
+    if (bad) fail_msg("%d of %d gemm_swiglu_w cases differ from gemm_tc_w + swiglu_rows", bad, checked);
 }
 
 /* The split-K tiles' K split and ring depth swept (ppn_op_gemm_tile's ks and stages) on every llama-1b / 8b matrix
@@ -877,6 +950,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpu_gemm_correct),
         cmocka_unit_test(test_gpu_gemm_swiglu),
+        cmocka_unit_test(test_gpu_gemm_swiglu_w),
 #ifndef GG_SMOKE
         cmocka_unit_test(test_gpu_gemm_timing),
         cmocka_unit_test(test_gpu_gemm_decode),
