@@ -443,7 +443,7 @@ static void test_kprof_batch_k16(void **st)
 
 /* PPN_GEMM_W: the GEMMs of a mixed walk (40 batch rows + 8 prompt rows) on wide-tiny that gemm_tc_w
  * takes, x in bf16 row-major from its producer (the rows norm for q|k|v and the head, attention for o over the prompt's
- * rows and the batch's alike, the fused SwiGLU's epilogue for down), and the logits the same bits as with the fusion
+ * rows and the batch's alike, gemm_swiglu_w's epilogue for down), and the logits the same bits as with the fusion
  * off (f32 x, the op's tiles); the sim's checker holds each launch to its declared accesses (gemm_tc_w and
  * gemm_swiglu_w read their operands where their tensor maps say). per_layer: gemm_tc_w's launches a layer (plus the
  * head's); gu_w: gate|up on gemm_swiglu_w (where gemm_tc_w takes its shape, up to 128 rows: core/forward.c), else on

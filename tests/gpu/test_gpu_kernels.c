@@ -1091,12 +1091,12 @@ static void test_gpu_kernels_table_covered(void **state)
            "and test_gpu_rows.c, the batched decode kernels in test_gpu_rows.c's paged test)\n", PPN_K_COUNT);
     /* a new kernel needs a case in tests/gpu: 14 here (attn_bf16, attn_f16: the 2-byte cases); in test_gpu_gemm.c
      * gemm and its 13 tensor-core tiles (l, m, s, k, kw, kwx, kw16, h, k16, kwt, k16t, kx, w: forced, each against
-     * the CPU reference and the tile whose bits it must give) and the 3 fused SwiGLU forms (gemm_swiglu; _t and _x
-     * where PPN_TMA=2 and PPN_GEMM_KX take the op there); the 8 row kernels in test_gpu_rows.c, and the 5 batched
+     * the CPU reference and the tile whose bits it must give) and the 4 fused SwiGLU forms (gemm_swiglu; _t and _x
+     * where PPN_TMA=2 and PPN_GEMM_KX take the op there; _w against gemm_tc_w + swiglu rows); the 8 row kernels in test_gpu_rows.c, and the 5 batched
      * decode kernels (rope_kv_batch, attn_batch in f32 and bf16, attn_batch_tc there; attn_batch_f16 shares their
      * body), and argmax_rows in test_gpu_batch.c (every batched row's device argmax against its logits' argmax).
      * The count had stood at 34 since gemm_tc_h while eleven kernels came (found 2026-12-06 with gemm_tc_w). */
-    assert_int_equal(PPN_K_COUNT, 14 + 14 + 3 + 8 + 5 + 1);
+    assert_int_equal(PPN_K_COUNT, 14 + 14 + 4 + 8 + 5 + 1);
 }
 
 int main(void)
