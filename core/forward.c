@@ -233,10 +233,12 @@ static ppn_status norm_gemm(ppn_model *m, ppn_gstream *s, const ppn_rows_scratch
  * gate|up takes bf16 x on a device that runs the TMA kernels, SwiGLU runs in its epilogue (ppn_op_gemm_swiglu: the same
  * bits, no gate|up round trip). Where gemm_tc_w takes a GEMM (x_form: PPN_GEMM_W's rule on the device), its producer
  * writes x in bf16 row-major instead, in every kind of walk (a prompt segment's attention rows too); its sums are the
- * large tiles'. Where it takes gate|up (gxf), up to 128 tokens gemm_swiglu_w runs it with SwiGLU in its epilogue
- * (ppn_op_gemm_swiglu_rows16: two warpgroups a CTA, gate and up, over one ring: docs/PERF.md has its figures), past
- * that gemm_tc_w's f32 output goes through SwiGLU rows: gate|up's sums are then the tiles', as ppn_op_gemm_sums_on
- * says (the split-K gemm_swiglu runs only where gemm_tc_w does not take gate|up).
+ * large tiles'. Where it takes gate|up (gu_tiles), up to 128 tokens gemm_swiglu_w runs it with SwiGLU in its
+ * epilogue (ppn_op_gemm_swiglu_rows16_takes: two warpgroups a CTA, gate and up, over one ring; docs/PERF.md has its
+ * figures), past that gemm_tc_w's f32 output goes through SwiGLU rows: gate|up's sums are the tiles', as
+ * ppn_op_gemm_sums_on says. With PPN_GEMM_W_SWIGLU=0 (the A/B arm: the forward before it) the fused split-K
+ * gemm_swiglu keeps gate|up where it runs, with its own sums, though ppn_op_gemm_sums_on says the tiles' there (so
+ * the chunked prime's same-bits rule may then claim too much for gate|up).
  * PPN_FUSE=0 keeps x f32 everywhere (the GEMM rounds it) and SwiGLU its own kernel. */
 ppn_status ppn_fwd_rows_layer(ppn_model *m, ppn_gstream *s, int dev, const ppn_rows_scratch *r, ppn_dptr x,
                               const ppn_step_cmd *cmd, int l)
@@ -256,11 +258,12 @@ ppn_status ppn_fwd_rows_layer(ppn_model *m, ppn_gstream *s, int dev, const ppn_r
     if (of == PPN_DTYPE_BF16 && cmd->kind != PPN_ROWS_BATCH) of = PPN_DTYPE_F32;
     PPN_CHECK(rows_attention(m, s, dev, r, cmd, l, of));
     PPN_CHECK(gemm_of(g, s, of, x, w->wo, wdt, r->att, rows, dim, nh * hd, 0, x));
-    int adt = x_form(m, s, rows, dim, ffn), gxf = x_form(m, s, rows, 2 * ffn, dim);
-    if (gxf == PPN_ODT_BF16_ROWS && ppn_op_gemm_swiglu_rows16_fits(g, s, rows, ffn, dim, wdt)) {
-        PPN_CHECK(norm_rows(m, s, r, x, w->ffn_norm, gxf, rows));
+    int adt = x_form(m, s, rows, dim, ffn), fuse = m->map->door.fuse;
+    int gu_tiles = g->gemm_w_swiglu && x_form(m, s, rows, 2 * ffn, dim) == PPN_ODT_BF16_ROWS; /* the tiles' sums */
+    if (gu_tiles && ppn_op_gemm_swiglu_rows16_takes(g, s, rows, ffn, dim, wdt)) {
+        PPN_CHECK(norm_rows(m, s, r, x, w->ffn_norm, PPN_ODT_BF16_ROWS, rows)); /* gate|up on gemm_tc_w's x */
         PPN_CHECK(ppn_op_gemm_swiglu_rows16(g, s, r->act, adt, w->wgu, wdt, r->xb, rows, ffn, dim));
-    } else if (gxf != PPN_ODT_BF16_ROWS && m->map->door.fuse && ppn_op_gemm_swiglu_fits(g, s, rows, ffn, dim, wdt)) {
+    } else if (fuse && !gu_tiles && ppn_op_gemm_swiglu_fits(g, s, rows, ffn, dim, wdt)) {
         PPN_CHECK(norm_rows(m, s, r, x, w->ffn_norm, PPN_DTYPE_BF16, rows)); /* gate|up takes bf16 x too */
         PPN_CHECK(ppn_op_gemm_swiglu(g, s, r->act, adt, w->wgu, wdt, r->xb, rows, ffn, dim));
     } else {

@@ -671,6 +671,12 @@ int ppn_op_gemm_swiglu_rows16_fits(ppn_gpu *g, ppn_gstream *s, int m, int n, int
            ppn_op_gemm_rows16_fits(g, s, m, 2 * n, cols, wdt);
 }
 
+int ppn_op_gemm_swiglu_rows16_takes(ppn_gpu *g, ppn_gstream *s, int m, int n, int cols, int wdt)
+{
+    return g && g->gemm_w_swiglu && ppn_op_gemm_rows16_takes(g, s, m, 2 * n, cols, wdt) &&
+           ppn_op_gemm_swiglu_rows16_fits(g, s, m, n, cols, wdt);
+}
+
 ppn_status ppn_op_gemm_swiglu_rows16(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt, ppn_dptr w, int wdt,
                                      ppn_dptr x16, int m, int n, int cols)
 {

@@ -1414,6 +1414,24 @@ static void test_gemm_swiglu_w(void **state)
             free(w), free(x), free(gu), free(want), free(got), free(xr);
         }
     assert_int_equal(ppn_kernel_set()->smem_max[PPN_K_GEMM_SWIGLU_W], PPN_GEMM_SWIGLU_W_SMEM_MAX);
+    /* the forward's rule: where PPN_GEMM_W's level takes the 2 n-row GEMM, it fits and PPN_GEMM_W_SWIGLU is on (the
+     * 8B's gate|up at level 4: not at 16 rows, where the op runs gemm_tc_kx; at 17-64 and 81-128; not past 128) */
+    tma_fake->gemm_w = 4, tma_fake->gemm_kx = 2, tma_fake->gemm_w_swiglu = 1;
+    static const struct { int m, want; } gu[] = {{16, 0}, {17, 1}, {64, 1}, {80, 0}, {81, 1}, {128, 1}, {129, 0}};
+    for (size_t i = 0; i < TU_LEN(gu); i++) {
+        const int m = gu[i].m;
+        assert_int_equal(ppn_op_gemm_swiglu_rows16_takes(tma_fake, s, m, 14336, 4096, PPN_DTYPE_BF16), gu[i].want);
+        assert_int_equal(ppn_op_gemm_swiglu_rows16_takes(tma_fake, s, m, 14336, 4096, PPN_DTYPE_BF16),
+                         ppn_op_gemm_rows16_takes(tma_fake, s, m, 28672, 4096, PPN_DTYPE_BF16) && m <= 128);
+    }
+    tma_fake->gemm_w_swiglu = 0;
+    assert_false(ppn_op_gemm_swiglu_rows16_takes(tma_fake, s, 100, 14336, 4096, PPN_DTYPE_BF16));
+    assert_true(ppn_op_gemm_swiglu_rows16_fits(tma_fake, s, 100, 14336, 4096, PPN_DTYPE_BF16));
+    tma_fake->gemm_w_swiglu = 1;
+    tma_fake->gemm_w = 3; /* prompt chunks only: never at up to 128 rows */
+    assert_false(ppn_op_gemm_swiglu_rows16_takes(tma_fake, s, 100, 14336, 4096, PPN_DTYPE_BF16));
+    assert_false(ppn_op_gemm_swiglu_rows16_takes(NULL, s, 100, 14336, 4096, PPN_DTYPE_BF16));
+    tma_fake->gemm_w = 0, tma_fake->gemm_kx = 0, tma_fake->gemm_w_swiglu = 0; /* the fake's own, for the tests after */
     for (int m = 1; m <= PPN_GEMM_SWIGLU_W_MAX_M; m++) /* each form's ring: two CTAs an SM (228 KB, 1 KB each kept) */
         assert_true(PPN_GEMM_SWIGLU_W_SMEM(m) <= PPN_GEMM_SWIGLU_W_SMEM_MAX &&
                     2u * (PPN_GEMM_SWIGLU_W_SMEM(m) + 1024u) <= 228u * 1024u);

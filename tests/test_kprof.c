@@ -49,8 +49,8 @@ static shape read_shape_of(const char *fixture)
 static shape read_shape(void) { return read_shape_of("hf/llama-tiny"); }
 
 /* A sim runtime created with PPN_KPROF set to value (NULL: unset). */
-/* PPN_TMA, PPN_GEMM_KX and PPN_GEMM_W for the runtimes rt_with creates (NULL: unset). */
-static const char *rt_tma, *rt_kx, *rt_w;
+/* PPN_TMA, PPN_GEMM_KX, PPN_GEMM_W and PPN_GEMM_W_SWIGLU for the runtimes rt_with creates (NULL: unset). */
+static const char *rt_tma, *rt_kx, *rt_w, *rt_wsw;
 
 static ppn_rt *rt_with(const char *value)
 {
@@ -58,6 +58,7 @@ static ppn_rt *rt_with(const char *value)
     if (rt_tma) tu_env_set("PPN_TMA", rt_tma);
     if (rt_kx) tu_env_set("PPN_GEMM_KX", rt_kx);
     if (rt_w) tu_env_set("PPN_GEMM_W", rt_w);
+    if (rt_wsw) tu_env_set("PPN_GEMM_W_SWIGLU", rt_wsw);
     ppn_rt *rt = NULL;
     ppn_status st = ppn_rt_create("sim", &rt);
     tu_env_restore();
@@ -446,10 +447,11 @@ static void test_kprof_batch_k16(void **st)
  * rows and the batch's alike, gemm_swiglu_w's epilogue for down), and the logits the same bits as with the fusion
  * off (f32 x, the op's tiles); the sim's checker holds each launch to its declared accesses (gemm_tc_w and
  * gemm_swiglu_w read their operands where their tensor maps say). per_layer: gemm_tc_w's launches a layer (plus the
- * head's); gu_w: gate|up on gemm_swiglu_w (where gemm_tc_w takes its shape, up to 128 rows: core/forward.c), else on
- * the split-K gemm_swiglu. At 1 every GEMM; at 2 q|k|v, gate|up and the head (4,096 rows: 64 CTAs) but not o and
- * down (64 rows); at 3 (prompt chunks, from 256 tokens) none; at 4 (the default) level 2's (48 rows: the op runs
- * neither gemm_tc_k nor gemm_tc_kx there). (A batch walk alone and level 0 ran here too until ThreadSanitizer's
+ * head's); gu_w: gate|up on gemm_swiglu_w (where gemm_tc_w takes its shape, up to 128 rows, and PPN_GEMM_W_SWIGLU
+ * is on: core/forward.c), else on the split-K gemm_swiglu. At 1 every GEMM; at 2 q|k|v, gate|up and the head (4,096
+ * rows: 64 CTAs) but not o and down (64 rows); at 3 (prompt chunks, from 256 tokens) none; at 4 (the default) level
+ * 2's (48 rows: the op runs neither gemm_tc_k nor gemm_tc_kx there); at 4 with PPN_GEMM_W_SWIGLU=0 gate|up on
+ * gemm_swiglu again. (A batch walk alone and level 0 ran here too until ThreadSanitizer's
  * run of the whole test passed 900 s on CI's 2-core machine: the mixed walk holds the batch's rows.) */
 typedef struct w_want {
     const char *level;
@@ -543,6 +545,9 @@ static void test_kprof_gemm_w(void **st)
     gemm_w_rows("2", 8, 1, 1);  /* level 2's rule: q|k|v, gate|up and the head */
     gemm_w_rows("3", 8, 0, 0);  /* prompt chunks, from 256 tokens: none in 48 rows */
     gemm_w_rows(NULL, 8, 1, 1); /* the default, 4: level 2's rule at 48 rows */
+    rt_wsw = "0";
+    gemm_w_rows(NULL, 8, 1, 0); /* the A/B arm: gate|up on the split-K gemm_swiglu, the rest as at 4 */
+    rt_wsw = NULL;
     gemm_w_prompt();
 }
 
