@@ -221,6 +221,20 @@ static ppn_status norm_gemm(ppn_model *m, ppn_gstream *s, const ppn_rows_scratch
     return gemm_of(m->rt->g, s, xf, out, w, m->wdt, r->xb, rows_m, rows, m->cfg.dim, bias, 0);
 }
 
+/* The gate|up GEMM of m rows (its SwiGLU after it) on s's device: GU_W gemm_swiglu_w, SwiGLU in gemm_tc_w's epilogue
+ * (ppn_op_gemm_swiglu_rows16_takes: PPN_GEMM_W_SWIGLU's level); GU_SPLIT the split-K gemm_swiglu, SwiGLU in its
+ * epilogue (where gemm_tc_w does not take gate|up, or PPN_GEMM_W_SWIGLU=0 keeps it); GU_GEMM the GEMM in x_form's
+ * form, then SwiGLU rows. A function of the shape and the device, as x_form. */
+enum { GU_W, GU_SPLIT, GU_GEMM };
+static int gu_path(const ppn_model *m, ppn_gstream *s, int rows_m)
+{
+    ppn_gpu *g = m->rt->g;
+    const int ffn = m->cfg.ffn_dim, dim = m->cfg.dim, fuse = m->map->door.fuse;
+    if (fuse && ppn_op_gemm_swiglu_rows16_takes(g, s, rows_m, ffn, dim, m->wdt)) return GU_W;
+    const int tiles = g->gemm_w_swiglu && x_form(m, s, rows_m, 2 * ffn, dim) == PPN_ODT_BF16_ROWS;
+    return fuse && !tiles && ppn_op_gemm_swiglu_fits(g, s, rows_m, ffn, dim, m->wdt) ? GU_SPLIT : GU_GEMM;
+}
+
 /* A layer over the walk's rows. Where the GEMM after the norm, SwiGLU or attention runs the middle split-K tile on
  * bf16 weights (ppn_op_gemm_x16_fits: a function of the shape, so a captured graph never meets the other form),
  * they write its x in bf16, rounded as the GEMM would round the f32 (the same bits, half of x's bytes; the bf16
@@ -233,12 +247,10 @@ static ppn_status norm_gemm(ppn_model *m, ppn_gstream *s, const ppn_rows_scratch
  * gate|up takes bf16 x on a device that runs the TMA kernels, SwiGLU runs in its epilogue (ppn_op_gemm_swiglu: the same
  * bits, no gate|up round trip). Where gemm_tc_w takes a GEMM (x_form: PPN_GEMM_W's rule on the device), its producer
  * writes x in bf16 row-major instead, in every kind of walk (a prompt segment's attention rows too); its sums are the
- * large tiles'. Where it takes gate|up (gu_tiles), up to 128 tokens gemm_swiglu_w runs it with SwiGLU in its
- * epilogue (ppn_op_gemm_swiglu_rows16_takes: two warpgroups a CTA, gate and up, over one ring; docs/PERF.md has its
- * figures), past that gemm_tc_w's f32 output goes through SwiGLU rows: gate|up's sums are the tiles', as
- * ppn_op_gemm_sums_on says. With PPN_GEMM_W_SWIGLU=0 (the A/B arm: the forward before it) the fused split-K
- * gemm_swiglu keeps gate|up where it runs, with its own sums, though ppn_op_gemm_sums_on says the tiles' there (so
- * the chunked prime's same-bits rule may then claim too much for gate|up).
+ * large tiles'. gate|up goes its own way (gu_path): gemm_swiglu_w up to 128 tokens where PPN_GEMM_W_SWIGLU's level
+ * takes it (two warpgroups a CTA, gate and up, over one ring; docs/PERF.md has its figures), the tiles' sums; where
+ * gemm_tc_w takes it past that, its f32 output through SwiGLU rows; else the split-K gemm_swiglu where it fits (with
+ * PPN_GEMM_W_SWIGLU=0, the A/B arm, also where gemm_tc_w takes the shape: the forward before it) or SwiGLU rows.
  * PPN_FUSE=0 keeps x f32 everywhere (the GEMM rounds it) and SwiGLU its own kernel. */
 ppn_status ppn_fwd_rows_layer(ppn_model *m, ppn_gstream *s, int dev, const ppn_rows_scratch *r, ppn_dptr x,
                               const ppn_step_cmd *cmd, int l)
@@ -258,12 +270,11 @@ ppn_status ppn_fwd_rows_layer(ppn_model *m, ppn_gstream *s, int dev, const ppn_r
     if (of == PPN_DTYPE_BF16 && cmd->kind != PPN_ROWS_BATCH) of = PPN_DTYPE_F32;
     PPN_CHECK(rows_attention(m, s, dev, r, cmd, l, of));
     PPN_CHECK(gemm_of(g, s, of, x, w->wo, wdt, r->att, rows, dim, nh * hd, 0, x));
-    int adt = x_form(m, s, rows, dim, ffn), fuse = m->map->door.fuse;
-    int gu_tiles = g->gemm_w_swiglu && x_form(m, s, rows, 2 * ffn, dim) == PPN_ODT_BF16_ROWS; /* the tiles' sums */
-    if (gu_tiles && ppn_op_gemm_swiglu_rows16_takes(g, s, rows, ffn, dim, wdt)) {
+    int adt = x_form(m, s, rows, dim, ffn), gu = gu_path(m, s, rows);
+    if (gu == GU_W) {
         PPN_CHECK(norm_rows(m, s, r, x, w->ffn_norm, PPN_ODT_BF16_ROWS, rows)); /* gate|up on gemm_tc_w's x */
         PPN_CHECK(ppn_op_gemm_swiglu_rows16(g, s, r->act, adt, w->wgu, wdt, r->xb, rows, ffn, dim));
-    } else if (fuse && !gu_tiles && ppn_op_gemm_swiglu_fits(g, s, rows, ffn, dim, wdt)) {
+    } else if (gu == GU_SPLIT) {
         PPN_CHECK(norm_rows(m, s, r, x, w->ffn_norm, PPN_DTYPE_BF16, rows)); /* gate|up takes bf16 x too */
         PPN_CHECK(ppn_op_gemm_swiglu(g, s, r->act, adt, w->wgu, wdt, r->xb, rows, ffn, dim));
     } else {
@@ -280,16 +291,28 @@ static int fwd_sums(const ppn_model *m, ppn_gstream *s, int rows_m, int rows, in
     return ppn_op_gemm_sums(rows_m, rows, cols, m->wdt);
 }
 
+/* fwd_sums for gate|up, by its path (gu_path): gemm_swiglu_w sums as the tiles, the split-K gemm_swiglu as the op's
+ * gemm_tc_kw it takes the place of. */
+static int fwd_sums_gu(const ppn_model *m, ppn_gstream *s, int rows_m)
+{
+    const int rows = 2 * m->cfg.ffn_dim, cols = m->cfg.dim;
+    switch (s ? gu_path(m, s, rows_m) : GU_GEMM) {
+    case GU_W: return PPN_GEMM_SUMS_TILE;
+    case GU_SPLIT: return ppn_op_gemm_sums(rows_m, rows, cols, m->wdt);
+    default: return fwd_sums(m, s, rows_m, rows, cols);
+    }
+}
+
 /* The matrices ppn_fwd_rows_layer and the every-row head multiply a chunk's rows by (rows x cols each): where the
  * forward sums each in the same order at a rows as at b (on every device the model uses: ppn_op_gemm_sums_on, which
- * says where gemm_tc_w takes the shape), the norms, rotary and attention being per row, a prompt row gets the same
- * bits in either chunk. */
+ * says where gemm_tc_w takes the shape, and for gate|up its path, fwd_sums_gu), the norms, rotary and attention
+ * being per row, a prompt row gets the same bits in either chunk. */
 int ppn_model_rows_same_bits(const ppn_model *m, int a, int b)
 {
     if (!m || a < 1 || b < 1) return 0;
     const ppn_model_config *c = &m->cfg;
     const int mat[][2] = {{(c->n_heads + 2 * c->n_kv_heads) * c->head_dim, c->dim}, {c->dim, c->n_heads * c->head_dim},
-                          {2 * c->ffn_dim, c->dim}, {c->dim, c->ffn_dim}, {c->vocab, c->dim}};
+                          {c->dim, c->ffn_dim}, {c->vocab, c->dim}}; /* and gate|up: fwd_sums_gu */
     int any = 0;
     for (int d = 0; d <= PPN_MAX_DEVICES; d++) {
         ppn_gstream *s = d < PPN_MAX_DEVICES ? m->dev_stream[d] : NULL;
@@ -298,6 +321,7 @@ int ppn_model_rows_same_bits(const ppn_model *m, int a, int b)
         any = 1;
         for (size_t i = 0; i < sizeof mat / sizeof mat[0]; i++)
             if (fwd_sums(m, s, a, mat[i][0], mat[i][1]) != fwd_sums(m, s, b, mat[i][0], mat[i][1])) return 0;
+        if (fwd_sums_gu(m, s, a) != fwd_sums_gu(m, s, b)) return 0;
     }
     return 1;
 }

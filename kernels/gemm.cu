@@ -2108,9 +2108,9 @@ __device__ __forceinline__ void gemm_w_run(const ppn_tmap &wmap, const ppn_tmap 
             const int t = tb + 8 * (j >> 2) + (j & 1), f = rb + 8 * ((j >> 1) & 1);
             if (t >= pg.m) continue;
             const float v = ppn_swish(acc[j]) * up[j * 128 + u];
-            const size_t o = (size_t)t * (size_t)half + (size_t)PPN_X16_AT(odt, f);
-            if (odt != PPN_DTYPE_F32) o16[o] = __float2bfloat16_rn(v);
-            else o32[o] = v;
+            const size_t o = (size_t)t * (size_t)half; // a bf16 form's place of f (PPN_X16_AT); f32 row-major
+            if (odt != PPN_DTYPE_F32) o16[o + (size_t)PPN_X16_AT(odt, f)] = __float2bfloat16_rn(v);
+            else o32[o + (size_t)f] = v;
         }
     } else {
 #pragma unroll

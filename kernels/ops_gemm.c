@@ -625,15 +625,21 @@ static int gemm_w4_skips(ppn_gpu *g, ppn_gstream *s, int m, int rows, int cols, 
     return k == PPN_K_GEMM_TC_K || (k == PPN_K_GEMM_TC_KW && gemm_kx_on(g, s, m));
 }
 
+/* Level 2's rule: from GEMM_W_MIN_M tokens where gemm_tc_w's grid fills the device. */
+static int gemm_w_fills(int m, int rows, int cols)
+{
+    ppn_kp_gemm p = {.m = m, .rows = rows, .cols = cols};
+    const size_t ctas = gemm_w_ctas(&p);
+    return m >= GEMM_W_MIN_M && ctas >= (m > 64 ? GEMM_W_MIN_CTAS_WIDE : GEMM_W_MIN_CTAS);
+}
+
 int ppn_op_gemm_rows16_takes(ppn_gpu *g, ppn_gstream *s, int m, int rows, int cols, int wdt)
 {
     if (!g || g->gemm_w == 0 || !ppn_op_gemm_rows16_fits(g, s, m, rows, cols, wdt)) return 0;
     if (g->gemm_w == 1) return 1;
     if (g->gemm_w == 3 && (m < GEMM_W_PROMPT_M || ppn_op_gemm_sums(m, rows, cols, wdt) != PPN_GEMM_SUMS_TILE)) return 0;
     if (g->gemm_w == 4 && gemm_w4_skips(g, s, m, rows, cols, wdt)) return 0;
-    ppn_kp_gemm p = {.m = m, .rows = rows, .cols = cols};
-    const size_t ctas = gemm_w_ctas(&p);
-    return m >= GEMM_W_MIN_M && ctas >= (m > 64 ? GEMM_W_MIN_CTAS_WIDE : GEMM_W_MIN_CTAS);
+    return gemm_w_fills(m, rows, cols);
 }
 
 int ppn_op_gemm_sums_on(ppn_gpu *g, ppn_gstream *s, int m, int rows, int cols, int wdt)
@@ -671,10 +677,15 @@ int ppn_op_gemm_swiglu_rows16_fits(ppn_gpu *g, ppn_gstream *s, int m, int n, int
            ppn_op_gemm_rows16_fits(g, s, m, 2 * n, cols, wdt);
 }
 
+/* PPN_GEMM_W_SWIGLU's levels: 1 where PPN_GEMM_W's level takes the 2 n-row GEMM; 2 also where level 4 leaves it to
+ * the op's gemm_tc_k or gemm_tc_kx but level 2's rule would take it (the 8B's gate|up at 16 and 65-80 rows: in the
+ * decode table's bursts on an H100, 2026-12-07, gemm_swiglu_w 83.37 us at 16 against gemm_swiglu_x's 89.67, at 80
+ * 97.85 against 104.06, but at 65 107.87 against 101.34). */
 int ppn_op_gemm_swiglu_rows16_takes(ppn_gpu *g, ppn_gstream *s, int m, int n, int cols, int wdt)
 {
-    return g && g->gemm_w_swiglu && ppn_op_gemm_rows16_takes(g, s, m, 2 * n, cols, wdt) &&
-           ppn_op_gemm_swiglu_rows16_fits(g, s, m, n, cols, wdt);
+    if (!g || !g->gemm_w_swiglu || !ppn_op_gemm_swiglu_rows16_fits(g, s, m, n, cols, wdt)) return 0;
+    if (ppn_op_gemm_rows16_takes(g, s, m, 2 * n, cols, wdt)) return 1;
+    return g->gemm_w_swiglu == 2 && g->gemm_w == 4 && gemm_w_fills(m, 2 * n, cols);
 }
 
 ppn_status ppn_op_gemm_swiglu_rows16(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt, ppn_dptr w, int wdt,

@@ -538,6 +538,19 @@ static void gemm_w_prompt(void)
     free(dir);
 }
 
+/* PPN_GEMM_W_SWIGLU=2 on a 16-row batch walk on wide-tiny: level 4 leaves its matrices to the op's gemm_tc_k (up to 32
+ * rows there), but level 2's rule takes gate|up (4,096 rows: 64 CTAs), so at 2 gate|up runs gemm_swiglu_w, a launch a
+ * layer, and at 1 (the default) none; no gemm_tc_w either way; the logits the bytes of the fusion off. */
+static void wsw_check(const ppn_kernel_time *e, int n, const ppn_model_info *mi, int fuse, int slice, const void *ctx)
+{
+    const int level = *(const int *)ctx;
+    const ppn_kernel_time *sw = find(e, n, "ppn_k_gemm_swiglu_w"), *t = find(e, n, "ppn_k_gemm_tc_w");
+    long swc = sw ? (long)sw->calls : 0, want_sw = fuse && level == 2 ? mi->n_layers : 0;
+    if (swc != want_sw || t)
+        fail_msg("PPN_GEMM_W_SWIGLU=%d, slice %d, fuse %d: gemm_swiglu_w %ld calls (want %ld), gemm_tc_w %ld", level,
+                 slice, fuse, swc, want_sw, t ? (long)t->calls : 0L);
+}
+
 static void test_kprof_gemm_w(void **st)
 {
     (void)st;
@@ -547,6 +560,10 @@ static void test_kprof_gemm_w(void **st)
     gemm_w_rows(NULL, 8, 1, 1); /* the default, 4: level 2's rule at 48 rows */
     rt_wsw = "0";
     gemm_w_rows(NULL, 8, 1, 0); /* the A/B arm: gate|up on the split-K gemm_swiglu, the rest as at 4 */
+    for (int level = 1; level <= 2; level++) {
+        rt_wsw = level == 2 ? "2" : NULL;
+        fuse_walk("wide-tiny", 16, 0, wsw_check, &level);
+    }
     rt_wsw = NULL;
     gemm_w_prompt();
 }
