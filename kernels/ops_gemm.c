@@ -677,10 +677,12 @@ int ppn_op_gemm_swiglu_rows16_fits(ppn_gpu *g, ppn_gstream *s, int m, int n, int
            ppn_op_gemm_rows16_fits(g, s, m, 2 * n, cols, wdt);
 }
 
-/* PPN_GEMM_W_SWIGLU's levels: 1 where PPN_GEMM_W's level takes the 2 n-row GEMM; 2 also where level 4 leaves it to
- * the op's gemm_tc_k or gemm_tc_kx but level 2's rule would take it (the 8B's gate|up at 16 and 65-80 rows: in the
- * decode table's bursts on an H100, 2026-12-07, gemm_swiglu_w 83.37 us at 16 against gemm_swiglu_x's 89.67, at 80
- * 97.85 against 104.06, but at 65 107.87 against 101.34). */
+/* PPN_GEMM_W_SWIGLU's levels: 1 where PPN_GEMM_W's level takes the 2 n-row GEMM; 2, the default, also where level 4
+ * leaves it to the op's gemm_tc_k or gemm_tc_kx but level 2's rule would take it (the 8B's gate|up at 16 and 65-80
+ * rows). One H100, 2026-12-07 (docs/PERF.md): in the decode table's bursts gemm_swiglu_w 83.37 us at 16 against
+ * gemm_swiglu_x's 89.67, 97.85 against 104.06 at 80, but 107.87 against 101.34 at 65; in the forward, level 2 against
+ * 1, two rounds alternating, the 8B's B=16 step 6.560, 6.605 against 6.807, 6.810 ms and its 16 + 64-row iteration
+ * 10.375, 10.368 against 10.516, 10.593 ms. */
 int ppn_op_gemm_swiglu_rows16_takes(ppn_gpu *g, ppn_gstream *s, int m, int n, int cols, int wdt)
 {
     if (!g || !g->gemm_w_swiglu || !ppn_op_gemm_swiglu_rows16_fits(g, s, m, n, cols, wdt)) return 0;

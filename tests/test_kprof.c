@@ -451,7 +451,7 @@ static void test_kprof_batch_k16(void **st)
  * is on: core/forward.c), else on the split-K gemm_swiglu. At 1 every GEMM; at 2 q|k|v, gate|up and the head (4,096
  * rows: 64 CTAs) but not o and down (64 rows); at 3 (prompt chunks, from 256 tokens) none; at 4 (the default) level
  * 2's (48 rows: the op runs neither gemm_tc_k nor gemm_tc_kx there); at 4 with PPN_GEMM_W_SWIGLU=0 gate|up on
- * gemm_swiglu again. (A batch walk alone and level 0 ran here too until ThreadSanitizer's
+ * gemm_swiglu again (its default, 2, and 1 take gemm_swiglu_w alike at 48 rows). (A batch walk alone and level 0 ran here too until ThreadSanitizer's
  * run of the whole test passed 900 s on CI's 2-core machine: the mixed walk holds the batch's rows.) */
 typedef struct w_want {
     const char *level;
@@ -538,9 +538,9 @@ static void gemm_w_prompt(void)
     free(dir);
 }
 
-/* PPN_GEMM_W_SWIGLU=2 on a 16-row batch walk on wide-tiny: level 4 leaves its matrices to the op's gemm_tc_k (up to 32
- * rows there), but level 2's rule takes gate|up (4,096 rows: 64 CTAs), so at 2 gate|up runs gemm_swiglu_w, a launch a
- * layer, and at 1 (the default) none; no gemm_tc_w either way; the logits the bytes of the fusion off. */
+/* PPN_GEMM_W_SWIGLU on a 16-row batch walk on wide-tiny: level 4 leaves its matrices to the op's gemm_tc_k (up to 32
+ * rows there), but level 2's rule takes gate|up (4,096 rows: 64 CTAs), so at 2 (the default) gate|up runs
+ * gemm_swiglu_w, a launch a layer, and at 1 none; no gemm_tc_w either way; the logits the bytes of the fusion off. */
 static void wsw_check(const ppn_kernel_time *e, int n, const ppn_model_info *mi, int fuse, int slice, const void *ctx)
 {
     const int level = *(const int *)ctx;
@@ -561,7 +561,7 @@ static void test_kprof_gemm_w(void **st)
     rt_wsw = "0";
     gemm_w_rows(NULL, 8, 1, 0); /* the A/B arm: gate|up on the split-K gemm_swiglu, the rest as at 4 */
     for (int level = 1; level <= 2; level++) {
-        rt_wsw = level == 2 ? "2" : NULL;
+        rt_wsw = level == 1 ? "1" : NULL;
         fuse_walk("wide-tiny", 16, 0, wsw_check, &level);
     }
     rt_wsw = NULL;

@@ -1178,9 +1178,9 @@ static void test_sim_tma_gemm(void **state)
         assert_null(g);
         assert_non_null(strstr(ppn_last_error(), "PPN_GEMM_W"));
     }
-    /* PPN_GEMM_W_SWIGLU: gate|up on gemm_swiglu_w, 1 unless set; 0 and 2 taken; anything else refused by name */
+    /* PPN_GEMM_W_SWIGLU: gate|up on gemm_swiglu_w, 2 unless set; 0 and 1 taken; anything else refused by name */
     assert_int_equal(ppn_gpu_sim_create(ppn_kernel_set(), &g), PPN_OK);
-    assert_int_equal(g->gemm_w_swiglu, 1);
+    assert_int_equal(g->gemm_w_swiglu, 2);
     ppn_gpu_close(g);
     g = NULL;
     tu_env_set("PPN_GEMM_W_SWIGLU", "0");
@@ -1189,10 +1189,10 @@ static void test_sim_tma_gemm(void **state)
     assert_int_equal(g->gemm_w_swiglu, 0);
     ppn_gpu_close(g);
     g = NULL;
-    tu_env_set("PPN_GEMM_W_SWIGLU", "2");
+    tu_env_set("PPN_GEMM_W_SWIGLU", "1");
     assert_int_equal(ppn_gpu_sim_create(ppn_kernel_set(), &g), PPN_OK);
     tu_env_restore();
-    assert_int_equal(g->gemm_w_swiglu, 2);
+    assert_int_equal(g->gemm_w_swiglu, 1);
     ppn_gpu_close(g);
     g = NULL;
     static const char *const bad_sw[] = {"3", "-1", "on"};

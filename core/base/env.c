@@ -93,11 +93,12 @@ static const ppn_env_var env_table[] = {
         "chunks (from 256 tokens, where its grid fills the device and the op's own tile has its sums: level 0's "
         "bits); 2 from 16 tokens where its grid fills the device (ppn_op_gemm_rows16_takes); 1 at every m it "
         "fits; 0 never"),
-    INT("PPN_GEMM_W_SWIGLU", PPN_ENV_DEVICE, 0, 0, 2, "1",
-        "1: where PPN_GEMM_W's level takes the gate|up GEMM of up to 128 rows, gemm_swiglu_w runs it with SwiGLU in "
-        "its epilogue (gemm_tc_w's sums, two warpgroups a CTA: gate and up); 2: also where level 4 leaves gate|up "
-        "to the op's gemm_tc_k or gemm_tc_kx (16 and 65-80 rows on the 8B) but level 2 would take it; 0: the "
-        "split-K gemm_swiglu instead (its own sums), as before 2026-12-07's afternoon: an A/B arm"),
+    INT("PPN_GEMM_W_SWIGLU", PPN_ENV_DEVICE, 0, 0, 2, "2",
+        "the gate|up GEMM of up to 128 rows on gemm_swiglu_w, SwiGLU in its epilogue (gemm_tc_w's sums, two "
+        "warpgroups a CTA: gate and up): 2 where level 2 of PPN_GEMM_W would take gate|up (also at 16 and 65-80 "
+        "rows on the 8B, which level 4 leaves to the op: its B=16 step 3.3% faster than 1 on an H100, 2026-12-07); "
+        "1 where PPN_GEMM_W's level takes it (B=32 8.0%, B=64 2.9% faster than 0); 0 the split-K gemm_swiglu there "
+        "instead (its own sums), the forward before: an A/B arm"),
     TEXT("CUDA_VISIBLE_DEVICES", PPN_ENV_DEVICE, "every device", "the CUDA driver's device list",
          "read by the CUDA driver; ppn only quotes it when the driver sees no device"),
     INT("PPN_SIM_DEVICES", PPN_ENV_SIM, 0, 1, 64, "4", "the number of simulated devices"),
