@@ -289,9 +289,9 @@ typedef struct { ppn_tmap wmap, xmap; ppn_kp_gemm g; } ppn_kp_gemm_tc_w;
 /* gemm_swiglu_w (sm_90a): gemm_tc_w over a gate|up matrix ([2 n, cols]: gate rows, then as many up rows) with SwiGLU
  * in its epilogue, for up to PPN_GEMM_SWIGLU_W_MAX_M tokens: a CTA of two consumer warpgroups and the producer warp
  * owns output columns 64 t .. 64 t + 63 (gate rows 64 t.., read by warpgroup 0; the up rows n further, by
- * warpgroup 1) and BT(m) tokens; W's two 64 x 64 boxes and x's box of a k-tile share a stage of a ring of about
- * 96 KB, so two CTAs share an SM. The sums are gemm_tc_w's (one f32 accumulator through k16 steps in k order), then
- * out [m, n] = silu(gate) * up as ppn_k_swiglu_rows computes it, in odt (f32 or bf16 row-major, PPN_ODT_BF16_ROWS):
+ * warpgroup 1) and BT(m) tokens; W's two 64 x 64 boxes and x's box of a k-tile share a stage of a ring of 96-100
+ * KB, so two CTAs share an SM. The sums are gemm_tc_w's (one f32 accumulator through k16 steps in k order), then
+ * out [m, n] = silu(gate) * up as ppn_k_swiglu_rows computes it, in odt (f32, or either bf16 form: PPN_X16_AT):
  * the bits of gemm_tc_w then swiglu rows. Its params: gemm_tc_w's maps (W's 64 x 64 boxes of the gate|up matrix,
  * x's 64 columns x BT(m) rows) and g (rows = 2 n), then odt. */
 #define PPN_GEMM_SWIGLU_W_MAX_M 128

@@ -187,8 +187,9 @@ int ppn_op_gemm_swiglu_fits(ppn_gpu *g, ppn_gstream *s, int m, int n, int cols, 
  * the same bits. odt: PPN_DTYPE_F32 or a bf16 form (PPN_ODT_BF16_ROWS: the down projection's x on gemm_tc_w). Taken
  * only where ppn_op_gemm_swiglu_rows16_fits (m <= PPN_GEMM_SWIGLU_W_MAX_M, n % 64 == 0, and where
  * ppn_op_gemm_rows16_fits the 2 n-row GEMM), else PPN_EUNSUPPORTED; PPN_EINVAL as ppn_op_gemm_swiglu. The forward
- * takes it for gate|up where ppn_op_gemm_swiglu_rows16_takes: it fits, ppn_op_gemm_rows16_takes the 2 n-row GEMM
- * and the device's PPN_GEMM_W_SWIGLU is on (a function of the shape and the device, as ppn_op_gemm_rows16_takes). */
+ * takes it for gate|up where ppn_op_gemm_swiglu_rows16_takes: it fits and the device's PPN_GEMM_W_SWIGLU level takes
+ * m (0 never; 1 where ppn_op_gemm_rows16_takes the 2 n-row GEMM; 2, the default, also where PPN_GEMM_W is 4 and its
+ * level 2 would take it). A function of the shape and the device, as ppn_op_gemm_rows16_takes. */
 ppn_status ppn_op_gemm_swiglu_rows16(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt, ppn_dptr w, int wdt,
                                      ppn_dptr x16, int m, int n, int cols);
 int ppn_op_gemm_swiglu_rows16_fits(ppn_gpu *g, ppn_gstream *s, int m, int n, int cols, int wdt);
