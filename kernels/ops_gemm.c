@@ -532,6 +532,34 @@ ppn_status ppn_op_gemm_x16(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w,
     return gemm_submit(g, s, k, &p);
 }
 
+/* The fused SwiGLU ops' arguments (ppn_op_gemm_swiglu, ppn_op_gemm_swiglu_rows16): sizes, dtypes, pointers; then,
+ * once the op knows it takes the shape, out [m, n] of odt apart from x16 [m, cols] bf16, and all three 16-byte
+ * aligned. */
+static ppn_status swiglu_args(const char *op, ppn_dptr out, int odt, ppn_dptr w, int wdt, ppn_dptr x16, int m, int n,
+                              int cols)
+{
+    PPN_CHECK(need_positive(op, "m", m));
+    PPN_CHECK(need_positive(op, "n", n));
+    PPN_CHECK(need_positive(op, "cols", cols));
+    PPN_CHECK(need_wdt(op, wdt));
+    PPN_CHECK(need_odt(op, odt, n));
+    PPN_CHECK(need_ptr(op, "out", out));
+    PPN_CHECK(need_ptr(op, "w", w));
+    return need_ptr(op, "x16", x16);
+}
+
+static ppn_status swiglu_bufs(const char *op, ppn_dptr out, int odt, ppn_dptr w, ppn_dptr x16, int m, int n, int cols)
+{
+    size_t ob = (size_t)m * (size_t)n * odt_size(odt), xb = (size_t)m * (size_t)cols * 2u;
+    if (out < x16 + xb && x16 < out + ob)
+        return ppn_err(PPN_EINVAL, "%s: out [0x%llx, +%zu) overlaps x16 [0x%llx, +%zu)", op, (unsigned long long)out,
+                       ob, (unsigned long long)x16, xb);
+    if ((w | x16 | out) & 15u)
+        return ppn_err(PPN_EINVAL, "%s: out, w and x16 must be 16-byte aligned (out 0x%llx, w 0x%llx, x16 0x%llx)", op,
+                       (unsigned long long)out, (unsigned long long)w, (unsigned long long)x16);
+    return PPN_OK;
+}
+
 /* SwiGLU in gemm_tc_kw16's epilogue: the gate|up output's round trip (m x 2 ffn f32 written, read back by swiglu
  * rows) and one launch a layer go. H200, test_gpu_gemm_swiglu, 2026-12-04 (docs/PERF.md), us a layer with bf16 out:
  * 8B gate|up m = 17 69.3 -> 64.3, m = 64 74.7 -> 66.7; 1B m = 64 38.6 -> 32.1; the 8B's B=64 step 7.07 from 7.10 ms.
@@ -546,26 +574,14 @@ ppn_status ppn_op_gemm_swiglu(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt,
                               int m, int n, int cols)
 {
     static const char op[] = "ppn_op_gemm_swiglu";
-    PPN_CHECK(need_positive(op, "m", m));
-    PPN_CHECK(need_positive(op, "n", n));
-    PPN_CHECK(need_positive(op, "cols", cols));
-    PPN_CHECK(need_wdt(op, wdt));
-    PPN_CHECK(need_odt(op, odt, n));
-    PPN_CHECK(need_ptr(op, "out", out));
-    PPN_CHECK(need_ptr(op, "w", w));
-    PPN_CHECK(need_ptr(op, "x16", x16));
+    PPN_CHECK(swiglu_args(op, out, odt, w, wdt, x16, m, n, cols));
     if (!ppn_op_gemm_swiglu_fits(g, s, m, n, cols, wdt))
         return ppn_err(PPN_EUNSUPPORTED, "%s: m %d, n %d, cols %d, %s weights on backend %s: taken only where "
                                          "ppn_op_gemm_x16 takes the 2 n-row gate|up GEMM, n %% 64 == 0 and the device "
                                          "runs TMA kernels (ppn_op_gemm_swiglu_fits); use ppn_op_gemm_x16 and "
                                          "ppn_op_swiglu_rows_to", op, m, n, cols, ppn_dtype_name(wdt), g->ops->name);
+    PPN_CHECK(swiglu_bufs(op, out, odt, w, x16, m, n, cols));
     size_t ob = (size_t)m * (size_t)n * odt_size(odt), xb = (size_t)m * (size_t)cols * 2u;
-    if (out < x16 + xb && x16 < out + ob)
-        return ppn_err(PPN_EINVAL, "%s: out [0x%llx, +%zu) overlaps x16 [0x%llx, +%zu)", op, (unsigned long long)out,
-                       ob, (unsigned long long)x16, xb);
-    if ((w | x16 | out) & 15u)
-        return ppn_err(PPN_EINVAL, "%s: out, w and x16 must be 16-byte aligned (out 0x%llx, w 0x%llx, x16 0x%llx)", op,
-                       (unsigned long long)out, (unsigned long long)w, (unsigned long long)x16);
     ppn_kp_gemm_swiglu p = {.g = {.out = out, .w = w, .x = x16, .m = m, .rows = 2 * n, .cols = cols, .wdt = wdt},
                             .odt = odt, .pad = 0};
     p.g.ks = gemm_kw_ks(&p.g), p.g.stages = gemm_kw_depth(PPN_K_GEMM_TC_KW16); /* gemm_tc_kw16's split: its bits */
@@ -694,27 +710,15 @@ ppn_status ppn_op_gemm_swiglu_rows16(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, i
                                      ppn_dptr x16, int m, int n, int cols)
 {
     static const char op[] = "ppn_op_gemm_swiglu_rows16";
-    PPN_CHECK(need_positive(op, "m", m));
-    PPN_CHECK(need_positive(op, "n", n));
-    PPN_CHECK(need_positive(op, "cols", cols));
-    PPN_CHECK(need_wdt(op, wdt));
-    PPN_CHECK(need_odt(op, odt, n));
-    PPN_CHECK(need_ptr(op, "out", out));
-    PPN_CHECK(need_ptr(op, "w", w));
-    PPN_CHECK(need_ptr(op, "x16", x16));
+    PPN_CHECK(swiglu_args(op, out, odt, w, wdt, x16, m, n, cols));
     if (!ppn_op_gemm_swiglu_rows16_fits(g, s, m, n, cols, wdt))
         return ppn_err(PPN_EUNSUPPORTED, "%s: m %d, n %d, cols %d, %s weights on backend %s: gemm_swiglu_w takes bf16 "
                                          "weights, n %% 64 == 0, cols %% 64 == 0 and up to %d tokens on a device that "
                                          "runs the TMA kernels (ppn_op_gemm_swiglu_rows16_fits); use "
                                          "ppn_op_gemm_rows16 and ppn_op_swiglu_rows_to", op, m, n, cols,
                        ppn_dtype_name(wdt), g->ops->name, PPN_GEMM_SWIGLU_W_MAX_M);
+    PPN_CHECK(swiglu_bufs(op, out, odt, w, x16, m, n, cols));
     size_t ob = (size_t)m * (size_t)n * odt_size(odt), xb = (size_t)m * (size_t)cols * 2u;
-    if (out < x16 + xb && x16 < out + ob)
-        return ppn_err(PPN_EINVAL, "%s: out [0x%llx, +%zu) overlaps x16 [0x%llx, +%zu)", op, (unsigned long long)out,
-                       ob, (unsigned long long)x16, xb);
-    if ((w | x16 | out) & 15u)
-        return ppn_err(PPN_EINVAL, "%s: out, w and x16 must be 16-byte aligned (out 0x%llx, w 0x%llx, x16 0x%llx)", op,
-                       (unsigned long long)out, (unsigned long long)w, (unsigned long long)x16);
     ppn_kp_gemm_swiglu_w p = {.g = {.out = out, .w = w, .x = x16, .m = m, .rows = 2 * n, .cols = cols, .wdt = wdt},
                               .odt = odt, .pad = 0};
     ppn_tmap_desc xd = {.base = x16, .elem_bytes = 2, .dim = {(uint64_t)cols, (uint64_t)m},

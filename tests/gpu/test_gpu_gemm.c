@@ -742,6 +742,27 @@ static void gs_pair(int arm, ppn_dptr gu, ppn_dptr out, int odt, ppn_dptr w, int
     }
 }
 
+/* Arm a into o1 and arm b into o2 (odt out; o1 and o2 filled with different bytes first), downloaded into h1 and h2:
+ * 1 where the bytes are the same; a line either way, naming the first byte apart. */
+static int gs_same(int a, int b, int odt, ppn_dptr gu, ppn_dptr o1, ppn_dptr o2, unsigned char *h1, unsigned char *h2,
+                   int m, int n, int cols, const char *what, const char *shape)
+{
+    const size_t es = odt == PPN_DTYPE_F32 ? 4u : 2u, nb = (size_t)m * (size_t)n * es;
+    EXPECT_OK(G->ops->memset_d8(G, S, o1, 0xa5, nb));
+    EXPECT_OK(G->ops->memset_d8(G, S, o2, 0x5a, nb));
+    gs_pair(a, gu, o1, odt, B.w[PPN_DTYPE_BF16], m, n, cols);
+    gs_pair(b, gu, o2, odt, B.w[PPN_DTYPE_BF16], m, n, cols);
+    tu_download(G, S, h1, o1, nb);
+    tu_download(G, S, h2, o2, nb);
+    const int same = !memcmp(h1, h2, nb);
+    size_t first = 0;
+    while (!same && first < nb && h1[first] == h2[first]) first++;
+    printf("  %s %-11s m=%-4d %s out: ", what, shape, m, es == 2 ? "bf16" : "f32 ");
+    if (same) printf("the bytes of %s + swiglu_rows\n", a == GS_W ? "gemm_tc_w" : "gemm_tc_kw16");
+    else printf("DIFFERENT (first at byte %zu: token %zu)\n", first, first / ((size_t)n * es));
+    return same;
+}
+
 static double gs_burst_ms(int arm, ppn_dptr gu, ppn_dptr out, int m, int n, int cols)
 {
     size_t wb = (size_t)2 * n * cols * 2, slots = B.wn[PPN_DTYPE_BF16] * 2 / wb;
@@ -783,21 +804,8 @@ static void test_gpu_gemm_swiglu(void **state)
                 continue;
             }
             for (int bf = 0; bf < 2; bf++) {
-                int odt = bf ? PPN_DTYPE_BF16 : PPN_DTYPE_F32;
-                size_t nb = (size_t)m * n * (bf ? 2u : 4u);
-                EXPECT_OK(G->ops->memset_d8(G, S, o1, 0xa5, nb));
-                EXPECT_OK(G->ops->memset_d8(G, S, o2, 0x5a, nb));
-                gs_pair(GS_KW16, gu, o1, odt, B.w[PPN_DTYPE_BF16], m, n, cols);
-                gs_pair(GS_FUSED, gu, o2, odt, B.w[PPN_DTYPE_BF16], m, n, cols);
-                tu_download(G, S, h1, o1, nb);
-                tu_download(G, S, h2, o2, nb);
-                int same = !memcmp(h1, h2, nb);
-                size_t first = 0;
-                while (!same && first < nb && h1[first] == h2[first]) first++;
-                printf("  swiglu %-11s m=%-4d %s out: %s", sh[a].name, m, bf ? "bf16" : "f32 ",
-                       same ? "the bytes of gemm_tc_kw16 + swiglu_rows" : "DIFFERENT");
-                if (!same) printf(" (first at byte %zu: token %zu)", first, first / ((size_t)n * (bf ? 2u : 4u)));
-                printf("\n");
+                const int same = gs_same(GS_KW16, GS_FUSED, bf ? PPN_DTYPE_BF16 : PPN_DTYPE_F32, gu, o1, o2, h1, h2,
+                                         m, n, cols, "swiglu", sh[a].name);
                 checked++, bad += !same;
             }
         }
@@ -845,21 +853,8 @@ static void test_gpu_gemm_swiglu_w(void **state)
                 continue;
             }
             for (int bf = 0; bf < 2; bf++) {
-                int odt = bf ? PPN_ODT_BF16_ROWS : PPN_DTYPE_F32;
-                size_t nb = (size_t)m * n * (bf ? 2u : 4u);
-                EXPECT_OK(G->ops->memset_d8(G, S, o1, 0xa5, nb));
-                EXPECT_OK(G->ops->memset_d8(G, S, o2, 0x5a, nb));
-                gs_pair(GS_W, gu, o1, odt, B.w[PPN_DTYPE_BF16], m, n, cols);
-                gs_pair(GS_WSW, gu, o2, odt, B.w[PPN_DTYPE_BF16], m, n, cols);
-                tu_download(G, S, h1, o1, nb);
-                tu_download(G, S, h2, o2, nb);
-                int same = !memcmp(h1, h2, nb);
-                size_t first = 0;
-                while (!same && first < nb && h1[first] == h2[first]) first++;
-                printf("  swiglu_w %-11s m=%-4d %s out: %s", sh[a].name, m, bf ? "bf16" : "f32 ",
-                       same ? "the bytes of gemm_tc_w + swiglu_rows" : "DIFFERENT");
-                if (!same) printf(" (first at byte %zu: token %zu)", first, first / ((size_t)n * (bf ? 2u : 4u)));
-                printf("\n");
+                const int same = gs_same(GS_W, GS_WSW, bf ? PPN_ODT_BF16_ROWS : PPN_DTYPE_F32, gu, o1, o2, h1, h2, m,
+                                         n, cols, "swiglu_w", sh[a].name);
                 checked++, bad += !same;
             }
         }
