@@ -694,16 +694,19 @@ int ppn_op_gemm_swiglu_rows16_fits(ppn_gpu *g, ppn_gstream *s, int m, int n, int
 }
 
 /* PPN_GEMM_W_SWIGLU's levels: 1 where PPN_GEMM_W's level takes the 2 n-row GEMM; 2, the default, also where level 4
- * leaves it to the op's gemm_tc_k or gemm_tc_kx but level 2's rule would take it (the 8B's gate|up at 16 and 65-80
- * rows). One H100, 2026-12-07 (docs/PERF.md): in the decode table's bursts gemm_swiglu_w 83.37 us at 16 against
+ * leaves it to the op's gemm_tc_kx (gemm_swiglu_x) but level 2's rule would take it: the 8B's gate|up at 16 and 65-80
+ * rows. One H100, 2026-12-07 (docs/PERF.md): in the decode table's bursts gemm_swiglu_w 83.37 us at 16 against
  * gemm_swiglu_x's 89.67, 97.85 against 104.06 at 80, but 107.87 against 101.34 at 65; in the forward, level 2 against
  * 1, two rounds alternating, the 8B's B=16 step 6.560, 6.605 against 6.807, 6.810 ms and its 16 + 64-row iteration
- * 10.375, 10.368 against 10.516, 10.593 ms. */
+ * 10.375, 10.368 against 10.516, 10.593 ms. Not where the op runs gemm_tc_k: the 1B's gate|up at 16 rows (gemm_tc_k16
+ * then SwiGLU rows) took the 1B's B=16 step from 1.466, 1.467 to 1.498, 1.495 ms on that H100 when level 2 took it
+ * there too (the first rule, 85a2f26). */
 int ppn_op_gemm_swiglu_rows16_takes(ppn_gpu *g, ppn_gstream *s, int m, int n, int cols, int wdt)
 {
     if (!g || !g->gemm_w_swiglu || !ppn_op_gemm_swiglu_rows16_fits(g, s, m, n, cols, wdt)) return 0;
     if (ppn_op_gemm_rows16_takes(g, s, m, 2 * n, cols, wdt)) return 1;
-    return g->gemm_w_swiglu == 2 && g->gemm_w == 4 && gemm_w_fills(m, 2 * n, cols);
+    return g->gemm_w_swiglu == 2 && g->gemm_w == 4 && gemm_w_fills(m, 2 * n, cols) &&
+           gemm_shape_kernel(m, 2 * n, cols, wdt) == PPN_K_GEMM_TC_KW && gemm_kx_on(g, s, m);
 }
 
 ppn_status ppn_op_gemm_swiglu_rows16(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt, ppn_dptr w, int wdt,

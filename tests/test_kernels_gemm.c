@@ -1416,7 +1416,8 @@ static void test_gemm_swiglu_w(void **state)
     assert_int_equal(ppn_kernel_set()->smem_max[PPN_K_GEMM_SWIGLU_W], PPN_GEMM_SWIGLU_W_SMEM_MAX);
     /* the forward's rule: where PPN_GEMM_W's level takes the 2 n-row GEMM, it fits and PPN_GEMM_W_SWIGLU is on (the
      * 8B's gate|up at level 4: not at 16 rows, where the op runs gemm_tc_kx; at 17-64 and 81-128; not past 128); at 2
-     * also where level 4 leaves the op's gemm_tc_kx and level 2 takes (16 and 65-80), not below 16 (level 2's rule) */
+     * also where level 4 leaves the op's gemm_tc_kx and level 2 takes (16 and 65-80), not below 16 (level 2's rule),
+     * and not where level 4 leaves the op's gemm_tc_k (the 1B's gate|up at 16 rows) */
     tma_fake->gemm_w = 4, tma_fake->gemm_kx = 2, tma_fake->gemm_w_swiglu = 1;
     static const struct { int m, want; } gu[] = {{16, 0}, {17, 1}, {64, 1}, {80, 0}, {81, 1}, {128, 1}, {129, 0}};
     for (size_t i = 0; i < TU_LEN(gu); i++) {
@@ -1430,6 +1431,8 @@ static void test_gemm_swiglu_w(void **state)
     for (size_t i = 0; i < TU_LEN(gu2); i++)
         assert_int_equal(ppn_op_gemm_swiglu_rows16_takes(tma_fake, s, gu2[i].m, 14336, 4096, PPN_DTYPE_BF16),
                          gu2[i].want);
+    assert_false(ppn_op_gemm_swiglu_rows16_takes(tma_fake, s, 16, 8192, 2048, PPN_DTYPE_BF16)); /* 1B: gemm_tc_k */
+    assert_true(ppn_op_gemm_swiglu_rows16_takes(tma_fake, s, 17, 8192, 2048, PPN_DTYPE_BF16));
     tma_fake->gemm_w = 2; /* level 2 takes it at 16 already: 2 changes nothing there */
     assert_true(ppn_op_gemm_swiglu_rows16_takes(tma_fake, s, 16, 14336, 4096, PPN_DTYPE_BF16));
     tma_fake->gemm_w = 3;

@@ -538,17 +538,19 @@ static void gemm_w_prompt(void)
     free(dir);
 }
 
-/* PPN_GEMM_W_SWIGLU on a 16-row batch walk on wide-tiny: level 4 leaves its matrices to the op's gemm_tc_k (up to 32
- * rows there), but level 2's rule takes gate|up (4,096 rows: 64 CTAs), so at 2 (the default) gate|up runs
- * gemm_swiglu_w, a launch a layer, and at 1 none; no gemm_tc_w either way; the logits the bytes of the fusion off. */
+/* PPN_GEMM_W_SWIGLU on wide-tiny's 40 + 8-row mixed walk under PPN_GEMM_KX=1 (gemm_tc_kx wherever the middle split-K
+ * tile runs): level 4 leaves its matrices to the op's gemm_tc_kx (gate|up on gemm_swiglu_x), but level 2's rule takes
+ * gate|up (4,096 rows: 64 CTAs), so at 2 (the default) gate|up runs gemm_swiglu_w, a launch a layer, and at 1 none; no
+ * gemm_tc_w either way; the logits the bytes of the fusion off. On a 16-row batch walk the op runs gemm_tc_k on
+ * gate|up, which 2 leaves alone too. */
 static void wsw_check(const ppn_kernel_time *e, int n, const ppn_model_info *mi, int fuse, int slice, const void *ctx)
 {
-    const int level = *(const int *)ctx;
+    const int takes = *(const int *)ctx; /* 1: gate|up on gemm_swiglu_w */
     const ppn_kernel_time *sw = find(e, n, "ppn_k_gemm_swiglu_w"), *t = find(e, n, "ppn_k_gemm_tc_w");
-    long swc = sw ? (long)sw->calls : 0, want_sw = fuse && level == 2 ? mi->n_layers : 0;
+    long swc = sw ? (long)sw->calls : 0, want_sw = fuse && takes ? mi->n_layers : 0;
     if (swc != want_sw || t)
-        fail_msg("PPN_GEMM_W_SWIGLU=%d, slice %d, fuse %d: gemm_swiglu_w %ld calls (want %ld), gemm_tc_w %ld", level,
-                 slice, fuse, swc, want_sw, t ? (long)t->calls : 0L);
+        fail_msg("PPN_GEMM_W_SWIGLU=%s, slice %d, fuse %d: gemm_swiglu_w %ld calls (want %ld), gemm_tc_w %ld",
+                 rt_wsw ? rt_wsw : "<unset>", slice, fuse, swc, want_sw, t ? (long)t->calls : 0L);
 }
 
 static void test_kprof_gemm_w(void **st)
@@ -560,11 +562,15 @@ static void test_kprof_gemm_w(void **st)
     gemm_w_rows(NULL, 8, 1, 1); /* the default, 4: level 2's rule at 48 rows */
     rt_wsw = "0";
     gemm_w_rows(NULL, 8, 1, 0); /* the A/B arm: gate|up on the split-K gemm_swiglu, the rest as at 4 */
-    for (int level = 1; level <= 2; level++) {
-        rt_wsw = level == 1 ? "1" : NULL;
-        fuse_walk("wide-tiny", 16, 0, wsw_check, &level);
+    rt_kx = "1";
+    for (int takes = 0; takes <= 1; takes++) {
+        rt_wsw = takes ? NULL : "1";
+        fuse_walk("wide-tiny", 40, 8, wsw_check, &takes);
     }
+    rt_kx = NULL;
+    const int none = 0; /* at the default, 2, as at 1 where the op runs gemm_tc_k */
     rt_wsw = NULL;
+    fuse_walk("wide-tiny", 16, 0, wsw_check, &none);
     gemm_w_prompt();
 }
 
