@@ -95,8 +95,8 @@ static const ppn_env_var env_table[] = {
         "fits; 0 never"),
     INT("PPN_GEMM_W_SWIGLU", PPN_ENV_DEVICE, 0, 0, 2, "2",
         "the gate|up GEMM of up to 128 rows on gemm_swiglu_w, SwiGLU in its epilogue (gemm_tc_w's sums, two "
-        "warpgroups a CTA: gate and up): 2 where level 2 of PPN_GEMM_W would take gate|up (also at 16 and 65-80 "
-        "rows on the 8B, which level 4 leaves to the op: its B=16 step 3.3% faster than 1 on an H100, 2026-12-07); "
+        "warpgroups a CTA: gate and up): 2 also where level 4 of PPN_GEMM_W leaves gate|up to gemm_tc_kx but level "
+        "2 would take it (16 and 65-80 rows on the 8B: its B=16 step 3.3% faster than 1 on an H100, 2026-12-07); "
         "1 where PPN_GEMM_W's level takes it (B=32 8.0%, B=64 2.9% faster than 0); 0 the split-K gemm_swiglu there "
         "instead (its own sums), the forward before: an A/B arm"),
     TEXT("CUDA_VISIBLE_DEVICES", PPN_ENV_DEVICE, "every device", "the CUDA driver's device list",
