@@ -1543,6 +1543,17 @@ __device__ __forceinline__ void gemm_gu_put(const ppn_kp_gemm &p, int odt, int i
         *(float2 *)((float *)p.out + o + f) = make_float2(v0, v1);
 }
 
+// gemm_gu_put of one output: out column f of token i = silu(g) u (gemm_swiglu_x, gemm_swiglu_w).
+__device__ __forceinline__ void gemm_gu_put1(const ppn_kp_gemm &p, int odt, int i, int f, float g, float u)
+{
+    const int n = p.rows / 2;
+    if (i >= p.m || f >= n) return;
+    const float v = ppn_swish(g) * u;
+    const size_t o = (size_t)i * (size_t)n;
+    if (odt != PPN_DTYPE_F32) ((__nv_bfloat16 *)p.out)[o + PPN_X16_AT(odt, f)] = __float2bfloat16_rn(v);
+    else ((float *)p.out)[o + f] = v;
+}
+
 // TM (gemm_tc_kwt, gemm_swiglu_t; XH): the k-tiles through gemm_h_mainloop_tma, W by the tensor map at map.
 template <bool XR, bool BF16, int S, bool XH = false, bool GU = false, bool TM = false>
 __device__ __forceinline__ void gemm_kw_run(const ppn_kp_gemm &p, int odt = PPN_DTYPE_F32,
@@ -1873,17 +1884,6 @@ template <int NX, bool GU> struct gemm_kx {
 #endif
     }
 
-    // GU: out column f of token i = silu(g) u, as gemm_gu_put rounds it.
-    __device__ __forceinline__ void put_gu(int odt, int i, int f, float g, float u) const
-    {
-        const int nf = p.rows / 2;
-        if (i >= p.m || f >= nf) return;
-        const float v = ppn_swish(g) * u;
-        const size_t o = (size_t)i * (size_t)nf;
-        if (odt != PPN_DTYPE_F32) ((__nv_bfloat16 *)p.out)[o + PPN_X16_AT(odt, f)] = __float2bfloat16_rn(v);
-        else ((float *)p.out)[o + f] = v;
-    }
-
     // Float4 j of thread u (j < NQ / 2: rows 0-63, else 64-127; the m64nN accumulator's layout, W rows as M):
     // weight rows R, R + 8 of the half, tokens c, c + 1.
     __device__ __forceinline__ void put4(int odt, int j, int u, float4 v, float4 w) const
@@ -1891,10 +1891,10 @@ template <int NX, bool GU> struct gemm_kx {
         const int jj = j % (NQ / 2), R = (u >> 5) * 16 + ((u & 31) >> 2), c = i0 + jj * 8 + (u & 3) * 2;
         if constexpr (GU) { // v: the gate float4, w: its up float4
             const int f = r0 / 2 + R;
-            put_gu(odt, c, f, v.x, w.x);
-            put_gu(odt, c + 1, f, v.y, w.y);
-            put_gu(odt, c, f + 8, v.z, w.z);
-            put_gu(odt, c + 1, f + 8, v.w, w.w);
+            gemm_gu_put1(p, odt, c, f, v.x, w.x);
+            gemm_gu_put1(p, odt, c + 1, f, v.y, w.y);
+            gemm_gu_put1(p, odt, c, f + 8, v.z, w.z);
+            gemm_gu_put1(p, odt, c + 1, f + 8, v.w, w.w);
         } else {
             (void)odt, (void)w;
             const int r = r0 + (j / (NQ / 2)) * 64 + R;
@@ -2101,17 +2101,9 @@ __device__ __forceinline__ void gemm_w_run(const ppn_tmap &wmap, const ppn_tmap 
         }
         asm volatile("bar.sync 1, 256;\n" ::: "memory");
         if (g == 1) return;
-        float *o32 = (float *)pg.out;
-        __nv_bfloat16 *o16 = (__nv_bfloat16 *)pg.out;
 #pragma unroll
-        for (int j = 0; j < BT / 2; j++) {
-            const int t = tb + 8 * (j >> 2) + (j & 1), f = rb + 8 * ((j >> 1) & 1);
-            if (t >= pg.m) continue;
-            const float v = ppn_swish(acc[j]) * up[j * 128 + u];
-            const size_t o = (size_t)t * (size_t)half; // a bf16 form's place of f (PPN_X16_AT); f32 row-major
-            if (odt != PPN_DTYPE_F32) o16[o + (size_t)PPN_X16_AT(odt, f)] = __float2bfloat16_rn(v);
-            else o32[o + (size_t)f] = v;
-        }
+        for (int j = 0; j < BT / 2; j++)
+            gemm_gu_put1(pg, odt, tb + 8 * (j >> 2) + (j & 1), rb + 8 * ((j >> 1) & 1), acc[j], up[j * 128 + u]);
     } else {
 #pragma unroll
         for (int c = 0; c < BT / 2; c += 16) {
