@@ -725,6 +725,10 @@ static void test_gpu_gemm_decode(void **state)
  * llama-1b / 8b gate|up matrices at every m where it is taken; then both timed in bursts (bf16 out, as the forward
  * runs them). */
 #define GS_MAX_M 192
+/* The gate|up matrices both fused SwiGLU tests run on: n rows each of gate and up over cols. */
+typedef struct { const char *name; int n, cols; } gs_shape;
+static const gs_shape gs_shapes[] = {{"1b gate|up", 8192, 2048}, {"8b gate|up", 14336, 4096}};
+
 /* The arms: GS_KW16 gemm_tc_kw16 forced then swiglu rows (the bits gemm_swiglu, _t and _x must give), GS_FUSED
  * ppn_op_gemm_swiglu, GS_W gemm_tc_w forced then swiglu rows (the bits gemm_swiglu_w must give; x row-major), GS_WSW
  * ppn_op_gemm_swiglu_rows16. */
@@ -784,14 +788,14 @@ static double gs_burst_ms(int arm, ppn_dptr gu, ppn_dptr out, int m, int n, int 
 static void test_gpu_gemm_swiglu(void **state)
 {
     (void)state;
-    static const struct { const char *name; int n, cols; } sh[] = {{"1b gate|up", 8192, 2048}, {"8b gate|up", 14336, 4096}};
+    const gs_shape *sh = gs_shapes;
     static const int ms[] = {8, 17, 32, 40, 64, 100, 128, 150, 192, 193};
     size_t ob = (size_t)GS_MAX_M * 14336 * 4;
     ppn_dptr gu = tu_dalloc(G, 0, ob * 2), o1 = tu_dalloc(G, 0, ob), o2 = tu_dalloc(G, 0, ob);
     unsigned char *h1 = hmem(ob), *h2 = hmem(ob);
     for (int i = 0; i < 2; i++) ev[i] = tu_event(G, 0, 1);
     int checked = 0, bad = 0;
-    for (size_t a = 0; a < TU_LEN(sh); a++) {
+    for (size_t a = 0; a < TU_LEN(gs_shapes); a++) {
         int n = sh[a].n, cols = sh[a].cols;
         if ((size_t)2 * n * cols > B.wn[PPN_DTYPE_BF16] || cols > GG_MAX_COLS) continue; /* GG_SMOKE's pool */
         for (size_t j = 0; j < TU_LEN(ms); j++) {
@@ -813,7 +817,7 @@ static void test_gpu_gemm_swiglu(void **state)
 #ifndef GG_SMOKE
     printf("  per layer in bursts of %d (median of %d), bf16 out: gemm_tc_kw16 + swiglu_rows against ppn_op_gemm_swiglu "
            "(PPN_TMA %d, PPN_GEMM_KX %d)\n", GD_BURST, GD_REPS, gg_tma(), G->gemm_kx);
-    for (size_t a = 0; a < TU_LEN(sh); a++)
+    for (size_t a = 0; a < TU_LEN(gs_shapes); a++)
         for (size_t j = 0; j < TU_LEN(ms); j++) {
             int m = ms[j], n = sh[a].n, cols = sh[a].cols;
             if (!ppn_op_gemm_swiglu_fits(G, S, m, n, cols, PPN_DTYPE_BF16)) continue;
@@ -836,14 +840,14 @@ static void test_gpu_gemm_swiglu(void **state)
 static void test_gpu_gemm_swiglu_w(void **state)
 {
     (void)state;
-    static const struct { const char *name; int n, cols; } sh[] = {{"1b gate|up", 8192, 2048}, {"8b gate|up", 14336, 4096}};
+    const gs_shape *sh = gs_shapes;
     static const int ms[] = {1, 16, 17, 32, 33, 48, 64, 65, 80, 81, 100, 112, 128};
     size_t ob = (size_t)128 * 14336 * 4;
     ppn_dptr gu = tu_dalloc(G, 0, ob * 2), o1 = tu_dalloc(G, 0, ob), o2 = tu_dalloc(G, 0, ob);
     unsigned char *h1 = hmem(ob), *h2 = hmem(ob);
     for (int i = 0; i < 2; i++) ev[i] = tu_event(G, 0, 1);
     int checked = 0, bad = 0;
-    for (size_t a = 0; a < TU_LEN(sh); a++) {
+    for (size_t a = 0; a < TU_LEN(gs_shapes); a++) {
         int n = sh[a].n, cols = sh[a].cols;
         if ((size_t)2 * n * cols > B.wn[PPN_DTYPE_BF16] || cols > GG_MAX_COLS) continue; /* GG_SMOKE's pool */
         for (size_t j = 0; j < TU_LEN(ms); j++) {
@@ -862,7 +866,7 @@ static void test_gpu_gemm_swiglu_w(void **state)
 #ifndef GG_SMOKE
     printf("  per layer in bursts of %d (median of %d), bf16 out, us: gemm_tc_w + swiglu_rows | gemm_swiglu_w | "
            "gemm_swiglu (PPN_GEMM_KX %d)\n", GD_BURST, GD_REPS, G->gemm_kx);
-    for (size_t a = 0; a < TU_LEN(sh); a++)
+    for (size_t a = 0; a < TU_LEN(gs_shapes); a++)
         for (size_t j = 0; j < TU_LEN(ms); j++) {
             int m = ms[j], n = sh[a].n, cols = sh[a].cols;
             if (!ppn_op_gemm_swiglu_rows16_fits(G, S, m, n, cols, PPN_DTYPE_BF16)) continue;
