@@ -1848,20 +1848,6 @@ template <int NX, bool GU> struct gemm_kx {
         }
     }
 
-    // PPN_GEMM_L2PF: k-tiles [k, k + pf) of this CTA's range over load_w's rows asked of L2, a thread a row (the
-    // first token group's CTAs: the others read the same rows)
-    __device__ __forceinline__ void prefetch_w(int k) const
-    {
-        if (p.pf <= 0 || i0 != 0) return;
-        const int r = (int)threadIdx.x, f = r0 / 2 + (r & (BN / 2 - 1)), k1 = min(kt1, k + p.pf);
-        static_assert(T == BN, "a thread a row");
-        if constexpr (GU) {
-            if (f < p.rows / 2) gemm_l2_row(p, (r < BN / 2 ? 0 : p.rows / 2) + f, k, k1);
-        } else {
-            gemm_l2_row(p, r0 + r, k, k1);
-        }
-    }
-
     // x k-tile kt's rows below mg into stage st in k order: lane l's pair is k 2 l .. 2 l + 1 of the k-tile
     // (k = 16 s + 8 h + 2 q: PPN_X16_POS puts it at 16 q + 4 s + 2 h), 16-byte chunk l / 4 of the row.
     __device__ __forceinline__ void load_x(int st, int kt) const
@@ -1892,7 +1878,6 @@ template <int NX, bool GU> struct gemm_kx {
             if (s < n) load_w(s, kt0 + s);
             gemm_cp_commit();
         }
-        prefetch_w(kt0 + S - 2);
         ppn_pdl_wait();
         for (int s = 0; s < S - 2 && s < n; s++) load_x(s, kt0 + s);
         gemm_cp_commit();

@@ -107,10 +107,9 @@ typedef struct { uint64_t out, w, x, bias, res; int32_t rows, cols, m, wdt; } pp
 #define PPN_ALIGN64 _Alignas(64)
 #endif
 typedef struct { PPN_ALIGN64 uint64_t opaque[16]; } ppn_tmap;
-/* pf: weight k-tiles (64 columns) a CTA of gemm_tc_k / gemm_tc_k16(t), gemm_tc_kx / gemm_swiglu_x (the first token
- * group's), gemm_tc_w or gemm_swiglu_w (the first token tile's) asks L2 for past the ring's first ones, before its
- * programmatic-launch wait (PPN_GEMM_L2PF: the op's choice, ppn_gemm_pf_tiles; 0 none, and the other kernels ignore
- * it). A hint: the sums do not depend on it. */
+/* pf: weight k-tiles (64 columns) a CTA of gemm_tc_k / gemm_tc_k16(t), gemm_tc_w or gemm_swiglu_w asks L2 for past
+ * the ring's first ones, before its programmatic-launch wait (PPN_GEMM_L2PF: the op's choice, ppn_gemm_pf_tiles;
+ * 0 none, and the other kernels ignore it). A hint: the sums do not depend on it. */
 typedef struct { uint64_t out, w, x, bias, res; int32_t m, rows, cols, wdt, ks, stages, ctas, pf; } ppn_kp_gemm;
 #define PPN_GEMM_L2PF_MAX_M 128 /* the launches that ask: up to this many tokens (decode and serving steps) */
 /* PPN_GEMM_L2PF's share: pf for a CTA of tiles k-tiles when a launch of wbytes of weights may ask L2 for mb MiB (each

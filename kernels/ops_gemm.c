@@ -384,12 +384,10 @@ static ppn_status gemm_wmap(ppn_gpu *g, ppn_gstream *s, const char *op, const pp
 }
 
 /* PPN_GEMM_L2PF's share for a CTA of kernel over tiles k-tiles (kparams.h, pf): launches of up to
- * PPN_GEMM_L2PF_MAX_M tokens on the kernels that ask (gemm_tc_k, gemm_tc_k16, gemm_tc_k16t, gemm_tc_kx, gemm_swiglu_x,
- * gemm_tc_w, gemm_swiglu_w). */
+ * PPN_GEMM_L2PF_MAX_M tokens on the kernels that ask (gemm_tc_k, gemm_tc_k16, gemm_tc_k16t, gemm_tc_w, gemm_swiglu_w). */
 static int32_t gemm_pf(const ppn_gpu *g, int kernel, const ppn_kp_gemm *p, int tiles)
 {
-    int asks = gemm_is_k(kernel) || kernel == PPN_K_GEMM_TC_KX || kernel == PPN_K_GEMM_SWIGLU_X ||
-               kernel == PPN_K_GEMM_TC_W || kernel == PPN_K_GEMM_SWIGLU_W;
+    int asks = gemm_is_k(kernel) || kernel == PPN_K_GEMM_TC_W || kernel == PPN_K_GEMM_SWIGLU_W;
     if (!asks || p->m > PPN_GEMM_L2PF_MAX_M) return 0;
     return ppn_gemm_pf_tiles(g->gemm_l2pf, (uint64_t)p->rows * (uint64_t)p->cols * ppn_dtype_size(p->wdt), tiles);
 }
@@ -404,7 +402,7 @@ static ppn_status gemm_submit(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_
     else rp.ks = 0, rp.stages = 0;
     rp.ctas = 0;
     const int kts = (p->cols + 63) / 64; /* a CTA's k-tiles: its share of the K split (gemm_tc_w: all) */
-    rp.pf = gemm_pf(g, kernel, p, rp.ks > 0 ? (kts + rp.ks - 1) / rp.ks : kts);
+    rp.pf = gemm_pf(g, kernel, p, gemm_is_k(kernel) ? (kts + rp.ks - 1) / rp.ks : kts);
     if (kernel == PPN_K_GEMM_TC_H) { /* one CTA a multiprocessor (or the caller's count), at most one a tile */
         size_t tiles = gemm_tiles(p->m, p->rows, PPN_GEMM_TC_H_BM, PPN_GEMM_TC_H_BN);
         size_t want = pc->ctas > 0 ? (size_t)pc->ctas : g->ops->sm_count ? (size_t)g->ops->sm_count(g, s) : 0;
@@ -608,7 +606,6 @@ ppn_status ppn_op_gemm_swiglu(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt,
         l.kernel = PPN_K_GEMM_SWIGLU_T, l.params = &tp, l.params_size = sizeof tp;
     } else if (gemm_kx_on(g, s, m)) { /* PPN_GEMM_KX: gemm_tc_kx's grid and ring, the same params and bits */
         p.g.stages = gemm_kw_depth(PPN_K_GEMM_TC_KX);
-        p.g.pf = gemm_pf(g, PPN_K_GEMM_SWIGLU_X, &p.g, (cols / 64 + p.g.ks - 1) / p.g.ks);
         l = gemm_geometry(PPN_K_GEMM_TC_KX, &p.g);
         l.kernel = PPN_K_GEMM_SWIGLU_X, l.params = &p, l.params_size = sizeof p;
     }

@@ -100,8 +100,8 @@ static const ppn_env_var env_table[] = {
         "1 where PPN_GEMM_W's level takes it (B=32 8.0%, B=64 2.9% faster than 0); 0 the split-K gemm_swiglu there "
         "instead (its own sums), the forward before: an A/B arm"),
     INT("PPN_GEMM_L2PF", PPN_ENV_DEVICE, 0, 0, 64, "0",
-        "MiB of its weights a GEMM launch of up to 128 rows (gemm_tc_k, gemm_tc_k16, gemm_tc_k16t, gemm_tc_kx, "
-        "gemm_swiglu_x, gemm_tc_w, gemm_swiglu_w) asks L2 for before it waits for its predecessor under programmatic launch, each CTA the "
+        "MiB of its weights a GEMM launch of up to 128 rows (gemm_tc_k, gemm_tc_k16, gemm_tc_k16t, gemm_tc_w, "
+        "gemm_swiglu_w) asks L2 for before it waits for its predecessor under programmatic launch, each CTA the "
         "same share of its k-range past its ring's first tiles: the weight stream starts while a latency-bound "
         "kernel (a norm, attention) still runs; 0 never. A hint: the sums do not depend on it"),
     TEXT("CUDA_VISIBLE_DEVICES", PPN_ENV_DEVICE, "every device", "the CUDA driver's device list",
