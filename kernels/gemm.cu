@@ -165,23 +165,6 @@ __device__ __forceinline__ void gemm_cp16(uint32_t dst, const void *src, bool ok
                  : "memory");
 }
 
-// PPN_GEMM_L2PF (kparams.h, pf): weight row r's k-tiles [k0, k1) (64 columns each, to the matrix's end) asked of L2,
-// one bulk prefetch: a hint, nothing waits for it and the sums do not depend on it. Rows past the matrix, and rows
-// whose pitch is not whole 16-byte pieces (the instruction's unit), ask nothing.
-__device__ __forceinline__ void gemm_l2_row(const ppn_kp_gemm &p, int r, int k0, int k1)
-{
-#if __CUDA_ARCH__ >= 900
-    const size_t es = p.wdt == PPN_DTYPE_F32 ? 4u : 2u, pitch = (size_t)p.cols * es;
-    const int c0 = k0 * 64, c1 = min(k1 * 64, p.cols);
-    if (r < 0 || r >= p.rows || c0 >= c1 || pitch % 16u) return;
-    const unsigned char *a = (const unsigned char *)p.w + (size_t)r * pitch + (size_t)c0 * es;
-    const uint32_t n = (uint32_t)((size_t)(c1 - c0) * es) & ~15u;
-    if (n) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(a), "r"(n) : "memory");
-#else
-    (void)p, (void)r, (void)k0, (void)k1;
-#endif
-}
-
 __device__ __forceinline__ void gemm_cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 
 template <int N> __device__ __forceinline__ void gemm_cp_wait(void)
@@ -1272,13 +1255,6 @@ template <bool BF16, int S, bool XH = false, bool TM = false> struct gemm_k {
         }
     }
 
-    // PPN_GEMM_L2PF: k-tiles [k, k + pf) of this CTA's range over its BN rows asked of L2, a thread a row
-    __device__ __forceinline__ void prefetch_w(int k) const
-    {
-        const int t = (int)threadIdx.x;
-        if (p.pf > 0 && t < BN) gemm_l2_row(p, r0 + t, k, min(kt1, k + p.pf));
-    }
-
     // x k-tile kt into stage st as f32: ceil8(mg) rows of XROW (zeros past mg and cols; cols % 8 == 0). XH: as
     // bf16, the row's 16-byte chunks as they lie (swizzled by the row's parity).
     __device__ __forceinline__ void load_x(int st, int kt)
@@ -1375,7 +1351,6 @@ template <bool BF16, int S, bool XH = false, bool TM = false> struct gemm_k {
         };
         if (t == 0)
             for (int s = 0; s < S && s < n; s++) issue_w(s, kt0 + s);
-        prefetch_w(kt0 + S);
         ppn_pdl_wait();
         if (t == 0)
             for (int s = 0; s < S && s < n; s++) issue_x(s, kt0 + s);
@@ -1416,7 +1391,6 @@ template <bool BF16, int S, bool XH = false, bool TM = false> struct gemm_k {
                 if (s < n) load_w(s, kt0 + s);
                 gemm_cp_commit();
             }
-            prefetch_w(kt0 + S - 1);
             ppn_pdl_wait();
             for (int s = 0; s < S - 1 && s < n; s++) load_x(s, kt0 + s);
             gemm_cp_commit();
@@ -2066,9 +2040,6 @@ __device__ __forceinline__ void gemm_w_run(const ppn_tmap &wmap, const ppn_tmap 
     const int n = pg.cols / 64, warp = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31;
     gemm_ring_init(full, empty, S, 4u * WG); // empty: a lane of each consumer warp
     if (warp == 4 * WG) { // the producer
-        if (pg.pf > 0 && t0 == 0) // PPN_GEMM_L2PF: k-tiles [S, S + pf) of the CTA's rows asked of L2, a lane a row
-            for (int r = lane; r < BM; r += 32)
-                gemm_l2_row(pg, GU ? r0 + half * (r >> 6) + (r & 63) : r0 + r, S, S + pg.pf);
         if (lane != 0) return;
         auto weights = [&](int st, int kt) {
 #pragma unroll

@@ -66,17 +66,14 @@ enum { GEMM_X_F32, GEMM_X_X16, GEMM_X_ROWS };
  * res read before out is written (they may alias). x16: x is given in bf16, already rounded, in gemm_tc_kw16's layout
  * (GEMM_X_X16: kparams.h, PPN_X16_POS) or row-major (GEMM_X_ROWS: gemm_tc_w), so widened as it is (bf16 weights and
  * cols % 64 == 0 only: otherwise the output is NaN, as the op refuses them). Without host
- * memory for the rounded x, or with an L2 prefetch share (pf) the op never gives, the output is NaN (loud, as the
- * other references' faults). */
+ * memory for the rounded x the output is NaN (loud, as the other references' faults). */
 static void gemm_ref(const ppn_kp_gemm *p, int x16)
 {
     size_t m = (size_t)p->m, rows = (size_t)p->rows, cols = (size_t)p->cols;
     float *out = PTR(float, p->out);
     const float *res = p->res ? PTR(const float, p->res) : NULL, *x = PTR(const float, p->x);
     float *xr = malloc(m * cols * sizeof *xr), *wr = malloc(cols * sizeof *wr);
-    /* the L2 prefetch's share (kparams.h, pf): within the matrix's k-tiles, and only where the op asks it */
-    int pf_ok = p->pf >= 0 && (size_t)p->pf <= (cols + 63) / 64 && (p->pf == 0 || p->m <= PPN_GEMM_L2PF_MAX_M);
-    if (!xr || !wr || !pf_ok || (x16 && (p->wdt != PPN_DTYPE_BF16 || cols % 64))) {
+    if (!xr || !wr || (x16 && (p->wdt != PPN_DTYPE_BF16 || cols % 64))) {
         gemm_out_nan(p);
         free(xr), free(wr);
         return;

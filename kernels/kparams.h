@@ -107,19 +107,7 @@ typedef struct { uint64_t out, w, x, bias, res; int32_t rows, cols, m, wdt; } pp
 #define PPN_ALIGN64 _Alignas(64)
 #endif
 typedef struct { PPN_ALIGN64 uint64_t opaque[16]; } ppn_tmap;
-/* pf: weight k-tiles (64 columns) a CTA of gemm_tc_k / gemm_tc_k16(t), gemm_tc_w or gemm_swiglu_w asks L2 for past
- * the ring's first ones, before its programmatic-launch wait (PPN_GEMM_L2PF: the op's choice, ppn_gemm_pf_tiles;
- * 0 none, and the other kernels ignore it). A hint: the sums do not depend on it. */
-typedef struct { uint64_t out, w, x, bias, res; int32_t m, rows, cols, wdt, ks, stages, ctas, pf; } ppn_kp_gemm;
-#define PPN_GEMM_L2PF_MAX_M 128 /* the launches that ask: up to this many tokens (decode and serving steps) */
-/* PPN_GEMM_L2PF's share: pf for a CTA of tiles k-tiles when a launch of wbytes of weights may ask L2 for mb MiB (each
- * CTA the same fraction of its tiles, rounded down; 0 where mb is 0). */
-static inline int32_t ppn_gemm_pf_tiles(int mb, uint64_t wbytes, int tiles)
-{
-    if (mb <= 0 || wbytes == 0 || tiles <= 0) return 0;
-    uint64_t t = ((uint64_t)mb << 20) * (uint64_t)tiles / wbytes;
-    return t > (uint64_t)tiles ? (int32_t)tiles : (int32_t)t;
-}
+typedef struct { uint64_t out, w, x, bias, res; int32_t m, rows, cols, wdt, ks, stages, ctas; } ppn_kp_gemm;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_l;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_m;
 typedef ppn_kp_gemm ppn_kp_gemm_tc_s;

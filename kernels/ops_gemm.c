@@ -383,17 +383,8 @@ static ppn_status gemm_wmap(ppn_gpu *g, ppn_gstream *s, const char *op, const pp
     return g->ops->tmap_encode(g, s, &wd, map);
 }
 
-/* PPN_GEMM_L2PF's share for a CTA of kernel over tiles k-tiles (kparams.h, pf): launches of up to
- * PPN_GEMM_L2PF_MAX_M tokens on the kernels that ask (gemm_tc_k, gemm_tc_k16, gemm_tc_k16t, gemm_tc_w, gemm_swiglu_w). */
-static int32_t gemm_pf(const ppn_gpu *g, int kernel, const ppn_kp_gemm *p, int tiles)
-{
-    int asks = gemm_is_k(kernel) || kernel == PPN_K_GEMM_TC_W || kernel == PPN_K_GEMM_SWIGLU_W;
-    if (!asks || p->m > PPN_GEMM_L2PF_MAX_M) return 0;
-    return ppn_gemm_pf_tiles(g->gemm_l2pf, (uint64_t)p->rows * (uint64_t)p->cols * ppn_dtype_size(p->wdt), tiles);
-}
-
 /* p (checked) on kernel: its tile's geometry and every buffer it touches, declared. The split-K tiles get their
- * K split and ring depth resolved here (the kernels read them from the params), and the L2 prefetch its share. */
+ * K split and ring depth resolved here (the kernels read them from the params). */
 static ppn_status gemm_submit(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_kp_gemm *pc)
 {
     ppn_kp_gemm rp = *pc, *p = &rp;
@@ -401,8 +392,6 @@ static ppn_status gemm_submit(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_
     else if (gemm_is_kw(kernel)) rp.ks = gemm_kw_ks(pc), rp.stages = gemm_kw_depth(kernel);
     else rp.ks = 0, rp.stages = 0;
     rp.ctas = 0;
-    const int kts = (p->cols + 63) / 64; /* a CTA's k-tiles: its share of the K split (gemm_tc_w: all) */
-    rp.pf = gemm_pf(g, kernel, p, gemm_is_k(kernel) ? (kts + rp.ks - 1) / rp.ks : kts);
     if (kernel == PPN_K_GEMM_TC_H) { /* one CTA a multiprocessor (or the caller's count), at most one a tile */
         size_t tiles = gemm_tiles(p->m, p->rows, PPN_GEMM_TC_H_BM, PPN_GEMM_TC_H_BN);
         size_t want = pc->ctas > 0 ? (size_t)pc->ctas : g->ops->sm_count ? (size_t)g->ops->sm_count(g, s) : 0;
@@ -735,7 +724,6 @@ ppn_status ppn_op_gemm_swiglu_rows16(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, i
     size_t ob = (size_t)m * (size_t)n * odt_size(odt), xb = (size_t)m * (size_t)cols * 2u;
     ppn_kp_gemm_swiglu_w p = {.g = {.out = out, .w = w, .x = x16, .m = m, .rows = 2 * n, .cols = cols, .wdt = wdt},
                               .odt = odt, .pad = 0};
-    p.g.pf = gemm_pf(g, PPN_K_GEMM_SWIGLU_W, &p.g, cols / 64);
     ppn_tmap_desc xd = {.base = x16, .elem_bytes = 2, .dim = {(uint64_t)cols, (uint64_t)m},
                         .row_bytes = (uint64_t)cols * 2u, .box = {64u, (unsigned)PPN_GEMM_SWIGLU_W_BT(m)}};
     PPN_CHECK(gemm_wmap(g, s, op, &p.g, &p.wmap));

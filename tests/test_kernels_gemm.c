@@ -1558,86 +1558,6 @@ static void test_gemm_w_levels(void **state)
 }
 
 /* The map limits both backends check (gpu.h: ppn_tmap_desc), each refusal naming its field. */
-/* PPN_GEMM_L2PF (kparams.h, pf): the share of its k-tiles a CTA asks L2 for, as the door's MiB over the launch's weight
- * bytes; only the kernels that ask and only up to PPN_GEMM_L2PF_MAX_M tokens; a hint the sums do not depend on, and a
- * share the op never gives makes the reference loud. */
-static void test_gemm_l2pf(void **state)
-{
-    (void)state;
-    /* the share: floor(mb MiB x tiles / weight bytes), at most all the CTA's tiles, 0 without a budget */
-    assert_int_equal(ppn_gemm_pf_tiles(16, 6144ull * 4096 * 2, 16), 5); /* 16 MiB of 48 MiB: a third of 16 */
-    assert_int_equal(ppn_gemm_pf_tiles(64, 4096ull * 4096 * 2, 8), 8);  /* more than the matrix: all */
-    assert_int_equal(ppn_gemm_pf_tiles(0, 4096ull * 4096 * 2, 8), 0);
-    assert_int_equal(ppn_gemm_pf_tiles(1, 128256ull * 4096 * 2, 64), 0); /* the 8B's lm head: under a tile */
-    /* the op's choice, model-sized shapes captured dry */
-    tu_cap.dry = 1;
-    for (int mb = 0; mb <= 32; mb += 16) {
-        tu_fake.gemm_l2pf = mb;
-        /* gemm_tc_k at 16 tokens on the 8B's q|k|v: each CTA's k-range is 64 / ks tiles */
-        assert_int_equal(ppn_op_gemm(&tu_fake, tu_fake_stream, FAKE_OUT, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 16, 6144,
-                                     4096, 0, 0), PPN_OK);
-        assert_int_equal(tu_cap.l.kernel, PPN_K_GEMM_TC_K);
-        ppn_kp_gemm q;
-        memcpy(&q, tu_cap.params, sizeof q);
-        int tiles = (64 + q.ks - 1) / q.ks;
-        assert_int_equal(q.pf, (int)floor((double)mb * 1048576.0 * tiles / (6144.0 * 4096 * 2)));
-        if (mb) assert_true(q.pf > 0 && q.pf < tiles);
-        /* gemm_tc_kw (64 tokens on gate|up) does not ask */
-        assert_int_equal(ppn_op_gemm(&tu_fake, tu_fake_stream, FAKE_OUT, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 64, 28672,
-                                     4096, 0, 0), PPN_OK);
-        assert_int_not_equal(tu_cap.l.kernel, PPN_K_GEMM_TC_K);
-        memcpy(&q, tu_cap.params, sizeof q);
-        assert_int_equal(q.pf, 0);
-        /* gemm_tc_w and gemm_swiglu_w: a CTA's k-range is all of K; up to 128 tokens, not past */
-        ppn_gstream *s = tma_stream();
-        tma_fake->gemm_l2pf = mb;
-        for (int m = 127; m <= 129; m++) {
-            assert_int_equal(ppn_op_gemm_rows16(tma_fake, s, FAKE_OUT, FAKE_W, PPN_DTYPE_BF16, FAKE_X, m, 4096,
-                                                14336, 0, 0), PPN_OK);
-            assert_int_equal(tu_cap.l.kernel, PPN_K_GEMM_TC_W);
-            ppn_kp_gemm_tc_w wp;
-            memcpy(&wp, tu_cap.params, sizeof wp);
-            assert_int_equal(wp.g.pf, m > 128 ? 0 : (int)floor((double)mb * 1048576.0 * 224 / (4096.0 * 14336 * 2)));
-            assert_int_equal(ppn_op_gemm_swiglu_rows16(tma_fake, s, FAKE_OUT, PPN_DTYPE_F32, FAKE_W, PPN_DTYPE_BF16,
-                                                       FAKE_X, m < 129 ? m : 128, 14336, 4096), PPN_OK);
-            ppn_kp_gemm_swiglu_w sp;
-            memcpy(&sp, tu_cap.params, sizeof sp);
-            assert_int_equal(sp.g.pf, (int)floor((double)mb * 1048576.0 * 64 / (28672.0 * 4096 * 2)));
-        }
-        tma_fake->gemm_l2pf = 0;
-    }
-    tu_fake.gemm_l2pf = 0;
-    /* real buffers: the op's share is one the reference takes, the same bits as without; one the op never gives
-     * (past the matrix's k-tiles, negative, or above PPN_GEMM_L2PF_MAX_M tokens) is NaN */
-    tu_cap.dry = 0;
-    enum { M = 16, R = 64, C = 256 };
-    void *w = tu_wrand(PPN_DTYPE_BF16, (size_t)R * C, NULL);
-    float *x = tu_frand((size_t)M * C, -2, 2), out0[M * R], out1[M * R];
-    assert_int_equal(ppn_op_gemm(&tu_fake, tu_fake_stream, D(out0), D(w), PPN_DTYPE_BF16, D(x), M, R, C, 0, 0), PPN_OK);
-    tu_fake.gemm_l2pf = 64;
-    assert_int_equal(ppn_op_gemm(&tu_fake, tu_fake_stream, D(out1), D(w), PPN_DTYPE_BF16, D(x), M, R, C, 0, 0), PPN_OK);
-    tu_fake.gemm_l2pf = 0;
-    assert_int_equal(tu_cap.l.kernel, PPN_K_GEMM_TC_K);
-    ppn_kp_gemm q;
-    memcpy(&q, tu_cap.params, sizeof q);
-    assert_int_equal(q.pf, (C / 64 + q.ks - 1) / q.ks); /* 64 MiB of a 32 KiB matrix: every tile */
-    assert_memory_equal(out0, out1, sizeof out0);
-    static const int bad[][2] = {{C / 64 + 1, M}, {-1, M}, {1, PPN_GEMM_L2PF_MAX_M + 1}};
-    for (size_t i = 0; i < TU_LEN(bad); i++) {
-        float *xb = tu_frand((size_t)bad[i][1] * C, -2, 2), *ob = malloc((size_t)bad[i][1] * R * 4);
-        assert_non_null(ob);
-        ppn_kp_gemm p = {.out = D(ob), .w = D(w), .x = D(xb), .m = bad[i][1], .rows = R, .cols = C,
-                         .wdt = PPN_DTYPE_BF16, .pf = bad[i][0]};
-        tu_kernel_run(PPN_K_GEMM_TC_K, &p);
-        assert_true(isnan(ob[0]) && isnan(ob[(size_t)bad[i][1] * R - 1]));
-        p.pf = 0;
-        tu_kernel_run(PPN_K_GEMM_TC_K, &p);
-        assert_false(isnan(ob[0]));
-        free(xb), free(ob);
-    }
-    free(w), free(x);
-}
-
 static void test_gemm_tmap_check(void **state)
 {
     (void)state;
@@ -1692,7 +1612,6 @@ int main(void)
         cmocka_unit_test_teardown(test_gemm_swiglu_w, dry_off),
         cmocka_unit_test(test_gemm_w_levels),
         cmocka_unit_test(test_gemm_tmap_check),
-        cmocka_unit_test_teardown(test_gemm_l2pf, dry_off),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

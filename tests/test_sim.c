@@ -1203,25 +1203,6 @@ static void test_sim_tma_gemm(void **state)
         assert_null(g);
         assert_non_null(strstr(ppn_last_error(), "PPN_GEMM_W_SWIGLU"));
     }
-    /* PPN_GEMM_L2PF: MiB a GEMM of few rows asks L2 for early, 0 unless set; 0-64 taken; anything else refused */
-    assert_int_equal(ppn_gpu_sim_create(ppn_kernel_set(), &g), PPN_OK);
-    assert_int_equal(g->gemm_l2pf, 0);
-    ppn_gpu_close(g);
-    g = NULL;
-    tu_env_set("PPN_GEMM_L2PF", "24");
-    assert_int_equal(ppn_gpu_sim_create(ppn_kernel_set(), &g), PPN_OK);
-    tu_env_restore();
-    assert_int_equal(g->gemm_l2pf, 24);
-    ppn_gpu_close(g);
-    g = NULL;
-    static const char *const bad_pf[] = {"65", "-1", "16M"};
-    for (size_t i = 0; i < sizeof bad_pf / sizeof bad_pf[0]; i++) {
-        tu_env_set("PPN_GEMM_L2PF", bad_pf[i]);
-        assert_int_equal(ppn_gpu_sim_create(ppn_kernel_set(), &g), PPN_EINVAL);
-        tu_env_restore();
-        assert_null(g);
-        assert_non_null(strstr(ppn_last_error(), "PPN_GEMM_L2PF"));
-    }
     free(out[0]), free(out[1]), free(x), free(want), free(w);
 }
 

@@ -99,11 +99,6 @@ static const ppn_env_var env_table[] = {
         "2 would take it (16 and 65-80 rows on the 8B: its B=16 step 3.3% faster than 1 on an H100, 2026-12-07); "
         "1 where PPN_GEMM_W's level takes it (B=32 8.0%, B=64 2.9% faster than 0); 0 the split-K gemm_swiglu there "
         "instead (its own sums), the forward before: an A/B arm"),
-    INT("PPN_GEMM_L2PF", PPN_ENV_DEVICE, 0, 0, 64, "0",
-        "MiB of its weights a GEMM launch of up to 128 rows (gemm_tc_k, gemm_tc_k16, gemm_tc_k16t, gemm_tc_w, "
-        "gemm_swiglu_w) asks L2 for before it waits for its predecessor under programmatic launch, each CTA the "
-        "same share of its k-range past its ring's first tiles: the weight stream starts while a latency-bound "
-        "kernel (a norm, attention) still runs; 0 never. A hint: the sums do not depend on it"),
     TEXT("CUDA_VISIBLE_DEVICES", PPN_ENV_DEVICE, "every device", "the CUDA driver's device list",
          "read by the CUDA driver; ppn only quotes it when the driver sees no device"),
     INT("PPN_SIM_DEVICES", PPN_ENV_SIM, 0, 1, 64, "4", "the number of simulated devices"),

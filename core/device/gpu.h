@@ -246,7 +246,6 @@ struct ppn_gpu {
     int gemm_kx;              /* PPN_GEMM_KX (immutable after create): gemm_tc_kx's level (ppn_gemm_kx_takes) */
     int gemm_w;               /* PPN_GEMM_W (immutable after create): gemm_tc_w's level (ppn_op_gemm_rows16_takes) */
     int gemm_w_swiglu;        /* PPN_GEMM_W_SWIGLU (immutable): gate|up on gemm_swiglu_w's level (ops_gemm.c) */
-    int gemm_l2pf;            /* PPN_GEMM_L2PF (immutable): MiB of weights a GEMM of few rows asks of L2 early */
     ppn_gpu_kernels kern;     /* the launchable kernels (n = 0: device ops only); immutable after create */
 };
 

@@ -1143,7 +1143,6 @@ ppn_status ppn_gpu_cuda_create(const ppn_gpu_kernels *kern, ppn_gpu **out)
     PPN_CHECK_GOTO(ppn_env_int("PPN_GEMM_KX", &b->base.gemm_kx), st, out);
     PPN_CHECK_GOTO(ppn_env_int("PPN_GEMM_W", &b->base.gemm_w), st, out);
     PPN_CHECK_GOTO(ppn_env_int("PPN_GEMM_W_SWIGLU", &b->base.gemm_w_swiglu), st, out);
-    PPN_CHECK_GOTO(ppn_env_int("PPN_GEMM_L2PF", &b->base.gemm_l2pf), st, out);
     *out = &b->base;
 out:
     if (st != PPN_OK) cu_destroy(&b->base);

@@ -1571,7 +1571,6 @@ ppn_status ppn_gpu_sim_create(const ppn_gpu_kernels *kern, ppn_gpu **out)
     PPN_CHECK_GOTO(ppn_env_int("PPN_GEMM_KX", &g->base.gemm_kx), st, fail);
     PPN_CHECK_GOTO(ppn_env_int("PPN_GEMM_W", &g->base.gemm_w), st, fail);
     PPN_CHECK_GOTO(ppn_env_int("PPN_GEMM_W_SWIGLU", &g->base.gemm_w_swiglu), st, fail);
-    PPN_CHECK_GOTO(ppn_env_int("PPN_GEMM_L2PF", &g->base.gemm_l2pf), st, fail);
     g->serial = atomic_fetch_add(&backend_serials, 1) + 1;
     pthread_mutex_init(&g->ck, NULL);
     pthread_cond_init(&g->busy_cv, NULL);
