@@ -96,6 +96,9 @@ def main():
     ap.add_argument("--m", default="16,64,128")
     ap.add_argument("--json")
     ap.add_argument("--cubin", default="/tmp/gemm_wk.cubin")
+    ap.add_argument("--xpad", action="store_true", help="x holds whole BT-row boxes (zeros past m) and its map says "
+                    "so: no box reaches past the matrix (the question of m = 65's slow launch, docs/PERF.md 12-07)")
+    ap.add_argument("--tcw", action="store_true", help="only gemm_tc_w's forms, no K split")
     a = ap.parse_args()
     mod = build_module(os.path.join(HERE, "gemm_wk.cu"), a.cubin)
     forms = [Form(mod, *f) for f in FORMS]
@@ -111,8 +114,9 @@ def main():
             elems = n * k
             slots = max(1, pool.numel() // elems)
             wsl = [pool[i * elems:(i + 1) * elems].view(n, k) for i in range(slots)]
+            mx = -(-m // bt) * bt if a.xpad else m  # x's rows as its map gives them
             h = torch.randn(m, k, device="cuda")
-            x = torch.empty(m, k, dtype=torch.bfloat16, device="cuda")
+            x = torch.zeros(mx, k, dtype=torch.bfloat16, device="cuda")
             res = torch.randn(m, n, device="cuda")
             y16 = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
             y32 = torch.empty(m, n, dtype=torch.float32, device="cuda")
@@ -128,15 +132,15 @@ def main():
             stream = torch.cuda.current_stream().cuda_stream
             pre(stream, 0)
             torch.cuda.synchronize()
-            ref = x.float() @ wsl[0].float().t()
+            ref = x[:m].float() @ wsl[0].float().t()
             tol = 2e-2 * max(1.0, ref.abs().max().item())
             pre_us = {v: graph_burst_us(lambda st, v=v: [pre(st, v) for _ in range(BURST)]) for v in (0, 1)}
             for f in forms:
-                if f.bt != bt or n % (64 * f.wg):
+                if f.bt != bt or n % (64 * f.wg) or (a.tcw and (f.bt, f.s, f.wg) != GEMM_TC_W[bt]):
                     continue
                 wmaps = [tmap(w.data_ptr(), n, k, 64 * f.wg) for w in wsl]
-                xmap = tmap(x.data_ptr(), m, k, f.bt)
-                for ks in KS:
+                xmap = tmap(x.data_ptr(), mx, k, f.bt)
+                for ks in (1,) if a.tcw else KS:
                     per = -(-(k // 64) // ks)
                     if (ks - 1) * per >= k // 64:
                         continue
