@@ -173,18 +173,12 @@ static ppn_status rows_attention(ppn_model *m, ppn_gstream *s, int dev, const pp
     return mixed ? batch_attention(m, s, dev, r, cmd, l, odt) : PPN_OK;
 }
 
-/* The bf16 rows a rows-scratch buffer holds: each is sized for r->rows f32 rows of its width (xb, att, act), so
- * twice as many bf16 rows. gemm_tc_w's and gemm_swiglu_w's maps of x then span whole boxes (ppn_op_gemm_rows16_x:
- * a box reaching past the map is zero-filled, slowly at 128 rows). */
-static int x16_rows(const ppn_rows_scratch *r) { return 2 * r->rows; }
-
-/* out = x . W^T (+ bias)(+ res) over m rows, x in the form xf (x_form's): bf16 row-major (ppn_op_gemm_rows16_x, x in a
- * buffer of r's), bf16 in gemm_tc_kw16's layout (ppn_op_gemm_x16) or f32. */
-static ppn_status gemm_of(ppn_gpu *g, ppn_gstream *s, const ppn_rows_scratch *r, int xf, ppn_dptr out, ppn_dptr w,
-                          int wdt, ppn_dptr x, int m, int rows, int cols, ppn_dptr bias, ppn_dptr res)
+/* out = x . W^T (+ bias)(+ res) over m rows, x in the form xf (x_form's): bf16 row-major (ppn_op_gemm_rows16), bf16
+ * in gemm_tc_kw16's layout (ppn_op_gemm_x16) or f32. */
+static ppn_status gemm_of(ppn_gpu *g, ppn_gstream *s, int xf, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x, int m,
+                          int rows, int cols, ppn_dptr bias, ppn_dptr res)
 {
-    if (xf == PPN_ODT_BF16_ROWS)
-        return ppn_op_gemm_rows16_x(g, s, out, w, wdt, x, m, x16_rows(r), rows, cols, bias, res);
+    if (xf == PPN_ODT_BF16_ROWS) return ppn_op_gemm_rows16(g, s, out, w, wdt, x, m, rows, cols, bias, res);
     return xf == PPN_DTYPE_BF16 ? ppn_op_gemm_x16(g, s, out, w, wdt, x, m, rows, cols, bias, res)
                                 : ppn_op_gemm(g, s, out, w, wdt, x, m, rows, cols, bias, res);
 }
@@ -224,7 +218,7 @@ static ppn_status norm_gemm(ppn_model *m, ppn_gstream *s, const ppn_rows_scratch
 {
     int xf = x_form(m, s, rows_m, rows, m->cfg.dim);
     PPN_CHECK(norm_rows(m, s, r, x, nw, xf, rows_m));
-    return gemm_of(m->rt->g, s, r, xf, out, w, m->wdt, r->xb, rows_m, rows, m->cfg.dim, bias, 0);
+    return gemm_of(m->rt->g, s, xf, out, w, m->wdt, r->xb, rows_m, rows, m->cfg.dim, bias, 0);
 }
 
 /* The gate|up GEMM of m rows (its SwiGLU after it) on s's device: GU_W gemm_swiglu_w, SwiGLU in gemm_tc_w's epilogue
@@ -275,11 +269,11 @@ ppn_status ppn_fwd_rows_layer(ppn_model *m, ppn_gstream *s, int dev, const ppn_r
     int of = x_form(m, s, rows, dim, nh * hd); /* a mixed or prompt walk's o: bf16 row-major, else f32 (below) */
     if (of == PPN_DTYPE_BF16 && cmd->kind != PPN_ROWS_BATCH) of = PPN_DTYPE_F32;
     PPN_CHECK(rows_attention(m, s, dev, r, cmd, l, of));
-    PPN_CHECK(gemm_of(g, s, r, of, x, w->wo, wdt, r->att, rows, dim, nh * hd, 0, x));
+    PPN_CHECK(gemm_of(g, s, of, x, w->wo, wdt, r->att, rows, dim, nh * hd, 0, x));
     int adt = x_form(m, s, rows, dim, ffn), gu = gu_path(m, s, rows);
     if (gu == GU_W) {
         PPN_CHECK(norm_rows(m, s, r, x, w->ffn_norm, PPN_ODT_BF16_ROWS, rows)); /* gate|up on gemm_tc_w's x */
-        PPN_CHECK(ppn_op_gemm_swiglu_rows16_x(g, s, r->act, adt, w->wgu, wdt, r->xb, rows, x16_rows(r), ffn, dim));
+        PPN_CHECK(ppn_op_gemm_swiglu_rows16(g, s, r->act, adt, w->wgu, wdt, r->xb, rows, ffn, dim));
     } else if (gu == GU_SPLIT) {
         PPN_CHECK(norm_rows(m, s, r, x, w->ffn_norm, PPN_DTYPE_BF16, rows)); /* gate|up takes bf16 x too */
         PPN_CHECK(ppn_op_gemm_swiglu(g, s, r->act, adt, w->wgu, wdt, r->xb, rows, ffn, dim));
@@ -287,7 +281,7 @@ ppn_status ppn_fwd_rows_layer(ppn_model *m, ppn_gstream *s, int dev, const ppn_r
         PPN_CHECK(norm_gemm(m, s, r, x, w->ffn_norm, r->gu, w->wgu, 2 * ffn, 0, rows));
         PPN_CHECK(ppn_op_swiglu_rows_to(g, s, r->act, adt, r->gu, ffn, rows));
     }
-    return gemm_of(g, s, r, adt, x, w->w_down, wdt, r->act, rows, dim, ffn, 0, x);
+    return gemm_of(g, s, adt, x, w->w_down, wdt, r->act, rows, dim, ffn, 0, x);
 }
 
 /* The order the forward's GEMM of m rows over rows x cols sums in on s's device (NULL: the op's, ppn_op_gemm_sums). */

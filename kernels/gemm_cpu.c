@@ -130,18 +130,16 @@ void ppn_cpu_gemm_tc_kwt(const void *params)
 
 /* The operands of the forms whose W and x both come through tensor maps (gemm_tc_k16t, gemm_tc_w, gemm_swiglu_w):
  * W's base where wmap says (as gemm_tc_kwt's), x's where xmap says (a bf16 [m, cols] matrix at row pitch cols x 2
- * bytes in boxes of 64 columns x xrows rows; the map may span rows past m up to whole boxes, which no output
- * reads: ppn_op_gemm_rows16_x), not g's, so maps that do not describe the operands give wrong sums on
+ * bytes in boxes of 64 columns x xrows rows), not g's, so maps that do not describe the operands give wrong sums on
  * the sim; 0 where the maps are not the sim's, or not the shape, pitch and boxes the kernel's loads assume. */
 static int gemm_maps(const ppn_kp_gemm *g, const ppn_tmap *wmap, const ppn_tmap *xmap, unsigned xrows, uint64_t *w,
                      uint64_t *x)
 {
     ppn_tmap_desc xd;
     *w = gemm_wmap_base(wmap, g);
-    const uint64_t whole = ((uint64_t)g->m + xrows - 1) / xrows * xrows; /* x's rows: m, up to whole boxes */
     int ok = *w && ppn_tmap_sim_decode(xmap, &xd) && xd.elem_bytes == 2 && xd.dim[0] == (uint64_t)g->cols &&
-             xd.dim[1] >= (uint64_t)g->m && xd.dim[1] <= whole && xd.row_bytes == (uint64_t)g->cols * 2u &&
-             xd.box[0] == 64u && xd.box[1] == xrows;
+             xd.dim[1] == (uint64_t)g->m && xd.row_bytes == (uint64_t)g->cols * 2u && xd.box[0] == 64u &&
+             xd.box[1] == xrows;
     *x = ok ? xd.base : 0;
     return ok;
 }

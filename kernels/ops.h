@@ -161,14 +161,6 @@ int ppn_op_gemm_k16_fits(int m, int rows, int cols, int wdt);
  * unaligned w or x16, and for a grid past 2^31 - 1 CTAs. The forward takes it where ppn_op_gemm_rows16_takes. */
 ppn_status ppn_op_gemm_rows16(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x16, int m,
                               int rows, int cols, ppn_dptr bias, ppn_dptr res);
-/* ppn_op_gemm_rows16 with x16's buffer holding xrows >= m rows of cols bf16 (row pitch cols x 2 bytes; rows past m
- * are read, never stored from): x's tensor map then spans whole boxes of gemm_tc_w's token tile where they fit,
- * min(xrows, m rounded up to the tile), and declares that read. A box reaching past the map's rows is zero-filled
- * by the tensor memory accelerator, slowly where the box is 128 rows: on an H100 (2026-12-07, docs/PERF.md) the
- * 8B's down at 65 tokens 75.5 us against 52.8 with x padded to 128 rows. Rows past m may hold anything, NaN too: an
- * output's sum reads its own token's row only. The same bits as xrows = m. PPN_EINVAL for xrows < m. */
-ppn_status ppn_op_gemm_rows16_x(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x16, int m,
-                                int xrows, int rows, int cols, ppn_dptr bias, ppn_dptr res);
 int ppn_op_gemm_rows16_fits(ppn_gpu *g, ppn_gstream *s, int m, int rows, int cols, int wdt);
 /* Whether the forward takes ppn_op_gemm_rows16 for m tokens over rows x cols on s's device: where it fits and g's
  * PPN_GEMM_W level takes m (0: never; 1: always; 2: ops_gemm.c's rule on m and gemm_tc_w's grid; 3: that rule from
@@ -200,9 +192,6 @@ int ppn_op_gemm_swiglu_fits(ppn_gpu *g, ppn_gstream *s, int m, int n, int cols, 
  * level 2 would take it). A function of the shape and the device, as ppn_op_gemm_rows16_takes. */
 ppn_status ppn_op_gemm_swiglu_rows16(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt, ppn_dptr w, int wdt,
                                      ppn_dptr x16, int m, int n, int cols);
-/* ppn_op_gemm_swiglu_rows16 with x16's buffer holding xrows >= m rows, as ppn_op_gemm_rows16_x. */
-ppn_status ppn_op_gemm_swiglu_rows16_x(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt, ppn_dptr w, int wdt,
-                                       ppn_dptr x16, int m, int xrows, int n, int cols);
 int ppn_op_gemm_swiglu_rows16_fits(ppn_gpu *g, ppn_gstream *s, int m, int n, int cols, int wdt);
 int ppn_op_gemm_swiglu_rows16_takes(ppn_gpu *g, ppn_gstream *s, int m, int n, int cols, int wdt);
 /* The order in which ppn_op_gemm (and ppn_op_gemm_x16 and ppn_op_gemm_swiglu, which run where it runs gemm_tc_kw or

@@ -383,18 +383,9 @@ static ppn_status gemm_wmap(ppn_gpu *g, ppn_gstream *s, const char *op, const pp
     return g->ops->tmap_encode(g, s, &wd, map);
 }
 
-/* The rows of x a map of boxes of bt rows spans when x's buffer holds xrows >= m rows: whole boxes where they fit
- * (ppn_op_gemm_rows16_x says why), never fewer than m. */
-static int gemm_x_map_rows(int m, int bt, int xrows)
-{
-    long whole = ((long)m + bt - 1) / bt * bt;
-    return whole <= xrows ? (int)whole : xrows > m ? xrows : m;
-}
-
 /* p (checked) on kernel: its tile's geometry and every buffer it touches, declared. The split-K tiles get their
- * K split and ring depth resolved here (the kernels read them from the params). xrows: the rows x's buffer holds
- * (>= p->m; gemm_tc_w's map spans gemm_x_map_rows of them). */
-static ppn_status gemm_submit_x(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_kp_gemm *pc, int xrows)
+ * K split and ring depth resolved here (the kernels read them from the params). */
+static ppn_status gemm_submit(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_kp_gemm *pc)
 {
     ppn_kp_gemm rp = *pc, *p = &rp;
     if (gemm_is_k(kernel)) rp.ks = gemm_k_ks(pc), rp.stages = gemm_k_stages(pc);
@@ -443,10 +434,8 @@ static ppn_status gemm_submit_x(ppn_gpu *g, ppn_gstream *s, int kernel, const pp
         l.params_size = sizeof kp;
     }
     ppn_kp_gemm_tc_w wp; /* gemm_tc_w's: W's and x's tensor maps, then the GEMM's */
-    size_t x_rows = (size_t)p->m; /* the rows of x read */
     if (kernel == PPN_K_GEMM_TC_W) {
-        x_rows = (size_t)gemm_x_map_rows(p->m, (int)PPN_GEMM_TC_W_BT(p->m), xrows);
-        ppn_tmap_desc xd = {.base = p->x, .elem_bytes = 2, .dim = {(uint64_t)p->cols, (uint64_t)x_rows},
+        ppn_tmap_desc xd = {.base = p->x, .elem_bytes = 2, .dim = {(uint64_t)p->cols, (uint64_t)p->m},
                             .row_bytes = (uint64_t)p->cols * 2u, .box = {64u, (unsigned)PPN_GEMM_TC_W_BT(p->m)}};
         PPN_CHECK(gemm_wmap(g, s, "ppn_op_gemm", p, &wp.wmap));
         memset(&wp.xmap, 0, sizeof wp.xmap);
@@ -456,16 +445,11 @@ static ppn_status gemm_submit_x(ppn_gpu *g, ppn_gstream *s, int kernel, const pp
         l.params_size = sizeof wp;
     }
     acc_add(&l, p->w, (size_t)p->rows * (size_t)p->cols * es, PPN_ACC_R);
-    acc_add(&l, p->x, x_rows * (size_t)p->cols * gemm_x_es(kernel), PPN_ACC_R);
+    acc_add(&l, p->x, (size_t)p->m * (size_t)p->cols * gemm_x_es(kernel), PPN_ACC_R);
     if (p->bias) acc_add(&l, p->bias, (size_t)p->rows * es, PPN_ACC_R);
     if (p->res) acc_add(&l, p->res, ob, PPN_ACC_R);
     acc_add(&l, p->out, ob, PPN_ACC_W);
     return submit(g, s, &l);
-}
-
-static ppn_status gemm_submit(ppn_gpu *g, ppn_gstream *s, int kernel, const ppn_kp_gemm *pc)
-{
-    return gemm_submit_x(g, s, kernel, pc, pc->m);
 }
 
 ppn_status ppn_op_gemm(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x, int m, int rows,
@@ -683,12 +667,6 @@ int ppn_op_gemm_sums_on(ppn_gpu *g, ppn_gstream *s, int m, int rows, int cols, i
 ppn_status ppn_op_gemm_rows16(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x16, int m,
                               int rows, int cols, ppn_dptr bias, ppn_dptr res)
 {
-    return ppn_op_gemm_rows16_x(g, s, out, w, wdt, x16, m, m, rows, cols, bias, res);
-}
-
-ppn_status ppn_op_gemm_rows16_x(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dptr w, int wdt, ppn_dptr x16, int m,
-                                int xrows, int rows, int cols, ppn_dptr bias, ppn_dptr res)
-{
     static const char op[] = "ppn_op_gemm_rows16";
     ppn_kp_gemm p = {.out = out, .w = w, .x = x16, .bias = bias, .res = res, .m = m, .rows = rows, .cols = cols,
                      .wdt = wdt, .ks = 0, .stages = 0, .ctas = 0};
@@ -703,13 +681,7 @@ ppn_status ppn_op_gemm_rows16_x(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, ppn_dp
     if (!gemm_tc_fits(&p))
         return ppn_err(PPN_EINVAL, "%s: w and x16 must be 16-byte aligned (w 0x%llx, x16 0x%llx)", op,
                        (unsigned long long)w, (unsigned long long)x16);
-    if (xrows < m) return ppn_err(PPN_EINVAL, "%s: xrows %d: x16's buffer must hold at least m = %d rows", op, xrows, m);
-    const int xr = gemm_x_map_rows(m, (int)PPN_GEMM_TC_W_BT(m), xrows);
-    const size_t xb = (size_t)xr * (size_t)cols * 2u, ob = (size_t)m * (size_t)rows * 4u;
-    if (out < x16 + xb && x16 < out + ob)
-        return ppn_err(PPN_EINVAL, "%s: out [0x%llx, +%zu) overlaps the %d rows of x16 read (xrows %d) [0x%llx, +%zu)",
-                       op, (unsigned long long)out, ob, xr, xrows, (unsigned long long)x16, xb);
-    return gemm_submit_x(g, s, PPN_K_GEMM_TC_W, &p, xrows);
+    return gemm_submit(g, s, PPN_K_GEMM_TC_W, &p);
 }
 
 /* gemm_tc_w and swiglu rows in one kernel, for the gate|up GEMM where gemm_tc_w takes it at up to 128 tokens: the
@@ -740,12 +712,6 @@ int ppn_op_gemm_swiglu_rows16_takes(ppn_gpu *g, ppn_gstream *s, int m, int n, in
 ppn_status ppn_op_gemm_swiglu_rows16(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt, ppn_dptr w, int wdt,
                                      ppn_dptr x16, int m, int n, int cols)
 {
-    return ppn_op_gemm_swiglu_rows16_x(g, s, out, odt, w, wdt, x16, m, m, n, cols);
-}
-
-ppn_status ppn_op_gemm_swiglu_rows16_x(ppn_gpu *g, ppn_gstream *s, ppn_dptr out, int odt, ppn_dptr w, int wdt,
-                                       ppn_dptr x16, int m, int xrows, int n, int cols)
-{
     static const char op[] = "ppn_op_gemm_swiglu_rows16";
     PPN_CHECK(swiglu_args(op, out, odt, w, wdt, x16, m, n, cols));
     if (!ppn_op_gemm_swiglu_rows16_fits(g, s, m, n, cols, wdt))
@@ -754,16 +720,11 @@ ppn_status ppn_op_gemm_swiglu_rows16_x(ppn_gpu *g, ppn_gstream *s, ppn_dptr out,
                                          "runs the TMA kernels (ppn_op_gemm_swiglu_rows16_fits); use "
                                          "ppn_op_gemm_rows16 and ppn_op_swiglu_rows_to", op, m, n, cols,
                        ppn_dtype_name(wdt), g->ops->name, PPN_GEMM_SWIGLU_W_MAX_M);
-    if (xrows < m) return ppn_err(PPN_EINVAL, "%s: xrows %d: x16's buffer must hold at least m = %d rows", op, xrows, m);
     PPN_CHECK(swiglu_bufs(op, out, odt, w, x16, m, n, cols));
-    const int xr = gemm_x_map_rows(m, (int)PPN_GEMM_SWIGLU_W_BT(m), xrows); /* whole boxes where they fit */
-    size_t ob = (size_t)m * (size_t)n * odt_size(odt), xb = (size_t)xr * (size_t)cols * 2u;
-    if (out < x16 + xb && x16 < out + ob)
-        return ppn_err(PPN_EINVAL, "%s: out [0x%llx, +%zu) overlaps the %d rows of x16 read (xrows %d) [0x%llx, +%zu)",
-                       op, (unsigned long long)out, ob, xr, xrows, (unsigned long long)x16, xb);
+    size_t ob = (size_t)m * (size_t)n * odt_size(odt), xb = (size_t)m * (size_t)cols * 2u;
     ppn_kp_gemm_swiglu_w p = {.g = {.out = out, .w = w, .x = x16, .m = m, .rows = 2 * n, .cols = cols, .wdt = wdt},
                               .odt = odt, .pad = 0};
-    ppn_tmap_desc xd = {.base = x16, .elem_bytes = 2, .dim = {(uint64_t)cols, (uint64_t)xr},
+    ppn_tmap_desc xd = {.base = x16, .elem_bytes = 2, .dim = {(uint64_t)cols, (uint64_t)m},
                         .row_bytes = (uint64_t)cols * 2u, .box = {64u, (unsigned)PPN_GEMM_SWIGLU_W_BT(m)}};
     PPN_CHECK(gemm_wmap(g, s, op, &p.g, &p.wmap));
     memset(&p.xmap, 0, sizeof p.xmap);

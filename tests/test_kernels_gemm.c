@@ -1558,87 +1558,6 @@ static void test_gemm_w_levels(void **state)
 }
 
 /* The map limits both backends check (gpu.h: ppn_tmap_desc), each refusal naming its field. */
-/* ppn_op_gemm_rows16_x / ppn_op_gemm_swiglu_rows16_x: with x's buffer holding xrows >= m rows, x's map spans whole
- * boxes of the form's token tile where they fit (min(xrows, m rounded up), never fewer than m) and the launch declares
- * that read; the bytes are those of xrows = m, whatever the rows past m hold (NaN here: the reference reads m rows,
- * and each output's sum its own token's row on the GPU, tests/gpu's padded cases); refused for xrows < m and for an
- * out that overlaps the rows read; a map past whole boxes is not the form's: NaN. */
-static void test_gemm_rows16_x(void **state)
-{
-    (void)state;
-    ppn_gstream *s = tma_stream();
-    tu_cap.dry = 0;
-    static const int cs[][3] = {{65, 300, 130}, {65, 300, 100}, {100, 300, 128}, {17, 300, 64}, {128, 300, 256},
-                                {129, 300, 512}, {200, 300, 200}, {80, 80, 80}};
-    enum { R = 128, C = 128, N = 64 };
-    for (size_t i = 0; i < TU_LEN(cs); i++) {
-        int m = cs[i][0], cap = cs[i][1], xrows = cs[i][2];
-        size_t mr = (size_t)m * R, mn = (size_t)m * N;
-        void *w = tu_wrand(PPN_DTYPE_BF16, (size_t)R * C + 8, NULL);
-        float *x = tu_frand((size_t)m * C, -2, 2), *want = malloc(mr * 4), *got = malloc(mr * 4);
-        float *swant = malloc(mn * 4), *sgot = malloc(mn * 4);
-        uint16_t *xr = malloc((size_t)cap * C * 2 + 16);
-        assert_true(want && got && xr && swant && sgot);
-        for (size_t k = 0; k < (size_t)cap * C; k++) xr[k] = k < (size_t)m * C ? ppn_f32_to_bf16(x[k]) : 0x7fc0u;
-        assert_int_equal(ppn_op_gemm_rows16(tma_fake, s, D(want), D(w), PPN_DTYPE_BF16, D(xr), m, R, C, 0, 0), PPN_OK);
-        memset(got, 0xa5, mr * 4);
-        assert_int_equal(ppn_op_gemm_rows16_x(tma_fake, s, D(got), D(w), PPN_DTYPE_BF16, D(xr), m, xrows, R, C, 0, 0),
-                         PPN_OK);
-        assert_memory_equal(got, want, mr * 4);
-        int bt = PPN_GEMM_TC_W_BT(m), whole = (m + bt - 1) / bt * bt;
-        int span = whole <= xrows ? whole : xrows;
-        ppn_kp_gemm_tc_w wp;
-        memcpy(&wp, tu_cap.params, sizeof wp);
-        expect_map(&wp.xmap, D(xr), 2, C, span, 64, (unsigned)bt);
-        tu_expect_acc(1, xr, (size_t)span * C * 2u, PPN_ACC_R);
-        /* gate|up: R rows = gate and up of N columns each */
-        if (m <= PPN_GEMM_SWIGLU_W_MAX_M) {
-            assert_int_equal(ppn_op_gemm_swiglu_rows16(tma_fake, s, D(swant), PPN_DTYPE_F32, D(w), PPN_DTYPE_BF16,
-                                                       D(xr), m, N, C), PPN_OK);
-            memset(sgot, 0xa5, mn * 4);
-            assert_int_equal(ppn_op_gemm_swiglu_rows16_x(tma_fake, s, D(sgot), PPN_DTYPE_F32, D(w), PPN_DTYPE_BF16,
-                                                         D(xr), m, xrows, N, C), PPN_OK);
-            assert_memory_equal(sgot, swant, mn * 4);
-            bt = PPN_GEMM_SWIGLU_W_BT(m), whole = (m + bt - 1) / bt * bt, span = whole <= xrows ? whole : xrows;
-            ppn_kp_gemm_swiglu_w sp;
-            memcpy(&sp, tu_cap.params, sizeof sp);
-            expect_map(&sp.xmap, D(xr), 2, C, span, 64, (unsigned)bt);
-            tu_expect_acc(1, xr, (size_t)span * C * 2u, PPN_ACC_R);
-            /* a map past whole boxes is not what the kernel's loads assume: NaN */
-            ppn_tmap_desc xd;
-            assert_true(ppn_tmap_sim_decode(&sp.xmap, &xd));
-            xd.dim[1] = (uint64_t)whole + 1;
-            ppn_tmap_sim_encode(&xd, &sp.xmap);
-            tu_kernel_run(PPN_K_GEMM_SWIGLU_W, &sp);
-            assert_true(isnan(sgot[0]));
-        }
-        free(w), free(x), free(want), free(got), free(xr), free(swant), free(sgot);
-    }
-    /* refusals, naming the culprit, nothing launched */
-    tu_cap.dry = 1;
-    tu_cap.calls = 0;
-    assert_int_equal(ppn_op_gemm_rows16_x(tma_fake, s, FAKE_OUT, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 65, 64, 128, 64, 0, 0),
-                     PPN_EINVAL);
-    assert_non_null(strstr(ppn_last_error(), "xrows 64"));
-    assert_int_equal(ppn_op_gemm_swiglu_rows16_x(tma_fake, s, FAKE_OUT, PPN_DTYPE_F32, FAKE_W, PPN_DTYPE_BF16, FAKE_X,
-                                                 65, 64, 64, 64), PPN_EINVAL);
-    assert_non_null(strstr(ppn_last_error(), "xrows 64"));
-    /* out past x's m rows but inside the rows read */
-    ppn_dptr inside = FAKE_X + 100u * 64u * 2u;
-    assert_int_equal(ppn_op_gemm_rows16_x(tma_fake, s, inside, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 65, 256, 128, 64, 0, 0),
-                     PPN_EINVAL);
-    assert_non_null(strstr(ppn_last_error(), "overlaps the 128 rows of x16 read"));
-    assert_int_equal(ppn_op_gemm_swiglu_rows16_x(tma_fake, s, inside, PPN_DTYPE_F32, FAKE_W, PPN_DTYPE_BF16, FAKE_X,
-                                                 65, 256, 64, 64), PPN_EINVAL);
-    assert_non_null(strstr(ppn_last_error(), "overlaps the 128 rows of x16 read"));
-    assert_int_equal(tu_cap.calls, 0);
-    /* the same out with x's m rows only: no overlap, launched */
-    assert_int_equal(ppn_op_gemm_rows16_x(tma_fake, s, inside, FAKE_W, PPN_DTYPE_BF16, FAKE_X, 65, 65, 128, 64, 0, 0),
-                     PPN_OK);
-    assert_int_equal(tu_cap.calls, 1);
-    tu_cap.dry = 0;
-}
-
 static void test_gemm_tmap_check(void **state)
 {
     (void)state;
@@ -1693,7 +1612,6 @@ int main(void)
         cmocka_unit_test_teardown(test_gemm_swiglu_w, dry_off),
         cmocka_unit_test(test_gemm_w_levels),
         cmocka_unit_test(test_gemm_tmap_check),
-        cmocka_unit_test_teardown(test_gemm_rows16_x, dry_off),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -731,21 +731,8 @@ static const gs_shape gs_shapes[] = {{"1b gate|up", 8192, 2048}, {"8b gate|up", 
 
 /* The arms: GS_KW16 gemm_tc_kw16 forced then swiglu rows (the bits gemm_swiglu, _t and _x must give), GS_FUSED
  * ppn_op_gemm_swiglu, GS_W gemm_tc_w forced then swiglu rows (the bits gemm_swiglu_w must give; x row-major), GS_WSW
- * ppn_op_gemm_swiglu_rows16; GS_WX and GS_WSWX: ppn_op_gemm_rows16_x then swiglu rows, and
- * ppn_op_gemm_swiglu_rows16_x, on gs_xpad (x's m rows, then NaN to GS_XPAD_ROWS: the maps span whole boxes and the
- * rows past m must change nothing). */
-enum { GS_KW16, GS_FUSED, GS_W, GS_WSW, GS_WX, GS_WSWX };
-#define GS_XPAD_ROWS 256
-static ppn_dptr gs_xpad;
-
-/* gs_xpad: B.xr's first m rows of cols, then rows of NaN (bf16 0xffff) up to GS_XPAD_ROWS. */
-static void gs_pad(int m, int cols)
-{
-    const size_t row = (size_t)cols * 2u;
-    EXPECT_OK(G->ops->copy_dtod(G, S, gs_xpad, B.xr, (size_t)m * row));
-    EXPECT_OK(G->ops->memset_d8(G, S, gs_xpad + (size_t)m * row, 0xff, (size_t)(GS_XPAD_ROWS - m) * row));
-}
-
+ * ppn_op_gemm_swiglu_rows16. */
+enum { GS_KW16, GS_FUSED, GS_W, GS_WSW };
 static void gs_pair(int arm, ppn_dptr gu, ppn_dptr out, int odt, ppn_dptr w, int m, int n, int cols)
 {
     ppn_kp_gemm q = {.out = gu, .w = w, .x = arm == GS_W ? B.xr : B.xh, .m = m, .rows = 2 * n, .cols = cols,
@@ -753,13 +740,6 @@ static void gs_pair(int arm, ppn_dptr gu, ppn_dptr out, int odt, ppn_dptr w, int
     switch (arm) {
     case GS_FUSED: EXPECT_OK(ppn_op_gemm_swiglu(G, S, out, odt, w, PPN_DTYPE_BF16, B.xh, m, n, cols)); break;
     case GS_WSW: EXPECT_OK(ppn_op_gemm_swiglu_rows16(G, S, out, odt, w, PPN_DTYPE_BF16, B.xr, m, n, cols)); break;
-    case GS_WSWX:
-        EXPECT_OK(ppn_op_gemm_swiglu_rows16_x(G, S, out, odt, w, PPN_DTYPE_BF16, gs_xpad, m, GS_XPAD_ROWS, n, cols));
-        break;
-    case GS_WX:
-        EXPECT_OK(ppn_op_gemm_rows16_x(G, S, gu, w, PPN_DTYPE_BF16, gs_xpad, m, GS_XPAD_ROWS, 2 * n, cols, 0, 0));
-        EXPECT_OK(ppn_op_swiglu_rows_to(G, S, out, odt, gu, n, m));
-        break;
     default:
         EXPECT_OK(ppn_op_gemm_tile(G, S, arm == GS_W ? PPN_K_GEMM_TC_W : PPN_K_GEMM_TC_KW16, &q));
         EXPECT_OK(ppn_op_swiglu_rows_to(G, S, out, odt, gu, n, m));
@@ -864,7 +844,6 @@ static void test_gpu_gemm_swiglu_w(void **state)
     static const int ms[] = {1, 16, 17, 32, 33, 48, 64, 65, 80, 81, 100, 112, 128};
     size_t ob = (size_t)128 * 14336 * 4;
     ppn_dptr gu = tu_dalloc(G, 0, ob * 2), o1 = tu_dalloc(G, 0, ob), o2 = tu_dalloc(G, 0, ob);
-    gs_xpad = tu_dalloc(G, 0, (size_t)GS_XPAD_ROWS * GG_MAX_COLS * 2u);
     unsigned char *h1 = hmem(ob), *h2 = hmem(ob);
     for (int i = 0; i < 2; i++) ev[i] = tu_event(G, 0, 1);
     int checked = 0, bad = 0;
@@ -877,39 +856,31 @@ static void test_gpu_gemm_swiglu_w(void **state)
                 if (gg_tma()) fail_msg("%s m=%d: gemm_swiglu_w not taken on a TMA device", sh[a].name, m);
                 continue;
             }
-            gs_pad(m, cols);
             for (int bf = 0; bf < 2; bf++) {
-                const int odt = bf ? PPN_ODT_BF16_ROWS : PPN_DTYPE_F32;
-                checked += 3;
-                bad += !gs_same(GS_W, GS_WSW, odt, gu, o1, o2, h1, h2, m, n, cols, "swiglu_w", sh[a].name);
-                bad += !gs_same(GS_W, GS_WSWX, odt, gu, o1, o2, h1, h2, m, n, cols, "swiglu_w x padded", sh[a].name);
-                bad += !gs_same(GS_W, GS_WX, odt, gu, o1, o2, h1, h2, m, n, cols, "tc_w x padded", sh[a].name);
+                const int same = gs_same(GS_W, GS_WSW, bf ? PPN_ODT_BF16_ROWS : PPN_DTYPE_F32, gu, o1, o2, h1, h2, m,
+                                         n, cols, "swiglu_w", sh[a].name);
+                checked++, bad += !same;
             }
         }
     }
 #ifndef GG_SMOKE
     printf("  per layer in bursts of %d (median of %d), bf16 out, us: gemm_tc_w + swiglu_rows | gemm_swiglu_w | "
-           "gemm_swiglu (PPN_GEMM_KX %d) | x padded to %d rows: gemm_tc_w + rows, gemm_swiglu_w\n", GD_BURST, GD_REPS,
-           G->gemm_kx, GS_XPAD_ROWS);
+           "gemm_swiglu (PPN_GEMM_KX %d)\n", GD_BURST, GD_REPS, G->gemm_kx);
     for (size_t a = 0; a < TU_LEN(gs_shapes); a++)
         for (size_t j = 0; j < TU_LEN(ms); j++) {
             int m = ms[j], n = sh[a].n, cols = sh[a].cols;
             if (!ppn_op_gemm_swiglu_rows16_fits(G, S, m, n, cols, PPN_DTYPE_BF16)) continue;
-            gs_pad(m, cols);
             double t0 = gs_burst_ms(GS_W, gu, o1, m, n, cols), t1 = gs_burst_ms(GS_WSW, gu, o1, m, n, cols);
             double t2 = ppn_op_gemm_swiglu_fits(G, S, m, n, cols, PPN_DTYPE_BF16) ? gs_burst_ms(GS_FUSED, gu, o1, m, n,
                                                                                                  cols) : 0.0;
-            double t3 = gs_burst_ms(GS_WX, gu, o1, m, n, cols), t4 = gs_burst_ms(GS_WSWX, gu, o1, m, n, cols);
             printf("  swiglu_w %-11s m=%-4d %8.2f | %8.2f (%+.1f%%) | ", sh[a].name, m, t0 * 1e3, t1 * 1e3,
                    100.0 * (t1 - t0) / t0);
-            if (t2 > 0) printf("%8.2f", t2 * 1e3);
-            else printf("     -  ");
-            printf(" | %8.2f, %8.2f\n", t3 * 1e3, t4 * 1e3);
+            if (t2 > 0) printf("%8.2f\n", t2 * 1e3);
+            else printf("     -\n");
         }
 #endif
     for (int i = 0; i < 2; i++) G->ops->event_destroy(G, ev[i]);
     G->ops->mem_free(G, 0, gu), G->ops->mem_free(G, 0, o1), G->ops->mem_free(G, 0, o2);
-    G->ops->mem_free(G, 0, gs_xpad);
     free(h1), free(h2);
     if (gg_tma() && !checked) fail_msg("gemm_swiglu_w was taken on no shape of a TMA device");
     if (bad) fail_msg("%d of %d gemm_swiglu_w cases differ from gemm_tc_w + swiglu_rows", bad, checked);
