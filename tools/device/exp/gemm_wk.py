@@ -16,7 +16,10 @@ bursts of 20 launches on rotating copies of W (one CUDA graph replay a burst, me
   seq0     the same without PDL
 Each line: configuration (BT tokens, S stages, WG warpgroups, ks CTAs a cluster, CTAs), us a launch each way.
 
-usage: gemm_wk.py [--m 16,64,128] [--json FILE]
+--xpad asks (3): x allocated and mapped to whole boxes of the form's tokens (zeros past m), so no box reaches past
+the matrix (docs/PERF.md 2026-12-07: 128-row boxes past it were slow here); --tcw times gemm_tc_w's forms alone.
+
+usage: gemm_wk.py [--m 16,64,128] [--json FILE] [--xpad] [--tcw]
 """
 import argparse
 import ctypes
