@@ -390,6 +390,65 @@ static void test_sim_race_without_event_is_reported(void **state)
     ppn_gpu_close(g);
 }
 
+/* A write that raced is skipped, and must not stand for the accesses it raced with: B's second write, ordered
+ * after B's first (the racy one) but, like it, not after A's write, races with A's write too and is skipped too.
+ * (The checker used to let the racy write replace A's entry, so B's second write passed and ran: where A's op was
+ * still running, the simulator's memory raced: ThreadSanitizer saw it in test_pipeline, CI of 2026-12-07.) And a
+ * write ordered after both, by an event after A's and B's, is clean and runs. */
+static void test_sim_racy_write_keeps_what_it_raced_with(void **state)
+{
+    (void)state;
+    ppn_gpu *g = open_sim();
+    ppn_gstream *a = tu_stream(g, 0), *b = tu_stream(g, 0);
+    ppn_gevent *ea = tu_event(g, 0, 0), *eb = tu_event(g, 0, 0);
+    ppn_dptr x = tu_dalloc(g, 0, 4096);
+    gate gt;
+    gate_init(&gt);
+    assert_int_equal(OPS(g)->host_fn(g, b, gate_wait, &gt), PPN_OK); /* b op #1: holds b until a has run */
+    assert_int_equal(tu_fill(g, b, x, 7, 1024), PPN_OK);              /* b op #2: races with a's fill */
+    assert_int_equal(tu_fill(g, b, x, 8, 1024), PPN_OK);              /* b op #3: so does this one */
+    assert_int_equal(OPS(g)->event_record(g, eb, b), PPN_OK);
+    assert_int_equal(tu_fill(g, a, x, 5, 1024), PPN_OK); /* a op #1 */
+    assert_int_equal(OPS(g)->event_record(g, ea, a), PPN_OK);
+    assert_int_equal(OPS(g)->stream_sync(g, a), PPN_OK);
+    gate_open(&gt);
+    assert_int_equal(OPS(g)->stream_sync(g, b), PPN_ERACE);
+    char msg[1024];
+    assert_int_equal(ppn_gpu_sim_take_error(g, msg, sizeof msg), PPN_ERACE);
+    assert_has(msg, "stream 1 (dev 0) op #2 kernel ppn_k_fill");
+    assert_int_equal(counts(g).race, 2); /* op #2 and op #3, each against a's op #1 */
+    uint32_t h[1024];
+    assert_int_equal(OPS(g)->copy_dtoh(g, a, h, x, sizeof h), PPN_OK);
+    assert_int_equal(OPS(g)->stream_sync(g, a), PPN_OK);
+    assert_int_equal(h[1023], 5); /* neither racy fill ran */
+    assert_int_equal(OPS(g)->stream_wait_event(g, a, eb), PPN_OK);
+    assert_int_equal(OPS(g)->stream_wait_event(g, a, ea), PPN_OK);
+    assert_int_equal(tu_fill(g, a, x, 9, 1024), PPN_OK);
+    assert_int_equal(OPS(g)->copy_dtoh(g, a, h, x, sizeof h), PPN_OK);
+    assert_int_equal(OPS(g)->stream_sync(g, a), PPN_OK);
+    assert_int_equal(h[1023], 9);
+    assert_int_equal(counts(g).race, 2);
+    assert_int_equal(ppn_gpu_sim_take_error(g, msg, sizeof msg), PPN_OK);
+    /* The same in pinned host memory (kept per range, not per block): two copies into it on b race with a's. */
+    void *pin = NULL;
+    assert_int_equal(OPS(g)->host_alloc(g, 4096, &pin), PPN_OK);
+    gt.open = 0;
+    assert_int_equal(OPS(g)->host_fn(g, b, gate_wait, &gt), PPN_OK);
+    assert_int_equal(OPS(g)->copy_dtoh(g, b, pin, x, 4096), PPN_OK);
+    assert_int_equal(OPS(g)->copy_dtoh(g, b, pin, x, 4096), PPN_OK);
+    assert_int_equal(OPS(g)->copy_dtoh(g, a, pin, x, 4096), PPN_OK);
+    assert_int_equal(OPS(g)->stream_sync(g, a), PPN_OK);
+    gate_open(&gt);
+    assert_int_equal(OPS(g)->stream_sync(g, b), PPN_ERACE);
+    assert_int_equal(ppn_gpu_sim_take_error(g, msg, sizeof msg), PPN_ERACE);
+    assert_has(msg, "copy dtoh");
+    assert_int_equal(counts(g).race, 4);
+    assert_int_equal(OPS(g)->stream_sync(g, b), PPN_OK);
+    assert_int_equal(OPS(g)->host_free(g, pin, 4096), PPN_OK);
+    gate_fini(&gt);
+    ppn_gpu_close(g);
+}
+
 /* The same two ops ordered by an event: clean. */
 static void test_sim_race_with_event_is_clean(void **state)
 {
@@ -1216,6 +1275,7 @@ int main(void)
         cmocka_unit_test(test_sim_peer_copies_and_grants),
         cmocka_unit_test(test_sim_wait_binds_to_earlier_record),
         cmocka_unit_test(test_sim_race_without_event_is_reported),
+        cmocka_unit_test(test_sim_racy_write_keeps_what_it_raced_with),
         cmocka_unit_test(test_sim_race_with_event_is_clean),
         cmocka_unit_test(test_sim_wait_uses_the_bound_record),
         cmocka_unit_test(test_sim_event_chains_are_transitive),

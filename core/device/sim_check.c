@@ -51,10 +51,11 @@
  * is not pinned is not tracked.
  *
  * HISTORY per block: for each stream, its latest write not superseded and its latest read since; a write
- * that passes the check replaces everything with itself. An access conflicts with an entry of another
- * stream (W-W, W-R, R-W) whose clock is not <= the accessor's VC entry for that stream. Whether a race is
- * reported is decided by the clocks alone, not by how the worker threads happened to be scheduled (only
- * which of the two ops is named first, the one that ran second, depends on it).
+ * that passes the check replaces everything with itself (one that raced is added beside what it raced with).
+ * An access conflicts with an entry of another stream (W-W, W-R, R-W) whose clock is not <= the accessor's VC
+ * entry for that stream. Whether a race is reported is decided by the clocks alone, not by how the worker
+ * threads happened to be scheduled (only which of the two ops is named first, the one that ran second, depends
+ * on it).
  *
  * GENERATIONS. Every raw allocation reserves SIM_VIEWS windows of address space; window 0 is the memory,
  * and mem_issue maps window w (1..SIM_VIEWS-1) as an alias of the same pages. Each allocation of a pool block
@@ -230,11 +231,11 @@ static const sim_epoch *hist_conflict(const sim_hist *h, const sim_who *s, int m
     return NULL;
 }
 
-static int hist_update(sim_hist *h, const sim_epoch *e, int mode)
+/* Record e. A write replaces everything with itself, unless it raced (record() says why). */
+static int hist_update(sim_hist *h, const sim_epoch *e, int mode, int raced)
 {
     if (mode & PPN_ACC_W) {
-        h->nw = 0;
-        h->nr = 0;
+        if (!raced) h->nw = h->nr = 0;
         return epoch_upsert(&h->w, &h->nw, &h->capw, e);
     }
     return epoch_upsert(&h->r, &h->nr, &h->capr, e);
@@ -803,9 +804,10 @@ static void report_race(sim_gpu *g, const sim_who *s, const sim_opref *ref, cons
     sim_ck_emit(g, PPN_ERACE, msg);
 }
 
-/* Check one history against the access and report the first conflict (once per op). */
-static void check_only(sim_gpu *g, const sim_who *s, const sim_opref *ref, const sim_acc *a, const sim_raw *raw,
-                       const sim_block *b, const sim_hist *h, int *reported)
+/* Check one history against the access and report the first conflict (once per op). Returns whether the access
+ * conflicts (reported now or not: the op may have been reported already). */
+static int check_only(sim_gpu *g, const sim_who *s, const sim_opref *ref, const sim_acc *a, const sim_raw *raw,
+                      const sim_block *b, const sim_hist *h, int *reported)
 {
     int prev_w = 0;
     const sim_epoch *prev = hist_conflict(h, s, a->mode, &prev_w);
@@ -813,12 +815,18 @@ static void check_only(sim_gpu *g, const sim_who *s, const sim_opref *ref, const
         report_race(g, s, ref, a, raw, b, prev, prev_w);
         *reported = 1;
     }
+    return prev != NULL;
 }
 
-static void record(sim_gpu *g, const sim_who *s, const sim_opref *ref, int mode, sim_hist *h, int *reported)
+/* Record the access. A write that conflicted keeps the entries it raced with: it is not ordered after them (and is
+ * not executed), and they may still be running, so a later op that the racing write's stream orders must still be
+ * checked against them. Had it replaced them, that op would pass and run beside them: the simulator's own memory
+ * would race (ThreadSanitizer saw it: test_pipeline_checker_sees_missing_boundary_wait, CI of 2026-12-07). */
+static void record(sim_gpu *g, const sim_who *s, const sim_opref *ref, int mode, int raced, sim_hist *h,
+                   int *reported)
 {
     sim_epoch e = {s->id, ref->idx, *ref};
-    if (hist_update(h, &e, mode) && !*reported) {
+    if (hist_update(h, &e, mode, raced) && !*reported) {
         sim_ck_emit(g, PPN_ENOMEM, "ppn sim: out of host memory for access history");
         *reported = 1;
     }
@@ -828,8 +836,8 @@ static void record(sim_gpu *g, const sim_who *s, const sim_opref *ref, int mode,
 static void check_hist(sim_gpu *g, const sim_who *s, const sim_opref *ref, const sim_acc *a, const sim_raw *raw,
                        const sim_block *b, sim_hist *h, int *reported)
 {
-    check_only(g, s, ref, a, raw, b, h, reported);
-    record(g, s, ref, a->mode, h, reported);
+    int raced = check_only(g, s, ref, a, raw, b, h, reported);
+    record(g, s, ref, a->mode, raced, h, reported);
 }
 
 /* ---- pinned host memory ------------------------------------------------------------------------------------ */
@@ -852,9 +860,10 @@ static sim_block *host_range(sim_raw *raw, ppn_dptr p, size_t n)
 static void check_host(sim_gpu *g, const sim_who *s, const sim_opref *ref, const sim_acc *a, sim_raw *raw,
                        int *reported)
 {
+    int raced = 0;
     for (int i = 0; i < raw->nblocks; i++) {
         sim_block *b = raw->blocks[i];
-        if (overlaps(b->base, b->bytes, a->p, a->n)) check_only(g, s, ref, a, raw, b, &b->h, reported);
+        if (overlaps(b->base, b->bytes, a->p, a->n)) raced |= check_only(g, s, ref, a, raw, b, &b->h, reported);
     }
     sim_block *x = host_range(raw, a->p, a->n);
     if (!x) {
@@ -862,7 +871,7 @@ static void check_host(sim_gpu *g, const sim_who *s, const sim_opref *ref, const
         *reported = 1;
         return;
     }
-    if (a->mode & PPN_ACC_W) {
+    if ((a->mode & PPN_ACC_W) && !raced) {
         int j = 0;
         for (int i = 0; i < raw->nblocks; i++) {
             sim_block *b = raw->blocks[i];
@@ -871,7 +880,7 @@ static void check_host(sim_gpu *g, const sim_who *s, const sim_opref *ref, const
         }
         raw->nblocks = j;
     }
-    record(g, s, ref, a->mode, &x->h, reported);
+    record(g, s, ref, a->mode, raced, &x->h, reported);
 }
 
 /* A host_access of [p, p+n) now, by who as ref: a host thread's access (the caller has counted it in the
