@@ -622,8 +622,11 @@ ppn_status ppn_detokenize(const ppn_tokenizer *tok, const int *ids, int n, char 
 
 /* Streaming decode, one id at a time as they are generated: each push gives the text that id adds, never part
  * of a UTF-8 character (text whose bytes are still incomplete is held until they come), and the pushes and a
- * final flush together give exactly ppn_detokenize of all the ids. The text returned stays valid until the next
- * call on s; it may be empty (*len 0).
+ * final flush together give exactly ppn_detokenize of all the ids. Text that later ids could still change is held
+ * too: a run of ByteFallback byte tokens until a token ends it (the run decodes all or nothing), and, for a
+ * decoder chain whose earlier text later ids can change (after a Fuse: a Replace of several characters, a Strip
+ * of two or more characters from the start or any from the end; no real tokenizer has one), everything until the
+ * flush. The text returned stays valid until the next call on s; it may be empty (*len 0).
  * @return PPN_OK, PPN_EINVAL (NULL argument), PPN_ENOMEM. */
 ppn_status ppn_detok_stream_create(const ppn_tokenizer *tok, ppn_detok_stream **out);
 /* @return PPN_OK, PPN_EINVAL (NULL argument, or an id that is no token: nothing changes), PPN_ENOMEM. */

@@ -234,6 +234,97 @@ static void test_tok_stream_split_char(void **state)
 
 static void write_file(const char *path, const char *text) { tu_write_file(path, text, strlen(text)); }
 
+/* dir/tokenizer.json: a BPE vocabulary and a decoder chain (its JSON list), loaded. */
+static ppn_tokenizer *chain(const char *dir, const char *vocab, const char *decoders)
+{
+    char path[1024], json[4096];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    snprintf(json, sizeof json, "{\"model\": {\"type\": \"BPE\", \"vocab\": {%s}, \"merges\": []},"
+             " \"decoder\": {\"type\": \"Sequence\", \"decoders\": [%s]}}", vocab, decoders);
+    write_file(path, json);
+    ppn_tokenizer *t = NULL;
+    EXPECT_OK(ppn_tokenizer_load(dir, &t));
+    return t;
+}
+
+/* ids whole and streamed: the pieces add up to the whole decode, which is want. */
+static void stream_is(const ppn_tokenizer *t, const int *ids, int n, const char *want)
+{
+    char buf[256];
+    size_t len;
+    EXPECT_OK(ppn_detokenize(t, ids, n, buf, sizeof buf, &len));
+    assert_string_equal(buf, want);
+    assert_true(stream_ok(t, ids, n, buf, len));
+}
+
+/* Decoder chains whose text changes once later ids come (fuzz_tokenizer, 2026-12-07: the stream's pieces did not
+ * add up to the whole decode). ByteFallback decodes a run of byte tokens all or nothing, so a run is held until a
+ * token ends it; a chain that is not window-exact (after a Fuse: a Replace of several characters, a Strip of two
+ * from the start or any from the end) holds every id until the flush. A Strip's content is one character, as in
+ * tokenizers. */
+static void test_tok_stream_decoder_chains(void **state)
+{
+    (void)state;
+    char *dir = tu_tmpdir();
+    const char *piece;
+    size_t len;
+    /* Llama 2's chain: "<0x41>" reads "A" until "<0xC3>" joins its run, which then is two U+FFFD */
+    ppn_tokenizer *t = chain(dir, "\"<unk>\": 0, \"\u2581\": 1, \"a\": 2, \"<0x41>\": 3, \"<0xC3>\": 4,"
+                             " \"<0xA9>\": 5, \"\u2581b\": 6",
+                             "{\"type\": \"Replace\", \"pattern\": {\"String\": \"\u2581\"}, \"content\": \" \"},"
+                             " {\"type\": \"ByteFallback\"}, {\"type\": \"Fuse\"},"
+                             " {\"type\": \"Strip\", \"content\": \" \", \"start\": 1, \"stop\": 0}");
+    stream_is(t, (int[]){3, 4, 2}, 3, "\xef\xbf\xbd\xef\xbf\xbd" "a");
+    stream_is(t, (int[]){3}, 1, "A");
+    stream_is(t, (int[]){6, 4, 5, 6, 3, 3}, 6, "b\xc3\xa9 bAA");
+    stream_is(t, (int[]){2, 3, 4, 5, 1, 2}, 6, "aA\xc3\xa9 a");
+    ppn_detok_stream *s = NULL;
+    EXPECT_OK(ppn_detok_stream_create(t, &s));
+    EXPECT_OK(ppn_detok_stream_push(s, 2, &piece, &len));
+    assert_int_equal(len, 1);                 /* "a": no byte token, out at once */
+    EXPECT_OK(ppn_detok_stream_push(s, 3, &piece, &len));
+    assert_int_equal(len, 0);                 /* a run: held */
+    EXPECT_OK(ppn_detok_stream_push(s, 6, &piece, &len));
+    assert_int_equal(len, 3);                 /* ended: "A b" */
+    assert_memory_equal(piece, "A b", 3);
+    ppn_detok_stream_free(s);
+    ppn_tokenizer_free(t);
+    /* after a Fuse, "aa" -> "X": "a" may still become part of an "X" */
+    t = chain(dir, "\"a\": 0, \"b\": 1", "{\"type\": \"Fuse\"},"
+              " {\"type\": \"Replace\", \"pattern\": {\"String\": \"aa\"}, \"content\": \"X\"}");
+    stream_is(t, (int[]){0, 0, 1, 0}, 4, "Xba");
+    stream_is(t, (int[]){0, 1, 0, 0, 0}, 5, "abXa");
+    EXPECT_OK(ppn_detok_stream_create(t, &s));
+    EXPECT_OK(ppn_detok_stream_push(s, 0, &piece, &len));
+    assert_int_equal(len, 0);
+    EXPECT_OK(ppn_detok_stream_push(s, 0, &piece, &len));
+    assert_int_equal(len, 0);
+    EXPECT_OK(ppn_detok_stream_flush(s, &piece, &len));
+    assert_int_equal(len, 1);
+    assert_memory_equal(piece, "X", 1);
+    ppn_detok_stream_free(s);
+    ppn_tokenizer_free(t);
+    /* after a Fuse, Strip two spaces from the start and one from the end */
+    t = chain(dir, "\" \": 0, \"a\": 1", "{\"type\": \"Fuse\"},"
+              " {\"type\": \"Strip\", \"content\": \" \", \"start\": 2, \"stop\": 1}");
+    stream_is(t, (int[]){0, 0, 0, 1, 0, 0, 1, 0}, 8, " a  a");
+    stream_is(t, (int[]){1, 0, 1, 0, 0}, 5, "a a ");
+    ppn_tokenizer_free(t);
+    /* a Strip of a string, or of a negative count, is no tokenizers decoder */
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    write_file(path, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, \"decoder\":"
+                     " {\"type\": \"Strip\", \"content\": \"ab\", \"start\": 1, \"stop\": 0}}");
+    EXPECT_ST(PPN_EFORMAT, ppn_tokenizer_load(dir, &t));
+    MSG_HAS("Strip: its content is not one character");
+    write_file(path, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, \"decoder\":"
+                     " {\"type\": \"Strip\", \"content\": \" \", \"start\": -1, \"stop\": 0}}");
+    EXPECT_ST(PPN_EFORMAT, ppn_tokenizer_load(dir, &t));
+    MSG_HAS("start and stop are counts");
+    tu_rmrf(dir);
+    free(dir);
+}
+
 /* A missing tokenizer.json is PPN_EIO, a malformed one PPN_EFORMAT, an unknown model PPN_EUNSUPPORTED, a FIFO as
  * tokenizer.json or tokenizer_config.json PPN_EIO without blocking; each message names the file. */
 static void test_tok_errors(void **state)
@@ -511,6 +602,7 @@ int main(void)
         cmocka_unit_test(test_tok_qwen2),
         cmocka_unit_test(test_tok_special_text),
         cmocka_unit_test(test_tok_stream_split_char),
+        cmocka_unit_test(test_tok_stream_decoder_chains),
         cmocka_unit_test(test_tok_errors),
         cmocka_unit_test(test_tok_nfc),
         cmocka_unit_test(test_tok_added_longest),

@@ -238,7 +238,58 @@ ppn_status ppn_tok_decode(const ppn_tokenizer *t, const int *ids, int n, ppn_tok
 }
 
 /* ------------------------------------------------------------------------------------------------------------
- * Streaming (tokenizers' DecodeStream): the window holds the ids whose text is prefix, then the new ones. */
+ * Streaming (tokenizers' DecodeStream): the window holds the ids whose text is prefix, then the new ones. Each
+ * new id's text is the window's decode past prefix. That is exact (the pieces add up to the whole decode) when a
+ * token's text does not change once later ids come and a window's edge decodes as it does inside the whole:
+ * per-token steps; ByteLevel (a character still missing bytes ends the text in U+FFFD: held until it comes);
+ * ByteFallback, whose run of byte tokens is all-or-nothing (valid UTF-8, else one U+FFFD per byte: "<0x41>" reads
+ * "A" until "<0xC3>" follows, then both are U+FFFD), so a run is held until a token that ends it; after a Fuse,
+ * one-character Replace, Metaspace, and a Strip of at most one character from the start (Llama 2's). Every other
+ * chain (after a Fuse: a Replace of several characters, a Strip of two or more from the start or any from the
+ * end; byte tokens that an earlier step could make or unmake) holds every id until a flush: exact, at the flush
+ * (fuzz_tokenizer found both kinds of gap, FUZZING.md). */
+
+/* A string that an earlier step could turn a byte token ("<0xAB>") into another text with, or any into one. */
+static int touches_byte_tokens(const char *s)
+{
+    return s && strpbrk(s, "<>x0123456789ABCDEFabcdef") != NULL;
+}
+
+static int one_char(const char *s)
+{
+    size_t n = s ? strlen(s) : 0;
+    return n && ppn_tok_utf8_len((const unsigned char *)s, n) == (int)n;
+}
+
+void ppn_tok_stream_mode(const ppn_tokenizer *t, int *hold_all, int *hold_bytes)
+{
+    int fused = 0, bytes_safe = 1;
+    *hold_all = *hold_bytes = 0;
+    for (int i = 0; i < t->n_dec; i++) {
+        const ppn_tok_dec *d = &t->dec[i];
+        switch (d->kind) {
+        case PPN_DEC_BYTEFALLBACK:
+            if (fused || !bytes_safe) *hold_all = 1;
+            *hold_bytes = 1;
+            break;
+        case PPN_DEC_BYTELEVEL:
+            if (*hold_bytes) *hold_all = 1; /* bytes from both: no real tokenizer does this */
+            bytes_safe = 0;
+            break;
+        case PPN_DEC_FUSE: fused = 1; break;
+        case PPN_DEC_STRIP:
+            if (fused && (d->start > 1 || d->stop > 0)) *hold_all = 1;
+            bytes_safe &= !touches_byte_tokens(d->a);
+            break;
+        case PPN_DEC_REPLACE:
+            if (fused && !one_char(d->a)) *hold_all = 1;
+            bytes_safe &= !touches_byte_tokens(d->a) && !touches_byte_tokens(d->b);
+            break;
+        case PPN_DEC_METASPACE: break; /* U+2581 -> ' ', and the first token's leading one */
+        }
+    }
+    if (*hold_all) *hold_bytes = 0;
+}
 
 static int ends_replacement(const ppn_tok_buf *b)
 {
@@ -259,6 +310,27 @@ static ppn_status stream_emit(ppn_detok_stream *s)
     return PPN_OK;
 }
 
+/* hold_all: every id is kept and nothing goes out before a flush, which emits the whole decode past what earlier
+ * flushes emitted (prefix holds it; ids[0, prefix_index) are the ids flushed). A chain that changed the flushed
+ * text's end gives the later ids' own decode: a flush in the middle is final for what it emitted. */
+static ppn_status stream_flush_all(ppn_detok_stream *s)
+{
+    PPN_CHECK(ppn_tok_decode(s->tok, s->ids.v, s->ids.n, &s->text));
+    int extends = s->text.len >= s->prefix.len && (!s->prefix.len || !memcmp(s->text.p, s->prefix.p, s->prefix.len));
+    if (extends) PPN_CHECK(ppn_tok_buf_put(&s->out, s->text.p + s->prefix.len, s->text.len - s->prefix.len));
+    else {
+        ppn_tok_buf late = {0};
+        ppn_status st = ppn_tok_decode(s->tok, s->ids.v + s->prefix_index, s->ids.n - s->prefix_index, &late);
+        if (st == PPN_OK) st = ppn_tok_buf_put(&s->out, late.p, late.len);
+        free(late.p);
+        PPN_CHECK(st);
+    }
+    s->prefix.len = 0;
+    PPN_CHECK(ppn_tok_buf_put(&s->prefix, s->text.p, s->text.len));
+    s->prefix_index = s->ids.n;
+    return ppn_tok_buf_put(&s->out, "", 0);
+}
+
 ppn_status ppn_tok_stream_step(ppn_detok_stream *s, int id, int flush)
 {
     s->out.len = 0;
@@ -267,6 +339,11 @@ ppn_status ppn_tok_stream_step(ppn_detok_stream *s, int id, int flush)
         if (id < 0 || id >= s->tok->n_ids || !s->tok->piece[id])
             return ppn_err(PPN_EINVAL, "detokenize: id %d is no token of %s", id, s->tok->dir);
         PPN_CHECK(ppn_tok_ints_push(&s->ids, id));
+        if (s->hold_all) return PPN_OK;
+        if (s->hold_bytes && byte_token(s->tok->piece[id], (size_t)s->tok->piece_len[id]) >= 0) return PPN_OK;
+    } else if (s->hold_all) {
+        s->out.len = 0;
+        return stream_flush_all(s);
     }
     PPN_CHECK(ppn_tok_decode(s->tok, s->ids.v, s->ids.n, &s->text));
     if (s->text.len <= s->prefix.len || (!flush && ends_replacement(&s->text))) return PPN_OK;

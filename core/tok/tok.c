@@ -147,6 +147,7 @@ ppn_status ppn_detok_stream_create(const ppn_tokenizer *tok, ppn_detok_stream **
     if (!tok || !out) return ppn_err(PPN_EINVAL, "ppn_detok_stream_create: NULL argument");
     if (!(*out = calloc(1, sizeof **out))) return ppn_err(PPN_ENOMEM, "tokenizer: out of memory");
     (*out)->tok = tok;
+    ppn_tok_stream_mode(tok, &(*out)->hold_all, &(*out)->hold_bytes);
     return PPN_OK;
 }
 

@@ -109,7 +109,12 @@ struct ppn_detok_stream {
     ppn_tok_ints ids;         /* the window: the ids behind prefix, then the ones not yet emitted */
     int prefix_index;         /* ids[0, prefix_index) decode to prefix */
     ppn_tok_buf prefix, text, out;
+    int hold_all;             /* the decoder is not window-exact: every id is held until a flush (decode.c) */
+    int hold_bytes;           /* a ByteFallback step: a run of byte tokens is held until a token that ends it */
 };
+
+/* decode.c: how a stream over t must hold text back so that its pieces add up to the whole decode. */
+void ppn_tok_stream_mode(const ppn_tokenizer *t, int *hold_all, int *hold_bytes);
 
 /* vocab.c */
 ppn_status ppn_tok_load_json(ppn_tokenizer *t, const char *dir);

@@ -411,10 +411,17 @@ static ppn_status dec_step(load_ctx *c, const json_t *step, ppn_tok_dec *d)
         return dec_string(d, from, to);
     } else if (!strcmp(type, "Strip")) {
         const char *ch = json_string_value(json_object_get(step, "content"));
+        /* tokenizers' Strip strips a char (serde refuses a longer string) a usize number of times */
         if (!ch || !*ch) return bad(c, PPN_EFORMAT, "decoder Strip without content");
+        if (ppn_tok_utf8_len((const unsigned char *)ch, strlen(ch)) != (int)strlen(ch))
+            return bad(c, PPN_EFORMAT, "decoder Strip: its content is not one character");
+        json_int_t start = json_integer_value(json_object_get(step, "start"));
+        json_int_t stop = json_integer_value(json_object_get(step, "stop"));
+        if (start < 0 || stop < 0 || start > 1000000 || stop > 1000000)
+            return bad(c, PPN_EFORMAT, "decoder Strip: start and stop are counts (0 to 1000000)");
         d->kind = PPN_DEC_STRIP;
-        d->start = (int)json_integer_value(json_object_get(step, "start"));
-        d->stop = (int)json_integer_value(json_object_get(step, "stop"));
+        d->start = (int)start;
+        d->stop = (int)stop;
         return dec_string(d, ch, NULL);
     } else if (!strcmp(type, "Metaspace")) {
         d->kind = PPN_DEC_METASPACE;
