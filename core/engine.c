@@ -387,6 +387,8 @@ static int held_grow(req *r, size_t len)
     return 1;
 }
 
+static size_t held_release(req *r, int *hit);
+
 /* End r: the held text goes out with the final event, its sequence back to the free list, its blocks back to the
  * pool of reservations. The last thing done with r: a polled request may be freed by its poller right after. */
 static void finish_req(ppn_engine *e, req *r, int finish, ppn_status why, const char *err)
@@ -397,6 +399,14 @@ static void finish_req(ppn_engine *e, req *r, int finish, ppn_status why, const 
         if (ppn_detok_stream_flush(r->ds, &t, &tl) == PPN_OK && tl && held_grow(r, tl)) {
             memcpy(r->held + r->held_len, t, tl);
             r->held_len += tl;
+            /* the flush may complete a stop string (text the detokenizer held: a byte run, a decoder that holds
+             * all): the text ends before it, as it would have had the string come earlier */
+            int hit;
+            size_t go = held_release(r, &hit);
+            if (hit) {
+                r->held_len = go;
+                if (finish == PPN_FINISH_LENGTH) finish = PPN_FINISH_STOP;
+            }
         }
     }
     if (r->seq) {

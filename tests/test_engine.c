@@ -568,6 +568,47 @@ static void test_engine_text(void **state)
     assert_int_equal((int)s.text_len, n_before);
     assert_memory_equal(s.text, whole, s.text_len);
     rec_fini(&s);
+
+    /* A decoder that holds all its text until the flush (after the Fuse, a Replace of several characters: never
+     * matched here, so the text is the same): the stop string comes out only at the finish, and still ends the
+     * text before it, finish STOP. */
+    char *dir2 = tu_tmpdir(), *tj = NULL;
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    assert_non_null(tj = tu_read_file(path, &tl));
+    char *fuse = strstr(tj, "\"type\": \"Fuse\"");
+    assert_non_null(fuse);
+    char *after = strchr(fuse, '}') + 1;
+    static const char more[] =
+        ", {\"type\": \"Replace\", \"pattern\": {\"String\": \"\\u0001\\u0002\"}, \"content\": \"?\"}";
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir2);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(tj, 1, (size_t)(after - tj), f), (size_t)(after - tj));
+    assert_int_equal(fwrite(more, 1, sizeof more - 1, f), sizeof more - 1);
+    assert_int_equal(fwrite(after, 1, tl - (size_t)(after - tj), f), tl - (size_t)(after - tj));
+    assert_int_equal(fclose(f), 0);
+    free(tj);
+    ppn_tokenizer *tok2 = NULL;
+    assert_int_equal(ppn_tokenizer_load(dir2, &tok2), PPN_OK);
+    ppn_engine_opts eo2 = ppn_engine_opts_default();
+    eo2.tok = tok2;
+    ppn_engine *e2 = NULL;
+    assert_int_equal(ppn_engine_create(m, &eo2, &e2), PPN_OK);
+    for (int with_stop = 0; with_stop < 2; with_stop++) {
+        rec_init(&s);
+        q.cb_arg = &s, q.n_stop = with_stop;
+        SUBMIT_OK(e2, &q, &id);
+        rec_wait(&s);
+        assert_int_equal(s.n, 24); /* every id was generated: the text was held */
+        assert_int_equal(s.finish, with_stop ? PPN_FINISH_STOP : PPN_FINISH_LENGTH);
+        assert_int_equal((int)s.text_len, with_stop ? n_before : (int)wl);
+        assert_memory_equal(s.text, whole, s.text_len);
+        rec_fini(&s);
+    }
+    ppn_engine_destroy(e2);
+    ppn_tokenizer_free(tok2);
+    tu_rmrf(dir2);
+    free(dir2);
     rec_fini(&r);
 
     /* chat, and seeded sampling twice */
