@@ -859,6 +859,7 @@ static ppn_status engine_free(ppn_engine *e)
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->wake);
     pthread_cond_destroy(&e->polled);
+    if (e->m) atomic_store(&e->m->engine_on, 0);
     free(e);
     return ppn_err_first_done(&first);
 }
@@ -867,9 +868,14 @@ ppn_status ppn_engine_create(ppn_model *m, const ppn_engine_opts *opts, ppn_engi
 {
     if (!m || !out) return ppn_err(PPN_EINVAL, "ppn_engine_create: NULL argument");
     *out = NULL;
+    int none = 0; /* the scheduler thread uses the model alone: a second engine would race it */
+    if (!atomic_compare_exchange_strong(&m->engine_on, &none, 1))
+        return ppn_err(PPN_ESTATE, "ppn_engine_create: the model has an engine already (one at a time: destroy it "
+                       "first)");
     ppn_engine_opts dflt = ppn_engine_opts_default();
     ppn_engine *e = calloc(1, sizeof *e);
-    if (!e) return ppn_err(PPN_ENOMEM, "engine");
+    if (!e) return atomic_store(&m->engine_on, 0), ppn_err(PPN_ENOMEM, "engine");
+    e->m = m;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->wake, NULL);
     pthread_cond_init(&e->polled, NULL);

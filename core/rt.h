@@ -237,6 +237,7 @@ struct ppn_model {
     uint64_t bstep_serial;     /* caller: the last deferred batch step's number (its id's low bits) */
     _Atomic uint64_t spec_verifies, spec_drafted, spec_accepted; /* ppn_spec_verify calls, drafts, accepted */
     _Atomic uint64_t spec_split_verifies;/* liveness: verify walks that walked the per-stage split */
+    _Atomic int engine_on;     /* an engine's scheduler thread owns the model (engine.c): one engine at a time */
     _Atomic int err;           /* first failure inside a stage thread (sticky for the model) */
     char err_msg[1024];
     int attn_split;            /* attention's position splits (ppn_op_attn_split of the primary), fixed at

@@ -793,9 +793,9 @@ typedef struct ppn_engine_opts {
 ppn_engine_opts ppn_engine_opts_default(void);
 
 /* Start an engine on m (its scheduler thread). It turns m's per-stage busy time on (ppn_model_time_stages, for
- * ppn_engine_stats.stage_busy_s), and off again at ppn_engine_destroy.
- * @return PPN_OK, PPN_EINVAL (NULL, an option out of range: named), PPN_ENOMEM (host memory, or the thread), the
- * model's failure (a model that failed earlier). */
+ * ppn_engine_stats.stage_busy_s), and off again at ppn_engine_destroy. One engine a model at a time.
+ * @return PPN_OK, PPN_EINVAL (NULL, an option out of range: named), PPN_ESTATE (m has an engine already), PPN_ENOMEM
+ * (host memory, or the thread), the model's failure (a model that failed earlier). */
 ppn_status ppn_engine_create(ppn_model *m, const ppn_engine_opts *opts, ppn_engine **out);
 /* Stop the engine (NULL: nothing to do): no more submits (they get PPN_ESTATE); every queued and running request
  * is cancelled and gets its final event before this returns; the thread is joined, the sequences destroyed

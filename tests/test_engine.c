@@ -568,6 +568,28 @@ static void test_engine_text(void **state)
     assert_int_equal((int)s.text_len, n_before);
     assert_memory_equal(s.text, whole, s.text_len);
     rec_fini(&s);
+    rec_fini(&r);
+
+    /* chat, and seeded sampling twice */
+    ppn_chat_msg msgs[1] = {{"user", "Hello there"}};
+    rec c[2];
+    for (int k = 0; k < 2; k++) {
+        rec_init(&c[k]);
+        q = ppn_request_default();
+        q.msgs = msgs, q.n_msgs = 1, q.max_tokens = 10, q.ignore_eos = 1;
+        q.temperature = 0.8f, q.top_k = 40, q.top_p = 0.9f, q.seed = 42;
+        q.cb = on_event, q.cb_arg = &c[k];
+        SUBMIT_OK(e, &q, &id);
+    }
+    for (int k = 0; k < 2; k++) rec_wait(&c[k]), assert_int_equal(c[k].n, 10);
+    assert_memory_equal(c[0].ids, c[1].ids, sizeof(int) * 10);
+    for (int k = 0; k < 2; k++) rec_fini(&c[k]);
+    /* one engine a model: its scheduler thread uses the model alone */
+    ppn_engine *other = (ppn_engine *)dir;
+    assert_int_equal(ppn_engine_create(m, &eo, &other), PPN_ESTATE);
+    assert_null(other);
+    assert_non_null(strstr(ppn_last_error(), "the model has an engine already"));
+    ppn_engine_destroy(e);
 
     /* A decoder that holds all its text until the flush (after the Fuse, a Replace of several characters: never
      * matched here, so the text is the same): the stop string comes out only at the finish, and still ends the
@@ -593,10 +615,12 @@ static void test_engine_text(void **state)
     ppn_engine_opts eo2 = ppn_engine_opts_default();
     eo2.tok = tok2;
     ppn_engine *e2 = NULL;
-    assert_int_equal(ppn_engine_create(m, &eo2, &e2), PPN_OK);
+    assert_int_equal(ppn_engine_create(m, &eo2, &e2), PPN_OK); /* the first one destroyed */
     for (int with_stop = 0; with_stop < 2; with_stop++) {
         rec_init(&s);
-        q.cb_arg = &s, q.n_stop = with_stop;
+        q = ppn_request_default();
+        q.text = "Once upon a time", q.add_special = 1, q.max_tokens = 24, q.ignore_eos = 1;
+        q.cb = on_event, q.cb_arg = &s, q.stop = stops, q.n_stop = with_stop;
         SUBMIT_OK(e2, &q, &id);
         rec_wait(&s);
         assert_int_equal(s.n, 24); /* every id was generated: the text was held */
@@ -609,23 +633,6 @@ static void test_engine_text(void **state)
     ppn_tokenizer_free(tok2);
     tu_rmrf(dir2);
     free(dir2);
-    rec_fini(&r);
-
-    /* chat, and seeded sampling twice */
-    ppn_chat_msg msgs[1] = {{"user", "Hello there"}};
-    rec c[2];
-    for (int k = 0; k < 2; k++) {
-        rec_init(&c[k]);
-        q = ppn_request_default();
-        q.msgs = msgs, q.n_msgs = 1, q.max_tokens = 10, q.ignore_eos = 1;
-        q.temperature = 0.8f, q.top_k = 40, q.top_p = 0.9f, q.seed = 42;
-        q.cb = on_event, q.cb_arg = &c[k];
-        SUBMIT_OK(e, &q, &id);
-    }
-    for (int k = 0; k < 2; k++) rec_wait(&c[k]), assert_int_equal(c[k].n, 10);
-    assert_memory_equal(c[0].ids, c[1].ids, sizeof(int) * 10);
-    for (int k = 0; k < 2; k++) rec_fini(&c[k]);
-    ppn_engine_destroy(e);
     assert_int_equal(ppn_model_free(m), PPN_OK);
     ppn_template_free(tmpl);
     ppn_tokenizer_free(tok);
