@@ -625,7 +625,7 @@ ppn_status ppn_detokenize(const ppn_tokenizer *tok, const int *ids, int n, char 
  * final flush together give exactly ppn_detokenize of all the ids. Text that later ids could still change is held
  * too: a run of ByteFallback byte tokens until a token ends it (the run decodes all or nothing), and, for a
  * decoder chain whose earlier text later ids can change (after a Fuse: a Replace of several characters, a Strip
- * of two or more characters from the start or any from the end; no real tokenizer has one), everything until the
+ * from the end; more than one leading character stripped in all; no real tokenizer has one), everything until the
  * flush. The text returned stays valid until the next call on s; it may be empty (*len 0).
  * @return PPN_OK, PPN_EINVAL (NULL argument), PPN_ENOMEM. */
 ppn_status ppn_detok_stream_create(const ppn_tokenizer *tok, ppn_detok_stream **out);

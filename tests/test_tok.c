@@ -309,6 +309,14 @@ static void test_tok_stream_decoder_chains(void **state)
     stream_is(t, (int[]){0, 0, 0, 1, 0, 0, 1, 0}, 8, " a  a");
     stream_is(t, (int[]){1, 0, 1, 0, 0}, 5, "a a ");
     ppn_tokenizer_free(t);
+    /* two leading strips: Metaspace's first space of the first token, then a Strip after the Fuse (a window whose
+     * old id is a lone U+2581 decodes it to nothing, and the Strip then took the new id's space) */
+    t = chain(dir, "\"\u2581\": 0, \"\u2581a\": 1, \"x\": 2", "{\"type\": \"Metaspace\", \"replacement\": \"\u2581\","
+              " \"prepend_scheme\": \"first\"}, {\"type\": \"Fuse\"},"
+              " {\"type\": \"Strip\", \"content\": \" \", \"start\": 1, \"stop\": 0}");
+    stream_is(t, (int[]){2, 0, 1}, 3, "x  a");
+    stream_is(t, (int[]){0, 0, 1, 0}, 4, " a ");
+    ppn_tokenizer_free(t);
     tu_rmrf(dir);
     free(dir);
 }

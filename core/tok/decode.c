@@ -244,10 +244,10 @@ ppn_status ppn_tok_decode(const ppn_tokenizer *t, const int *ids, int n, ppn_tok
  * per-token steps; ByteLevel (a character still missing bytes ends the text in U+FFFD: held until it comes);
  * ByteFallback, whose run of byte tokens is all-or-nothing (valid UTF-8, else one U+FFFD per byte: "<0x41>" reads
  * "A" until "<0xC3>" follows, then both are U+FFFD), so a run is held until a token that ends it; after a Fuse,
- * one-character Replace, Metaspace, and a Strip of at most one character from the start (Llama 2's). Every other
- * chain (after a Fuse: a Replace of several characters, a Strip of two or more from the start or any from the
- * end; byte tokens that an earlier step could make or unmake) holds every id until a flush: exact, at the flush
- * (fuzz_tokenizer found both kinds of gap, FUZZING.md). */
+ * one-character Replace, Metaspace, Strip from the start; at most one leading character stripped in all (Llama 2's
+ * Strip). Every other chain (after a Fuse: a Replace of several characters, a Strip from the end; two or more
+ * leading characters stripped; byte tokens that an earlier step could make or unmake) holds every id until a
+ * flush: exact, at the flush (fuzz_tokenizer found both kinds of gap, FUZZING.md). */
 
 /* A string that an earlier step could turn a byte token ("<0xAB>") into another text with, or any into one. */
 static int touches_byte_tokens(const char *s)
@@ -261,9 +261,13 @@ static int one_char(const char *s)
     return n && ppn_tok_utf8_len((const unsigned char *)s, n) == (int)n;
 }
 
+/* Which of the two holds a stream over t needs. Leading characters stripped from the text's start (after a Fuse,
+ * or a ByteLevel, which also makes one token: a Strip's start, a Metaspace's first space; before one, a Metaspace's
+ * first space of the first token) are safe up to one in all: the window's old ids added at least one character
+ * when they went out, so one strip cannot reach the new ids' text; two could. */
 void ppn_tok_stream_mode(const ppn_tokenizer *t, int *hold_all, int *hold_bytes)
 {
-    int fused = 0, bytes_safe = 1;
+    int fused = 0, bytes_safe = 1, lead = 0;
     *hold_all = *hold_bytes = 0;
     for (int i = 0; i < t->n_dec; i++) {
         const ppn_tok_dec *d = &t->dec[i];
@@ -275,19 +279,22 @@ void ppn_tok_stream_mode(const ppn_tokenizer *t, int *hold_all, int *hold_bytes)
         case PPN_DEC_BYTELEVEL:
             if (*hold_bytes) *hold_all = 1; /* bytes from both: no real tokenizer does this */
             bytes_safe = 0;
+            fused = 1;
             break;
         case PPN_DEC_FUSE: fused = 1; break;
         case PPN_DEC_STRIP:
-            if (fused && (d->start > 1 || d->stop > 0)) *hold_all = 1;
+            if (fused && d->stop > 0) *hold_all = 1;
+            if (fused) lead += d->start;
             bytes_safe &= !touches_byte_tokens(d->a);
             break;
         case PPN_DEC_REPLACE:
             if (fused && !one_char(d->a)) *hold_all = 1;
             bytes_safe &= !touches_byte_tokens(d->a) && !touches_byte_tokens(d->b);
             break;
-        case PPN_DEC_METASPACE: break; /* U+2581 -> ' ', and the first token's leading one */
+        case PPN_DEC_METASPACE: lead += d->start != 0; break; /* U+2581 -> ' ', and the first one of the text */
         }
     }
+    if (lead > 1) *hold_all = 1;
     if (*hold_all) *hold_bytes = 0;
 }
 
