@@ -209,6 +209,8 @@ static int seq_count(const ppn_model *m)
 ppn_status ppn_model_free(ppn_model *m)
 {
     if (!m) return PPN_OK;
+    if (atomic_load(&m->engine_on)) /* its scheduler thread uses the model: m->seqs is that thread's */
+        return ppn_err(PPN_ESTATE, "ppn_model_free: an engine runs on this model: ppn_engine_destroy it first");
     if (m->seqs)
         return ppn_err(PPN_ESTATE, "ppn_model_free: %d sequence(s) still live on this model: destroy them first",
                        seq_count(m));

@@ -189,7 +189,8 @@ ppn_status ppn_model_load(ppn_rt *rt, const char *path, const ppn_load_opts *opt
 /* Free a model whose sequences were all destroyed (NULL: nothing to do): stage threads stopped, streams drained,
  * weights returned to the pools. A model that failed (a sticky stage failure) is freed the same way. A device
  * free that fails does not stop it: the model is gone and the first failure returned.
- * @return PPN_OK, PPN_ESTATE (sequences still live on it: the message says how many; nothing is freed),
+ * @return PPN_OK, PPN_ESTATE (an engine runs on it, or sequences are still live on it: the message says which and
+ *         how many; nothing is freed),
  *         PPN_EDRIVER (a block's free could not be ordered on its stream: the block is kept out of use until
  *         ppn_rt_destroy, which frees it; the message names it). */
 ppn_status ppn_model_free(ppn_model *m);

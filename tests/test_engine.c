@@ -589,6 +589,8 @@ static void test_engine_text(void **state)
     assert_int_equal(ppn_engine_create(m, &eo, &other), PPN_ESTATE);
     assert_null(other);
     assert_non_null(strstr(ppn_last_error(), "the model has an engine already"));
+    assert_int_equal(ppn_model_free(m), PPN_ESTATE); /* nor is the model freed under it */
+    assert_non_null(strstr(ppn_last_error(), "an engine runs on this model"));
     ppn_engine_destroy(e);
 
     /* A decoder that holds all its text until the flush (after the Fuse, a Replace of several characters: never
