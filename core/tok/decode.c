@@ -36,6 +36,12 @@ int ppn_tok_utf8_len(const unsigned char *s, size_t n)
     return k && k == full ? k : 0;
 }
 
+int ppn_tok_one_char(const char *s)
+{
+    size_t n = s ? strlen(s) : 0;
+    return n && ppn_tok_utf8_len((const unsigned char *)s, n) == (int)n;
+}
+
 int ppn_tok_utf8_put(char *dst, uint32_t cp)
 {
     unsigned char *d = (unsigned char *)dst;
@@ -255,11 +261,6 @@ static int touches_byte_tokens(const char *s)
     return s && strpbrk(s, "<>x0123456789ABCDEFabcdef") != NULL;
 }
 
-static int one_char(const char *s)
-{
-    size_t n = s ? strlen(s) : 0;
-    return n && ppn_tok_utf8_len((const unsigned char *)s, n) == (int)n;
-}
 
 /* Which of the two holds a stream over t needs. Leading characters stripped from the text's start (after a Fuse,
  * or a ByteLevel, which also makes one token: a Strip's start, a Metaspace's first space; before one, a Metaspace's
@@ -288,7 +289,7 @@ void ppn_tok_stream_mode(const ppn_tokenizer *t, int *hold_all, int *hold_bytes)
             bytes_safe &= !touches_byte_tokens(d->a);
             break;
         case PPN_DEC_REPLACE:
-            if (fused && !one_char(d->a)) *hold_all = 1;
+            if (fused && !ppn_tok_one_char(d->a)) *hold_all = 1;
             bytes_safe &= !touches_byte_tokens(d->a) && !touches_byte_tokens(d->b);
             break;
         case PPN_DEC_METASPACE: lead += d->start != 0; break; /* U+2581 -> ' ', and the first one of the text */

@@ -143,6 +143,7 @@ ppn_status ppn_tok_stream_step(ppn_detok_stream *s, int id, int flush);
 
 /* UTF-8 helpers (decode.c): the length of the sequence at s (1..4), or 0 if it is not valid there. */
 int ppn_tok_utf8_len(const unsigned char *s, size_t n);
+int ppn_tok_one_char(const char *s);   /* s is exactly one valid UTF-8 character */
 int ppn_tok_utf8_put(char *dst, uint32_t cp);
 
 #endif

@@ -413,8 +413,7 @@ static ppn_status dec_step(load_ctx *c, const json_t *step, ppn_tok_dec *d)
         const char *ch = json_string_value(json_object_get(step, "content"));
         /* tokenizers' Strip strips a char (serde refuses a longer string) a usize number of times */
         if (!ch || !*ch) return bad(c, PPN_EFORMAT, "decoder Strip without content");
-        if (ppn_tok_utf8_len((const unsigned char *)ch, strlen(ch)) != (int)strlen(ch))
-            return bad(c, PPN_EFORMAT, "decoder Strip: its content is not one character");
+        if (!ppn_tok_one_char(ch)) return bad(c, PPN_EFORMAT, "decoder Strip: its content is not one character");
         json_int_t start = json_integer_value(json_object_get(step, "start"));
         json_int_t stop = json_integer_value(json_object_get(step, "stop"));
         if (start < 0 || stop < 0 || start > 1000000 || stop > 1000000)
