@@ -261,7 +261,6 @@ static int touches_byte_tokens(const char *s)
     return s && strpbrk(s, "<>x0123456789ABCDEFabcdef") != NULL;
 }
 
-
 /* Which of the two holds a stream over t needs. Leading characters stripped from the text's start (after a Fuse,
  * or a ByteLevel, which also makes one token: a Strip's start, a Metaspace's first space; before one, a Metaspace's
  * first space of the first token) are safe up to one in all: the window's old ids added at least one character
@@ -304,6 +303,12 @@ static int ends_replacement(const ppn_tok_buf *b)
     return b->len >= 3 && !memcmp(b->p + b->len - 3, REPLACEMENT, 3);
 }
 
+/* The window's text begins with prefix (an empty prefix may have no buffer yet: memcmp takes none). */
+static int text_extends_prefix(const ppn_detok_stream *s)
+{
+    return s->text.len >= s->prefix.len && (!s->prefix.len || !memcmp(s->text.p, s->prefix.p, s->prefix.len));
+}
+
 /* Emit text past prefix; the window then starts at the ids that were new last time. */
 static ppn_status stream_emit(ppn_detok_stream *s)
 {
@@ -324,8 +329,8 @@ static ppn_status stream_emit(ppn_detok_stream *s)
 static ppn_status stream_flush_all(ppn_detok_stream *s)
 {
     PPN_CHECK(ppn_tok_decode(s->tok, s->ids.v, s->ids.n, &s->text));
-    int extends = s->text.len >= s->prefix.len && (!s->prefix.len || !memcmp(s->text.p, s->prefix.p, s->prefix.len));
-    if (extends) PPN_CHECK(ppn_tok_buf_put(&s->out, s->text.p + s->prefix.len, s->text.len - s->prefix.len));
+    if (text_extends_prefix(s))
+        PPN_CHECK(ppn_tok_buf_put(&s->out, s->text.p + s->prefix.len, s->text.len - s->prefix.len));
     else {
         ppn_tok_buf late = {0};
         ppn_status st = ppn_tok_decode(s->tok, s->ids.v + s->prefix_index, s->ids.n - s->prefix_index, &late);
@@ -349,14 +354,10 @@ ppn_status ppn_tok_stream_step(ppn_detok_stream *s, int id, int flush)
         PPN_CHECK(ppn_tok_ints_push(&s->ids, id));
         if (s->hold_all) return PPN_OK;
         if (s->hold_bytes && byte_token(s->tok->piece[id], (size_t)s->tok->piece_len[id]) >= 0) return PPN_OK;
-    } else if (s->hold_all) {
-        s->out.len = 0;
+    } else if (s->hold_all)
         return stream_flush_all(s);
-    }
     PPN_CHECK(ppn_tok_decode(s->tok, s->ids.v, s->ids.n, &s->text));
     if (s->text.len <= s->prefix.len || (!flush && ends_replacement(&s->text))) return PPN_OK;
-    /* a decoder whose earlier text changed: hold on (an empty prefix may have no buffer yet: memcmp takes none) */
-    if (s->prefix.len && memcmp(s->text.p, s->prefix.p, s->prefix.len))
-        return PPN_OK;
+    if (!text_extends_prefix(s)) return PPN_OK; /* a decoder whose earlier text changed: hold on */
     return stream_emit(s);
 }
