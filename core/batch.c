@@ -123,6 +123,7 @@ ppn_status ppn_batch_check(const char *fn, ppn_seq *const *seqs, const int *toke
         return ppn_err(PPN_EINVAL, "%s: micro %d is outside 0 .. %d", fn, o->micro, PPN_MAX_INFLIGHT);
     if (!seqs[0]) return ppn_err(PPN_EINVAL, "%s: sequence 0 is NULL", fn);
     ppn_model *m = seqs[0]->m;
+    PPN_CHECK(ppn_model_caller(m, fn));
     PPN_CHECK(ppn_model_failed(m));
     for (int i = 0; i < n; i++) {
         ppn_seq *q = seqs[i];

@@ -222,6 +222,7 @@ ppn_status ppn_decode_batch_wait(ppn_seq *s, ppn_step_id step)
 {
     if (!s) return ppn_err(PPN_EINVAL, "ppn_decode_batch_wait: seq is NULL");
     ppn_model *m = s->m;
+    PPN_CHECK(ppn_model_caller(m, "ppn_decode_batch_wait"));
     ppn_bstep **it = &m->bsteps;
     while (*it && (*it)->id != step) it = &(*it)->next;
     ppn_bstep *b = *it;

@@ -103,6 +103,7 @@ void ppn_busy_fini(ppn_model *m, int s)
 ppn_status ppn_model_time_stages(ppn_model *m, int on)
 {
     if (!m) return ppn_err(PPN_EINVAL, "ppn_model_time_stages: model is NULL");
+    PPN_CHECK(ppn_model_caller(m, "ppn_model_time_stages"));
     PPN_CHECK(ppn_model_failed(m));
     PPN_CHECK(ppn_model_drain(m)); /* the stage threads idle: their rings are the caller's until the next step */
     for (int s = 0; s < PPN_MAX_STAGES; s++) PPN_CHECK(ppn_busy_flush(m, s));

@@ -806,8 +806,10 @@ static void *sched_main(void *arg)
     ppn_engine *e = arg;
     /* the model is this thread's from here: pairs with the release before pthread_create in ppn_engine_create() */
     (void)ppn_model_handoff_acquire(e->m, &e->thread);
+    ppn_model_engine_thread(e->m); /* ppn_model_caller: this thread alone drives the model while the engine runs */
     while (iterate(e)) {}
     publish_stats(e);
+    ppn_model_engine_thread(NULL);
     /* and the caller's again: pairs with the acquire after the join */
     (void)ppn_model_handoff_release(e->m, &e->stopping);
     return NULL;
@@ -859,7 +861,7 @@ static ppn_status engine_free(ppn_engine *e)
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->wake);
     pthread_cond_destroy(&e->polled);
-    if (e->m) atomic_store(&e->m->engine_on, 0);
+    if (e->m) atomic_store(&e->m->engine_on, PPN_ENGINE_NONE);
     free(e);
     return ppn_err_first_done(&first);
 }
@@ -868,13 +870,13 @@ ppn_status ppn_engine_create(ppn_model *m, const ppn_engine_opts *opts, ppn_engi
 {
     if (!m || !out) return ppn_err(PPN_EINVAL, "ppn_engine_create: NULL argument");
     *out = NULL;
-    int none = 0; /* the scheduler thread uses the model alone: a second engine would race it */
-    if (!atomic_compare_exchange_strong(&m->engine_on, &none, 1))
+    int none = PPN_ENGINE_NONE; /* the scheduler thread uses the model alone: a second engine would race it */
+    if (!atomic_compare_exchange_strong(&m->engine_on, &none, PPN_ENGINE_HANDOVER))
         return ppn_err(PPN_ESTATE, "ppn_engine_create: the model has an engine already (one at a time: destroy it "
                        "first)");
     ppn_engine_opts dflt = ppn_engine_opts_default();
     ppn_engine *e = calloc(1, sizeof *e);
-    if (!e) return atomic_store(&m->engine_on, 0), ppn_err(PPN_ENOMEM, "engine");
+    if (!e) return atomic_store(&m->engine_on, PPN_ENGINE_NONE), ppn_err(PPN_ENOMEM, "engine");
     e->m = m;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->wake, NULL);
@@ -913,6 +915,7 @@ ppn_status ppn_engine_create(ppn_model *m, const ppn_engine_opts *opts, ppn_engi
     ppn_model_get_stats(m, &ms);
     e->st.n_stages = ms.n_stages;
     (void)ppn_model_handoff_release(m, &e->thread);
+    atomic_store(&m->engine_on, PPN_ENGINE_RUNS); /* from here only the scheduler thread drives m */
     if (pthread_create(&e->thread, NULL, sched_main, e) != 0)
         return engine_free(e), ppn_err(PPN_ENOMEM, "engine: cannot start the scheduler thread");
     *out = e;
@@ -928,6 +931,7 @@ ppn_status ppn_engine_destroy(ppn_engine *e)
     pthread_mutex_unlock(&e->mu);
     pthread_join(e->thread, NULL);
     (void)ppn_model_handoff_acquire(e->m, &e->stopping); /* pairs with the release at the end of sched_main() */
+    atomic_store(&e->m->engine_on, PPN_ENGINE_HANDOVER); /* this thread drives m again: engine_free ends it */
     (void)ppn_model_time_stages(e->m, 0); /* as loaded (a failed model, which steps no more, keeps it on) */
     return engine_free(e); /* on this thread: a failure's message is the caller's ppn_last_error() */
 }

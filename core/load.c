@@ -220,6 +220,8 @@ ppn_status ppn_model_free(ppn_model *m)
 
 ppn_status ppn_model_publish_door(ppn_model *m, const ppn_door *d)
 {
+    if (!m || !d) return ppn_err(PPN_EINVAL, "ppn_model_publish_door: %s is NULL", !m ? "model" : "door");
+    PPN_CHECK(ppn_model_caller(m, "ppn_model_publish_door"));
     ppn_stage_map *map;
     PPN_CHECK(ppn_map_build(m, d, &map));
     ppn_status st = ppn_map_install(m, map, ppn_stage_thread_fn);

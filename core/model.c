@@ -26,6 +26,18 @@ void ppn_model_fail(ppn_model *m, ppn_status st)
     pthread_mutex_unlock(&mu);
 }
 
+/* The model whose engine's scheduler thread this thread is (NULL: none). */
+static _Thread_local const ppn_model *sched_of;
+
+void ppn_model_engine_thread(const ppn_model *m) { sched_of = m; }
+
+ppn_status ppn_model_caller(ppn_model *m, const char *op)
+{
+    if (atomic_load_explicit(&m->engine_on, memory_order_acquire) != PPN_ENGINE_RUNS || sched_of == m) return PPN_OK;
+    return ppn_err(PPN_ESTATE, "%s: an engine runs on this model, and its scheduler thread alone creates, steps and "
+                   "destroys the model's sequences: submit requests to the engine, or ppn_engine_destroy it first", op);
+}
+
 ppn_status ppn_model_failed(ppn_model *m)
 {
     int st = atomic_load_explicit(&m->err, memory_order_acquire);

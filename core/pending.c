@@ -119,6 +119,7 @@ ppn_status ppn_pend_wait(ppn_seq *q, ppn_pend p, float *logits, int *id)
 ppn_status ppn_pending_wait(ppn_seq *q, ppn_step_id step, float *logits)
 {
     if (!q) return ppn_err(PPN_EINVAL, "ppn_pending_wait: seq is NULL");
+    PPN_CHECK(ppn_model_caller(q->m, "ppn_pending_wait"));
     ppn_pend p = ppn_pend_of(step);
     if (!pend_live(q, p))
         return ppn_err(PPN_EINVAL, "ppn_pending_wait: step id %llu is not in flight on sequence %d (already waited, "
@@ -134,6 +135,7 @@ ppn_status ppn_decode_greedy(ppn_seq *q, int token, int n, int *ids)
     if (!q || !ids || n <= 0)
         return ppn_err(PPN_EINVAL, "ppn_decode_greedy: %s", !q ? "seq is NULL" : !ids ? "ids is NULL" : "n must be positive");
     ppn_model *m = q->m;
+    PPN_CHECK(ppn_model_caller(m, "ppn_decode_greedy"));
     PPN_CHECK(ppn_step_checks(q, token));
     if (q->issued != q->waited)
         return ppn_err(PPN_ESTATE, "ppn_decode_greedy: sequence %d has deferred steps in flight: wait them first", q->id);

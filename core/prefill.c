@@ -109,6 +109,7 @@ static ppn_status check_call(ppn_seq *const *seqs, const int *const *ids, const 
         return ppn_err(PPN_EINVAL, "prefill: %s", count < 1 ? "no prompts" : "NULL argument");
     if (!seqs[0]) return ppn_err(PPN_EINVAL, "prefill: prompt 0: seq is NULL");
     ppn_model *m = seqs[0]->m;
+    PPN_CHECK(ppn_model_caller(m, "ppn_prefill"));
     PPN_CHECK(ppn_model_failed(m));
     if (o->chunk < 0 || o->chunk > PPN_PREFILL_MAX_CHUNK)
         return ppn_err(PPN_EINVAL, "prefill: chunk %d is outside 0 .. %d (0: %d)", o->chunk, PPN_PREFILL_MAX_CHUNK,

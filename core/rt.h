@@ -237,7 +237,7 @@ struct ppn_model {
     uint64_t bstep_serial;     /* caller: the last deferred batch step's number (its id's low bits) */
     _Atomic uint64_t spec_verifies, spec_drafted, spec_accepted; /* ppn_spec_verify calls, drafts, accepted */
     _Atomic uint64_t spec_split_verifies;/* liveness: verify walks that walked the per-stage split */
-    _Atomic int engine_on;     /* an engine's scheduler thread owns the model (engine.c): one engine at a time */
+    _Atomic int engine_on;     /* PPN_ENGINE_*: who may drive the model while an engine is on it (engine.c) */
     _Atomic int err;           /* first failure inside a stage thread (sticky for the model) */
     char err_msg[1024];
     int attn_split;            /* attention's position splits (ppn_op_attn_split of the primary), fixed at
@@ -311,6 +311,16 @@ ppn_status ppn_model_dev_stream(ppn_model *m, int dev, ppn_gstream **out); /* cr
 void ppn_model_fail(ppn_model *m, ppn_status st);
 /* PPN_OK, or the model's sticky failure (re-set as this thread's message). */
 ppn_status ppn_model_failed(ppn_model *m);
+/* m->engine_on: no engine (the caller's thread drives the model, as the API says); an engine being created or
+ * destroyed (the thread creating or destroying it drives the model); an engine running (its scheduler thread alone
+ * drives the model: it owns every sequence and step). One engine a model at a time. */
+enum { PPN_ENGINE_NONE, PPN_ENGINE_HANDOVER, PPN_ENGINE_RUNS };
+/* The calling thread is (m non-NULL) or is no longer (NULL) the scheduler thread of m's engine. */
+void ppn_model_engine_thread(const ppn_model *m);
+/* PPN_OK where the calling thread may drive m (create, destroy, reset, truncate or step its sequences, publish a
+ * door, time its stages); PPN_ESTATE naming op while an engine runs on m and this is not its scheduler thread:
+ * refused before anything changes, so m, its sequences and the engine carry on. */
+ppn_status ppn_model_caller(ppn_model *m, const char *op);
 /* Every command handed to a stage thread has finished (the devices may still be running them). */
 ppn_status ppn_model_drain(ppn_model *m);
 /* A block of n bytes from dev's pool, allocated (or freed) on dev's model stream: for state that stages use only

@@ -148,6 +148,7 @@ static ppn_status seq_release(ppn_seq *q)
 ppn_status ppn_seq_create(ppn_model *m, ppn_seq **out)
 {
     *out = NULL;
+    PPN_CHECK(ppn_model_caller(m, "ppn_seq_create"));
     PPN_CHECK(ppn_model_failed(m));
     ppn_seq *q = ppn_hcalloc(1, sizeof *q);
     if (!q) return ppn_err(PPN_ENOMEM, "sequence: host out of memory");
@@ -243,6 +244,7 @@ ppn_status ppn_seq_destroy(ppn_seq *q)
 {
     if (!q) return PPN_OK;
     ppn_model *m = q->m;
+    PPN_CHECK(ppn_model_caller(m, "ppn_seq_destroy"));
     ppn_gpu *g = m->rt->g;
     (void)ppn_seq_drop_inflight(q); /* a failure stays on the model; destroying still works */
     ppn_model_drain(m);
@@ -259,6 +261,8 @@ ppn_status ppn_seq_destroy(ppn_seq *q)
 
 ppn_status ppn_seq_reset(ppn_seq *s)
 {
+    if (!s) return ppn_err(PPN_EINVAL, "ppn_seq_reset: seq is NULL");
+    PPN_CHECK(ppn_model_caller(s->m, "ppn_seq_reset"));
     ppn_status st = ppn_seq_drop_inflight(s);
     s->pos = 0;
     ppn_kv_release(s, 0);

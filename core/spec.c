@@ -14,6 +14,7 @@
 ppn_status ppn_seq_truncate(ppn_seq *q, int pos)
 {
     if (!q) return ppn_err(PPN_EINVAL, "ppn_seq_truncate: seq is NULL");
+    PPN_CHECK(ppn_model_caller(q->m, "ppn_seq_truncate"));
     if (pos < 0 || pos > q->pos)
         return ppn_err(PPN_EINVAL, "ppn_seq_truncate: position %d is outside 0 .. %d (sequence %d's length)", pos,
                        q->pos, q->id);
@@ -31,6 +32,7 @@ static ppn_status check_verify(ppn_seq *q, int token, const int *draft, int k, c
     if (k < 0 || k > PPN_SPEC_MAX_DRAFT)
         return ppn_err(PPN_EINVAL, "%s: k %d is outside 0 .. %d", fn, k, PPN_SPEC_MAX_DRAFT);
     ppn_model *m = q->m;
+    PPN_CHECK(ppn_model_caller(m, fn));
     PPN_CHECK(ppn_step_checks(q, token));
     if (q->issued != q->waited)
         return ppn_err(PPN_ESTATE, "%s: sequence %d has deferred steps in flight: wait them first", fn, q->id);

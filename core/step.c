@@ -560,6 +560,7 @@ ppn_status ppn_decode_step_deferred(ppn_seq *q, int token, ppn_step_id *out)
 {
     if (!q || !out) return ppn_err(PPN_EINVAL, "ppn_decode_step_deferred: %s is NULL", !q ? "seq" : "out");
     *out = 0;
+    PPN_CHECK(ppn_model_caller(q->m, "ppn_decode_step"));
     PPN_CHECK(ppn_step_checks(q, token));
     PPN_CHECK(ppn_kv_reserve_one(q, q->pos + 1));
     ppn_pend p;

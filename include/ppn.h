@@ -705,7 +705,10 @@ void ppn_template_free(ppn_template *t);
  * instead of stalling them; greedy rows take the device's argmax, sampled rows their logits through
  * ppn_sample) and retires the finished ones alone; their
  * sequences are reset and reused. Between engine create and destroy the model belongs to the engine: no other
- * calls on it or its sequences.
+ * calls on it or its sequences. Those that would change them from another thread are refused by name with
+ * PPN_ESTATE before anything changes (ppn_seq_create, _destroy, _reset, _truncate, every step, wait, prefill and
+ * verify, ppn_model_publish_door, ppn_model_time_stages, ppn_model_free), and the engine carries on; a sequence
+ * made before the engine keeps its state and is the caller's again after ppn_engine_destroy.
  *
  * KV policy (no preemption): a request is admitted only when the blocks of its prompt + max_tokens positions are
  * free of every running request's reservation, so a running request never runs out of KV. A request waits in

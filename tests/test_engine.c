@@ -509,6 +509,73 @@ static void test_engine_queue_poll_destroy(void **state)
     assert_int_equal(ppn_model_free(m), PPN_OK);
 }
 
+/* While an engine runs on a model its scheduler thread alone drives the model. Each call that would create, step,
+ * wait, reset, truncate or destroy a sequence, publish a door or time the stages, made from another thread (here the
+ * test's), is refused by name, PPN_ESTATE, before anything changes: a sequence made before the engine keeps its
+ * position, the engine's request gets its one-at-a-time ids, and once the engine is destroyed that sequence is the
+ * caller's again and decodes on from where it was. */
+static void test_engine_owns_the_model(void **state)
+{
+    (void)state;
+    ppn_model *m = load(128, 0);
+    ppn_model_info mi;
+    ppn_model_get_info(m, &mi);
+    float *lg = malloc(sizeof(float) * (size_t)mi.vocab);
+    assert_non_null(lg);
+    ppn_seq *pre = NULL;
+    assert_int_equal(ppn_seq_create(m, &pre), PPN_OK);
+    assert_int_equal(ppn_prefill(pre, prompts[0], plen[0], NULL, lg), PPN_OK);
+    assert_int_equal(argmax(lg, mi.vocab), ref[0][0]);
+    ppn_engine *e = engine(m, 4, 0, 16);
+    rec r;
+    rec_init(&r);
+    ppn_request q = greedy_req(1, NEW, &r);
+    uint64_t id;
+    SUBMIT_OK(e, &q, &id);
+#define REFUSED(call, name)                                                                                        \
+    do {                                                                                                           \
+        assert_int_equal((call), PPN_ESTATE);                                                                      \
+        if (!strstr(ppn_last_error(), name ": an engine runs on this model"))                                      \
+            fail_msg("%s: %s", name, ppn_last_error());                                                            \
+    } while (0)
+    ppn_seq *s = pre; /* a value the refusal must clear */
+    REFUSED(ppn_seq_create(m, &s), "ppn_seq_create");
+    assert_null(s);
+    const int tok = ref[0][0];
+    ppn_step_id sid = 7;
+    int ids[4], out[4], n_out = -1;
+    REFUSED(ppn_decode_step(pre, tok, lg), "ppn_decode_step");
+    REFUSED(ppn_decode_step_deferred(pre, tok, &sid), "ppn_decode_step");
+    assert_int_equal(sid, 0);
+    REFUSED(ppn_pending_wait(pre, 1, lg), "ppn_pending_wait");
+    REFUSED(ppn_decode_greedy(pre, tok, 2, ids), "ppn_decode_greedy");
+    REFUSED(ppn_decode_batch(&pre, &tok, 1, lg), "ppn_decode_batch");
+    REFUSED(ppn_decode_batch_deferred(&pre, &tok, 1, NULL, lg, NULL, &sid), "ppn_decode_batch_deferred");
+    REFUSED(ppn_decode_batch_greedy(&pre, &tok, 1, 2, NULL, ids), "ppn_decode_batch_greedy");
+    REFUSED(ppn_decode_batch_wait(pre, 1), "ppn_decode_batch_wait");
+    REFUSED(ppn_prefill(pre, prompts[1], 3, NULL, lg), "ppn_prefill");
+    REFUSED(ppn_spec_verify(pre, tok, ref[0] + 1, 2, out, &n_out), "ppn_spec_verify");
+    REFUSED(ppn_seq_truncate(pre, 0), "ppn_seq_truncate");
+    REFUSED(ppn_seq_reset(pre), "ppn_seq_reset");
+    REFUSED(ppn_seq_destroy(pre), "ppn_seq_destroy");
+    ppn_door d = ppn_door_default();
+    REFUSED(ppn_model_publish_door(m, &d), "ppn_model_publish_door");
+    REFUSED(ppn_model_time_stages(m, 0), "ppn_model_time_stages");
+#undef REFUSED
+    assert_int_equal(ppn_seq_pos(pre), plen[0]); /* nothing moved */
+    rec_wait(&r);
+    check_ref(&r, 1, NEW); /* the engine carried on */
+    rec_fini(&r);
+    assert_int_equal(ppn_engine_destroy(e), PPN_OK);
+    for (int t = 1; t < NEW; t++) { /* the caller's again, from where it was */
+        assert_int_equal(ppn_decode_step(pre, ref[0][t - 1], lg), PPN_OK);
+        assert_int_equal(argmax(lg, mi.vocab), ref[0][t]);
+    }
+    assert_int_equal(ppn_seq_destroy(pre), PPN_OK);
+    assert_int_equal(ppn_model_free(m), PPN_OK);
+    free(lg);
+}
+
 /* Text in and out with a real tokenizer (a tiny random model with Llama 2's vocabulary): the streamed text is the
  * detokenized ids; a stop string ends the text before it; a chat request goes through the template; sampling
  * with a seed repeats. */
@@ -653,6 +720,7 @@ int main(void)
         cmocka_unit_test(test_engine_cancel_stop_length),
         cmocka_unit_test(test_engine_kv_exhaustion_and_refusals),
         cmocka_unit_test(test_engine_queue_poll_destroy),
+        cmocka_unit_test(test_engine_owns_the_model),
         cmocka_unit_test(test_engine_text),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
