@@ -85,6 +85,9 @@ struct ppn_engine {
 };
 
 static const double hist_bounds_ms[PPN_ENGINE_HIST_N - 1] = PPN_ENGINE_HIST_BOUNDS_MS;
+/* The engine whose scheduler thread this is (NULL: none): its callbacks run here, so a wait on it or a join of
+ * it from here would never end (ppn_engine_poll, ppn_engine_destroy refuse them). */
+static _Thread_local const ppn_engine *sched_self;
 
 static double now_s(void)
 {
@@ -313,6 +316,9 @@ ppn_status ppn_engine_poll(ppn_engine *e, uint64_t id, int timeout_ms, int *ids,
                            ppn_status *why)
 {
     if (!e || !n || !finish || cap < 0 || (cap > 0 && !ids)) return ppn_err(PPN_EINVAL, "ppn_engine_poll: bad argument");
+    if (sched_self == e && timeout_ms != 0) /* the ids it would wait for come from this very thread */
+        return ppn_err(PPN_EINVAL, "ppn_engine_poll: a callback (the engine's scheduler thread) polls with timeout 0 "
+                                   "only (it asked for %d ms: it would wait for itself)", timeout_ms);
     *n = 0, *finish = PPN_FINISH_NONE;
     if (why) *why = PPN_OK;
     struct timespec dl;
@@ -807,8 +813,10 @@ static void *sched_main(void *arg)
     /* the model is this thread's from here: pairs with the release before pthread_create in ppn_engine_create() */
     (void)ppn_model_handoff_acquire(e->m, &e->thread);
     ppn_model_engine_thread(e->m); /* ppn_model_caller: this thread alone drives the model while the engine runs */
+    sched_self = e;
     while (iterate(e)) {}
     publish_stats(e);
+    sched_self = NULL;
     ppn_model_engine_thread(NULL);
     /* and the caller's again: pairs with the acquire after the join */
     (void)ppn_model_handoff_release(e->m, &e->stopping);
@@ -925,6 +933,9 @@ ppn_status ppn_engine_create(ppn_model *m, const ppn_engine_opts *opts, ppn_engi
 ppn_status ppn_engine_destroy(ppn_engine *e)
 {
     if (!e) return PPN_OK;
+    if (sched_self == e) /* it would join the thread it runs on */
+        return ppn_err(PPN_ESTATE, "ppn_engine_destroy: called from a callback (the engine's scheduler thread): "
+                                   "destroy the engine from another thread");
     pthread_mutex_lock(&e->mu);
     e->stopping = 1;
     pthread_cond_signal(&e->wake);

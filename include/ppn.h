@@ -746,7 +746,9 @@ typedef struct ppn_engine_event {
 } ppn_engine_event;
 
 /* Called on the scheduler thread, never with an engine lock held. It may call ppn_engine_submit, _cancel,
- * _poll and _get_stats, never ppn_engine_destroy; it should return quickly (it delays every running request). */
+ * _poll with timeout 0 (a poll that may wait is refused, PPN_EINVAL: only this thread makes ids) and _get_stats,
+ * never ppn_engine_destroy (refused, PPN_ESTATE: it would join this thread); it should return quickly (it delays
+ * every running request). */
 typedef void (*ppn_engine_cb)(void *arg, const ppn_engine_event *ev);
 
 typedef struct ppn_request {
@@ -803,11 +805,11 @@ ppn_engine_opts ppn_engine_opts_default(void);
 ppn_status ppn_engine_create(ppn_model *m, const ppn_engine_opts *opts, ppn_engine **out);
 /* Stop the engine (NULL: nothing to do): no more submits (they get PPN_ESTATE); every queued and running request
  * is cancelled and gets its final event before this returns; the thread is joined, the sequences destroyed
- * (ppn_seq_destroy). The engine is gone and the model is the caller's again whatever the status. Call it from
- * one thread, never from a callback.
+ * (ppn_seq_destroy). The engine is gone and the model is the caller's again whatever the status, but from a
+ * callback, where it is refused (PPN_ESTATE) and nothing happens. Call it from one thread.
  * @return PPN_OK, PPN_EDRIVER (destroying a sequence, a block's free could not be ordered on its stream: the
  *         block is kept out of use until ppn_rt_destroy, which frees it; the message names it; the first such
- *         failure is returned, the other sequences destroyed all the same). */
+ *         failure is returned, the other sequences destroyed all the same), PPN_ESTATE (from a callback). */
 ppn_status ppn_engine_destroy(ppn_engine *e);
 
 /* Queue a request; *id names it (never 0). The prompt is tokenized (or rendered) on the caller's thread, and
@@ -827,8 +829,8 @@ ppn_status ppn_engine_cancel(ppn_engine *e, uint64_t id);
  * forever) until there is at least one id or the request has ended; copies up to cap of them into ids, *n
  * their count. *finish: PPN_FINISH_NONE while it runs, its finish once every id was taken (the request is then
  * forgotten: a later poll gets PPN_EINVAL); why (may be NULL): its failure, or PPN_OK.
- * @return PPN_OK (also on a timeout: *n 0, *finish NONE), PPN_EINVAL (NULL, cap < 0, no such request, or one
- *         with a callback). */
+ * @return PPN_OK (also on a timeout: *n 0, *finish NONE), PPN_EINVAL (NULL, cap < 0, no such request, one
+ *         with a callback, or a timeout other than 0 from a callback). */
 ppn_status ppn_engine_poll(ppn_engine *e, uint64_t id, int timeout_ms, int *ids, int cap, int *n, int *finish,
                            ppn_status *why);
 

@@ -509,6 +509,68 @@ static void test_engine_queue_poll_destroy(void **state)
     assert_int_equal(ppn_model_free(m), PPN_OK);
 }
 
+/* A callback runs on the scheduler thread: ppn_engine_destroy there (it would join its own thread) and a poll that
+ * may wait (for ids only that thread makes) are refused by name; a poll with timeout 0 is answered. The engine
+ * carries on: the callback's request and a polled one get their one-at-a-time ids. */
+typedef struct cbtry {
+    rec r; /* on_event's record */
+    ppn_engine *e;
+    uint64_t other; /* a polled request */
+    int tried;
+    ppn_status destroy_st, wait_st, nowait_st;
+    char destroy_msg[512], wait_msg[512];
+} cbtry;
+
+static void on_event_try(void *arg, const ppn_engine_event *ev)
+{
+    cbtry *t = arg;
+    if (!t->tried) {
+        int n, fin;
+        t->tried = 1;
+        t->destroy_st = ppn_engine_destroy(t->e);
+        snprintf(t->destroy_msg, sizeof t->destroy_msg, "%s", ppn_last_error());
+        t->wait_st = ppn_engine_poll(t->e, t->other, 50, NULL, 0, &n, &fin, NULL);
+        snprintf(t->wait_msg, sizeof t->wait_msg, "%s", ppn_last_error());
+        t->nowait_st = ppn_engine_poll(t->e, t->other, 0, NULL, 0, &n, &fin, NULL);
+    }
+    on_event(&t->r, ev);
+}
+
+static void test_engine_callback_refusals(void **state)
+{
+    (void)state;
+    ppn_model *m = load(128, 0);
+    ppn_engine *e = engine(m, 4, 0, 16);
+    cbtry t = {.e = e};
+    rec_init(&t.r);
+    ppn_request q = greedy_req(2, NEW, NULL);
+    q.cb = NULL;
+    SUBMIT_OK(e, &q, &t.other);
+    q = greedy_req(3, NEW, NULL);
+    q.cb = on_event_try, q.cb_arg = &t;
+    uint64_t id;
+    SUBMIT_OK(e, &q, &id);
+    rec_wait(&t.r);
+    assert_true(t.tried);
+    assert_int_equal(t.destroy_st, PPN_ESTATE);
+    if (!strstr(t.destroy_msg, "ppn_engine_destroy: called from a callback")) fail_msg("destroy: %s", t.destroy_msg);
+    assert_int_equal(t.wait_st, PPN_EINVAL);
+    if (!strstr(t.wait_msg, "polls with timeout 0 only (it asked for 50 ms")) fail_msg("poll: %s", t.wait_msg);
+    assert_int_equal(t.nowait_st, PPN_OK);
+    check_ref(&t.r, 3, NEW);
+    rec_fini(&t.r);
+    int got[NEW], n = 0, fin = PPN_FINISH_NONE;
+    while (fin == PPN_FINISH_NONE) {
+        int k;
+        assert_int_equal(ppn_engine_poll(e, t.other, 1000, got + n, NEW - n, &k, &fin, NULL), PPN_OK);
+        n += k;
+    }
+    assert_int_equal(n, NEW);
+    assert_memory_equal(got, ref[2], sizeof got);
+    assert_int_equal(ppn_engine_destroy(e), PPN_OK);
+    assert_int_equal(ppn_model_free(m), PPN_OK);
+}
+
 /* While an engine runs on a model its scheduler thread alone drives the model. Each call that would create, step,
  * wait, reset, truncate or destroy a sequence, publish a door or time the stages, made from another thread (here the
  * test's), is refused by name, PPN_ESTATE, before anything changes: a sequence made before the engine keeps its
@@ -721,6 +783,7 @@ int main(void)
         cmocka_unit_test(test_engine_kv_exhaustion_and_refusals),
         cmocka_unit_test(test_engine_queue_poll_destroy),
         cmocka_unit_test(test_engine_owns_the_model),
+        cmocka_unit_test(test_engine_callback_refusals),
         cmocka_unit_test(test_engine_text),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
