@@ -869,7 +869,7 @@ static ppn_status engine_free(ppn_engine *e)
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->wake);
     pthread_cond_destroy(&e->polled);
-    if (e->m) atomic_store(&e->m->engine_on, PPN_ENGINE_NONE);
+    if (e->m) atomic_store(&e->m->rt->engine_on, 0), atomic_store(&e->m->engine_on, PPN_ENGINE_NONE);
     free(e);
     return ppn_err_first_done(&first);
 }
@@ -882,9 +882,17 @@ ppn_status ppn_engine_create(ppn_model *m, const ppn_engine_opts *opts, ppn_engi
     if (!atomic_compare_exchange_strong(&m->engine_on, &none, PPN_ENGINE_HANDOVER))
         return ppn_err(PPN_ESTATE, "ppn_engine_create: the model has an engine already (one at a time: destroy it "
                        "first)");
+    int free_rt = 0; /* and the runtime's other models would be driven from a second thread */
+    if (!atomic_compare_exchange_strong(&m->rt->engine_on, &free_rt, 1))
+        return atomic_store(&m->engine_on, PPN_ENGINE_NONE),
+               ppn_err(PPN_ESTATE, "ppn_engine_create: an engine runs on another model of this runtime (one engine a "
+                       "runtime, whose models are driven from one thread at a time: load this model on a runtime of "
+                       "its own)");
     ppn_engine_opts dflt = ppn_engine_opts_default();
     ppn_engine *e = calloc(1, sizeof *e);
-    if (!e) return atomic_store(&m->engine_on, PPN_ENGINE_NONE), ppn_err(PPN_ENOMEM, "engine");
+    if (!e)
+        return atomic_store(&m->rt->engine_on, 0), atomic_store(&m->engine_on, PPN_ENGINE_NONE),
+               ppn_err(PPN_ENOMEM, "engine");
     e->m = m;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->wake, NULL);

@@ -36,6 +36,8 @@
 struct ppn_rt {
     ppn_gpu *g;
     int n_models;                        /* loaded and not yet freed: ppn_rt_destroy refuses while > 0 */
+    _Atomic int engine_on;               /* an engine runs on one of its models (engine.c): one a runtime, since
+                                          * a runtime's models are driven from one thread at a time */
     int n_dev;
     ppn_pool *pool[PPN_MAX_DEVICES];     /* created on first use of a device */
     ppn_pinned_arena *pinned;            /* bound to no node: buffers that every stage's device touches */

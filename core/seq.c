@@ -163,8 +163,8 @@ ppn_status ppn_seq_create(ppn_model *m, ppn_seq **out)
     PPN_CHECK_GOTO(ppn_model_drain(m), st, fail);
     for (int d = 0; d < PPN_MAX_DEVICES; d++) /* allocations are ordered on the device streams: finish them */
         if (m->dev_stream[d]) PPN_CHECK_GOTO(m->rt->g->ops->stream_sync(m->rt->g, m->dev_stream[d]), st, fail);
-    static int next_id;
-    q->id = next_id++;
+    static _Atomic int next_id; /* process-wide: runtimes on other threads create sequences too */
+    q->id = atomic_fetch_add_explicit(&next_id, 1, memory_order_relaxed);
     q->next = m->seqs;
     m->seqs = q;
     *out = q;

@@ -335,9 +335,8 @@ static ppn_status stage_threads(ppn_model *m, const ppn_stage_map *map, ppn_issu
 
 static void warn_shared_cores(const ppn_stage_map *map)
 {
-    static int warned;
-    if (!map->shared_cores || warned) return;
-    warned = 1;
+    static _Atomic int warned; /* once a process: runtimes on other threads build maps too */
+    if (!map->shared_cores || atomic_exchange(&warned, 1)) return;
     fprintf(stderr, "ppn: warning: %d stage issue threads share this machine's cores (fewer cores than stages)\n",
             map->n_stages);
 }

@@ -799,8 +799,11 @@ typedef struct ppn_engine_opts {
 ppn_engine_opts ppn_engine_opts_default(void);
 
 /* Start an engine on m (its scheduler thread). It turns m's per-stage busy time on (ppn_model_time_stages, for
- * ppn_engine_stats.stage_busy_s), and off again at ppn_engine_destroy. One engine a model at a time.
- * @return PPN_OK, PPN_EINVAL (NULL, an option out of range: named), PPN_ESTATE (m has an engine already), PPN_ENOMEM
+ * ppn_engine_stats.stage_busy_s), and off again at ppn_engine_destroy. One engine a runtime at a time (its
+ * scheduler thread drives the model, and a runtime's models are driven from one thread at a time): to serve
+ * several models at once, load each on a runtime of its own (ppn_rt_create), an engine on each.
+ * @return PPN_OK, PPN_EINVAL (NULL, an option out of range: named), PPN_ESTATE (m, or another model of its runtime,
+ *         has an engine already), PPN_ENOMEM
  * (host memory, or the thread), the model's failure (a model that failed earlier). */
 ppn_status ppn_engine_create(ppn_model *m, const ppn_engine_opts *opts, ppn_engine **out);
 /* Stop the engine (NULL: nothing to do): no more submits (they get PPN_ESTATE); every queued and running request

@@ -509,6 +509,42 @@ static void test_engine_queue_poll_destroy(void **state)
     assert_int_equal(ppn_model_free(m), PPN_OK);
 }
 
+/* Two runtimes in one process, a model and an engine on each, their scheduler threads stepping at once (each
+ * runtime its own pools, pinned arenas and, on the sim, its own checker): every answer the one-at-a-time one. One
+ * engine a runtime (ppn.h: a runtime's models are driven from one thread at a time): an engine on a second model
+ * of a runtime that runs one is refused by name, and the running one carries on. */
+static void test_engine_two_runtimes(void **state)
+{
+    (void)state;
+    ppn_rt *rt2 = NULL;
+    assert_int_equal(ppn_rt_create("sim", &rt2), PPN_OK);
+    ppn_load_opts o = ppn_load_opts_default();
+    o.ctx = 128;
+    ppn_model *m[2] = {load(128, 0), tu_model_load(rt2, tu_fixture("hf/llama-tiny"), &o)}, *same = load(128, 0);
+    ppn_engine *e[2] = {engine(m[0], 4, 0, 16), engine(m[1], 4, 0, 16)}, *third = (ppn_engine *)m;
+    ppn_engine_opts eo = ppn_engine_opts_default();
+    assert_int_equal(ppn_engine_create(same, &eo, &third), PPN_ESTATE);
+    assert_null(third);
+    if (!strstr(ppn_last_error(), "ppn_engine_create: an engine runs on another model of this runtime"))
+        fail_msg("%s", ppn_last_error());
+    rec r[NP];
+    uint64_t id;
+    for (int p = 0; p < NP; p++) {
+        rec_init(&r[p]);
+        ppn_request q = greedy_req(p, NEW, &r[p]);
+        SUBMIT_OK(e[p % 2], &q, &id);
+    }
+    for (int p = 0; p < NP; p++) rec_wait(&r[p]), check_ref(&r[p], p, NEW), rec_fini(&r[p]);
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(ppn_engine_destroy(e[k]), PPN_OK);
+        assert_int_equal(ppn_model_free(m[k]), PPN_OK);
+    }
+    assert_int_equal(ppn_engine_create(same, &eo, &third), PPN_OK); /* the runtime's engine is gone */
+    assert_int_equal(ppn_engine_destroy(third), PPN_OK);
+    assert_int_equal(ppn_model_free(same), PPN_OK);
+    assert_int_equal(ppn_rt_destroy(rt2), PPN_OK);
+}
+
 /* A callback runs on the scheduler thread: ppn_engine_destroy there (it would join its own thread) and a poll that
  * may wait (for ids only that thread makes) are refused by name; a poll with timeout 0 is answered. The engine
  * carries on: the callback's request and a polled one get their one-at-a-time ids. */
@@ -783,6 +819,7 @@ int main(void)
         cmocka_unit_test(test_engine_kv_exhaustion_and_refusals),
         cmocka_unit_test(test_engine_queue_poll_destroy),
         cmocka_unit_test(test_engine_owns_the_model),
+        cmocka_unit_test(test_engine_two_runtimes),
         cmocka_unit_test(test_engine_callback_refusals),
         cmocka_unit_test(test_engine_text),
     };
