@@ -169,6 +169,22 @@ static void check_ref(const rec *r, int p, int n)
         if (r->ids[t] != ref[p][t]) fail_msg("prompt %d: id %d is %d, alone %d", p, t, r->ids[t], ref[p][t]);
 }
 
+/* Polls request id (no callback) until it ends: NEW ids, prompt p's one-at-a-time ones, finish LENGTH. */
+static void poll_ref(ppn_engine *e, uint64_t id, int p)
+{
+    int got[NEW], n = 0, fin = PPN_FINISH_NONE;
+    ppn_status why;
+    while (fin == PPN_FINISH_NONE) {
+        int k;
+        assert_int_equal(ppn_engine_poll(e, id, 1000, got + n, NEW - n, &k, &fin, &why), PPN_OK);
+        n += k;
+    }
+    assert_int_equal(fin, PPN_FINISH_LENGTH);
+    assert_int_equal(why, PPN_OK);
+    assert_int_equal(n, NEW);
+    assert_memory_equal(got, ref[p], sizeof got);
+}
+
 /* Every prompt at once (batch 8, chunks of 40 rows: long prompts over several iterations beside the decodes),
  * then one at a time: the plain API's ids both ways; with the prompt rows and the decode rows in one forward
  * (mixed steps, the default) and in two; with the prompt rows cut beside the decodes (step_rows 20: 16 to 19
@@ -475,18 +491,8 @@ static void test_engine_queue_poll_destroy(void **state)
         assert_int_equal(ppn_engine_submit(e, &q, &ids[p]), PPN_OK);
     }
     for (int p = 0; p < 3; p++) {
-        int got[NEW], n = 0, fin = PPN_FINISH_NONE;
-        ppn_status why;
-        while (fin == PPN_FINISH_NONE) {
-            int k;
-            assert_int_equal(ppn_engine_poll(e, ids[p], 1000, got + n, NEW - n, &k, &fin, &why), PPN_OK);
-            n += k;
-        }
-        assert_int_equal(fin, PPN_FINISH_LENGTH);
-        assert_int_equal(why, PPN_OK);
-        assert_int_equal(n, NEW);
-        assert_memory_equal(got, ref[p], sizeof got);
-        int k;
+        poll_ref(e, ids[p], p);
+        int got[NEW], k, fin;
         assert_int_equal(ppn_engine_poll(e, ids[p], 0, got, NEW, &k, &fin, NULL), PPN_EINVAL); /* forgotten */
     }
     /* destroy under load: 24 requests, some running, some queued, a poll-mode one never polled */
@@ -595,14 +601,7 @@ static void test_engine_callback_refusals(void **state)
     assert_int_equal(t.nowait_st, PPN_OK);
     check_ref(&t.r, 3, NEW);
     rec_fini(&t.r);
-    int got[NEW], n = 0, fin = PPN_FINISH_NONE;
-    while (fin == PPN_FINISH_NONE) {
-        int k;
-        assert_int_equal(ppn_engine_poll(e, t.other, 1000, got + n, NEW - n, &k, &fin, NULL), PPN_OK);
-        n += k;
-    }
-    assert_int_equal(n, NEW);
-    assert_memory_equal(got, ref[2], sizeof got);
+    poll_ref(e, t.other, 2);
     assert_int_equal(ppn_engine_destroy(e), PPN_OK);
     assert_int_equal(ppn_model_free(m), PPN_OK);
 }
