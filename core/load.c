@@ -163,7 +163,12 @@ static ppn_status model_release(ppn_model *m)
 
 ppn_status ppn_model_load(ppn_rt *rt, const char *path, const ppn_load_opts *opts, ppn_model **out)
 {
+    if (!rt || !path || !out)
+        return ppn_err(PPN_EINVAL, "ppn_model_load: %s is NULL", !rt ? "runtime" : !path ? "path" : "out");
     *out = NULL;
+    if (atomic_load(&rt->engine_on))
+        return ppn_err(PPN_ESTATE, "ppn_model_load: an engine runs on a model of this runtime, whose models are "
+                       "driven from one thread at a time: load on a runtime of its own, or destroy the engine first");
     ppn_load_opts o = opts ? *opts : ppn_load_opts_default();
     PPN_CHECK(check_opts(rt, &o));
     ppn_door door = ppn_door_default();
@@ -211,6 +216,7 @@ ppn_status ppn_model_free(ppn_model *m)
     if (!m) return PPN_OK;
     if (atomic_load(&m->engine_on)) /* its scheduler thread uses the model: m->seqs is that thread's */
         return ppn_err(PPN_ESTATE, "ppn_model_free: an engine runs on this model: ppn_engine_destroy it first");
+    PPN_CHECK(ppn_model_caller(m, "ppn_model_free")); /* or on another model of its runtime */
     if (m->seqs)
         return ppn_err(PPN_ESTATE, "ppn_model_free: %d sequence(s) still live on this model: destroy them first",
                        seq_count(m));

@@ -33,7 +33,12 @@ void ppn_model_engine_thread(const ppn_model *m) { sched_of = m; }
 
 ppn_status ppn_model_caller(ppn_model *m, const char *op)
 {
-    if (atomic_load_explicit(&m->engine_on, memory_order_acquire) != PPN_ENGINE_RUNS || sched_of == m) return PPN_OK;
+    int e = atomic_load_explicit(&m->engine_on, memory_order_acquire);
+    if (e == PPN_ENGINE_NONE && atomic_load_explicit(&m->rt->engine_on, memory_order_acquire))
+        return ppn_err(PPN_ESTATE, "%s: an engine runs on another model of this model's runtime, whose models are "
+                       "driven from one thread at a time: give this model a runtime of its own, or destroy the engine "
+                       "first", op);
+    if (e != PPN_ENGINE_RUNS || sched_of == m) return PPN_OK;
     return ppn_err(PPN_ESTATE, "%s: an engine runs on this model, and its scheduler thread alone creates, steps and "
                    "destroys the model's sequences: submit requests to the engine, or ppn_engine_destroy it first", op);
 }

@@ -183,14 +183,15 @@ ppn_load_opts ppn_load_opts_default(void);
  * layers past num_hidden_layers, biases or norms the architecture has not, unknown names), and so is a weight
  * that is NaN or Inf (PPN_EFORMAT) or that the chosen dtype cannot hold (PPN_EUNSUPPORTED: 1e30 as f16).
  * @return PPN_OK, PPN_EIO / PPN_EFORMAT / PPN_EUNSUPPORTED (the checkpoint; message names file and tensor),
- *         PPN_EINVAL (bad option: dtype, ctx, device), PPN_ENOMEM (device or host full: message names which
- *         and how much; nothing stays allocated), PPN_EDRIVER, PPN_ENOKERNELS. */
+ *         PPN_EINVAL (NULL, bad option: dtype, ctx, device), PPN_ESTATE (an engine runs on a model of rt: load
+ *         on a runtime of its own), PPN_ENOMEM (device or host full: message names which and how much; nothing
+ *         stays allocated), PPN_EDRIVER, PPN_ENOKERNELS. */
 ppn_status ppn_model_load(ppn_rt *rt, const char *path, const ppn_load_opts *opts, ppn_model **out);
 /* Free a model whose sequences were all destroyed (NULL: nothing to do): stage threads stopped, streams drained,
  * weights returned to the pools. A model that failed (a sticky stage failure) is freed the same way. A device
  * free that fails does not stop it: the model is gone and the first failure returned.
- * @return PPN_OK, PPN_ESTATE (an engine runs on it, or sequences are still live on it: the message says which and
- *         how many; nothing is freed),
+ * @return PPN_OK, PPN_ESTATE (an engine runs on it or on another model of its runtime, or sequences are still
+ *         live on it: the message says which and how many; nothing is freed),
  *         PPN_EDRIVER (a block's free could not be ordered on its stream: the block is kept out of use until
  *         ppn_rt_destroy, which frees it; the message names it). */
 ppn_status ppn_model_free(ppn_model *m);
@@ -708,7 +709,9 @@ void ppn_template_free(ppn_template *t);
  * calls on it or its sequences. Those that would change them from another thread are refused by name with
  * PPN_ESTATE before anything changes (ppn_seq_create, _destroy, _reset, _truncate, every step, wait, prefill and
  * verify, ppn_model_publish_door, ppn_model_time_stages, ppn_model_free), and the engine carries on; a sequence
- * made before the engine keeps its state and is the caller's again after ppn_engine_destroy.
+ * made before the engine keeps its state and is the caller's again after ppn_engine_destroy. The same holds for
+ * the runtime's other models (a runtime's models are driven from one thread at a time), and ppn_model_load onto
+ * the runtime is refused too: several models are served at once from a runtime each.
  *
  * KV policy (no preemption): a request is admitted only when the blocks of its prompt + max_tokens positions are
  * free of every running request's reservation, so a running request never runs out of KV. A request waits in

@@ -517,8 +517,9 @@ static void test_engine_queue_poll_destroy(void **state)
 
 /* Two runtimes in one process, a model and an engine on each, their scheduler threads stepping at once (each
  * runtime its own pools, pinned arenas and, on the sim, its own checker): every answer the one-at-a-time one. One
- * engine a runtime (ppn.h: a runtime's models are driven from one thread at a time): an engine on a second model
- * of a runtime that runs one is refused by name, and the running one carries on. */
+ * engine a runtime (ppn.h: a runtime's models are driven from one thread at a time): while one runs, an engine on
+ * a second model of that runtime, the model's own calls, a load onto the runtime and the model's free are refused
+ * by name, and the running engine carries on. */
 static void test_engine_two_runtimes(void **state)
 {
     (void)state;
@@ -533,6 +534,18 @@ static void test_engine_two_runtimes(void **state)
     assert_null(third);
     if (!strstr(ppn_last_error(), "ppn_engine_create: an engine runs on another model of this runtime"))
         fail_msg("%s", ppn_last_error());
+    ppn_seq *s = (ppn_seq *)m;
+    assert_int_equal(ppn_seq_create(same, &s), PPN_ESTATE);
+    assert_null(s);
+    if (!strstr(ppn_last_error(), "ppn_seq_create: an engine runs on another model of this model's runtime"))
+        fail_msg("%s", ppn_last_error());
+    assert_int_equal(ppn_model_free(same), PPN_ESTATE);
+    if (!strstr(ppn_last_error(), "ppn_model_free: an engine runs on another model")) fail_msg("%s", ppn_last_error());
+    ppn_model *more = m[0];
+    assert_int_equal(ppn_model_load(rt, tu_fixture("hf/llama-tiny"), &o, &more), PPN_ESTATE);
+    assert_null(more);
+    if (!strstr(ppn_last_error(), "ppn_model_load: an engine runs on a model of this runtime"))
+        fail_msg("%s", ppn_last_error());
     rec r[NP];
     uint64_t id;
     for (int p = 0; p < NP; p++) {
@@ -545,7 +558,9 @@ static void test_engine_two_runtimes(void **state)
         assert_int_equal(ppn_engine_destroy(e[k]), PPN_OK);
         assert_int_equal(ppn_model_free(m[k]), PPN_OK);
     }
-    assert_int_equal(ppn_engine_create(same, &eo, &third), PPN_OK); /* the runtime's engine is gone */
+    assert_int_equal(ppn_seq_create(same, &s), PPN_OK); /* the runtime's engine is gone */
+    assert_int_equal(ppn_seq_destroy(s), PPN_OK);
+    assert_int_equal(ppn_engine_create(same, &eo, &third), PPN_OK);
     assert_int_equal(ppn_engine_destroy(third), PPN_OK);
     assert_int_equal(ppn_model_free(same), PPN_OK);
     assert_int_equal(ppn_rt_destroy(rt2), PPN_OK);
