@@ -85,9 +85,6 @@ struct ppn_engine {
 };
 
 static const double hist_bounds_ms[PPN_ENGINE_HIST_N - 1] = PPN_ENGINE_HIST_BOUNDS_MS;
-/* The engine whose scheduler thread this is (NULL: none): its callbacks run here, so a wait on it or a join of
- * it from here would never end (ppn_engine_poll, ppn_engine_destroy refuse them). */
-static _Thread_local const ppn_engine *sched_self;
 
 static double now_s(void)
 {
@@ -316,7 +313,7 @@ ppn_status ppn_engine_poll(ppn_engine *e, uint64_t id, int timeout_ms, int *ids,
                            ppn_status *why)
 {
     if (!e || !n || !finish || cap < 0 || (cap > 0 && !ids)) return ppn_err(PPN_EINVAL, "ppn_engine_poll: bad argument");
-    if (sched_self == e && timeout_ms != 0) /* the ids it would wait for come from this very thread */
+    if (timeout_ms != 0 && ppn_model_on_engine_thread(e->m)) /* a callback: the ids come from this very thread */
         return ppn_err(PPN_EINVAL, "ppn_engine_poll: a callback (the engine's scheduler thread) polls with timeout 0 "
                                    "only (it asked for %d ms: it would wait for itself)", timeout_ms);
     *n = 0, *finish = PPN_FINISH_NONE;
@@ -813,10 +810,8 @@ static void *sched_main(void *arg)
     /* the model is this thread's from here: pairs with the release before pthread_create in ppn_engine_create() */
     (void)ppn_model_handoff_acquire(e->m, &e->thread);
     ppn_model_engine_thread(e->m); /* ppn_model_caller: this thread alone drives the model while the engine runs */
-    sched_self = e;
     while (iterate(e)) {}
     publish_stats(e);
-    sched_self = NULL;
     ppn_model_engine_thread(NULL);
     /* and the caller's again: pairs with the acquire after the join */
     (void)ppn_model_handoff_release(e->m, &e->stopping);
@@ -841,6 +836,13 @@ static ppn_status engine_opts(ppn_engine *e, const ppn_engine_opts *o)
     if (e->chunk < 1 || e->chunk > PPN_PREFILL_MAX_CHUNK)
         return ppn_err(PPN_EINVAL, "engine: chunk %d outside 1 .. %d", e->chunk, PPN_PREFILL_MAX_CHUNK);
     return PPN_OK;
+}
+
+/* m has no engine again, nor its runtime (ppn_engine_create's two claims undone). */
+static void engine_off(ppn_model *m)
+{
+    atomic_store(&m->rt->engine_on, 0);
+    atomic_store(&m->engine_on, PPN_ENGINE_NONE);
 }
 
 /* Free e and its spare sequences; returns the first failure destroying them (PPN_EDRIVER: a block retired, named
@@ -869,7 +871,7 @@ static ppn_status engine_free(ppn_engine *e)
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->wake);
     pthread_cond_destroy(&e->polled);
-    if (e->m) atomic_store(&e->m->rt->engine_on, 0), atomic_store(&e->m->engine_on, PPN_ENGINE_NONE);
+    if (e->m) engine_off(e->m);
     free(e);
     return ppn_err_first_done(&first);
 }
@@ -890,9 +892,7 @@ ppn_status ppn_engine_create(ppn_model *m, const ppn_engine_opts *opts, ppn_engi
                        "its own)");
     ppn_engine_opts dflt = ppn_engine_opts_default();
     ppn_engine *e = calloc(1, sizeof *e);
-    if (!e)
-        return atomic_store(&m->rt->engine_on, 0), atomic_store(&m->engine_on, PPN_ENGINE_NONE),
-               ppn_err(PPN_ENOMEM, "engine");
+    if (!e) return engine_off(m), ppn_err(PPN_ENOMEM, "engine");
     e->m = m;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->wake, NULL);
@@ -941,7 +941,7 @@ ppn_status ppn_engine_create(ppn_model *m, const ppn_engine_opts *opts, ppn_engi
 ppn_status ppn_engine_destroy(ppn_engine *e)
 {
     if (!e) return PPN_OK;
-    if (sched_self == e) /* it would join the thread it runs on */
+    if (ppn_model_on_engine_thread(e->m)) /* a callback: it would join the thread it runs on */
         return ppn_err(PPN_ESTATE, "ppn_engine_destroy: called from a callback (the engine's scheduler thread): "
                                    "destroy the engine from another thread");
     pthread_mutex_lock(&e->mu);

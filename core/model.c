@@ -31,6 +31,8 @@ static _Thread_local const ppn_model *sched_of;
 
 void ppn_model_engine_thread(const ppn_model *m) { sched_of = m; }
 
+int ppn_model_on_engine_thread(const ppn_model *m) { return sched_of == m; }
+
 ppn_status ppn_model_caller(ppn_model *m, const char *op)
 {
     int e = atomic_load_explicit(&m->engine_on, memory_order_acquire);

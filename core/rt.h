@@ -319,6 +319,8 @@ ppn_status ppn_model_failed(ppn_model *m);
 enum { PPN_ENGINE_NONE, PPN_ENGINE_HANDOVER, PPN_ENGINE_RUNS };
 /* The calling thread is (m non-NULL) or is no longer (NULL) the scheduler thread of m's engine. */
 void ppn_model_engine_thread(const ppn_model *m);
+/* 1 when the calling thread is the scheduler thread of m's engine. */
+int ppn_model_on_engine_thread(const ppn_model *m);
 /* PPN_OK where the calling thread may drive m (create, destroy, reset, truncate or step its sequences, publish a
  * door, time its stages); PPN_ESTATE naming op while an engine runs on m and this is not its scheduler thread:
  * refused before anything changes, so m, its sequences and the engine carry on. */

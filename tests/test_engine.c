@@ -169,6 +169,13 @@ static void check_ref(const rec *r, int p, int n)
         if (r->ids[t] != ref[p][t]) fail_msg("prompt %d: id %d is %d, alone %d", p, t, r->ids[t], ref[p][t]);
 }
 
+/* st is PPN_ESTATE and this thread's message holds text. */
+static void expect_refused(ppn_status st, const char *text)
+{
+    assert_int_equal(st, PPN_ESTATE);
+    if (!strstr(ppn_last_error(), text)) fail_msg("expected \"%s\" in: %s", text, ppn_last_error());
+}
+
 /* Polls request id (no callback) until it ends: NEW ids, prompt p's one-at-a-time ones, finish LENGTH. */
 static void poll_ref(ppn_engine *e, uint64_t id, int p)
 {
@@ -530,22 +537,17 @@ static void test_engine_two_runtimes(void **state)
     ppn_model *m[2] = {load(128, 0), tu_model_load(rt2, tu_fixture("hf/llama-tiny"), &o)}, *same = load(128, 0);
     ppn_engine *e[2] = {engine(m[0], 4, 0, 16), engine(m[1], 4, 0, 16)}, *third = (ppn_engine *)m;
     ppn_engine_opts eo = ppn_engine_opts_default();
-    assert_int_equal(ppn_engine_create(same, &eo, &third), PPN_ESTATE);
+    expect_refused(ppn_engine_create(same, &eo, &third), "ppn_engine_create: an engine runs on another model of this "
+                   "runtime");
     assert_null(third);
-    if (!strstr(ppn_last_error(), "ppn_engine_create: an engine runs on another model of this runtime"))
-        fail_msg("%s", ppn_last_error());
     ppn_seq *s = (ppn_seq *)m;
-    assert_int_equal(ppn_seq_create(same, &s), PPN_ESTATE);
+    expect_refused(ppn_seq_create(same, &s), "ppn_seq_create: an engine runs on another model of this model's runtime");
     assert_null(s);
-    if (!strstr(ppn_last_error(), "ppn_seq_create: an engine runs on another model of this model's runtime"))
-        fail_msg("%s", ppn_last_error());
-    assert_int_equal(ppn_model_free(same), PPN_ESTATE);
-    if (!strstr(ppn_last_error(), "ppn_model_free: an engine runs on another model")) fail_msg("%s", ppn_last_error());
+    expect_refused(ppn_model_free(same), "ppn_model_free: an engine runs on another model");
     ppn_model *more = m[0];
-    assert_int_equal(ppn_model_load(rt, tu_fixture("hf/llama-tiny"), &o, &more), PPN_ESTATE);
+    expect_refused(ppn_model_load(rt, tu_fixture("hf/llama-tiny"), &o, &more),
+                   "ppn_model_load: an engine runs on a model of this runtime");
     assert_null(more);
-    if (!strstr(ppn_last_error(), "ppn_model_load: an engine runs on a model of this runtime"))
-        fail_msg("%s", ppn_last_error());
     rec r[NP];
     uint64_t id;
     for (int p = 0; p < NP; p++) {
@@ -644,12 +646,7 @@ static void test_engine_owns_the_model(void **state)
     ppn_request q = greedy_req(1, NEW, &r);
     uint64_t id;
     SUBMIT_OK(e, &q, &id);
-#define REFUSED(call, name)                                                                                        \
-    do {                                                                                                           \
-        assert_int_equal((call), PPN_ESTATE);                                                                      \
-        if (!strstr(ppn_last_error(), name ": an engine runs on this model"))                                      \
-            fail_msg("%s: %s", name, ppn_last_error());                                                            \
-    } while (0)
+#define REFUSED(call, name) expect_refused((call), name ": an engine runs on this model")
     ppn_seq *s = pre; /* a value the refusal must clear */
     REFUSED(ppn_seq_create(m, &s), "ppn_seq_create");
     assert_null(s);
@@ -765,11 +762,9 @@ static void test_engine_text(void **state)
     for (int k = 0; k < 2; k++) rec_fini(&c[k]);
     /* one engine a model: its scheduler thread uses the model alone */
     ppn_engine *other = (ppn_engine *)dir;
-    assert_int_equal(ppn_engine_create(m, &eo, &other), PPN_ESTATE);
+    expect_refused(ppn_engine_create(m, &eo, &other), "the model has an engine already");
     assert_null(other);
-    assert_non_null(strstr(ppn_last_error(), "the model has an engine already"));
-    assert_int_equal(ppn_model_free(m), PPN_ESTATE); /* nor is the model freed under it */
-    assert_non_null(strstr(ppn_last_error(), "an engine runs on this model"));
+    expect_refused(ppn_model_free(m), "an engine runs on this model"); /* nor is the model freed under it */
     ppn_engine_destroy(e);
 
     /* A decoder that holds all its text until the flush (after the Fuse, a Replace of several characters: never
