@@ -196,16 +196,16 @@ template <int WARPS, int S> __device__ __forceinline__ void ls_body(const ls_par
     }
 }
 
+#ifndef LS_HELPERS_ONLY // layer_chain.cu takes the helpers above, not these kernels
 #define LS_KERNEL(WARPS, S)                                                                                         \
     extern "C" __global__ void __launch_bounds__(32 * (WARPS) + 64, 1) ls_layer_##WARPS##_##S(const ls_params p)   \
     {                                                                                                               \
         ls_body<WARPS, S>(p);                                                                                       \
     }
 
-LS_KERNEL(4, 8)
 LS_KERNEL(4, 16)
-LS_KERNEL(4, 22)
 LS_KERNEL(8, 6)
 LS_KERNEL(8, 9)
 LS_KERNEL(8, 12)
 LS_KERNEL(16, 6)
+#endif
