@@ -12,6 +12,8 @@ gives the same bits, then times (median of REPS after a warm-up, bursts of BURST
 the barrier counters zeroed before each replay, outside the timing):
   chain  one launch of the L layers
   layer  one launch a layer (attention's place between layers breaks the stream once a layer)
+  coop   as layer, each launch cooperative (the driver's promise that every CTA is resident, which a grid-wide
+         barrier needs) and with programmatic dependent launch, captured into the graph (can they be?)
 as us a layer and the share of the copy floor (the layer's W bytes over a 512 MiB device copy's bytes read + written
 a second, as cublas_ref.py measures it).
 
@@ -31,6 +33,9 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 from cublas_ref import copy_gbs  # noqa: E402
 from gemm_ws import build_module, ck, cu  # noqa: E402
+from gemm_wk import LaunchAttr, LaunchConfig  # noqa: E402  (cuLaunchKernelEx's structures)
+
+ATTR_COOP, ATTR_PDL = 2, 6  # CU_LAUNCH_ATTRIBUTE_COOPERATIVE, _PROGRAMMATIC_STREAM_SERIALIZATION
 
 D, F, QKV = 4096, 14336, 6144  # the 8B: model width, SwiGLU width, q|k|v rows
 FORMS = [(8, 6), (8, 12)]  # (WARPS, S): layer_chain.cu's kernels
@@ -52,10 +57,21 @@ class Form:
         ck(cu.cuModuleGetFunction(ctypes.byref(self.fn), mod, f"lc_layer_{warps}_{s}".encode()), "cuModuleGetFunction")
         ck(cu.cuFuncSetAttribute(self.fn, 8, self.smem), "cuFuncSetAttribute")  # MAX_DYNAMIC_SHARED_SIZE_BYTES
 
-    def launch(self, p, grid, stream):
+    def launch(self, p, grid, stream, coop=False, pdl=False):
         args = (ctypes.c_void_p * 1)(ctypes.addressof(p))
-        ck(cu.cuLaunchKernel(self.fn, grid, 1, 1, 32 * self.warps + 64, 1, 1, self.smem, ctypes.c_void_p(stream), args,
-                             None), "cuLaunchKernel")
+        if not coop and not pdl:
+            ck(cu.cuLaunchKernel(self.fn, grid, 1, 1, 32 * self.warps + 64, 1, 1, self.smem, ctypes.c_void_p(stream),
+                                 args, None), "cuLaunchKernel")
+            return
+        attrs = (LaunchAttr * 2)()
+        n = 0
+        for on, aid in ((coop, ATTR_COOP), (pdl, ATTR_PDL)):
+            if on:
+                attrs[n].id, attrs[n].value[0] = aid, 1
+                n += 1
+        cfg = LaunchConfig((ctypes.c_uint32 * 3)(grid, 1, 1), (ctypes.c_uint32 * 3)(32 * self.warps + 64, 1, 1),
+                           self.smem, ctypes.c_void_p(stream), ctypes.cast(attrs, ctypes.POINTER(LaunchAttr)), n)
+        ck(cu.cuLaunchKernelEx(ctypes.byref(cfg), self.fn, args, None), "cuLaunchKernelEx (cooperative)")
 
 
 def timed_us(issue, before):
@@ -170,19 +186,24 @@ def main():
                   f"second launch same bits {same}", flush=True)
             continue
         r = {"warps": f.warps, "stages": f.s, "res_err": err, "xn_err": errn}
-        for mode in ("chain", "layer"):
+        for mode in ("chain", "layer", "coop"):
             def issue(st, f=f, mode=mode):
                 for b in range(BURST):
                     if mode == "chain":
                         f.launch(params(0, L, b * 10 * L), sms, st)
                     else:
                         for l0 in range(L):
-                            f.launch(params(l0, 1, b * 10 * L + 10 * l0), sms, st)
+                            f.launch(params(l0, 1, b * 10 * L + 10 * l0), sms, st, coop=mode == "coop",
+                                     pdl=mode == "coop")
 
-            r[mode] = round(timed_us(issue, bar.zero_) / (BURST * L), 3)
-        print(f"  WARPS={f.warps} S={f.s:<2d} us a layer: chain {r['chain']:7.2f} ({floor_us / r['chain']:6.1%} of the "
-              f"floor)  layer {r['layer']:7.2f} ({floor_us / r['layer']:6.1%})  [residual err {err:.3g}, norm "
-              f"{errn:.3g}]", flush=True)
+            try:
+                r[mode] = round(timed_us(issue, bar.zero_) / (BURST * L), 3)
+            except RuntimeError as e:
+                r[mode] = None
+                print(f"  WARPS={f.warps} S={f.s} {mode}: {e}", flush=True)
+        print(f"  WARPS={f.warps} S={f.s:<2d} us a layer: " + "  ".join(
+              f"{k} {r[k]:7.2f} ({floor_us / r[k]:6.1%})" if r[k] else f"{k} -" for k in ("chain", "layer", "coop")) +
+              f"  [residual err {err:.3g}, norm {errn:.3g}]", flush=True)
         rows.append(r)
     if a.json:
         with open(a.json, "w") as fh:
