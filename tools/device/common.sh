@@ -17,7 +17,8 @@
 #                         FILE: `ppn run --ids-file`'s batch for the A/B scripts' bit checks
 #   idslong FILE          two seeded prompts of 1,500 and 600 ids, one a line (the same bit checks on prompt chunks
 #                         of hundreds to thousands of rows: what PPN_GEMM_W=3 takes)
-#   finish                log the verdict ("overall: PASS|FAIL") and exit with $fail
+#   finish                log the verdict ("overall: PASS|FAIL"), pack every file of $OUT into $OUT/all.tar.gz (a
+#                         device call returns 8 files; that one sorts first) and exit with $fail
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 S="$OUT/summary.txt"
@@ -80,5 +81,9 @@ PY
 
 finish() {
     log "overall: $([ "$fail" = 0 ] && echo PASS || echo FAIL)"
+    # A device call brings back at most 8 files of $OUT: all.tar.gz (it sorts first) holds every one of them.
+    local t
+    t=$(mktemp /tmp/ppn-all.XXXXXX) && tar -czf "$t" -C "$OUT" --exclude=./all.tar.gz . && mv "$t" "$OUT/all.tar.gz" ||
+        log "could not pack $OUT into all.tar.gz"
     exit "$fail"
 }
