@@ -83,7 +83,9 @@ finish() {
     log "overall: $([ "$fail" = 0 ] && echo PASS || echo FAIL)"
     # A device call brings back at most 8 files of $OUT: all.tar.gz (it sorts first) holds every one of them.
     local t
-    t=$(mktemp /tmp/ppn-all.XXXXXX) && tar -czf "$t" -C "$OUT" --exclude=./all.tar.gz . && mv "$t" "$OUT/all.tar.gz" ||
+    if ! { t=$(mktemp /tmp/ppn-all.XXXXXX) && tar -czf "$t" -C "$OUT" --exclude=./all.tar.gz . &&
+        mv "$t" "$OUT/all.tar.gz"; }; then
         log "could not pack $OUT into all.tar.gz"
+    fi
     exit "$fail"
 }
