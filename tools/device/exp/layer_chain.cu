@@ -38,13 +38,6 @@ struct lc_params {
     float eps;
 };
 
-__device__ __forceinline__ unsigned lc_ld_acquire(const unsigned *a)
-{
-    unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(a) : "memory");
-    return v;
-}
-
 // The consumers' grid-wide barrier i: every consumer thread of every CTA has arrived before any leaves.
 template <int WARPS> __device__ __forceinline__ void lc_grid_sync(unsigned *bar, int i)
 {
@@ -52,8 +45,7 @@ template <int WARPS> __device__ __forceinline__ void lc_grid_sync(unsigned *bar,
     if (threadIdx.x == 0) {
         __threadfence();
         atomicAdd(bar + i, 1u);
-        while (lc_ld_acquire(bar + i) < gridDim.x) {
-        }
+        ls_wait_count(bar + i, gridDim.x);
         __threadfence();
     }
     asm volatile("bar.sync 1, %0;\n" ::"n"(32 * WARPS) : "memory");
@@ -80,119 +72,37 @@ __device__ __forceinline__ float lc_sum(const float *ws, int T, int kts, int G, 
 
 template <int WARPS, int S> __device__ __forceinline__ void lc_body(const lc_params &p)
 {
-    constexpr int BN = 16 * WARPS, W_BYTES = BN * 128, X_BYTES = 16 * 128, STAGE = W_BYTES + X_BYTES;
     extern __shared__ __align__(1024) unsigned char smem[];
-    __shared__ __align__(8) uint64_t full_w[S], full_x[S], empty[S];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, c = blockIdx.x, G = gridDim.x;
-    const uint32_t ring = ls_smem(smem);
-    const int nph = 4 * p.L;
-
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < S; s++)
-            ls_mb_init(ls_smem(&full_w[s]), 32), ls_mb_init(ls_smem(&full_x[s]), 32),
-                ls_mb_init(ls_smem(&empty[s]), WARPS);
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncthreads();
-
-    if (warp >= WARPS) { // producers: warp WARPS streams W, warp WARPS + 1 the GEMMs' x
-        const bool wp = warp == WARPS;
-        int i = 0;
-        for (int ph = 0; ph < nph; ph++) {
+    __shared__ __align__(8) uint64_t bars[3 * S];
+    const ls_stream<WARPS, S> st(smem, bars);
+    constexpr int BN = ls_stream<WARPS, S>::BN;
+    const int nph = 4 * p.L, c = st.c, G = st.G, warp = st.warp, lane = st.lane;
+    if (st.producer()) { // GEMM j of layer l reads its x once the barrier after the pass that writes it is whole
+        st.produce(nph, p.m, [&](int ph) {
             const lc_gemm P = p.g[ph];
-            const int l = ph / 4, j = ph % 4, kts = P.k / 64, T = P.n / BN * kts;
-            int w0, w1;
-            ls_share(T, c, G, &w0, &w1);
-            const __nv_bfloat16 *X = (const __nv_bfloat16 *)(j == 0 ? p.xn : j == 1 ? p.xa : j == 2 ? p.x2 : p.xh);
-            if (!wp) { // the barrier after the pass that writes this GEMM's x
-                const int b = j == 0 ? 10 * l - 1 : j == 1 ? 10 * l + 1 : j == 2 ? 10 * l + 4 : 10 * l + 6;
-                if (b >= 0)
-                    while (lc_ld_acquire(p.bar + b) < (unsigned)G) {
-                    }
-                __syncwarp();
-            }
-            for (int w = w0; w < w1; w++, i++) {
-                const int s = i % S, tile = w / kts, kt = w % kts;
-                if (i >= S) ls_mb_wait(ls_smem(&empty[s]), (unsigned)((i / S - 1) & 1));
-                const uint32_t st = ring + (uint32_t)(s * STAGE);
-                if (wp) {
-                    const __nv_bfloat16 *W = (const __nv_bfloat16 *)P.w;
-#pragma unroll
-                    for (int e = 0; e < BN * 8 / 32; e++) {
-                        const int idx = lane + 32 * e, r = idx >> 3, ch = idx & 7;
-                        ls_cp16(st + (uint32_t)(r * 128 + ((ch ^ (r & 7)) << 4)),
-                                W + (size_t)(tile * BN + r) * P.k + kt * 64 + ch * 8, true);
-                    }
-                    ls_cp_arrive(ls_smem(&full_w[s]));
-                } else {
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int idx = lane + 32 * e, r = idx >> 3, ch = idx & 7;
-                        const bool ok = r < p.m;
-                        ls_cp16(st + (uint32_t)(W_BYTES + r * 128 + ((ch ^ (r & 7)) << 4)),
-                                X + (size_t)(ok ? r : 0) * P.k + kt * 64 + ch * 8, ok);
-                    }
-                    ls_cp_arrive(ls_smem(&full_x[s]));
-                }
-            }
-        }
+            const int l = ph / 4, j = ph % 4, b = j == 0 ? 10 * l - 1 : j == 1 ? 10 * l + 1 : j == 2 ? 10 * l + 4 : 10 * l + 6;
+            const uint64_t x = j == 0 ? p.xn : j == 1 ? p.xa : j == 2 ? p.x2 : p.xh;
+            return ls_gemm{(const __nv_bfloat16 *)P.w, (const __nv_bfloat16 *)x, P.n, P.k, b >= 0 ? p.bar + b : nullptr};
+        });
         return;
     }
-
     const int g = lane >> 2, t = lane & 3, tid = threadIdx.x, nt = 32 * WARPS;
-    float acc[2][4];
     int i = 0;
     for (int ph = 0; ph < nph; ph++) {
         const lc_gemm P = p.g[ph];
         const int l = ph / 4, j = ph % 4, kts = P.k / 64, T = P.n / BN * kts;
-        int w0, w1;
-        ls_share(T, c, G, &w0, &w1);
+        i = st.consume(i, P.n, P.k, [&](int tile, int first, const float(&acc)[2][4]) { // into this share's slot
+            const int slot = tile - first;
+            if (slot >= LC_MAXT) __trap();
+            float *o = p.ws + ((size_t)c * LC_MAXT + slot) * 16 * BN;
+            const int r = warp * 16 + g;
 #pragma unroll
-        for (int q = 0; q < 2; q++) acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.f;
-        for (int w = w0; w < w1; w++, i++) {
-            const int s = i % S, tile = w / kts, kt = w % kts;
-            const unsigned par = (unsigned)((i / S) & 1);
-            ls_mb_wait(ls_smem(&full_w[s]), par);
-            ls_mb_wait(ls_smem(&full_x[s]), par);
-            const uint32_t st = ring + (uint32_t)(s * STAGE);
-            const unsigned char *xs = smem + s * STAGE + W_BYTES;
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                uint32_t a0, a1, a2, a3;
-                {
-                    const int mj = lane >> 3, r = warp * 16 + (lane & 7) + 8 * (mj & 1), ch = 2 * q + (mj >> 1);
-                    const uint32_t ad = st + (uint32_t)(r * 128 + ((ch ^ (r & 7)) << 4));
-                    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                                 : "=r"(a0), "=r"(a1), "=r"(a2), "=r"(a3)
-                                 : "r"(ad));
-                }
-#pragma unroll
-                for (int jj = 0; jj < 2; jj++) {
-                    const int tok = 8 * jj + g;
-                    const uint32_t b0 = *(const uint32_t *)(xs + tok * 128 + (((2 * q) ^ (tok & 7)) << 4) + 4 * t);
-                    const uint32_t b1 = *(const uint32_t *)(xs + tok * 128 + (((2 * q + 1) ^ (tok & 7)) << 4) + 4 * t);
-                    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-                                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                                 : "+f"(acc[jj][0]), "+f"(acc[jj][1]), "+f"(acc[jj][2]), "+f"(acc[jj][3])
-                                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-                }
+            for (int jj = 0; jj < 2; jj++) {
+                const int t0 = 8 * jj + 2 * t;
+                o[t0 * BN + r] = acc[jj][0], o[(t0 + 1) * BN + r] = acc[jj][1];
+                o[t0 * BN + r + 8] = acc[jj][2], o[(t0 + 1) * BN + r + 8] = acc[jj][3];
             }
-            __syncwarp();
-            if (lane == 0) ls_mb_arrive(ls_smem(&empty[s]));
-            if (kt == kts - 1 || w == w1 - 1) { // this share's sums of the tile into its slot (every token row)
-                const int slot = tile - w0 / kts;
-                if (slot >= LC_MAXT) __trap();
-                float *o = p.ws + ((size_t)c * LC_MAXT + slot) * 16 * BN;
-                const int r = warp * 16 + g;
-#pragma unroll
-                for (int jj = 0; jj < 2; jj++) {
-                    const int t0 = 8 * jj + 2 * t;
-                    o[t0 * BN + r] = acc[jj][0], o[(t0 + 1) * BN + r] = acc[jj][1];
-                    o[t0 * BN + r + 8] = acc[jj][2], o[(t0 + 1) * BN + r + 8] = acc[jj][3];
-                    acc[jj][0] = acc[jj][1] = acc[jj][2] = acc[jj][3] = 0.f;
-                }
-            }
-        }
+        });
         const int b = 10 * l + (j == 0 ? 0 : j == 1 ? 2 : j == 2 ? 5 : 7);
         lc_grid_sync<WARPS>(p.bar, b); // every partial of this GEMM is in the workspace
         // the epilogue pass: each output's partials added in CTA order, over every consumer thread of the grid

@@ -21,9 +21,7 @@ usage: layer_chain.py [--layers 8] [--m 16] [--json FILE]
 """
 import argparse
 import ctypes
-import json
 import os
-import statistics
 import sys
 
 import torch
@@ -32,10 +30,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 from cublas_ref import copy_gbs  # noqa: E402
-from gemm_ws import build_module, ck, cu  # noqa: E402
-from gemm_wk import LaunchAttr, LaunchConfig  # noqa: E402  (cuLaunchKernelEx's structures)
-
-ATTR_COOP, ATTR_PDL = 2, 6  # CU_LAUNCH_ATTRIBUTE_COOPERATIVE, _PROGRAMMATIC_STREAM_SERIALIZATION
+from gemm_ws import build_module  # noqa: E402
+from layer_stream import Form, finish, timed_us  # noqa: E402  (the kernels' launch, the report, the timing)
 
 D, F, QKV = 4096, 14336, 6144  # the 8B: model width, SwiGLU width, q|k|v rows
 FORMS = [(8, 6), (8, 12)]  # (WARPS, S): layer_chain.cu's kernels
@@ -47,56 +43,6 @@ class Params(ctypes.Structure):
                 ("f", ctypes.c_int), ("xn", ctypes.c_uint64), ("xa", ctypes.c_uint64), ("x2", ctypes.c_uint64),
                 ("xh", ctypes.c_uint64), ("res", ctypes.c_uint64), ("wn", ctypes.c_uint64), ("ws", ctypes.c_uint64),
                 ("bar", ctypes.c_uint64), ("eps", ctypes.c_float)]
-
-
-class Form:
-    def __init__(self, mod, warps, s):
-        self.warps, self.s = warps, s
-        self.smem = s * (16 * warps * 128 + 16 * 128)
-        self.fn = ctypes.c_void_p()
-        ck(cu.cuModuleGetFunction(ctypes.byref(self.fn), mod, f"lc_layer_{warps}_{s}".encode()), "cuModuleGetFunction")
-        ck(cu.cuFuncSetAttribute(self.fn, 8, self.smem), "cuFuncSetAttribute")  # MAX_DYNAMIC_SHARED_SIZE_BYTES
-
-    def launch(self, p, grid, stream, coop=False, pdl=False):
-        args = (ctypes.c_void_p * 1)(ctypes.addressof(p))
-        if not coop and not pdl:
-            ck(cu.cuLaunchKernel(self.fn, grid, 1, 1, 32 * self.warps + 64, 1, 1, self.smem, ctypes.c_void_p(stream),
-                                 args, None), "cuLaunchKernel")
-            return
-        attrs = (LaunchAttr * 2)()
-        n = 0
-        for on, aid in ((coop, ATTR_COOP), (pdl, ATTR_PDL)):
-            if on:
-                attrs[n].id, attrs[n].value[0] = aid, 1
-                n += 1
-        cfg = LaunchConfig((ctypes.c_uint32 * 3)(grid, 1, 1), (ctypes.c_uint32 * 3)(32 * self.warps + 64, 1, 1),
-                           self.smem, ctypes.c_void_p(stream), ctypes.cast(attrs, ctypes.POINTER(LaunchAttr)), n)
-        ck(cu.cuLaunchKernelEx(ctypes.byref(cfg), self.fn, args, None), "cuLaunchKernelEx (cooperative)")
-
-
-def timed_us(issue, before):
-    """us of one replay of a graph of issue(stream): before() runs ahead of each replay, outside the events."""
-    g = torch.cuda.CUDAGraph()
-    s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        before()
-        issue(s.cuda_stream)
-        torch.cuda.synchronize()
-        with torch.cuda.graph(g, stream=s):
-            issue(s.cuda_stream)
-    torch.cuda.synchronize()
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    ms = []
-    for r in range(REPS + 1):
-        before()
-        e0.record()
-        g.replay()
-        e1.record()
-        torch.cuda.synchronize()
-        if r:
-            ms.append(e0.elapsed_time(e1))
-    del g
-    return statistics.median(ms) * 1e3
 
 
 def bf(t):
@@ -130,7 +76,7 @@ def main():
     ap.add_argument("--cubin", default="/tmp/layer_chain.cubin")
     a = ap.parse_args()
     mod = build_module(os.path.join(HERE, "layer_chain.cu"), a.cubin)
-    forms = [Form(mod, w, s) for w, s in FORMS]
+    forms = [Form(mod, w, s, prefix="lc_layer") for w, s in FORMS]
     dev = torch.cuda.get_device_name(0)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     L, m = a.layers, a.m
@@ -205,13 +151,8 @@ def main():
               f"{k} {r[k]:7.2f} ({floor_us / r[k]:6.1%})" if r[k] else f"{k} -" for k in ("chain", "layer", "coop")) +
               f"  [residual err {err:.3g}, norm {errn:.3g}]", flush=True)
         rows.append(r)
-    if a.json:
-        with open(a.json, "w") as fh:
-            json.dump({"device": dev, "sms": sms, "layers": L, "m": m, "copy_gbs": gbs, "floor_us": floor_us,
-                       "rows": rows, "bad": bad}, fh, indent=1)
-    print(f"forms wrong: {bad}")
-    return 1 if bad else 0
-
+    return finish(a.json, {"device": dev, "sms": sms, "layers": L, "m": m, "copy_gbs": gbs, "floor_us": floor_us}, rows,
+                  bad)
 
 if __name__ == "__main__":
     sys.exit(main())

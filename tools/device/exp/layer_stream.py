@@ -32,6 +32,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 from cublas_ref import copy_gbs  # noqa: E402
 from gemm_ws import build_module, ck, cu  # noqa: E402
+from gemm_wk import LaunchAttr, LaunchConfig  # noqa: E402  (cuLaunchKernelEx's structures)
 
 LAYER = [("q|k|v", 6144, 4096), ("o", 4096, 4096), ("gate|up", 28672, 4096), ("down", 4096, 14336)]
 FORMS = [(4, 16), (8, 6), (8, 9), (8, 12), (16, 6)]  # (WARPS, S): layer_stream.cu's kernels
@@ -43,18 +44,45 @@ class Params(ctypes.Structure):
                 ("barrier", ctypes.c_int)]
 
 
+ATTR_COOP, ATTR_PDL = 2, 6  # CU_LAUNCH_ATTRIBUTE_COOPERATIVE, _PROGRAMMATIC_STREAM_SERIALIZATION
+
+
 class Form:
-    def __init__(self, mod, warps, s):
+    """Kernel PREFIX_WARPS_S of mod (ls_stream's shape: WARPS consumer warps and two producers, S stages of a
+    16 WARPS x 64 W k-tile and a 16 x 64 x k-tile), launched on one CTA an SM with its one struct argument."""
+
+    def __init__(self, mod, warps, s, prefix="ls_layer"):
         self.warps, self.s = warps, s
         self.smem = s * (16 * warps * 128 + 16 * 128)
         self.fn = ctypes.c_void_p()
-        ck(cu.cuModuleGetFunction(ctypes.byref(self.fn), mod, f"ls_layer_{warps}_{s}".encode()), "cuModuleGetFunction")
+        ck(cu.cuModuleGetFunction(ctypes.byref(self.fn), mod, f"{prefix}_{warps}_{s}".encode()), "cuModuleGetFunction")
         ck(cu.cuFuncSetAttribute(self.fn, 8, self.smem), "cuFuncSetAttribute")  # MAX_DYNAMIC_SHARED_SIZE_BYTES
 
-    def launch(self, p, grid, stream):
+    def launch(self, p, grid, stream, coop=False, pdl=False):
         args = (ctypes.c_void_p * 1)(ctypes.addressof(p))
-        ck(cu.cuLaunchKernel(self.fn, grid, 1, 1, 32 * self.warps + 64, 1, 1, self.smem, ctypes.c_void_p(stream), args,
-                             None), "cuLaunchKernel")
+        block = 32 * self.warps + 64
+        if not coop and not pdl:
+            ck(cu.cuLaunchKernel(self.fn, grid, 1, 1, block, 1, 1, self.smem, ctypes.c_void_p(stream), args, None),
+               "cuLaunchKernel")
+            return
+        attrs = (LaunchAttr * 2)()
+        n = 0
+        for on, aid in ((coop, ATTR_COOP), (pdl, ATTR_PDL)):
+            if on:
+                attrs[n].id, attrs[n].value[0] = aid, 1
+                n += 1
+        cfg = LaunchConfig((ctypes.c_uint32 * 3)(grid, 1, 1), (ctypes.c_uint32 * 3)(block, 1, 1), self.smem,
+                           ctypes.c_void_p(stream), ctypes.cast(attrs, ctypes.POINTER(LaunchAttr)), n)
+        ck(cu.cuLaunchKernelEx(ctypes.byref(cfg), self.fn, args, None), "cuLaunchKernelEx (cooperative / PDL)")
+
+
+def finish(path, head, rows, bad):
+    """head with rows and bad as JSON at path (if given), the count of wrong forms printed; the exit status."""
+    if path:
+        with open(path, "w") as fh:
+            json.dump(dict(head, rows=rows, bad=bad), fh, indent=1)
+    print(f"forms wrong: {bad}")
+    return 1 if bad else 0
 
 
 def timed_us(issue, before):
@@ -153,13 +181,8 @@ def main():
               f"({floor_us / res['layer']:6.1%})  split {res['split']:7.2f} "
               f"({floor_us / res['split']:6.1%})", flush=True)
         rows.append(res)
-    if a.json:
-        with open(a.json, "w") as fh:
-            json.dump({"device": dev, "sms": sms, "layers": L, "m": m, "copy_gbs": gbs, "floor_us": floor_us,
-                       "rows": rows, "bad": bad}, fh, indent=1)
-    print(f"forms wrong: {bad}")
-    return 1 if bad else 0
-
+    return finish(a.json, {"device": dev, "sms": sms, "layers": L, "m": m, "copy_gbs": gbs, "floor_us": floor_us}, rows,
+                  bad)
 
 if __name__ == "__main__":
     sys.exit(main())
